@@ -1,1 +1,431 @@
-//! placeholder
+//! A real systemd as PID 1 for tests: boots `systemd-nspawn` on a tmpfs overlay of the host's
+//! root, installs files into it, runs a script as a unit once the system is up, and returns its
+//! output, exit status and the journal.
+//!
+//! Nothing on the host changes: the overlay's upper layer lives in a tmpfs that is unmounted
+//! when the [`SystemdBox`] is dropped. A missing `systemd-nspawn` or a container that does not
+//! boot is an error, never a skip: a test that cannot boot PID 1 has not tested anything.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// How long a box may run before it is killed; boots take about a second.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Where the box writes its results; bound read-write from the host.
+const OUT_DIR: &str = "/atelier-box-out";
+
+/// The unit that runs the test script once dbus and polkit are up.
+const RUNNER_UNIT: &str = r#"[Unit]
+Description=Atelier test script
+Wants=dbus.service polkit.service
+After=dbus.service polkit.service basic.target
+
+[Service]
+Type=oneshot
+StandardOutput=append:/atelier-box-out/output
+StandardError=append:/atelier-box-out/output
+ExecStart=/bin/bash -c '/bin/bash /etc/atelier-box/script; echo $? > /atelier-box-out/status.tmp; mv /atelier-box-out/status.tmp /atelier-box-out/status'
+ExecStopPost=-/bin/sh -c 'journalctl -b --no-pager -o short-monotonic > /atelier-box-out/journal 2>&1; systemctl --no-block poweroff'
+"#;
+
+/// Why a box could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BoxError {
+    /// The harness needs root to mount and boot.
+    #[error("the systemd tests need root (mounts and systemd-nspawn)")]
+    NotRoot,
+    /// `systemd-nspawn` is not installed.
+    #[error("systemd-nspawn is missing: apt-get install systemd-container")]
+    NspawnMissing,
+    /// A file to install into the box does not exist.
+    #[error("{0} does not exist (build the binaries first: cargo build --workspace --bins)")]
+    MissingSource(PathBuf),
+    /// A host command failed.
+    #[error("{what} failed: {detail}")]
+    Command {
+        /// What was being done.
+        what: String,
+        /// Its output.
+        detail: String,
+    },
+    /// The container ended without recording a result.
+    #[error("the container ended without a result (nspawn: {nspawn_status}); boot log tail:\n{boot_log}")]
+    NoResult {
+        /// nspawn's exit status.
+        nspawn_status: String,
+        /// The last lines nspawn printed.
+        boot_log: String,
+    },
+    /// File system work on the host failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BoxError {
+    let what = what.into();
+    move |source| BoxError::Io { what, source }
+}
+
+/// A file to put into the box before it boots.
+#[derive(Debug)]
+enum Install {
+    Copy {
+        source: PathBuf,
+        dest: String,
+    },
+    Write {
+        dest: String,
+        contents: Vec<u8>,
+        mode: u32,
+    },
+}
+
+/// A throw-away systemd container, configured and then booted once by [`SystemdBox::run`].
+#[derive(Debug)]
+pub struct SystemdBox {
+    installs: Vec<Install>,
+    timeout: Duration,
+}
+
+/// What a box run produced.
+pub struct BoxRun {
+    /// The script's exit status.
+    pub status: i32,
+    /// The script's stdout and stderr, interleaved.
+    pub output: String,
+    /// The whole journal of the boot.
+    pub journal: String,
+}
+
+impl fmt::Debug for BoxRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "script exited {}\n--- output ---\n{}\n--- journal (last 120 lines) ---\n{}",
+            self.status,
+            self.output,
+            self.journal_tail(120)
+        )
+    }
+}
+
+impl BoxRun {
+    /// The last `lines` lines of the journal.
+    pub fn journal_tail(&self, lines: usize) -> String {
+        let all: Vec<&str> = self.journal.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Journal lines that mention `needle`.
+    pub fn journal_lines(&self, needle: &str) -> Vec<&str> {
+        self.journal
+            .lines()
+            .filter(|l| l.contains(needle))
+            .collect()
+    }
+
+    /// Panics with the output and the journal tail unless the script exited 0.
+    #[track_caller]
+    pub fn assert_success(&self) {
+        assert!(self.status == 0, "{self:?}");
+    }
+
+    /// The value of `KEY=value` on its own line of the output, if the script printed one.
+    pub fn fact(&self, key: &str) -> Option<&str> {
+        let prefix = format!("{key}=");
+        self.output
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+    }
+}
+
+impl SystemdBox {
+    /// A box that will run as root with the host's root file system as its lower layer.
+    pub fn new() -> Self {
+        Self {
+            installs: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Copies a host file or directory to `dest` inside the box.
+    pub fn copy(mut self, source: impl Into<PathBuf>, dest: impl Into<String>) -> Self {
+        self.installs.push(Install::Copy {
+            source: source.into(),
+            dest: dest.into(),
+        });
+        self
+    }
+
+    /// Writes `contents` to `dest` inside the box with `mode`.
+    pub fn write(
+        mut self,
+        dest: impl Into<String>,
+        contents: impl Into<Vec<u8>>,
+        mode: u32,
+    ) -> Self {
+        self.installs.push(Install::Write {
+            dest: dest.into(),
+            contents: contents.into(),
+            mode,
+        });
+        self
+    }
+
+    /// Sets how long the whole run may take.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Boots the box, runs `script` with bash as a oneshot unit once the system is up, powers
+    /// off and reports.
+    pub fn run(self, script: &str) -> Result<BoxRun, BoxError> {
+        preflight()?;
+        let scratch = Scratch::mount()?;
+        let root = scratch.root();
+        // nspawn populates /dev itself and refuses a non-empty one.
+        empty_dir(&root.join("dev"))?;
+        for install in &self.installs {
+            install.apply(&root)?;
+        }
+        write_file(
+            &root.join("etc/atelier-box/script"),
+            script.as_bytes(),
+            0o755,
+        )?;
+        write_file(
+            &root.join("etc/systemd/system/atelier-box.service"),
+            RUNNER_UNIT.as_bytes(),
+            0o644,
+        )?;
+        fs::create_dir_all(root.join(OUT_DIR.trim_start_matches('/')))
+            .map_err(io_err("creating the result mount point"))?;
+
+        let out = scratch.path.join("out");
+        let machine = format!("atelier-box-{}-{}", std::process::id(), next_box_number());
+        let nspawn = Command::new("timeout")
+            .arg("--kill-after=10")
+            .arg(self.timeout.as_secs().to_string())
+            .arg("systemd-nspawn")
+            .arg("-D")
+            .arg(&root)
+            .arg(format!("--machine={machine}"))
+            .args(["--register=no", "--keep-unit", "-q", "--capability=all"])
+            .arg(format!("--bind={}:{OUT_DIR}", out.display()))
+            .args([
+                "-b",
+                "--",
+                "systemd.unit=atelier-box.service",
+                "systemd.firstboot=off",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io_err("running systemd-nspawn"))?;
+
+        let read = |name: &str| fs::read_to_string(out.join(name)).unwrap_or_default();
+        let status = read("status");
+        let Ok(status) = status.trim().parse::<i32>() else {
+            let log = String::from_utf8_lossy(&nspawn.stdout).into_owned()
+                + &String::from_utf8_lossy(&nspawn.stderr);
+            let tail: Vec<&str> = log.lines().collect();
+            return Err(BoxError::NoResult {
+                nspawn_status: nspawn.status.to_string(),
+                boot_log: tail[tail.len().saturating_sub(30)..].join("\n"),
+            });
+        };
+        Ok(BoxRun {
+            status,
+            output: read("output"),
+            journal: read("journal"),
+        })
+    }
+}
+
+impl Default for SystemdBox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Install {
+    fn apply(&self, root: &Path) -> Result<(), BoxError> {
+        match self {
+            Install::Copy { source, dest } => {
+                if !source.exists() {
+                    return Err(BoxError::MissingSource(source.clone()));
+                }
+                let target = root.join(dest.trim_start_matches('/'));
+                if let Some(parent) = target.parent() {
+                    fs::create_dir_all(parent).map_err(io_err(format!("creating {dest}")))?;
+                }
+                run_host(
+                    Command::new("cp").arg("-a").arg(source).arg(&target),
+                    &format!("copying {} to {dest}", source.display()),
+                )
+            }
+            Install::Write {
+                dest,
+                contents,
+                mode,
+            } => write_file(&root.join(dest.trim_start_matches('/')), contents, *mode),
+        }
+    }
+}
+
+/// The tmpfs that holds the overlay's upper layer, the merged root and the result folder.
+struct Scratch {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn mount() -> Result<Self, BoxError> {
+        let dir = tempfile::Builder::new()
+            .prefix("atelier-box.")
+            .tempdir()
+            .map_err(io_err("creating the box directory"))?;
+        let path = dir.path().to_path_buf();
+        run_host(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs"])
+                .arg(&path),
+            "mounting the box tmpfs",
+        )?;
+        let scratch = Self { path, _dir: dir };
+        for sub in ["upper", "work", "root", "out"] {
+            fs::create_dir(scratch.path.join(sub)).map_err(io_err("preparing the overlay"))?;
+        }
+        let options = format!(
+            "lowerdir=/,upperdir={},workdir={}",
+            scratch.path.join("upper").display(),
+            scratch.path.join("work").display()
+        );
+        run_host(
+            Command::new("mount")
+                .args(["-t", "overlay", "overlay", "-o", &options])
+                .arg(scratch.root()),
+            "mounting the overlay of /",
+        )?;
+        Ok(scratch)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.path.join("root")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Lazy unmounts: a process nspawn left behind must not keep the host's tmpfs alive.
+        for target in [self.root(), self.path.clone()] {
+            let _ = Command::new("umount").arg("-l").arg(target).status();
+        }
+    }
+}
+
+fn preflight() -> Result<(), BoxError> {
+    if !running_as_root() {
+        return Err(BoxError::NotRoot);
+    }
+    let found = Command::new("systemd-nspawn")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(BoxError::NspawnMissing)
+    }
+}
+
+/// True when the effective user is root, read from `/proc` so the harness needs no libc calls.
+fn running_as_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn next_box_number() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn empty_dir(dir: &Path) -> Result<(), BoxError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("reading the box's /dev")(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(io_err("reading the box's /dev"))?.path();
+        let removed = if path.is_dir() && !path.is_symlink() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        removed.map_err(io_err(format!("emptying {}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), BoxError> {
+    let what = format!("writing {}", path.display());
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err(what.clone()))?;
+    }
+    fs::write(path, contents).map_err(io_err(what.clone()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err(what))
+}
+
+fn run_host(command: &mut Command, what: &str) -> Result<(), BoxError> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_err(what.to_owned()))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(BoxError::Command {
+            what: what.to_owned(),
+            detail: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// The folder that holds the workspace's freshly built binaries (`target/debug` for a test
+/// binary in `target/debug/deps`).
+pub fn built_binaries_dir() -> Result<PathBuf, BoxError> {
+    let exe = std::env::current_exe().map_err(io_err("locating the test binary"))?;
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| BoxError::MissingSource(exe.clone()))
+}
+
+/// The repository's root folder.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
