@@ -1,0 +1,351 @@
+//! Phase 3b: the rules across fields, checked on the typed declaration through the same
+//! [`Layout`] that renders the host, so a default is never derived twice.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode};
+use crate::names::{self, parse_site_identity};
+use crate::paths::{overlaps, Layout};
+
+/// Adds an issue for every cross-field rule the declaration breaks.
+pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let root = JsonPath::default();
+    let mut refuse = |path: &JsonPath, reason: Reason, message: String| {
+        issues.push(Issue::new(path, reason, message));
+    };
+
+    // Sites: unique slugs and domains, within the declared limit.
+    let mut slugs = HashMap::new();
+    let mut domains = HashMap::new();
+    for (index, site) in decl.sites.iter().enumerate() {
+        let at = root.key("sites").index(index);
+        if let Some(first) = slugs.insert(site.slug.as_str(), index) {
+            refuse(
+                &at.key("slug"),
+                Reason::DuplicateSlug,
+                format!("{:?} is already the slug of sites[{first}]", site.slug),
+            );
+        }
+        if let Some(first) = domains.insert(site.domain.as_str(), index) {
+            refuse(
+                &at.key("domain"),
+                Reason::DuplicateDomain,
+                format!("{:?} is already the domain of sites[{first}]", site.domain),
+            );
+        }
+    }
+    if let Some(max) = decl.limits.max_sites {
+        if decl.sites.len() as u64 > max {
+            refuse(
+                &root.key("sites"),
+                Reason::TooManySites,
+                format!(
+                    "declares {} sites; limits.max_sites is {max}",
+                    decl.sites.len()
+                ),
+            );
+        }
+    }
+
+    // Aliases serve a declared site under another name.
+    for (host, slug) in &decl.serving.aliases {
+        let at = root.key("serving").key("aliases").key(host);
+        if !slugs.contains_key(slug.as_str()) {
+            refuse(
+                &at,
+                Reason::AliasUnknownSite,
+                format!("targets {slug:?}, which is not a declared slug"),
+            );
+        } else if domains.contains_key(host.as_str()) {
+            refuse(
+                &at,
+                Reason::AliasIsCanonical,
+                "is already a site's canonical domain".to_owned(),
+            );
+        }
+    }
+
+    // Groups: neither the engine's nor the web server's may be one Atelier creates.
+    let service_group = names::service_group(&decl.instance);
+    for (key, group) in [("engine", &decl.engine.group), ("web", &decl.web.group)] {
+        let is_identity = parse_site_identity(group).is_some_and(|(inst, _)| inst == decl.instance);
+        if *group == service_group || is_identity {
+            refuse(
+                &root.key(key).key("group"),
+                Reason::GroupCollision,
+                format!("{group:?} is a group the instance itself owns"),
+            );
+        }
+    }
+
+    // The agent.
+    let agent_at = root.key("agent");
+    if !decl.agent.bins.contains_key(&decl.agent.driver) {
+        refuse(
+            &agent_at.key("bins"),
+            Reason::MissingAgentBin,
+            format!(
+                "names no binary for the driver {}",
+                decl.agent.driver.as_str()
+            ),
+        );
+    }
+    let no_providers = decl
+        .agent
+        .provider_hosts
+        .as_ref()
+        .is_none_or(|hosts| hosts.is_empty());
+    if decl.agent.driver != AgentDriver::ClaudeCode && no_providers {
+        refuse(
+            &agent_at.key("provider_hosts"),
+            Reason::MissingProviderHosts,
+            format!(
+                "is required for the driver {}: a turn would have no model to reach",
+                decl.agent.driver.as_str()
+            ),
+        );
+    }
+
+    // Preproduction auth.
+    let auth = &decl.serving.preprod.auth;
+    let auth_at = root.key("serving").key("preprod").key("auth");
+    match auth.mode {
+        AuthMode::Htpasswd => {
+            if decl.serving.preprod.enabled && auth.users.is_empty() && auth.htpasswd.is_none() {
+                refuse(
+                    &auth_at.key("users"),
+                    Reason::EmptyPasswordFile,
+                    "is empty and no htpasswd file is declared: nobody could log in".to_owned(),
+                );
+            }
+        }
+        AuthMode::None => {
+            if !auth.users.is_empty() {
+                refuse(
+                    &auth_at.key("users"),
+                    Reason::UsersWithoutHtpasswd,
+                    "declares users while auth.mode is none".to_owned(),
+                );
+            }
+        }
+    }
+    let mut seen_users = BTreeSet::new();
+    for (index, user) in auth.users.iter().enumerate() {
+        if !seen_users.insert(user.name.as_str()) {
+            refuse(
+                &auth_at.key("users").index(index).key("name"),
+                Reason::DuplicateAuthUser,
+                format!("{:?} is declared twice", user.name),
+            );
+        }
+    }
+
+    // Production TLS.
+    let tls = &decl.serving.prod.tls;
+    let tls_at = root.key("serving").key("prod").key("tls");
+    match tls.mode {
+        TlsMode::Files => {
+            if tls.certificate.is_none() || tls.key.is_none() {
+                refuse(
+                    &tls_at,
+                    Reason::TlsFilesIncomplete,
+                    "mode files needs both certificate and key".to_owned(),
+                );
+            }
+        }
+        TlsMode::Letsencrypt | TlsMode::None => {
+            for (key, value) in [("certificate", &tls.certificate), ("key", &tls.key)] {
+                if value.is_some() {
+                    refuse(
+                        &tls_at.key(key),
+                        Reason::TlsPathsForbidden,
+                        "is only for mode files".to_owned(),
+                    );
+                }
+            }
+            if tls.mode == TlsMode::Letsencrypt && tls.account_email.is_none() {
+                refuse(
+                    &tls_at.key("account_email"),
+                    Reason::TlsEmailRequired,
+                    "is required for mode letsencrypt".to_owned(),
+                );
+            }
+        }
+    }
+
+    trees(decl, issues);
+}
+
+/// A tree that must be kept apart from others, and the key that placed it.
+struct Tree {
+    at: JsonPath,
+    path: PathBuf,
+    /// Returns true if and only if the operator wrote this path (a refusal names the key they
+    /// can change; a derived tree is named only when nothing declared is involved).
+    declared: bool,
+}
+
+fn tree(at: JsonPath, path: PathBuf, declared: bool) -> Tree {
+    Tree { at, path, declared }
+}
+
+/// The trees: private roots, served trees and credential files.
+fn trees(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let layout = Layout::new(decl);
+    let root = JsonPath::default();
+    let state_base = root.key("paths").key("state_base");
+    let state_declared = decl.paths.state_base.is_some();
+
+    let private = [
+        tree(
+            root.key("engine").key("private_dir"),
+            decl.engine.private_dir.clone(),
+            true,
+        ),
+        tree(
+            root.key("roots").key("sites"),
+            layout.sites_root(),
+            decl.roots.sites.is_some(),
+        ),
+        tree(
+            root.key("roots").key("audit"),
+            layout.audit_root(),
+            decl.roots.audit.is_some(),
+        ),
+        tree(state_base.clone(), layout.agents_root(), state_declared),
+        tree(state_base, layout.retired_dir(), state_declared),
+        tree(
+            root.key("paths").key("config_base"),
+            layout.config_dir(),
+            decl.paths.config_base.is_some(),
+        ),
+        tree(root.key("instance"), layout.runtime_dir(), false),
+    ];
+    let base = tree(
+        root.key("webspace_base"),
+        layout.webspace_base(),
+        decl.webspace_base.is_some(),
+    );
+    let webspaces: Vec<Tree> = decl
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(index, site)| {
+            let at = root.key("sites").index(index);
+            match site.webspace {
+                Some(_) => tree(at.key("webspace"), layout.webspace(site), true),
+                None => tree(at.key("domain"), layout.webspace(site), false),
+            }
+        })
+        .collect();
+
+    for (i, a) in private.iter().enumerate() {
+        for b in &private[i + 1..] {
+            overlap(a, b, issues);
+        }
+        overlap(a, &base, issues);
+        for webspace in &webspaces {
+            overlap(a, webspace, issues);
+        }
+    }
+    for (i, a) in webspaces.iter().enumerate() {
+        for b in &webspaces[i + 1..] {
+            overlap(a, b, issues);
+        }
+        // Inside the base is the default placement; equal to it or around it is not.
+        if base.path.starts_with(&a.path) {
+            issues.push(Issue::new(
+                &a.at,
+                Reason::WebspaceContainsBase,
+                format!(
+                    "{} equals or contains the webspace base {}",
+                    a.path.display(),
+                    base.path.display()
+                ),
+            ));
+        }
+    }
+
+    // A credential file where a web server serves or a site identity reads is published.
+    // Every site identity's primary group is the instance group, which reads both roots.
+    let site_readable = [layout.sites_root(), layout.audit_root()];
+    let exposing: Vec<&Path> = std::iter::once(base.path.as_path())
+        .chain(webspaces.iter().map(|w| w.path.as_path()))
+        .chain(site_readable.iter().map(PathBuf::as_path))
+        .collect();
+    for (at, path) in credential_files(decl, &layout) {
+        if exposing.iter().any(|tree| path.starts_with(tree)) {
+            issues.push(Issue::new(
+                &at,
+                Reason::ExposedCredential,
+                format!(
+                    "{} is inside a served or site-readable tree",
+                    path.display()
+                ),
+            ));
+        }
+    }
+}
+
+/// Refuses two trees that are the same or nested, naming the declared one.
+fn overlap(a: &Tree, b: &Tree, issues: &mut Vec<Issue>) {
+    if overlaps(&a.path, &b.path) {
+        let (named, other) = if b.declared || !a.declared {
+            (b, a)
+        } else {
+            (a, b)
+        };
+        issues.push(Issue::new(
+            &named.at,
+            Reason::OverlappingRoots,
+            format!(
+                "{} overlaps {} (from {}); the two trees must be disjoint",
+                named.path.display(),
+                other.path.display(),
+                describe(&other.at),
+            ),
+        ));
+    }
+}
+
+/// Every credential file the declaration names, with its key.
+fn credential_files(decl: &Declaration, layout: &Layout<'_>) -> Vec<(JsonPath, PathBuf)> {
+    let root = JsonPath::default();
+    let mut files = Vec::new();
+    if let Some(key_path) = &decl.publication_api.key_path {
+        files.push((
+            root.key("publication_api").key("key_path"),
+            key_path.clone(),
+        ));
+    }
+    for (id, path) in &decl.secrets {
+        files.push((root.key("secrets").key(id), path.clone()));
+    }
+    let auth_at = root.key("serving").key("preprod").key("auth");
+    if decl.serving.preprod.auth.htpasswd.is_some() {
+        files.push((auth_at.key("htpasswd"), layout.htpasswd_path()));
+    }
+    for (index, user) in decl.serving.preprod.auth.users.iter().enumerate() {
+        files.push((
+            auth_at.key("users").index(index).key("password_file"),
+            user.password_file.clone(),
+        ));
+    }
+    if let Some(key) = &decl.serving.prod.tls.key {
+        files.push((
+            root.key("serving").key("prod").key("tls").key("key"),
+            key.clone(),
+        ));
+    }
+    files
+}
+
+fn describe(at: &JsonPath) -> String {
+    let rendered = at.render();
+    if rendered.is_empty() {
+        "the document".to_owned()
+    } else {
+        rendered
+    }
+}

@@ -1,0 +1,783 @@
+//! The one derivation of every path, owner, group and mode of an instance from its validated
+//! declaration and its sites' ordinals. The mode matrix is a table ([`MODES`]), not literals.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::declaration::{Declaration, Site, WebServer};
+use crate::names::{self, Door, InstanceName, SiteOrdinal};
+
+/// Where instances keep their declarations and generated configuration.
+pub const CONFIG_BASE: &str = "/etc/atelier";
+/// Where instances keep their state.
+pub const STATE_BASE: &str = "/var/lib/atelier";
+/// Where instances' sockets live. Never declared: every door unit masks `/run`, which is what
+/// hides sited's socket and every other site's gate from a run.
+pub const RUNTIME_BASE: &str = "/run/atelier";
+/// Where site webspaces live by default: `<SERVED_BASE>/<inst>/<domain>`.
+pub const SERVED_BASE: &str = "/srv/atelier";
+/// Where unit files are written by default.
+pub const UNIT_DIR: &str = "/etc/systemd/system";
+/// Where the polkit rule is written by default.
+pub const POLKIT_RULES_DIR: &str = "/etc/polkit-1/rules.d";
+/// Where the tmpfiles.d file is written by default.
+pub const TMPFILES_DIR: &str = "/etc/tmpfiles.d";
+/// Where Atelier's binaries are installed by default.
+pub const BIN_DIR: &str = "/usr/local/bin";
+/// systemctl, unless the declaration says otherwise.
+pub const SYSTEMCTL_BIN: &str = "/usr/bin/systemctl";
+/// Where a door unit sees its own gate socket (bound read-only from the site's egress dir).
+pub const EGRESS_MOUNT: &str = "/run/atelier-egress";
+
+/// The declaration's file name in the config dir.
+pub const DECLARATION_FILE: &str = "instance.json";
+/// sited's generated environment file.
+pub const ENV_FILE: &str = "env";
+/// The site table sited reads webspaces from.
+pub const SITE_TABLE_FILE: &str = "sites.json";
+/// The engine's pairing fragment (names the token's file, never the token).
+pub const ENGINE_FRAGMENT_FILE: &str = "engine.env.fragment";
+/// The folder of the gates' per-door plans.
+pub const GATE_PLAN_DIR: &str = "gate";
+/// The root-only folder of credential files, the sources of `LoadCredential=`.
+pub const CREDENTIALS_DIR: &str = "credentials";
+/// The generated preproduction password file.
+pub const HTPASSWD_FILE: &str = "preprod.htpasswd";
+/// The audit log inside the audit root.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+/// sited's socket inside the runtime dir.
+pub const SITED_SOCKET_FILE: &str = "sited.sock";
+/// The turn door's system gitconfig inside the agents root.
+pub const TURN_GITCONFIG_FILE: &str = "turn.gitconfig";
+/// The release stores' parent inside a webspace.
+pub const RELEASES_DIR: &str = ".releases";
+/// The marker naming the owning instance in every root Atelier creates.
+pub const INSTANCE_MARKER_FILE: &str = ".atelier_instance";
+
+/// The service token sited and the engine share; always a credential.
+pub const SERVICE_TOKEN: &str = "SERVICE_TOKEN";
+/// The Publication API key's credential id, when `publication_api.key_path` is declared.
+pub const PUBLICATION_API_KEY: &str = "PUBLICATION_API_KEY";
+
+/// Every door run's memory cap (`MemoryMax=`).
+pub const RUN_MEMORY_MAX: &str = "2G";
+/// Every door run's CPU cap (`CPUQuota=`).
+pub const RUN_CPU_QUOTA: &str = "200%";
+/// Every door run's task cap (`TasksMax=`).
+pub const RUN_TASKS_MAX: u32 = 512;
+/// A turn's ceiling unless declared.
+pub const TURN_TIMEOUT_MS: u64 = 1_200_000; // 20 minutes
+/// An install's ceiling unless declared.
+pub const INSTALL_TIMEOUT_MS: u64 = 300_000; // 5 minutes
+/// A build's ceiling unless declared.
+pub const BUILD_TIMEOUT_MS: u64 = 300_000; // 5 minutes
+/// A git command's ceiling unless declared.
+pub const GIT_TIMEOUT_MS: u64 = 30_000; // 30 seconds
+
+/// The instance's runtime dir: `/run/atelier/<inst>`.
+pub fn runtime_dir(inst: &InstanceName) -> PathBuf {
+    Path::new(RUNTIME_BASE).join(inst.as_str())
+}
+
+/// sited's socket: `/run/atelier/<inst>/sited.sock`.
+pub fn sited_socket_path(inst: &InstanceName) -> PathBuf {
+    runtime_dir(inst).join(SITED_SOCKET_FILE)
+}
+
+/// A served surface of a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Surface {
+    /// Preproduction, served at `<prefix>.<domain>`.
+    Preprod,
+    /// Production, served at the domain.
+    Prod,
+}
+
+// === impl Surface ===
+
+impl Surface {
+    /// Both surfaces.
+    pub const ALL: [Surface; 2] = [Surface::Preprod, Surface::Prod];
+
+    /// The surface's directory name in a webspace: `pre` or `web`.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Surface::Preprod => "pre",
+            Surface::Prod => "web",
+        }
+    }
+}
+
+/// Who owns an entry of the mode matrix, before it is resolved to a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Principal {
+    /// `root`.
+    Root,
+    /// The service user `atelier-<inst>`.
+    ServiceUser,
+    /// The instance group `atelier-<inst>`.
+    ServiceGroup,
+    /// The engine's group.
+    EngineGroup,
+    /// The web server's group.
+    WebGroup,
+    /// The entry's site identity `atelier-a-<inst>_<k>`.
+    SiteIdentity,
+    /// The entry's site private group (same name as the identity).
+    SitePrivateGroup,
+}
+
+/// What an entry of the mode matrix is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A directory.
+    Directory,
+    /// A regular file.
+    File,
+    /// A unix socket, created by PID 1 from a socket unit.
+    Socket,
+}
+
+/// The role of a path in the instance's tree: the row of [`MODES`] that governs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// `/etc/atelier/<inst>`.
+    ConfigDir,
+    /// `/etc/atelier/<inst>/credentials`.
+    CredentialsDir,
+    /// A credential file inside the credentials dir.
+    Credential,
+    /// `instance.json`.
+    DeclarationFile,
+    /// sited's env file.
+    EnvFile,
+    /// `sites.json`.
+    SiteTable,
+    /// `engine.env.fragment`.
+    EngineFragment,
+    /// The gate plans' folder.
+    GatePlanDir,
+    /// One site door's gate plan.
+    GatePlan,
+    /// The preproduction password file.
+    Htpasswd,
+    /// `/var/lib/atelier/<inst>`.
+    StateDir,
+    /// The site workspaces' root.
+    SitesRoot,
+    /// The audit root.
+    AuditRoot,
+    /// The audit log.
+    AuditFile,
+    /// The agents' state root.
+    AgentsRoot,
+    /// One site's agent state dir.
+    AgentSiteDir,
+    /// One site door's HOME.
+    AgentHome,
+    /// The turn door's gitconfig.
+    TurnGitconfig,
+    /// Where removed sites' trees are archived.
+    RetiredDir,
+    /// `/run/atelier/<inst>`.
+    RuntimeDir,
+    /// sited's socket.
+    SitedSocket,
+    /// A site door's socket.
+    DoorSocket,
+    /// `/run/atelier/<inst>/egress`.
+    EgressRoot,
+    /// One site's egress dir.
+    EgressSiteDir,
+    /// A site door's gate socket.
+    GateSocket,
+    /// A site's webspace.
+    Webspace,
+    /// A site's release store (and its parent).
+    ReleaseStore,
+    /// A unit file.
+    UnitFile,
+    /// The tmpfiles.d file.
+    TmpfilesFile,
+    /// The polkit rule.
+    PolkitRule,
+    /// A vhost file.
+    Vhost,
+}
+
+/// One row of the mode matrix: a role's owner, group, mode and kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModeRule {
+    /// The role it governs.
+    pub role: Role,
+    /// Its owner.
+    pub owner: Principal,
+    /// Its group.
+    pub group: Principal,
+    /// Its permission bits, including setgid where stated.
+    pub mode: u32,
+    /// What it is.
+    pub kind: EntryKind,
+}
+
+const fn rule(
+    role: Role,
+    owner: Principal,
+    group: Principal,
+    mode: u32,
+    kind: EntryKind,
+) -> ModeRule {
+    ModeRule {
+        role,
+        owner,
+        group,
+        mode,
+        kind,
+    }
+}
+
+use EntryKind::{Directory as D, File as F, Socket as S};
+use Principal::{
+    EngineGroup, Root, ServiceGroup, ServiceUser, SiteIdentity, SitePrivateGroup, WebGroup,
+};
+
+/// The mode matrix: every role's owner, group and mode. Everything else reads it.
+pub const MODES: &[ModeRule] = &[
+    rule(Role::ConfigDir, Root, Root, 0o755, D),
+    rule(Role::CredentialsDir, Root, Root, 0o700, D),
+    rule(Role::Credential, Root, Root, 0o600, F),
+    rule(Role::DeclarationFile, Root, Root, 0o644, F),
+    rule(Role::EnvFile, Root, ServiceGroup, 0o640, F),
+    rule(Role::SiteTable, Root, Root, 0o644, F),
+    rule(Role::EngineFragment, Root, EngineGroup, 0o640, F),
+    rule(Role::GatePlanDir, Root, Root, 0o755, D),
+    rule(Role::GatePlan, Root, Root, 0o644, F),
+    rule(Role::Htpasswd, Root, WebGroup, 0o640, F),
+    rule(Role::StateDir, Root, Root, 0o755, D),
+    // setgid and group-shared: sited and every site identity work in the workspaces.
+    rule(Role::SitesRoot, ServiceUser, ServiceGroup, 0o2770, D),
+    rule(Role::AuditRoot, Root, ServiceGroup, 0o750, D),
+    rule(Role::AuditFile, ServiceUser, ServiceGroup, 0o600, F),
+    rule(Role::AgentsRoot, Root, Root, 0o755, D),
+    rule(Role::AgentSiteDir, Root, Root, 0o755, D),
+    rule(Role::AgentHome, SiteIdentity, ServiceGroup, 0o700, D),
+    rule(Role::TurnGitconfig, Root, Root, 0o644, F),
+    rule(Role::RetiredDir, Root, Root, 0o700, D),
+    // Root's: PID 1 creates every socket in it, and the engine must traverse to sited.sock.
+    rule(Role::RuntimeDir, Root, Root, 0o755, D),
+    rule(Role::SitedSocket, ServiceUser, EngineGroup, 0o660, S),
+    rule(Role::DoorSocket, ServiceUser, ServiceGroup, 0o600, S),
+    rule(Role::EgressRoot, Root, Root, 0o755, D),
+    // Only the site's identity (and the service user, a member) may even traverse to its gate.
+    rule(Role::EgressSiteDir, Root, SitePrivateGroup, 0o750, D),
+    rule(Role::GateSocket, SiteIdentity, SitePrivateGroup, 0o600, S),
+    rule(Role::Webspace, ServiceUser, WebGroup, 0o2750, D),
+    rule(Role::ReleaseStore, ServiceUser, WebGroup, 0o2750, D),
+    rule(Role::UnitFile, Root, Root, 0o644, F),
+    rule(Role::TmpfilesFile, Root, Root, 0o644, F),
+    rule(Role::PolkitRule, Root, Root, 0o644, F),
+    rule(Role::Vhost, Root, Root, 0o644, F),
+];
+
+/// The mode matrix's row for `role`.
+pub fn mode_rule(role: Role) -> ModeRule {
+    // Every role has exactly one row; the test `every_role_has_one_row` holds the table to it.
+    MODES
+        .iter()
+        .copied()
+        .find(|rule| rule.role == role)
+        .unwrap_or(rule(role, Root, Root, 0o700, D))
+}
+
+/// One resolved entry of an instance's tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModeEntry {
+    /// Which row governs it.
+    pub role: Role,
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its owner's name.
+    pub owner: String,
+    /// Its group's name.
+    pub group: String,
+    /// Its permission bits.
+    pub mode: u32,
+    /// What it is.
+    pub kind: EntryKind,
+}
+
+/// Every derived fact about one instance, read off its validated declaration.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'d> {
+    decl: &'d Declaration,
+}
+
+// === impl Layout ===
+
+impl<'d> Layout<'d> {
+    /// The layout of a validated declaration. Cannot fail: validation refused every declaration
+    /// whose derivation would be unsafe (overlapping trees, colliding names).
+    pub fn new(decl: &'d Declaration) -> Self {
+        Self { decl }
+    }
+
+    /// The declaration it derives from.
+    pub fn declaration(&self) -> &'d Declaration {
+        self.decl
+    }
+
+    /// The instance name.
+    pub fn instance(&self) -> &'d InstanceName {
+        &self.decl.instance
+    }
+
+    /// `atelier-<inst>`.
+    pub fn service_user(&self) -> String {
+        names::service_user(self.instance())
+    }
+
+    /// `atelier-<inst>`.
+    pub fn service_group(&self) -> String {
+        names::service_group(self.instance())
+    }
+
+    /// `/etc/atelier/<inst>`.
+    pub fn config_dir(&self) -> PathBuf {
+        base(&self.decl.paths.config_base, CONFIG_BASE).join(self.instance().as_str())
+    }
+
+    /// `/etc/atelier/<inst>/credentials`.
+    pub fn credentials_dir(&self) -> PathBuf {
+        self.config_dir().join(CREDENTIALS_DIR)
+    }
+
+    /// `/etc/atelier/<inst>/instance.json`.
+    pub fn declaration_path(&self) -> PathBuf {
+        self.config_dir().join(DECLARATION_FILE)
+    }
+
+    /// `/etc/atelier/<inst>/env`.
+    pub fn env_file(&self) -> PathBuf {
+        self.config_dir().join(ENV_FILE)
+    }
+
+    /// `/etc/atelier/<inst>/sites.json`.
+    pub fn site_table_path(&self) -> PathBuf {
+        self.config_dir().join(SITE_TABLE_FILE)
+    }
+
+    /// `/etc/atelier/<inst>/engine.env.fragment`.
+    pub fn engine_fragment_path(&self) -> PathBuf {
+        self.config_dir().join(ENGINE_FRAGMENT_FILE)
+    }
+
+    /// `/etc/atelier/<inst>/gate`.
+    pub fn gate_plan_dir(&self) -> PathBuf {
+        self.config_dir().join(GATE_PLAN_DIR)
+    }
+
+    /// `/etc/atelier/<inst>/gate/s<k>-<door>.json`, for a door with a way out.
+    pub fn gate_plan_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+        door.has_way_out()
+            .then(|| self.gate_plan_dir().join(format!("s{k}-{door}.json")))
+    }
+
+    /// The preproduction password file: declared, or `/etc/atelier/<inst>/preprod.htpasswd`.
+    pub fn htpasswd_path(&self) -> PathBuf {
+        self.decl
+            .serving
+            .preprod
+            .auth
+            .htpasswd
+            .clone()
+            .unwrap_or_else(|| self.config_dir().join(HTPASSWD_FILE))
+    }
+
+    /// `/var/lib/atelier/<inst>`.
+    pub fn state_dir(&self) -> PathBuf {
+        base(&self.decl.paths.state_base, STATE_BASE).join(self.instance().as_str())
+    }
+
+    /// The workspaces' root: declared, or `/var/lib/atelier/<inst>/sites`.
+    pub fn sites_root(&self) -> PathBuf {
+        self.decl
+            .roots
+            .sites
+            .clone()
+            .unwrap_or_else(|| self.state_dir().join("sites"))
+    }
+
+    /// The audit root: declared, or `/var/lib/atelier/<inst>/audit`.
+    pub fn audit_root(&self) -> PathBuf {
+        self.decl
+            .roots
+            .audit
+            .clone()
+            .unwrap_or_else(|| self.state_dir().join("audit"))
+    }
+
+    /// `<audit root>/audit.jsonl`.
+    pub fn audit_file(&self) -> PathBuf {
+        self.audit_root().join(AUDIT_FILE)
+    }
+
+    /// `/var/lib/atelier/<inst>/agents`, masked by every door unit.
+    pub fn agents_root(&self) -> PathBuf {
+        self.state_dir().join("agents")
+    }
+
+    /// `/var/lib/atelier/<inst>/agents/s<k>`.
+    pub fn agent_site_dir(&self, k: SiteOrdinal) -> PathBuf {
+        self.agents_root().join(format!("s{k}"))
+    }
+
+    /// A door's HOME, `…/agents/s<k>/<door>`; the git door has none.
+    pub fn agent_home(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+        match door {
+            Door::Turn | Door::Build => Some(self.agent_site_dir(k).join(door.as_str())),
+            Door::Git => None,
+        }
+    }
+
+    /// `/var/lib/atelier/<inst>/agents/turn.gitconfig`.
+    pub fn turn_gitconfig_path(&self) -> PathBuf {
+        self.agents_root().join(TURN_GITCONFIG_FILE)
+    }
+
+    /// `/var/lib/atelier/<inst>/retired`, where `remove` archives by rename.
+    pub fn retired_dir(&self) -> PathBuf {
+        self.state_dir().join("retired")
+    }
+
+    /// `/run/atelier/<inst>`.
+    pub fn runtime_dir(&self) -> PathBuf {
+        runtime_dir(self.instance())
+    }
+
+    /// `/run/atelier/<inst>/sited.sock`.
+    pub fn sited_socket_path(&self) -> PathBuf {
+        sited_socket_path(self.instance())
+    }
+
+    /// `/run/atelier/<inst>/s<k>-<door>.sock`.
+    pub fn door_socket_path(&self, k: SiteOrdinal, door: Door) -> PathBuf {
+        self.runtime_dir().join(format!("s{k}-{door}.sock"))
+    }
+
+    /// `/run/atelier/<inst>/egress`.
+    pub fn egress_root(&self) -> PathBuf {
+        self.runtime_dir().join("egress")
+    }
+
+    /// `/run/atelier/<inst>/egress/s<k>`.
+    pub fn egress_dir(&self, k: SiteOrdinal) -> PathBuf {
+        self.egress_root().join(format!("s{k}"))
+    }
+
+    /// `/run/atelier/<inst>/egress/s<k>/<door>.sock`, for a door with a way out.
+    pub fn gate_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+        door.has_way_out()
+            .then(|| self.egress_dir(k).join(format!("{door}.sock")))
+    }
+
+    /// Where a door unit sees its gate socket: `/run/atelier-egress/<door>.sock`.
+    pub fn gate_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
+        door.has_way_out()
+            .then(|| Path::new(EGRESS_MOUNT).join(format!("{door}.sock")))
+    }
+
+    /// The webspace base: declared, or `/srv/atelier/<inst>`.
+    pub fn webspace_base(&self) -> PathBuf {
+        self.decl
+            .webspace_base
+            .clone()
+            .unwrap_or_else(|| Path::new(SERVED_BASE).join(self.instance().as_str()))
+    }
+
+    /// A site's webspace: declared, or `<webspace base>/<domain>`.
+    pub fn webspace(&self, site: &Site) -> PathBuf {
+        site.webspace
+            .clone()
+            .unwrap_or_else(|| self.webspace_base().join(&site.domain))
+    }
+
+    /// `<webspace>/.releases/{pre,web}`.
+    pub fn release_store(&self, site: &Site, surface: Surface) -> PathBuf {
+        self.webspace(site)
+            .join(RELEASES_DIR)
+            .join(surface.dir_name())
+    }
+
+    /// `<webspace>/{pre,web}`: the symlink the web server serves through.
+    pub fn served_link(&self, site: &Site, surface: Surface) -> PathBuf {
+        self.webspace(site).join(surface.dir_name())
+    }
+
+    /// `<host_prefix>.<domain>`.
+    pub fn preprod_domain(&self, site: &Site) -> String {
+        format!("{}.{}", self.decl.serving.preprod.host_prefix, site.domain)
+    }
+
+    /// Where unit files go.
+    pub fn unit_dir(&self) -> PathBuf {
+        base(&self.decl.paths.unit_dir, UNIT_DIR)
+    }
+
+    /// `<unit dir>/<name>`.
+    pub fn unit_path(&self, unit: &str) -> PathBuf {
+        self.unit_dir().join(unit)
+    }
+
+    /// The web server's `sites-available` (or the declared dir).
+    pub fn vhost_dir(&self) -> PathBuf {
+        self.decl.paths.vhost_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(match self.decl.web.server {
+                WebServer::Nginx => "/etc/nginx/sites-available",
+                WebServer::Apache => "/etc/apache2/sites-available",
+            })
+        })
+    }
+
+    /// The web server's `sites-enabled` (or the declared dir; equal to the vhost dir means no
+    /// enabling links).
+    pub fn vhost_enabled_dir(&self) -> PathBuf {
+        self.decl
+            .paths
+            .vhost_enabled_dir
+            .clone()
+            .unwrap_or_else(|| {
+                PathBuf::from(match self.decl.web.server {
+                    WebServer::Nginx => "/etc/nginx/sites-enabled",
+                    WebServer::Apache => "/etc/apache2/sites-enabled",
+                })
+            })
+    }
+
+    /// `<polkit dir>/49-atelier-<inst>.rules`.
+    pub fn polkit_rule_path(&self) -> PathBuf {
+        base(&self.decl.paths.polkit_rules_dir, POLKIT_RULES_DIR)
+            .join(names::polkit_rule_file(self.instance()))
+    }
+
+    /// `<tmpfiles dir>/atelier-<inst>.conf`.
+    pub fn tmpfiles_path(&self) -> PathBuf {
+        base(&self.decl.paths.tmpfiles_dir, TMPFILES_DIR)
+            .join(names::tmpfiles_file(self.instance()))
+    }
+
+    /// An Atelier binary, e.g. `bin_path("atelier-shim")` = `/usr/local/bin/atelier-shim`.
+    pub fn bin_path(&self, name: &str) -> PathBuf {
+        base(&self.decl.paths.bin_dir, BIN_DIR).join(name)
+    }
+
+    /// systemctl.
+    pub fn systemctl_bin(&self) -> PathBuf {
+        self.decl
+            .agent
+            .systemctl_bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(SYSTEMCTL_BIN))
+    }
+
+    /// sited's credentials, id → source file (`LoadCredential=` lines, sorted by id):
+    /// `SERVICE_TOKEN` from the credentials dir, `PUBLICATION_API_KEY` from
+    /// `publication_api.key_path` when declared, then every `secrets` entry (a declared id
+    /// overrides the defaults).
+    pub fn credential_sources(&self) -> BTreeMap<String, PathBuf> {
+        let mut sources = BTreeMap::new();
+        sources.insert(
+            SERVICE_TOKEN.to_owned(),
+            self.credentials_dir().join(SERVICE_TOKEN),
+        );
+        if let Some(key_path) = &self.decl.publication_api.key_path {
+            sources.insert(PUBLICATION_API_KEY.to_owned(), key_path.clone());
+        }
+        for (id, path) in &self.decl.secrets {
+            sources.insert(id.clone(), path.clone());
+        }
+        sources
+    }
+
+    /// sited's `ReadWritePaths=`, sorted: the workspaces, the audit root and every webspace.
+    pub fn sited_read_write_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.sites_root(), self.audit_root()];
+        paths.extend(self.decl.sites.iter().map(|site| self.webspace(site)));
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// A door's ceiling: the declared limit, or the default (a build's covers its install).
+    pub fn door_ceiling_ms(&self, door: Door) -> u64 {
+        let limits = &self.decl.limits;
+        match door {
+            Door::Turn => limits.session_turn_timeout_ms.unwrap_or(TURN_TIMEOUT_MS),
+            Door::Build => limits
+                .install_timeout_ms
+                .unwrap_or(INSTALL_TIMEOUT_MS)
+                .max(limits.build_timeout_ms.unwrap_or(BUILD_TIMEOUT_MS)),
+            Door::Git => limits.git_timeout_ms.unwrap_or(GIT_TIMEOUT_MS),
+        }
+    }
+
+    /// Resolves a principal to its name; site principals need the site's ordinal.
+    pub fn principal_name(&self, principal: Principal, k: Option<SiteOrdinal>) -> String {
+        match (principal, k) {
+            (Principal::Root, _) => "root".to_owned(),
+            (Principal::ServiceUser, _) => self.service_user(),
+            (Principal::ServiceGroup, _) => self.service_group(),
+            (Principal::EngineGroup, _) => self.decl.engine.group.clone(),
+            (Principal::WebGroup, _) => self.decl.web.group.clone(),
+            (Principal::SiteIdentity, Some(k)) => names::site_identity(self.instance(), k),
+            (Principal::SitePrivateGroup, Some(k)) => names::site_private_group(self.instance(), k),
+            // A site row resolved without its site: root is the owner that grants nothing.
+            (Principal::SiteIdentity | Principal::SitePrivateGroup, None) => "root".to_owned(),
+        }
+    }
+
+    fn entry(&self, role: Role, path: PathBuf, k: Option<SiteOrdinal>) -> ModeEntry {
+        let rule = mode_rule(role);
+        ModeEntry {
+            role,
+            path,
+            owner: self.principal_name(rule.owner, k),
+            group: self.principal_name(rule.group, k),
+            mode: rule.mode,
+            kind: rule.kind,
+        }
+    }
+
+    /// Every file, directory and socket of the instance with its owner, group and mode, parents
+    /// before children. `sites` pairs each declared site with its ordinal from the ledger.
+    pub fn mode_matrix(&self, sites: &[(SiteOrdinal, &Site)]) -> Vec<ModeEntry> {
+        let inst = self.instance();
+        let mut out = vec![
+            self.entry(Role::ConfigDir, self.config_dir(), None),
+            self.entry(Role::CredentialsDir, self.credentials_dir(), None),
+        ];
+        for path in self.credential_sources().into_values() {
+            // Only files in the credentials dir are the provisioner's to assert.
+            if path.starts_with(self.credentials_dir()) {
+                out.push(self.entry(Role::Credential, path, None));
+            }
+        }
+        out.extend([
+            self.entry(Role::DeclarationFile, self.declaration_path(), None),
+            self.entry(Role::EnvFile, self.env_file(), None),
+            self.entry(Role::SiteTable, self.site_table_path(), None),
+            self.entry(Role::EngineFragment, self.engine_fragment_path(), None),
+            self.entry(Role::GatePlanDir, self.gate_plan_dir(), None),
+        ]);
+        for &(k, _) in sites {
+            for door in Door::with_way_out() {
+                if let Some(path) = self.gate_plan_path(k, door) {
+                    out.push(self.entry(Role::GatePlan, path, Some(k)));
+                }
+            }
+        }
+        let preprod = &self.decl.serving.preprod;
+        if preprod.enabled && preprod.auth.mode == crate::declaration::AuthMode::Htpasswd {
+            out.push(self.entry(Role::Htpasswd, self.htpasswd_path(), None));
+        }
+        out.extend([
+            self.entry(Role::StateDir, self.state_dir(), None),
+            self.entry(Role::SitesRoot, self.sites_root(), None),
+            self.entry(Role::AuditRoot, self.audit_root(), None),
+            self.entry(Role::AuditFile, self.audit_file(), None),
+            self.entry(Role::AgentsRoot, self.agents_root(), None),
+            self.entry(Role::TurnGitconfig, self.turn_gitconfig_path(), None),
+            self.entry(Role::RetiredDir, self.retired_dir(), None),
+        ]);
+        for &(k, _) in sites {
+            out.push(self.entry(Role::AgentSiteDir, self.agent_site_dir(k), Some(k)));
+            for door in Door::ALL {
+                if let Some(home) = self.agent_home(k, door) {
+                    out.push(self.entry(Role::AgentHome, home, Some(k)));
+                }
+            }
+        }
+        out.extend([
+            self.entry(Role::RuntimeDir, self.runtime_dir(), None),
+            self.entry(Role::SitedSocket, self.sited_socket_path(), None),
+        ]);
+        for &(k, _) in sites {
+            for door in Door::ALL {
+                out.push(self.entry(Role::DoorSocket, self.door_socket_path(k, door), Some(k)));
+            }
+        }
+        out.push(self.entry(Role::EgressRoot, self.egress_root(), None));
+        for &(k, _) in sites {
+            out.push(self.entry(Role::EgressSiteDir, self.egress_dir(k), Some(k)));
+            for door in Door::with_way_out() {
+                if let Some(path) = self.gate_socket_path(k, door) {
+                    out.push(self.entry(Role::GateSocket, path, Some(k)));
+                }
+            }
+        }
+        for &(k, site) in sites {
+            out.push(self.entry(Role::Webspace, self.webspace(site), Some(k)));
+            out.push(self.entry(
+                Role::ReleaseStore,
+                self.webspace(site).join(RELEASES_DIR),
+                Some(k),
+            ));
+            for surface in Surface::ALL {
+                out.push(self.entry(
+                    Role::ReleaseStore,
+                    self.release_store(site, surface),
+                    Some(k),
+                ));
+            }
+        }
+        for unit in [
+            names::sited_socket_unit(inst),
+            names::sited_service_unit(inst),
+        ] {
+            out.push(self.entry(Role::UnitFile, self.unit_path(&unit), None));
+        }
+        for &(k, _) in sites {
+            for door in Door::ALL {
+                for unit in [
+                    names::door_socket_unit(inst, k, door),
+                    names::door_target_unit(inst, k, door),
+                    names::door_service_template(inst, k, door),
+                ] {
+                    out.push(self.entry(Role::UnitFile, self.unit_path(&unit), Some(k)));
+                }
+            }
+            for unit in [
+                names::gate_socket_unit(inst, k),
+                names::gate_service_unit(inst, k),
+            ] {
+                out.push(self.entry(Role::UnitFile, self.unit_path(&unit), Some(k)));
+            }
+        }
+        out.push(self.entry(Role::TmpfilesFile, self.tmpfiles_path(), None));
+        out.push(self.entry(Role::PolkitRule, self.polkit_rule_path(), None));
+        for &(k, site) in sites {
+            let mut files = vec![names::prod_vhost_file(inst, &site.slug)];
+            if preprod.enabled {
+                files.push(names::preprod_vhost_file(inst, &site.slug));
+            }
+            for file in files {
+                out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), Some(k)));
+            }
+        }
+        out
+    }
+}
+
+fn base(declared: &Option<PathBuf>, default: &str) -> PathBuf {
+    declared.clone().unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// Returns true if and only if the two paths are the same or one is inside the other
+/// (component-wise, so `/srv/a` and `/srv/ab` do not overlap).
+pub fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}

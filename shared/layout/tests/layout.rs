@@ -1,0 +1,348 @@
+//! The committed example declaration parses, and the derivation gives Atelier's names for it.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test]: a failure is the test failing"
+)]
+
+use std::path::{Path, PathBuf};
+
+use atelier_layout::names::{self, MAX_INSTANCE_LEN, MAX_UNIX_NAME_LEN};
+use atelier_layout::paths::{self, EntryKind, Principal, Role, Surface, MODES};
+use atelier_layout::{Declaration, Door, InstanceName, Layout, SiteOrdinal};
+
+fn example() -> Declaration {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json");
+    Declaration::load(&path).unwrap()
+}
+
+fn k(n: u64) -> SiteOrdinal {
+    SiteOrdinal::new(n).unwrap()
+}
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+#[test]
+fn the_example_parses() {
+    let decl = example();
+    assert_eq!(decl.instance.as_str(), "example");
+    let slugs: Vec<&str> = decl.sites.iter().map(|s| s.slug.as_str()).collect();
+    assert_eq!(slugs, ["collection", "archive"]);
+}
+
+#[test]
+fn golden_names() {
+    let decl = example();
+    let inst = &decl.instance;
+    assert_eq!(names::service_user(inst), "atelier-example");
+    assert_eq!(names::service_group(inst), "atelier-example");
+    assert_eq!(names::site_identity(inst, k(2)), "atelier-a-example_2");
+    assert_eq!(
+        names::sited_socket_unit(inst),
+        "atelier-sited@example.socket"
+    );
+    assert_eq!(
+        names::sited_service_unit(inst),
+        "atelier-sited@example.service"
+    );
+    assert_eq!(
+        names::door_socket_unit(inst, k(1), Door::Turn),
+        "atelier-example-s1-turn.socket"
+    );
+    assert_eq!(
+        names::door_target_unit(inst, k(1), Door::Build),
+        "atelier-example-s1-build.target"
+    );
+    assert_eq!(
+        names::door_service_template(inst, k(12), Door::Git),
+        "atelier-example-s12-git@.service"
+    );
+    assert_eq!(
+        names::door_service_instance_stem(inst, k(12), Door::Git),
+        "atelier-example-s12-git@"
+    );
+    assert_eq!(
+        names::gate_socket_unit(inst, k(3)),
+        "atelier-example-s3-gate.socket"
+    );
+    assert_eq!(
+        names::gate_service_unit(inst, k(3)),
+        "atelier-example-s3-gate.service"
+    );
+    assert_eq!(names::polkit_rule_file(inst), "49-atelier-example.rules");
+    assert_eq!(names::tmpfiles_file(inst), "atelier-example.conf");
+    assert_eq!(
+        names::prod_vhost_file(inst, "archive"),
+        "atelier-example-archive.conf"
+    );
+    assert_eq!(
+        names::preprod_vhost_file(inst, "archive"),
+        "atelier-example-archive-pre.conf"
+    );
+}
+
+#[test]
+fn golden_paths() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let (collection, archive) = (&decl.sites[0], &decl.sites[1]);
+    assert_eq!(layout.config_dir(), p("/etc/atelier/example"));
+    assert_eq!(
+        layout.credentials_dir(),
+        p("/etc/atelier/example/credentials")
+    );
+    assert_eq!(
+        layout.declaration_path(),
+        p("/etc/atelier/example/instance.json")
+    );
+    assert_eq!(layout.env_file(), p("/etc/atelier/example/env"));
+    assert_eq!(
+        layout.site_table_path(),
+        p("/etc/atelier/example/sites.json")
+    );
+    assert_eq!(
+        layout.engine_fragment_path(),
+        p("/etc/atelier/example/engine.env.fragment")
+    );
+    assert_eq!(
+        layout.gate_plan_path(k(1), Door::Turn),
+        Some(p("/etc/atelier/example/gate/s1-turn.json"))
+    );
+    assert_eq!(layout.gate_plan_path(k(1), Door::Git), None);
+    assert_eq!(
+        layout.htpasswd_path(),
+        p("/etc/atelier/example/preprod.htpasswd")
+    );
+    assert_eq!(layout.state_dir(), p("/var/lib/atelier/example"));
+    assert_eq!(layout.sites_root(), p("/var/lib/atelier/example/sites"));
+    // Declared in the example.
+    assert_eq!(layout.audit_root(), p("/srv/atelier_audit/example"));
+    assert_eq!(
+        layout.audit_file(),
+        p("/srv/atelier_audit/example/audit.jsonl")
+    );
+    assert_eq!(layout.agents_root(), p("/var/lib/atelier/example/agents"));
+    assert_eq!(
+        layout.agent_home(k(2), Door::Build),
+        Some(p("/var/lib/atelier/example/agents/s2/build"))
+    );
+    assert_eq!(layout.agent_home(k(2), Door::Git), None);
+    assert_eq!(layout.runtime_dir(), p("/run/atelier/example"));
+    assert_eq!(
+        layout.sited_socket_path(),
+        p("/run/atelier/example/sited.sock")
+    );
+    assert_eq!(
+        paths::sited_socket_path(&InstanceName::new("example").unwrap()),
+        p("/run/atelier/example/sited.sock")
+    );
+    assert_eq!(
+        layout.door_socket_path(k(1), Door::Git),
+        p("/run/atelier/example/s1-git.sock")
+    );
+    assert_eq!(layout.egress_dir(k(2)), p("/run/atelier/example/egress/s2"));
+    assert_eq!(
+        layout.gate_socket_path(k(2), Door::Build),
+        Some(p("/run/atelier/example/egress/s2/build.sock"))
+    );
+    assert_eq!(layout.gate_socket_path(k(2), Door::Git), None);
+    assert_eq!(layout.webspace(collection), p("/srv/www/www.example.org"));
+    assert_eq!(
+        layout.webspace(archive),
+        p("/srv/legacy-www/archive-example")
+    );
+    assert_eq!(
+        layout.release_store(collection, Surface::Preprod),
+        p("/srv/www/www.example.org/.releases/pre")
+    );
+    assert_eq!(
+        layout.served_link(collection, Surface::Prod),
+        p("/srv/www/www.example.org/web")
+    );
+    assert_eq!(layout.preprod_domain(collection), "pre.www.example.org");
+    assert_eq!(
+        layout.unit_path("atelier-sited@example.service"),
+        p("/etc/systemd/system/atelier-sited@example.service")
+    );
+    assert_eq!(layout.vhost_dir(), p("/etc/nginx/sites-available"));
+    assert_eq!(
+        layout.polkit_rule_path(),
+        p("/etc/polkit-1/rules.d/49-atelier-example.rules")
+    );
+    assert_eq!(
+        layout.tmpfiles_path(),
+        p("/etc/tmpfiles.d/atelier-example.conf")
+    );
+    assert_eq!(
+        layout.bin_path("atelier-shim"),
+        p("/usr/local/bin/atelier-shim")
+    );
+    assert_eq!(layout.door_ceiling_ms(Door::Turn), 1_200_000);
+    assert_eq!(layout.door_ceiling_ms(Door::Git), 30_000);
+}
+
+#[test]
+fn credentials_and_writable_paths() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let sources: Vec<(String, PathBuf)> = layout.credential_sources().into_iter().collect();
+    assert_eq!(
+        sources,
+        [
+            (
+                "ANTHROPIC_API_KEY".to_owned(),
+                p("/etc/atelier/example/credentials/ANTHROPIC_API_KEY")
+            ),
+            (
+                "PUBLICATION_API_KEY".to_owned(),
+                p("/etc/atelier/example/credentials/PUBLICATION_API_KEY")
+            ),
+            (
+                "SERVICE_TOKEN".to_owned(),
+                p("/etc/atelier/example/credentials/SERVICE_TOKEN")
+            ),
+        ]
+    );
+    assert_eq!(
+        layout.sited_read_write_paths(),
+        [
+            p("/srv/atelier_audit/example"),
+            p("/srv/legacy-www/archive-example"),
+            p("/srv/www/www.example.org"),
+            p("/var/lib/atelier/example/sites"),
+        ]
+    );
+}
+
+#[test]
+fn every_role_has_one_row() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
+    let matrix = layout.mode_matrix(&sites);
+    for entry in &matrix {
+        assert_eq!(
+            MODES.iter().filter(|rule| rule.role == entry.role).count(),
+            1,
+            "{:?}",
+            entry.role
+        );
+    }
+    // Each row is used by the example's tree.
+    for rule in MODES {
+        assert!(
+            matrix.iter().any(|entry| entry.role == rule.role),
+            "{:?} unused",
+            rule.role
+        );
+    }
+}
+
+#[test]
+fn mode_matrix_golden_rows() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
+    let matrix = layout.mode_matrix(&sites);
+    let find = |path: &str| {
+        let entries: Vec<_> = matrix.iter().filter(|e| e.path == p(path)).collect();
+        assert_eq!(entries.len(), 1, "{path}: {entries:?}");
+        let e = entries[0];
+        (e.owner.as_str(), e.group.as_str(), e.mode, e.kind)
+    };
+    use EntryKind::{Directory as D, File as F, Socket as S};
+    assert_eq!(
+        find("/etc/atelier/example/credentials"),
+        ("root", "root", 0o700, D)
+    );
+    assert_eq!(
+        find("/etc/atelier/example/credentials/SERVICE_TOKEN"),
+        ("root", "root", 0o600, F)
+    );
+    assert_eq!(
+        find("/etc/atelier/example/env"),
+        ("root", "atelier-example", 0o640, F)
+    );
+    assert_eq!(
+        find("/etc/atelier/example/engine.env.fragment"),
+        ("root", "dedalo-example", 0o640, F)
+    );
+    assert_eq!(
+        find("/etc/atelier/example/preprod.htpasswd"),
+        ("root", "www-data", 0o640, F)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/sites"),
+        ("atelier-example", "atelier-example", 0o2770, D)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn"),
+        ("atelier-a-example_2", "atelier-example", 0o700, D)
+    );
+    assert_eq!(
+        find("/run/atelier/example/sited.sock"),
+        ("atelier-example", "dedalo-example", 0o660, S)
+    );
+    assert_eq!(
+        find("/run/atelier/example/s1-turn.sock"),
+        ("atelier-example", "atelier-example", 0o600, S)
+    );
+    assert_eq!(
+        find("/run/atelier/example/egress/s2"),
+        ("root", "atelier-a-example_2", 0o750, D)
+    );
+    assert_eq!(
+        find("/run/atelier/example/egress/s1/turn.sock"),
+        ("atelier-a-example_1", "atelier-a-example_1", 0o600, S)
+    );
+    assert_eq!(
+        find("/srv/legacy-www/archive-example"),
+        ("atelier-example", "www-data", 0o2750, D)
+    );
+    assert_eq!(
+        find("/etc/systemd/system/atelier-example-s2-git@.service"),
+        ("root", "root", 0o644, F)
+    );
+    assert_eq!(
+        find("/etc/nginx/sites-available/atelier-example-collection-pre.conf"),
+        ("root", "root", 0o644, F)
+    );
+    // No git gate socket, no git home, no git gate plan.
+    assert!(!matrix
+        .iter()
+        .any(|e| e.path.ends_with("git.sock") && e.role == Role::GateSocket));
+    // Parents come before children.
+    for (i, entry) in matrix.iter().enumerate() {
+        for later in &matrix[i + 1..] {
+            assert!(
+                !(entry.path != later.path && entry.path.starts_with(&later.path)),
+                "{} is listed before its parent {}",
+                entry.path.display(),
+                later.path.display()
+            );
+        }
+    }
+    // 11 units per site (3 doors × socket, target, template + gate socket and service) + sited's 2.
+    let units = matrix.iter().filter(|e| e.role == Role::UnitFile).count();
+    assert_eq!(units, 2 + 2 * 11);
+    assert_eq!(
+        paths::mode_rule(Role::AgentHome).owner,
+        Principal::SiteIdentity
+    );
+}
+
+#[test]
+fn longest_instance_and_ordinal_fit_every_name() {
+    let longest = InstanceName::new(&"z".repeat(MAX_INSTANCE_LEN)).unwrap();
+    assert!(InstanceName::new(&"z".repeat(MAX_INSTANCE_LEN + 1)).is_err());
+    for n in [1, 9, 10, 99, 100, 999] {
+        let identity = names::site_identity(&longest, k(n));
+        assert!(identity.len() <= MAX_UNIX_NAME_LEN, "{identity}");
+    }
+    assert_eq!(
+        names::site_identity(&longest, k(999)).len(),
+        MAX_UNIX_NAME_LEN
+    );
+    assert!(names::service_user(&longest).len() <= MAX_UNIX_NAME_LEN);
+}
