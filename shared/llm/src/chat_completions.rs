@@ -1,0 +1,342 @@
+//! The chat/completions wire (`POST <base>/v1/chat/completions`), shared by Ollama and any
+//! OpenAI-compatible endpoint.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::anthropic::{config_error, str_field};
+use crate::driver::Driver;
+use crate::error::{extract_error_message, LlmError};
+use crate::prompt::join_system_parts;
+use crate::sse::SseFrame;
+use crate::tool_args::parse_tool_arguments;
+use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
+use crate::types::{
+    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, Usage,
+};
+
+/// Ollama's usual local base URL.
+pub const OLLAMA_DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
+
+/// Which chat/completions provider a driver speaks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChatCompletionsFlavor {
+    /// A local or remote Ollama.
+    Ollama,
+    /// Any OpenAI-compatible endpoint ("Custom Provider").
+    OpenAiCompatible,
+}
+
+/// A chat/completions driver. The API key is optional (sent as a bearer when present); the
+/// base URL is required.
+#[derive(Clone, Debug)]
+pub struct ChatCompletionsDriver {
+    endpoint: Endpoint,
+    flavor: ChatCompletionsFlavor,
+}
+
+impl ChatCompletionsDriver {
+    /// An Ollama driver for `endpoint`.
+    pub fn ollama(endpoint: Endpoint) -> Self {
+        ChatCompletionsDriver {
+            endpoint,
+            flavor: ChatCompletionsFlavor::Ollama,
+        }
+    }
+
+    /// An OpenAI-compatible ("Custom Provider") driver for `endpoint`.
+    pub fn openai_compatible(endpoint: Endpoint) -> Self {
+        ChatCompletionsDriver {
+            endpoint,
+            flavor: ChatCompletionsFlavor::OpenAiCompatible,
+        }
+    }
+}
+
+/// `base_url` without trailing slashes and then without one trailing `/v1`.
+pub fn normalize_openai_base_url(base_url: &str) -> &str {
+    let trimmed = base_url.trim_end_matches('/');
+    trimmed.strip_suffix("/v1").unwrap_or(trimmed)
+}
+
+impl Driver for ChatCompletionsDriver {
+    fn label(&self) -> &'static str {
+        match self.flavor {
+            ChatCompletionsFlavor::Ollama => "Ollama",
+            ChatCompletionsFlavor::OpenAiCompatible => "Custom Provider",
+        }
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Value {
+        let mut body = json!({
+            "model": request.model,
+            "messages": map_messages(&request.system, &request.messages),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": tool.input_schema}})
+                })
+                .collect();
+        }
+        body
+    }
+
+    fn stream(&self, request: &ChatRequest) -> EventStream {
+        let label = self.label();
+        let base = normalize_openai_base_url(&self.endpoint.base_url);
+        if base.is_empty() {
+            return config_error(&format!(
+                "{label} requires a base URL. Set one in /admin/ai/providers."
+            ));
+        }
+        let wire = WireRequest {
+            label,
+            url: format!("{base}/v1/chat/completions"),
+            bearer: self.endpoint.api_key.clone().filter(|key| !key.is_empty()),
+            headers: Vec::new(),
+            body: self.request_body(request),
+        };
+        run(
+            self.endpoint.client.clone(),
+            self.endpoint.idle_timeout,
+            wire,
+            Box::new(ChatCompletionsTranslator {
+                label,
+                ..Default::default()
+            }),
+        )
+    }
+}
+
+fn map_messages(system: &[String], messages: &[Message]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let system = join_system_parts(system);
+    if !system.is_empty() {
+        out.push(json!({"role": "system", "content": system}));
+    }
+    for message in messages {
+        match message.role {
+            Role::User => {
+                let has_images = message
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Image(_)));
+                let content = if has_images {
+                    message
+                        .content
+                        .iter()
+                        .filter_map(|block| match block {
+                            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+                            ContentBlock::Image(image) => {
+                                Some(json!({"type": "image_url", "image_url": {"url": image.data_url()}}))
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                } else {
+                    let texts: Vec<&str> = message
+                        .content
+                        .iter()
+                        .filter_map(|block| match block {
+                            ContentBlock::Text { text } if !text.is_empty() => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    json!(texts.join(" "))
+                };
+                out.push(json!({"role": "user", "content": content}));
+            }
+            Role::Assistant => {
+                let mut text = String::new();
+                let mut calls = Vec::new();
+                for block in &message.content {
+                    match block {
+                        ContentBlock::Text { text: piece } => text.push_str(piece),
+                        ContentBlock::ToolCall(call) => calls.push(json!({
+                            "id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments.to_string()},
+                        })),
+                        _ => {}
+                    }
+                }
+                let mut turn = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    turn["tool_calls"] = Value::Array(calls);
+                }
+                out.push(turn);
+            }
+            Role::Tool => {
+                for block in &message.content {
+                    if let ContentBlock::ToolResult(result) = block {
+                        out.push(json!({"role": "tool", "tool_call_id": result.call_id, "content": result.output_text_only()}));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct PendingCall {
+    id: String,
+    name: String,
+    arguments: String,
+    announced: bool,
+}
+
+#[derive(Default)]
+struct ChatCompletionsTranslator {
+    label: &'static str,
+    text: String,
+    calls: BTreeMap<u64, PendingCall>,
+    finish_reason: Option<String>,
+    emitted: bool,
+    usage: Option<Usage>,
+}
+
+impl ChatCompletionsTranslator {
+    fn complete_calls(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.emitted || self.calls.is_empty() {
+            return;
+        }
+        self.emitted = true;
+        out.extend(
+            self.tool_calls()
+                .into_iter()
+                .map(StreamEvent::ToolCallCompleted),
+        );
+    }
+
+    fn tool_calls(&self) -> Vec<ToolCall> {
+        self.calls
+            .values()
+            .map(|call| ToolCall {
+                id: call.id.clone(),
+                name: if call.name.is_empty() {
+                    "tool".to_owned()
+                } else {
+                    call.name.clone()
+                },
+                arguments: parse_tool_arguments(&call.arguments),
+            })
+            .collect()
+    }
+}
+
+impl Translator for ChatCompletionsTranslator {
+    fn frame(&mut self, frame: &SseFrame, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        let Some(Ok(chunk)) = frame.data.as_deref().map(serde_json::from_str::<Value>) else {
+            return Ok(());
+        };
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            let detail =
+                extract_error_message(&json!({ "error": error }).to_string()).unwrap_or_default();
+            return Err(LlmError::Provider {
+                message: format!("{} error: {detail}", self.label),
+            });
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Some(Usage {
+                input_tokens: count("prompt_tokens"),
+                output_tokens: count("completion_tokens"),
+                ..Usage::default()
+            });
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(());
+        };
+        if let Some(text) = choice
+            .pointer("/delta/content")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            self.text.push_str(text);
+            out.push(StreamEvent::TextDelta(text.to_owned()));
+        }
+        if let Some(Value::Array(deltas)) = choice.pointer("/delta/tool_calls") {
+            for delta in deltas {
+                let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let call = self.calls.entry(index).or_insert_with(|| PendingCall {
+                    id: str_field(delta, "id").unwrap_or_else(generated_call_id),
+                    ..PendingCall::default()
+                });
+                if let Some(id) = str_field(delta, "id") {
+                    call.id = id;
+                }
+                if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+                    call.name = name.to_owned();
+                }
+                if !call.announced && !call.name.is_empty() {
+                    call.announced = true;
+                    out.push(StreamEvent::ToolCallStarted {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                    });
+                }
+                if let Some(piece) = delta.pointer("/function/arguments").and_then(Value::as_str) {
+                    call.arguments.push_str(piece);
+                    if !piece.is_empty() {
+                        out.push(StreamEvent::ToolCallArgumentsDelta {
+                            id: call.id.clone(),
+                            delta: piece.to_owned(),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            if self.finish_reason.is_none() {
+                self.finish_reason = Some(reason.to_owned());
+                self.complete_calls(out);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) -> RoundEnd {
+        // Unlike the reference, calls of a stream that ended without a finish_reason are
+        // still declared before they are returned, so no call runs undeclared.
+        self.complete_calls(out);
+        let tool_calls = self.tool_calls();
+        let mut content = Vec::new();
+        if !self.text.is_empty() {
+            content.push(ContentBlock::Text {
+                text: self.text.clone(),
+            });
+        }
+        content.extend(tool_calls.iter().cloned().map(ContentBlock::ToolCall));
+        RoundEnd {
+            stop: tool_calls.is_empty(),
+            stop_reason: self.finish_reason.clone(),
+            tool_calls,
+            assistant: (!content.is_empty()).then_some(Message {
+                role: Role::Assistant,
+                content,
+            }),
+            usage: self.usage,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_url_normalisation_strips_slashes_then_one_v1() {
+        assert_eq!(normalize_openai_base_url("http://h:1/v1/"), "http://h:1");
+        assert_eq!(normalize_openai_base_url("http://h:1//"), "http://h:1");
+        assert_eq!(
+            normalize_openai_base_url("http://h:1/v1/v1"),
+            "http://h:1/v1"
+        );
+    }
+}

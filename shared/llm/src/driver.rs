@@ -1,0 +1,18 @@
+//! The one trait every provider driver implements.
+
+use crate::transport::EventStream;
+use crate::types::ChatRequest;
+
+/// A provider: maps canonical requests to its wire and its stream back to canonical events.
+pub trait Driver: Send + Sync {
+    /// The provider's label in user-facing messages (`Anthropic`, `OpenAI`, …).
+    fn label(&self) -> &'static str;
+
+    /// The JSON body this driver sends for `request` (exposed for inspection and tests).
+    fn request_body(&self, request: &ChatRequest) -> serde_json::Value;
+
+    /// Starts one provider round. The request is sent when the stream is first polled;
+    /// dropping the stream aborts it. A non-OK answer is the stream's only item, as a
+    /// classified [`crate::LlmError`].
+    fn stream(&self, request: &ChatRequest) -> EventStream;
+}

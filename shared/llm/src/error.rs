@@ -1,0 +1,309 @@
+//! Typed driver errors and the classification of non-OK provider answers.
+
+use std::time::Duration;
+
+/// Why a provider round failed. `Display` is the user-facing message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LlmError {
+    /// The provider refused the request as too large for its request or context limit (413,
+    /// or 400 naming a context/token/image limit). The tool loop may retry once with a
+    /// smaller history.
+    #[error("{message}")]
+    Overflow {
+        /// The HTTP status (413 or 400).
+        status: u16,
+        /// The user-facing message.
+        message: String,
+    },
+    /// Quota or rate limit (402/429).
+    #[error("{message}")]
+    RateLimited {
+        /// The HTTP status.
+        status: u16,
+        /// The user-facing message.
+        message: String,
+    },
+    /// The credentials were refused (401/403).
+    #[error("{message}")]
+    Auth {
+        /// The HTTP status.
+        status: u16,
+        /// The user-facing message.
+        message: String,
+    },
+    /// Any other non-OK answer.
+    #[error("{message}")]
+    Http {
+        /// The HTTP status.
+        status: u16,
+        /// The user-facing message.
+        message: String,
+    },
+    /// The request could not be sent or its answer not received.
+    #[error("{label} request failed: {detail}")]
+    Request {
+        /// The provider label.
+        label: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+    /// Reading the event stream failed part-way.
+    #[error("{label} stream error: {detail}")]
+    Stream {
+        /// The provider label.
+        label: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+    /// No bytes arrived on the stream for the idle limit.
+    #[error("{label} stream error: no data for {}s", idle.as_secs())]
+    IdleTimeout {
+        /// The provider label.
+        label: &'static str,
+        /// The idle limit that passed.
+        idle: Duration,
+    },
+    /// The provider reported an error inside the event stream.
+    #[error("{message}")]
+    Provider {
+        /// The user-facing message.
+        message: String,
+    },
+    /// The driver's configuration cannot make a request (missing key or base URL).
+    #[error("{message}")]
+    Config {
+        /// The user-facing message.
+        message: String,
+    },
+}
+
+impl LlmError {
+    /// Whether this is a request/context overflow the loop may retry once on.
+    pub fn is_overflow(&self) -> bool {
+        matches!(self, LlmError::Overflow { .. })
+    }
+}
+
+/// The error text inside a provider's error body: `error` when it is a string, else
+/// `error.message`, else the trimmed body cut to 200 characters; `None` for a blank body.
+pub fn extract_error_message(body: &str) -> Option<String> {
+    let body = body.trim();
+    if body.is_empty() {
+        return None;
+    }
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(body) {
+        match value.get("error") {
+            Some(serde_json::Value::String(message)) => return Some(message.clone()),
+            Some(error) => {
+                if let Some(message) = error.get("message").and_then(|m| m.as_str()) {
+                    return Some(message.to_owned());
+                }
+            }
+            None => {}
+        }
+    }
+    Some(body.chars().take(200).collect())
+}
+
+/// Classifies a non-OK answer of provider `label` into a typed error with its message.
+pub fn classify_http_failure(label: &str, status: u16, body: &str) -> LlmError {
+    let detail = extract_error_message(body);
+    let suffix = detail
+        .as_deref()
+        .map(|detail| format!(": {detail}"))
+        .unwrap_or_default();
+    match status {
+        401 | 403 => LlmError::Auth {
+            status,
+            message: format!(
+                "{label} authentication failed. Check your API key in /admin/ai/providers."
+            ),
+        },
+        402 | 429 => LlmError::RateLimited {
+            status,
+            message: format!(
+                "{label} quota or rate limit reached{suffix}. Check your account balance."
+            ),
+        },
+        413 => overflow(label, status, &suffix),
+        400 if is_overflow_text(&format!("{} {body}", detail.as_deref().unwrap_or(""))) => {
+            overflow(label, status, &suffix)
+        }
+        500.. => LlmError::Http {
+            status,
+            message: format!("{label} service error ({status}){suffix}. Please try again."),
+        },
+        _ => LlmError::Http {
+            status,
+            message: format!("{label} error ({status}){suffix}."),
+        },
+    }
+}
+
+fn overflow(label: &str, status: u16, suffix: &str) -> LlmError {
+    LlmError::Overflow {
+        status,
+        message: format!(
+            "{label} could not accept this conversation because it exceeds the provider's \
+             request or context limit{suffix}. Your history is still saved; start a new \
+             conversation or choose a model with a larger context window."
+        ),
+    }
+}
+
+/// A piece of an overflow pattern. In literals a space stands for `[_ ]`.
+enum Piece {
+    Lit(&'static str),
+    /// Up to this many characters other than line terminators.
+    Gap(usize),
+    Alt(&'static [&'static str]),
+}
+
+use Piece::{Alt, Gap, Lit};
+
+/// The reference's overflow regex, case-insensitive:
+/// `context.{0,24}(length|limit|window|exceed) | maximum.{0,16}tokens | too[_ ]many[_ ]tokens |
+/// request[_ ].{0,16}(too[_ ]large|exceed) | input[_ ]too[_ ]long | too[_ ]many[_ ]images |
+/// image.{0,16}(count|limit|maximum)`, hand-compiled to avoid a regex engine for one test.
+const OVERFLOW_PATTERNS: &[&[Piece]] = &[
+    &[
+        Lit("context"),
+        Gap(24),
+        Alt(&["length", "limit", "window", "exceed"]),
+    ],
+    &[Lit("maximum"), Gap(16), Lit("tokens")],
+    &[Lit("too many tokens")],
+    &[Lit("request "), Gap(16), Alt(&["too large", "exceed"])],
+    &[Lit("input too long")],
+    &[Lit("too many images")],
+    &[Lit("image"), Gap(16), Alt(&["count", "limit", "maximum"])],
+];
+
+/// Whether `text` names a context, token, request-size or image limit.
+pub fn is_overflow_text(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().flat_map(char::to_lowercase).collect();
+    OVERFLOW_PATTERNS
+        .iter()
+        .any(|pattern| (0..chars.len()).any(|start| matches_at(pattern, &chars[start..])))
+}
+
+fn matches_at(pattern: &[Piece], text: &[char]) -> bool {
+    let Some((piece, rest)) = pattern.split_first() else {
+        return true;
+    };
+    match piece {
+        Lit(lit) => lit_len(lit, text).is_some_and(|n| matches_at(rest, &text[n..])),
+        Alt(options) => options
+            .iter()
+            .any(|lit| lit_len(lit, text).is_some_and(|n| matches_at(rest, &text[n..]))),
+        Gap(max) => (0..=*max).any(|n| {
+            n <= text.len()
+                && !text[..n].iter().any(|c| is_line_terminator(*c))
+                && matches_at(rest, &text[n..])
+        }),
+    }
+}
+
+fn lit_len(lit: &str, text: &[char]) -> Option<usize> {
+    let mut len = 0;
+    for expected in lit.chars() {
+        let actual = *text.get(len)?;
+        let ok = if expected == ' ' {
+            actual == ' ' || actual == '_'
+        } else {
+            actual == expected
+        };
+        if !ok {
+            return None;
+        }
+        len += 1;
+    }
+    Some(len)
+}
+
+fn is_line_terminator(c: char) -> bool {
+    matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_text_matches_the_reference_alternatives() {
+        for text in [
+            "This model's maximum context length is 128000 tokens",
+            "prompt is too long: context window exceeded",
+            "CONTEXT_LENGTH_EXCEEDED",
+            "maximum of 4096 tokens",
+            "too_many_tokens",
+            "Request payload too large",
+            "request_body exceeds limit",
+            "input too long",
+            "too many images",
+            "image count over limit",
+        ] {
+            assert!(is_overflow_text(text), "{text}");
+        }
+        for text in [
+            "invalid model",
+            "context\nlength",
+            "the context of this very long sentence keeps going length",
+            "tokens maximum",
+            "",
+        ] {
+            assert!(!is_overflow_text(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn classifies_by_status_then_overflow_markers() {
+        let overflow = classify_http_failure(
+            "OpenAI",
+            400,
+            r#"{"error":{"message":"maximum context length exceeded"}}"#,
+        );
+        assert!(overflow.is_overflow());
+        assert!(overflow.to_string().starts_with(
+            "OpenAI could not accept this conversation because it exceeds the provider's request or context limit: maximum context length exceeded. Your history"
+        ));
+        assert!(classify_http_failure("X", 413, "").is_overflow());
+        assert!(matches!(
+            classify_http_failure("X", 400, "bad field"),
+            LlmError::Http { status: 400, .. }
+        ));
+        assert_eq!(
+            classify_http_failure("Anthropic", 401, "{}").to_string(),
+            "Anthropic authentication failed. Check your API key in /admin/ai/providers."
+        );
+        assert_eq!(
+            classify_http_failure("Ollama", 429, r#"{"error":"slow down"}"#).to_string(),
+            "Ollama quota or rate limit reached: slow down. Check your account balance."
+        );
+        assert_eq!(
+            classify_http_failure("Custom Provider", 503, "").to_string(),
+            "Custom Provider service error (503). Please try again."
+        );
+        assert_eq!(
+            classify_http_failure("OpenRouter", 404, "nope").to_string(),
+            "OpenRouter error (404): nope."
+        );
+    }
+
+    #[test]
+    fn extracts_error_messages() {
+        assert_eq!(extract_error_message("  "), None);
+        assert_eq!(
+            extract_error_message(r#"{"error":"e"}"#).as_deref(),
+            Some("e")
+        );
+        assert_eq!(
+            extract_error_message(r#"{"error":{"message":"m"}}"#).as_deref(),
+            Some("m")
+        );
+        assert_eq!(
+            extract_error_message(&"x".repeat(300)).map(|s| s.len()),
+            Some(200)
+        );
+    }
+}

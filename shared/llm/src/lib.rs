@@ -1,0 +1,42 @@
+//! Provider-agnostic LLM drivers over raw HTTP/SSE, and their canonical types.
+//!
+//! One [`Driver`] trait; five drivers that only map canonical [`ChatRequest`]s to a wire and
+//! the wire's SSE back to [`StreamEvent`]s: [`AnthropicDriver`], [`ResponsesDriver::openai`],
+//! [`ResponsesDriver::openrouter`], [`ChatCompletionsDriver::ollama`] and
+//! [`ChatCompletionsDriver::openai_compatible`]. They share one SSE parser ([`SseParser`]),
+//! one tool-argument parser ([`parse_tool_arguments`]), one prompt-boundary constant
+//! ([`SYSTEM_PROMPT_DYNAMIC_BOUNDARY`]), one transport with a per-read idle timeout, and one
+//! error classification ([`classify_http_failure`] into [`LlmError`]).
+
+mod anthropic;
+mod chat_completions;
+mod driver;
+mod error;
+mod prompt;
+mod responses;
+mod sse;
+mod tool_args;
+mod transport;
+mod types;
+
+pub use anthropic::AnthropicDriver;
+pub use chat_completions::{
+    normalize_openai_base_url, ChatCompletionsDriver, ChatCompletionsFlavor,
+    OLLAMA_DEFAULT_BASE_URL,
+};
+pub use driver::Driver;
+pub use error::{classify_http_failure, extract_error_message, is_overflow_text, LlmError};
+pub use prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
+pub use responses::{
+    prompt_cache_key, ResponsesDriver, ResponsesFlavor, OPENAI_BASE_URL, OPENROUTER_BASE_URL,
+};
+pub use sse::{SseFrame, SseParser};
+pub use tool_args::parse_tool_arguments;
+pub use transport::{Endpoint, EventStream, DEFAULT_IDLE_TIMEOUT};
+pub use types::{
+    ChatRequest, ContentBlock, Image, Message, Role, RoundEnd, StreamEvent, ToolCall,
+    ToolDefinition, ToolResult, Usage, TOOL_CALL_FAILED,
+};
+
+/// Anthropic's production base URL.
+pub const ANTHROPIC_BASE_URL: &str = anthropic::DEFAULT_BASE_URL;
