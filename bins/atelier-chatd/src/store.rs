@@ -1,0 +1,588 @@
+//! Conversations and their messages in SQLite: the schema, appends that keep positions and
+//! totals consistent in one transaction, and the single-writer lease per conversation.
+//!
+//! Every write is one transaction on a WAL database with `synchronous=FULL`, so a message is
+//! acknowledged only once it is durable: a `kill -9` right after an append loses nothing.
+//!
+//! Parts:
+//! - [`Store`]: open (and migrate) a database; conversations CRUD; [`Store::append_message`].
+//! - [`ContentBlock`]: the persisted `content_json` union, validated when read.
+//! - [`history`]: the replay history rebuilt from rows, with interrupted tool calls healed.
+//! - [`Leases`]: at most one writer per conversation in this process.
+
+pub mod history;
+mod lease;
+
+pub use lease::{Lease, Leases};
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use serde::{Deserialize, Serialize};
+
+/// The schema, applied in order; `PRAGMA user_version` records how many have run.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE ai_conversations (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    scope TEXT NOT NULL CHECK (scope IN ('site', 'content', 'data', 'plugin')),
+    title TEXT NOT NULL,
+    credential_id TEXT,
+    model_id TEXT NOT NULL,
+    prompt_tokens_total INTEGER NOT NULL DEFAULT 0,
+    completion_tokens_total INTEGER NOT NULL DEFAULT 0,
+    cost_usd_total REAL NOT NULL DEFAULT 0,
+    cache_read_tokens_total INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens_total INTEGER NOT NULL DEFAULT 0,
+    context_tokens INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    deleted_at TEXT
+);
+CREATE INDEX ai_conversations_live
+    ON ai_conversations (user_id, scope, updated_at DESC) WHERE deleted_at IS NULL;
+CREATE INDEX ai_conversations_deleted
+    ON ai_conversations (deleted_at) WHERE deleted_at IS NOT NULL;
+CREATE TABLE ai_messages (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES ai_conversations (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+    content_json TEXT NOT NULL,
+    tool_call_id TEXT,
+    tool_name TEXT,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (conversation_id, position)
+);
+"#];
+
+/// The timestamp format of every row: ISO 8601 UTC with milliseconds.
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// How long a writer waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The title a conversation gets when none (or a blank one) is given.
+pub const DEFAULT_TITLE: &str = "New conversation";
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite refused or failed.
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A value could not be encoded as JSON.
+    #[error("encoding content: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The database was written by a newer chatd.
+    #[error("database schema version {found} is newer than this chatd knows ({known})")]
+    NewerSchema {
+        /// The version on disk.
+        found: i64,
+        /// The newest this build knows.
+        known: i64,
+    },
+    /// The conversation does not exist, is deleted, or belongs to someone else.
+    #[error("conversation not found")]
+    ConversationNotFound,
+    /// A message breaks the shape its role requires.
+    #[error("invalid message: {0}")]
+    InvalidMessage(&'static str),
+    /// Another thread panicked while holding the connection.
+    #[error("the database connection was poisoned by a panic")]
+    Poisoned,
+}
+
+/// The four places in the CMS that hold conversations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// The site builder.
+    Site,
+    /// The content editor.
+    Content,
+    /// The data editor.
+    Data,
+    /// Plugins.
+    Plugin,
+}
+
+impl Scope {
+    /// The scope as stored and as it appears in URLs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Site => "site",
+            Scope::Content => "content",
+            Scope::Data => "data",
+            Scope::Plugin => "plugin",
+        }
+    }
+
+    /// Parses a scope; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Scope::Site, Scope::Content, Scope::Data, Scope::Plugin]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The editor.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
+            _ => None,
+        }
+    }
+}
+
+/// One block of a message's `content_json`, exactly as the original runtime stored it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ContentBlock {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image the user attached, base64-encoded.
+    #[serde(rename_all = "camelCase")]
+    Image {
+        /// Its media type.
+        mime_type: String,
+        /// Base64 bytes.
+        data: String,
+    },
+    /// A tool call the model made.
+    #[serde(rename_all = "camelCase")]
+    ToolCall {
+        /// The provider's call id.
+        tool_call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The arguments.
+        input: serde_json::Value,
+    },
+    /// A tool's outcome; its data is never persisted.
+    ToolResult {
+        /// Whether the tool succeeded.
+        ok: bool,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+/// A conversation row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conversation {
+    /// Its id.
+    pub id: String,
+    /// Where in the CMS it lives.
+    pub scope: Scope,
+    /// Its title.
+    pub title: String,
+    /// The credential it uses, if any is still set.
+    pub credential_id: Option<String>,
+    /// The model it uses.
+    pub model_id: String,
+    /// Total prompt tokens.
+    pub prompt_tokens_total: i64,
+    /// Total completion tokens.
+    pub completion_tokens_total: i64,
+    /// Total cost.
+    pub cost_usd_total: f64,
+    /// Total cache-read tokens.
+    pub cache_read_tokens_total: i64,
+    /// Total cache-creation tokens.
+    pub cache_creation_tokens_total: i64,
+    /// The latest context size.
+    pub context_tokens: i64,
+    /// When it was created (ISO 8601).
+    pub created_at: String,
+    /// When it last changed (ISO 8601).
+    pub updated_at: String,
+}
+
+/// What a new conversation starts with.
+#[derive(Debug, Clone)]
+pub struct NewConversation {
+    /// Where in the CMS it lives.
+    pub scope: Scope,
+    /// Its title; trimmed, and [`DEFAULT_TITLE`] when blank.
+    pub title: Option<String>,
+    /// The credential it uses.
+    pub credential_id: String,
+    /// The model it uses.
+    pub model_id: String,
+}
+
+/// Changes to a conversation; `None` keeps the current value, and so does a blank title.
+#[derive(Debug, Clone, Default)]
+pub struct ConversationUpdate {
+    /// A new title.
+    pub title: Option<String>,
+    /// A new credential.
+    pub credential_id: Option<String>,
+    /// A new model.
+    pub model_id: Option<String>,
+}
+
+/// A message to append.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its blocks.
+    pub content: Vec<ContentBlock>,
+    /// The tool call it belongs to (tool-call and tool rows).
+    pub tool_call: Option<ToolCallRef>,
+}
+
+/// The tool call a row belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallRef {
+    /// The provider's call id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Its id.
+    pub id: String,
+    /// Its place in the conversation, from 0 without gaps.
+    pub position: i64,
+    /// Who wrote it.
+    pub role: Role,
+    /// Its blocks; empty when the stored JSON no longer validates.
+    pub content: Vec<ContentBlock>,
+    /// The tool call it belongs to.
+    pub tool_call: Option<ToolCallRef>,
+    /// When it was written (ISO 8601).
+    pub created_at: String,
+}
+
+/// The database of one chatd.
+pub struct Store {
+    connection: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let mut connection = Connection::open(path)?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        // WAL keeps readers off the writer's back; FULL makes every commit durable before it
+        // returns, which is what "acknowledged" means here.
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.pragma_update(None, "foreign_keys", true)?;
+        migrate(&mut connection)?;
+        Ok(Self {
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn connection(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.connection.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Creates a conversation for `user_id`.
+    pub fn create_conversation(
+        &self,
+        user_id: &str,
+        new: &NewConversation,
+    ) -> Result<Conversation, StoreError> {
+        let title = clean_title(new.title.as_deref()).unwrap_or(DEFAULT_TITLE);
+        let connection = self.connection()?;
+        let id: String = connection.query_row(
+            "INSERT INTO ai_conversations (id, user_id, scope, title, credential_id, model_id)
+             VALUES (lower(hex(randomblob(16))), ?1, ?2, ?3, ?4, ?5) RETURNING id",
+            params![
+                user_id,
+                new.scope.as_str(),
+                title,
+                new.credential_id,
+                new.model_id
+            ],
+            |row| row.get(0),
+        )?;
+        fetch_conversation(&connection, user_id, &id)?.ok_or(StoreError::ConversationNotFound)
+    }
+
+    /// The user's live conversations in `scope`, most recently updated first.
+    pub fn list_conversations(
+        &self,
+        user_id: &str,
+        scope: Scope,
+    ) -> Result<Vec<Conversation>, StoreError> {
+        let connection = self.connection()?;
+        let mut statement = connection.prepare(&format!(
+            "SELECT {CONVERSATION_COLUMNS} FROM ai_conversations
+             WHERE user_id = ?1 AND scope = ?2 AND deleted_at IS NULL
+             ORDER BY updated_at DESC, rowid DESC"
+        ))?;
+        let rows = statement.query_map(params![user_id, scope.as_str()], conversation_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The user's live conversation `id`.
+    pub fn conversation(
+        &self,
+        user_id: &str,
+        id: &str,
+    ) -> Result<Option<Conversation>, StoreError> {
+        fetch_conversation(&*self.connection()?, user_id, id)
+    }
+
+    /// Applies `update` to the user's live conversation `id`.
+    pub fn update_conversation(
+        &self,
+        user_id: &str,
+        id: &str,
+        update: &ConversationUpdate,
+    ) -> Result<Conversation, StoreError> {
+        let connection = self.connection()?;
+        let changed = connection.execute(
+            &format!(
+                "UPDATE ai_conversations SET
+                   title = coalesce(?3, title),
+                   credential_id = coalesce(?4, credential_id),
+                   model_id = coalesce(?5, model_id),
+                   updated_at = {NOW}
+                 WHERE id = ?1 AND user_id = ?2 AND deleted_at IS NULL"
+            ),
+            params![
+                id,
+                user_id,
+                clean_title(update.title.as_deref()),
+                update.credential_id,
+                update.model_id
+            ],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::ConversationNotFound);
+        }
+        fetch_conversation(&connection, user_id, id)?.ok_or(StoreError::ConversationNotFound)
+    }
+
+    /// Soft-deletes the user's conversation `id`. Deleting it again succeeds again, as the
+    /// original did; only an id the user never had is `false`.
+    pub fn delete_conversation(&self, user_id: &str, id: &str) -> Result<bool, StoreError> {
+        let changed = self.connection()?.execute(
+            &format!(
+                "UPDATE ai_conversations SET deleted_at = {NOW}, updated_at = {NOW}
+                 WHERE id = ?1 AND user_id = ?2"
+            ),
+            params![id, user_id],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Appends a message at the next position and bumps the conversation, in one transaction.
+    pub fn append_message(
+        &self,
+        conversation_id: &str,
+        message: &NewMessage,
+    ) -> Result<Message, StoreError> {
+        validate_message(message)?;
+        let content_json = serde_json::to_string(&message.content)?;
+        let mut connection = self.connection()?;
+        let transaction = connection.transaction()?;
+        require_live(&transaction, conversation_id)?;
+        let (id, position): (String, i64) = transaction.query_row(
+            "INSERT INTO ai_messages
+               (id, conversation_id, position, role, content_json, tool_call_id, tool_name)
+             VALUES (lower(hex(randomblob(16))), ?1,
+               (SELECT coalesce(max(position), -1) + 1 FROM ai_messages WHERE conversation_id = ?1),
+               ?2, ?3, ?4, ?5)
+             RETURNING id, position",
+            params![
+                conversation_id,
+                message.role.as_str(),
+                content_json,
+                message.tool_call.as_ref().map(|c| &c.id),
+                message.tool_call.as_ref().map(|c| &c.name),
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        transaction.execute(
+            &format!("UPDATE ai_conversations SET updated_at = {NOW} WHERE id = ?1"),
+            [conversation_id],
+        )?;
+        let created_at: String = transaction.query_row(
+            "SELECT created_at FROM ai_messages WHERE id = ?1",
+            [&id],
+            |row| row.get(0),
+        )?;
+        transaction.commit()?;
+        Ok(Message {
+            id,
+            position,
+            role: message.role,
+            content: message.content.clone(),
+            tool_call: message.tool_call.clone(),
+            created_at,
+        })
+    }
+
+    /// The conversation's messages in position order. A row whose JSON no longer validates is
+    /// logged and read as empty content, so one bad row cannot make a conversation unreadable.
+    pub fn messages(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
+        let connection = self.connection()?;
+        let mut statement = connection.prepare(
+            "SELECT id, position, role, content_json, tool_call_id, tool_name, created_at
+             FROM ai_messages WHERE conversation_id = ?1 ORDER BY position",
+        )?;
+        let rows = statement.query_map([conversation_id], |row| {
+            let id: String = row.get(0)?;
+            let role_text: String = row.get(2)?;
+            let content_json: String = row.get(3)?;
+            let content = serde_json::from_str(&content_json).unwrap_or_else(|error| {
+                tracing::warn!(message_id = %id, %error, "stored content does not validate; read as empty");
+                Vec::new()
+            });
+            let tool_call = match (row.get::<_, Option<String>>(4)?, row.get::<_, Option<String>>(5)?) {
+                (Some(id), Some(name)) => Some(ToolCallRef { id, name }),
+                _ => None,
+            };
+            Ok(Message {
+                position: row.get(1)?,
+                // The CHECK constraint keeps other roles out of the table.
+                role: Role::parse(&role_text).unwrap_or(Role::User),
+                content,
+                tool_call,
+                created_at: row.get(6)?,
+                id,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+const CONVERSATION_COLUMNS: &str = "id, scope, title, credential_id, model_id,
+    prompt_tokens_total, completion_tokens_total, cost_usd_total, cache_read_tokens_total,
+    cache_creation_tokens_total, context_tokens, created_at, updated_at";
+
+fn conversation_from_row(row: &Row<'_>) -> rusqlite::Result<Conversation> {
+    let scope_text: String = row.get(1)?;
+    Ok(Conversation {
+        id: row.get(0)?,
+        // The CHECK constraint keeps other scopes out of the table.
+        scope: Scope::parse(&scope_text).unwrap_or(Scope::Site),
+        title: row.get(2)?,
+        credential_id: row.get(3)?,
+        model_id: row.get(4)?,
+        prompt_tokens_total: row.get(5)?,
+        completion_tokens_total: row.get(6)?,
+        cost_usd_total: row.get(7)?,
+        cache_read_tokens_total: row.get(8)?,
+        cache_creation_tokens_total: row.get(9)?,
+        context_tokens: row.get(10)?,
+        created_at: row.get(11)?,
+        updated_at: row.get(12)?,
+    })
+}
+
+fn fetch_conversation(
+    connection: &Connection,
+    user_id: &str,
+    id: &str,
+) -> Result<Option<Conversation>, StoreError> {
+    Ok(connection
+        .query_row(
+            &format!(
+                "SELECT {CONVERSATION_COLUMNS} FROM ai_conversations
+                 WHERE id = ?1 AND user_id = ?2 AND deleted_at IS NULL"
+            ),
+            params![id, user_id],
+            conversation_from_row,
+        )
+        .optional()?)
+}
+
+fn require_live(transaction: &Transaction<'_>, conversation_id: &str) -> Result<(), StoreError> {
+    let live: Option<i64> = transaction
+        .query_row(
+            "SELECT 1 FROM ai_conversations WHERE id = ?1 AND deleted_at IS NULL",
+            [conversation_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    live.map(|_| ()).ok_or(StoreError::ConversationNotFound)
+}
+
+/// A title trimmed, or `None` when blank.
+fn clean_title(title: Option<&str>) -> Option<&str> {
+    title.map(str::trim).filter(|t| !t.is_empty())
+}
+
+/// Tool-call and tool rows name their call; other rows do not.
+fn validate_message(message: &NewMessage) -> Result<(), StoreError> {
+    let carries_call = message
+        .content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
+    match (message.role, &message.tool_call) {
+        (Role::Tool, None) => Err(StoreError::InvalidMessage("a tool row names its tool call")),
+        (Role::User, Some(_)) => Err(StoreError::InvalidMessage("a user row names no tool call")),
+        (Role::Assistant, None) if carries_call => Err(StoreError::InvalidMessage(
+            "an assistant tool-call row names its tool call",
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    let known = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if found > known {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    let transaction = connection.transaction()?;
+    for (index, migration) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
+        transaction.execute_batch(migration)?;
+        transaction.pragma_update(None, "user_version", index + 1)?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,523 @@
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use super::history::{rebuild, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
+use super::*;
+
+const ALICE: &str = "user-alice";
+const BOB: &str = "user-bob";
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("chatd.sqlite3")).unwrap();
+    (dir, store)
+}
+
+fn new_conversation(scope: Scope, title: Option<&str>) -> NewConversation {
+    NewConversation {
+        scope,
+        title: title.map(str::to_owned),
+        credential_id: "cred-1".into(),
+        model_id: "model-1".into(),
+    }
+}
+
+fn text(role: Role, text: &str) -> NewMessage {
+    NewMessage {
+        role,
+        content: vec![ContentBlock::Text { text: text.into() }],
+        tool_call: None,
+    }
+}
+
+fn call(id: &str) -> NewMessage {
+    NewMessage {
+        role: Role::Assistant,
+        content: vec![ContentBlock::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: "read_page".into(),
+            input: serde_json::json!({"path": "/"}),
+        }],
+        tool_call: Some(ToolCallRef {
+            id: id.into(),
+            name: "read_page".into(),
+        }),
+    }
+}
+
+fn result(id: &str, ok: bool) -> NewMessage {
+    NewMessage {
+        role: Role::Tool,
+        content: vec![ContentBlock::ToolResult {
+            ok,
+            error: (!ok).then(|| "Tool call failed.".to_owned()),
+        }],
+        tool_call: Some(ToolCallRef {
+            id: id.into(),
+            name: "read_page".into(),
+        }),
+    }
+}
+
+#[test]
+fn conversations_are_per_user_and_per_scope_newest_first() {
+    let (_dir, store) = open();
+    let first = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, Some("  First  ")))
+        .unwrap();
+    let second = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, Some("   ")))
+        .unwrap();
+    store
+        .create_conversation(ALICE, &new_conversation(Scope::Content, None))
+        .unwrap();
+    store
+        .create_conversation(BOB, &new_conversation(Scope::Site, None))
+        .unwrap();
+
+    assert_eq!(first.title, "First");
+    assert_eq!(second.title, DEFAULT_TITLE);
+    assert!(
+        first.created_at.ends_with('Z') && first.created_at.contains('T'),
+        "{}",
+        first.created_at
+    );
+
+    // Touching the first conversation makes it the most recent.
+    store
+        .append_message(&first.id, &text(Role::User, "hello"))
+        .unwrap();
+    let listed: Vec<String> = store
+        .list_conversations(ALICE, Scope::Site)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(listed, [first.id.clone(), second.id.clone()]);
+
+    assert!(
+        store.conversation(BOB, &first.id).unwrap().is_none(),
+        "Bob cannot read Alice's"
+    );
+    assert!(matches!(
+        store.update_conversation(BOB, &first.id, &ConversationUpdate::default()),
+        Err(StoreError::ConversationNotFound)
+    ));
+    assert!(!store.delete_conversation(BOB, &first.id).unwrap());
+    assert!(store.conversation(ALICE, &first.id).unwrap().is_some());
+}
+
+#[test]
+fn updates_keep_what_is_not_given_and_a_blank_title() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Data, Some("Keep")))
+        .unwrap();
+    let updated = store
+        .update_conversation(
+            ALICE,
+            &conversation.id,
+            &ConversationUpdate {
+                title: Some("  ".into()),
+                credential_id: None,
+                model_id: Some("model-2".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(updated.title, "Keep");
+    assert_eq!(updated.model_id, "model-2");
+    assert_eq!(updated.credential_id.as_deref(), Some("cred-1"));
+}
+
+#[test]
+fn soft_delete_hides_and_repeats_and_refuses_appends() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Plugin, None))
+        .unwrap();
+    assert!(store.delete_conversation(ALICE, &conversation.id).unwrap());
+    assert!(
+        store.delete_conversation(ALICE, &conversation.id).unwrap(),
+        "deleting again succeeds"
+    );
+    assert!(store
+        .conversation(ALICE, &conversation.id)
+        .unwrap()
+        .is_none());
+    assert!(store
+        .list_conversations(ALICE, Scope::Plugin)
+        .unwrap()
+        .is_empty());
+    assert!(matches!(
+        store.append_message(&conversation.id, &text(Role::User, "late")),
+        Err(StoreError::ConversationNotFound)
+    ));
+    assert!(store.messages(&conversation.id).unwrap().is_empty());
+}
+
+#[test]
+fn appends_number_positions_without_gaps_and_round_trip_blocks() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    let image = NewMessage {
+        role: Role::User,
+        content: vec![
+            ContentBlock::Text {
+                text: "look".into(),
+            },
+            ContentBlock::Image {
+                mime_type: "image/jpeg".into(),
+                data: "/9j/".into(),
+            },
+        ],
+        tool_call: None,
+    };
+    let written = [
+        image,
+        call("c1"),
+        result("c1", true),
+        text(Role::Assistant, "done"),
+    ]
+    .iter()
+    .map(|m| store.append_message(&conversation.id, m).unwrap())
+    .collect::<Vec<_>>();
+    assert_eq!(
+        written.iter().map(|m| m.position).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    assert_eq!(store.messages(&conversation.id).unwrap(), written);
+}
+
+#[test]
+fn malformed_messages_are_refused_before_anything_is_written() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    let cases: Vec<(&str, NewMessage)> = vec![
+        (
+            "tool row without its call",
+            NewMessage {
+                tool_call: None,
+                ..result("c1", true)
+            },
+        ),
+        (
+            "user row naming a call",
+            NewMessage {
+                tool_call: Some(ToolCallRef {
+                    id: "c".into(),
+                    name: "t".into(),
+                }),
+                ..text(Role::User, "x")
+            },
+        ),
+        (
+            "assistant call without its call",
+            NewMessage {
+                tool_call: None,
+                ..call("c1")
+            },
+        ),
+    ];
+    for (name, message) in cases {
+        let error = store
+            .append_message(&conversation.id, &message)
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::InvalidMessage(_)),
+            "case {name}: {error:?}"
+        );
+    }
+    assert!(store.messages(&conversation.id).unwrap().is_empty());
+}
+
+#[test]
+fn a_stored_row_that_no_longer_validates_reads_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chatd.sqlite3");
+    let store = Store::open(&path).unwrap();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    store
+        .append_message(&conversation.id, &text(Role::User, "fine"))
+        .unwrap();
+    let broken = store
+        .append_message(&conversation.id, &text(Role::User, "to break"))
+        .unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE ai_messages SET content_json = '[{\"kind\":\"video\"}]' WHERE id = ?1",
+            [&broken.id],
+        )
+        .unwrap();
+    let messages = store.messages(&conversation.id).unwrap();
+    assert_eq!(
+        messages[0].content,
+        [ContentBlock::Text {
+            text: "fine".into()
+        }]
+    );
+    assert!(messages[1].content.is_empty());
+}
+
+#[test]
+fn a_database_from_a_newer_chatd_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chatd.sqlite3");
+    drop(Store::open(&path).unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    assert!(matches!(
+        Store::open(&path),
+        Err(StoreError::NewerSchema {
+            found: 99,
+            known: 1
+        })
+    ));
+    // Reopening a current database migrates nothing twice.
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 1)
+        .unwrap();
+    Store::open(&path).unwrap();
+}
+
+#[test]
+fn the_lease_admits_one_writer_until_released() {
+    let leases = Leases::default();
+    let lease = leases.try_acquire("conv-1").expect("free");
+    assert!(
+        leases.try_acquire("conv-1").is_none(),
+        "a second send is refused"
+    );
+    assert!(
+        leases.try_acquire("conv-2").is_some(),
+        "other conversations are independent"
+    );
+    assert!(leases.is_held("conv-1"));
+    assert_eq!(lease.conversation_id(), "conv-1");
+    drop(lease);
+    assert!(!leases.is_held("conv-1"));
+    assert!(leases.try_acquire("conv-1").is_some(), "released on drop");
+}
+
+fn row(role: Role, content: Vec<ContentBlock>, call: Option<&str>) -> Message {
+    Message {
+        id: String::new(),
+        position: 0,
+        role,
+        content,
+        tool_call: call.map(|id| ToolCallRef {
+            id: id.into(),
+            name: "t".into(),
+        }),
+        created_at: String::new(),
+    }
+}
+
+fn call_block(id: &str) -> ContentBlock {
+    ContentBlock::ToolCall {
+        tool_call_id: id.into(),
+        tool_name: "t".into(),
+        input: serde_json::json!({}),
+    }
+}
+
+fn healed(id: &str) -> HistoryEntry {
+    HistoryEntry::ToolResult {
+        tool_call_id: id.into(),
+        ok: false,
+        error: Some(INTERRUPTED_TOOL_RESULT_ERROR.into()),
+    }
+}
+
+#[test]
+fn history_heals_every_unanswered_call() {
+    let hi = || vec![ContentBlock::Text { text: "hi".into() }];
+    let ok = |ok: bool| vec![ContentBlock::ToolResult { ok, error: None }];
+    let answered = |id: &str, ok: bool| HistoryEntry::ToolResult {
+        tool_call_id: id.into(),
+        ok,
+        error: None,
+    };
+    let cases: Vec<(&str, Vec<Message>, Vec<HistoryEntry>)> = vec![
+        (
+            "answered call replays as is",
+            vec![
+                row(Role::User, hi(), None),
+                row(Role::Assistant, vec![call_block("a")], Some("a")),
+                row(Role::Tool, ok(true), Some("a")),
+            ],
+            vec![
+                HistoryEntry::User(hi()),
+                HistoryEntry::Assistant(vec![call_block("a")]),
+                answered("a", true),
+            ],
+        ),
+        (
+            "unanswered call at the end is healed",
+            vec![
+                row(Role::User, hi(), None),
+                row(Role::Assistant, vec![call_block("a")], Some("a")),
+            ],
+            vec![
+                HistoryEntry::User(hi()),
+                HistoryEntry::Assistant(vec![call_block("a")]),
+                healed("a"),
+            ],
+        ),
+        (
+            "a user turn closes open calls first, in call order",
+            vec![
+                row(Role::Assistant, vec![call_block("a")], Some("a")),
+                row(Role::Assistant, vec![call_block("b")], Some("b")),
+                row(Role::User, hi(), None),
+            ],
+            vec![
+                HistoryEntry::Assistant(vec![call_block("a")]),
+                HistoryEntry::Assistant(vec![call_block("b")]),
+                healed("a"),
+                healed("b"),
+                HistoryEntry::User(hi()),
+            ],
+        ),
+        (
+            "an orphan result is dropped",
+            vec![
+                row(Role::User, hi(), None),
+                row(Role::Tool, ok(true), Some("ghost")),
+            ],
+            vec![HistoryEntry::User(hi())],
+        ),
+        (
+            "a late result after the user moved on is dropped",
+            vec![
+                row(Role::Assistant, vec![call_block("a")], Some("a")),
+                row(Role::User, hi(), None),
+                row(Role::Tool, ok(true), Some("a")),
+            ],
+            vec![
+                HistoryEntry::Assistant(vec![call_block("a")]),
+                healed("a"),
+                HistoryEntry::User(hi()),
+            ],
+        ),
+        (
+            "a tool row without a result block counts as interrupted",
+            vec![
+                row(Role::Assistant, vec![call_block("a")], Some("a")),
+                row(Role::Tool, vec![], Some("a")),
+            ],
+            vec![HistoryEntry::Assistant(vec![call_block("a")]), healed("a")],
+        ),
+        (
+            "results out of order answer their own calls",
+            vec![
+                row(
+                    Role::Assistant,
+                    vec![call_block("a"), call_block("b")],
+                    None,
+                ),
+                row(Role::Tool, ok(false), Some("b")),
+                row(Role::Tool, ok(true), Some("a")),
+            ],
+            vec![
+                HistoryEntry::Assistant(vec![call_block("a"), call_block("b")]),
+                answered("b", false),
+                answered("a", true),
+            ],
+        ),
+    ];
+    for (name, rows, expected) in cases {
+        assert_eq!(rebuild(&rows), expected, "case {name}");
+    }
+}
+
+/// The environment variable that turns this test binary into the crash test's writer.
+const CRASH_CHILD_DB: &str = "ATELIER_CHATD_CRASH_CHILD_DB";
+
+/// The writer half of the crash test: appends and acknowledges on stdout after each commit,
+/// forever, until the parent kills it with SIGKILL.
+#[test]
+#[ignore = "run as a child by acknowledged_appends_survive_kill_9"]
+fn crash_child() {
+    let Some(path) = std::env::var_os(CRASH_CHILD_DB) else {
+        return;
+    };
+    let store = Store::open(std::path::Path::new(&path)).unwrap();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    println!("conversation {}", conversation.id);
+    for n in 0.. {
+        let message = store
+            .append_message(&conversation.id, &text(Role::User, &format!("message {n}")))
+            .unwrap();
+        println!("acked {}", message.position);
+    }
+}
+
+#[test]
+fn acknowledged_appends_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chatd.sqlite3");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store::tests::crash_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CRASH_CHILD_DB, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut conversation = None;
+    let mut last_acked = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        // libtest may print "test … " on the same line before the child's first words.
+        if let Some(id) = line.split("conversation ").nth(1) {
+            conversation = Some(id.to_owned());
+        }
+        if let Some(position) = line.split("acked ").nth(1) {
+            last_acked = Some(position.trim().parse::<i64>().unwrap());
+            if last_acked >= Some(200) {
+                break;
+            }
+        }
+    }
+    // SIGKILL: no destructor, no checkpoint, no chance to flush anything more.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let last_acked = last_acked.expect("the child acknowledged appends");
+
+    let store = Store::open(&path).unwrap();
+    let messages = store
+        .messages(&conversation.expect("the child created a conversation"))
+        .unwrap();
+    assert!(
+        messages.len() as i64 > last_acked,
+        "acknowledged up to position {last_acked}, found {} rows",
+        messages.len()
+    );
+    for (expected, message) in messages.iter().enumerate() {
+        assert_eq!(message.position, expected as i64, "positions have no gap");
+        assert_eq!(
+            message.content,
+            [ContentBlock::Text {
+                text: format!("message {expected}")
+            }]
+        );
+    }
+}
