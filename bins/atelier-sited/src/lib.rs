@@ -10,7 +10,7 @@ mod settings;
 pub use health::{instance_fingerprint, Health};
 pub use router::{Router, SERVICE_NAME};
 pub use settings::{
-    InstanceName, RawSettings, Settings, SettingsError, DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,
+    RawSettings, Settings, SettingsError, DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,
 };
 
 use std::time::Duration;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use atelier_layout::names::InstanceName;
+
 /// Where the engine mounts the daemon unless the instance says otherwise.
 pub const DEFAULT_BASE_PATH: &str = "/publication/site_builder";
 
@@ -11,7 +13,7 @@ pub const DEFAULT_BASE_PATH: &str = "/publication/site_builder";
 pub(crate) const FALLBACK_SOCKET_MODE: u32 = 0o660;
 
 /// The credential that holds the bearer token the engine presents.
-pub const SERVICE_TOKEN_CREDENTIAL: &str = "SERVICE_TOKEN";
+pub const SERVICE_TOKEN_CREDENTIAL: &str = atelier_layout::paths::SERVICE_TOKEN;
 
 /// A service token shorter than this is refused: it is the only thing between any local process
 /// that can reach the socket and every site.
@@ -30,35 +32,6 @@ pub struct RawSettings {
     pub base_path: Option<String>,
     /// The unix socket to bind when systemd passed none.
     pub listen: Option<PathBuf>,
-}
-
-/// A validated instance name: `^[a-z][a-z0-9-]{1,18}$`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceName(String);
-
-impl InstanceName {
-    /// Validates an instance name.
-    pub fn parse(name: &str) -> Result<Self, SettingsError> {
-        let mut chars = name.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
-        let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if first_ok && rest_ok && (2..=19).contains(&name.len()) {
-            Ok(Self(name.to_owned()))
-        } else {
-            Err(SettingsError::BadInstance(name.to_owned()))
-        }
-    }
-
-    /// The name as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for InstanceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// Validated settings.
@@ -91,8 +64,8 @@ impl fmt::Debug for Settings {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingsError {
     /// The instance name breaks the grammar.
-    #[error("instance name {0:?} must match ^[a-z][a-z0-9-]{{1,18}}$")]
-    BadInstance(String),
+    #[error("{0}")]
+    BadInstance(#[from] atelier_layout::names::NameError),
     /// No service token was provided.
     #[error("no service token: provide the {SERVICE_TOKEN_CREDENTIAL} credential")]
     MissingToken,
@@ -110,7 +83,7 @@ pub enum SettingsError {
 impl RawSettings {
     /// Validates every setting, reporting the first that cannot be used.
     pub fn validate(self) -> Result<Settings, SettingsError> {
-        let instance = InstanceName::parse(&self.instance)?;
+        let instance = InstanceName::new(&self.instance)?;
         let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
         if service_token.chars().count() < MIN_TOKEN_LEN {
             return Err(SettingsError::ShortToken);
@@ -140,6 +113,10 @@ impl RawSettings {
 mod tests {
     use super::*;
 
+    fn bad_instance(name: &str) -> SettingsError {
+        atelier_layout::names::NameError::BadInstance(name.into()).into()
+    }
+
     fn raw() -> RawSettings {
         RawSettings {
             instance: "museum".into(),
@@ -158,7 +135,7 @@ mod tests {
                     instance: "Museum".into(),
                     ..raw()
                 },
-                SettingsError::BadInstance("Museum".into()),
+                bad_instance("Museum"),
             ),
             (
                 "one-letter instance",
@@ -166,7 +143,7 @@ mod tests {
                     instance: "m".into(),
                     ..raw()
                 },
-                SettingsError::BadInstance("m".into()),
+                bad_instance("m"),
             ),
             (
                 "instance too long",
@@ -174,7 +151,7 @@ mod tests {
                     instance: "a".repeat(20),
                     ..raw()
                 },
-                SettingsError::BadInstance("a".repeat(20)),
+                bad_instance(&"a".repeat(20)),
             ),
             (
                 "instance with a slash",
@@ -182,7 +159,7 @@ mod tests {
                     instance: "a/b".into(),
                     ..raw()
                 },
-                SettingsError::BadInstance("a/b".into()),
+                bad_instance("a/b"),
             ),
             (
                 "no token",
