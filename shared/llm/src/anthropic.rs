@@ -41,6 +41,13 @@ impl Driver for AnthropicDriver {
         LABEL
     }
 
+    /// Anthropic's `input_tokens` excludes the cache buckets, so they are added back.
+    fn context_tokens(&self, usage: &Usage) -> u64 {
+        usage.input_tokens
+            + usage.cache_read_tokens.unwrap_or(0)
+            + usage.cache_write_tokens.unwrap_or(0)
+    }
+
     fn request_body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
             "model": request.model,

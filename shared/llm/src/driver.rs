@@ -1,7 +1,7 @@
 //! The one trait every provider driver implements.
 
 use crate::transport::EventStream;
-use crate::types::ChatRequest;
+use crate::types::{ChatRequest, Usage};
 
 /// A provider: maps canonical requests to its wire and its stream back to canonical events.
 pub trait Driver: Send + Sync {
@@ -15,4 +15,11 @@ pub trait Driver: Send + Sync {
     /// dropping the stream aborts it. A non-OK answer is the stream's only item, as a
     /// classified [`crate::LlmError`].
     fn stream(&self, request: &ChatRequest) -> EventStream;
+
+    /// How much of the model's context a round with `usage` filled: the prompt tokens, plus
+    /// the cache buckets on wires whose prompt count excludes them (Anthropic). The tool loop
+    /// puts it on each `context` event.
+    fn context_tokens(&self, usage: &Usage) -> u64 {
+        usage.input_tokens
+    }
 }

@@ -7,6 +7,10 @@
 //! one tool-argument parser ([`parse_tool_arguments`]), one prompt-boundary constant
 //! ([`SYSTEM_PROMPT_DYNAMIC_BOUNDARY`]), one transport with a per-read idle timeout, and one
 //! error classification ([`classify_http_failure`] into [`LlmError`]).
+//!
+//! On top of them, [`run_tool_loop`] runs a whole chat turn: rounds, tool calls through a
+//! [`ToolExecutor`], heavy-evidence elision and the one overflow retry, writing the turn as
+//! [`LoopEvent`]s that serialize to the browser's NDJSON lines.
 
 mod anthropic;
 mod chat_completions;
@@ -16,6 +20,7 @@ mod prompt;
 mod responses;
 mod sse;
 mod tool_args;
+mod tool_loop;
 mod transport;
 mod types;
 
@@ -32,6 +37,12 @@ pub use responses::{
 };
 pub use sse::{SseFrame, SseParser};
 pub use tool_args::parse_tool_arguments;
+pub use tool_loop::{
+    elide_historical_user_images, elided_result, is_heavy, prepare_call, run_tool_loop, EventSink,
+    LoopEnd, LoopError, LoopEvent, LoopOptions, LoopOutcome, SinkClosed, ToolCallStatus,
+    ToolExecutor, ToolRejection, DEFAULT_MAX_ROUNDS, HEAVY_TOOL_NAMES, HISTORICAL_IMAGES_OMITTED,
+    INTERRUPTED_TOOL_RESULT_ERROR, SCREENSHOT_TOOL,
+};
 pub use transport::{Endpoint, EventStream, DEFAULT_IDLE_TIMEOUT};
 pub use types::{
     ChatRequest, ContentBlock, Image, Message, Role, RoundEnd, StreamEvent, ToolCall,

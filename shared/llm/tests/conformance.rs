@@ -5,224 +5,22 @@
 // (clippy's allow-unwrap-in-tests only covers `#[test]` functions themselves).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use atelier_http::{json_response, serve, BoxError, Listener, Request, Response};
 use atelier_llm::{
-    AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver, Endpoint, LlmError,
-    Message, ResponsesDriver, RoundEnd, StreamEvent, ToolCall, ToolDefinition, Usage,
+    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver,
+    Endpoint, Image, LlmError, LoopEnd, LoopError, LoopEvent, LoopOptions, Message,
+    ResponsesDriver, Role, RoundEnd, StreamEvent, ToolCall, ToolDefinition, ToolExecutor,
+    ToolResult, Usage, HISTORICAL_IMAGES_OMITTED,
 };
-use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
-use hyper::header::HeaderMap;
-use hyper::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::mpsc;
 
-// ---------------------------------------------------------------------------------------------
-// The scripted provider.
+#[path = "support/scripted.rs"]
+mod scripted;
 
-/// What the scripted provider answers.
-#[derive(Clone)]
-enum Reply {
-    /// An SSE transcript, one event per fixture line.
-    Sse(Vec<String>),
-    /// A non-OK answer.
-    Error { status: u16, body: Value },
-}
-
-#[derive(Clone)]
-struct Script {
-    reply: Reply,
-    /// Send `event:` lines named after each event's `type` (Anthropic, Responses).
-    named_events: bool,
-    /// End lines with CRLF instead of LF.
-    crlf: bool,
-    /// Cut the body (no terminating chunk) after this many events.
-    cut_after: Option<usize>,
-    /// Pause this long after that many events.
-    pause_after: Option<(usize, Duration)>,
-}
-
-/// One request the scripted provider received.
-struct Received {
-    path: String,
-    headers: HeaderMap,
-    body: Value,
-}
-
-struct ScriptedProvider {
-    base_url: String,
-    received: Arc<Mutex<Vec<Received>>>,
-    /// Set when the provider noticed the client went away before the transcript ended.
-    client_gone: Arc<AtomicBool>,
-}
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-/// The events of a `.sse` fixture: every line that is neither blank nor a `#` comment.
-fn transcript(dir: &str, name: &str) -> Vec<String> {
-    let path = fixtures().join(dir).join(format!("{name}.sse"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// A `.json` error fixture: `{"status": u16, "body": <JSON, or a string sent as-is>}`.
-fn error_answer(dir: &str, name: &str) -> Reply {
-    let path = fixtures().join(dir).join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let fixture: Value = serde_json::from_str(&text).unwrap();
-    Reply::Error {
-        status: fixture["status"].as_u64().unwrap() as u16,
-        body: fixture["body"].clone(),
-    }
-}
-
-/// One SSE event on the wire, as the provider would write it.
-fn wire_event(line: &str, named_events: bool, crlf: bool) -> Vec<u8> {
-    let mut event = String::new();
-    if named_events && line != "[DONE]" {
-        let value: Value = serde_json::from_str(line).unwrap();
-        if let Some(kind) = value["type"].as_str() {
-            event.push_str(&format!("event: {kind}\n"));
-        }
-    }
-    event.push_str(&format!("data: {line}\n\n"));
-    if crlf {
-        event = event.replace('\n', "\r\n");
-    }
-    event.into_bytes()
-}
-
-struct Frames(mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
-
-impl futures_util::Stream for Frames {
-    type Item = Result<Frame<Bytes>, BoxError>;
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.get_mut().0.poll_recv(cx)
-    }
-}
-
-/// Writes the transcript: each event split in two body chunks at its middle, a keep-alive
-/// comment every third event, with the script's pause and cut.
-async fn write_transcript(
-    script: Script,
-    lines: Vec<String>,
-    tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
-    client_gone: Arc<AtomicBool>,
-) {
-    for (index, line) in lines.iter().enumerate() {
-        if script.cut_after == Some(index) {
-            let _ = tx.send(Err("scripted cut".into())).await;
-            return;
-        }
-        if let Some((after, pause)) = script.pause_after {
-            if after == index {
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    () = tx.closed() => {
-                        client_gone.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
-        }
-        let mut bytes = wire_event(line, script.named_events, script.crlf);
-        if index % 3 == 2 {
-            bytes.splice(0..0, b": keep-alive\n\n".iter().copied());
-        }
-        let tail = bytes.split_off(bytes.len() / 2);
-        for chunk in [bytes, tail] {
-            if tx.send(Ok(Frame::data(Bytes::from(chunk)))).await.is_err() {
-                client_gone.store(true, Ordering::SeqCst);
-                return;
-            }
-        }
-    }
-}
-
-async fn answer(
-    script: Script,
-    request: Request,
-    received: Arc<Mutex<Vec<Received>>>,
-    client_gone: Arc<AtomicBool>,
-) -> Response {
-    let path = request.uri().path().to_owned();
-    let headers = request.headers().clone();
-    let body = atelier_http::read_body(request.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    received.lock().unwrap().push(Received {
-        path,
-        headers,
-        body: serde_json::from_slice(&body).unwrap(),
-    });
-    match script.reply.clone() {
-        Reply::Error { status, body } => {
-            let status = StatusCode::from_u16(status).unwrap();
-            match body {
-                Value::String(text) => {
-                    let mut response = Response::new(atelier_http::full_body(text));
-                    *response.status_mut() = status;
-                    response
-                }
-                body => json_response(status, &body),
-            }
-        }
-        Reply::Sse(lines) => {
-            let (tx, rx) = mpsc::channel(4);
-            tokio::spawn(write_transcript(script, lines, tx, client_gone));
-            let mut response = Response::new(BodyExt::boxed(StreamBody::new(Frames(rx))));
-            response
-                .headers_mut()
-                .insert("content-type", "text/event-stream".parse().unwrap());
-            response
-        }
-    }
-}
-
-async fn start(script: Script) -> ScriptedProvider {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let client_gone = Arc::new(AtomicBool::new(false));
-    let handler = {
-        let received = received.clone();
-        let client_gone = client_gone.clone();
-        move |request: Request| {
-            answer(
-                script.clone(),
-                request,
-                received.clone(),
-                client_gone.clone(),
-            )
-        }
-    };
-    tokio::spawn(serve(
-        Listener::Tcp(listener),
-        handler,
-        std::future::pending(),
-        Duration::from_secs(1),
-    ));
-    ScriptedProvider {
-        base_url,
-        received,
-        client_gone,
-    }
-}
+use scripted::{error_answer, start, start_sequence, transcript, Reply, Script, ScriptedProvider};
 
 // ---------------------------------------------------------------------------------------------
 // Provider descriptors.
@@ -653,13 +451,164 @@ async fn fails_when_the_stream_goes_idle(provider: Provider) {
         round.error
     );
     // The dropped stream closes the connection, and the provider notices.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !round.server.client_gone.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    round.server.wait_client_gone().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The overflow retry, through the tool loop.
+
+/// An executor for turns in which no tool may run.
+struct NoTools;
+
+impl ToolExecutor for NoTools {
+    fn execute<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ToolResult> + Send + 'a>> {
+        Box::pin(async move { panic!("no tool should run, but {} did", call.name) })
+    }
+}
+
+const OLD_IMAGE: &str = "b2xkLWltYWdl";
+const NEW_IMAGE: &str = "bmV3LWltYWdl";
+
+fn jpeg(data: &str) -> ContentBlock {
+    ContentBlock::Image(Image {
+        mime_type: "image/jpeg".to_owned(),
+        data: data.to_owned(),
     })
+}
+
+/// A history whose older user message carries an image, ending with a user message that
+/// carries its own.
+fn request_with_older_image() -> ChatRequest {
+    let text = |text: &str| ContentBlock::Text {
+        text: text.to_owned(),
+    };
+    ChatRequest {
+        messages: vec![
+            Message {
+                role: Role::User,
+                content: vec![text("Here is the hero"), jpeg(OLD_IMAGE)],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![text("Nice.")],
+            },
+            Message {
+                role: Role::User,
+                content: vec![text("Find the hero"), jpeg(NEW_IMAGE)],
+            },
+        ],
+        ..request()
+    }
+}
+
+struct Turn {
+    server: ScriptedProvider,
+    events: Vec<LoopEvent>,
+    end: LoopEnd,
+}
+
+async fn run_turn(provider: &Provider, replies: Vec<Reply>, request: ChatRequest) -> Turn {
+    let scripts = replies
+        .into_iter()
+        .map(|reply| script(provider, reply))
+        .collect();
+    let server = start_sequence(scripts).await;
+    let endpoint = Endpoint::new(
+        reqwest::Client::new(),
+        (provider.base)(&server.base_url),
+        Some(KEY.to_owned()),
+    );
+    let driver = (provider.make)(endpoint);
+    let (tx, mut rx) = mpsc::channel(256);
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        run_tool_loop(&*driver, &NoTools, request, LoopOptions::default(), &tx),
+    )
     .await
-    .expect("the provider should see the client go away");
+    .expect("the turn should end");
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(event) = rx.recv().await {
+        events.push(event);
+    }
+    Turn {
+        server,
+        events,
+        end: outcome.end,
+    }
+}
+
+async fn retries_an_overflow_once_without_older_images(provider: Provider) {
+    let replies = vec![
+        error_answer(provider.dir, "overflow_413"),
+        Reply::Sse(transcript(provider.dir, "text")),
+    ];
+    let turn = run_turn(&provider, replies, request_with_older_image()).await;
+    assert_eq!(turn.end, LoopEnd::Completed, "{:?}", turn.events);
+    // The refused attempt wrote nothing: the stream starts with the retry's text.
+    assert_eq!(
+        turn.events[..3],
+        ["Hel", "lo, ", "world!"].map(|text| LoopEvent::Text {
+            text: text.to_owned()
+        })
+    );
+    assert!(matches!(
+        turn.events[turn.events.len() - 2..],
+        [LoopEvent::Usage { .. }, LoopEvent::Done]
+    ));
+    let bodies = turn.server.bodies();
+    assert_eq!(bodies.len(), 2);
+    let (first, retry) = (bodies[0].to_string(), bodies[1].to_string());
+    assert!(first.contains(OLD_IMAGE) && first.contains(NEW_IMAGE));
+    assert!(!first.contains(HISTORICAL_IMAGES_OMITTED));
+    assert!(!retry.contains(OLD_IMAGE), "{retry}");
+    assert!(retry.contains(NEW_IMAGE) && retry.contains(HISTORICAL_IMAGES_OMITTED));
+    assert!(retry.contains("Here is the hero"));
+}
+
+async fn does_not_retry_a_second_overflow(provider: Provider) {
+    let replies = vec![
+        error_answer(provider.dir, "overflow_413"),
+        error_answer(provider.dir, "overflow_400"),
+        Reply::Sse(transcript(provider.dir, "text")),
+    ];
+    let turn = run_turn(&provider, replies, request_with_older_image()).await;
+    assert_eq!(turn.server.bodies().len(), 2);
+    let LoopEnd::Failed(LoopError::Provider(error)) = &turn.end else {
+        panic!("the turn should fail: {:?}", turn.end);
+    };
+    assert!(
+        matches!(error, LlmError::Overflow { status: 400, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        turn.events,
+        [LoopEvent::Error {
+            message: error.to_string()
+        }]
+    );
+}
+
+async fn does_not_retry_an_overflow_without_older_images(provider: Provider) {
+    let replies = vec![
+        error_answer(provider.dir, "overflow_413"),
+        Reply::Sse(transcript(provider.dir, "text")),
+    ];
+    let turn = run_turn(&provider, replies, request()).await;
+    assert_eq!(turn.server.bodies().len(), 1);
+    assert!(
+        matches!(&turn.end, LoopEnd::Failed(LoopError::Provider(e)) if e.is_overflow()),
+        "{:?}",
+        turn.end
+    );
+    assert!(
+        matches!(&turn.events[..], [LoopEvent::Error { message }] if message.contains("exceeds the provider's request or context limit")),
+        "{:?}",
+        turn.events
+    );
 }
 
 macro_rules! conformance {
@@ -704,6 +653,18 @@ macro_rules! conformance {
             #[tokio::test]
             async fn fails_when_the_stream_goes_idle() {
                 super::fails_when_the_stream_goes_idle(super::$provider()).await;
+            }
+            #[tokio::test]
+            async fn retries_an_overflow_once_without_older_images() {
+                super::retries_an_overflow_once_without_older_images(super::$provider()).await;
+            }
+            #[tokio::test]
+            async fn does_not_retry_a_second_overflow() {
+                super::does_not_retry_a_second_overflow(super::$provider()).await;
+            }
+            #[tokio::test]
+            async fn does_not_retry_an_overflow_without_older_images() {
+                super::does_not_retry_an_overflow_without_older_images(super::$provider()).await;
             }
         }
     )*};
