@@ -277,6 +277,23 @@ pub struct ToolCallRef {
     pub name: String,
 }
 
+/// What one turn used, booked by [`Store::record_usage`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnUsage {
+    /// Prompt tokens, summed over the turn's rounds.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Cost in USD.
+    pub cost_usd: f64,
+    /// Cache-read tokens.
+    pub cache_read_tokens: i64,
+    /// Cache-creation tokens.
+    pub cache_creation_tokens: i64,
+    /// The context size of the turn's last round; replaces the conversation's.
+    pub context_tokens: i64,
+}
+
 /// A stored message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
@@ -409,6 +426,70 @@ impl Store {
             params![id, user_id],
         )?;
         Ok(changed > 0)
+    }
+
+    /// Sets `title` on conversation `id` only while it still has [`DEFAULT_TITLE`], so a rename
+    /// that happened meanwhile wins. Returns whether the title was set.
+    pub fn set_auto_title(&self, id: &str, title: &str) -> Result<bool, StoreError> {
+        let changed = self.connection()?.execute(
+            &format!(
+                "UPDATE ai_conversations SET title = ?2, updated_at = {NOW}
+                 WHERE id = ?1 AND title = ?3 AND deleted_at IS NULL"
+            ),
+            params![id, title, DEFAULT_TITLE],
+        )?;
+        Ok(changed > 0)
+    }
+
+    /// Books a turn's usage in one transaction: the token and cost columns of the turn's last
+    /// assistant row `message_id`, the conversation's totals, and its latest context size.
+    pub fn record_usage(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        usage: &TurnUsage,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection()?;
+        let transaction = connection.transaction()?;
+        require_live(&transaction, conversation_id)?;
+        transaction.execute(
+            "UPDATE ai_messages SET prompt_tokens = ?3, completion_tokens = ?4, cost_usd = ?5,
+               cache_read_tokens = ?6, cache_creation_tokens = ?7
+             WHERE id = ?1 AND conversation_id = ?2",
+            params![
+                message_id,
+                conversation_id,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cost_usd,
+                usage.cache_read_tokens,
+                usage.cache_creation_tokens
+            ],
+        )?;
+        transaction.execute(
+            &format!(
+                "UPDATE ai_conversations SET
+                   prompt_tokens_total = prompt_tokens_total + ?2,
+                   completion_tokens_total = completion_tokens_total + ?3,
+                   cost_usd_total = cost_usd_total + ?4,
+                   cache_read_tokens_total = cache_read_tokens_total + ?5,
+                   cache_creation_tokens_total = cache_creation_tokens_total + ?6,
+                   context_tokens = ?7,
+                   updated_at = {NOW}
+                 WHERE id = ?1"
+            ),
+            params![
+                conversation_id,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.cost_usd,
+                usage.cache_read_tokens,
+                usage.cache_creation_tokens,
+                usage.context_tokens
+            ],
+        )?;
+        transaction.commit()?;
+        Ok(())
     }
 
     /// Appends a message at the next position and bumps the conversation, in one transaction.

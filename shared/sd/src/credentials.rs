@@ -4,6 +4,7 @@
 //! Parts:
 //! - [`read_credential`], [`read_credential_string`]: by name, from `$CREDENTIALS_DIRECTORY`.
 //! - [`read_credential_in`], [`read_credential_string_in`]: the same from a given directory.
+//! - [`read_credential_string_or_file`]: a credential, or a development file outside systemd.
 //! - [`Secret`]: a value whose `Debug` and `Display` print `[redacted]`.
 //!
 //! No error carries a credential's value or any part of it.
@@ -167,6 +168,48 @@ pub fn read_credential_string_in(
         .map_err(|_| CredentialError::NotUtf8 {
             name: name.to_owned(),
         })
+}
+
+/// Reads credential `name` as a string, or — only when the process was given no credentials at
+/// all — the development `fallback` file. A credential always wins; `None` when neither exists.
+pub fn read_credential_string_or_file(
+    name: &str,
+    fallback: Option<&Path>,
+) -> Result<Option<Secret<String>>, CredentialError> {
+    match credentials_directory() {
+        Ok(dir) => read_credential_string_in(&dir, name).map(Some),
+        Err(CredentialError::NotProvided) => fallback
+            .map(|file| read_file_string(name, file))
+            .transpose(),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a development stand-in for credential `name` from `file`, with the same limits.
+fn read_file_string(name: &str, file: &Path) -> Result<Secret<String>, CredentialError> {
+    let (dir, file_name) = match (file.parent(), file.file_name().and_then(|f| f.to_str())) {
+        (Some(dir), Some(file_name)) => (dir, file_name),
+        _ => {
+            return Err(CredentialError::Read {
+                name: name.to_owned(),
+                path: file.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a file path"),
+            })
+        }
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    read_credential_string_in(dir, file_name).map_err(|e| match e {
+        CredentialError::Missing { .. } => CredentialError::Read {
+            name: name.to_owned(),
+            path: file.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        },
+        other => other,
+    })
 }
 
 fn credentials_directory() -> Result<PathBuf, CredentialError> {
@@ -360,5 +403,21 @@ mod tests {
         let bytes = Secret::new(b"k".to_vec());
         assert_eq!(format!("{bytes:?} {bytes}"), "[redacted] [redacted]");
         assert_eq!(bytes.into_exposed(), b"k");
+    }
+
+    #[test]
+    fn a_development_file_stands_in_with_the_same_rules() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "dev-token\n").expect("write");
+        let secret = read_file_string("SERVICE_TOKEN", &file).expect("read");
+        assert_eq!(secret.expose(), "dev-token");
+        let err =
+            read_file_string("SERVICE_TOKEN", &dir.path().join("absent")).expect_err("absent");
+        assert!(
+            matches!(&err, CredentialError::Read { source, .. } if source.kind() == io::ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert!(!format!("{err}").contains("dev-token"));
     }
 }

@@ -11,6 +11,7 @@
 //! - [`take_by_name`], [`take_unix_listener`], [`take_tcp_listener`], [`take_unix_stream`]: pick
 //!   the socket a daemon expects, with an error naming what is missing.
 //! - [`bind_unix`] and [`bind_tcp`]: the development fallback when nothing was passed.
+//! - [`sole_listener`]: the one listener of a single-surface daemon, activated or bound.
 //!
 //! The variables are left in the environment (removing them is not thread-safe); the
 //! descriptors are close-on-exec, so a child never inherits them. A process that spawns an
@@ -18,6 +19,7 @@
 //! sees another process's `LISTEN_PID` refuses to start ([`ListenError::WrongPid`]).
 
 mod bind;
+mod sole;
 #[cfg(test)]
 mod tests;
 
@@ -32,6 +34,7 @@ use rustix::io::{fcntl_setfd, FdFlags};
 use rustix::net::{ipproto, sockopt, AddressFamily, SocketType};
 
 pub use bind::{bind_tcp, bind_unix, BindError};
+pub use sole::{pick_sole_listener, sole_listener, SoleListener, SoleListenerError};
 
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 pub const FIRST_FD: RawFd = 3;

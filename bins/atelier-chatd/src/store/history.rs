@@ -4,9 +4,8 @@
 
 use super::{ContentBlock, Message, Role};
 
-/// The error every healed (never answered) tool call carries, byte for byte the original's.
-pub const INTERRUPTED_TOOL_RESULT_ERROR: &str =
-    "Tool call did not complete — the previous turn was interrupted before a result was produced.";
+/// The error every healed (never answered) tool call carries; the tool loop writes the same.
+pub use atelier_llm::INTERRUPTED_TOOL_RESULT_ERROR;
 
 /// One entry of the replayed history.
 #[derive(Debug, Clone, PartialEq)]

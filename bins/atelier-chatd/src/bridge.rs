@@ -1,0 +1,409 @@
+//! The browser bridge (§5): a chat turn asks the editor in the browser to run a tool by
+//! emitting `toolRequest` on its stream, and waits until the browser posts the result to
+//! `POST /admin/api/ai/tool-result` (or 90 s pass, or the turn ends).
+//!
+//! Bridges live in this process only. Unlike the original, a bridge belongs to the user who
+//! opened it: a result posted by anyone else is answered exactly like an unknown bridge (404),
+//! so ids are no longer bearer capabilities.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use atelier_http::{json_response, Request, Response};
+use hyper::StatusCode;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::auth::{Caller, Capability};
+use crate::conversations::read_json;
+use crate::router::{ApiError, State};
+use atelier_llm::LoopEvent;
+
+/// How long a browser tool may take before the call fails.
+pub const BROWSER_TOOL_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Tool results carry screenshots; they get the chat body's limit.
+const TOOL_RESULT_BODY_LIMIT: usize = crate::chat::CHAT_MAX_REQUEST_BYTES;
+
+/// Why a browser tool call failed in transport (as opposed to the tool reporting `ok: false`,
+/// which is a normal result the model can correct).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BridgeError {
+    /// The turn ended (or the bridge was destroyed) before the result arrived.
+    #[error("AI chat stream ended before tool result arrived.")]
+    Destroyed,
+    /// The browser did not answer in time.
+    #[error("Browser tool \"{0}\" result timed out.")]
+    TimedOut(String),
+}
+
+/// An image a browser tool produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostedImage {
+    /// Its media type.
+    pub mime_type: String,
+    /// Base64 bytes.
+    pub data: String,
+}
+
+/// What the browser posted for one tool call (`AiToolOutput`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Whether the tool succeeded.
+    pub ok: bool,
+    /// Its output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Screenshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<PostedImage>,
+}
+
+impl ToolOutput {
+    /// The output as the loop's canonical result for `call_id`.
+    pub fn into_tool_result(self, call_id: &str) -> atelier_llm::ToolResult {
+        atelier_llm::ToolResult {
+            call_id: call_id.to_owned(),
+            ok: self.ok,
+            data: self.data,
+            error: self.error,
+            images: self
+                .images
+                .into_iter()
+                .map(|image| atelier_llm::Image {
+                    mime_type: image.mime_type,
+                    data: image.data,
+                })
+                .collect(),
+        }
+    }
+}
+
+type Waiter = oneshot::Sender<ToolOutput>;
+
+struct Entry {
+    owner: String,
+    pending: HashMap<String, Waiter>,
+    snapshot: Arc<Mutex<Option<Value>>>,
+}
+
+/// The registry of open bridges in this process.
+#[derive(Clone, Default)]
+pub struct Bridges {
+    open: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+impl Bridges {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        // Every update is a single insert or remove, so the map is consistent after a panic.
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a bridge for `owner`'s turn; its tool requests go to `events`, and `snapshot` is
+    /// the editor state the turn started with.
+    pub fn open(
+        &self,
+        owner: &str,
+        events: mpsc::UnboundedSender<LoopEvent>,
+        snapshot: Option<Value>,
+    ) -> Bridge {
+        let id = crate::ids::new_id();
+        let snapshot = Arc::new(Mutex::new(snapshot));
+        self.lock().insert(
+            id.clone(),
+            Entry {
+                owner: owner.to_owned(),
+                pending: HashMap::new(),
+                snapshot: Arc::clone(&snapshot),
+            },
+        );
+        Bridge {
+            id,
+            bridges: self.clone(),
+            events,
+            snapshot,
+            timeout: BROWSER_TOOL_TIMEOUT,
+        }
+    }
+
+    /// Returns true if and only if bridge `id` is open.
+    pub fn is_open(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Resolves the waiter of `request_id` on `bridge_id` with `output`, first replacing the
+    /// bridge's snapshot when one was posted so the next server tool reads the new state.
+    /// `false` when the bridge or request is unknown or the bridge is `user_id`'s no more.
+    pub fn resolve(
+        &self,
+        user_id: &str,
+        bridge_id: &str,
+        request_id: &str,
+        output: ToolOutput,
+        snapshot: Option<Value>,
+    ) -> bool {
+        let mut open = self.lock();
+        let Some(entry) = open.get_mut(bridge_id).filter(|e| e.owner == user_id) else {
+            return false;
+        };
+        let Some(waiter) = entry.pending.remove(request_id) else {
+            return false;
+        };
+        if let Some(snapshot) = snapshot {
+            *entry.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+        }
+        waiter.send(output).is_ok()
+    }
+
+    fn register(&self, bridge_id: &str, request_id: &str, waiter: Waiter) -> bool {
+        match self.lock().get_mut(bridge_id) {
+            Some(entry) => {
+                entry.pending.insert(request_id.to_owned(), waiter);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn forget(&self, bridge_id: &str, request_id: &str) {
+        if let Some(entry) = self.lock().get_mut(bridge_id) {
+            entry.pending.remove(request_id);
+        }
+    }
+
+    fn destroy(&self, bridge_id: &str) {
+        if let Some(entry) = self.lock().remove(bridge_id) {
+            if !entry.pending.is_empty() {
+                tracing::warn!(
+                    bridge_id,
+                    pending = entry.pending.len(),
+                    "bridge destroyed with browser tool calls still pending"
+                );
+            }
+            // Dropping the waiters fails every pending call with `Destroyed`.
+        }
+    }
+}
+
+/// One turn's bridge; dropping it (or [`Bridge::destroy`]) fails every pending call.
+pub struct Bridge {
+    id: String,
+    bridges: Bridges,
+    events: mpsc::UnboundedSender<LoopEvent>,
+    snapshot: Arc<Mutex<Option<Value>>>,
+    timeout: Duration,
+}
+
+/// Removes a call's waiter however the call ends, an abort (the future dropped) included.
+struct PendingGuard<'a> {
+    bridges: &'a Bridges,
+    bridge_id: &'a str,
+    request_id: String,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.bridges.forget(self.bridge_id, &self.request_id);
+    }
+}
+
+impl Bridge {
+    /// The bridge's id, sent to the browser in `bridgeReady`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The editor state as last posted (the turn's, until a tool result refreshes it).
+    pub fn snapshot(&self) -> Option<Value> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the per-call upper bound (tests use short ones).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Asks the browser to run `tool_name` with `input` and waits for its posted result.
+    pub async fn call_browser(
+        &self,
+        tool_name: &str,
+        input: Value,
+    ) -> Result<ToolOutput, BridgeError> {
+        let request_id = crate::ids::new_id();
+        let (waiter, result) = oneshot::channel();
+        if !self.bridges.register(&self.id, &request_id, waiter) {
+            return Err(BridgeError::Destroyed);
+        }
+        let _guard = PendingGuard {
+            bridges: &self.bridges,
+            bridge_id: &self.id,
+            request_id: request_id.clone(),
+        };
+        let request = LoopEvent::ToolRequest {
+            request_id,
+            tool_name: tool_name.to_owned(),
+            input,
+        };
+        if self.events.send(request).is_err() {
+            return Err(BridgeError::Destroyed);
+        }
+        match tokio::time::timeout(self.timeout, result).await {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(_)) => Err(BridgeError::Destroyed),
+            Err(_) => Err(BridgeError::TimedOut(tool_name.to_owned())),
+        }
+    }
+
+    /// Runs a model's tool call in the browser, as the loop's canonical result.
+    pub async fn execute(
+        &self,
+        call: &atelier_llm::ToolCall,
+    ) -> Result<atelier_llm::ToolResult, BridgeError> {
+        let output = self
+            .call_browser(&call.name, call.arguments.clone())
+            .await?;
+        Ok(output.into_tool_result(&call.id))
+    }
+
+    /// Closes the bridge: later posts get 404 and pending calls fail. Idempotent.
+    pub fn destroy(&self) {
+        self.bridges.destroy(&self.id);
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    // `snapshot: null` is a snapshot (the original tested `!== undefined`).
+    Value::deserialize(deserializer).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolResultBody {
+    bridge_id: String,
+    request_id: String,
+    result: ToolOutput,
+    #[serde(default, deserialize_with = "present")]
+    snapshot: Option<Value>,
+}
+
+/// `POST /tool-result` (§1.3).
+pub(crate) async fn handle_tool_result(
+    state: &State,
+    caller: &Caller,
+    request: Request,
+) -> Result<Response, ApiError> {
+    caller.require(Capability::ToolsWrite)?;
+    let body: ToolResultBody = read_json(request, TOOL_RESULT_BODY_LIMIT).await?;
+    if body.bridge_id.is_empty() || body.request_id.is_empty() {
+        return Err(ApiError::InvalidBody);
+    }
+    if state.bridges.resolve(
+        &caller.user_id,
+        &body.bridge_id,
+        &body.request_id,
+        body.result,
+        body.snapshot,
+    ) {
+        Ok(json_response(StatusCode::OK, &json!({ "ok": true })))
+    } else {
+        Err(ApiError::BridgeGone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(ok: bool) -> ToolOutput {
+        ToolOutput {
+            ok,
+            data: Some(json!({"n": 1})),
+            error: None,
+            images: vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_posted_result_resolves_its_waiter_and_refreshes_the_snapshot() {
+        let bridges = Bridges::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let bridge = bridges.open("alice", tx, Some(json!({"v": 0})));
+        let call = bridge.call_browser("site_read_document", json!({"id": 1}));
+        let answer = async {
+            let Some(LoopEvent::ToolRequest {
+                request_id,
+                tool_name,
+                input,
+            }) = rx.recv().await
+            else {
+                panic!("no toolRequest");
+            };
+            assert_eq!(tool_name, "site_read_document");
+            assert_eq!(input, json!({"id": 1}));
+            assert!(!bridges.resolve("mallory", bridge.id(), &request_id, output(true), None));
+            assert!(bridges.resolve(
+                "alice",
+                bridge.id(),
+                &request_id,
+                output(true),
+                Some(json!({"v": 1}))
+            ));
+            assert!(!bridges.resolve("alice", bridge.id(), &request_id, output(true), None));
+        };
+        let (result, ()) = tokio::join!(call, answer);
+        assert_eq!(result.unwrap(), output(true));
+        assert_eq!(bridge.snapshot(), Some(json!({"v": 1})));
+    }
+
+    #[tokio::test]
+    async fn timeouts_and_destruction_fail_the_call_in_transport() {
+        let bridges = Bridges::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let bridge = bridges
+            .open("alice", tx.clone(), None)
+            .with_timeout(Duration::from_millis(20));
+        assert_eq!(
+            bridge.call_browser("slow", json!({})).await,
+            Err(BridgeError::TimedOut("slow".into()))
+        );
+
+        let long = bridges.open("alice", tx, None);
+        let id = long.id().to_owned();
+        let call = long.call_browser("t", json!({}));
+        let destroy = async {
+            tokio::task::yield_now().await;
+            long.destroy();
+        };
+        let (result, ()) = tokio::join!(call, destroy);
+        assert_eq!(result, Err(BridgeError::Destroyed));
+        assert!(!bridges.is_open(&id));
+        assert_eq!(
+            long.call_browser("t", json!({})).await,
+            Err(BridgeError::Destroyed)
+        );
+    }
+
+    #[test]
+    fn dropping_the_bridge_closes_it() {
+        let bridges = Bridges::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let id = bridges.open("alice", tx, None).id().to_owned();
+        assert!(!bridges.is_open(&id));
+    }
+}

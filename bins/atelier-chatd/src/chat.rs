@@ -1,0 +1,604 @@
+//! `POST /admin/api/ai/chat/:scope` (§1.2): the checks in the original's order, the
+//! single-writer lease, the user message appended before anything streams, and the NDJSON
+//! stream of §2 whose turn is run by a [`TurnRunner`] and persisted as it goes (§6.3).
+//!
+//! Abort owns the whole response: the turn runs in a task that watches the response body; when
+//! the client goes away the runner's future is dropped (cancelling its provider request and any
+//! browser tool wait), unresolved calls are persisted as interrupted and the lease is released.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use atelier_http::{ndjson_response, Request, Response};
+use atelier_llm::LoopEvent;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::auth::{Caller, Capability};
+use crate::bridge::Bridge;
+use crate::router::{blocking, ApiError, State};
+use crate::store::history::{self, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
+use crate::store::{
+    ContentBlock, Conversation, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
+};
+
+/// The chat body's byte limit: eight 2 MB images plus 16 MiB of everything else.
+pub const CHAT_MAX_REQUEST_BYTES: usize = 8 * 2_000_000 + 16 * 1024 * 1024;
+
+/// The longest base64 image a chat body may carry.
+const MAX_IMAGE_DATA_LEN: usize = 2_000_000;
+
+/// Auto-titles are cut to this many characters (then `…`).
+const TITLE_MAX_CHARS: usize = 60;
+
+/// Buffer of the response body: the turn waits for a slow client instead of piling up lines.
+const STREAM_BUFFER: usize = 64;
+
+/// Everything a turn runner needs: who asks, the conversation, the replay history (healed),
+/// the user's new message, the bridge for browser tools, and where to send events.
+pub struct Turn {
+    /// The acting user.
+    pub caller: Caller,
+    /// The conversation, as read when the turn started.
+    pub conversation: Conversation,
+    /// The history to replay, the new user message last.
+    pub history: Vec<HistoryEntry>,
+    /// The bridge for browser tools; its snapshot is the editor state.
+    pub bridge: Arc<Bridge>,
+    /// Where the runner sends its events (everything of §2 but `bridgeReady`); the turn ends
+    /// with the runner's future, or at its first `done` or `error`.
+    pub events: mpsc::UnboundedSender<LoopEvent>,
+}
+
+/// Runs one turn: drives the model and tools, sending [`LoopEvent`]s. Dropping the future
+/// aborts the turn.
+pub trait TurnRunner: Send + Sync + 'static {
+    /// Runs `turn`.
+    fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+}
+
+/// The runner of a chatd with no provider wiring: every turn ends with an error event.
+pub struct UnconfiguredRunner;
+
+/// The message [`UnconfiguredRunner`] ends every turn with.
+pub const UNCONFIGURED_MESSAGE: &str =
+    "AI runtime error: no provider runtime is configured in this chatd.";
+
+impl TurnRunner for UnconfiguredRunner {
+    fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(async move {
+            let _ = turn.events.send(LoopEvent::Error {
+                message: UNCONFIGURED_MESSAGE.to_owned(),
+            });
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ChatBody {
+    conversation_id: String,
+    content: Vec<UserBlock>,
+    #[serde(default)]
+    snapshot: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+enum UserBlock {
+    Text {
+        text: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Image {
+        mime_type: String,
+        data: String,
+    },
+}
+
+/// The content rules of `AiChatRequestBodySchema`: one to eight images alone, or up to nine
+/// blocks with exactly one text block; images are JPEG with 4 to 2,000,000 base64 characters.
+fn validate_content(blocks: Vec<UserBlock>) -> Result<Vec<ContentBlock>, ApiError> {
+    let texts = blocks
+        .iter()
+        .filter(|b| matches!(b, UserBlock::Text { .. }))
+        .count();
+    let count_ok = match texts {
+        0 => (1..=8).contains(&blocks.len()),
+        1 => (1..=9).contains(&blocks.len()),
+        _ => false,
+    };
+    if !count_ok {
+        return Err(ApiError::InvalidBody);
+    }
+    blocks
+        .into_iter()
+        .map(|block| match block {
+            UserBlock::Text { text } => Ok(ContentBlock::Text { text }),
+            UserBlock::Image { mime_type, data }
+                if mime_type == "image/jpeg" && (4..=MAX_IMAGE_DATA_LEN).contains(&data.len()) =>
+            {
+                Ok(ContentBlock::Image { mime_type, data })
+            }
+            UserBlock::Image { .. } => Err(ApiError::InvalidBody),
+        })
+        .collect()
+}
+
+/// The auto-title of a turn: its text, whitespace collapsed, cut at 60 characters with `…`;
+/// `Image` or `Images` for an image-only turn.
+pub fn auto_title(content: &[ContentBlock]) -> String {
+    let text = content.iter().find_map(|block| match block {
+        ContentBlock::Text { text } => Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+        _ => None,
+    });
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) if text.chars().count() > TITLE_MAX_CHARS => {
+            let cut: String = text.chars().take(TITLE_MAX_CHARS).collect();
+            format!("{}…", cut.trim_end())
+        }
+        Some(text) => text,
+        None => {
+            let images = content
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::Image { .. }))
+                .count();
+            if images == 1 { "Image" } else { "Images" }.to_owned()
+        }
+    }
+}
+
+async fn read_chat_body(request: Request) -> Result<ChatBody, ApiError> {
+    let announced = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > CHAT_MAX_REQUEST_BYTES as u64) {
+        return Err(ApiError::ChatTooLarge);
+    }
+    let bytes = atelier_http::read_body(request.into_body(), CHAT_MAX_REQUEST_BYTES)
+        .await
+        .map_err(|error| match error {
+            atelier_http::BodyError::TooLarge { .. } => ApiError::ChatTooLarge,
+            atelier_http::BodyError::Read(_) => ApiError::InvalidBody,
+        })?;
+    let body: ChatBody = serde_json::from_slice(&bytes).map_err(|_| ApiError::InvalidBody)?;
+    if body.conversation_id.is_empty() {
+        return Err(ApiError::InvalidBody);
+    }
+    Ok(body)
+}
+
+/// `POST /chat/:scope`.
+pub(crate) async fn handle(
+    state: &State,
+    caller: &Caller,
+    scope: Scope,
+    request: Request,
+) -> Result<Response, ApiError> {
+    caller.require(Capability::Chat)?;
+    let body = read_chat_body(request).await?;
+    let content = validate_content(body.content)?;
+    let user = caller.user_id.clone();
+    let id = body.conversation_id.clone();
+    let conversation = blocking(&state.store, move |store| store.conversation(&user, &id))
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    if conversation.scope != scope {
+        return Err(ApiError::ScopeMismatch {
+            actual: conversation.scope.as_str(),
+            requested: scope.as_str(),
+        });
+    }
+    if conversation.credential_id.is_none() {
+        return Err(ApiError::NoCredential);
+    }
+    // Before anything is appended: a second concurrent send is refused here, retryably.
+    let lease = state
+        .leases
+        .try_acquire(&conversation.id)
+        .ok_or(ApiError::ConversationBusy)?;
+
+    // Re-read under the lease: the conversation may have been deleted or repointed while the
+    // body was checked (the reference's step 15).
+    let user = caller.user_id.clone();
+    let id = conversation.id.clone();
+    let current = blocking(&state.store, move |store| store.conversation(&user, &id))
+        .await?
+        .ok_or(ApiError::ConversationNotFound)?;
+    if current.credential_id != conversation.credential_id
+        || current.model_id != conversation.model_id
+    {
+        return Err(ApiError::ModelChanged);
+    }
+    let conversation_id = conversation.id.clone();
+    let title = auto_title(&content);
+    let user_message = NewMessage {
+        role: Role::User,
+        content,
+        tool_call: None,
+    };
+    // On any failure here the lease is dropped with this frame, released.
+    let messages = blocking(&state.store, move |store| {
+        store.append_message(&conversation_id, &user_message)?;
+        if let Err(error) = store.set_auto_title(&conversation_id, &title) {
+            tracing::warn!(%error, conversation_id, "auto-title failed");
+        }
+        store.messages(&conversation_id)
+    })
+    .await?;
+    let history = history::rebuild(&messages);
+
+    let (loop_tx, loop_rx) = mpsc::unbounded_channel();
+    let bridge = Arc::new(
+        state
+            .bridges
+            .open(&caller.user_id, loop_tx.clone(), body.snapshot),
+    );
+    let (out_tx, out_rx) = mpsc::channel(STREAM_BUFFER);
+    // The body has room for the first line, so this cannot wait.
+    let _ = out_tx.try_send(LoopEvent::BridgeReady {
+        bridge_id: bridge.id().to_owned(),
+    });
+    let turn = Turn {
+        caller: caller.clone(),
+        conversation,
+        history,
+        bridge: Arc::clone(&bridge),
+        events: loop_tx,
+    };
+    let run = state.runner.run(turn);
+    tokio::spawn(drive_turn(
+        Arc::clone(&state.store),
+        lease,
+        bridge,
+        run,
+        loop_rx,
+        out_tx,
+    ));
+
+    let lines = futures_util::stream::unfold(out_rx, |mut rx| async move {
+        rx.recv().await.map(|event| (event, rx))
+    });
+    let mut response = ndjson_response(lines);
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    Ok(response)
+}
+
+/// How a turn ended.
+enum Ending {
+    /// The runner finished or said `done`.
+    Done,
+    /// The runner (or persistence) failed with this message.
+    Error(String),
+    /// The client went away.
+    Aborted,
+}
+
+/// Runs the turn to its end, persisting and forwarding events, then finalises.
+async fn drive_turn(
+    store: Arc<Store>,
+    lease: crate::store::Lease,
+    bridge: Arc<Bridge>,
+    run: Pin<Box<dyn Future<Output = ()> + Send>>,
+    mut events: mpsc::UnboundedReceiver<LoopEvent>,
+    out: mpsc::Sender<LoopEvent>,
+) {
+    let mut persister = Persister::new(store, lease.conversation_id().to_owned(), out);
+    let mut run = Some(run);
+    let ending = loop {
+        tokio::select! {
+            biased;
+            () = persister.out.closed() => break Ending::Aborted,
+            event = events.recv() => {
+                if let Some(event) = event {
+                    if let Some(ending) = persister.handle(event).await {
+                        break ending;
+                    }
+                }
+            }
+            () = async { if let Some(run) = run.as_mut() { run.await } }, if run.is_some() => {
+                run = None;
+                // Whatever the runner sent before finishing is still queued.
+                let mut ending = Ending::Done;
+                while let Ok(event) = events.try_recv() {
+                    if let Some(end) = persister.handle(event).await {
+                        ending = end;
+                        break;
+                    }
+                }
+                break ending;
+            }
+        }
+    };
+    // Dropping the runner cancels its provider request and any browser tool wait.
+    drop(run);
+    bridge.destroy();
+    persister.finish(ending).await;
+    drop(lease);
+}
+
+/// Writes rows as events pass (§6.3): text accumulates and is flushed as one assistant row
+/// before a tool call, usage, an error or the end; each tool call and each result is a row.
+struct Persister {
+    store: Arc<Store>,
+    conversation_id: String,
+    out: mpsc::Sender<LoopEvent>,
+    text: String,
+    /// Calls persisted but not yet answered, in the order issued.
+    pending: Vec<ToolCallRef>,
+    /// The turn's last assistant row, which usage is booked on.
+    last_assistant: Option<String>,
+    /// The context size of the latest round.
+    latest_context: Option<u64>,
+    consumer_gone: bool,
+}
+
+impl Persister {
+    fn new(store: Arc<Store>, conversation_id: String, out: mpsc::Sender<LoopEvent>) -> Self {
+        Self {
+            store,
+            conversation_id,
+            out,
+            text: String::new(),
+            pending: Vec::new(),
+            last_assistant: None,
+            latest_context: None,
+            consumer_gone: false,
+        }
+    }
+
+    async fn append(&mut self, message: NewMessage) -> Result<(), String> {
+        let id = self.conversation_id.clone();
+        let written = blocking(&self.store, move |store| {
+            store.append_message(&id, &message)
+        })
+        .await
+        .map_err(|error| format!("AI runtime error: {error}"))?;
+        if written.role == Role::Assistant {
+            self.last_assistant = Some(written.id);
+        }
+        Ok(())
+    }
+
+    /// Books usage on the turn's last assistant row; a turn that wrote none books nothing.
+    async fn record_usage(&mut self, usage: TurnUsage) -> Result<(), String> {
+        let Some(message_id) = self.last_assistant.clone() else {
+            return Ok(());
+        };
+        let id = self.conversation_id.clone();
+        blocking(&self.store, move |store| {
+            store.record_usage(&id, &message_id, &usage)
+        })
+        .await
+        .map_err(|error| format!("AI runtime error: {error}"))
+    }
+
+    async fn emit(&mut self, event: LoopEvent) {
+        if !self.consumer_gone && self.out.send(event).await.is_err() {
+            self.consumer_gone = true;
+        }
+    }
+
+    async fn flush_text(&mut self) -> Result<(), String> {
+        if self.text.is_empty() {
+            return Ok(());
+        }
+        let text = std::mem::take(&mut self.text);
+        self.append(NewMessage {
+            role: Role::Assistant,
+            content: vec![ContentBlock::Text { text }],
+            tool_call: None,
+        })
+        .await
+    }
+
+    /// Persists and forwards one event; `Some` when it ends the turn.
+    async fn handle(&mut self, mut event: LoopEvent) -> Option<Ending> {
+        if let LoopEvent::Usage {
+            cost_usd,
+            provider_cost_usd,
+            ..
+        } = &mut event
+        {
+            // The wire carries the booked cost: the provider's own price when it reports one;
+            // chatd has no pricing catalogue yet (§7), so other turns are booked at 0.
+            *cost_usd = provider_cost_usd.unwrap_or(0.0);
+        }
+        let persisted = match &event {
+            LoopEvent::Text { text } => {
+                self.text.push_str(text);
+                Ok(())
+            }
+            LoopEvent::ToolCall {
+                tool_call_id,
+                tool_name,
+                input,
+                ..
+            } => {
+                let call = ToolCallRef {
+                    id: tool_call_id.clone(),
+                    name: tool_name.clone(),
+                };
+                let block = ContentBlock::ToolCall {
+                    tool_call_id: tool_call_id.clone(),
+                    tool_name: tool_name.clone(),
+                    input: input.clone(),
+                };
+                let written = match self.flush_text().await {
+                    Ok(()) => {
+                        self.append(NewMessage {
+                            role: Role::Assistant,
+                            content: vec![block],
+                            tool_call: Some(call.clone()),
+                        })
+                        .await
+                    }
+                    Err(error) => Err(error),
+                };
+                if written.is_ok() {
+                    self.pending.push(call);
+                }
+                written
+            }
+            LoopEvent::ToolResult {
+                tool_call_id,
+                tool_name,
+                ok,
+                error,
+            } => {
+                self.pending.retain(|call| call.id != *tool_call_id);
+                self.append(tool_row(tool_call_id, tool_name, *ok, error.as_deref()))
+                    .await
+            }
+            LoopEvent::Usage {
+                prompt_tokens,
+                completion_tokens,
+                cost_usd,
+                cache_read_tokens,
+                cache_creation_tokens,
+                ..
+            } => {
+                let usage = TurnUsage {
+                    prompt_tokens: clamp(*prompt_tokens),
+                    completion_tokens: clamp(*completion_tokens),
+                    cost_usd: *cost_usd,
+                    cache_read_tokens: clamp(cache_read_tokens.unwrap_or(0)),
+                    cache_creation_tokens: clamp(cache_creation_tokens.unwrap_or(0)),
+                    context_tokens: clamp(self.latest_context.unwrap_or(*prompt_tokens)),
+                };
+                match self.flush_text().await {
+                    Ok(()) => self.record_usage(usage).await,
+                    Err(error) => Err(error),
+                }
+            }
+            LoopEvent::Context { context_tokens, .. } => {
+                self.latest_context = Some(*context_tokens);
+                Ok(())
+            }
+            LoopEvent::Done => return Some(Ending::Done),
+            LoopEvent::Error { message } => return Some(Ending::Error(message.clone())),
+            LoopEvent::BridgeReady { .. } | LoopEvent::ToolRequest { .. } => Ok(()),
+        };
+        if let Err(message) = persisted {
+            return Some(Ending::Error(message));
+        }
+        self.emit(event).await;
+        if self.consumer_gone {
+            return Some(Ending::Aborted);
+        }
+        None
+    }
+
+    /// Flushes text, closes every unanswered call as interrupted, and ends the stream.
+    async fn finish(mut self, ending: Ending) {
+        if let Err(error) = self.flush_text().await {
+            tracing::error!(%error, "flushing assistant text failed");
+        }
+        for call in std::mem::take(&mut self.pending) {
+            let row = tool_row(
+                &call.id,
+                &call.name,
+                false,
+                Some(INTERRUPTED_TOOL_RESULT_ERROR),
+            );
+            if let Err(error) = self.append(row).await {
+                tracing::error!(%error, tool_call_id = call.id, "persisting an interrupted call failed");
+            }
+            self.emit(LoopEvent::ToolResult {
+                tool_call_id: call.id,
+                tool_name: call.name,
+                ok: false,
+                error: Some(INTERRUPTED_TOOL_RESULT_ERROR.to_owned()),
+            })
+            .await;
+        }
+        match ending {
+            Ending::Done | Ending::Aborted => self.emit(LoopEvent::Done).await,
+            Ending::Error(message) => self.emit(LoopEvent::Error { message }).await,
+        }
+    }
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn tool_row(tool_call_id: &str, tool_name: &str, ok: bool, error: Option<&str>) -> NewMessage {
+    let error = (!ok).then(|| error.unwrap_or(atelier_llm::TOOL_CALL_FAILED).to_owned());
+    NewMessage {
+        role: Role::Tool,
+        content: vec![ContentBlock::ToolResult { ok, error }],
+        tool_call: Some(ToolCallRef {
+            id: tool_call_id.to_owned(),
+            name: tool_name.to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    fn text(t: &str) -> UserBlock {
+        UserBlock::Text { text: t.into() }
+    }
+
+    fn image(mime: &str, len: usize) -> UserBlock {
+        UserBlock::Image {
+            mime_type: mime.into(),
+            data: "A".repeat(len),
+        }
+    }
+
+    #[test]
+    fn content_follows_the_schema() {
+        assert!(validate_content(vec![text("hi")]).is_ok());
+        assert!(validate_content((0..8).map(|_| image("image/jpeg", 4)).collect()).is_ok());
+        let mut nine = vec![text("x")];
+        nine.extend((0..8).map(|_| image("image/jpeg", 4)));
+        assert!(validate_content(nine).is_ok());
+        let refused: Vec<(&str, Vec<UserBlock>)> = vec![
+            ("empty", vec![]),
+            ("two texts", vec![text("a"), text("b")]),
+            (
+                "nine images",
+                (0..9).map(|_| image("image/jpeg", 4)).collect(),
+            ),
+            ("png", vec![image("image/png", 4)]),
+            ("short data", vec![image("image/jpeg", 3)]),
+            (
+                "long data",
+                vec![image("image/jpeg", MAX_IMAGE_DATA_LEN + 1)],
+            ),
+        ];
+        for (name, blocks) in refused {
+            assert_eq!(
+                validate_content(blocks).err(),
+                Some(ApiError::InvalidBody),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn auto_titles_collapse_cut_and_name_images() {
+        let t = |s: &str| vec![ContentBlock::Text { text: s.into() }];
+        assert_eq!(auto_title(&t("  hello \n  world ")), "hello world");
+        let long = format!("{} tail", "a".repeat(59));
+        assert_eq!(auto_title(&t(&long)), format!("{}…", "a".repeat(59)));
+        let img = ContentBlock::Image {
+            mime_type: "image/jpeg".into(),
+            data: "AAAA".into(),
+        };
+        assert_eq!(auto_title(std::slice::from_ref(&img)), "Image");
+        assert_eq!(auto_title(&[img.clone(), img]), "Images");
+    }
+}

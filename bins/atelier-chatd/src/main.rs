@@ -1,0 +1,66 @@
+//! atelier-chatd's entry point: parse arguments, read the service token, call the library.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use atelier_chatd::chat::UnconfiguredRunner;
+use atelier_chatd::RawSettings;
+use clap::Parser;
+
+/// The CMS editor's AI chat runtime. systemd starts it from `atelier-chatd.socket`; for
+/// development, `--listen` binds a unix socket instead.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The SQLite database (default: /var/lib/atelier-chatd/chat.sqlite3; or CHATD_DATABASE).
+    #[arg(long)]
+    database: Option<PathBuf>,
+    /// Unix socket to bind when systemd passed none.
+    #[arg(long)]
+    listen: Option<PathBuf>,
+    /// An origin the editor is served from; repeat for several (or CHATD_PUBLIC_ORIGIN,
+    /// comma-separated).
+    #[arg(long = "public-origin")]
+    public_origins: Vec<String>,
+    /// Development only: read the service token from this file when no systemd credential
+    /// named CHATD_SERVICE_TOKEN is present. A credential always wins.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    atelier_sd::logging::init("info").context("starting logging")?;
+    let settings = RawSettings {
+        database: args.database,
+        listen: args.listen,
+        public_origins: args.public_origins,
+        service_token: service_token(args.token_file.as_deref())?,
+    }
+    .with_variables(std::env::vars())
+    .and_then(RawSettings::validate)
+    .context("invalid configuration; nothing was started")?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let notifier = atelier_sd::notify::Notifier::from_env();
+    runtime
+        .block_on(atelier_chatd::run(
+            settings,
+            Arc::new(UnconfiguredRunner),
+            notifier,
+        ))
+        .context("atelier-chatd failed")
+}
+
+fn service_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let token = atelier_sd::credentials::read_credential_string_or_file(
+        atelier_chatd::SERVICE_TOKEN_CREDENTIAL,
+        token_file,
+    )
+    .context("reading the CHATD_SERVICE_TOKEN credential")?;
+    Ok(token.map(|t| t.expose().to_owned()))
+}

@@ -1,0 +1,304 @@
+//! The production turn runner: the shared tool loop (`atelier_llm::run_tool_loop`) driving the
+//! conversation's provider, with browser tools run through the turn's bridge.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use atelier_llm::{
+    run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
+    Message, Role as LlmRole, ToolCall, ToolDefinition, ToolExecutor, ToolRejection, ToolResult,
+};
+
+use crate::auth::{Caller, Capability};
+use crate::bridge::Bridge;
+use crate::chat::{Turn, TurnRunner};
+use crate::store::history::HistoryEntry;
+use crate::store::{ContentBlock, Conversation, Scope};
+
+/// Resolves the provider a conversation talks to. Credentials are the CMS's (§1.5 is not part
+/// of chatd yet), so whoever runs chatd supplies this.
+pub trait Providers: Send + Sync + 'static {
+    /// The driver for `conversation`'s credential and model as `caller`; `Err` is the message
+    /// of the turn's `error` line.
+    fn driver(
+        &self,
+        caller: &Caller,
+        conversation: &Conversation,
+    ) -> Result<Arc<dyn Driver>, String>;
+}
+
+/// Runs turns through the shared tool loop.
+pub struct LoopRunner {
+    providers: Arc<dyn Providers>,
+    tools: Vec<(Scope, ToolDefinition)>,
+    options: LoopOptions,
+}
+
+impl LoopRunner {
+    /// A runner over `providers` offering each scope its `tools` (all run in the browser).
+    pub fn new(providers: Arc<dyn Providers>, tools: Vec<(Scope, ToolDefinition)>) -> Self {
+        Self {
+            providers,
+            tools,
+            options: LoopOptions::default(),
+        }
+    }
+
+    /// The tools a turn in `scope` offers `caller`. Every tool here runs in the browser, and
+    /// posting a browser result takes `ai.tools.write` (§1.3); the reference still offered its
+    /// read-only browser tools without it, so their results were refused and the turn hung for
+    /// 90 s (§0.7). Here a caller without `ai.tools.write` is offered no browser tools at all.
+    pub fn offered_tools(&self, scope: Scope, caller: &Caller) -> Vec<ToolDefinition> {
+        if !caller.has(Capability::ToolsWrite) {
+            return Vec::new();
+        }
+        self.tools
+            .iter()
+            .filter(|(s, _)| *s == scope)
+            .map(|(_, tool)| tool.clone())
+            .collect()
+    }
+
+    /// The same runner with other loop options.
+    pub fn with_options(mut self, options: LoopOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl TurnRunner for LoopRunner {
+    fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let scope = turn.conversation.scope;
+        let tools = self.offered_tools(scope, &turn.caller);
+        let driver = self.providers.driver(&turn.caller, &turn.conversation);
+        let options = self.options.clone();
+        Box::pin(async move {
+            let driver = match driver {
+                Ok(driver) => driver,
+                Err(message) => {
+                    let _ = turn.events.send(LoopEvent::Error { message });
+                    return;
+                }
+            };
+            let request = ChatRequest {
+                model: turn.conversation.model_id.clone(),
+                system: vec![system_prompt(scope)],
+                messages: history_messages(&turn.history),
+                tools,
+                max_tokens: None,
+                scope: Some(scope.as_str().to_owned()),
+            };
+            let executor = BridgeExecutor {
+                bridge: Arc::clone(&turn.bridge),
+            };
+            let outcome =
+                run_tool_loop(driver.as_ref(), &executor, request, options, &turn.events).await;
+            tracing::info!(
+                conversation_id = %turn.conversation.id,
+                rounds = outcome.rounds,
+                end = ?outcome.end,
+                "turn ended"
+            );
+        })
+    }
+}
+
+/// The scope's system prompt. The reference's per-scope prompts (§10.7) are not ported yet;
+/// this is the one the reference gives scopes without tools.
+fn system_prompt(scope: Scope) -> String {
+    format!(
+        "You are the AI assistant embedded in the \"{}\" workspace of the CMS editor.",
+        scope.as_str()
+    )
+}
+
+/// Runs every tool in the browser through the turn's bridge.
+pub struct BridgeExecutor {
+    /// The turn's bridge.
+    pub bridge: Arc<Bridge>,
+}
+
+impl ToolExecutor for BridgeExecutor {
+    fn execute<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = ToolResult> + Send + 'a>> {
+        Box::pin(async move {
+            match self.bridge.execute(call).await {
+                Ok(result) => result,
+                Err(error) => ToolResult {
+                    call_id: call.id.clone(),
+                    ok: false,
+                    data: None,
+                    error: Some(error.to_string()),
+                    images: Vec::new(),
+                },
+            }
+        })
+    }
+
+    fn is_browser_tool(&self, _name: &str) -> bool {
+        true
+    }
+
+    fn execute_or_reject<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolRejection>> + Send + 'a>> {
+        Box::pin(async move {
+            self.bridge
+                .execute(call)
+                .await
+                .map_err(|error| ToolRejection::new(error.to_string()))
+        })
+    }
+}
+
+/// The healed history as the loop's messages, same-role neighbours merged (a text row and the
+/// tool-call rows after it are one assistant turn on every wire).
+pub fn history_messages(history: &[HistoryEntry]) -> Vec<Message> {
+    let mut messages: Vec<Message> = Vec::new();
+    for entry in history {
+        let (role, blocks) = match entry {
+            HistoryEntry::User(blocks) => {
+                (LlmRole::User, blocks.iter().filter_map(to_llm).collect())
+            }
+            HistoryEntry::Assistant(blocks) => (
+                LlmRole::Assistant,
+                blocks.iter().filter_map(to_llm).collect(),
+            ),
+            HistoryEntry::ToolResult {
+                tool_call_id,
+                ok,
+                error,
+            } => (
+                LlmRole::Tool,
+                vec![LlmBlock::ToolResult(ToolResult {
+                    call_id: tool_call_id.clone(),
+                    ok: *ok,
+                    data: None,
+                    error: error.clone(),
+                    images: Vec::new(),
+                })],
+            ),
+        };
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(Message {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    messages.retain(|m| !m.content.is_empty());
+    messages
+}
+
+fn to_llm(block: &ContentBlock) -> Option<LlmBlock> {
+    match block {
+        ContentBlock::Text { text } => Some(LlmBlock::Text { text: text.clone() }),
+        ContentBlock::Image { mime_type, data } => Some(LlmBlock::Image(Image {
+            mime_type: mime_type.clone(),
+            data: data.clone(),
+        })),
+        ContentBlock::ToolCall {
+            tool_call_id,
+            tool_name,
+            input,
+        } => Some(LlmBlock::ToolCall(ToolCall {
+            id: tool_call_id.clone(),
+            name: tool_name.clone(),
+            arguments: input.clone(),
+        })),
+        // Results live in their own rows; a stray block in another row has nothing to answer.
+        ContentBlock::ToolResult { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct NoProviders;
+
+    impl Providers for NoProviders {
+        fn driver(&self, _: &Caller, _: &Conversation) -> Result<Arc<dyn Driver>, String> {
+            Err("none".into())
+        }
+    }
+
+    #[test]
+    fn browser_tools_are_offered_per_scope_to_writers_only() {
+        let tool = |name: &str| ToolDefinition {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+        };
+        let runner = LoopRunner::new(
+            Arc::new(NoProviders),
+            vec![(Scope::Site, tool("a")), (Scope::Content, tool("b"))],
+        );
+        let caller = |caps: &[&str]| Caller {
+            user_id: "u".into(),
+            capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        let writer = caller(&["ai.chat", "ai.tools.write"]);
+        let names: Vec<String> = runner
+            .offered_tools(Scope::Site, &writer)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["a"]);
+        assert!(runner
+            .offered_tools(Scope::Site, &caller(&["ai.chat"]))
+            .is_empty());
+        assert!(runner.offered_tools(Scope::Data, &writer).is_empty());
+    }
+
+    #[test]
+    fn history_merges_neighbours_and_keeps_results_apart() {
+        let call = ContentBlock::ToolCall {
+            tool_call_id: "c1".into(),
+            tool_name: "t".into(),
+            input: json!({"a": 1}),
+        };
+        let history = vec![
+            HistoryEntry::User(vec![ContentBlock::Text { text: "hi".into() }]),
+            HistoryEntry::Assistant(vec![ContentBlock::Text { text: "ok".into() }]),
+            HistoryEntry::Assistant(vec![call]),
+            HistoryEntry::ToolResult {
+                tool_call_id: "c1".into(),
+                ok: false,
+                error: Some("no".into()),
+            },
+            HistoryEntry::User(vec![ContentBlock::Text {
+                text: "again".into(),
+            }]),
+        ];
+        let messages = history_messages(&history);
+        let roles: Vec<LlmRole> = messages.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [
+                LlmRole::User,
+                LlmRole::Assistant,
+                LlmRole::Tool,
+                LlmRole::User
+            ]
+        );
+        assert_eq!(messages[1].content.len(), 2);
+        assert_eq!(
+            messages[2].content,
+            [LlmBlock::ToolResult(ToolResult {
+                call_id: "c1".into(),
+                ok: false,
+                data: None,
+                error: Some("no".into()),
+                images: vec![],
+            })]
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! chatd's settings: raw values from the command line, `CHATD_*` variables and systemd,
+//! validated into [`Settings`].
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The systemd credential that holds the bearer token the CMS's reverse proxy presents.
+pub const SERVICE_TOKEN_CREDENTIAL: &str = "CHATD_SERVICE_TOKEN";
+
+/// Where the database lives under `StateDirectory=atelier-chatd` unless `--database` says
+/// otherwise.
+pub const DEFAULT_DATABASE: &str = "/var/lib/atelier-chatd/chat.sqlite3";
+
+/// Mode of the socket chatd binds itself outside socket activation, as the `.socket` unit
+/// declares it: the service user and the proxy's group.
+pub(crate) const FALLBACK_SOCKET_MODE: u32 = 0o660;
+
+/// A service token shorter than this is refused: it is the only thing between any local process
+/// that can reach the socket and every user's conversations.
+const MIN_TOKEN_LEN: usize = 32;
+
+/// The environment variables chatd reads; any other `CHATD_` variable is refused by name, so a
+/// typo cannot silently leave a setting at its default.
+const KNOWN_VARIABLES: &[&str] = &["CHATD_DATABASE", "CHATD_PUBLIC_ORIGIN"];
+
+/// Settings as given, before validation.
+#[derive(Debug, Default, Clone)]
+pub struct RawSettings {
+    /// The SQLite database file.
+    pub database: Option<PathBuf>,
+    /// The unix socket to bind when systemd passed none.
+    pub listen: Option<PathBuf>,
+    /// The origins the editor is served from (`scheme://host[:port]`); state-changing requests
+    /// carrying another `Origin` are refused.
+    pub public_origins: Vec<String>,
+    /// The service token, from `$CREDENTIALS_DIRECTORY` or a development token file.
+    pub service_token: Option<String>,
+}
+
+/// Validated settings.
+#[derive(Clone)]
+pub struct Settings {
+    /// The SQLite database file.
+    pub database: PathBuf,
+    /// The unix socket to bind when not socket-activated.
+    pub listen: Option<PathBuf>,
+    /// The allowed origins, normalised; never empty.
+    pub public_origins: Vec<String>,
+    /// The bearer token; never printed.
+    pub(crate) service_token: String,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("database", &self.database)
+            .field("listen", &self.listen)
+            .field("public_origins", &self.public_origins)
+            .field("service_token", &"[redacted]")
+            .finish()
+    }
+}
+
+/// A setting that cannot be used; each names the setting.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingsError {
+    /// A `CHATD_` variable chatd does not know.
+    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN")]
+    UnknownKey(String),
+    /// No service token was provided.
+    #[error("no service token: provide the {SERVICE_TOKEN_CREDENTIAL} credential")]
+    MissingToken,
+    /// The service token is too short.
+    #[error("the service token must be at least {MIN_TOKEN_LEN} characters")]
+    ShortToken,
+    /// No public origin was configured.
+    #[error("no public origin: give --public-origin or CHATD_PUBLIC_ORIGIN")]
+    MissingPublicOrigin,
+    /// A public origin is not an `http(s)://host[:port]` URL.
+    #[error("public origin {0:?} must be an http or https URL")]
+    BadPublicOrigin(String),
+    /// A path setting is relative.
+    #[error("{setting} path {path:?} must be absolute")]
+    RelativePath {
+        /// Which setting.
+        setting: &'static str,
+        /// The path given.
+        path: PathBuf,
+    },
+}
+
+impl RawSettings {
+    /// Applies `CHATD_*` variables (the process environment, passed in) under what the command
+    /// line already set: the command line wins. Variables without the `CHATD_` prefix are
+    /// ignored; unknown ones with it are refused by name.
+    pub fn with_variables<I, K, V>(mut self, variables: I) -> Result<Self, SettingsError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        for (key, value) in variables {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            if !key.starts_with("CHATD_") {
+                continue;
+            }
+            match key {
+                "CHATD_DATABASE" if self.database.is_none() => {
+                    self.database = Some(PathBuf::from(value));
+                }
+                "CHATD_PUBLIC_ORIGIN" if self.public_origins.is_empty() => {
+                    self.public_origins = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|o| !o.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                }
+                known if KNOWN_VARIABLES.contains(&known) => {}
+                unknown => return Err(SettingsError::UnknownKey(unknown.to_owned())),
+            }
+        }
+        Ok(self)
+    }
+
+    /// Validates every setting, reporting the first that cannot be used.
+    pub fn validate(self) -> Result<Settings, SettingsError> {
+        let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
+        if service_token.chars().count() < MIN_TOKEN_LEN {
+            return Err(SettingsError::ShortToken);
+        }
+        if self.public_origins.is_empty() {
+            return Err(SettingsError::MissingPublicOrigin);
+        }
+        let public_origins = self
+            .public_origins
+            .iter()
+            .map(|origin| {
+                normalize_origin(origin)
+                    .ok_or_else(|| SettingsError::BadPublicOrigin(origin.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let database = self
+            .database
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
+        for (setting, path) in [
+            ("database", Some(&database)),
+            ("listen", self.listen.as_ref()),
+        ] {
+            if let Some(path) = path.filter(|p| !p.is_absolute()) {
+                return Err(SettingsError::RelativePath {
+                    setting,
+                    path: path.clone(),
+                });
+            }
+        }
+        Ok(Settings {
+            database,
+            listen: self.listen,
+            public_origins,
+            service_token,
+        })
+    }
+}
+
+/// Reduces an origin or URL to lower-cased `scheme://host[:port]`, keeping the port only when it
+/// is explicit and not the scheme's default; path, query, fragment and user info are dropped.
+/// `None` for anything that is not an `http`/`https` URL with a host.
+pub fn normalize_origin(value: &str) -> Option<String> {
+    let value = value.trim();
+    let (scheme, rest) = value.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    // An IPv6 literal keeps its brackets; its colons are not a port separator.
+    let (host, port) = match host_port.rfind(':') {
+        Some(colon) if !host_port[colon..].contains(']') => {
+            (&host_port[..colon], Some(&host_port[colon + 1..]))
+        }
+        _ => (host_port.as_str(), None),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':' | '_'));
+    if !host_ok {
+        return None;
+    }
+    match port {
+        None => Some(format!("{scheme}://{host}")),
+        Some("") => Some(format!("{scheme}://{host}")),
+        Some(port) if port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit()) => {
+            let port = port.trim_start_matches('0');
+            if port == default_port {
+                Some(format!("{scheme}://{host}"))
+            } else {
+                port.parse::<u16>().ok()?;
+                Some(format!("{scheme}://{host}:{port}"))
+            }
+        }
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawSettings {
+        RawSettings {
+            service_token: Some("t".repeat(32)),
+            public_origins: vec!["https://cms.example".into()],
+            ..RawSettings::default()
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_setting() {
+        let cases: Vec<(&str, RawSettings, SettingsError)> = vec![
+            (
+                "no token",
+                RawSettings {
+                    service_token: None,
+                    ..raw()
+                },
+                SettingsError::MissingToken,
+            ),
+            (
+                "short token",
+                RawSettings {
+                    service_token: Some("t".repeat(31)),
+                    ..raw()
+                },
+                SettingsError::ShortToken,
+            ),
+            (
+                "no origin",
+                RawSettings {
+                    public_origins: vec![],
+                    ..raw()
+                },
+                SettingsError::MissingPublicOrigin,
+            ),
+            (
+                "ftp origin",
+                RawSettings {
+                    public_origins: vec!["ftp://cms.example".into()],
+                    ..raw()
+                },
+                SettingsError::BadPublicOrigin("ftp://cms.example".into()),
+            ),
+            (
+                "relative database",
+                RawSettings {
+                    database: Some("chat.sqlite3".into()),
+                    ..raw()
+                },
+                SettingsError::RelativePath {
+                    setting: "database",
+                    path: "chat.sqlite3".into(),
+                },
+            ),
+            (
+                "relative listen",
+                RawSettings {
+                    listen: Some("chatd.sock".into()),
+                    ..raw()
+                },
+                SettingsError::RelativePath {
+                    setting: "listen",
+                    path: "chatd.sock".into(),
+                },
+            ),
+        ];
+        for (name, raw, expected) in cases {
+            assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
+        }
+    }
+
+    #[test]
+    fn variables_fill_gaps_and_unknown_ones_are_refused_by_name() {
+        let settings = RawSettings {
+            public_origins: vec![],
+            ..raw()
+        }
+        .with_variables([
+            ("PATH", "/usr/bin"),
+            ("CHATD_DATABASE", "/srv/chat.db"),
+            (
+                "CHATD_PUBLIC_ORIGIN",
+                "https://A.example:443/x, http://b.example:8080",
+            ),
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert_eq!(settings.database, PathBuf::from("/srv/chat.db"));
+        assert_eq!(
+            settings.public_origins,
+            ["https://a.example", "http://b.example:8080"]
+        );
+
+        let cli_wins = raw()
+            .with_variables([("CHATD_PUBLIC_ORIGIN", "https://other.example")])
+            .unwrap();
+        assert_eq!(cli_wins.public_origins, ["https://cms.example"]);
+
+        assert_eq!(
+            raw()
+                .with_variables([("CHATD_PUBLIC_ORIGN", "https://x.example")])
+                .unwrap_err(),
+            SettingsError::UnknownKey("CHATD_PUBLIC_ORIGN".into())
+        );
+    }
+
+    #[test]
+    fn origins_normalise_like_the_original() {
+        let cases = [
+            ("https://CMS.Example", Some("https://cms.example")),
+            (
+                "https://cms.example:443/admin?x#y",
+                Some("https://cms.example"),
+            ),
+            ("http://cms.example:80", Some("http://cms.example")),
+            ("http://cms.example:443", Some("http://cms.example:443")),
+            (
+                "http://user:pw@cms.example:5173",
+                Some("http://cms.example:5173"),
+            ),
+            ("http://[::1]:8080/", Some("http://[::1]:8080")),
+            ("http://[::1]", Some("http://[::1]")),
+            ("null", None),
+            ("javascript://x", None),
+            ("https://", None),
+            ("https://cms.example:99999", None),
+            ("https://cms example", None),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(normalize_origin(input).as_deref(), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn debug_redacts_the_token() {
+        let settings = raw().validate().unwrap();
+        assert!(!format!("{settings:?}").contains(&"t".repeat(32)));
+        assert_eq!(settings.database, PathBuf::from(DEFAULT_DATABASE));
+    }
+}

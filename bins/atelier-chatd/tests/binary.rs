@@ -1,0 +1,170 @@
+//! The binary run the way a developer runs it: settings refused by name, the bind fallback, a
+//! turn without provider wiring ending in its error line, SIGTERM, and state kept across runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::UnixStream;
+
+const TOKEN: &str = "test-service-token-000000000000000000000000";
+
+/// Kills the daemon if a test fails before it stops it.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn command(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_atelier-chatd"));
+    command
+        .arg("--listen")
+        .arg(dir.join("chatd.sock"))
+        .arg("--database")
+        .arg(dir.join("chat.sqlite3"))
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .env_remove("LISTEN_FDS")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("CHATD_DATABASE")
+        .env_remove("CHATD_PUBLIC_ORIGIN");
+    command
+}
+
+async fn start(dir: &Path) -> Daemon {
+    let socket = dir.join("chatd.sock");
+    let _ = std::fs::remove_file(&socket);
+    let child = command(dir)
+        .args(["--public-origin", "https://cms.example"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon(child);
+    for _ in 0..400 {
+        if UnixStream::connect(&socket).await.is_ok() {
+            return daemon;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("chatd never listened");
+}
+
+async fn stop(mut daemon: Daemon) {
+    let pid = daemon.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    for _ in 0..400 {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("chatd did not exit after SIGTERM");
+}
+
+async fn call(socket: &Path, method: Method, path: &str, body: Value) -> (StatusCode, String) {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "chatd")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("x-atelier-user-id", "alice")
+        .header("x-atelier-user-capabilities", "ai.chat")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[test]
+fn an_unknown_setting_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let output = command(dir.path())
+        .env("CHATD_PUBLIC_ORIGN", "https://cms.example")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("nothing was started"), "{stderr}");
+    assert!(stderr.contains("CHATD_PUBLIC_ORIGN"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_binary_serves_stops_on_sigterm_and_keeps_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+    let socket = dir.path().join("chatd.sock");
+
+    let daemon = start(dir.path()).await;
+    let (status, body) = call(
+        &socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        json!({"scope": "data", "credentialId": "c", "modelId": "m"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["conversation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, stream) = call(
+        &socket,
+        Method::POST,
+        "/admin/api/ai/chat/data",
+        json!({"conversationId": id, "content": [{"kind": "text", "text": "hello"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let lines: Vec<Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stream}");
+    assert_eq!(lines[0]["type"], "bridgeReady");
+    assert_eq!(
+        lines[1],
+        json!({"type": "error", "message": atelier_chatd::chat::UNCONFIGURED_MESSAGE})
+    );
+    stop(daemon).await;
+
+    let daemon = start(dir.path()).await;
+    let (status, body) = call(
+        &socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let conversation: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(conversation["conversation"]["title"], "hello");
+    assert_eq!(conversation["conversation"]["messages"][0]["role"], "user");
+    stop(daemon).await;
+}

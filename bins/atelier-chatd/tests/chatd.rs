@@ -1,0 +1,1083 @@
+//! chatd over a real unix socket: the auth table, conversations CRUD persisted in SQLite,
+//! per-user isolation, the browser bridge, the single-writer lease and client aborts. Turns are
+//! run by a scripted [`TurnRunner`] that calls browser tools through the real bridge.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atelier_chatd::chat::{Turn, TurnRunner};
+use atelier_chatd::store::history::INTERRUPTED_TOOL_RESULT_ERROR;
+use atelier_chatd::store::Store;
+use atelier_chatd::{RawSettings, Router};
+use atelier_llm::{LoopEvent, ToolCallStatus};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
+
+const TOKEN: &str = "test-service-token-000000000000000000000000";
+const ORIGIN: &str = "https://cms.example";
+const ALL: &str = "ai.chat,ai.tools.write";
+
+/// Plays a model that calls each of its tools in the browser, then reports the editor
+/// snapshot it last saw as text.
+struct ScriptedRunner {
+    tools: Vec<(&'static str, Value)>,
+}
+
+impl TurnRunner for ScriptedRunner {
+    fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let tools = self.tools.clone();
+        Box::pin(async move {
+            let send = |event| {
+                let _ = turn.events.send(event);
+            };
+            send(LoopEvent::Text {
+                text: "Let me look".into(),
+            });
+            send(LoopEvent::Text { text: ".".into() });
+            for (index, (name, input)) in tools.into_iter().enumerate() {
+                let call = atelier_llm::ToolCall {
+                    id: format!("call_{index}"),
+                    name: name.to_owned(),
+                    arguments: input.clone(),
+                };
+                send(LoopEvent::ToolCall {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    input,
+                    status: ToolCallStatus::Pending,
+                });
+                match turn.bridge.execute(&call).await {
+                    Ok(result) => send(LoopEvent::ToolResult {
+                        tool_call_id: call.id,
+                        tool_name: call.name,
+                        ok: result.ok,
+                        error: result.error,
+                    }),
+                    Err(error) => {
+                        send(LoopEvent::ToolResult {
+                            tool_call_id: call.id,
+                            tool_name: call.name,
+                            ok: false,
+                            error: Some(error.to_string()),
+                        });
+                        send(LoopEvent::Error {
+                            message: format!("Browser tool transport failed: {error}"),
+                        });
+                        return;
+                    }
+                }
+            }
+            send(LoopEvent::Text {
+                text: format!("snapshot={}", turn.bridge.snapshot().unwrap_or(Value::Null)),
+            });
+            send(LoopEvent::Usage {
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                cost_usd: 0.0,
+                cache_read_tokens: None,
+                cache_creation_tokens: None,
+                provider_cost_usd: Some(0.25),
+            });
+            send(LoopEvent::Done);
+        })
+    }
+}
+
+struct Server {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    database: PathBuf,
+    router: Router,
+}
+
+fn serve(tools: Vec<(&'static str, Value)>) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("chatd.sock");
+    let database = dir.path().join("chat.sqlite3");
+    let settings = RawSettings {
+        database: Some(database.clone()),
+        public_origins: vec![ORIGIN.into()],
+        service_token: Some(TOKEN.into()),
+        ..RawSettings::default()
+    }
+    .validate()
+    .unwrap();
+    let store = Arc::new(Store::open(&settings.database).unwrap());
+    let router = Router::new(&settings, store, Arc::new(ScriptedRunner { tools }));
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let handler_router = router.clone();
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request| {
+            let router = handler_router.clone();
+            async move { router.handle(request).await }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    Server {
+        _dir: dir,
+        socket,
+        database,
+        router,
+    }
+}
+
+/// Who is asking: `None` fields leave the header out.
+#[derive(Clone, Copy)]
+struct As<'a> {
+    token: Option<&'a str>,
+    user: Option<&'a str>,
+    capabilities: &'a str,
+    origin: Option<&'a str>,
+}
+
+fn user(id: &str) -> As<'_> {
+    As {
+        token: Some(TOKEN),
+        user: Some(id),
+        capabilities: ALL,
+        origin: Some(ORIGIN),
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: hyper::HeaderMap,
+    body: Incoming,
+    connection: JoinHandle<()>,
+}
+
+impl Reply {
+    async fn json(self) -> (StatusCode, hyper::HeaderMap, Value) {
+        let bytes = self.body.collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("not JSON: {bytes:?}"))
+        };
+        (self.status, self.headers, value)
+    }
+}
+
+async fn send(
+    socket: &Path,
+    who: As<'_>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "chatd");
+    if let Some(token) = who.token {
+        builder = builder.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(user) = who.user {
+        builder = builder.header("x-atelier-user-id", user);
+    }
+    if !who.capabilities.is_empty() {
+        builder = builder.header("x-atelier-user-capabilities", who.capabilities);
+    }
+    if let Some(origin) = who.origin {
+        builder = builder.header("origin", origin);
+    }
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let response = sender
+        .send_request(builder.body(Full::new(Bytes::from(bytes))).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        connection,
+    }
+}
+
+async fn call(
+    socket: &Path,
+    who: As<'_>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let (status, _, value) = send(socket, who, method, path, body).await.json().await;
+    (status, value)
+}
+
+/// Reads an NDJSON body one event at a time.
+struct Events {
+    body: Incoming,
+    buffer: Vec<u8>,
+    connection: JoinHandle<()>,
+}
+
+impl Events {
+    fn new(reply: Reply) -> Self {
+        Events {
+            body: reply.body,
+            buffer: Vec::new(),
+            connection: reply.connection,
+        }
+    }
+
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(10), self.body.frame())
+                .await
+                .expect("stream stalled")?;
+            if let Ok(data) = frame.unwrap().into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+
+    async fn rest(mut self) -> Vec<Value> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+async fn create_conversation(socket: &Path, who: As<'_>, scope: &str) -> String {
+    let (status, body) = call(
+        socket,
+        who,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(json!({"scope": scope, "credentialId": "cred-1", "modelId": "model-1"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["conversation"]["id"].as_str().unwrap().to_owned()
+}
+
+fn chat_body(conversation: &str, text: &str) -> Value {
+    json!({
+        "conversationId": conversation,
+        "content": [{"kind": "text", "text": text}],
+        "snapshot": {"page": "home"},
+    })
+}
+
+async fn detail(socket: &Path, who: As<'_>, id: &str) -> Value {
+    let (status, body) = call(
+        socket,
+        who,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["conversation"].clone()
+}
+
+#[tokio::test]
+async fn the_auth_table_answers_with_the_reference_bodies() {
+    let server = serve(vec![]);
+    let list = "/admin/api/ai/conversations?scope=site";
+    let cases: Vec<(&str, As<'_>, Method, &str, StatusCode, &str)> = vec![
+        (
+            "no token",
+            As {
+                token: None,
+                ..user("alice")
+            },
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "wrong token",
+            As {
+                token: Some("x"),
+                ..user("alice")
+            },
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "no token, unknown path",
+            As {
+                token: None,
+                ..user("alice")
+            },
+            Method::GET,
+            "/elsewhere",
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "no user",
+            As {
+                user: None,
+                ..user("alice")
+            },
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "no ai.chat",
+            As {
+                capabilities: "ai.tools.write",
+                ..user("alice")
+            },
+            Method::GET,
+            list,
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+        ),
+        (
+            "no ai.tools.write for tool results",
+            As {
+                capabilities: "ai.chat",
+                ..user("alice")
+            },
+            Method::POST,
+            "/admin/api/ai/tool-result",
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+        ),
+        (
+            "foreign origin on a POST",
+            As {
+                origin: Some("https://evil.example"),
+                ..user("alice")
+            },
+            Method::POST,
+            "/admin/api/ai/conversations",
+            StatusCode::FORBIDDEN,
+            "Forbidden: invalid origin",
+        ),
+        (
+            "foreign origin on a DELETE",
+            As {
+                origin: Some("null"),
+                ..user("alice")
+            },
+            Method::DELETE,
+            "/admin/api/ai/conversations/x",
+            StatusCode::FORBIDDEN,
+            "Forbidden: invalid origin",
+        ),
+        (
+            "unknown path",
+            user("alice"),
+            Method::GET,
+            "/admin/api/ai/nothing",
+            StatusCode::NOT_FOUND,
+            "Not found",
+        ),
+        (
+            "unknown chat scope",
+            user("alice"),
+            Method::POST,
+            "/admin/api/ai/chat/blog",
+            StatusCode::NOT_FOUND,
+            "Not found",
+        ),
+        (
+            "wrong method",
+            user("alice"),
+            Method::GET,
+            "/admin/api/ai/tool-result",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Method not allowed",
+        ),
+        (
+            "no scope",
+            user("alice"),
+            Method::GET,
+            "/admin/api/ai/conversations",
+            StatusCode::BAD_REQUEST,
+            "Query parameter `scope` is required (one of: site, content, data, plugin)",
+        ),
+    ];
+    for (name, who, method, path, status, error) in cases {
+        let (got_status, headers, body) = send(&server.socket, who, method, path, None)
+            .await
+            .json()
+            .await;
+        assert_eq!(got_status, status, "{name}: {body}");
+        assert_eq!(body, json!({ "error": error }), "{name}");
+        assert!(
+            headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{name}"
+        );
+    }
+    // A read from a foreign origin is not state-changing; neither is a POST without Origin.
+    let (status, _) = call(
+        &server.socket,
+        As {
+            origin: Some("https://evil.example"),
+            ..user("alice")
+        },
+        Method::GET,
+        list,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    create_conversation(
+        &server.socket,
+        As {
+            origin: None,
+            ..user("alice")
+        },
+        "site",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn conversations_round_trip_and_persist_per_user() {
+    let server = serve(vec![]);
+    let socket = &server.socket;
+    let alice = user("alice");
+    let bob = user("bob");
+
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(json!({"scope": "site", "title": "  Landing page  ", "credentialId": "c", "modelId": "m", "extra": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let view = &body["conversation"];
+    let keys: Vec<&str> = view
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut expected = vec![
+        "id",
+        "scope",
+        "title",
+        "credentialId",
+        "modelId",
+        "promptTokensTotal",
+        "completionTokensTotal",
+        "costUsdTotal",
+        "cacheReadTokensTotal",
+        "cacheCreationTokensTotal",
+        "contextTokens",
+        "createdAt",
+        "updatedAt",
+    ];
+    let mut sorted = keys.clone();
+    sorted.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(sorted, expected);
+    assert_eq!(view["title"], "Landing page");
+    assert_eq!(view["scope"], "site");
+    let id = view["id"].as_str().unwrap().to_owned();
+    let untitled = create_conversation(socket, alice, "site").await;
+    create_conversation(socket, alice, "content").await;
+
+    for (name, body) in [
+        (
+            "missing modelId",
+            json!({"scope": "site", "credentialId": "c"}),
+        ),
+        (
+            "empty credentialId",
+            json!({"scope": "site", "credentialId": "", "modelId": "m"}),
+        ),
+        (
+            "unknown scope",
+            json!({"scope": "blog", "credentialId": "c", "modelId": "m"}),
+        ),
+    ] {
+        let (status, body) = call(
+            socket,
+            alice,
+            Method::POST,
+            "/admin/api/ai/conversations",
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{name}");
+        assert_eq!(body, json!({"error": "Invalid request body."}), "{name}");
+    }
+
+    let (status, list) = call(
+        socket,
+        alice,
+        Method::GET,
+        "/admin/api/ai/conversations?scope=site",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = list["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [untitled.as_str(), id.as_str()],
+        "newest first, this scope only"
+    );
+
+    let (status, headers, body) = send(
+        socket,
+        alice,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await
+    .json()
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["cache-control"], "private, no-store");
+    assert_eq!(body["conversation"]["messages"], json!([]));
+    assert_eq!(body["conversation"]["title"], "Landing page");
+
+    let path = format!("/admin/api/ai/conversations/{id}");
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::PUT,
+        &path,
+        Some(json!({"title": "   ", "modelId": "m2"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body["conversation"]["title"], "Landing page",
+        "a blank title keeps the old one"
+    );
+    assert_eq!(body["conversation"]["modelId"], "m2");
+    let (status, _) = call(
+        socket,
+        alice,
+        Method::PUT,
+        &path,
+        Some(json!({"title": ""})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // Bob sees none of it and can change none of it.
+    let (_, list) = call(
+        socket,
+        bob,
+        Method::GET,
+        "/admin/api/ai/conversations?scope=site",
+        None,
+    )
+    .await;
+    assert_eq!(list, json!({"conversations": []}));
+    for (method, body) in [
+        (Method::GET, None),
+        (Method::PUT, Some(json!({"title": "mine"}))),
+        (Method::DELETE, None),
+    ] {
+        let (status, body) = call(socket, bob, method.clone(), &path, body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method}");
+        assert_eq!(body, json!({"error": "Conversation not found"}), "{method}");
+    }
+
+    let (status, body) = call(socket, alice, Method::DELETE, &path, None).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"ok": true})));
+    let (status, _) = call(socket, alice, Method::GET, &path, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(socket, alice, Method::DELETE, &path, None).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "deleting again succeeds, as the original did"
+    );
+
+    // What the API said is what SQLite holds.
+    let store = Store::open(&server.database).unwrap();
+    assert!(store.conversation("alice", &id).unwrap().is_none());
+    let kept = store.conversation("alice", &untitled).unwrap().unwrap();
+    assert_eq!(kept.title, "New conversation");
+    assert!(store.conversation("bob", &untitled).unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_turn_streams_resolves_the_bridge_with_a_snapshot_and_persists() {
+    let server = serve(vec![("site_read_document", json!({"id": 7}))]);
+    let socket = &server.socket;
+    let alice = user("alice");
+    let id = create_conversation(socket, alice, "site").await;
+
+    let reply = send(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(chat_body(&id, "  Make   the hero blue  ")),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers["content-type"], "application/x-ndjson");
+    assert_eq!(reply.headers["cache-control"], "private, no-store");
+    assert_eq!(reply.headers["x-accel-buffering"], "no");
+    let mut events = Events::new(reply);
+    let ready = events.next().await.unwrap();
+    assert_eq!(ready["type"], "bridgeReady");
+    let bridge_id = ready["bridgeId"].as_str().unwrap().to_owned();
+    assert_eq!(bridge_id.len(), 21);
+    assert_eq!(
+        events.next().await.unwrap(),
+        json!({"type": "text", "text": "Let me look"})
+    );
+    assert_eq!(
+        events.next().await.unwrap(),
+        json!({"type": "text", "text": "."})
+    );
+    assert_eq!(
+        events.next().await.unwrap(),
+        json!({"type": "toolCall", "toolCallId": "call_0", "toolName": "site_read_document", "input": {"id": 7}, "status": "pending"})
+    );
+    let request = events.next().await.unwrap();
+    assert_eq!(request["type"], "toolRequest");
+    assert_eq!(request["toolName"], "site_read_document");
+    assert_eq!(request["input"], json!({"id": 7}));
+    let request_id = request["requestId"].as_str().unwrap().to_owned();
+
+    let result = |bridge: &str, request: &str| json!({"bridgeId": bridge, "requestId": request, "result": {"ok": true, "data": {"html": "<p>"}}, "snapshot": {"page": "after"}});
+    let gone = json!({"error": "The AI tool bridge is no longer active. The server may have restarted; send the message again."});
+    // Unknown ids, and the right ids posted by another user, look the same: gone.
+    for (who, bridge, request) in [
+        (alice, "nope", request_id.as_str()),
+        (alice, bridge_id.as_str(), "nope"),
+        (user("bob"), bridge_id.as_str(), request_id.as_str()),
+    ] {
+        let (status, body) = call(
+            socket,
+            who,
+            Method::POST,
+            "/admin/api/ai/tool-result",
+            Some(result(bridge, request)),
+        )
+        .await;
+        assert_eq!((status, body), (StatusCode::NOT_FOUND, gone.clone()));
+    }
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/tool-result",
+        Some(json!({"bridgeId": bridge_id})),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Invalid request body."})
+        )
+    );
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/tool-result",
+        Some(result(&bridge_id, &request_id)),
+    )
+    .await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"ok": true})));
+
+    let rest = events.rest().await;
+    assert_eq!(
+        rest,
+        vec![
+            json!({"type": "toolResult", "toolCallId": "call_0", "toolName": "site_read_document", "ok": true}),
+            json!({"type": "text", "text": "snapshot={\"page\":\"after\"}"}),
+            json!({"type": "usage", "promptTokens": 10, "completionTokens": 5, "costUsd": 0.25}),
+            json!({"type": "done"}),
+        ]
+    );
+    // The bridge is gone with its turn, and the lease is free again.
+    let (status, _) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/tool-result",
+        Some(result(&bridge_id, &request_id)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(!server.router.bridges().is_open(&bridge_id));
+    assert!(!server.router.leases().is_held(&id));
+
+    let conversation = detail(socket, alice, &id).await;
+    assert_eq!(conversation["title"], "Make the hero blue");
+    // Usage is booked on the turn's last assistant row and added to the totals.
+    assert_eq!(conversation["promptTokensTotal"], 10);
+    assert_eq!(conversation["completionTokensTotal"], 5);
+    assert_eq!(conversation["contextTokens"], 10);
+    assert_eq!(conversation["costUsdTotal"], 0.25);
+    let rows: Vec<(Value, Value, Value)> = conversation["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].clone(),
+                m["content"].clone(),
+                m["toolCallId"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                json!("user"),
+                json!([{"kind": "text", "text": "  Make   the hero blue  "}]),
+                Value::Null
+            ),
+            (
+                json!("assistant"),
+                json!([{"kind": "text", "text": "Let me look."}]),
+                Value::Null
+            ),
+            (
+                json!("assistant"),
+                json!([{"kind": "toolCall", "toolCallId": "call_0", "toolName": "site_read_document", "input": {"id": 7}}]),
+                json!("call_0")
+            ),
+            (
+                json!("tool"),
+                json!([{"kind": "toolResult", "ok": true}]),
+                json!("call_0")
+            ),
+            (
+                json!("assistant"),
+                json!([{"kind": "text", "text": "snapshot={\"page\":\"after\"}"}]),
+                Value::Null
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_concurrent_send_gets_409_before_anything_is_appended() {
+    let server = serve(vec![("site_insert_html", json!({"html": "<h1>"}))]);
+    let socket = &server.socket;
+    let alice = user("alice");
+    let id = create_conversation(socket, alice, "site").await;
+
+    let mut first = Events::new(
+        send(
+            socket,
+            alice,
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            Some(chat_body(&id, "one")),
+        )
+        .await,
+    );
+    let bridge_id = first.next().await.unwrap()["bridgeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let request_id = loop {
+        let event = first.next().await.unwrap();
+        if event["type"] == "toolRequest" {
+            break event["requestId"].as_str().unwrap().to_owned();
+        }
+    };
+    let before = detail(socket, alice, &id).await["messages"]
+        .as_array()
+        .unwrap()
+        .len();
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(chat_body(&id, "two")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body,
+        json!({"error": "This conversation is already generating a response. Wait for it to finish."})
+    );
+    assert_eq!(
+        detail(socket, alice, &id).await["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        before
+    );
+
+    // The other checks come first, in the original's order.
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(chat_body(&id, "x")),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Conversation scope is \"site\", not \"content\"."})
+        )
+    );
+    let (status, body) = call(
+        socket,
+        user("bob"),
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(chat_body(&id, "x")),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"error": "Conversation not found"})
+        )
+    );
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(json!({"conversationId": id, "prompt": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "Invalid request body."})
+        )
+    );
+
+    let (status, _) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/tool-result",
+        Some(json!({"bridgeId": bridge_id, "requestId": request_id, "result": {"ok": false, "error": "No such node"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let rest = first.rest().await;
+    assert_eq!(
+        rest[0],
+        json!({"type": "toolResult", "toolCallId": "call_0", "toolName": "site_insert_html", "ok": false, "error": "No such node"})
+    );
+    assert_eq!(rest.last().unwrap(), &json!({"type": "done"}));
+
+    // Released: the next send is admitted.
+    let second = Events::new(
+        send(
+            socket,
+            alice,
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            Some(chat_body(&id, "two")),
+        )
+        .await,
+    );
+    drop(second);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_releases_the_lease_and_leaves_calls_interrupted() {
+    let server = serve(vec![("site_render_snapshot", json!({}))]);
+    let socket = &server.socket;
+    let alice = user("alice");
+    let id = create_conversation(socket, alice, "site").await;
+
+    let mut events = Events::new(
+        send(
+            socket,
+            alice,
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            Some(chat_body(&id, "look")),
+        )
+        .await,
+    );
+    let bridge_id = events.next().await.unwrap()["bridgeId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    while events.next().await.unwrap()["type"] != "toolRequest" {}
+    assert!(server.router.leases().is_held(&id));
+    events.connection.abort();
+    drop(events);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while server.router.leases().is_held(&id) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!server.router.bridges().is_open(&bridge_id));
+    let messages = detail(socket, alice, &id).await["messages"].clone();
+    let last = messages.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "tool");
+    assert_eq!(last["toolCallId"], "call_0");
+    assert_eq!(
+        last["content"],
+        json!([{"kind": "toolResult", "ok": false, "error": INTERRUPTED_TOOL_RESULT_ERROR}])
+    );
+
+    // A browser tool that never answers ends the turn in transport after its upper bound; here
+    // the bridge is gone, so a late post is a 404 and the editor resends.
+    let (status, _) = call(
+        socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/tool-result",
+        Some(json!({"bridgeId": bridge_id, "requestId": "r", "result": {"ok": true}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_conversation_without_a_credential_is_refused_before_the_lease() {
+    let server = serve(vec![]);
+    let alice = user("alice");
+    let id = create_conversation(&server.socket, alice, "content").await;
+    // The original sets credential_id to NULL when the credential is deleted.
+    let connection = rusqlite::Connection::open(&server.database).unwrap();
+    connection
+        .execute(
+            "UPDATE ai_conversations SET credential_id = NULL WHERE id = ?1",
+            [&id],
+        )
+        .unwrap();
+    let (status, body) = call(
+        &server.socket,
+        alice,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(chat_body(&id, "x")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        json!({"error": "Conversation has no credential set. Open AI settings to configure a provider."})
+    );
+    assert!(!server.router.leases().is_held(&id));
+}
+
+#[tokio::test]
+async fn stored_jpegs_are_served_to_their_owner_only() {
+    let server = serve(vec![]);
+    let socket = &server.socket;
+    let alice = user("alice");
+    let id = create_conversation(socket, alice, "site").await;
+    let body = json!({
+        "conversationId": id,
+        "content": [{"kind": "text", "text": "this"}, {"kind": "image", "mimeType": "image/jpeg", "data": "/9j/4A=="}],
+    });
+    let events = Events::new(
+        send(
+            socket,
+            alice,
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            Some(body),
+        )
+        .await,
+    );
+    assert_eq!(
+        events.rest().await.last().unwrap(),
+        &json!({"type": "done"})
+    );
+
+    let conversation = detail(socket, alice, &id).await;
+    let user_row = &conversation["messages"][0];
+    let url = user_row["content"][1]["url"].as_str().unwrap().to_owned();
+    let message_id = user_row["id"].as_str().unwrap();
+    assert_eq!(
+        url,
+        format!("/admin/api/ai/conversations/{id}/messages/{message_id}/images/1")
+    );
+
+    let reply = send(socket, alice, Method::GET, &url, None).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers["content-type"], "image/jpeg");
+    assert_eq!(reply.headers["content-length"], "4");
+    assert_eq!(reply.headers["cache-control"], "private, no-store");
+    assert_eq!(reply.headers["x-content-type-options"], "nosniff");
+    let bytes = reply.body.collect().await.unwrap().to_bytes();
+    assert_eq!(&bytes[..], &[0xFF, 0xD8, 0xFF, 0xE0]);
+
+    let not_found = json!({"error": "Conversation image not found"});
+    let text_block = url.replace("/images/1", "/images/0");
+    for (who, path) in [(user("bob"), url.as_str()), (alice, text_block.as_str())] {
+        let (status, body) = call(socket, who, Method::GET, path, None).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::NOT_FOUND, not_found.clone()),
+            "{path}"
+        );
+    }
+    let (status, body) = call(
+        socket,
+        alice,
+        Method::GET,
+        &url.replace("/images/1", "/images/x"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::NOT_FOUND, json!({"error": "Not found"}))
+    );
+    let (status, _) = call(socket, alice, Method::DELETE, &url, None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}

@@ -1,0 +1,531 @@
+//! End to end: chatd's real socket, the shared tool loop, the Anthropic driver and a scripted
+//! provider on loopback replaying recorded SSE transcripts; the test plays the browser.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atelier_chatd::auth::Caller;
+use atelier_chatd::runtime::{LoopRunner, Providers};
+use atelier_chatd::store::{Conversation, Scope, Store};
+use atelier_chatd::{RawSettings, Router};
+use atelier_http::{BoxError, Response};
+use atelier_llm::{AnthropicDriver, Driver, Endpoint, ToolDefinition};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+const TOKEN: &str = "test-service-token-000000000000000000000000";
+
+// ---------------------------------------------------------------------------------------------
+// The scripted provider: each request gets the next transcript, written with Anthropic's named
+// events; a transcript may end in a pause that lasts until the client goes away.
+
+struct Transcript {
+    lines: Vec<String>,
+    hang_at_end: bool,
+}
+
+struct Provider {
+    base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    client_gone: Arc<AtomicBool>,
+}
+
+fn fixture(name: &str) -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/llm/tests/fixtures/anthropic")
+        .join(format!("{name}.sse"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn start_provider(script: Vec<Transcript>) -> Provider {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let client_gone = Arc::new(AtomicBool::new(false));
+    let script = Arc::new(Mutex::new(VecDeque::from(script)));
+    let (seen, gone) = (Arc::clone(&requests), Arc::clone(&client_gone));
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request: atelier_http::Request| {
+            let (seen, gone, script) = (Arc::clone(&seen), Arc::clone(&gone), Arc::clone(&script));
+            async move {
+                let body = atelier_http::read_body(request.into_body(), 1 << 22)
+                    .await
+                    .unwrap();
+                seen.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+                let transcript = script
+                    .lock()
+                    .unwrap()
+                    .pop_front()
+                    .expect("an unscripted request");
+                let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+                tokio::spawn(async move {
+                    for line in transcript.lines {
+                        let kind: Value = serde_json::from_str(&line).unwrap();
+                        let event = format!(
+                            "event: {}\ndata: {line}\n\n",
+                            kind["type"].as_str().unwrap()
+                        );
+                        if tx.send(Ok(Frame::data(Bytes::from(event)))).await.is_err() {
+                            gone.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                    if transcript.hang_at_end {
+                        tx.closed().await;
+                        gone.store(true, Ordering::SeqCst);
+                    }
+                });
+                let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|frame| (frame, rx))
+                });
+                let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+                response
+                    .headers_mut()
+                    .insert("content-type", "text/event-stream".parse().unwrap());
+                response
+            }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    Provider {
+        base_url,
+        requests,
+        client_gone,
+    }
+}
+
+struct ScriptedAnthropic {
+    base_url: String,
+}
+
+impl Providers for ScriptedAnthropic {
+    fn driver(
+        &self,
+        _caller: &Caller,
+        _conversation: &Conversation,
+    ) -> Result<Arc<dyn Driver>, String> {
+        let endpoint = Endpoint::new(
+            reqwest::Client::new(),
+            self.base_url.clone(),
+            Some("sk-test".into()),
+        );
+        Ok(Arc::new(AnthropicDriver::new(endpoint)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// chatd and a browser.
+
+struct Chatd {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    database: PathBuf,
+    router: Router,
+}
+
+fn start_chatd(provider: &Provider) -> Chatd {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("chatd.sock");
+    let database = dir.path().join("chat.sqlite3");
+    let settings = RawSettings {
+        database: Some(database.clone()),
+        public_origins: vec!["https://cms.example".into()],
+        service_token: Some(TOKEN.into()),
+        ..RawSettings::default()
+    }
+    .validate()
+    .unwrap();
+    let tool = ToolDefinition {
+        name: "site_find_nodes".into(),
+        description: "Find nodes on the page.".into(),
+        input_schema: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+    };
+    let runner = LoopRunner::new(
+        Arc::new(ScriptedAnthropic {
+            base_url: provider.base_url.clone(),
+        }),
+        vec![(Scope::Site, tool)],
+    );
+    let store = Arc::new(Store::open(&database).unwrap());
+    let router = Router::new(&settings, store, Arc::new(runner));
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let handler = router.clone();
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request| {
+            let router = handler.clone();
+            async move { router.handle(request).await }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    Chatd {
+        _dir: dir,
+        socket,
+        database,
+        router,
+    }
+}
+
+async fn send(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> (StatusCode, Incoming, JoinHandle<()>) {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "chatd")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("x-atelier-user-id", "alice")
+        .header("x-atelier-user-capabilities", "ai.chat,ai.tools.write")
+        .header("origin", "https://cms.example")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    (status, response.into_body(), connection)
+}
+
+async fn json_call(socket: &Path, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
+    let (status, body, _connection) = send(socket, method, path, body).await;
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn next_line(body: &mut Incoming, buffer: &mut Vec<u8>) -> Option<Value> {
+    loop {
+        if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            return Some(serde_json::from_slice(&line).unwrap());
+        }
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("the stream stalled")?;
+        if let Ok(data) = frame.unwrap().into_data() {
+            buffer.extend_from_slice(&data);
+        }
+    }
+}
+
+async fn new_conversation(socket: &Path) -> String {
+    let (status, body) = json_call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        json!({"scope": "site", "credentialId": "cred", "modelId": "claude-test"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    body["conversation"]["id"].as_str().unwrap().to_owned()
+}
+
+fn message(conversation: &str) -> Value {
+    json!({"conversationId": conversation, "content": [{"kind": "text", "text": "Find the hero"}], "snapshot": {"page": "home"}})
+}
+
+#[tokio::test]
+async fn the_browser_sees_the_reference_event_sequence_and_the_turn_is_persisted() {
+    let provider = start_provider(vec![
+        Transcript {
+            lines: fixture("tool_call_deltas"),
+            hang_at_end: false,
+        },
+        Transcript {
+            lines: fixture("text"),
+            hang_at_end: false,
+        },
+    ])
+    .await;
+    let chatd = start_chatd(&provider);
+    let socket = &chatd.socket;
+    let id = new_conversation(socket).await;
+
+    let (status, mut body, _connection) = send(
+        socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        message(&id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut buffer = Vec::new();
+    let mut events = Vec::new();
+    let mut bridge_id = String::new();
+    while let Some(event) = next_line(&mut body, &mut buffer).await {
+        match event["type"].as_str().unwrap() {
+            "bridgeReady" => bridge_id = event["bridgeId"].as_str().unwrap().to_owned(),
+            "toolRequest" => {
+                // The browser runs the tool and posts its result, with the new editor state.
+                let (status, reply) = json_call(
+                    socket,
+                    Method::POST,
+                    "/admin/api/ai/tool-result",
+                    json!({
+                        "bridgeId": bridge_id,
+                        "requestId": event["requestId"],
+                        "result": {"ok": true, "data": {"nodes": ["hero"]}},
+                        "snapshot": {"page": "home", "rev": 2},
+                    }),
+                )
+                .await;
+                assert_eq!((status, reply), (StatusCode::OK, json!({"ok": true})));
+            }
+            _ => {}
+        }
+        events.push(event);
+    }
+
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "bridgeReady",
+            "text",
+            "toolCall",
+            "context",
+            "toolRequest",
+            "toolResult",
+            "text",
+            "text",
+            "text",
+            "context",
+            "usage",
+            "done"
+        ]
+    );
+    assert_eq!(events[1], json!({"type": "text", "text": "Let me look."}));
+    assert_eq!(
+        events[2],
+        json!({"type": "toolCall", "toolCallId": "call_1", "toolName": "site_find_nodes",
+               "input": {"query": "hero", "limit": 5}, "status": "pending"})
+    );
+    assert_eq!(events[4]["toolName"], "site_find_nodes");
+    assert_eq!(
+        events[5],
+        json!({"type": "toolResult", "toolCallId": "call_1", "toolName": "site_find_nodes", "ok": true})
+    );
+    assert_eq!(events[10]["promptTokens"], 24);
+    assert_eq!(events[10]["completionTokens"], 10);
+    assert_eq!(events[10]["costUsd"], 0);
+
+    // The second round replayed the call and the browser's data to the model.
+    let requests = provider.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    let replay = requests[1]["messages"].to_string();
+    assert!(
+        replay.contains("tool_result") && replay.contains("hero"),
+        "{replay}"
+    );
+
+    let (_, detail) = json_call(
+        socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        Value::Null,
+    )
+    .await;
+    let rows: Vec<(String, Value)> = detail["conversation"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap().to_owned(), m["content"].clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "user".into(),
+                json!([{"kind": "text", "text": "Find the hero"}])
+            ),
+            (
+                "assistant".into(),
+                json!([{"kind": "text", "text": "Let me look."}])
+            ),
+            (
+                "assistant".into(),
+                json!([{"kind": "toolCall", "toolCallId": "call_1", "toolName": "site_find_nodes",
+                        "input": {"query": "hero", "limit": 5}}])
+            ),
+            ("tool".into(), json!([{"kind": "toolResult", "ok": true}])),
+            (
+                "assistant".into(),
+                json!([{"kind": "text", "text": "Hello, world!"}])
+            ),
+        ]
+    );
+    assert_eq!(detail["conversation"]["promptTokensTotal"], 24);
+    assert_eq!(detail["conversation"]["title"], "Find the hero");
+    assert!(!chatd.router.leases().is_held(&id));
+    let reopened = Store::open(&chatd.database).unwrap();
+    assert_eq!(reopened.messages(&id).unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_client_disconnect_cancels_the_provider_request_and_releases_the_lease() {
+    let mut first_lines = fixture("text");
+    first_lines.truncate(4); // message_start, ping, block start, one delta; then silence
+    let provider = start_provider(vec![Transcript {
+        lines: first_lines,
+        hang_at_end: true,
+    }])
+    .await;
+    let chatd = start_chatd(&provider);
+    let socket = &chatd.socket;
+    let id = new_conversation(socket).await;
+
+    let (status, mut body, connection) = send(
+        socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        message(&id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut buffer = Vec::new();
+    assert_eq!(
+        next_line(&mut body, &mut buffer).await.unwrap()["type"],
+        "bridgeReady"
+    );
+    assert_eq!(
+        next_line(&mut body, &mut buffer).await.unwrap(),
+        json!({"type": "text", "text": "Hel"})
+    );
+    // A second send while the first streams is refused.
+    let (status, reply) = json_call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        message(&id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{reply}");
+
+    connection.abort();
+    drop(body);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !provider.client_gone.load(Ordering::SeqCst) || chatd.router.leases().is_held(&id) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "provider request cancelled: {}, lease held: {}",
+            provider.client_gone.load(Ordering::SeqCst),
+            chatd.router.leases().is_held(&id)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The text that had arrived is kept.
+    let messages = Store::open(&chatd.database).unwrap().messages(&id).unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        messages[1].content,
+        [atelier_chatd::store::ContentBlock::Text { text: "Hel".into() }]
+    );
+}
+
+#[tokio::test]
+async fn a_turn_after_a_crash_replays_a_healed_history() {
+    use atelier_chatd::store::{ContentBlock, NewMessage, Role, ToolCallRef};
+    let provider = start_provider(vec![Transcript {
+        lines: fixture("text"),
+        hang_at_end: false,
+    }])
+    .await;
+    let chatd = start_chatd(&provider);
+    let socket = &chatd.socket;
+    let id = new_conversation(socket).await;
+    // What a chatd killed mid-turn leaves behind: a call with no result.
+    let store = Store::open(&chatd.database).unwrap();
+    store
+        .append_message(
+            &id,
+            &NewMessage {
+                role: Role::User,
+                content: vec![ContentBlock::Text {
+                    text: "earlier".into(),
+                }],
+                tool_call: None,
+            },
+        )
+        .unwrap();
+    store
+        .append_message(
+            &id,
+            &NewMessage {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolCall {
+                    tool_call_id: "call_0".into(),
+                    tool_name: "site_find_nodes".into(),
+                    input: json!({}),
+                }],
+                tool_call: Some(ToolCallRef {
+                    id: "call_0".into(),
+                    name: "site_find_nodes".into(),
+                }),
+            },
+        )
+        .unwrap();
+
+    let (status, mut body, _connection) = send(
+        socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        message(&id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut buffer = Vec::new();
+    let mut last = Value::Null;
+    while let Some(event) = next_line(&mut body, &mut buffer).await {
+        last = event;
+    }
+    assert_eq!(last, json!({"type": "done"}));
+    let requests = provider.requests.lock().unwrap().clone();
+    let messages = &requests[0]["messages"];
+    assert_eq!(messages.as_array().unwrap().len(), 3, "{messages}");
+    assert_eq!(messages[1]["content"][0]["type"], "tool_use");
+    let healed = &messages[2]["content"][0];
+    assert_eq!(healed["type"], "tool_result");
+    assert_eq!(healed["tool_use_id"], "call_0");
+    assert!(
+        healed
+            .to_string()
+            .contains(atelier_chatd::store::history::INTERRUPTED_TOOL_RESULT_ERROR),
+        "{healed}"
+    );
+    assert!(
+        messages[2].to_string().contains("Find the hero"),
+        "{messages}"
+    );
+}
