@@ -253,6 +253,95 @@ impl Root {
         bytes: &[u8],
         mode: u32,
     ) -> Result<Outcome, FsError> {
+        self.write_atomic_as(rel.as_ref(), bytes, mode, None)
+    }
+
+    /// [`Root::write_atomic`], with the file owned by `uid`:`gid`.
+    ///
+    /// The owner is set on the temporary file's descriptor before the rename (and the mode
+    /// again after it, since a change of owner may clear set-ID bits), so the final name never
+    /// holds the bytes under another owner. Returns [`Outcome::Unchanged`] without writing when
+    /// `rel` already holds exactly these bytes with this mode and owner. Changing the owner
+    /// needs the privilege to do so (root, or giving a file to oneself).
+    pub fn write_atomic_owned(
+        &self,
+        rel: impl AsRef<Path>,
+        bytes: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Outcome, FsError> {
+        self.write_atomic_as(rel.as_ref(), bytes, mode, Some((uid, gid)))
+    }
+
+    /// Sets the owner and then the permission bits of the existing entry `rel` (a directory or
+    /// a regular file; a symlink or anything else is refused), through a descriptor opened
+    /// without following links. Directories may carry set-group-ID and sticky (`0o3777`),
+    /// files `0o777` at most. Returns [`Outcome::Unchanged`] when both already hold.
+    pub fn set_owner_and_mode(
+        &self,
+        rel: impl AsRef<Path>,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+    ) -> Result<Outcome, FsError> {
+        let rel = RelPath::new(rel)?;
+        let loc = self.locate(&rel)?;
+        let path = rel.as_path();
+        let stat = match rustix::fs::statat(loc.dir(), loc.name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::NOENT) => {
+                return Err(FsError::NotFound {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(errno) => return Err(io_err("stat", path, errno)),
+        };
+        let fd = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => {
+                checked_mode(&rel, mode, DIR_MODE_MASK)?;
+                open_dir_in(loc.dir(), loc.name, path)?
+            }
+            FileType::RegularFile => {
+                checked_mode(&rel, mode, FILE_MODE_MASK)?;
+                let fd = rustix::fs::openat(
+                    loc.dir(),
+                    loc.name,
+                    file_flags(OFlags::RDONLY),
+                    Mode::empty(),
+                )
+                .map_err(|errno| classify_open(loc.dir(), loc.name, path, errno, Want::File))?;
+                checked_regular(&fd, path)?;
+                fd
+            }
+            FileType::Symlink => return Err(symlink_refused(path)),
+            _ => return Err(not_regular(path)),
+        };
+        // The descriptor's own stat: the entry may have been swapped since the statat.
+        let now = rustix::fs::fstat(&fd).map_err(|errno| io_err("stat", path, errno))?;
+        let want = Mode::from_raw_mode(mode);
+        if now.st_uid == uid && now.st_gid == gid && Mode::from_raw_mode(now.st_mode) == want {
+            return Ok(Outcome::Unchanged);
+        }
+        if now.st_uid != uid || now.st_gid != gid {
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )
+            .map_err(|errno| io_err("set the owner of", path, errno))?;
+        }
+        rustix::fs::fchmod(&fd, want).map_err(|errno| io_err("set the mode of", path, errno))?;
+        Ok(Outcome::Changed)
+    }
+
+    fn write_atomic_as(
+        &self,
+        rel: &Path,
+        bytes: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Outcome, FsError> {
         let rel = RelPath::new(rel)?;
         let mode = checked_mode(&rel, mode, FILE_MODE_MASK)?;
         let loc = self.locate(&rel)?;
@@ -260,7 +349,7 @@ impl Root {
         match rustix::fs::statat(dir, loc.name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
                 FileType::RegularFile => {
-                    if holds_exactly(dir, loc.name, bytes, mode) {
+                    if holds_exactly(dir, loc.name, bytes, mode, owner) {
                         return Ok(Outcome::Unchanged);
                     }
                 }
@@ -272,7 +361,7 @@ impl Root {
         }
 
         let (temp_name, temp_fd) = create_temp(dir, &rel, mode)?;
-        let written = write_temp_and_rename(dir, loc.name, &temp_name, temp_fd, bytes, mode)
+        let written = write_temp_and_rename(dir, loc.name, &temp_name, temp_fd, bytes, mode, owner)
             .map_err(|(op, errno)| io_err(op, rel.as_path(), errno));
         if written.is_err() {
             // Best effort: the error being reported matters more than a failed cleanup.
@@ -579,8 +668,18 @@ fn write_temp_and_rename(
     temp_fd: OwnedFd,
     bytes: &[u8],
     mode: Mode,
+    owner: Option<(u32, u32)>,
 ) -> Result<(), (&'static str, Errno)> {
-    // The umask trimmed the mode given to open; the descriptor gets the exact one.
+    if let Some((uid, gid)) = owner {
+        rustix::fs::fchown(
+            &temp_fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )
+        .map_err(|e| ("set the owner of", e))?;
+    }
+    // The umask trimmed the mode given to open (and a chown may clear set-ID bits); the
+    // descriptor gets the exact one.
     rustix::fs::fchmod(&temp_fd, mode).map_err(|e| ("set the mode of", e))?;
     let mut file = File::from(temp_fd);
     file.write_all(bytes)
@@ -590,9 +689,16 @@ fn write_temp_and_rename(
     rustix::fs::renameat(dir, temp_name, dir, name).map_err(|e| ("rename over", e))
 }
 
-/// Returns true if and only if `name` is a regular file we own with exactly `bytes` and `mode`.
-/// Any doubt answers false, which only costs a rewrite.
-fn holds_exactly(dir: BorrowedFd<'_>, name: &OsStr, bytes: &[u8], mode: Mode) -> bool {
+/// Returns true if and only if `name` is a regular file with exactly `bytes` and `mode`, owned
+/// by `owner` (uid, gid) when given, else by us. Any doubt answers false, which only costs a
+/// rewrite.
+fn holds_exactly(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: Mode,
+    owner: Option<(u32, u32)>,
+) -> bool {
     let Ok(fd) = rustix::fs::openat(dir, name, file_flags(OFlags::RDONLY), Mode::empty()) else {
         return false;
     };
@@ -603,7 +709,10 @@ fn holds_exactly(dir: BorrowedFd<'_>, name: &OsStr, bytes: &[u8], mode: Mode) ->
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile
         || !same_len
         || Mode::from_raw_mode(stat.st_mode) != mode
-        || stat.st_uid != rustix::process::geteuid().as_raw()
+        || !match owner {
+            Some((uid, gid)) => stat.st_uid == uid && stat.st_gid == gid,
+            None => stat.st_uid == rustix::process::geteuid().as_raw(),
+        }
     {
         return false;
     }

@@ -4,12 +4,16 @@
 //!   collected as a named [`Issue`].
 //! - [`names`]: users, groups, site identities, doors and unit names.
 //! - [`paths`]: the [`Layout`] of an instance (every path) and the mode matrix ([`paths::MODES`]).
+//! - [`services`]: binary names, sited's env keys, workspaces and the doors' egress plans.
+//! - [`stamp`]: the first line of every rendered file (instance, kind, sha256 of the body).
 //!
 //! Nothing here touches the filesystem except [`Declaration::load`].
 
 pub mod declaration;
 pub mod names;
 pub mod paths;
+pub mod services;
+pub mod stamp;
 
 pub use declaration::{Declaration, DeclarationError, Issue, LoadError, Reason};
 pub use names::{Door, InstanceName, NameError, SiteOrdinal};

@@ -41,6 +41,35 @@ pub enum NameError {
     OrdinalOutOfRange(u64),
 }
 
+/// Returns true if and only if `text` is a site slug: `^[a-z][a-z0-9-]{1,39}$`. A slug is also
+/// a safe single path name, so every workspace and unit derived from it is too.
+pub fn is_slug(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (2..=40).contains(&bytes.len())
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+/// Returns true if and only if `label` is one DNS label: `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`.
+pub fn is_dns_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// Returns true if and only if `text` is a site domain: a lowercase hostname of at least two
+/// DNS labels, 253 characters at most.
+pub fn is_domain(text: &str) -> bool {
+    let labels: Vec<&str> = text.split('.').collect();
+    text.len() <= 253 && labels.len() >= 2 && labels.iter().all(|l| is_dns_label(l))
+}
+
 /// A valid instance name: `^[a-z][a-z0-9-]{1,17}$`, short enough that every derived name fits.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

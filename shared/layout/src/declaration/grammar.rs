@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Reason;
+use crate::names::{is_dns_label, is_domain, is_slug};
 
 /// A refusal of one value.
 pub(crate) type Refusal = (Reason, String);
@@ -63,17 +64,6 @@ pub(crate) fn absolute_path(value: &str) -> Result<PathBuf, Refusal> {
     Ok(normal)
 }
 
-/// One DNS label: `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`.
-pub(crate) fn is_dns_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
-}
-
 /// A site's domain: a lowercase hostname of at least two labels, not a URL, no port.
 pub(crate) fn domain(value: &str) -> Result<String, Refusal> {
     let refuse = |why: &str| Err((Reason::BadDomain, format!("{value:?} {why}")));
@@ -86,8 +76,7 @@ pub(crate) fn domain(value: &str) -> Result<String, Refusal> {
     if value.chars().any(|c| c.is_ascii_uppercase()) {
         return refuse("must be lowercase");
     }
-    let labels: Vec<&str> = value.split('.').collect();
-    if value.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| is_dns_label(l)) {
+    if !is_domain(value) {
         return refuse("is not a hostname of dot-separated labels (a-z, 0-9, '-')");
     }
     Ok(value.to_owned())
@@ -129,13 +118,7 @@ pub(crate) fn egress_host(value: &str) -> Result<String, Refusal> {
 
 /// A site slug: `^[a-z][a-z0-9-]{1,39}$`.
 pub(crate) fn slug(value: &str) -> Result<String, Refusal> {
-    let bytes = value.as_bytes();
-    let ok = (2..=40).contains(&bytes.len())
-        && bytes[0].is_ascii_lowercase()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if ok {
+    if is_slug(value) {
         Ok(value.to_owned())
     } else {
         Err((

@@ -1,0 +1,216 @@
+//! What the rendered services are told: Atelier's binary names, the keys of sited's env file,
+//! each site's workspace, and each door's egress plan (hosts and relay).
+
+use std::path::PathBuf;
+
+use crate::declaration::{AgentDriver, Site};
+use crate::names::Door;
+use crate::paths::Layout;
+
+/// The site daemon's binary name.
+pub const SITED_BINARY: &str = "atelier-sited";
+/// The binary every door unit runs.
+pub const SHIM_BINARY: &str = "atelier-shim";
+/// The binary every gate unit runs.
+pub const GATE_BINARY: &str = "atelier-gate";
+
+/// The only port a door's plan lets a tunnel reach.
+pub const EGRESS_PORT: u16 = 443;
+/// The loopback port the shim forwards to the door's gate socket for CONNECT tunnels.
+pub const PROXY_PORT: u16 = 3128;
+/// The loopback port the shim forwards to the turn door's gate socket for the MCP relay.
+pub const MCP_PORT: u16 = 3129;
+/// The model API Claude Code reaches.
+pub const ANTHROPIC_API_HOST: &str = "api.anthropic.com";
+
+/// The door a unit serves, in the unit's own environment.
+pub const DOOR_ENV: &str = "ATELIER_DOOR";
+/// The run's working directory (the site's workspace), in the unit's own environment.
+pub const WORKDIR_ENV: &str = "ATELIER_UNIT_WORKDIR";
+
+/// Keys of sited's env file. Every key is Atelier's own (`ATELIER_*`); none names a credential,
+/// which arrive only through `LoadCredential=`.
+pub mod env {
+    /// The instance name.
+    pub const INSTANCE: &str = "ATELIER_INSTANCE";
+    /// The web server that serves the sites: `nginx` or `apache`.
+    pub const WEB_SERVER: &str = "ATELIER_WEB_SERVER";
+    /// The workspaces' root.
+    pub const SITES_ROOT: &str = "ATELIER_SITES_ROOT";
+    /// The audit root.
+    pub const AUDIT_DIR: &str = "ATELIER_AUDIT_DIR";
+    /// The webspace base.
+    pub const WEBSPACE_BASE: &str = "ATELIER_WEBSPACE_BASE";
+    /// `sites.json`.
+    pub const SITE_TABLE_FILE: &str = "ATELIER_SITE_TABLE_FILE";
+    /// The label before a site's domain on preproduction.
+    pub const PREPROD_HOST_PREFIX: &str = "ATELIER_PREPROD_HOST_PREFIX";
+    /// `http` when production has no TLS, else `https`.
+    pub const PROD_URL_SCHEME: &str = "ATELIER_PROD_URL_SCHEME";
+    /// The Publication API's base URL (its key is a credential).
+    pub const PUBLICATION_API_URL: &str = "ATELIER_PUBLICATION_API_URL";
+    /// The coding agent a turn runs.
+    pub const AGENT_DRIVER: &str = "ATELIER_AGENT_DRIVER";
+    /// `systemd_scope` (runs are door units) or `none` (laptop/CI).
+    pub const AGENT_CONFINEMENT: &str = "ATELIER_AGENT_CONFINEMENT";
+    /// The prefix of every per-site unit: `atelier-<inst>-s`.
+    pub const SITE_UNIT_PREFIX: &str = "ATELIER_SITE_UNIT_PREFIX";
+    /// JSON object slug → ordinal of the declared sites.
+    pub const SITE_IDENTITIES: &str = "ATELIER_SITE_IDENTITIES";
+    /// The runtime dir holding the door sockets.
+    pub const RUNTIME_DIR: &str = "ATELIER_RUNTIME_DIR";
+    /// The agents' state root.
+    pub const AGENT_STATE_ROOT: &str = "ATELIER_AGENT_STATE_ROOT";
+    /// systemctl, when declared.
+    pub const SYSTEMCTL_BIN: &str = "ATELIER_SYSTEMCTL_BIN";
+    /// Claude Code's binary, when declared.
+    pub const CLAUDE_CODE_BIN: &str = "ATELIER_CLAUDE_CODE_BIN";
+    /// opencode's binary, when declared.
+    pub const OPENCODE_BIN: &str = "ATELIER_OPENCODE_BIN";
+    /// pi's binary, when declared.
+    pub const PI_BIN: &str = "ATELIER_PI_BIN";
+    /// Each declared limit, named after its declaration key.
+    pub const MAX_SITES: &str = "ATELIER_MAX_SITES";
+    /// See [`MAX_SITES`].
+    pub const MAX_CONCURRENT_SESSIONS: &str = "ATELIER_MAX_CONCURRENT_SESSIONS";
+    /// See [`MAX_SITES`].
+    pub const SITE_DISK_QUOTA_MB: &str = "ATELIER_SITE_DISK_QUOTA_MB";
+    /// See [`MAX_SITES`].
+    pub const RELEASES_RETAINED: &str = "ATELIER_RELEASES_RETAINED";
+    /// See [`MAX_SITES`].
+    pub const SESSION_TURN_TIMEOUT_MS: &str = "ATELIER_SESSION_TURN_TIMEOUT_MS";
+    /// See [`MAX_SITES`].
+    pub const INSTALL_TIMEOUT_MS: &str = "ATELIER_INSTALL_TIMEOUT_MS";
+    /// See [`MAX_SITES`].
+    pub const BUILD_TIMEOUT_MS: &str = "ATELIER_BUILD_TIMEOUT_MS";
+    /// See [`MAX_SITES`].
+    pub const GIT_TIMEOUT_MS: &str = "ATELIER_GIT_TIMEOUT_MS";
+
+    /// Returns true if and only if `key` looks like it names a credential, which an env file
+    /// must never carry.
+    pub fn is_secret_looking(key: &str) -> bool {
+        [
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSPHRASE",
+            "CREDENTIAL",
+            "_KEY",
+        ]
+        .iter()
+        .any(|tail| key.ends_with(tail))
+    }
+}
+
+/// The env key naming a driver's binary.
+pub fn driver_bin_env(driver: AgentDriver) -> &'static str {
+    match driver {
+        AgentDriver::ClaudeCode => env::CLAUDE_CODE_BIN,
+        AgentDriver::Opencode => env::OPENCODE_BIN,
+        AgentDriver::Pi => env::PI_BIN,
+    }
+}
+
+/// What one door of a site may reach through its gate.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EgressPlan {
+    /// The hostnames CONNECT may name (port [`EGRESS_PORT`] only), sorted and unique.
+    pub hosts: Vec<String>,
+    /// Whether the gate relays MCP to the Publication API on this door.
+    pub mcp: bool,
+}
+
+// === impl Layout (services) ===
+
+impl Layout<'_> {
+    /// A site's workspace: `<sites root>/<slug>`.
+    pub fn workspace(&self, site: &Site) -> PathBuf {
+        self.sites_root().join(&site.slug)
+    }
+
+    /// An Atelier binary by its name constant, e.g. [`SHIM_BINARY`].
+    pub fn binary(&self, name: &str) -> PathBuf {
+        self.bin_path(name)
+    }
+
+    /// A door's egress plan; `None` for a door with no way out (git).
+    pub fn egress_plan(&self, door: Door) -> Option<EgressPlan> {
+        let agent = &self.declaration().agent;
+        let mut hosts: Vec<String> = match door {
+            Door::Git => return None,
+            // A build reaches only the package registries the operator declares: the shipped
+            // templates build without the network, and no registry is trusted by default.
+            Door::Build => agent.registry_hosts.clone().unwrap_or_default(),
+            Door::Turn => match agent.driver {
+                AgentDriver::ClaudeCode => agent
+                    .provider_hosts
+                    .clone()
+                    .unwrap_or_else(|| vec![ANTHROPIC_API_HOST.to_owned()]),
+                AgentDriver::Opencode | AgentDriver::Pi => {
+                    agent.provider_hosts.clone().unwrap_or_default()
+                }
+            },
+        };
+        hosts.sort();
+        hosts.dedup();
+        Some(EgressPlan {
+            hosts,
+            mcp: door.has_mcp(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Declaration;
+
+    fn example(patch: impl Fn(String) -> String) -> Declaration {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/examples/instance.json");
+        Declaration::parse(&patch(std::fs::read_to_string(path).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn egress_plans_per_door() {
+        let decl = example(|t| t);
+        let layout = Layout::new(&decl);
+        assert_eq!(layout.egress_plan(Door::Git), None);
+        assert_eq!(
+            layout.egress_plan(Door::Turn),
+            Some(EgressPlan {
+                hosts: vec![ANTHROPIC_API_HOST.to_owned()],
+                mcp: true
+            })
+        );
+        assert_eq!(
+            layout.egress_plan(Door::Build),
+            Some(EgressPlan {
+                hosts: vec![],
+                mcp: false
+            })
+        );
+        assert_eq!(
+            layout.workspace(&decl.sites[0]),
+            std::path::Path::new("/var/lib/atelier/example/sites/collection")
+        );
+        let declared = example(|t| {
+            t.replace(
+                "\"driver\": \"claude_code\",",
+                "\"driver\": \"claude_code\", \"registry_hosts\": [\"b.example.org\", \"a.example.org\", \"b.example.org\"],",
+            )
+        });
+        let plan = Layout::new(&declared).egress_plan(Door::Build).unwrap();
+        assert_eq!(plan.hosts, ["a.example.org", "b.example.org"]);
+    }
+
+    #[test]
+    fn secret_looking_keys() {
+        for key in ["SERVICE_TOKEN", "API_KEY", "DB_PASSWORD", "X_SECRET"] {
+            assert!(env::is_secret_looking(key), "{key}");
+        }
+        for key in [env::INSTANCE, env::SITES_ROOT, env::PUBLICATION_API_URL] {
+            assert!(!env::is_secret_looking(key), "{key}");
+        }
+    }
+}
