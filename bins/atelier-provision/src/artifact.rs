@@ -5,10 +5,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use sha2::{Digest, Sha256};
-
-/// The word that marks a stamp line as ours.
-const STAMP_MARK: &str = "atelier-provision:";
+use atelier_layout::stamp;
 
 /// What an artifact is; the closed list of kinds a stamp may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,23 +71,7 @@ impl fmt::Display for ArtifactKind {
     }
 }
 
-/// How a file format writes a comment line, which is what the stamp is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommentStyle {
-    /// `#`: units, env files, tmpfiles.d, vhosts, gitconfig.
-    Hash,
-    /// `//`: the polkit rule (JavaScript) and JSON files whose readers strip the first line.
-    Slashes,
-}
-
-impl CommentStyle {
-    fn prefix(self) -> &'static str {
-        match self {
-            CommentStyle::Hash => "#",
-            CommentStyle::Slashes => "//",
-        }
-    }
-}
+pub use atelier_layout::stamp::CommentStyle;
 
 /// One file as the provisioner will write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,13 +106,13 @@ impl Artifact {
             owner: owner.to_owned(),
             group: group.to_owned(),
             mode,
-            bytes: stamped(instance, kind, style, body.as_bytes()),
+            bytes: stamp::stamped(instance, kind.as_str(), style, body.as_bytes()),
         }
     }
 
     /// The body after the stamp line.
     pub fn body(&self) -> &[u8] {
-        split_stamp(&self.bytes).map_or(&self.bytes[..], |(_, body)| body)
+        stamp::split_stamp(&self.bytes).map_or(&self.bytes[..], |(_, body)| body)
     }
 }
 
@@ -174,40 +155,13 @@ impl Drift {
     }
 }
 
-/// `body` under a stamp line.
-pub fn stamped(instance: &str, kind: ArtifactKind, style: CommentStyle, body: &[u8]) -> Vec<u8> {
-    let line = format!(
-        "{} {STAMP_MARK} {instance} {kind} {}\n",
-        style.prefix(),
-        sha256_hex(body)
-    );
-    let mut bytes = Vec::with_capacity(line.len() + body.len());
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// Parses the stamp on the first line of `file`, if it carries one of ours.
+/// Parses the stamp on the first line of `file`, if it is ours and names a known kind.
 pub fn parse_stamp(file: &[u8]) -> Option<Stamp> {
-    let (line, _) = split_stamp(file)?;
-    let line = std::str::from_utf8(line).ok()?;
-    let line = line.strip_suffix('\r').unwrap_or(line);
-    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
-    let prefix = words.next()?;
-    if prefix.len() > 4 || words.next()? != STAMP_MARK {
-        return None;
-    }
-    let instance = words.next()?.to_owned();
-    let kind = ArtifactKind::parse(words.next()?)?;
-    let sha256 = words.next()?.to_owned();
-    let is_hash = sha256.len() == 64
-        && sha256
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    (is_hash && words.next().is_none()).then_some(Stamp {
-        instance,
-        kind,
-        sha256,
+    let stamp = stamp::parse_stamp(file)?;
+    Some(Stamp {
+        kind: ArtifactKind::parse(&stamp.kind)?,
+        instance: stamp.instance,
+        sha256: stamp.sha256,
     })
 }
 
@@ -222,61 +176,29 @@ pub fn classify(existing: &[u8], rendered: &[u8], instance: &str) -> Drift {
     if stamp.instance != instance {
         return Drift::Foreign;
     }
-    let body = split_stamp(existing).map_or(&[][..], |(_, body)| body);
-    if sha256_hex(body) != stamp.sha256 {
-        Drift::HandEdited
-    } else {
+    let Some(raw) = stamp::parse_stamp(existing) else {
+        return Drift::Unstamped;
+    };
+    if stamp::body_matches(existing, &raw) {
         Drift::Stale
+    } else {
+        Drift::HandEdited
     }
-}
-
-/// The first line (without its newline) and the rest.
-fn split_stamp(file: &[u8]) -> Option<(&[u8], &[u8])> {
-    let end = file.iter().position(|&b| b == b'\n')?;
-    Some((&file[..end], &file[end + 1..]))
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_stamp_round_trips_and_names_the_body_hash() {
-        let file = stamped(
-            "museum",
-            ArtifactKind::Unit,
-            CommentStyle::Hash,
-            b"[Unit]\n",
-        );
-        let text = String::from_utf8(file.clone()).unwrap();
-        assert_eq!(
-            text.lines().next().unwrap(),
-            format!(
-                "# atelier-provision: museum unit {}",
-                sha256_hex(b"[Unit]\n")
-            )
-        );
-        let stamp = parse_stamp(&file).unwrap();
-        assert_eq!(stamp.instance, "museum");
-        assert_eq!(stamp.kind, ArtifactKind::Unit);
-        let json = stamped(
-            "museum",
-            ArtifactKind::Sites,
-            CommentStyle::Slashes,
-            b"{}\n",
-        );
-        assert!(json.starts_with(b"// atelier-provision: museum sites "));
+    fn stamped(instance: &str, kind: ArtifactKind, body: &[u8]) -> Vec<u8> {
+        stamp::stamped(instance, kind.as_str(), CommentStyle::Hash, body)
     }
 
     #[test]
     fn drift_classes() {
-        let ours = stamped("museum", ArtifactKind::Env, CommentStyle::Hash, b"A=1\n");
-        let newer = stamped("museum", ArtifactKind::Env, CommentStyle::Hash, b"A=2\n");
-        let foreign = stamped("other", ArtifactKind::Env, CommentStyle::Hash, b"A=1\n");
+        let ours = stamped("museum", ArtifactKind::Env, b"A=1\n");
+        let newer = stamped("museum", ArtifactKind::Env, b"A=2\n");
+        let foreign = stamped("other", ArtifactKind::Env, b"A=1\n");
         let mut edited = ours.clone();
         edited.extend_from_slice(b"B=evil\n");
         let cases: [(&str, &[u8], Drift); 6] = [
@@ -290,26 +212,5 @@ mod tests {
         for (name, existing, expected) in cases {
             assert_eq!(classify(existing, &ours, "museum"), expected, "case {name}");
         }
-    }
-
-    #[test]
-    fn malformed_stamps_are_not_stamps() {
-        let hash = "0".repeat(64);
-        let cases = [
-            format!("# atelier-provision: museum unit {}\n", &hash[..63]),
-            format!("# atelier-provision: museum nosuchkind {hash}\n"),
-            format!("##### atelier-provision: museum unit {hash}\n"),
-            format!("# dedalo-provision: museum unit {hash}\n"),
-            format!("# atelier-provision: museum unit {hash} extra\n"),
-            format!(
-                "# atelier-provision: museum unit {}\n",
-                hash.to_uppercase().replace('0', "A")
-            ),
-        ];
-        for case in cases {
-            assert!(parse_stamp(case.as_bytes()).is_none(), "{case}");
-        }
-        let crlf = format!("# atelier-provision: museum unit {hash}\r\n");
-        assert!(parse_stamp(crlf.as_bytes()).is_some());
     }
 }

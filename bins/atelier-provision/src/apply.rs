@@ -1,0 +1,569 @@
+//! The dumb executor: runs a plan's actions in order, stops at the first failure and reports
+//! every later action as not attempted. Nothing is rolled back; a second apply finishes the
+//! job. Files are written atomically with their owner and mode through `atelier-fs`, below a
+//! configurable host root (`/` in production).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use atelier_fs::{FsError, Root};
+use serde::Serialize;
+
+use crate::host::{read_accounts, under_root};
+use crate::plan::{Action, Content, DirChange, Disposition, ExecStep};
+
+/// Mode of a parent directory the plan did not name but a file needs (`/etc/polkit-1/rules.d`
+/// on a host without polkit rules yet).
+const PARENT_DIR_MODE: u32 = 0o755;
+
+/// What became of one action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// It changed the host.
+    Done,
+    /// The host already matched at execution time; nothing was touched.
+    Unchanged,
+    /// It records an operator file still missing; nothing was written.
+    Awaiting,
+    /// It failed; the run stopped here.
+    Failed,
+    /// Not attempted, because an earlier action failed.
+    Skipped,
+}
+
+/// One action's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionOutcome {
+    /// The action, described in one line.
+    pub action: String,
+    /// What happened.
+    pub status: Status,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Every action's outcome, in order.
+    pub outcomes: Vec<ActionOutcome>,
+}
+
+// === impl Report ===
+
+impl Report {
+    /// Whether an action failed.
+    pub fn failed(&self) -> bool {
+        self.outcomes.iter().any(|o| o.status == Status::Failed)
+    }
+
+    /// Whether an operator file is still missing.
+    pub fn awaiting(&self) -> bool {
+        self.outcomes.iter().any(|o| o.status == Status::Awaiting)
+    }
+}
+
+/// Why one action failed.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Executes `actions` in order below `root`.
+pub fn apply(actions: &[Action], root: &Path) -> Report {
+    let mut report = Report::default();
+    let mut failed = false;
+    for action in actions {
+        let (status, error) = if failed {
+            (
+                Status::Skipped,
+                Some("not attempted: an earlier action failed".into()),
+            )
+        } else {
+            match execute(action, root) {
+                Ok(status) => (status, None),
+                Err(e) => {
+                    failed = true;
+                    let mut message = e.to_string();
+                    if matches!(
+                        action,
+                        Action::Exec {
+                            step: ExecStep::WebConfigtest,
+                            ..
+                        }
+                    ) {
+                        message.push_str("; NOTHING was reloaded");
+                    }
+                    (Status::Failed, Some(message))
+                }
+            }
+        };
+        report.outcomes.push(ActionOutcome {
+            action: action.to_string(),
+            status,
+            error,
+        });
+    }
+    report
+}
+
+fn execute(action: &Action, root: &Path) -> Result<Status, StepError> {
+    match action {
+        Action::Account { argv, .. } | Action::Exec { argv, .. } => run(argv),
+        Action::Dir {
+            path,
+            owner,
+            group,
+            mode,
+            changes,
+        } => {
+            let host = Root::open(root)?;
+            let rel = relative(path)?;
+            if changes.contains(&DirChange::Create) {
+                if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    host.create_dir_all(parent, PARENT_DIR_MODE)?;
+                }
+                host.create_dir_all(&rel, *mode)?;
+            }
+            let (uid, gid) = ids(root, owner, group)?;
+            host.set_owner_and_mode(&rel, uid, gid, *mode)?;
+            Ok(Status::Done)
+        }
+        Action::File {
+            path,
+            disposition,
+            content,
+            owner,
+            group,
+            mode,
+            ..
+        } => write_file(root, path, *disposition, content, (owner, group, *mode)),
+        Action::Unlink { path } => {
+            let (dir, name) = parent_and_name(path)?;
+            let parent = Root::open(under_root(root, dir))?;
+            Ok(if parent.remove_file(name)? {
+                Status::Done
+            } else {
+                Status::Unchanged
+            })
+        }
+        Action::Archive { from, to } => {
+            let real_to = under_root(root, to);
+            if std::fs::symlink_metadata(&real_to).is_ok() {
+                return Err(StepError::Other(format!("{} already exists", to.display())));
+            }
+            let (dir, name) = parent_and_name(from)?;
+            match Root::open(under_root(root, dir))?.set_owner_and_mode(name, 0, 0, 0o700) {
+                Ok(_) => {}
+                Err(FsError::NotFound { .. }) => return Ok(Status::Unchanged),
+                Err(e) => return Err(e.into()),
+            }
+            std::fs::rename(under_root(root, from), &real_to)
+                .map_err(|e| StepError::Other(format!("archive {}: {e}", from.display())))?;
+            Ok(Status::Done)
+        }
+        Action::Symlink {
+            path,
+            target,
+            owner,
+            group,
+            ..
+        } => {
+            let real = under_root(root, path);
+            if std::fs::symlink_metadata(&real).is_ok() {
+                return Ok(Status::Unchanged);
+            }
+            let (uid, gid) = ids(root, owner, group)?;
+            let host = Root::open(root)?;
+            let rel = relative(path)?;
+            if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+                host.create_dir_all(parent, PARENT_DIR_MODE)?;
+            }
+            std::os::unix::fs::symlink(target, &real)
+                .and_then(|()| std::os::unix::fs::lchown(&real, Some(uid), Some(gid)))
+                .map_err(|e| StepError::Other(format!("link {}: {e}", path.display())))?;
+            Ok(Status::Done)
+        }
+    }
+}
+
+fn write_file(
+    root: &Path,
+    path: &Path,
+    disposition: Disposition,
+    content: &Content,
+    (owner, group, mode): (&str, &str, u32),
+) -> Result<Status, StepError> {
+    if disposition == Disposition::Awaiting {
+        return Ok(Status::Awaiting);
+    }
+    let host = Root::open(root)?;
+    let rel = relative(path)?;
+    let (uid, gid) = ids(root, owner, group)?;
+    if disposition == Disposition::Metadata {
+        return Ok(match host.set_owner_and_mode(&rel, uid, gid, mode)? {
+            atelier_fs::Outcome::Changed => Status::Done,
+            atelier_fs::Outcome::Unchanged => Status::Unchanged,
+        });
+    }
+    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        host.create_dir_all(parent, PARENT_DIR_MODE)?;
+    }
+    let bytes = match content {
+        Content::Literal(bytes) => bytes.clone(),
+        Content::Random(n) => {
+            // A credential is never overwritten, even if it appeared since the plan was made.
+            match host.metadata(&rel) {
+                Ok(_) => return Ok(Status::Unchanged),
+                Err(FsError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mut token = base64url(&random_bytes(*n)?).into_bytes();
+            token.push(b'\n');
+            token
+        }
+        Content::Htpasswd(users) => htpasswd(root, users)?,
+        Content::Operator | Content::Existing => {
+            return Err(StepError::Other(format!(
+                "{}: nothing to write for a {disposition:?} action",
+                path.display()
+            )))
+        }
+    };
+    Ok(
+        match host.write_atomic_owned(&rel, &bytes, mode, uid, gid)? {
+            atelier_fs::Outcome::Changed => Status::Done,
+            atelier_fs::Outcome::Unchanged => Status::Unchanged,
+        },
+    )
+}
+
+fn parent_and_name(path: &Path) -> Result<(&Path, &std::ffi::OsStr), StepError> {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => Ok((dir, name)),
+        _ => Err(StepError::Other(format!(
+            "{} has no parent",
+            path.display()
+        ))),
+    }
+}
+
+/// A host path as a path relative to the host root.
+fn relative(path: &Path) -> Result<PathBuf, StepError> {
+    path.strip_prefix("/")
+        .map(Path::to_path_buf)
+        .map_err(|_| StepError::Other(format!("{} is not absolute", path.display())))
+}
+
+/// Resolves names at execution time: the plan's own identity phase may have just created them.
+fn ids(root: &Path, owner: &str, group: &str) -> Result<(u32, u32), StepError> {
+    let accounts = read_accounts(root).map_err(|e| StepError::Other(e.to_string()))?;
+    let uid = accounts
+        .user(owner)
+        .map(|u| u.uid)
+        .ok_or_else(|| StepError::Other(format!("no user {owner}")))?;
+    let gid = accounts
+        .group(group)
+        .map(|g| g.gid)
+        .ok_or_else(|| StepError::Other(format!("no group {group}")))?;
+    Ok((uid, gid))
+}
+
+fn run(argv: &[String]) -> Result<Status, StepError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(StepError::Other("empty command".into()));
+    };
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| StepError::Other(format!("{}: {e}", argv.join(" "))))?;
+    if out.status.success() {
+        Ok(Status::Done)
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Err(StepError::Other(format!(
+            "{} exited with {}: {}",
+            argv.join(" "),
+            out.status,
+            stderr.trim()
+        )))
+    }
+}
+
+/// The bcrypt cost of preproduction passwords.
+const BCRYPT_COST: &str = "12";
+
+/// `name:$2y$…` lines for `users`, hashed by `htpasswd -niB` with the password on its stdin
+/// (never on a command line). The password is its file minus one trailing newline.
+fn htpasswd(root: &Path, users: &[(String, PathBuf)]) -> Result<Vec<u8>, StepError> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut out = Vec::new();
+    for (name, file) in users {
+        let mut password = std::fs::read(under_root(root, file))
+            .map_err(|e| StepError::Other(format!("{}: {e}", file.display())))?;
+        if password.last() == Some(&b'\n') {
+            password.pop();
+        }
+        let mut child = Command::new("htpasswd")
+            .args(["-niB", "-C", BCRYPT_COST, name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| StepError::Other(format!("htpasswd (apache2-utils) is needed: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(&password)
+                .map_err(|e| StepError::Other(format!("htpasswd: {e}")))?;
+        }
+        let done = child
+            .wait_with_output()
+            .map_err(|e| StepError::Other(format!("htpasswd: {e}")))?;
+        let line = String::from_utf8_lossy(&done.stdout);
+        let line = line.trim();
+        if !done.status.success() || !line.starts_with(&format!("{name}:$2")) {
+            return Err(StepError::Other(format!("htpasswd failed for {name}")));
+        }
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+fn random_bytes(n: usize) -> Result<Vec<u8>, StepError> {
+    let mut bytes = vec![0; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| StepError::Other(format!("read /dev/urandom: {e}")))?;
+    Ok(bytes)
+}
+
+/// Unpadded base64url (RFC 4648 §5).
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            let index = (n >> (18 - 6 * i)) & 0x3f;
+            out.push(char::from(ALPHABET[index as usize]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::*;
+    use crate::plan::Phase;
+
+    #[test]
+    fn base64url_matches_the_rfc_vectors() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(b"foob"), "Zm9vYg");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+    }
+
+    /// A host root whose account files name the test's own user as `me`.
+    fn host_root() -> (tempfile::TempDir, u32, u32) {
+        let tmp = tempfile::tempdir().unwrap();
+        let me = std::fs::metadata("/proc/self").unwrap();
+        let (uid, gid) = (me.uid(), me.gid());
+        std::fs::create_dir_all(tmp.path().join("etc")).unwrap();
+        std::fs::write(
+            tmp.path().join("etc/passwd"),
+            format!("me:x:{uid}:{gid}::/:/bin/sh\n"),
+        )
+        .unwrap();
+        std::fs::write(tmp.path().join("etc/group"), format!("mine:x:{gid}:\n")).unwrap();
+        (tmp, uid, gid)
+    }
+
+    fn file(path: &str, disposition: Disposition, content: Content, mode: u32) -> Action {
+        Action::File {
+            phase: Phase::Artifact,
+            path: path.into(),
+            disposition,
+            drift: None,
+            content,
+            owner: "me".into(),
+            group: "mine".into(),
+            mode,
+        }
+    }
+
+    #[test]
+    fn writes_dirs_and_files_with_owner_and_mode_and_stops_at_the_first_failure() {
+        let (tmp, uid, gid) = host_root();
+        let actions = vec![
+            Action::Dir {
+                path: "/srv/www/site".into(),
+                owner: "me".into(),
+                group: "mine".into(),
+                mode: 0o2750,
+                changes: vec![DirChange::Create],
+            },
+            file(
+                "/srv/www/site/.marker",
+                Disposition::Create,
+                Content::Literal(b"x\n".to_vec()),
+                0o644,
+            ),
+            file(
+                "/etc/atelier/t/credentials/SERVICE_TOKEN",
+                Disposition::Create,
+                Content::Random(32),
+                0o600,
+            ),
+            file(
+                "/etc/atelier/t/credentials/KEY",
+                Disposition::Awaiting,
+                Content::Operator,
+                0o600,
+            ),
+            Action::Exec {
+                step: ExecStep::WebConfigtest,
+                argv: vec!["false".into()],
+            },
+            file(
+                "/etc/never",
+                Disposition::Create,
+                Content::Literal(b"no".to_vec()),
+                0o644,
+            ),
+        ];
+        let report = apply(&actions, tmp.path());
+        let statuses: Vec<Status> = report.outcomes.iter().map(|o| o.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                Status::Done,
+                Status::Done,
+                Status::Done,
+                Status::Awaiting,
+                Status::Failed,
+                Status::Skipped
+            ]
+        );
+        assert!(report.outcomes[4]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("NOTHING was reloaded"));
+        let site = std::fs::metadata(tmp.path().join("srv/www/site")).unwrap();
+        assert_eq!(site.permissions().mode() & 0o7777, 0o2750);
+        assert_eq!((site.uid(), site.gid()), (uid, gid));
+        // The ancestor the plan did not name is a plain 0755 directory.
+        let parent = std::fs::metadata(tmp.path().join("srv/www")).unwrap();
+        assert_eq!(parent.permissions().mode() & 0o7777, 0o755);
+        let token =
+            std::fs::read_to_string(tmp.path().join("etc/atelier/t/credentials/SERVICE_TOKEN"))
+                .unwrap();
+        assert_eq!(
+            token.len(),
+            44,
+            "43 base64url characters and a newline: {token:?}"
+        );
+        assert!(!tmp.path().join("etc/atelier/t/credentials/KEY").exists());
+        assert!(!tmp.path().join("etc/never").exists());
+
+        // A minted credential is never overwritten.
+        let again = apply(&actions[2..3], tmp.path());
+        assert_eq!(again.outcomes[0].status, Status::Unchanged);
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("etc/atelier/t/credentials/SERVICE_TOKEN"))
+                .unwrap(),
+            token
+        );
+    }
+
+    #[test]
+    fn metadata_actions_fix_mode_without_touching_bytes() {
+        let (tmp, _, _) = host_root();
+        std::fs::write(tmp.path().join("etc/f"), b"keep").unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("etc/f"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        let report = apply(
+            &[file(
+                "/etc/f",
+                Disposition::Metadata,
+                Content::Existing,
+                0o640,
+            )],
+            tmp.path(),
+        );
+        assert_eq!(report.outcomes[0].status, Status::Done, "{report:?}");
+        assert_eq!(std::fs::read(tmp.path().join("etc/f")).unwrap(), b"keep");
+        let mode = std::fs::metadata(tmp.path().join("etc/f"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o640);
+    }
+
+    #[test]
+    fn htpasswd_hashes_each_password_file_with_bcrypt() {
+        let (tmp, _, _) = host_root();
+        std::fs::write(tmp.path().join("etc/pw"), b"s3cret-pass\n").unwrap();
+        let action = file(
+            "/etc/preprod.htpasswd",
+            Disposition::Create,
+            Content::Htpasswd(vec![("preview".into(), "/etc/pw".into())]),
+            0o640,
+        );
+        let report = apply(&[action], tmp.path());
+        assert_eq!(report.outcomes[0].status, Status::Done, "{report:?}");
+        let written = tmp.path().join("etc/preprod.htpasswd");
+        let text = std::fs::read_to_string(&written).unwrap();
+        assert!(text.starts_with("preview:$2y$12$"), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+        // The trailing newline is not part of the password.
+        let verified = Command::new("htpasswd")
+            .arg("-vb")
+            .arg(&written)
+            .args(["preview", "s3cret-pass"])
+            .output()
+            .unwrap();
+        assert!(verified.status.success(), "{verified:?}");
+    }
+
+    #[test]
+    fn an_unknown_owner_fails_by_name() {
+        let (tmp, _, _) = host_root();
+        let mut action = file(
+            "/etc/g",
+            Disposition::Create,
+            Content::Literal(b"g".to_vec()),
+            0o644,
+        );
+        if let Action::File { owner, .. } = &mut action {
+            *owner = "nobody-here".into();
+        }
+        let report = apply(&[action], tmp.path());
+        assert!(report.failed());
+        assert!(report.outcomes[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("no user nobody-here"));
+    }
+}

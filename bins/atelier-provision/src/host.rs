@@ -1,0 +1,297 @@
+//! Observing the host: its account databases, what stands at every path the plan cares about,
+//! the systemd version and whether the web server is installed. Reads only; every write goes
+//! through `apply`.
+//!
+//! Paths are host paths (`/etc/...`) read below a configurable root, `/` in production and a
+//! temp dir in tests.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use atelier_layout::declaration::WebServer;
+use serde::Serialize;
+
+use crate::identities::{parse_group, parse_passwd, parse_shadow, Accounts};
+
+/// The largest file the observer reads; an artifact is a few kilobytes.
+const MAX_OBSERVED_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Why the host could not be observed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// An account database could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// What stands at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservedKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (not followed).
+    Symlink,
+    /// A socket.
+    Socket,
+    /// Anything else.
+    Other,
+}
+
+/// One observed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Observed {
+    /// What it is.
+    pub kind: ObservedKind,
+    /// Permission bits (`0o7777`).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Group gid.
+    pub gid: u32,
+    /// For a directory: whether it is empty.
+    pub empty: Option<bool>,
+    /// For a symlink: its target.
+    pub link_target: Option<PathBuf>,
+    /// For a file whose content was asked for: its bytes (never a credential's).
+    #[serde(skip)]
+    pub content: Option<Vec<u8>>,
+    /// Modification time in nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+/// Everything the planner knows about the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostState {
+    /// The account databases.
+    pub accounts: Accounts,
+    /// Every observed path that exists; a path absent from the map is absent from the host.
+    pub entries: BTreeMap<PathBuf, Observed>,
+    /// PID 1's version, if it could be read.
+    pub systemd_version: Option<u32>,
+    /// Whether the declared web server's binary is installed.
+    pub web_server_present: bool,
+    /// systemd's view of the instance's sockets, by unit name; a unit absent from the map was
+    /// not looked at.
+    pub units: BTreeMap<String, UnitState>,
+}
+
+/// What systemd says about one unit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct UnitState {
+    /// `UnitFileState=enabled`.
+    pub enabled: bool,
+    /// `ActiveState=active`.
+    pub active: bool,
+}
+
+/// Asks systemd about `units` in one `systemctl show` call; an unknown unit is neither enabled
+/// nor active. `None` when systemctl could not be run.
+pub fn unit_states(units: &[String]) -> Option<BTreeMap<String, UnitState>> {
+    if units.is_empty() {
+        return Some(BTreeMap::new());
+    }
+    let out = Command::new("systemctl")
+        .args(["show", "--property=Id,UnitFileState,ActiveState", "--"])
+        .args(units)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| parse_unit_states(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Parses `systemctl show -p Id,UnitFileState,ActiveState` output: one block per unit.
+pub fn parse_unit_states(text: &str) -> BTreeMap<String, UnitState> {
+    let mut out = BTreeMap::new();
+    for block in text.split("\n\n") {
+        let mut id = None;
+        let mut state = UnitState::default();
+        for line in block.lines() {
+            match line.split_once('=') {
+                Some(("Id", v)) => id = Some(v.to_owned()),
+                Some(("UnitFileState", v)) => state.enabled = v == "enabled",
+                Some(("ActiveState", v)) => state.active = v == "active",
+                _ => {}
+            }
+        }
+        if let Some(id) = id {
+            out.insert(id, state);
+        }
+    }
+    out
+}
+
+/// `host_path` (absolute) below `root`.
+pub fn under_root(root: &Path, host_path: &Path) -> PathBuf {
+    root.join(host_path.strip_prefix("/").unwrap_or(host_path))
+}
+
+/// Reads `etc/passwd`, `etc/group` and, when permitted, `etc/shadow` below `root`.
+pub fn read_accounts(root: &Path) -> Result<Accounts, HostError> {
+    let read = |name: &str| {
+        let path = under_root(root, Path::new(name));
+        std::fs::read_to_string(&path).map_err(|source| HostError::Read { path, source })
+    };
+    let passwd = parse_passwd(&read("/etc/passwd")?);
+    let groups = parse_group(&read("/etc/group")?);
+    let shadow = read("/etc/shadow").ok().map(|text| parse_shadow(&text));
+    Ok(Accounts {
+        passwd,
+        groups,
+        shadow,
+    })
+}
+
+/// Observes each of `paths` below `root` without following a final link; reads the content of
+/// those in `with_content` that are regular files.
+pub fn observe_entries<'p>(
+    root: &Path,
+    paths: impl IntoIterator<Item = (&'p Path, bool)>,
+) -> BTreeMap<PathBuf, Observed> {
+    let mut out = BTreeMap::new();
+    for (path, with_content) in paths {
+        if let Some(observed) = observe(root, path, with_content) {
+            out.insert(path.to_path_buf(), observed);
+        }
+    }
+    out
+}
+
+fn observe(root: &Path, path: &Path, with_content: bool) -> Option<Observed> {
+    let real = under_root(root, path);
+    let meta = std::fs::symlink_metadata(&real).ok()?;
+    let ft = meta.file_type();
+    let kind = if ft.is_file() {
+        ObservedKind::File
+    } else if ft.is_dir() {
+        ObservedKind::Dir
+    } else if ft.is_symlink() {
+        ObservedKind::Symlink
+    } else if ft.is_socket() {
+        ObservedKind::Socket
+    } else {
+        ObservedKind::Other
+    };
+    let content = (with_content && kind == ObservedKind::File && meta.len() <= MAX_OBSERVED_BYTES)
+        .then(|| std::fs::read(&real).ok())
+        .flatten();
+    let empty = (kind == ObservedKind::Dir).then(|| {
+        std::fs::read_dir(&real)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false)
+    });
+    let link_target = (kind == ObservedKind::Symlink)
+        .then(|| std::fs::read_link(&real).ok())
+        .flatten();
+    Some(Observed {
+        kind,
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        empty,
+        link_target,
+        content,
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    })
+}
+
+/// PID 1's version from `systemctl --version` (`systemd 252 (…)`).
+pub fn systemd_version() -> Option<u32> {
+    let out = Command::new("systemctl").arg("--version").output().ok()?;
+    parse_systemd_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Parses the first line of `systemctl --version`.
+pub fn parse_systemd_version(text: &str) -> Option<u32> {
+    let mut words = text.lines().next()?.split_whitespace();
+    (words.next()? == "systemd").then_some(())?;
+    words.next()?.parse().ok()
+}
+
+/// The command that tests the web server's configuration.
+pub fn web_configtest_argv(server: WebServer) -> Vec<String> {
+    match server {
+        WebServer::Nginx => vec!["nginx".into(), "-t".into()],
+        WebServer::Apache => vec!["apache2ctl".into(), "configtest".into()],
+    }
+}
+
+/// The web server's systemd unit.
+pub fn web_unit(server: WebServer) -> &'static str {
+    match server {
+        WebServer::Nginx => "nginx.service",
+        WebServer::Apache => "apache2.service",
+    }
+}
+
+/// Whether the web server's config-test binary is installed below `root`.
+pub fn web_server_present(root: &Path, server: WebServer) -> bool {
+    let argv = web_configtest_argv(server);
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .any(|dir| under_root(root, &Path::new(dir).join(&argv[0])).is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_unit_states() {
+        let text = "Id=a.socket\nActiveState=active\nUnitFileState=enabled\n\nActiveState=inactive\nUnitFileState=\nId=b.socket\n";
+        let states = parse_unit_states(text);
+        assert_eq!(
+            states["a.socket"],
+            UnitState {
+                enabled: true,
+                active: true
+            }
+        );
+        assert_eq!(states["b.socket"], UnitState::default());
+    }
+
+    #[test]
+    fn reads_systemd_version() {
+        assert_eq!(
+            parse_systemd_version("systemd 252 (252.39-1~deb12u2)\n+PAM +AUDIT"),
+            Some(252)
+        );
+        assert_eq!(parse_systemd_version("something else 1"), None);
+    }
+
+    #[test]
+    fn observes_kinds_modes_and_content_below_a_root() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("etc/x")).unwrap();
+        std::fs::write(tmp.path().join("etc/x/f"), b"body").unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("etc/x/f"),
+            std::fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("f", tmp.path().join("etc/x/l")).unwrap();
+        let f = Path::new("/etc/x/f");
+        let l = Path::new("/etc/x/l");
+        let d = Path::new("/etc/x");
+        let gone = Path::new("/etc/absent");
+        let seen = observe_entries(tmp.path(), [(f, true), (l, true), (d, false), (gone, true)]);
+        assert_eq!(seen[f].kind, ObservedKind::File);
+        assert_eq!(seen[f].mode, 0o640);
+        assert_eq!(seen[f].content.as_deref(), Some(&b"body"[..]));
+        assert_eq!(seen[l].kind, ObservedKind::Symlink);
+        assert_eq!(seen[l].link_target.as_deref(), Some(Path::new("f")));
+        assert_eq!(seen[d].empty, Some(false));
+        assert!(!seen.contains_key(gone));
+    }
+}

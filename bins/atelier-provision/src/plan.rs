@@ -1,0 +1,2307 @@
+//! The plan: a pure function from the declaration, its rendered artifacts and the observed host
+//! to the ordered list of actions that makes the host match, or the named reasons it must not
+//! be touched. Nothing here reads or writes the host.
+//!
+//! Phases run in a fixed order: identity → tree → secret → artifact → service → web → retire,
+//! so users exist before anything is given to them, a unit is written before the reload that
+//! loads it, the web server's config is tested before any reload, and identities are locked
+//! last (a failure earlier leaves the instance running).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use atelier_layout::declaration::Site;
+use atelier_layout::names;
+use atelier_layout::paths::{
+    EntryKind, Layout, ModeEntry, Role, Surface, INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
+};
+use atelier_layout::{Door, SiteOrdinal};
+use serde::{Serialize, Serializer};
+
+use crate::artifact::{classify, parse_stamp, Artifact, ArtifactKind, Drift};
+use crate::host::{self, HostState, Observed, ObservedKind};
+use crate::identities::{self, Allocation, IdentityError, LedgerIdentity, NOLOGIN};
+
+/// The systemd release the rendered units need at least.
+pub const MIN_SYSTEMD: u32 = 248;
+
+/// How many random bytes a minted credential gets.
+pub const MINTED_BYTES: usize = 32;
+
+/// A step of the plan, in execution order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Groups, users and memberships.
+    Identity,
+    /// Directories, markers and the audit log.
+    Tree,
+    /// The served links of each webspace.
+    Link,
+    /// Credential files.
+    Secret,
+    /// Rendered files.
+    Artifact,
+    /// systemd: reload, tmpfiles.
+    Service,
+    /// Enabling links, config test, reload.
+    Web,
+    /// Locking removed sites' identities.
+    Retire,
+}
+
+impl Phase {
+    /// The phase as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Identity => "identity",
+            Phase::Tree => "tree",
+            Phase::Link => "link",
+            Phase::Secret => "secret",
+            Phase::Artifact => "artifact",
+            Phase::Service => "service",
+            Phase::Web => "web",
+            Phase::Retire => "retire",
+        }
+    }
+}
+
+/// What an account command does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountStep {
+    /// `groupadd`.
+    AddGroup,
+    /// `useradd`.
+    AddUser,
+    /// `gpasswd -a`.
+    AddMember,
+    /// `usermod --lock --expiredate 1`: retire, never delete.
+    Lock,
+}
+
+/// What a directory action changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirChange {
+    /// It does not exist.
+    Create,
+    /// Its owner or group is wrong.
+    Owner,
+    /// Its mode is wrong.
+    Mode,
+}
+
+/// What a file action does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Write a file that does not exist.
+    Create,
+    /// Replace a file whose bytes differ.
+    Rewrite,
+    /// Only fix owner, group or mode.
+    Metadata,
+    /// An operator-supplied file is missing; nothing is written.
+    Awaiting,
+}
+
+/// Where a file's bytes come from. No variant ever carries a credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// These bytes.
+    Literal(Vec<u8>),
+    /// `n` fresh random bytes, base64url, a newline: a minted credential.
+    Random(usize),
+    /// Only the operator can supply it.
+    Operator,
+    /// Whatever is there (a metadata-only action).
+    Existing,
+    /// A preproduction password file: each (login, password file) hashed with bcrypt at
+    /// apply time; the passwords are read only then.
+    Htpasswd(Vec<(String, PathBuf)>),
+}
+
+impl Serialize for Content {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match self {
+            Content::Literal(_) => "literal",
+            Content::Random(_) => "random",
+            Content::Operator => "operator",
+            Content::Existing => "existing",
+            Content::Htpasswd(_) => "htpasswd",
+        })
+    }
+}
+
+/// A command step outside the account and file actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStep {
+    /// `systemctl disable --now` a removed site's sockets.
+    DisableSockets,
+    /// `systemctl stop` a removed site's runs.
+    StopRuns,
+    /// `systemctl daemon-reload`, because a unit file changed.
+    DaemonReload,
+    /// `systemd-tmpfiles --create <file>`.
+    TmpfilesCreate,
+    /// `systemctl enable --now` sockets not yet enabled.
+    EnableSockets,
+    /// `systemctl start` enabled sockets that are not listening.
+    StartSockets,
+    /// `systemctl restart` listening sockets whose unit file changed.
+    RestartSockets,
+    /// The web server's configuration test.
+    WebConfigtest,
+    /// The web server's reload, only after a passing test.
+    WebReload,
+}
+
+/// One planned change to the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// An account command.
+    Account {
+        /// What it does.
+        step: AccountStep,
+        /// The user or group it is about.
+        name: String,
+        /// The command.
+        argv: Vec<String>,
+    },
+    /// A directory to create or reconcile.
+    Dir {
+        /// Host path.
+        path: PathBuf,
+        /// Owner name.
+        owner: String,
+        /// Group name.
+        group: String,
+        /// Mode.
+        #[serde(serialize_with = "octal")]
+        mode: u32,
+        /// What is wrong with it now.
+        changes: Vec<DirChange>,
+    },
+    /// A file to write or reconcile.
+    File {
+        /// The phase it belongs to.
+        phase: Phase,
+        /// Host path.
+        path: PathBuf,
+        /// What is done.
+        disposition: Disposition,
+        /// How the file on the host differs, for a rewrite.
+        drift: Option<&'static str>,
+        /// Where the bytes come from.
+        content: Content,
+        /// Owner name.
+        owner: String,
+        /// Group name.
+        group: String,
+        /// Mode.
+        #[serde(serialize_with = "octal")]
+        mode: u32,
+    },
+    /// A relative symlink to create (never replaced once it exists).
+    Symlink {
+        /// The phase it belongs to.
+        phase: Phase,
+        /// Host path of the link.
+        path: PathBuf,
+        /// Its target, as written.
+        target: PathBuf,
+        /// Owner name of the link itself.
+        owner: String,
+        /// Group name of the link itself.
+        group: String,
+    },
+    /// A removed site's file, stamped for this instance, to unlink.
+    Unlink {
+        /// Host path.
+        path: PathBuf,
+    },
+    /// A removed site's agent state, re-owned root:root 0700 and renamed into the retired dir.
+    Archive {
+        /// Host path.
+        from: PathBuf,
+        /// Where it goes.
+        to: PathBuf,
+    },
+    /// A command.
+    Exec {
+        /// What it is for.
+        step: ExecStep,
+        /// The command.
+        argv: Vec<String>,
+    },
+}
+
+fn octal<S: Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{mode:04o}"))
+}
+
+// === impl Action ===
+
+impl Action {
+    /// The phase the action runs in.
+    pub fn phase(&self) -> Phase {
+        match self {
+            Action::Account {
+                step: AccountStep::Lock,
+                ..
+            } => Phase::Retire,
+            Action::Account { .. } => Phase::Identity,
+            Action::Dir { .. } => Phase::Tree,
+            Action::File { phase, .. } => *phase,
+            Action::Symlink { phase, .. } => *phase,
+            Action::Unlink { .. } => Phase::Artifact,
+            Action::Archive { .. } => Phase::Retire,
+            Action::Exec { step, .. } => match step {
+                ExecStep::DisableSockets | ExecStep::StopRuns => Phase::Artifact,
+                ExecStep::DaemonReload
+                | ExecStep::TmpfilesCreate
+                | ExecStep::EnableSockets
+                | ExecStep::StartSockets
+                | ExecStep::RestartSockets => Phase::Service,
+                ExecStep::WebConfigtest | ExecStep::WebReload => Phase::Web,
+            },
+        }
+    }
+
+    /// Whether executing it changes the host (an awaited operator file does not).
+    pub fn changes_host(&self) -> bool {
+        !matches!(
+            self,
+            Action::File {
+                disposition: Disposition::Awaiting,
+                ..
+            }
+        )
+    }
+}
+
+impl fmt::Display for Action {
+    /// One line, never a file's content.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<9}", self.phase().as_str())?;
+        match self {
+            Action::Account { argv, .. } | Action::Exec { argv, .. } => {
+                write!(f, "run {}", argv.join(" "))
+            }
+            Action::Dir {
+                path,
+                owner,
+                group,
+                mode,
+                changes,
+            } => {
+                let what: Vec<&str> = changes
+                    .iter()
+                    .map(|c| match c {
+                        DirChange::Create => "create",
+                        DirChange::Owner => "owner",
+                        DirChange::Mode => "mode",
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "dir {} {owner}:{group} {mode:04o} ({})",
+                    path.display(),
+                    what.join(", ")
+                )
+            }
+            Action::File {
+                path,
+                disposition,
+                drift,
+                owner,
+                group,
+                mode,
+                ..
+            } => {
+                let verb = match disposition {
+                    Disposition::Create => "create",
+                    Disposition::Rewrite => "rewrite",
+                    Disposition::Metadata => "metadata",
+                    Disposition::Awaiting => "awaiting operator file",
+                };
+                write!(f, "{verb} {} {owner}:{group} {mode:04o}", path.display())?;
+                match drift {
+                    Some(class) => write!(f, " (drift: {class})"),
+                    None => Ok(()),
+                }
+            }
+            Action::Unlink { path } => write!(f, "unlink {}", path.display()),
+            Action::Archive { from, to } => {
+                write!(f, "archive {} -> {}", from.display(), to.display())
+            }
+            Action::Symlink {
+                path,
+                target,
+                owner,
+                group,
+                ..
+            } => write!(
+                f,
+                "link {} -> {} {owner}:{group}",
+                path.display(),
+                target.display()
+            ),
+        }
+    }
+}
+
+/// A named reason the plan refuses to touch the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The path or name it is about.
+    pub subject: String,
+    /// A stable reason code.
+    pub reason: &'static str,
+    /// A sentence for the operator.
+    pub message: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.subject, self.reason, self.message)
+    }
+}
+
+/// Why no plan was made; every problem is collected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused: {}", .refusals.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct PlanError {
+    /// The problems.
+    pub refusals: Vec<Refusal>,
+}
+
+impl From<IdentityError> for PlanError {
+    fn from(e: IdentityError) -> Self {
+        PlanError {
+            refusals: vec![Refusal {
+                subject: "ledger".into(),
+                reason: "identity_ledger",
+                message: e.to_string(),
+            }],
+        }
+    }
+}
+
+/// Everything the planner looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// The instance's layout.
+    pub layout: &'a Layout<'a>,
+    /// The declared sites' ordinals and the identities to retire.
+    pub allocation: &'a Allocation,
+    /// What the renderer produced.
+    pub artifacts: &'a [Artifact],
+    /// The declaration's own bytes, copied to the config dir.
+    pub declaration_bytes: Option<&'a [u8]>,
+    /// The observed host.
+    pub host: &'a HostState,
+    /// This run's UTC instant, `YYYYMMDDTHHMMSSZ`, naming any archive it makes.
+    pub now: &'a str,
+}
+
+// === impl PlanInput ===
+
+impl PlanInput<'_> {
+    /// The declared sites with their ordinals, in declaration order.
+    pub fn sites(&self) -> Vec<(SiteOrdinal, &Site)> {
+        sites_of(self.layout, self.allocation)
+    }
+}
+
+/// The declared sites with their ordinals.
+pub fn sites_of<'d>(layout: &Layout<'d>, allocation: &Allocation) -> Vec<(SiteOrdinal, &'d Site)> {
+    let decl = layout.declaration();
+    allocation
+        .sites
+        .iter()
+        .filter_map(|&(k, i)| decl.sites.get(i).map(|site| (k, site)))
+        .collect()
+}
+
+/// The sockets of the instance that must listen: sited's, then per site its doors' and its
+/// gate's.
+pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
+    let inst = layout.instance();
+    let mut units = vec![names::sited_socket_unit(inst)];
+    for &(k, _) in sites {
+        for door in Door::ALL {
+            units.push(names::door_socket_unit(inst, k, door));
+        }
+        units.push(names::gate_socket_unit(inst, k));
+    }
+    units
+}
+
+/// Roles made at run time (by `systemd-tmpfiles` or PID 1), never by the plan's tree phase.
+fn made_at_run_time(role: Role) -> bool {
+    matches!(
+        role,
+        Role::RuntimeDir
+            | Role::EgressRoot
+            | Role::EgressSiteDir
+            | Role::SitedSocket
+            | Role::DoorSocket
+            | Role::GateSocket
+    )
+}
+
+/// Roots that carry the instance marker.
+fn is_marked_root(role: Role) -> bool {
+    matches!(role, Role::SitesRoot | Role::AuditRoot | Role::Webspace)
+}
+
+/// The marker inside a marked root.
+pub fn marker_path(root: &Path) -> PathBuf {
+    root.join(INSTANCE_MARKER_FILE)
+}
+
+/// Every path the observer must look at, and whether to read its content (artifacts, markers
+/// and the declaration; never a credential).
+pub fn observed_paths(
+    layout: &Layout<'_>,
+    sites: &[(SiteOrdinal, &Site)],
+    artifacts: &[Artifact],
+    removed: &[LedgerIdentity],
+) -> Vec<(PathBuf, bool)> {
+    // A path may come from both the matrix and the artifacts: read it if either asks.
+    let mut out: std::collections::BTreeMap<PathBuf, bool> = std::collections::BTreeMap::new();
+    let mut add = |path: PathBuf, read: bool| *out.entry(path).or_default() |= read;
+    for entry in layout.mode_matrix(sites) {
+        let read = entry.role == Role::DeclarationFile;
+        if is_marked_root(entry.role) {
+            add(marker_path(&entry.path), true);
+        }
+        add(entry.path, read);
+    }
+    for (_, site) in sites {
+        for surface in Surface::ALL {
+            add(layout.served_link(site, surface), false);
+        }
+    }
+    // Login names are read from the password file; passwords only at apply time.
+    add(layout.htpasswd_path(), true);
+    for user in &layout.declaration().serving.preprod.auth.users {
+        add(user.password_file.clone(), false);
+    }
+    for artifact in artifacts {
+        add(artifact.path.clone(), true);
+        if let Some(link) = enabling_link(layout, artifact) {
+            add(link.0, false);
+        }
+    }
+    for id in removed {
+        let paths = RetiredPaths::of(layout, id);
+        for path in paths.units.into_iter().chain(paths.files) {
+            add(path, true);
+        }
+        for (link, _) in paths.links {
+            add(link, false);
+        }
+        add(layout.agent_site_dir(id.k), false);
+    }
+    out.into_iter().collect()
+}
+
+/// The `sites-enabled` link of a vhost artifact and its target, when the web server uses them.
+pub(crate) fn enabling_link(
+    layout: &Layout<'_>,
+    artifact: &Artifact,
+) -> Option<(PathBuf, PathBuf)> {
+    if !matches!(
+        artifact.kind,
+        ArtifactKind::NginxVhost | ArtifactKind::ApacheVhost
+    ) {
+        return None;
+    }
+    let enabled = layout.vhost_enabled_dir();
+    let available = layout.vhost_dir();
+    if enabled == available {
+        return None;
+    }
+    let name = artifact.path.file_name()?;
+    let target = match (enabled.parent(), available.parent(), available.file_name()) {
+        (Some(a), Some(b), Some(dir)) if a == b => Path::new("..").join(dir).join(name),
+        _ => artifact.path.clone(),
+    };
+    Some((enabled.join(name), target))
+}
+
+/// Where a removed site's files are: its units, gate plans and vhosts, and enabling links.
+struct RetiredPaths {
+    units: Vec<PathBuf>,
+    /// Gate plans and vhosts.
+    files: Vec<PathBuf>,
+    vhosts: Vec<PathBuf>,
+    /// (enabling link, the vhost it should point at).
+    links: Vec<(PathBuf, PathBuf)>,
+}
+
+impl RetiredPaths {
+    fn of(layout: &Layout<'_>, id: &LedgerIdentity) -> RetiredPaths {
+        let inst = layout.instance();
+        let k = id.k;
+        let mut units = Vec::new();
+        for door in Door::ALL {
+            units.push(layout.unit_path(&names::door_socket_unit(inst, k, door)));
+            units.push(layout.unit_path(&names::door_target_unit(inst, k, door)));
+            units.push(layout.unit_path(&names::door_service_template(inst, k, door)));
+        }
+        units.push(layout.unit_path(&names::gate_socket_unit(inst, k)));
+        units.push(layout.unit_path(&names::gate_service_unit(inst, k)));
+        let mut files: Vec<PathBuf> = Door::ALL
+            .into_iter()
+            .filter_map(|door| layout.gate_plan_path(k, door))
+            .collect();
+        let mut vhosts = Vec::new();
+        let mut links = Vec::new();
+        if let Some(slug) = &id.slug {
+            for name in [
+                names::prod_vhost_file(inst, slug),
+                names::preprod_vhost_file(inst, slug),
+            ] {
+                let vhost = layout.vhost_dir().join(&name);
+                if layout.vhost_enabled_dir() != layout.vhost_dir() {
+                    links.push((layout.vhost_enabled_dir().join(&name), vhost.clone()));
+                }
+                vhosts.push(vhost);
+            }
+        }
+        files.extend(vhosts.iter().cloned());
+        RetiredPaths {
+            units,
+            files,
+            vhosts,
+            links,
+        }
+    }
+}
+
+/// Lexical normalization of a link target joined to its directory.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// A whole file the plan wants on the host.
+struct WantedFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    meta: (String, String, u32),
+    /// Ours and stamped (an artifact), so drift can be classed.
+    stamped: bool,
+}
+
+struct Planner<'a> {
+    input: PlanInput<'a>,
+    /// A removed site's vhost is planned to be unlinked: the web server must reload.
+    vhost_unlinked: bool,
+    actions: Vec<Action>,
+    refusals: Vec<Refusal>,
+}
+
+/// Plans the changes that make the host match the declaration, in phase order; an empty plan
+/// means the host already matches.
+pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
+    let mut p = Planner {
+        input,
+        vhost_unlinked: false,
+        actions: Vec::new(),
+        refusals: Vec::new(),
+    };
+    p.preconditions();
+    p.identities();
+    let matrix = input.layout.mode_matrix(&input.sites());
+    p.tree(&matrix);
+    p.served_links();
+    p.secrets(&matrix);
+    p.htpasswd(&matrix);
+    let written = p.artifacts(&matrix);
+    p.service(&written);
+    p.sockets(&written);
+    p.web(&written);
+    p.retire();
+    if p.refusals.is_empty() {
+        Ok(p.actions)
+    } else {
+        Err(PlanError {
+            refusals: p.refusals,
+        })
+    }
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+impl Planner<'_> {
+    fn refuse(&mut self, subject: impl fmt::Display, reason: &'static str, message: String) {
+        self.refusals.push(Refusal {
+            subject: subject.to_string(),
+            reason,
+            message,
+        });
+    }
+
+    fn observed(&self, path: &Path) -> Option<&Observed> {
+        self.input.host.entries.get(path)
+    }
+
+    fn owned_as(&self, seen: &Observed, owner: &str, group: &str) -> bool {
+        let accounts = &self.input.host.accounts;
+        accounts
+            .user_by_uid(seen.uid)
+            .is_some_and(|u| u.name == owner)
+            && accounts
+                .group_by_gid(seen.gid)
+                .is_some_and(|g| g.name == group)
+    }
+
+    fn preconditions(&mut self) {
+        match self.input.host.systemd_version {
+            Some(v) if v >= MIN_SYSTEMD => {}
+            Some(v) => self.refuse(
+                "systemd",
+                "systemd_too_old",
+                format!("PID 1 is systemd {v}; the rendered units need {MIN_SYSTEMD} or newer"),
+            ),
+            None => self.refuse(
+                "systemd",
+                "systemd_unknown",
+                "could not read PID 1's version from systemctl --version".into(),
+            ),
+        }
+        let decl = self.input.layout.declaration();
+        let accounts = &self.input.host.accounts;
+        for (what, group) in [("engine", &decl.engine.group), ("web", &decl.web.group)] {
+            if accounts.group(group).is_none() {
+                self.refuse(
+                    group,
+                    "group_absent",
+                    format!("the {what} group {group} does not exist; Atelier does not create it"),
+                );
+            }
+        }
+    }
+
+    fn identities(&mut self) {
+        let layout = self.input.layout;
+        let accounts = &self.input.host.accounts;
+        let svc = layout.service_user();
+        let svc_group = layout.service_group();
+        let inst = layout.instance();
+        let mut acts = Vec::new();
+        if accounts.group(&svc_group).is_none() {
+            acts.push(Action::Account {
+                step: AccountStep::AddGroup,
+                name: svc_group.clone(),
+                argv: argv(&["groupadd", "--system", &svc_group]),
+            });
+        }
+        if accounts.user(&svc).is_none() {
+            let comment = format!("Atelier instance {inst}");
+            acts.push(Action::Account {
+                step: AccountStep::AddUser,
+                name: svc.clone(),
+                argv: argv(&[
+                    "useradd",
+                    "--system",
+                    "--gid",
+                    &svc_group,
+                    "--home-dir",
+                    "/nonexistent",
+                    "--no-create-home",
+                    "--shell",
+                    NOLOGIN,
+                    "--comment",
+                    &comment,
+                    &svc,
+                ]),
+            });
+        }
+        for (k, site) in self.input.sites() {
+            let id = names::site_identity(inst, k);
+            let group = accounts.group(&id);
+            if group.is_none() {
+                acts.push(Action::Account {
+                    step: AccountStep::AddGroup,
+                    name: id.clone(),
+                    argv: argv(&["groupadd", "--system", &id]),
+                });
+            }
+            if accounts.user(&id).is_none() {
+                let comment = identities::gecos(&site.slug);
+                acts.push(Action::Account {
+                    step: AccountStep::AddUser,
+                    name: id.clone(),
+                    argv: argv(&[
+                        "useradd",
+                        "--system",
+                        "--gid",
+                        &svc_group,
+                        "--groups",
+                        &id,
+                        "--home-dir",
+                        "/nonexistent",
+                        "--no-create-home",
+                        "--shell",
+                        NOLOGIN,
+                        "--comment",
+                        &comment,
+                        &id,
+                    ]),
+                });
+            } else if !group.is_some_and(|g| g.members.contains(&id)) {
+                acts.push(Action::Account {
+                    step: AccountStep::AddMember,
+                    name: id.clone(),
+                    argv: argv(&["gpasswd", "-a", &id, &id]),
+                });
+            }
+            if !group.is_some_and(|g| g.members.contains(&svc)) {
+                acts.push(Action::Account {
+                    step: AccountStep::AddMember,
+                    name: id.clone(),
+                    argv: argv(&["gpasswd", "-a", &svc, &id]),
+                });
+            }
+        }
+        self.actions.extend(acts);
+    }
+
+    fn tree(&mut self, matrix: &[ModeEntry]) {
+        let inst = self.input.layout.instance().as_str().to_owned();
+        for entry in matrix {
+            if entry.kind != EntryKind::Directory || made_at_run_time(entry.role) {
+                continue;
+            }
+            let seen = self.observed(&entry.path).cloned();
+            let mut changes = Vec::new();
+            match &seen {
+                None => changes.push(DirChange::Create),
+                Some(s) if s.kind != ObservedKind::Dir => {
+                    self.refuse(
+                        entry.path.display(),
+                        "not_a_directory",
+                        "something other than a directory stands where the instance needs one"
+                            .into(),
+                    );
+                    continue;
+                }
+                Some(s) => {
+                    if !self.owned_as(s, &entry.owner, &entry.group) {
+                        changes.push(DirChange::Owner);
+                    }
+                    if s.mode != entry.mode {
+                        changes.push(DirChange::Mode);
+                    }
+                }
+            }
+            if !changes.is_empty() {
+                self.actions.push(Action::Dir {
+                    path: entry.path.clone(),
+                    owner: entry.owner.clone(),
+                    group: entry.group.clone(),
+                    mode: entry.mode,
+                    changes,
+                });
+            }
+            if is_marked_root(entry.role) {
+                self.marker(&entry.path, seen.as_ref(), &inst);
+            }
+            if entry.role == Role::AuditRoot {
+                if let Some(audit) = matrix.iter().find(|e| e.role == Role::AuditFile) {
+                    self.audit_file(audit);
+                }
+            }
+        }
+    }
+
+    /// Each webspace serves each surface through a link sited flips; the first one points at
+    /// the empty store. An existing link is left whatever it points to (sited owns it).
+    fn served_links(&mut self) {
+        let layout = self.input.layout;
+        let owner = layout.service_user();
+        let group = layout.declaration().web.group.clone();
+        let input = self.input;
+        for (_, site) in input.sites() {
+            for surface in Surface::ALL {
+                let path = layout.served_link(site, surface);
+                match self.observed(&path).map(|s| s.kind) {
+                    None => self.actions.push(Action::Symlink {
+                        phase: Phase::Link,
+                        path,
+                        target: Path::new(RELEASES_DIR).join(surface.dir_name()),
+                        owner: owner.clone(),
+                        group: group.clone(),
+                    }),
+                    Some(ObservedKind::Symlink) => {}
+                    Some(_) => self.refuse(
+                        path.display(),
+                        "served_link_taken",
+                        "something other than a symlink stands where a served link goes".into(),
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The marker law: a root that exists, holds anything, and whose marker does not name this
+    /// instance belongs to someone else.
+    fn marker(&mut self, root: &Path, seen_root: Option<&Observed>, inst: &str) {
+        let path = marker_path(root);
+        let want = format!("{inst}\n").into_bytes();
+        let marker = self.observed(&path).cloned();
+        match marker {
+            Some(m) if m.content.as_deref() == Some(&want[..]) => {
+                if m.mode != 0o644 || !self.owned_as(&m, "root", "root") {
+                    self.push_file(
+                        Phase::Tree,
+                        path,
+                        Disposition::Metadata,
+                        None,
+                        Content::Existing,
+                        ("root", "root", 0o644),
+                    );
+                }
+            }
+            Some(_) => self.refuse(
+                root.display(),
+                "foreign_root",
+                format!("its {INSTANCE_MARKER_FILE} does not name instance {inst}"),
+            ),
+            None if seen_root.is_some_and(|r| r.empty == Some(false)) => self.refuse(
+                root.display(),
+                "unmarked_root",
+                format!("it exists, is not empty and has no {INSTANCE_MARKER_FILE}"),
+            ),
+            None => self.push_file(
+                Phase::Tree,
+                path,
+                Disposition::Create,
+                None,
+                Content::Literal(want),
+                ("root", "root", 0o644),
+            ),
+        }
+    }
+
+    fn audit_file(&mut self, entry: &ModeEntry) {
+        let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
+        match self.observed(&entry.path).cloned() {
+            None => self.push_file(
+                Phase::Tree,
+                entry.path.clone(),
+                Disposition::Create,
+                None,
+                Content::Literal(Vec::new()),
+                meta,
+            ),
+            Some(s) if s.kind != ObservedKind::File => self.refuse(
+                entry.path.display(),
+                "not_a_file",
+                "the audit log is not a regular file".into(),
+            ),
+            // Never rewritten: it is sited's record.
+            Some(s) => {
+                if s.mode != entry.mode || !self.owned_as(&s, &entry.owner, &entry.group) {
+                    self.push_file(
+                        Phase::Tree,
+                        entry.path.clone(),
+                        Disposition::Metadata,
+                        None,
+                        Content::Existing,
+                        meta,
+                    );
+                }
+            }
+        }
+    }
+
+    fn push_file(
+        &mut self,
+        phase: Phase,
+        path: PathBuf,
+        disposition: Disposition,
+        drift: Option<Drift>,
+        content: Content,
+        (owner, group, mode): (&str, &str, u32),
+    ) {
+        self.actions.push(Action::File {
+            phase,
+            path,
+            disposition,
+            drift: drift.map(Drift::as_str),
+            content,
+            owner: owner.to_owned(),
+            group: group.to_owned(),
+            mode,
+        });
+    }
+
+    /// The preproduction password file: written when absent, rewritten when its login names
+    /// differ from the declared ones or a password file is newer than it; awaited while a
+    /// password file is missing.
+    fn htpasswd(&mut self, matrix: &[ModeEntry]) {
+        let Some(entry) = matrix.iter().find(|e| e.role == Role::Htpasswd) else {
+            return;
+        };
+        let users: Vec<(String, PathBuf)> = self
+            .input
+            .layout
+            .declaration()
+            .serving
+            .preprod
+            .auth
+            .users
+            .iter()
+            .map(|u| (u.name.clone(), u.password_file.clone()))
+            .collect();
+        let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
+        let path = entry.path.clone();
+        let passwords: Vec<Option<Observed>> = users
+            .iter()
+            .map(|(_, file)| self.observed(file).cloned())
+            .collect();
+        if users.is_empty() || passwords.iter().any(Option::is_none) {
+            if self.observed(&path).is_none() {
+                self.push_file(
+                    Phase::Secret,
+                    path,
+                    Disposition::Awaiting,
+                    None,
+                    Content::Operator,
+                    meta,
+                );
+            }
+            return;
+        }
+        let Some(seen) = self.observed(&path).cloned() else {
+            self.push_file(
+                Phase::Secret,
+                path,
+                Disposition::Create,
+                None,
+                Content::Htpasswd(users),
+                meta,
+            );
+            return;
+        };
+        let text =
+            String::from_utf8_lossy(seen.content.as_deref().unwrap_or_default()).into_owned();
+        let mut names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once(':').map(|(name, _)| name))
+            .collect();
+        names.sort_unstable();
+        let mut declared: Vec<&str> = users.iter().map(|(name, _)| name.as_str()).collect();
+        declared.sort_unstable();
+        let newer = passwords
+            .iter()
+            .flatten()
+            .any(|p| p.mtime_ns > seen.mtime_ns);
+        if names != declared || newer {
+            self.push_file(
+                Phase::Secret,
+                path,
+                Disposition::Rewrite,
+                Some(Drift::Stale),
+                Content::Htpasswd(users),
+                meta,
+            );
+        } else if seen.mode != entry.mode || !self.owned_as(&seen, &entry.owner, &entry.group) {
+            self.push_file(
+                Phase::Secret,
+                path,
+                Disposition::Metadata,
+                None,
+                Content::Existing,
+                meta,
+            );
+        }
+    }
+
+    /// Credential files: a missing service token is minted; any other missing one awaits the
+    /// operator; an existing one is never read or rewritten, only re-owned.
+    fn secrets(&mut self, matrix: &[ModeEntry]) {
+        let token = self.input.layout.credentials_dir().join(SERVICE_TOKEN);
+        for entry in matrix.iter().filter(|e| e.role == Role::Credential) {
+            let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
+            match self.observed(&entry.path).cloned() {
+                None if entry.path == token => self.push_file(
+                    Phase::Secret,
+                    entry.path.clone(),
+                    Disposition::Create,
+                    None,
+                    Content::Random(MINTED_BYTES),
+                    meta,
+                ),
+                None => self.push_file(
+                    Phase::Secret,
+                    entry.path.clone(),
+                    Disposition::Awaiting,
+                    None,
+                    Content::Operator,
+                    meta,
+                ),
+                Some(s) if s.kind != ObservedKind::File => self.refuse(
+                    entry.path.display(),
+                    "not_a_file",
+                    "a credential source is not a regular file".into(),
+                ),
+                Some(s) => {
+                    if s.mode != entry.mode || !self.owned_as(&s, &entry.owner, &entry.group) {
+                        self.push_file(
+                            Phase::Secret,
+                            entry.path.clone(),
+                            Disposition::Metadata,
+                            None,
+                            Content::Existing,
+                            meta,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rendered files and the declaration's copy; returns the paths that will be written.
+    fn artifacts(&mut self, matrix: &[ModeEntry]) -> BTreeSet<PathBuf> {
+        let mut written = BTreeSet::new();
+        // `None` marks where removed sites' units go.
+        let mut files: Vec<Option<WantedFile>> = Vec::new();
+        // The polkit rule first: a narrowed grant is in force before anything it governs.
+        let mut ordered: Vec<&Artifact> = self.input.artifacts.iter().collect();
+        ordered.sort_by_key(|a| a.kind != ArtifactKind::AgentAuthorization);
+        let polkit = ordered
+            .iter()
+            .take_while(|a| a.kind == ArtifactKind::AgentAuthorization)
+            .count();
+        for (i, a) in ordered.into_iter().enumerate() {
+            if i == polkit {
+                files.push(None);
+            }
+            files.push(Some(WantedFile {
+                path: a.path.clone(),
+                bytes: a.bytes.clone(),
+                meta: (a.owner.clone(), a.group.clone(), a.mode),
+                stamped: true,
+            }));
+        }
+        if files.len() == polkit {
+            files.push(None);
+        }
+        // The declaration's copy last: it records what the artifacts were rendered from.
+        if let (Some(bytes), Some(entry)) = (
+            self.input.declaration_bytes,
+            matrix.iter().find(|e| e.role == Role::DeclarationFile),
+        ) {
+            files.push(Some(WantedFile {
+                path: entry.path.clone(),
+                bytes: bytes.to_vec(),
+                meta: (entry.owner.clone(), entry.group.clone(), entry.mode),
+                stamped: false,
+            }));
+        }
+        let inst = self.input.layout.instance().as_str().to_owned();
+        for wanted in files {
+            let Some(WantedFile {
+                path,
+                bytes,
+                meta: (owner, group, mode),
+                stamped,
+            }) = wanted
+            else {
+                self.removed_sites_units(&mut written);
+                continue;
+            };
+            let meta = (owner.as_str(), group.as_str(), mode);
+            match self.observed(&path).cloned() {
+                None => {
+                    written.insert(path.clone());
+                    self.push_file(
+                        Phase::Artifact,
+                        path,
+                        Disposition::Create,
+                        None,
+                        Content::Literal(bytes),
+                        meta,
+                    );
+                }
+                Some(s) if s.kind != ObservedKind::File => self.refuse(
+                    path.display(),
+                    "not_a_file",
+                    "something other than a regular file stands where an artifact goes".into(),
+                ),
+                Some(s) => {
+                    let existing = s.content.clone().unwrap_or_default();
+                    if existing == bytes {
+                        if s.mode != mode || !self.owned_as(&s, &owner, &group) {
+                            self.push_file(
+                                Phase::Artifact,
+                                path,
+                                Disposition::Metadata,
+                                None,
+                                Content::Existing,
+                                meta,
+                            );
+                        }
+                        continue;
+                    }
+                    let drift = if stamped {
+                        classify(&existing, &bytes, &inst)
+                    } else {
+                        Drift::Stale
+                    };
+                    if drift == Drift::Foreign {
+                        self.refuse(
+                            path.display(),
+                            "foreign",
+                            "its stamp names another instance; it is left as it is".into(),
+                        );
+                        continue;
+                    }
+                    written.insert(path.clone());
+                    self.push_file(
+                        Phase::Artifact,
+                        path,
+                        Disposition::Rewrite,
+                        Some(drift),
+                        Content::Literal(bytes),
+                        meta,
+                    );
+                }
+            }
+        }
+        written
+    }
+
+    /// A removed site's units stop and go, with its gate plans and vhosts; only files stamped
+    /// for this instance are unlinked. Unlinked paths join `written` so the reloads follow.
+    fn removed_sites_units(&mut self, written: &mut BTreeSet<PathBuf>) {
+        let input = self.input;
+        let inst = input.layout.instance().as_str().to_owned();
+        for id in &input.allocation.removed {
+            let paths = RetiredPaths::of(input.layout, id);
+            let present: Vec<&PathBuf> = paths
+                .units
+                .iter()
+                .filter(|p| self.observed(p).is_some())
+                .collect();
+            let sockets: Vec<String> = present
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "socket"))
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect();
+            if !sockets.is_empty() {
+                let mut disable = argv(&["systemctl", "disable", "--now"]);
+                disable.extend(sockets);
+                self.actions.push(Action::Exec {
+                    step: ExecStep::DisableSockets,
+                    argv: disable,
+                });
+            }
+            if !present.is_empty() {
+                // Whole stems: a prefix glob could match another instance's units.
+                let mut stop = argv(&["systemctl", "stop"]);
+                let inst = input.layout.instance();
+                for door in Door::ALL {
+                    stop.push(format!(
+                        "{}*.service",
+                        names::door_service_instance_stem(inst, id.k, door)
+                    ));
+                }
+                stop.push(names::gate_service_unit(inst, id.k));
+                self.actions.push(Action::Exec {
+                    step: ExecStep::StopRuns,
+                    argv: stop,
+                });
+            }
+            for (link, vhost) in &paths.links {
+                let points_at = |s: &Observed| {
+                    s.link_target.as_ref().is_some_and(|t| {
+                        t == vhost
+                            || link.parent().map(|d| normalize(&d.join(t))) == Some(vhost.clone())
+                    })
+                };
+                if self
+                    .observed(link)
+                    .is_some_and(|s| s.kind == ObservedKind::Symlink && points_at(s))
+                {
+                    self.actions.push(Action::Unlink { path: link.clone() });
+                    self.vhost_unlinked = true;
+                }
+            }
+            for path in paths.units.iter().chain(&paths.files) {
+                let ours = self.observed(path).is_some_and(|s| {
+                    s.kind == ObservedKind::File
+                        && s.content
+                            .as_deref()
+                            .and_then(parse_stamp)
+                            .is_some_and(|stamp| stamp.instance == inst)
+                });
+                if ours {
+                    if paths.vhosts.contains(path) {
+                        self.vhost_unlinked = true;
+                    }
+                    written.insert(path.clone());
+                    self.actions.push(Action::Unlink { path: path.clone() });
+                }
+            }
+        }
+    }
+
+    fn service(&mut self, written: &BTreeSet<PathBuf>) {
+        let layout = self.input.layout;
+        let unit_dir = layout.unit_dir();
+        if written
+            .iter()
+            .any(|p| p.parent() == Some(unit_dir.as_path()))
+        {
+            self.actions.push(Action::Exec {
+                step: ExecStep::DaemonReload,
+                argv: argv(&["systemctl", "daemon-reload"]),
+            });
+        }
+        let tmpfiles = layout.tmpfiles_path();
+        let has_tmpfiles = self.input.artifacts.iter().any(|a| a.path == tmpfiles);
+        let runtime_missing = self.observed(&layout.runtime_dir()).is_none();
+        if has_tmpfiles && (written.contains(&tmpfiles) || runtime_missing) {
+            let file = tmpfiles.display().to_string();
+            self.actions.push(Action::Exec {
+                step: ExecStep::TmpfilesCreate,
+                argv: argv(&["systemd-tmpfiles", "--create", &file]),
+            });
+        }
+    }
+
+    /// Every declared socket listens: enabled (and started) if it is not, started if it is
+    /// enabled but down, restarted if its unit file changed while it listened.
+    fn sockets(&mut self, written: &BTreeSet<PathBuf>) {
+        let input = self.input;
+        let (mut enable, mut start, mut restart) = (Vec::new(), Vec::new(), Vec::new());
+        for unit in socket_units(input.layout, &input.sites()) {
+            let state = input.host.units.get(&unit).copied().unwrap_or_default();
+            let rewritten = self.observed(&input.layout.unit_path(&unit)).is_some()
+                && written.contains(&input.layout.unit_path(&unit));
+            if !state.enabled {
+                enable.push(unit);
+            } else if !state.active {
+                start.push(unit);
+            } else if rewritten {
+                restart.push(unit);
+            }
+        }
+        for (step, verb, units) in [
+            (ExecStep::EnableSockets, &["enable", "--now"][..], enable),
+            (ExecStep::StartSockets, &["start"][..], start),
+            (ExecStep::RestartSockets, &["restart"][..], restart),
+        ] {
+            if units.is_empty() {
+                continue;
+            }
+            let mut command = argv(&["systemctl"]);
+            command.extend(argv(verb));
+            command.extend(units);
+            self.actions.push(Action::Exec {
+                step,
+                argv: command,
+            });
+        }
+    }
+
+    fn web(&mut self, written: &BTreeSet<PathBuf>) {
+        let layout = self.input.layout;
+        let mut changed = false;
+        for a in self.input.artifacts {
+            let Some((link, target)) = enabling_link(layout, a) else {
+                continue;
+            };
+            if written.contains(&a.path) {
+                changed = true;
+            }
+            match self.observed(&link).cloned() {
+                None => {
+                    changed = true;
+                    self.actions.push(Action::Symlink {
+                        phase: Phase::Web,
+                        path: link,
+                        target,
+                        owner: "root".into(),
+                        group: "root".into(),
+                    });
+                }
+                Some(s)
+                    if s.kind == ObservedKind::Symlink
+                        && s.link_target.as_ref() == Some(&target) => {}
+                Some(_) => self.refuse(
+                    link.display(),
+                    "enabling_link_taken",
+                    format!(
+                        "something other than a link to {} stands there",
+                        target.display()
+                    ),
+                ),
+            }
+        }
+        let vhost_written = self.vhost_unlinked
+            || self.input.artifacts.iter().any(|a| {
+                matches!(a.kind, ArtifactKind::NginxVhost | ArtifactKind::ApacheVhost)
+                    && written.contains(&a.path)
+            });
+        if (changed || vhost_written) && self.input.host.web_server_present {
+            let server = layout.declaration().web.server;
+            self.actions.push(Action::Exec {
+                step: ExecStep::WebConfigtest,
+                argv: host::web_configtest_argv(server),
+            });
+            // try-: a web server that is not running is not started by provisioning.
+            self.actions.push(Action::Exec {
+                step: ExecStep::WebReload,
+                argv: argv(&["systemctl", "try-reload-or-restart", host::web_unit(server)]),
+            });
+        }
+    }
+
+    fn retire(&mut self) {
+        let input = self.input;
+        for id in &input.allocation.removed {
+            let from = input.layout.agent_site_dir(id.k);
+            if self
+                .observed(&from)
+                .is_some_and(|s| s.kind == ObservedKind::Dir)
+            {
+                let to = input
+                    .layout
+                    .retired_dir()
+                    .join(format!("s{}.{}", id.k, input.now));
+                self.actions.push(Action::Archive { from, to });
+            }
+        }
+        for id in &self.input.allocation.removed {
+            self.actions.push(Action::Account {
+                step: AccountStep::Lock,
+                name: id.name.clone(),
+                argv: argv(&[
+                    "usermod",
+                    "--lock",
+                    "--expiredate",
+                    "1",
+                    "--shell",
+                    NOLOGIN,
+                    &id.name,
+                ]),
+            });
+        }
+    }
+}
+
+/// Checks the invariants every plan must hold before anything runs: phases never go back, no
+/// command deletes anything, a web reload only follows a config test, every path is absolute.
+pub fn assert_coherent(actions: &[Action]) -> Result<(), PlanError> {
+    let mut refusals = Vec::new();
+    let mut last = Phase::Identity;
+    let mut tested = false;
+    for action in actions {
+        let phase = action.phase();
+        if phase < last {
+            refusals.push(Refusal {
+                subject: action.to_string(),
+                reason: "phase_order",
+                message: "runs in an earlier phase than the action before it".into(),
+            });
+        }
+        last = phase;
+        match action {
+            Action::Account { argv, .. } | Action::Exec { argv, .. } => {
+                let forbidden = [
+                    "userdel", "groupdel", "deluser", "delgroup", "rm", "rmdir", "unlink", "shred",
+                ];
+                if argv
+                    .first()
+                    .is_some_and(|a| forbidden.contains(&a.as_str()))
+                {
+                    refusals.push(Refusal {
+                        subject: argv.join(" "),
+                        reason: "destructive_command",
+                        message: "provisioning never deletes accounts or files by command".into(),
+                    });
+                }
+            }
+            Action::Dir { path, .. }
+            | Action::File { path, .. }
+            | Action::Symlink { path, .. }
+            | Action::Unlink { path }
+            | Action::Archive { from: path, .. } => {
+                if !path.is_absolute() {
+                    refusals.push(Refusal {
+                        subject: path.display().to_string(),
+                        reason: "relative_path",
+                        message: "every planned path must be absolute".into(),
+                    });
+                }
+            }
+        }
+        if let Action::Exec { step, argv } = action {
+            match step {
+                ExecStep::WebConfigtest => tested = true,
+                ExecStep::WebReload if !tested => refusals.push(Refusal {
+                    subject: argv.join(" "),
+                    reason: "reload_untested",
+                    message: "a web server reload must follow its config test".into(),
+                }),
+                _ => {}
+            }
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(PlanError { refusals })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use atelier_layout::Declaration;
+
+    use super::*;
+    use crate::artifact::CommentStyle;
+    use crate::identities::{Accounts, GroupEntry, PasswdEntry, ShadowEntry};
+
+    const INST: &str = "example";
+
+    /// A declaration, hand-built artifacts standing in for the renderer, and an in-memory host
+    /// that plans can be "applied" to.
+    struct Fixture {
+        decl: Declaration,
+        host: HostState,
+        extra_artifacts: Vec<Artifact>,
+    }
+
+    fn base_accounts() -> Accounts {
+        let user = |name: &str, uid: u32| PasswdEntry {
+            name: name.into(),
+            uid,
+            gid: uid,
+            gecos: String::new(),
+            home: "/".into(),
+            shell: "/bin/sh".into(),
+        };
+        let group = |name: &str, gid: u32| GroupEntry {
+            name: name.into(),
+            gid,
+            members: vec![],
+        };
+        Accounts {
+            passwd: vec![user("root", 0), user("www-data", 33)],
+            groups: vec![
+                group("root", 0),
+                group("www-data", 33),
+                group("dedalo-example", 500),
+            ],
+            shadow: Some(vec![]),
+        }
+    }
+
+    impl Fixture {
+        fn new(slugs: &[&str]) -> Fixture {
+            Fixture {
+                decl: crate::test_support::declaration(slugs),
+                host: HostState {
+                    accounts: base_accounts(),
+                    entries: BTreeMap::new(),
+                    systemd_version: Some(252),
+                    web_server_present: true,
+                    units: BTreeMap::new(),
+                },
+                extra_artifacts: vec![],
+            }
+        }
+
+        fn redeclare(&mut self, slugs: &[&str]) {
+            self.decl = crate::test_support::declaration(slugs);
+        }
+
+        fn allocation(&self) -> Allocation {
+            identities::allocate(&self.decl, &self.host.accounts).unwrap()
+        }
+
+        /// A sited unit, a door unit per site, the tmpfiles file and a vhost per site.
+        fn artifacts(&self, allocation: &Allocation) -> Vec<Artifact> {
+            let layout = Layout::new(&self.decl);
+            let inst = layout.instance();
+            let hash = |path: PathBuf, kind, body: &str| {
+                Artifact::new(
+                    path,
+                    INST,
+                    kind,
+                    CommentStyle::Hash,
+                    ("root", "root", 0o644),
+                    body,
+                )
+            };
+            let mut out = vec![
+                hash(
+                    layout.unit_path(&names::sited_service_unit(inst)),
+                    ArtifactKind::Unit,
+                    "[Service]\nType=notify\n",
+                ),
+                hash(
+                    layout.tmpfiles_path(),
+                    ArtifactKind::AgentUnits,
+                    "d /run/atelier/example 0755 root root -\n",
+                ),
+                Artifact::new(
+                    layout.polkit_rule_path(),
+                    INST,
+                    ArtifactKind::AgentAuthorization,
+                    CommentStyle::Slashes,
+                    ("root", "root", 0o644),
+                    "polkit.addRule(function () {});\n",
+                ),
+            ];
+            for (k, site) in sites_of(&layout, allocation) {
+                let unit = names::door_socket_unit(inst, k, atelier_layout::Door::Turn);
+                out.push(hash(
+                    layout.unit_path(&unit),
+                    ArtifactKind::AgentUnits,
+                    &format!("[Socket]\n# {}\n", site.slug),
+                ));
+                let vhost = layout
+                    .vhost_dir()
+                    .join(names::prod_vhost_file(inst, &site.slug));
+                out.push(hash(
+                    vhost,
+                    ArtifactKind::NginxVhost,
+                    &format!("server {{ server_name {}; }}\n", site.domain),
+                ));
+            }
+            out.extend(self.extra_artifacts.iter().cloned());
+            out
+        }
+
+        fn plan(&self) -> Result<Vec<Action>, PlanError> {
+            let allocation = self.allocation();
+            let artifacts = self.artifacts(&allocation);
+            let layout = Layout::new(&self.decl);
+            let actions = plan(PlanInput {
+                layout: &layout,
+                allocation: &allocation,
+                artifacts: &artifacts,
+                declaration_bytes: Some(b"{}\n"),
+                host: &self.host,
+                now: "20261202T000000Z",
+            })?;
+            assert_coherent(&actions)?;
+            Ok(actions)
+        }
+
+        fn uid(&self, name: &str) -> u32 {
+            self.host.accounts.user(name).unwrap().uid
+        }
+
+        fn gid(&self, name: &str) -> u32 {
+            self.host.accounts.group(name).unwrap().gid
+        }
+
+        /// Does to the in-memory host what `apply` would do to a real one.
+        fn simulate(&mut self, actions: &[Action]) {
+            for action in actions {
+                match action {
+                    Action::Unlink { path } => {
+                        self.host.entries.remove(path);
+                    }
+                    Action::Archive { from, to } => {
+                        let moved: Vec<PathBuf> = self
+                            .host
+                            .entries
+                            .keys()
+                            .filter(|p| p.starts_with(from))
+                            .cloned()
+                            .collect();
+                        for path in moved {
+                            let seen = self.host.entries.remove(&path).unwrap();
+                            let rest = path.strip_prefix(from).unwrap();
+                            self.host.entries.insert(to.join(rest), seen);
+                        }
+                    }
+                    Action::Account { step, name, argv } => {
+                        self.simulate_account(*step, name, argv)
+                    }
+                    Action::Dir {
+                        path,
+                        owner,
+                        group,
+                        mode,
+                        ..
+                    } => {
+                        let seen = self.observed(ObservedKind::Dir, owner, group, *mode, None);
+                        self.host.entries.insert(path.clone(), seen);
+                    }
+                    Action::File {
+                        path,
+                        disposition,
+                        content,
+                        owner,
+                        group,
+                        mode,
+                        ..
+                    } => {
+                        let bytes = match (disposition, content) {
+                            (Disposition::Awaiting, _) => continue,
+                            (_, Content::Literal(b)) => Some(b.clone()),
+                            (_, Content::Random(_)) => Some(b"minted\n".to_vec()),
+                            (_, Content::Htpasswd(users)) => Some(
+                                users
+                                    .iter()
+                                    .map(|(name, _)| format!("{name}:$2y$12$hash\n"))
+                                    .collect::<String>()
+                                    .into_bytes(),
+                            ),
+                            _ => self.host.entries.get(path).and_then(|e| e.content.clone()),
+                        };
+                        let seen = self.observed(ObservedKind::File, owner, group, *mode, bytes);
+                        self.host.entries.insert(path.clone(), seen);
+                    }
+                    Action::Symlink {
+                        path,
+                        target,
+                        owner,
+                        group,
+                        ..
+                    } => {
+                        let mut seen =
+                            self.observed(ObservedKind::Symlink, owner, group, 0o777, None);
+                        seen.link_target = Some(target.clone());
+                        self.host.entries.insert(path.clone(), seen);
+                    }
+                    Action::Exec {
+                        step: ExecStep::TmpfilesCreate,
+                        ..
+                    } => {
+                        let seen = self.observed(ObservedKind::Dir, "root", "root", 0o755, None);
+                        let runtime = Layout::new(&self.decl).runtime_dir();
+                        self.host.entries.insert(runtime, seen);
+                    }
+                    Action::Exec {
+                        step: ExecStep::EnableSockets | ExecStep::StartSockets,
+                        argv,
+                    } => {
+                        for unit in argv.iter().filter(|a| a.ends_with(".socket")) {
+                            let state = crate::host::UnitState {
+                                enabled: true,
+                                active: true,
+                            };
+                            self.host.units.insert(unit.clone(), state);
+                        }
+                    }
+                    Action::Exec { .. } => {}
+                }
+            }
+        }
+
+        fn simulate_account(&mut self, step: AccountStep, name: &str, argv: &[String]) {
+            let accounts = &mut self.host.accounts;
+            let next = 1000 + u32::try_from(accounts.passwd.len() + accounts.groups.len()).unwrap();
+            let flag = |f: &str| {
+                argv.iter()
+                    .position(|a| a == f)
+                    .map(|i| argv[i + 1].clone())
+            };
+            match step {
+                AccountStep::AddGroup => accounts.groups.push(GroupEntry {
+                    name: name.into(),
+                    gid: next,
+                    members: vec![],
+                }),
+                AccountStep::AddUser => {
+                    let gid = accounts.group(&flag("--gid").unwrap()).unwrap().gid;
+                    if let Some(extra) = flag("--groups") {
+                        accounts
+                            .groups
+                            .iter_mut()
+                            .find(|g| g.name == extra)
+                            .unwrap()
+                            .members
+                            .push(name.into());
+                    }
+                    accounts.passwd.push(PasswdEntry {
+                        name: name.into(),
+                        uid: next,
+                        gid,
+                        gecos: flag("--comment").unwrap(),
+                        home: "/nonexistent".into(),
+                        shell: NOLOGIN.into(),
+                    });
+                    accounts.shadow.as_mut().unwrap().push(ShadowEntry {
+                        name: name.into(),
+                        expire: None,
+                    });
+                }
+                AccountStep::AddMember => {
+                    let (user, group) = (&argv[2], &argv[3]);
+                    accounts
+                        .groups
+                        .iter_mut()
+                        .find(|g| &g.name == group)
+                        .unwrap()
+                        .members
+                        .push(user.clone());
+                }
+                AccountStep::Lock => {
+                    for s in accounts
+                        .shadow
+                        .as_mut()
+                        .unwrap()
+                        .iter_mut()
+                        .filter(|s| s.name == name)
+                    {
+                        s.expire = Some(identities::RETIRED_EXPIRY);
+                    }
+                }
+            }
+        }
+
+        fn observed(
+            &self,
+            kind: ObservedKind,
+            owner: &str,
+            group: &str,
+            mode: u32,
+            content: Option<Vec<u8>>,
+        ) -> Observed {
+            Observed {
+                kind,
+                mode,
+                uid: self.uid(owner),
+                gid: self.gid(group),
+                empty: (kind == ObservedKind::Dir).then_some(true),
+                link_target: None,
+                content,
+                mtime_ns: 0,
+            }
+        }
+
+        /// Plants the operator's credentials and passwords, then plans and simulates.
+        fn converge(&mut self) {
+            let layout = Layout::new(&self.decl);
+            let mut operator: Vec<PathBuf> = layout
+                .credential_sources()
+                .into_iter()
+                .filter(|(id, _)| id != SERVICE_TOKEN)
+                .map(|(_, path)| path)
+                .collect();
+            operator.extend(
+                self.decl
+                    .serving
+                    .preprod
+                    .auth
+                    .users
+                    .iter()
+                    .map(|u| u.password_file.clone()),
+            );
+            for path in operator {
+                let seen = self.observed(ObservedKind::File, "root", "root", 0o600, None);
+                self.host.entries.insert(path, seen);
+            }
+            let actions = self.plan().unwrap();
+            self.simulate(&actions);
+        }
+    }
+
+    fn lines(actions: &[Action]) -> Vec<String> {
+        actions.iter().map(ToString::to_string).collect()
+    }
+
+    fn argvs(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Account { argv, .. } | Action::Exec { argv, .. } => Some(argv.join(" ")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fresh_host_gets_identities_tree_artifacts_reload_and_web_in_order() {
+        let f = Fixture::new(&["blog", "shop"]);
+        let actions = f.plan().unwrap();
+        let argvs = argvs(&actions);
+        assert_eq!(
+            argvs[..8],
+            [
+                "groupadd --system atelier-example",
+                "useradd --system --gid atelier-example --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin --comment Atelier instance example atelier-example",
+                "groupadd --system atelier-a-example_1",
+                "useradd --system --gid atelier-example --groups atelier-a-example_1 --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin --comment atelier site blog atelier-a-example_1",
+                "gpasswd -a atelier-example atelier-a-example_1",
+                "groupadd --system atelier-a-example_2",
+                "useradd --system --gid atelier-example --groups atelier-a-example_2 --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin --comment atelier site shop atelier-a-example_2",
+                "gpasswd -a atelier-example atelier-a-example_2",
+            ]
+        );
+        assert_eq!(
+            argvs[8..],
+            [
+                "systemctl daemon-reload",
+                "systemd-tmpfiles --create /etc/tmpfiles.d/atelier-example.conf",
+                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket",
+                "nginx -t",
+                "systemctl try-reload-or-restart nginx.service",
+            ]
+        );
+        let text = lines(&actions).join("\n");
+        for expected in [
+            "dir /etc/atelier/example/credentials root:root 0700 (create)",
+            "dir /var/lib/atelier/example/sites atelier-example:atelier-example 2770 (create)",
+            "dir /srv/www/blog.example.org atelier-example:www-data 2750 (create)",
+            "dir /srv/www/blog.example.org/.releases/web atelier-example:www-data 2750 (create)",
+            "dir /var/lib/atelier/example/agents/s2/turn atelier-a-example_2:atelier-example 0700 (create)",
+            "create /srv/www/blog.example.org/.atelier_instance root:root 0644",
+            "create /srv/atelier_audit/example/audit.jsonl atelier-example:atelier-example 0600",
+            "create /etc/atelier/example/credentials/SERVICE_TOKEN root:root 0600",
+            "awaiting operator file /etc/atelier/example/credentials/ANTHROPIC_API_KEY root:root 0600",
+            "create /etc/systemd/system/atelier-sited@example.service root:root 0644",
+            "link /etc/nginx/sites-enabled/atelier-example-blog.conf -> ../sites-available/atelier-example-blog.conf root:root",
+            "link     link /srv/www/blog.example.org/web -> .releases/web atelier-example:www-data",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        // Runtime entries are tmpfiles' and PID 1's, never the tree phase's.
+        assert!(!text.contains("dir /run/"), "{text}");
+        // The polkit rule is the first artifact written.
+        let first_artifact = actions
+            .iter()
+            .find(|a| a.phase() == Phase::Artifact)
+            .unwrap();
+        assert!(
+            first_artifact
+                .to_string()
+                .contains("/etc/polkit-1/rules.d/"),
+            "{first_artifact}"
+        );
+        // Nothing prints a file's content.
+        assert!(!text.contains("Type=notify"), "{text}");
+    }
+
+    #[test]
+    fn a_converged_host_plans_nothing() {
+        let mut f = Fixture::new(&["blog", "shop"]);
+        f.converge();
+        let actions = f.plan().unwrap();
+        assert!(actions.is_empty(), "{:#?}", lines(&actions));
+    }
+
+    #[test]
+    fn drift_is_rewritten_with_its_class_and_reloads_only_what_it_touches() {
+        let layout_decl = crate::test_support::declaration(&["blog"]);
+        let unit = Layout::new(&layout_decl).unit_path("atelier-sited@example.service");
+        let vhost = Layout::new(&layout_decl)
+            .vhost_dir()
+            .join("atelier-example-blog.conf");
+        /// Name, edited path, its bytes on the host, expected drift class, expected commands.
+        type Case = (
+            &'static str,
+            PathBuf,
+            Vec<u8>,
+            &'static str,
+            &'static [&'static str],
+        );
+        let cases: [Case; 4] = [
+            (
+                "hand edit of a unit",
+                unit.clone(),
+                {
+                    let mut bytes = f_bytes(&unit);
+                    bytes.extend_from_slice(b"ExecStart=/bin/sh\n");
+                    bytes
+                },
+                "hand_edited",
+                &["systemctl daemon-reload"],
+            ),
+            (
+                "stamp removed",
+                unit.clone(),
+                b"[Service]\nType=notify\n".to_vec(),
+                "unstamped",
+                &["systemctl daemon-reload"],
+            ),
+            (
+                "old render",
+                unit.clone(),
+                atelier_layout::stamp::stamped(
+                    INST,
+                    ArtifactKind::Unit.as_str(),
+                    CommentStyle::Hash,
+                    b"[Service]\n",
+                ),
+                "stale",
+                &["systemctl daemon-reload"],
+            ),
+            (
+                "hand edit of a vhost",
+                vhost.clone(),
+                {
+                    let mut bytes = f_bytes(&vhost);
+                    bytes.extend_from_slice(b"# edited\n");
+                    bytes
+                },
+                "hand_edited",
+                &["nginx -t", "systemctl try-reload-or-restart nginx.service"],
+            ),
+        ];
+        for (name, path, bytes, class, execs) in cases {
+            let mut f = Fixture::new(&["blog"]);
+            f.converge();
+            f.host.entries.get_mut(&path).unwrap().content = Some(bytes);
+            let actions = f.plan().unwrap();
+            assert_eq!(
+                actions.len(),
+                1 + execs.len(),
+                "{name}: {:#?}",
+                lines(&actions)
+            );
+            match &actions[0] {
+                Action::File {
+                    path: p,
+                    disposition,
+                    drift,
+                    ..
+                } => {
+                    assert_eq!(p, &path, "{name}");
+                    assert_eq!(*disposition, Disposition::Rewrite, "{name}");
+                    assert_eq!(*drift, Some(class), "{name}");
+                }
+                other => panic!("{name}: {other}"),
+            }
+            assert_eq!(argvs(&actions), execs, "{name}");
+        }
+
+        /// The bytes the fixture renders at `path` on a converged host.
+        fn f_bytes(path: &Path) -> Vec<u8> {
+            let mut f = Fixture::new(&["blog"]);
+            f.converge();
+            f.host.entries[path].content.clone().unwrap()
+        }
+    }
+
+    #[test]
+    fn wrong_modes_and_owners_are_reconciled_without_rewriting() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let layout = Layout::new(&f.decl);
+        let sites = layout.sites_root();
+        f.host.entries.get_mut(&sites).unwrap().mode = 0o755;
+        let token = layout.credentials_dir().join(SERVICE_TOKEN);
+        f.host.entries.get_mut(&token).unwrap().uid = 33;
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            [
+                "tree     dir /var/lib/atelier/example/sites atelier-example:atelier-example 2770 (mode)",
+                "secret   metadata /etc/atelier/example/credentials/SERVICE_TOKEN root:root 0600",
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_are_named_and_nothing_is_planned() {
+        type Spoil = fn(&mut Fixture);
+        let cases: [(&str, Spoil, &str); 6] = [
+            (
+                "foreign artifact",
+                |f| {
+                    let path = Layout::new(&f.decl).unit_path("atelier-sited@example.service");
+                    f.host.entries.get_mut(&path).unwrap().content =
+                        Some(atelier_layout::stamp::stamped(
+                            "other",
+                            ArtifactKind::Unit.as_str(),
+                            CommentStyle::Hash,
+                            b"x",
+                        ));
+                },
+                "foreign",
+            ),
+            (
+                "foreign marker",
+                |f| {
+                    let path = marker_path(&Layout::new(&f.decl).sites_root());
+                    f.host.entries.get_mut(&path).unwrap().content = Some(b"other\n".to_vec());
+                },
+                "foreign_root",
+            ),
+            (
+                "file where a dir goes",
+                |f| {
+                    let path = Layout::new(&f.decl).agents_root();
+                    f.host.entries.get_mut(&path).unwrap().kind = ObservedKind::File;
+                },
+                "not_a_directory",
+            ),
+            (
+                "engine group missing",
+                |f| {
+                    f.host
+                        .accounts
+                        .groups
+                        .retain(|g| g.name != "dedalo-example")
+                },
+                "group_absent",
+            ),
+            (
+                "old systemd",
+                |f| f.host.systemd_version = Some(247),
+                "systemd_too_old",
+            ),
+            (
+                "enabling link taken",
+                |f| {
+                    let link = Layout::new(&f.decl)
+                        .vhost_enabled_dir()
+                        .join("atelier-example-blog.conf");
+                    f.host.entries.get_mut(&link).unwrap().link_target = Some("/elsewhere".into());
+                },
+                "enabling_link_taken",
+            ),
+        ];
+        for (name, spoil, reason) in cases {
+            let mut f = Fixture::new(&["blog"]);
+            f.converge();
+            spoil(&mut f);
+            let err = f.plan().unwrap_err();
+            assert_eq!(
+                err.refusals.iter().map(|r| r.reason).collect::<Vec<_>>(),
+                [reason],
+                "{name}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unmarked_non_empty_root_is_refused() {
+        let mut f = Fixture::new(&["blog"]);
+        let webspace = PathBuf::from("/srv/www/blog.example.org");
+        let mut seen = f.observed(ObservedKind::Dir, "root", "root", 0o755, None);
+        seen.empty = Some(false);
+        f.host.entries.insert(webspace, seen);
+        let err = f.plan().unwrap_err();
+        assert_eq!(err.refusals[0].reason, "unmarked_root", "{err}");
+    }
+
+    #[test]
+    fn a_new_site_gets_the_next_ordinal_and_only_its_own_actions() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        f.redeclare(&["blog", "shop"]);
+        let actions = f.plan().unwrap();
+        let text = lines(&actions).join("\n");
+        assert!(
+            text.contains("useradd --system --gid atelier-example --groups atelier-a-example_2"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("atelier-a-example_1 "),
+            "the live site is untouched:\n{text}"
+        );
+        assert!(
+            text.contains("create /etc/systemd/system/atelier-example-s2-turn.socket"),
+            "{text}"
+        );
+        assert!(argvs(&actions).contains(&"systemctl daemon-reload".to_owned()));
+        f.simulate(&actions);
+        assert!(f.plan().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_removed_site_is_locked_last_and_its_ordinal_is_never_reused() {
+        let mut f = Fixture::new(&["blog", "shop"]);
+        f.converge();
+        f.redeclare(&["blog"]);
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            [
+                "artifact run systemctl disable --now atelier-example-s2-turn.socket",
+                "artifact run systemctl stop atelier-example-s2-turn@*.service atelier-example-s2-build@*.service atelier-example-s2-git@*.service atelier-example-s2-gate.service",
+                "artifact unlink /etc/nginx/sites-enabled/atelier-example-shop.conf",
+                "artifact unlink /etc/systemd/system/atelier-example-s2-turn.socket",
+                "artifact unlink /etc/nginx/sites-available/atelier-example-shop.conf",
+                "service  run systemctl daemon-reload",
+                "web      run nginx -t",
+                "web      run systemctl try-reload-or-restart nginx.service",
+                "retire   archive /var/lib/atelier/example/agents/s2 -> /var/lib/atelier/example/retired/s2.20261202T000000Z",
+                "retire   run usermod --lock --expiredate 1 --shell /usr/sbin/nologin atelier-a-example_2",
+            ]
+        );
+        f.simulate(&actions);
+        assert!(
+            f.plan().unwrap().is_empty(),
+            "a retired identity stays retired"
+        );
+
+        // The site comes back: a new ordinal, never 2 again.
+        f.redeclare(&["blog", "shop"]);
+        let actions = f.plan().unwrap();
+        let text = lines(&actions).join("\n");
+        assert!(
+            text.contains("--comment atelier site shop atelier-a-example_3"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("useradd --system --gid atelier-example --groups atelier-a-example_2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_the_web_server_vhosts_are_written_but_nothing_is_tested_or_reloaded() {
+        let mut f = Fixture::new(&["blog"]);
+        f.host.web_server_present = false;
+        let argvs = argvs(&f.plan().unwrap());
+        assert!(
+            !argvs
+                .iter()
+                .any(|a| a.starts_with("nginx") || a.contains("reload-or-restart")),
+            "{argvs:?}"
+        );
+    }
+
+    #[test]
+    fn the_observer_reads_every_artifact_and_marker_but_no_credential() {
+        let f = Fixture::new(&["blog"]);
+        let allocation = f.allocation();
+        let artifacts = f.artifacts(&allocation);
+        let layout = Layout::new(&f.decl);
+        let paths = observed_paths(&layout, &sites_of(&layout, &allocation), &artifacts, &[]);
+        let read = |p: &Path| paths.iter().find(|(q, _)| q == p).map(|(_, r)| *r);
+        for a in &artifacts {
+            assert_eq!(read(&a.path), Some(true), "{}", a.path.display());
+        }
+        assert_eq!(read(&marker_path(&layout.sites_root())), Some(true));
+        for cred in layout.credential_sources().values() {
+            assert_eq!(read(cred), Some(false), "{}", cred.display());
+        }
+    }
+
+    #[test]
+    fn sockets_are_started_when_down_and_restarted_when_their_unit_changed() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let layout = Layout::new(&f.decl);
+        let socket = "atelier-example-s1-turn.socket".to_owned();
+        f.host
+            .units
+            .get_mut("atelier-sited@example.socket")
+            .unwrap()
+            .active = false;
+        let path = layout.unit_path(&socket);
+        f.host.entries.get_mut(&path).unwrap().content = Some(b"# hand\n".to_vec());
+        let argvs = argvs(&f.plan().unwrap());
+        assert_eq!(
+            argvs,
+            [
+                "systemctl daemon-reload",
+                "systemctl start atelier-sited@example.socket",
+                "systemctl restart atelier-example-s1-turn.socket",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_preprod_password_file_is_awaited_written_and_refreshed() {
+        let mut f = Fixture::new(&["blog"]);
+        let text = lines(&f.plan().unwrap()).join("\n");
+        assert!(
+            text.contains(
+                "awaiting operator file /etc/atelier/example/preprod.htpasswd root:www-data 0640"
+            ),
+            "{text}"
+        );
+        f.converge();
+        let layout = Layout::new(&f.decl);
+        let htpasswd = layout.htpasswd_path();
+        assert_eq!(
+            f.host.entries[&htpasswd].content.as_deref(),
+            Some(&b"preview:$2y$12$hash\n"[..])
+        );
+        let password = f.decl.serving.preprod.auth.users[0].password_file.clone();
+        f.host.entries.get_mut(&password).unwrap().mtime_ns = 10;
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            ["secret   rewrite /etc/atelier/example/preprod.htpasswd root:www-data 0640 (drift: stale)"]
+        );
+        // The plan names the password file, never its content.
+        let json = serde_json::to_string(&actions).unwrap();
+        assert!(json.contains(r#""content":"htpasswd""#), "{json}");
+    }
+
+    #[test]
+    fn incoherent_plans_are_refused() {
+        let reload = Action::Exec {
+            step: ExecStep::WebReload,
+            argv: vec!["systemctl".into(), "reload".into(), "nginx".into()],
+        };
+        assert_eq!(
+            assert_coherent(&[reload]).unwrap_err().refusals[0].reason,
+            "reload_untested"
+        );
+        let backwards = [
+            Action::Exec {
+                step: ExecStep::DaemonReload,
+                argv: vec!["systemctl".into()],
+            },
+            Action::Account {
+                step: AccountStep::AddGroup,
+                name: "g".into(),
+                argv: vec!["groupadd".into()],
+            },
+        ];
+        assert_eq!(
+            assert_coherent(&backwards).unwrap_err().refusals[0].reason,
+            "phase_order"
+        );
+        let delete = Action::Account {
+            step: AccountStep::Lock,
+            name: "u".into(),
+            argv: vec!["userdel".into(), "u".into()],
+        };
+        assert_eq!(
+            assert_coherent(&[delete]).unwrap_err().refusals[0].reason,
+            "destructive_command"
+        );
+    }
+
+    #[test]
+    fn json_names_every_field_and_never_the_bytes() {
+        let f = Fixture::new(&["blog"]);
+        let json = serde_json::to_string(&f.plan().unwrap()).unwrap();
+        assert!(json.contains(r#""action":"file""#), "{json}");
+        assert!(json.contains(r#""content":"literal""#), "{json}");
+        assert!(json.contains(r#""mode":"2750""#), "{json}");
+        assert!(!json.contains("Type=notify"), "{json}");
+    }
+}

@@ -1,0 +1,440 @@
+//! Unit tests of the renderers: refusals, determinism, and the facts each artifact must state.
+
+use std::path::Path;
+
+use atelier_layout::{Declaration, Layout, SiteOrdinal};
+
+use super::*;
+use crate::artifact::parse_stamp;
+
+const FACTS: RenderFacts = RenderFacts {
+    systemd_version: 252,
+};
+
+fn example() -> Declaration {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json");
+    Declaration::load(&path).unwrap()
+}
+
+fn k(n: u64) -> SiteOrdinal {
+    SiteOrdinal::new(n).unwrap()
+}
+
+fn render(decl: &Declaration, facts: &RenderFacts) -> Result<Vec<Artifact>, RenderError> {
+    let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
+    render_all(decl, &Layout::new(decl), &sites, facts)
+}
+
+fn text_of<'a>(artifacts: &'a [Artifact], path: &str) -> &'a str {
+    let artifact = artifacts
+        .iter()
+        .find(|a| a.path == Path::new(path))
+        .unwrap_or_else(|| panic!("no artifact at {path}"));
+    std::str::from_utf8(&artifact.bytes).unwrap()
+}
+
+#[test]
+fn refuses_an_old_pid1_and_inconsistent_sites() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let old = RenderFacts {
+        systemd_version: 247,
+    };
+    assert_eq!(
+        render(&decl, &old).unwrap_err(),
+        RenderError::SystemdTooOld {
+            found: 247,
+            floor: 248
+        }
+    );
+    let (a, b) = (&decl.sites[0], &decl.sites[1]);
+    let twice = [(k(1), a), (k(1), b)];
+    assert!(matches!(
+        render_all(&decl, &layout, &twice, &FACTS),
+        Err(RenderError::DuplicateSite { .. })
+    ));
+    let same_site = [(k(1), a), (k(2), a)];
+    assert!(matches!(
+        render_all(&decl, &layout, &same_site, &FACTS),
+        Err(RenderError::DuplicateSite { .. })
+    ));
+    let missing = [(k(1), a)];
+    assert_eq!(
+        render_all(&decl, &layout, &missing, &FACTS).unwrap_err(),
+        RenderError::UnallocatedSite {
+            slug: "archive".into()
+        }
+    );
+    let mut stranger = a.clone();
+    stranger.slug = "stranger".into();
+    let undeclared = [(k(1), a), (k(2), b), (k(3), &stranger)];
+    assert_eq!(
+        render_all(&decl, &layout, &undeclared, &FACTS).unwrap_err(),
+        RenderError::UndeclaredSite {
+            slug: "stranger".into()
+        }
+    );
+}
+
+#[test]
+fn rendering_is_deterministic_sorted_and_stamped() {
+    let decl = example();
+    let first = render(&decl, &FACTS).unwrap();
+    // Ordinals given in another order render the same files.
+    let reversed = [(k(2), &decl.sites[1]), (k(1), &decl.sites[0])];
+    let second = render_all(&decl, &Layout::new(&decl), &reversed, &FACTS).unwrap();
+    assert_eq!(first, second);
+    assert!(first.windows(2).all(|w| w[0].path < w[1].path));
+    for artifact in &first {
+        let stamp = parse_stamp(&artifact.bytes).unwrap();
+        assert_eq!(stamp.instance, "example");
+        assert_eq!(stamp.kind, artifact.kind);
+        assert!(artifact.path.is_absolute());
+        let text = std::str::from_utf8(&artifact.bytes).unwrap();
+        assert!(
+            !text.contains("@INSTANCE@") && !text.contains("@SITE"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn private_pids_only_from_257() {
+    let decl = example();
+    let door = "/etc/systemd/system/atelier-example-s1-git@.service";
+    let old = render(&decl, &FACTS).unwrap();
+    assert!(!text_of(&old, door).contains("PrivatePIDs="));
+    let new = render(
+        &decl,
+        &RenderFacts {
+            systemd_version: 257,
+        },
+    )
+    .unwrap();
+    assert!(text_of(&new, door).contains("\nPrivatePIDs=yes\n"));
+}
+
+#[test]
+fn door_units_state_their_profile() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let socket = text_of(&all, "/etc/systemd/system/atelier-example-s2-build.socket");
+    for line in [
+        "ListenStream=/run/atelier/example/s2-build.sock",
+        "Accept=yes",
+        "MaxConnections=1",
+        "SocketUser=atelier-example",
+        "SocketMode=0600",
+        "PartOf=atelier-sited@example.service",
+    ] {
+        assert!(socket.lines().any(|l| l == line), "{line}\n{socket}");
+    }
+    let target = text_of(&all, "/etc/systemd/system/atelier-example-s2-build.target");
+    assert!(target
+        .lines()
+        .any(|l| l == "Conflicts=atelier-example-s2-turn.target atelier-example-s2-git.target"));
+
+    let git = text_of(&all, "/etc/systemd/system/atelier-example-s2-git@.service");
+    assert!(git.lines().any(|l| l == "User=atelier-a-example_2"));
+    assert!(git.lines().any(|l| l == "RuntimeMaxSec=45"));
+    assert!(git
+        .lines()
+        .any(|l| l == "RestrictAddressFamilies=AF_UNIX AF_NETLINK"));
+    assert!(!git.contains("BindReadOnlyPaths=") && !git.contains("egress"));
+    assert!(!git.contains("IPAddressAllow="));
+
+    let turn = text_of(&all, "/etc/systemd/system/atelier-example-s2-turn@.service");
+    assert!(turn.lines().any(|l| l == "RuntimeMaxSec=1215"));
+    assert!(turn
+        .lines()
+        .any(|l| l == "ExecStart=/usr/local/bin/atelier-shim"));
+    let binds: Vec<&str> = turn
+        .lines()
+        .filter(|l| l.starts_with("BindReadOnlyPaths="))
+        .collect();
+    assert_eq!(
+        binds,
+        [
+            "BindReadOnlyPaths=/run/atelier/example/egress/s2/turn.sock:/run/atelier-egress/turn.sock",
+            "BindReadOnlyPaths=/var/lib/atelier/example/agents/turn.gitconfig:/etc/gitconfig",
+        ]
+    );
+    for line in [
+        "PrivateNetwork=yes",
+        "PrivateIPC=yes",
+        "TemporaryFileSystem=/run:ro",
+        "MemoryMax=2G",
+        "CPUQuota=200%",
+        "TasksMax=512",
+    ] {
+        assert!(turn.lines().any(|l| l == line), "{line}");
+    }
+    let build = text_of(
+        &all,
+        "/etc/systemd/system/atelier-example-s1-build@.service",
+    );
+    assert!(build.contains(
+        "BindReadOnlyPaths=/run/atelier/example/egress/s1/build.sock:/run/atelier-egress/build.sock"
+    ));
+    assert!(!build.contains("turn.sock") && !build.contains("s2"));
+}
+
+#[test]
+fn sited_loads_every_credential_and_writes_only_its_roots() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
+    let creds: Vec<&str> = sited
+        .lines()
+        .filter(|l| l.starts_with("LoadCredential="))
+        .collect();
+    assert_eq!(
+        creds,
+        [
+            "LoadCredential=ANTHROPIC_API_KEY:/etc/atelier/example/credentials/ANTHROPIC_API_KEY",
+            "LoadCredential=PUBLICATION_API_KEY:/etc/atelier/example/credentials/PUBLICATION_API_KEY",
+            "LoadCredential=SERVICE_TOKEN:/etc/atelier/example/credentials/SERVICE_TOKEN",
+        ]
+    );
+    let rw: Vec<&str> = sited
+        .lines()
+        .filter(|l| l.starts_with("ReadWritePaths="))
+        .map(|l| &l["ReadWritePaths=".len()..])
+        .collect();
+    let expected = Layout::new(&decl).sited_read_write_paths();
+    let expected: Vec<String> = expected.iter().map(|p| p.display().to_string()).collect();
+    assert_eq!(rw, expected);
+    assert!(sited.lines().any(|l| l == "Type=notify"));
+}
+
+#[test]
+fn the_gate_listens_once_per_door_with_a_way_out() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let socket = text_of(&all, "/etc/systemd/system/atelier-example-s1-gate.socket");
+    let names: Vec<&str> = socket
+        .lines()
+        .filter_map(|l| l.strip_prefix("FileDescriptorName="))
+        .collect();
+    assert_eq!(names, ["turn", "build"]);
+    assert_eq!(socket.matches("ListenStream=").count(), 2);
+    let plan = text_of(&all, "/etc/atelier/example/gate/s1-build.json");
+    let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(json["hosts"], serde_json::json!([]), "no registry unless declared");
+    assert_eq!(json["mcp"], serde_json::Value::Null);
+    let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
+    let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(json["hosts"], serde_json::json!(["api.anthropic.com"]));
+    assert_eq!(json["port"], 443);
+    assert!(json["mcp"]["upstream"]
+        .as_str()
+        .unwrap()
+        .ends_with("/server_api/v2/mcp"));
+    assert!(!all
+        .iter()
+        .any(|a| a.path.ends_with("s1-git.json") || a.path.ends_with("s2-git.json")));
+}
+
+#[test]
+fn the_polkit_rule_grants_stop_and_kill_of_enumerated_runs_only() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
+    assert!(rule.starts_with("// atelier-provision: example agent_authorization "));
+    assert!(rule.contains(
+        "/^atelier-example-s(1|2)-(turn|build|git)@[0-9]+-[0-9]+-[0-9]+(?:_[0-9]+-[0-9]+|-[0-9]+)?\\.service$/"
+    ));
+    assert!(rule.contains("subject.user !== \"atelier-example\""));
+    assert!(rule.contains("verb !== \"stop\" && verb !== \"kill\""));
+    assert!(!rule.contains("\"start\""));
+    assert_eq!(rule.matches("polkit.Result.YES").count(), 1);
+}
+
+#[test]
+fn env_and_fragment_hold_no_credential() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let env = text_of(&all, "/etc/atelier/example/env");
+    let keys: Vec<&str> = env
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_once('=').unwrap().0)
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted: {keys:?}");
+    for key in &keys {
+        assert!(key.starts_with("ATELIER_"), "{key}");
+        assert!(
+            !atelier_layout::services::env::is_secret_looking(key),
+            "{key}"
+        );
+    }
+    assert!(env.contains("ATELIER_SITE_IDENTITIES=\"{\\\"archive\\\":2,\\\"collection\\\":1}\""));
+    let fragment = text_of(&all, "/etc/atelier/example/engine.env.fragment");
+    let set: Vec<&str> = fragment.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        set,
+        [
+            "DEDALO_SITE_BUILDER_INSTANCE=\"example\"",
+            "DEDALO_SITE_BUILDER_SOCKET=\"/run/atelier/example/sited.sock\"",
+        ]
+    );
+    assert!(fragment.contains("/etc/atelier/example/credentials/SERVICE_TOKEN"));
+}
+
+#[test]
+fn env_values_refuse_expansion_and_secret_keys() {
+    assert_eq!(
+        config::env_value("ATELIER_X", "a\"b\\c").unwrap(),
+        "\"a\\\"b\\\\c\""
+    );
+    for bad in ["$HOME", "a`b`", "a\nb"] {
+        assert!(config::env_value("ATELIER_X", bad).is_err(), "{bad}");
+    }
+    assert!(config::env_value("ATELIER_SERVICE_TOKEN", "x").is_err());
+}
+
+#[test]
+fn unsafe_paths_are_refused() {
+    for bad in ["relative", "/a b", "/a%i", "/a\"b", "/a$b", "/a\nb", "/a;b"] {
+        assert!(safe_path(Path::new(bad)).is_err(), "{bad:?}");
+    }
+    assert_eq!(
+        safe_path(Path::new("/srv/www/a-b.c_d")).unwrap(),
+        "/srv/www/a-b.c_d"
+    );
+}
+
+#[test]
+fn every_template_placeholder_is_filled_by_a_render() {
+    // A render fills every placeholder it reaches; this asserts no template has one that no
+    // renderer knows, by rendering and checking no `@NAME@` survives anywhere.
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    for t in template::ALL {
+        for name in template::placeholders(t) {
+            let marker = format!("@{name}@");
+            assert!(
+                !all.iter()
+                    .any(|a| std::str::from_utf8(&a.bytes).unwrap().contains(&marker)),
+                "{marker} of {} survived",
+                t.name
+            );
+        }
+    }
+}
+
+#[test]
+fn vhosts_serve_the_release_link_deny_dotfiles_and_guard_preprod() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let prod = text_of(
+        &all,
+        "/etc/nginx/sites-available/atelier-example-collection.conf",
+    );
+    assert!(prod.contains("root \"/srv/www/www.example.org/web\";"));
+    assert!(prod.contains("location ~ \"/\\.(?!well-known/)\""));
+    assert!(
+        prod.contains("server_name example.org;"),
+        "the alias redirects"
+    );
+    assert!(!prod.contains("auth_basic"));
+    assert!(prod.contains("disable_symlinks if_not_owner from=$realpath_root;"));
+    assert!(prod.contains("open_file_cache off;"));
+    let pre = text_of(
+        &all,
+        "/etc/nginx/sites-available/atelier-example-archive-pre.conf",
+    );
+    assert!(pre.contains("server_name pre.archive.example.net;"));
+    assert!(pre.contains("root \"/srv/legacy-www/archive-example/pre\";"));
+    assert!(pre.contains("auth_basic \"Example preprod\";"));
+    assert!(pre.contains("auth_basic_user_file \"/etc/atelier/example/preprod.htpasswd\";"));
+}
+
+#[test]
+fn runtime_ceilings_follow_the_declared_limits() {
+    assert_eq!(units::runtime_max_sec(30_000), 45);
+    assert_eq!(units::runtime_max_sec(1_500), 17);
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap()
+    .replace(
+        "\"limits\": { \"max_sites\": 8,",
+        "\"limits\": { \"install_timeout_ms\": 600000, \"git_timeout_ms\": 2000, \"max_sites\": 8,",
+    );
+    let decl = Declaration::parse(&text).unwrap();
+    let all = render(&decl, &FACTS).unwrap();
+    let build = text_of(
+        &all,
+        "/etc/systemd/system/atelier-example-s1-build@.service",
+    );
+    assert!(build.lines().any(|l| l == "RuntimeMaxSec=615"), "{build}");
+    let git = text_of(&all, "/etc/systemd/system/atelier-example-s1-git@.service");
+    assert!(git.lines().any(|l| l == "RuntimeMaxSec=17"));
+    let env = text_of(&all, "/etc/atelier/example/env");
+    assert!(env.contains("\nATELIER_INSTALL_TIMEOUT_MS=\"600000\"\n"));
+}
+
+#[test]
+fn an_instance_without_sites_grants_nothing() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let start = text.find("\"sites\": [").unwrap();
+    let end = text[start..].find("],").unwrap() + start + 2;
+    let text = format!("{}\"sites\": [],{}", &text[..start], &text[end..]).replace(
+        "\"aliases\": { \"example.org\": \"collection\" }",
+        "\"aliases\": {}",
+    );
+    let decl = Declaration::parse(&text).unwrap();
+    assert!(decl.sites.is_empty());
+    let all = render_all(&decl, &Layout::new(&decl), &[], &FACTS).unwrap();
+    let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
+    assert!(rule.contains("if (/^(?!)$/.test(unit))"), "{rule}");
+    let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
+    assert!(!sited.contains("Wants="));
+    assert!(!all.iter().any(|a| a.kind == ArtifactKind::Gate));
+}
+
+#[test]
+fn five_hundred_sites_render_every_unit() {
+    let mut text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap()
+    .replace("\"max_sites\": 8,", "");
+    let start = text.find("\"sites\": [").unwrap();
+    let end = text[start..].find("],").unwrap() + start + 2;
+    let sites: Vec<String> = (1..=500)
+        .map(|i| format!("{{ \"slug\": \"site-{i}\", \"domain\": \"s{i}.example.org\" }}"))
+        .collect();
+    text = format!(
+        "{}\"sites\": [{}],{}",
+        &text[..start],
+        sites.join(", "),
+        &text[end..]
+    )
+    .replace(
+        "\"aliases\": { \"example.org\": \"collection\" }",
+        "\"aliases\": {}",
+    );
+    let decl = Declaration::parse(&text).unwrap();
+    let ordinals: Vec<(SiteOrdinal, &Site)> = decl
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (k(i as u64 + 1), s))
+        .collect();
+    let started = std::time::Instant::now();
+    let all = render_all(&decl, &Layout::new(&decl), &ordinals, &FACTS).unwrap();
+    let took = started.elapsed();
+    let units = all
+        .iter()
+        .filter(|a| a.path.starts_with("/etc/systemd/system"))
+        .count();
+    assert_eq!(units, 2 + 500 * 11);
+    let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
+    assert!(rule.contains("-s(1|2|3|") && rule.contains("|499|500)-("));
+    eprintln!("rendered {} artifacts for 500 sites in {took:?}", all.len());
+}

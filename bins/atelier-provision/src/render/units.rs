@@ -1,0 +1,430 @@
+//! The unit files: sited's socket and service; per site and door the socket, the target and
+//! the run template; per site the gate's socket and service.
+
+use std::fmt::Write as _;
+
+use atelier_layout::declaration::Site;
+use atelier_layout::names::{self, Door};
+use atelier_layout::paths::{mode_rule, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX};
+use atelier_layout::services::{self, env, DOOR_ENV, WORKDIR_ENV};
+use atelier_layout::{Layout, SiteOrdinal};
+
+use super::template::{self, fill};
+use super::{artifact, safe_path, RenderError, RenderFacts, PRIVATE_PIDS_SINCE};
+use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
+
+/// The in-unit environment of the git door, which reads no configuration of anyone's.
+const GIT_DOOR_ENV: [(&str, &str); 3] = [
+    ("HOME", "/nonexistent"),
+    ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+];
+
+/// The gate's memory and task caps: it pumps bytes, nothing more.
+const GATE_MEMORY_MAX: &str = "256M";
+const GATE_TASKS_MAX: u32 = 64;
+
+/// The environment key telling the shim where its door's gate socket is inside the unit.
+pub const GATE_SOCKET_ENV: &str = "ATELIER_GATE_SOCKET";
+
+/// Owner, group and mode of a socket or directory PID 1 creates, from the mode matrix.
+fn owned(layout: &Layout<'_>, role: Role, k: Option<SiteOrdinal>) -> (String, String, String) {
+    let rule = mode_rule(role);
+    (
+        layout.principal_name(rule.owner, k),
+        layout.principal_name(rule.group, k),
+        format!("{:04o}", rule.mode),
+    )
+}
+
+fn mode_of(role: Role) -> String {
+    format!("{:04o}", mode_rule(role).mode)
+}
+
+/// Appends every unit of the instance.
+pub(super) fn render(
+    layout: &Layout<'_>,
+    sites: &[(SiteOrdinal, &Site)],
+    facts: &RenderFacts,
+    out: &mut Vec<Artifact>,
+) -> Result<(), RenderError> {
+    let inst = layout.instance();
+    let unit = |name: &str, kind: ArtifactKind, body: &str| {
+        artifact(
+            layout,
+            layout.unit_path(name),
+            Role::UnitFile,
+            kind,
+            CommentStyle::Hash,
+            body,
+        )
+    };
+    out.push(unit(
+        &names::sited_socket_unit(inst),
+        ArtifactKind::Unit,
+        &sited_socket(layout)?,
+    ));
+    out.push(unit(
+        &names::sited_service_unit(inst),
+        ArtifactKind::Unit,
+        &sited_service(layout, sites)?,
+    ));
+    for &(k, site) in sites {
+        for door in Door::ALL {
+            out.push(unit(
+                &names::door_socket_unit(inst, k, door),
+                ArtifactKind::AgentUnits,
+                &door_socket(layout, k, door)?,
+            ));
+            out.push(unit(
+                &names::door_target_unit(inst, k, door),
+                ArtifactKind::AgentUnits,
+                &door_target(layout, k, door)?,
+            ));
+            out.push(unit(
+                &names::door_service_template(inst, k, door),
+                ArtifactKind::AgentUnits,
+                &door_service(layout, k, site, door, facts)?,
+            ));
+        }
+        out.push(unit(
+            &names::gate_socket_unit(inst, k),
+            ArtifactKind::Gate,
+            &gate_socket(layout, k)?,
+        ));
+        out.push(unit(
+            &names::gate_service_unit(inst, k),
+            ArtifactKind::Gate,
+            &gate_service(layout, k)?,
+        ));
+    }
+    Ok(())
+}
+
+fn sited_socket(layout: &Layout<'_>) -> Result<String, RenderError> {
+    let (user, group, mode) = owned(layout, Role::SitedSocket, None);
+    fill(
+        template::SITED_SOCKET,
+        &[
+            ("INSTANCE", layout.instance().to_string()),
+            ("SITED_SOCKET_PATH", safe_path(&layout.sited_socket_path())?),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::RuntimeDir)),
+        ],
+    )
+}
+
+fn sited_service(
+    layout: &Layout<'_>,
+    sites: &[(SiteOrdinal, &Site)],
+) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let decl = layout.declaration();
+    let mut sockets = Vec::new();
+    for &(k, _) in sites {
+        for door in Door::ALL {
+            sockets.push(names::door_socket_unit(inst, k, door));
+        }
+        sockets.push(names::gate_socket_unit(inst, k));
+    }
+    let socket_dependencies = if sockets.is_empty() {
+        String::new()
+    } else {
+        let list = sockets.join(" ");
+        format!("Wants={list}\nAfter={list}\n")
+    };
+    let mut credentials = String::new();
+    for (id, source) in layout.credential_sources() {
+        check_credential_id(&id)?;
+        writeln!(credentials, "LoadCredential={id}:{}", safe_path(&source)?).ok();
+    }
+    let mut read_write = String::new();
+    for path in layout.sited_read_write_paths() {
+        writeln!(read_write, "ReadWritePaths={}", safe_path(&path)?).ok();
+    }
+    let mut resources = String::new();
+    let declared = &decl.resources;
+    for (key, value) in [
+        ("MemoryMax", declared.memory_max.clone()),
+        ("MemoryHigh", declared.memory_high.clone()),
+        ("CPUQuota", declared.cpu_quota.clone()),
+        ("TasksMax", declared.tasks_max.map(|n| n.to_string())),
+    ] {
+        if let Some(value) = value {
+            writeln!(resources, "{key}={value}").ok();
+        }
+    }
+    fill(
+        template::SITED_SERVICE,
+        &[
+            ("INSTANCE", inst.to_string()),
+            ("DECLARATION_PATH", safe_path(&layout.declaration_path())?),
+            ("SITED_SOCKET_UNIT", names::sited_socket_unit(inst)),
+            ("SOCKET_DEPENDENCIES", socket_dependencies),
+            (
+                "SITED_BIN",
+                safe_path(&layout.binary(services::SITED_BINARY))?,
+            ),
+            ("SERVICE_USER", layout.service_user()),
+            ("SERVICE_GROUP", layout.service_group()),
+            ("ENV_FILE", safe_path(&layout.env_file())?),
+            ("INSTANCE_ENV", env::INSTANCE.to_owned()),
+            ("LOAD_CREDENTIALS", credentials),
+            ("RESOURCES", resources),
+            ("READ_WRITE_PATHS", read_write),
+        ],
+    )
+}
+
+/// A `LoadCredential=` id: the declaration's grammar, held again where it becomes a unit line.
+fn check_credential_id(id: &str) -> Result<(), RenderError> {
+    let mut chars = id.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(RenderError::UnsafeValue {
+            what: format!("credential id {id:?}"),
+            why: "a credential id is uppercase letters, digits and '_'",
+        })
+    }
+}
+
+fn door_socket(layout: &Layout<'_>, k: SiteOrdinal, door: Door) -> Result<String, RenderError> {
+    let (user, group, mode) = owned(layout, Role::DoorSocket, Some(k));
+    fill(
+        template::DOOR_SOCKET,
+        &[
+            ("INSTANCE", layout.instance().to_string()),
+            ("ORDINAL", k.to_string()),
+            ("DOOR", door.to_string()),
+            (
+                "SITED_SERVICE_UNIT",
+                names::sited_service_unit(layout.instance()),
+            ),
+            (
+                "DOOR_SOCKET_PATH",
+                safe_path(&layout.door_socket_path(k, door))?,
+            ),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::RuntimeDir)),
+        ],
+    )
+}
+
+fn door_target(layout: &Layout<'_>, k: SiteOrdinal, door: Door) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let others: Vec<String> = Door::ALL
+        .into_iter()
+        .filter(|&other| other != door)
+        .map(|other| names::door_target_unit(inst, k, other))
+        .collect();
+    // Doors later in the list are ordered before earlier ones, as the original ordered them;
+    // with Conflicts= this makes a switch stop the old door before starting the new one.
+    let later: Vec<String> = Door::ALL
+        .into_iter()
+        .skip_while(|&other| other != door)
+        .skip(1)
+        .map(|other| names::door_target_unit(inst, k, other))
+        .collect();
+    let after = if later.is_empty() {
+        String::new()
+    } else {
+        format!("After={}\n", later.join(" "))
+    };
+    fill(
+        template::DOOR_TARGET,
+        &[
+            ("INSTANCE", inst.to_string()),
+            ("ORDINAL", k.to_string()),
+            ("DOOR", door.to_string()),
+            ("OTHER_TARGETS", others.join(" ")),
+            ("AFTER_TARGETS", after),
+        ],
+    )
+}
+
+/// `RuntimeMaxSec=`: the door's ceiling rounded up to seconds, plus 15 s for the shim to report.
+pub fn runtime_max_sec(ceiling_ms: u64) -> u64 {
+    ceiling_ms.div_ceil(1000) + 15
+}
+
+fn door_service(
+    layout: &Layout<'_>,
+    k: SiteOrdinal,
+    site: &Site,
+    door: Door,
+    facts: &RenderFacts,
+) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let workspace = safe_path(&layout.workspace(site))?;
+    let mut environment =
+        format!("Environment={DOOR_ENV}={door}\nEnvironment={WORKDIR_ENV}={workspace}\n");
+    let mut home_bind = String::new();
+    match layout.agent_home(k, door) {
+        Some(home) => {
+            let home = safe_path(&home)?;
+            writeln!(environment, "Environment=HOME={home}").ok();
+            writeln!(home_bind, "BindPaths={home}").ok();
+        }
+        None => {
+            for (key, value) in GIT_DOOR_ENV {
+                writeln!(environment, "Environment={key}={value}").ok();
+            }
+        }
+    }
+    let mut gate_dependencies = String::new();
+    let network_tail = match (
+        layout.gate_socket_path(k, door),
+        layout.gate_socket_in_unit(door),
+    ) {
+        (Some(outside), Some(inside)) => {
+            let (outside, inside) = (safe_path(&outside)?, safe_path(&inside)?);
+            writeln!(environment, "Environment={GATE_SOCKET_ENV}={inside}").ok();
+            let gate = names::gate_socket_unit(inst, k);
+            gate_dependencies = format!("Requires={gate}\nAfter={gate}\n");
+            let mut tail = format!(
+                "IPAddressAllow=localhost\n\
+                 BindReadOnlyPaths={outside}:{inside}\n\
+                 RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"
+            );
+            if door == Door::Turn {
+                // The turn never sees the repository's metadata, and its git refuses a bare
+                // repository it did not ask for.
+                let gitconfig = safe_path(&layout.turn_gitconfig_path())?;
+                write!(
+                    tail,
+                    "\nInaccessiblePaths={workspace}/.git\n\
+                     BindReadOnlyPaths={gitconfig}:/etc/gitconfig"
+                )
+                .ok();
+            }
+            tail
+        }
+        _ => "RestrictAddressFamilies=AF_UNIX AF_NETLINK".to_owned(),
+    };
+    let private_pids = if facts.systemd_version >= PRIVATE_PIDS_SINCE {
+        "PrivatePIDs=yes\n"
+    } else {
+        ""
+    };
+    fill(
+        template::DOOR_SERVICE,
+        &[
+            ("INSTANCE", inst.to_string()),
+            ("ORDINAL", k.to_string()),
+            ("DOOR", door.to_string()),
+            ("DOOR_TARGET_UNIT", names::door_target_unit(inst, k, door)),
+            ("SITED_SERVICE_UNIT", names::sited_service_unit(inst)),
+            ("GATE_DEPENDENCIES", gate_dependencies),
+            ("SITE_IDENTITY", names::site_identity(inst, k)),
+            ("SERVICE_GROUP", layout.service_group()),
+            (
+                "SHIM_BIN",
+                safe_path(&layout.binary(services::SHIM_BINARY))?,
+            ),
+            ("ENVIRONMENT", environment),
+            ("MEMORY_MAX", RUN_MEMORY_MAX.to_owned()),
+            ("CPU_QUOTA", RUN_CPU_QUOTA.to_owned()),
+            ("TASKS_MAX", RUN_TASKS_MAX.to_string()),
+            (
+                "RUNTIME_MAX_SEC",
+                runtime_max_sec(layout.door_ceiling_ms(door)).to_string(),
+            ),
+            ("WORKSPACE", workspace.clone()),
+            ("AGENTS_ROOT", safe_path(&layout.agents_root())?),
+            ("HOME_BIND", home_bind),
+            ("CONFIG_DIR", safe_path(&layout.config_dir())?),
+            ("AUDIT_ROOT", safe_path(&layout.audit_root())?),
+            ("PRIVATE_PIDS", private_pids.to_owned()),
+            ("NETWORK_TAIL", network_tail),
+        ],
+    )
+}
+
+fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {
+    let (user, group, mode) = owned(layout, Role::GateSocket, Some(k));
+    let mut listeners = String::new();
+    for door in Door::with_way_out() {
+        if let Some(path) = layout.gate_socket_path(k, door) {
+            writeln!(
+                listeners,
+                "ListenStream={}\nFileDescriptorName={}",
+                safe_path(&path)?,
+                names::gate_fd_name(door)
+            )
+            .ok();
+        }
+    }
+    fill(
+        template::GATE_SOCKET,
+        &[
+            ("INSTANCE", layout.instance().to_string()),
+            ("ORDINAL", k.to_string()),
+            (
+                "SITED_SERVICE_UNIT",
+                names::sited_service_unit(layout.instance()),
+            ),
+            ("LISTENERS", listeners),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::EgressSiteDir)),
+        ],
+    )
+}
+
+fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let mut plan_args = Vec::new();
+    let mut mcp = false;
+    for door in Door::with_way_out() {
+        if let Some(path) = layout.gate_plan_path(k, door) {
+            plan_args.push(format!("--plan {door}={}", safe_path(&path)?));
+        }
+        mcp |= door.has_mcp();
+    }
+    // Only the MCP relay needs the Publication API key; the gate is its one consumer.
+    let mut credentials = String::new();
+    if mcp {
+        let sources = layout.credential_sources();
+        if let Some(source) = sources.get(atelier_layout::paths::PUBLICATION_API_KEY) {
+            writeln!(
+                credentials,
+                "LoadCredential={}:{}",
+                atelier_layout::paths::PUBLICATION_API_KEY,
+                safe_path(source)?
+            )
+            .ok();
+        }
+    }
+    fill(
+        template::GATE_SERVICE,
+        &[
+            ("INSTANCE", inst.to_string()),
+            ("ORDINAL", k.to_string()),
+            ("GATE_SOCKET_UNIT", names::gate_socket_unit(inst, k)),
+            (
+                "GATE_BIN",
+                safe_path(&layout.binary(services::GATE_BINARY))?,
+            ),
+            ("PLAN_ARGS", plan_args.join(" ")),
+            ("LOAD_CREDENTIALS", credentials),
+            ("MEMORY_MAX", GATE_MEMORY_MAX.to_owned()),
+            ("TASKS_MAX", GATE_TASKS_MAX.to_string()),
+            ("STATE_DIR", safe_path(&layout.state_dir())?),
+            ("SITES_ROOT", safe_path(&layout.sites_root())?),
+            ("AUDIT_ROOT", safe_path(&layout.audit_root())?),
+            ("RUNTIME_DIR", safe_path(&layout.runtime_dir())?),
+            (
+                "CONFIG_CREDENTIALS_DIR",
+                safe_path(&layout.credentials_dir())?,
+            ),
+        ],
+    )
+}

@@ -1,0 +1,208 @@
+//! The rendered vhosts pass the real web servers' configuration tests: `nginx -t` and
+//! `apache2 -t`, each with a minimal main configuration that includes only our vhosts.
+//! Every TLS mode and both preproduction auth modes are exercised.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test]: a failure is the test failing"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use atelier_provision::artifact::{Artifact, ArtifactKind};
+
+/// Writes a self-signed certificate and key for `domain` under `dir`.
+fn certificate(dir: &Path, domain: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={domain}"))
+        .arg("-keyout")
+        .arg(dir.join("privkey.pem"))
+        .arg("-out")
+        .arg(dir.join("fullchain.pem"))
+        .output()
+        .expect("openssl must be installed");
+    assert!(status.status.success(), "{status:?}");
+}
+
+/// Variants of the example: (name, declaration text).
+fn variants(server: &str, dir: &Path) -> Vec<(String, String)> {
+    let base = common::relocated_text(&common::example_text(), dir).replace(
+        "\"server\": \"nginx\"",
+        &format!("\"server\": \"{server}\""),
+    );
+    let files_cert = dir.join("files-cert");
+    certificate(&files_cert, "www.example.org");
+    let files = base.replace(
+        "\"tls\": { \"mode\": \"letsencrypt\", \"account_email\": \"ops@example.org\" }",
+        &format!(
+            "\"tls\": {{ \"mode\": \"files\", \"certificate\": \"{0}/fullchain.pem\", \"key\": \"{0}/privkey.pem\" }}",
+            files_cert.display()
+        ),
+    );
+    let none = base.replace(
+        "\"tls\": { \"mode\": \"letsencrypt\", \"account_email\": \"ops@example.org\" }",
+        "\"tls\": { \"mode\": \"none\" }",
+    );
+    let open_preprod = none.replace(
+        "\"mode\": \"htpasswd\",\n        \"realm\": \"Example preprod\",\n        \"users\": [\n          { \"name\": \"preview\", \"password_file\": \"/etc/atelier/example/credentials/PREPROD_PASSWORD\" }\n        ]",
+        "\"mode\": \"none\"",
+    );
+    for changed in [&files, &none] {
+        assert_ne!(changed, &base);
+    }
+    assert_ne!(open_preprod, none);
+    vec![
+        ("letsencrypt".into(), base),
+        ("files".into(), files),
+        ("none".into(), none),
+        ("open-preprod".into(), open_preprod),
+    ]
+}
+
+/// Writes the vhosts of one variant into `dir`; letsencrypt's live folder is moved under
+/// `dir` (the only change to the rendered text) and given certificates.
+fn write_vhosts(artifacts: &[Artifact], kind: ArtifactKind, dir: &Path) -> usize {
+    std::fs::create_dir_all(dir).unwrap();
+    let live = dir.join("letsencrypt-live");
+    let mut count = 0;
+    for artifact in artifacts.iter().filter(|a| a.kind == kind) {
+        let text = String::from_utf8(artifact.bytes.clone()).unwrap();
+        for domain in ["www.example.org", "archive.example.net"] {
+            if text.contains(&format!("/etc/letsencrypt/live/{domain}/")) {
+                certificate(&live.join(domain), domain);
+            }
+        }
+        let text = text.replace("/etc/letsencrypt/live", &live.display().to_string());
+        std::fs::write(dir.join(artifact.path.file_name().unwrap()), text).unwrap();
+        count += 1;
+    }
+    count
+}
+
+fn run(command: &mut Command) -> (bool, String) {
+    let output = command.output().expect("the web server must be installed");
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+fn nginx_test(root: &Path, vhosts: &Path) -> (bool, String) {
+    let r = root.display();
+    let conf = root.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "pid {r}/nginx.pid;\nerror_log {r}/error.log;\nevents {{}}\nhttp {{\n\
+             \x20   access_log off;\n\
+             \x20   client_body_temp_path {r}/body;\n\
+             \x20   proxy_temp_path {r}/proxy;\n\
+             \x20   fastcgi_temp_path {r}/fastcgi;\n\
+             \x20   uwsgi_temp_path {r}/uwsgi;\n\
+             \x20   scgi_temp_path {r}/scgi;\n\
+             \x20   include {}/*.conf;\n}}\n",
+            vhosts.display()
+        ),
+    )
+    .unwrap();
+    run(Command::new("nginx")
+        .arg("-t")
+        .arg("-p")
+        .arg(root)
+        .arg("-c")
+        .arg(&conf))
+}
+
+const APACHE_MODULES: [(&str, &str); 12] = [
+    ("mpm_event_module", "mod_mpm_event.so"),
+    ("authz_core_module", "mod_authz_core.so"),
+    ("authn_core_module", "mod_authn_core.so"),
+    ("authn_file_module", "mod_authn_file.so"),
+    ("authz_user_module", "mod_authz_user.so"),
+    ("auth_basic_module", "mod_auth_basic.so"),
+    ("headers_module", "mod_headers.so"),
+    ("alias_module", "mod_alias.so"),
+    ("dir_module", "mod_dir.so"),
+    ("mime_module", "mod_mime.so"),
+    ("socache_shmcb_module", "mod_socache_shmcb.so"),
+    ("ssl_module", "mod_ssl.so"),
+];
+
+fn apache_test(root: &Path, vhosts: &Path) -> (bool, String) {
+    let r = root.display();
+    let mut conf = format!(
+        "ServerRoot \"/usr/lib/apache2\"\nPidFile \"{r}/apache.pid\"\nErrorLog \"{r}/error.log\"\n\
+         Mutex file:{r} default\nDefaultRuntimeDir \"{r}\"\nServerName localhost\nListen 80\nListen 443\n"
+    );
+    for (name, file) in APACHE_MODULES {
+        conf.push_str(&format!(
+            "LoadModule {name} /usr/lib/apache2/modules/{file}\n"
+        ));
+    }
+    conf.push_str(&format!("IncludeOptional {}/*.conf\n", vhosts.display()));
+    let path = root.join("apache2.conf");
+    std::fs::write(&path, conf).unwrap();
+    run(Command::new("/usr/sbin/apache2")
+        .arg("-t")
+        .arg("-f")
+        .arg(&path))
+}
+
+/// A configuration test: the scratch root and the vhost folder in, success and output out.
+type ConfigTest = fn(&Path, &Path) -> (bool, String);
+
+fn check(server: &str, kind: ArtifactKind, test: ConfigTest) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in variants(server, dir.path()) {
+        let artifacts = common::render_text(&text);
+        let root = dir.path().join(format!("{server}-{name}"));
+        let vhosts = root.join("vhosts");
+        let count = write_vhosts(&artifacts, kind, &vhosts);
+        assert_eq!(count, 4, "{name}: prod and preprod for two sites");
+        let (ok, out) = test(&root, &vhosts);
+        assert!(ok, "{server} refuses the {name} vhosts:\n{out}");
+        assert!(
+            out.contains("test is successful") || out.contains("Syntax OK"),
+            "{server} said nothing of success for {name}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn nginx_accepts_the_rendered_vhosts() {
+    check("nginx", ArtifactKind::NginxVhost, nginx_test);
+}
+
+#[test]
+fn apache_accepts_the_rendered_vhosts() {
+    check("apache", ArtifactKind::ApacheVhost, apache_test);
+}
+
+#[test]
+fn the_config_tests_refuse_a_broken_vhost() {
+    // The checks above can fail: a vhost with an unclosed block is refused by both servers.
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, ConfigTest, &str); 2] = [
+        ("nginx", nginx_test, "server {\n    listen 80;\n"),
+        (
+            "apache",
+            apache_test,
+            "<VirtualHost *:80>\n    ServerName x.example\n",
+        ),
+    ];
+    for (name, test, broken) in cases {
+        let root: PathBuf = dir.path().join(name);
+        let vhosts = root.join("vhosts");
+        std::fs::create_dir_all(&vhosts).unwrap();
+        std::fs::write(vhosts.join("broken.conf"), broken).unwrap();
+        let (ok, out) = test(&root, &vhosts);
+        assert!(!ok, "{name} accepted a broken vhost:\n{out}");
+    }
+}
