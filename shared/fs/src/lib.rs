@@ -19,4 +19,4 @@ mod root;
 
 pub use error::FsError;
 pub use path::{confined_join, resolve_within, RelPath};
-pub use root::{FileKind, Metadata, Outcome, Root, DEFAULT_READ_LIMIT_BYTES};
+pub use root::{set_mode, FileKind, Metadata, Outcome, Root, DEFAULT_READ_LIMIT_BYTES};

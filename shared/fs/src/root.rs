@@ -331,7 +331,8 @@ impl Root {
             )
             .map_err(|errno| io_err("set the owner of", path, errno))?;
         }
-        rustix::fs::fchmod(&fd, want).map_err(|errno| io_err("set the mode of", path, errno))?;
+        set_mode(&fd, want.as_raw_mode())
+            .map_err(|errno| io_err("set the mode of", path, errno))?;
         Ok(Outcome::Changed)
     }
 
@@ -396,7 +397,7 @@ impl Root {
         let mut file = File::from(fd);
         let result = (|| {
             if created {
-                rustix::fs::fchmod(&file, raw_mode).map_err(|e| ("set the mode of", e))?;
+                set_mode(&file, raw_mode.as_raw_mode()).map_err(|e| ("set the mode of", e))?;
             }
             rustix::fs::ftruncate(&file, 0).map_err(|e| ("truncate", e))?;
             file.write_all(bytes)
@@ -434,7 +435,7 @@ impl Root {
             let next = match open_dir_in(dir, name, &shown) {
                 Ok(fd) => fd,
                 Err(FsError::NotFound { .. }) => {
-                    match rustix::fs::mkdirat(dir, name, raw_mode) {
+                    match rustix::fs::mkdirat(dir, name, creation_mode(raw_mode)) {
                         // Lost a race with another creator: what is there now is existing.
                         Ok(()) | Err(Errno::EXIST) => {}
                         Err(errno) => return Err(io_err("create directory", &shown, errno)),
@@ -445,7 +446,7 @@ impl Root {
                     // Mode only what is ours: a directory someone swapped in after our mkdir
                     // is an existing level, and existing levels are never re-moded.
                     if stat.st_uid == euid {
-                        rustix::fs::fchmod(&fd, raw_mode)
+                        set_mode(&fd, raw_mode.as_raw_mode())
                             .map_err(|errno| io_err("set the mode of", &shown, errno))?;
                         outcome = Outcome::Changed;
                     }
@@ -680,7 +681,7 @@ fn write_temp_and_rename(
     }
     // The umask trimmed the mode given to open (and a chown may clear set-ID bits); the
     // descriptor gets the exact one.
-    rustix::fs::fchmod(&temp_fd, mode).map_err(|e| ("set the mode of", e))?;
+    set_mode(&temp_fd, mode.as_raw_mode()).map_err(|e| ("set the mode of", e))?;
     let mut file = File::from(temp_fd);
     file.write_all(bytes)
         .map_err(|e| ("write", Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
@@ -724,6 +725,26 @@ fn holds_exactly(
         Ok(_) => current == bytes,
         Err(_) => false,
     }
+}
+
+/// Gives the object behind `fd` exactly `mode` (permission and set-ID bits), and changes
+/// nothing when it already has it: a unit with `RestrictSUIDSGID=yes` refuses any chmod that
+/// names a set-ID bit, so a directory that inherited its setgid bit must not be re-moded to it.
+/// Returns true if and only if the mode was changed.
+pub fn set_mode(fd: impl AsFd, mode: u32) -> Result<bool, Errno> {
+    let stat = rustix::fs::fstat(&fd)?;
+    if stat.st_mode & 0o7777 == mode & 0o7777 {
+        return Ok(false);
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    Ok(true)
+}
+
+/// The mode to create an entry with: never a set-ID bit (a `RestrictSUIDSGID=yes` unit refuses
+/// those at creation too); a directory inherits setgid from its parent, and [`set_mode`] adds
+/// what is still missing.
+fn creation_mode(mode: Mode) -> Mode {
+    Mode::from_raw_mode(mode.as_raw_mode() & 0o777)
 }
 
 fn checked_mode(rel: &RelPath, mode: u32, allowed: u32) -> Result<Mode, FsError> {

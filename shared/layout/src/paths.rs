@@ -26,6 +26,8 @@ pub const POLKIT_RULES_DIR: &str = "/etc/polkit-1/rules.d";
 pub const TMPFILES_DIR: &str = "/etc/tmpfiles.d";
 /// Where Atelier's binaries are installed by default.
 pub const BIN_DIR: &str = "/usr/local/bin";
+/// Where the site templates (`templates/<id>/`) are installed.
+pub const TEMPLATES_DIR: &str = "/usr/local/share/atelier/templates";
 /// systemctl, unless the declaration says otherwise.
 pub const SYSTEMCTL_BIN: &str = "/usr/bin/systemctl";
 /// Where a door unit sees its own gate socket (bound read-only from the site's egress dir).

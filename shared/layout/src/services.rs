@@ -85,6 +85,40 @@ pub mod env {
     pub const BUILD_TIMEOUT_MS: &str = "ATELIER_BUILD_TIMEOUT_MS";
     /// See [`MAX_SITES`].
     pub const GIT_TIMEOUT_MS: &str = "ATELIER_GIT_TIMEOUT_MS";
+    /// Where the site templates are installed, when not the default.
+    pub const TEMPLATES_DIR: &str = "ATELIER_TEMPLATES_DIR";
+
+    /// Every key sited's environment may carry; any other `ATELIER_*` key is refused by name.
+    pub const ALL: &[&str] = &[
+        INSTANCE,
+        WEB_SERVER,
+        SITES_ROOT,
+        AUDIT_DIR,
+        WEBSPACE_BASE,
+        SITE_TABLE_FILE,
+        PREPROD_HOST_PREFIX,
+        PROD_URL_SCHEME,
+        PUBLICATION_API_URL,
+        AGENT_DRIVER,
+        AGENT_CONFINEMENT,
+        SITE_UNIT_PREFIX,
+        SITE_IDENTITIES,
+        RUNTIME_DIR,
+        AGENT_STATE_ROOT,
+        SYSTEMCTL_BIN,
+        CLAUDE_CODE_BIN,
+        OPENCODE_BIN,
+        PI_BIN,
+        MAX_SITES,
+        MAX_CONCURRENT_SESSIONS,
+        SITE_DISK_QUOTA_MB,
+        RELEASES_RETAINED,
+        SESSION_TURN_TIMEOUT_MS,
+        INSTALL_TIMEOUT_MS,
+        BUILD_TIMEOUT_MS,
+        GIT_TIMEOUT_MS,
+        TEMPLATES_DIR,
+    ];
 
     /// Returns true if and only if `key` looks like it names a credential, which an env file
     /// must never carry.

@@ -220,7 +220,11 @@ fn the_gate_listens_once_per_door_with_a_way_out() {
     assert_eq!(socket.matches("ListenStream=").count(), 2);
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-build.json");
     let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
-    assert_eq!(json["hosts"], serde_json::json!([]), "no registry unless declared");
+    assert_eq!(
+        json["hosts"],
+        serde_json::json!([]),
+        "no registry unless declared"
+    );
     assert_eq!(json["mcp"], serde_json::Value::Null);
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
     let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
@@ -437,4 +441,23 @@ fn five_hundred_sites_render_every_unit() {
     let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
     assert!(rule.contains("-s(1|2|3|") && rule.contains("|499|500)-("));
     eprintln!("rendered {} artifacts for 500 sites in {took:?}", all.len());
+}
+
+#[test]
+fn every_env_key_is_one_sited_reads() {
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    let env = text_of(&all, "/etc/atelier/example/env");
+    let keys: Vec<&str> = env
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    assert!(keys.len() > 5, "{env}");
+    for key in keys {
+        assert!(
+            atelier_layout::services::env::ALL.contains(&key),
+            "sited would refuse to boot on {key}"
+        );
+    }
 }
