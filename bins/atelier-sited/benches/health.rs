@@ -158,9 +158,16 @@ fn start_atelier_http(socket: PathBuf) -> PathBuf {
 }
 
 fn start_sited(socket: PathBuf) -> PathBuf {
+    // /health touches none of these; they only have to validate.
+    let state = socket.parent().unwrap().to_path_buf();
     let settings = RawSettings {
         instance: "bench".into(),
         service_token: Some("b".repeat(40)),
+        sites_root: Some(state.join("sites")),
+        audit_dir: Some(state.join("audit")),
+        site_table_file: Some(state.join("sites.json")),
+        publication_api_url: Some("http://127.0.0.1:9/api".into()),
+        templates_dir: Some(state.join("templates")),
         ..RawSettings::default()
     }
     .validate()

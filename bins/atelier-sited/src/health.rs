@@ -28,7 +28,7 @@ pub struct Health {
 
 /// One agent driver as `/health` and `/v1/capabilities` report it.
 #[derive(Debug, Clone, Serialize)]
-struct DriverAvailability {
+pub(crate) struct DriverAvailability {
     id: &'static str,
     available: bool,
     version: Option<String>,
@@ -36,6 +36,11 @@ struct DriverAvailability {
 }
 
 impl Health {
+    /// The drivers as `/health` reports them, which `/v1/capabilities` repeats.
+    pub(crate) fn drivers(&self) -> &[DriverAvailability] {
+        &self.drivers
+    }
+
     /// The payload for an instance. Driver detection is not built yet, so every driver is
     /// reported unavailable rather than guessed at.
     pub fn new(instance_fingerprint: String, default_driver: &str) -> Self {

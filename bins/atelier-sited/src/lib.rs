@@ -2,21 +2,44 @@
 //!
 //! The binary's `main` parses arguments into [`Settings`] and calls [`run`]; everything a test
 //! needs to drive without systemd — the router, the health payload, the settings — lives here.
+//!
+//! Sites (issue 4, item 2):
+//! - [`slug`], [`domain`]: the grammars; [`actor`]: mutating bodies and their actor.
+//! - [`manifest`]: `site.json`; [`templates`]: `templates/<id>/`; [`agents_md`]: the brief.
+//! - [`git`]: the workspace repository under a constructed environment.
+//! - [`reservations`]: who holds a site, and the busy reason it answers with.
+//! - [`site_table`]: the provisioner's `sites.json` and the webspace proof.
+//! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
+//!   every error to its RFC 9457 problem and `reason`.
+//! - [`tree`]: descriptor-walked tree operations `atelier-fs` does not offer yet.
 
+pub mod actor;
+pub mod agents_md;
+pub mod domain;
+pub mod git;
 mod health;
+pub mod manifest;
+pub mod problem;
+pub mod reservations;
 mod router;
 mod settings;
+pub mod site_table;
+pub mod sites;
+pub mod slug;
+pub mod templates;
+pub mod tree;
 
 pub use health::{instance_fingerprint, Health};
-pub use router::{Router, SERVICE_NAME};
+pub use router::{Router, MAX_BODY_BYTES, SERVICE_NAME};
 pub use settings::{
     RawSettings, Settings, SettingsError, DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,
 };
+pub use sites::{Sites, SitesConfig};
 
 use std::time::Duration;
 
 use atelier_http::Listener;
-use atelier_sd::listen::{ActivatedSocket, NamedSocket};
+use atelier_sd::listen::{sole_listener, SoleListener, SoleListenerError};
 use atelier_sd::notify::Notifier;
 
 /// How long in-flight requests may run on after SIGTERM before their connections are closed.
@@ -26,21 +49,9 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// systemd passed sockets we cannot use.
-    #[error("socket activation: {0}")]
-    Activation(#[from] atelier_sd::listen::ListenError),
-    /// systemd passed no socket and no `--listen` path was given.
-    #[error("no listening socket: not socket-activated and no --listen path given")]
-    NoListener,
-    /// systemd passed more than one socket, or one that is not a listener.
-    #[error("unexpected activated socket {name:?}: sited takes exactly one listening socket")]
-    UnexpectedSocket {
-        /// The socket's `FileDescriptorName=`.
-        name: String,
-    },
-    /// The development bind fallback failed.
-    #[error("binding the fallback socket: {0}")]
-    Bind(#[from] atelier_sd::listen::BindError),
+    /// No usable listening socket: none passed and no `--listen`, or the wrong ones.
+    #[error("{0}")]
+    Listen(#[from] SoleListenerError),
     /// A socket could not be registered with the runtime.
     #[error("registering the listener: {0}")]
     Register(#[source] std::io::Error),
@@ -82,22 +93,9 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
 
 /// Takes the one listening socket systemd passed, or binds `--listen` when not activated.
 fn take_listener(settings: &Settings) -> Result<Listener, RunError> {
-    let mut sockets = atelier_sd::listen::listeners_from_env()?;
-    let socket = match sockets.len() {
-        0 => {
-            let path = settings.listen.as_deref().ok_or(RunError::NoListener)?;
-            let std_listener = atelier_sd::listen::bind_unix(path, settings::FALLBACK_SOCKET_MODE)?;
-            return Listener::try_from(std_listener).map_err(RunError::Register);
-        }
-        1 => sockets.remove(0),
-        _ => {
-            let NamedSocket { name, .. } = sockets.remove(1);
-            return Err(RunError::UnexpectedSocket { name });
-        }
-    };
-    match socket.socket {
-        ActivatedSocket::UnixListener(l) => Listener::try_from(l).map_err(RunError::Register),
-        ActivatedSocket::TcpListener(l) => Listener::try_from(l).map_err(RunError::Register),
-        _ => Err(RunError::UnexpectedSocket { name: socket.name }),
+    match sole_listener(settings.listen.as_deref(), settings::FALLBACK_SOCKET_MODE)? {
+        SoleListener::Unix(l) => Listener::try_from(l),
+        SoleListener::Tcp(l) => Listener::try_from(l),
     }
+    .map_err(RunError::Register)
 }

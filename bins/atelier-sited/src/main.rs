@@ -6,13 +6,14 @@ use anyhow::Context as _;
 use atelier_sited::{RawSettings, DEFAULT_BASE_PATH};
 use clap::Parser;
 
-/// The site daemon of one Atelier instance. systemd starts it from `atelier-sited@<inst>.socket`;
-/// for development, `--listen` binds a unix socket instead.
+/// The site daemon of one Atelier instance. systemd starts it from `atelier-sited@<inst>.socket`
+/// with the provisioner's env file (`ATELIER_*` keys) in its environment; for development,
+/// `--listen` binds a unix socket instead, and each flag overrides its `ATELIER_*` key.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
-    /// The instance this daemon serves (the unit's `%i`).
-    #[arg(long)]
+    /// The instance this daemon serves (the unit's `%i`; else ATELIER_INSTANCE).
+    #[arg(long, default_value = "")]
     instance: String,
     /// Unix socket to bind when systemd passed none.
     #[arg(long)]
@@ -24,6 +25,36 @@ struct Args {
     /// named SERVICE_TOKEN is present. A credential always wins.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// The workspaces' root.
+    #[arg(long)]
+    sites_root: Option<PathBuf>,
+    /// The audit directory.
+    #[arg(long)]
+    audit_dir: Option<PathBuf>,
+    /// The provisioner's site table (sites.json).
+    #[arg(long)]
+    site_table_file: Option<PathBuf>,
+    /// The Publication API's base URL.
+    #[arg(long)]
+    publication_api_url: Option<String>,
+    /// The site templates' directory (default /usr/local/share/atelier/templates).
+    #[arg(long)]
+    templates_dir: Option<PathBuf>,
+    /// The most sites this instance may have (default 20).
+    #[arg(long)]
+    max_sites: Option<u32>,
+    /// The most turns running at once across sites (default 2).
+    #[arg(long)]
+    max_concurrent_sessions: Option<u32>,
+    /// A site's disk quota in MiB (default 1024).
+    #[arg(long)]
+    site_disk_quota_mb: Option<u64>,
+    /// The agent driver sites get by default: claude_code, opencode or pi.
+    #[arg(long)]
+    default_driver: Option<String>,
+    /// The label before a site's domain on preproduction (default pre).
+    #[arg(long)]
+    preprod_host_prefix: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,8 +65,20 @@ fn main() -> anyhow::Result<()> {
         service_token: service_token(args.token_file.as_deref())?,
         base_path: Some(args.base_path),
         listen: args.listen,
+        sites_root: args.sites_root,
+        audit_dir: args.audit_dir,
+        site_table_file: args.site_table_file,
+        publication_api_url: args.publication_api_url,
+        templates_dir: args.templates_dir,
+        max_sites: args.max_sites,
+        max_concurrent_sessions: args.max_concurrent_sessions,
+        site_disk_quota_mb: args.site_disk_quota_mb,
+        default_driver: args.default_driver,
+        preprod_host_prefix: args.preprod_host_prefix,
+        git_timeout_ms: None,
     }
-    .validate()
+    .with_environment(std::env::vars())
+    .and_then(RawSettings::validate)
     .context("invalid configuration; nothing was started")?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -49,16 +92,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn service_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
-    use atelier_sd::credentials::{read_credential_string, CredentialError};
-    match read_credential_string(atelier_sited::SERVICE_TOKEN_CREDENTIAL) {
-        Ok(token) => return Ok(Some(token.expose().to_owned())),
-        Err(CredentialError::NotProvided) => {}
-        Err(e) => return Err(e).context("reading the SERVICE_TOKEN credential"),
-    }
-    let Some(path) = token_file else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the token file {}", path.display()))?;
-    Ok(Some(text.trim_end_matches('\n').to_owned()))
+    let token = atelier_sd::credentials::read_credential_string_or_file(
+        atelier_sited::SERVICE_TOKEN_CREDENTIAL,
+        token_file,
+    )
+    .context("reading the SERVICE_TOKEN credential")?;
+    Ok(token.map(|t| t.expose().to_owned()))
 }

@@ -1,22 +1,32 @@
-//! Routing under `BASE_PATH`: the public health check, the bearer gate, then the route table.
+//! Routing under `BASE_PATH`: the public health check, the bearer gate, then the route table
+//! and its handlers.
 
 use std::sync::Arc;
 
-use atelier_http::{json_response, Problem, Request, Response};
+use atelier_http::{json_response, Request, Response};
 use hyper::{Method, StatusCode};
+use serde_json::json;
 use subtle::ConstantTimeEq;
 
+use crate::actor::{actor_of, parse_body};
 use crate::health::{instance_fingerprint, Health};
+use crate::problem::ApiError;
 use crate::settings::Settings;
+use crate::sites::{SiteError, Sites};
 
 /// The `service` name in `/health`, kept from the original daemon because the engine checks it.
 pub const SERVICE_NAME: &str = "dedalo-site-builder";
 
-/// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
-const PROBLEM_TYPE_BASE: &str = "https://dedalo.dev/site-builder/problems/";
+/// The largest request body, as the original daemon's server limited it.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// The authenticated routes: path segments and the methods each accepts.
-const ROUTES: &[(&[&str], &[Method])] = &[(&["health"], &[Method::GET])];
+/// The routes after the gate: path segments (`:name` is a parameter) and their methods.
+const ROUTES: &[(&[&str], &[Method])] = &[
+    (&["health"], &[Method::GET]),
+    (&["v1", "capabilities"], &[Method::GET]),
+    (&["v1", "sites"], &[Method::GET, Method::POST]),
+    (&["v1", "sites", ":slug"], &[Method::GET, Method::DELETE]),
+];
 
 /// Answers every request sited receives.
 #[derive(Clone)]
@@ -28,6 +38,9 @@ struct RouterState {
     base_path: String,
     service_token: String,
     health: Health,
+    default_driver: &'static str,
+    max_concurrent_sessions: u32,
+    sites: Sites,
 }
 
 impl Router {
@@ -39,57 +52,99 @@ impl Router {
                 base_path: settings.base_path.clone(),
                 service_token: settings.service_token.clone(),
                 health: Health::new(fingerprint, settings.default_driver),
+                default_driver: settings.default_driver,
+                max_concurrent_sessions: settings.max_concurrent_sessions,
+                sites: Sites::new(settings.sites.clone()),
             }),
         }
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, request: Request) -> Response {
-        let path = self.route_path(request.uri().path());
-        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        self.dispatch(&request, request.method(), &segments, path)
+    /// The site service behind the routes.
+    pub fn sites(&self) -> &Sites {
+        &self.inner.sites
     }
 
-    fn dispatch(
-        &self,
-        request: &Request,
-        method: &Method,
-        segments: &[&str],
-        path: &str,
-    ) -> Response {
+    /// Answers one request.
+    pub async fn handle(&self, request: Request) -> Response {
+        let path = self.route_path(request.uri().path()).to_owned();
+        let segments: Vec<String> = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
         // The only public request is exactly `GET /health`; everything else, unknown paths and
         // `POST /health` included, meets the same 401 first so a stranger learns nothing.
-        if method == Method::GET && segments == ["health"] {
+        if request.method() == Method::GET && segments == ["health"] {
             return json_response(StatusCode::OK, &self.inner.health);
         }
-        if let Err(detail) = self.authenticate(request) {
-            return problem(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "Unauthorized",
-                detail,
-            );
+        if let Err(detail) = self.authenticate(&request) {
+            return ApiError::Unauthorized(detail).into_response();
         }
-        match ROUTES.iter().find(|(route, _)| *route == segments) {
-            None => problem(
-                StatusCode::NOT_FOUND,
-                "not-found",
-                "Not Found",
-                &format!("Route not found: {path}"),
-            ),
-            Some((_, methods)) => {
-                // The contract sorts the Allow header's methods.
-                let mut allowed = methods.to_vec();
-                allowed.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-                Problem::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{PROBLEM_TYPE_BASE}method-not-allowed"),
-                    "Method Not Allowed",
-                )
-                .with_detail(format!("Method {method} not allowed for {path}"))
-                .with_allow(&allowed)
-                .into_response()
+        match self.dispatch(request, &segments, &path).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        request: Request,
+        segments: &[String],
+        path: &str,
+    ) -> Result<Response, ApiError> {
+        let Some((pattern, methods)) = ROUTES.iter().find(|(route, _)| matches(route, segments))
+        else {
+            return Err(ApiError::NotFound(format!("Route not found: {path}")));
+        };
+        let method = request.method().clone();
+        if !methods.contains(&method) {
+            return Err(ApiError::MethodNotAllowed(
+                format!("Method {method} not allowed for {path}"),
+                methods.to_vec(),
+            ));
+        }
+        let sites = &self.inner.sites;
+        match (*pattern, method) {
+            (["health"], _) => Ok(json_response(StatusCode::OK, &self.inner.health)),
+            (["v1", "capabilities"], _) => Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "drivers": self.inner.health.drivers(),
+                    "default_driver": self.inner.default_driver,
+                    "templates": sites.templates().list(),
+                    "limits": {
+                        "max_sites": sites.config().max_sites,
+                        "max_concurrent_sessions": self.inner.max_concurrent_sessions,
+                        "site_disk_quota_mb": sites.config().site_disk_quota_mb,
+                    },
+                }),
+            )),
+            (["v1", "sites"], Method::GET) => {
+                let list = off_the_workers(sites, Sites::list).await?;
+                Ok(json_response(StatusCode::OK, &json!({ "data": list })))
             }
+            (["v1", "sites"], _) => {
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let status = sites.create(&body, &actor).await?;
+                tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
+                Ok(json_response(StatusCode::CREATED, &status))
+            }
+            (["v1", "sites", _], Method::GET) => {
+                let slug = param(&segments[2])?;
+                let status = off_the_workers(sites, move |s| s.get(&slug)).await?;
+                Ok(json_response(StatusCode::OK, &status))
+            }
+            (["v1", "sites", _], _) => {
+                let slug = param(&segments[2])?;
+                let purge_prod = query_flag(request.uri().query(), "purge_prod");
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let report = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await?;
+                tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
+                Ok(json_response(StatusCode::OK, &report))
+            }
+            _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),
         }
     }
 
@@ -135,8 +190,86 @@ impl Router {
     }
 }
 
-fn problem(status: StatusCode, slug: &str, title: &str, detail: &str) -> Response {
-    Problem::new(status, format!("{PROBLEM_TYPE_BASE}{slug}"), title)
-        .with_detail(detail)
-        .into_response()
+/// Runs a blocking site operation (it walks the filesystem) off the async workers.
+async fn off_the_workers<T, F>(sites: &Sites, work: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Sites) -> Result<T, SiteError> + Send + 'static,
+{
+    let sites = sites.clone();
+    tokio::task::spawn_blocking(move || work(&sites))
+        .await
+        .map_err(|e| ApiError::Internal(format!("site task: {e}")))?
+        .map_err(ApiError::from)
+}
+
+fn matches(route: &[&str], segments: &[String]) -> bool {
+    route.len() == segments.len()
+        && route
+            .iter()
+            .zip(segments)
+            .all(|(r, s)| r.starts_with(':') || r == s)
+}
+
+async fn read_body(request: Request) -> Result<hyper::body::Bytes, ApiError> {
+    atelier_http::read_body(request.into_body(), MAX_BODY_BYTES)
+        .await
+        .map_err(|e| match e {
+            atelier_http::BodyError::TooLarge { .. } => ApiError::TooLarge(e.to_string()),
+            atelier_http::BodyError::Read(_) => ApiError::Validation(e.to_string()),
+        })
+}
+
+/// A path parameter, percent-decoded.
+fn param(segment: &str) -> Result<String, ApiError> {
+    percent_decode(segment)
+        .ok_or_else(|| ApiError::Validation(format!("Malformed path segment: {segment}")))
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// True only for the exact `name=true` in the query.
+fn query_flag(query: Option<&str>, name: &str) -> bool {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .any(|(k, v)| k == name && v == "true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_parameters_and_query_flags() {
+        assert_eq!(percent_decode("a%2Db").as_deref(), Some("a-b"));
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%2"), None);
+        assert!(query_flag(Some("x=1&purge_prod=true"), "purge_prod"));
+        for q in [
+            None,
+            Some("purge_prod=1"),
+            Some("purge_prod=True"),
+            Some("purge_prod"),
+        ] {
+            assert!(!query_flag(q, "purge_prod"), "{q:?}");
+        }
+    }
 }

@@ -1,9 +1,13 @@
 //! sited's settings: raw values from the command line and systemd, validated into [`Settings`].
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Component, PathBuf};
+use std::time::Duration;
 
 use atelier_layout::names::InstanceName;
+
+use crate::manifest::Driver;
+use crate::sites::SitesConfig;
 
 /// Where the engine mounts the daemon unless the instance says otherwise.
 pub const DEFAULT_BASE_PATH: &str = "/publication/site_builder";
@@ -19,7 +23,11 @@ pub const SERVICE_TOKEN_CREDENTIAL: &str = atelier_layout::paths::SERVICE_TOKEN;
 /// that can reach the socket and every site.
 const MIN_TOKEN_LEN: usize = 32;
 
-const DEFAULT_DRIVER: &str = "claude_code";
+const DEFAULT_DRIVER: Driver = Driver::ClaudeCode;
+const DEFAULT_MAX_SITES: u32 = 20;
+const DEFAULT_MAX_CONCURRENT_SESSIONS: u32 = 2;
+const DEFAULT_SITE_DISK_QUOTA_MB: u64 = 1024;
+const DEFAULT_PREPROD_HOST_PREFIX: &str = "pre";
 
 /// Settings as given, before validation.
 #[derive(Debug, Default, Clone)]
@@ -32,6 +40,28 @@ pub struct RawSettings {
     pub base_path: Option<String>,
     /// The unix socket to bind when systemd passed none.
     pub listen: Option<PathBuf>,
+    /// The workspaces' root (required).
+    pub sites_root: Option<PathBuf>,
+    /// The audit directory (required).
+    pub audit_dir: Option<PathBuf>,
+    /// The provisioner's `sites.json` (required).
+    pub site_table_file: Option<PathBuf>,
+    /// The Publication API's base URL (required).
+    pub publication_api_url: Option<String>,
+    /// The site templates' directory (required).
+    pub templates_dir: Option<PathBuf>,
+    /// The most sites the instance may have.
+    pub max_sites: Option<u32>,
+    /// The most turns running at once across sites.
+    pub max_concurrent_sessions: Option<u32>,
+    /// A site's disk quota in MiB.
+    pub site_disk_quota_mb: Option<u64>,
+    /// The driver a site gets when its create names none.
+    pub default_driver: Option<String>,
+    /// The label before a site's domain on preproduction.
+    pub preprod_host_prefix: Option<String>,
+    /// Per-command git timeout in milliseconds.
+    pub git_timeout_ms: Option<u64>,
 }
 
 /// Validated settings.
@@ -47,6 +77,12 @@ pub struct Settings {
     pub listen: Option<PathBuf>,
     /// The driver `/health` marks as the default.
     pub default_driver: &'static str,
+    /// The audit directory.
+    pub audit_dir: PathBuf,
+    /// The most turns running at once across sites.
+    pub max_concurrent_sessions: u32,
+    /// What the site service works with.
+    pub sites: SitesConfig,
 }
 
 impl fmt::Debug for Settings {
@@ -56,6 +92,8 @@ impl fmt::Debug for Settings {
             .field("service_token", &"[redacted]")
             .field("base_path", &self.base_path)
             .field("listen", &self.listen)
+            .field("audit_dir", &self.audit_dir)
+            .field("sites", &self.sites)
             .finish()
     }
 }
@@ -78,9 +116,143 @@ pub enum SettingsError {
     /// The fallback socket path is relative.
     #[error("listen path {0:?} must be absolute")]
     RelativeListen(PathBuf),
+    /// A required setting is missing.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// A path setting is not a clean absolute path.
+    #[error("{0} must be an absolute path without '..': {1:?}")]
+    BadPath(&'static str, PathBuf),
+    /// A number setting is below its minimum.
+    #[error("{0} must be at least {1}")]
+    TooSmall(&'static str, u64),
+    /// The default driver is not one the contract knows.
+    #[error("unknown agent driver {0:?}: expected claude_code, opencode or pi")]
+    UnknownDriver(String),
+    /// The preproduction host prefix is not one DNS label.
+    #[error("preprod host prefix {0:?} must be one DNS label")]
+    BadHostPrefix(String),
+    /// The Publication API URL is empty.
+    #[error("the Publication API URL must not be empty")]
+    EmptyApiUrl,
+    /// The environment carries an `ATELIER_*` key sited does not know (a typo, or a key from
+    /// another version).
+    #[error("unknown setting {0} in the environment")]
+    UnknownKey(String),
+    /// A credential-looking key in the environment: credentials come only through systemd.
+    #[error("{0} looks like a credential; pass it with LoadCredential=, never in the env file")]
+    CredentialInEnvironment(String),
+    /// A number setting is not a number.
+    #[error("{0} must be a whole number: {1:?}")]
+    NotANumber(&'static str, String),
+    /// The command line and the environment name different instances.
+    #[error("--instance {flag} differs from ATELIER_INSTANCE={env}")]
+    InstanceMismatch {
+        /// The command line's instance.
+        flag: String,
+        /// The environment's instance.
+        env: String,
+    },
+}
+
+fn required_path(value: Option<PathBuf>, name: &'static str) -> Result<PathBuf, SettingsError> {
+    let path = value.ok_or(SettingsError::Missing(name))?;
+    let clean = path.is_absolute()
+        && path.components().all(|c| {
+            matches!(
+                c,
+                Component::RootDir | Component::Normal(_) | Component::CurDir
+            )
+        });
+    if clean {
+        Ok(path)
+    } else {
+        Err(SettingsError::BadPath(name, path))
+    }
+}
+
+fn number<T: std::str::FromStr>(value: &str, name: &'static str) -> Result<T, SettingsError> {
+    value
+        .parse()
+        .map_err(|_| SettingsError::NotANumber(name, value.to_owned()))
+}
+
+fn at_least<T: Into<u64> + Copy>(
+    value: T,
+    min: u64,
+    name: &'static str,
+) -> Result<T, SettingsError> {
+    if value.into() < min {
+        Err(SettingsError::TooSmall(name, min))
+    } else {
+        Ok(value)
+    }
 }
 
 impl RawSettings {
+    /// Fills the settings the provisioner's env file carries from `variables` (the process
+    /// environment, where `EnvironmentFile=` put them). Only `ATELIER_*` keys are read; an
+    /// unknown or credential-looking one refuses the boot by name. Values already set (from the
+    /// command line) win, except that the instance must agree.
+    pub fn with_environment(
+        mut self,
+        variables: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SettingsError> {
+        use atelier_layout::services::env;
+        for (key, value) in variables {
+            if !key.starts_with("ATELIER_") {
+                continue;
+            }
+            if env::is_secret_looking(&key) {
+                return Err(SettingsError::CredentialInEnvironment(key));
+            }
+            if !env::ALL.contains(&key.as_str()) {
+                return Err(SettingsError::UnknownKey(key));
+            }
+            let path = || Some(PathBuf::from(&value));
+            match key.as_str() {
+                env::INSTANCE if self.instance.is_empty() => self.instance = value,
+                env::INSTANCE if self.instance != value => {
+                    return Err(SettingsError::InstanceMismatch {
+                        flag: self.instance,
+                        env: value,
+                    })
+                }
+                env::SITES_ROOT => self.sites_root = self.sites_root.or_else(path),
+                env::AUDIT_DIR => self.audit_dir = self.audit_dir.or_else(path),
+                env::SITE_TABLE_FILE => self.site_table_file = self.site_table_file.or_else(path),
+                env::TEMPLATES_DIR => self.templates_dir = self.templates_dir.or_else(path),
+                env::PUBLICATION_API_URL => {
+                    self.publication_api_url = self.publication_api_url.or(Some(value))
+                }
+                env::AGENT_DRIVER => self.default_driver = self.default_driver.or(Some(value)),
+                env::PREPROD_HOST_PREFIX => {
+                    self.preprod_host_prefix = self.preprod_host_prefix.or(Some(value))
+                }
+                env::MAX_SITES => {
+                    self.max_sites = self.max_sites.or(Some(number(&value, "max_sites")?))
+                }
+                env::MAX_CONCURRENT_SESSIONS => {
+                    self.max_concurrent_sessions = self
+                        .max_concurrent_sessions
+                        .or(Some(number(&value, "max_concurrent_sessions")?))
+                }
+                env::SITE_DISK_QUOTA_MB => {
+                    self.site_disk_quota_mb = self
+                        .site_disk_quota_mb
+                        .or(Some(number(&value, "site_disk_quota_mb")?))
+                }
+                env::GIT_TIMEOUT_MS => {
+                    self.git_timeout_ms = self
+                        .git_timeout_ms
+                        .or(Some(number(&value, "git_timeout_ms")?))
+                }
+                // Known keys that later parts of sited (confinement, builds, publishing) read.
+                _ => {}
+            }
+        }
+        Ok(self)
+    }
+
     /// Validates every setting, reporting the first that cannot be used.
     pub fn validate(self) -> Result<Settings, SettingsError> {
         let instance = InstanceName::new(&self.instance)?;
@@ -99,12 +271,71 @@ impl RawSettings {
                 return Err(SettingsError::RelativeListen(path.clone()));
             }
         }
+        let sites_root = required_path(self.sites_root, "sites_root")?;
+        let audit_dir = required_path(self.audit_dir, "audit_dir")?;
+        let site_table_file = required_path(self.site_table_file, "site_table_file")?;
+        let templates_dir = required_path(
+            Some(
+                self.templates_dir
+                    .unwrap_or_else(|| atelier_layout::paths::TEMPLATES_DIR.into()),
+            ),
+            "templates_dir",
+        )?;
+        let publication_api_url = self
+            .publication_api_url
+            .ok_or(SettingsError::Missing("publication_api_url"))?;
+        if publication_api_url.trim().is_empty() {
+            return Err(SettingsError::EmptyApiUrl);
+        }
+        let max_sites = at_least(self.max_sites.unwrap_or(DEFAULT_MAX_SITES), 1, "max_sites")?;
+        let max_concurrent_sessions = at_least(
+            self.max_concurrent_sessions
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_SESSIONS),
+            1,
+            "max_concurrent_sessions",
+        )?;
+        let site_disk_quota_mb = at_least(
+            self.site_disk_quota_mb
+                .unwrap_or(DEFAULT_SITE_DISK_QUOTA_MB),
+            1,
+            "site_disk_quota_mb",
+        )?;
+        let git_timeout_ms = at_least(
+            self.git_timeout_ms
+                .unwrap_or(atelier_layout::paths::GIT_TIMEOUT_MS),
+            1000,
+            "git_timeout_ms",
+        )?;
+        let default_driver = match self.default_driver {
+            None => DEFAULT_DRIVER,
+            Some(id) => Driver::parse(&id).ok_or(SettingsError::UnknownDriver(id))?,
+        };
+        let preprod_host_prefix = self
+            .preprod_host_prefix
+            .unwrap_or_else(|| DEFAULT_PREPROD_HOST_PREFIX.to_owned());
+        if !atelier_layout::names::is_dns_label(&preprod_host_prefix) {
+            return Err(SettingsError::BadHostPrefix(preprod_host_prefix));
+        }
         Ok(Settings {
+            sites: SitesConfig {
+                instance: instance.as_str().to_owned(),
+                sites_root,
+                site_table_file,
+                publication_api_url,
+                templates_dir,
+                max_sites,
+                site_disk_quota_mb,
+                default_driver,
+                preprod_host_prefix,
+                git_timeout: Duration::from_millis(git_timeout_ms),
+            },
             instance,
             service_token,
             base_path,
             listen: self.listen,
-            default_driver: DEFAULT_DRIVER,
+            default_driver: default_driver.as_str(),
+            audit_dir,
+            max_concurrent_sessions,
         })
     }
 }
@@ -121,8 +352,12 @@ mod tests {
         RawSettings {
             instance: "museum".into(),
             service_token: Some("t".repeat(32)),
-            base_path: None,
-            listen: None,
+            sites_root: Some("/var/lib/atelier/museum/sites".into()),
+            audit_dir: Some("/var/lib/atelier/museum/audit".into()),
+            site_table_file: Some("/etc/atelier/museum/sites.json".into()),
+            publication_api_url: Some("http://127.0.0.1:3100/api".into()),
+            templates_dir: Some("/usr/share/atelier/templates".into()),
+            ..RawSettings::default()
         }
     }
 
@@ -201,6 +436,70 @@ mod tests {
                 },
                 SettingsError::RelativeListen("sited.sock".into()),
             ),
+            (
+                "no sites root",
+                RawSettings {
+                    sites_root: None,
+                    ..raw()
+                },
+                SettingsError::Missing("sites_root"),
+            ),
+            (
+                "relative templates dir",
+                RawSettings {
+                    templates_dir: Some("templates".into()),
+                    ..raw()
+                },
+                SettingsError::BadPath("templates_dir", "templates".into()),
+            ),
+            (
+                "site table with ..",
+                RawSettings {
+                    site_table_file: Some("/etc/../sites.json".into()),
+                    ..raw()
+                },
+                SettingsError::BadPath("site_table_file", "/etc/../sites.json".into()),
+            ),
+            (
+                "no api url",
+                RawSettings {
+                    publication_api_url: None,
+                    ..raw()
+                },
+                SettingsError::Missing("publication_api_url"),
+            ),
+            (
+                "zero max sites",
+                RawSettings {
+                    max_sites: Some(0),
+                    ..raw()
+                },
+                SettingsError::TooSmall("max_sites", 1),
+            ),
+            (
+                "zero quota",
+                RawSettings {
+                    site_disk_quota_mb: Some(0),
+                    ..raw()
+                },
+                SettingsError::TooSmall("site_disk_quota_mb", 1),
+            ),
+            (
+                "unknown driver",
+                RawSettings {
+                    default_driver: Some("gpt".into()),
+                    ..raw()
+                },
+                SettingsError::UnknownDriver("gpt".into()),
+            ),
+            (
+                "host prefix with a dot",
+                RawSettings {
+                    preprod_host_prefix: Some("pre.view".into()),
+                    ..raw()
+                },
+                SettingsError::BadHostPrefix("pre.view".into()),
+            ),
         ];
         for (name, raw, expected) in cases {
             assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
@@ -211,6 +510,96 @@ mod tests {
     fn defaults_and_redaction() {
         let settings = raw().validate().unwrap();
         assert_eq!(settings.base_path, DEFAULT_BASE_PATH);
+        assert_eq!(settings.sites.max_sites, 20);
+        assert_eq!(settings.sites.site_disk_quota_mb, 1024);
+        assert_eq!(settings.default_driver, "claude_code");
+        assert_eq!(settings.sites.preprod_host_prefix, "pre");
         assert!(!format!("{settings:?}").contains(&"t".repeat(32)));
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_env_file_fills_settings_and_flags_win() {
+        let from_env = RawSettings {
+            service_token: Some("t".repeat(32)),
+            ..RawSettings::default()
+        }
+        .with_environment(vars(&[
+            ("ATELIER_INSTANCE", "museum"),
+            ("ATELIER_SITES_ROOT", "/var/lib/atelier/museum/sites"),
+            ("ATELIER_AUDIT_DIR", "/var/lib/atelier/museum/audit"),
+            ("ATELIER_SITE_TABLE_FILE", "/etc/atelier/museum/sites.json"),
+            ("ATELIER_PUBLICATION_API_URL", "http://127.0.0.1:3100/api"),
+            ("ATELIER_MAX_SITES", "8"),
+            ("ATELIER_AGENT_CONFINEMENT", "systemd_scope"),
+            ("PATH", "/usr/bin"),
+            ("HOME", "/root"),
+        ]))
+        .unwrap();
+        assert_eq!(from_env.instance, "museum");
+        assert_eq!(from_env.max_sites, Some(8));
+        let settings = from_env.validate().unwrap();
+        assert_eq!(
+            settings.sites.templates_dir,
+            PathBuf::from(atelier_layout::paths::TEMPLATES_DIR)
+        );
+
+        let flagged = RawSettings {
+            max_sites: Some(3),
+            ..raw()
+        }
+        .with_environment(vars(&[
+            ("ATELIER_MAX_SITES", "8"),
+            ("ATELIER_INSTANCE", "museum"),
+        ]))
+        .unwrap();
+        assert_eq!(flagged.max_sites, Some(3), "a flag wins over the env file");
+    }
+
+    #[test]
+    fn the_environment_is_refused_by_name() {
+        type Variables = Vec<(String, String)>;
+        let cases: Vec<(&str, Variables, SettingsError)> = vec![
+            (
+                "unknown key",
+                vars(&[("ATELIER_MAX_SITE", "8")]),
+                SettingsError::UnknownKey("ATELIER_MAX_SITE".into()),
+            ),
+            (
+                "credential in the env file",
+                vars(&[("ATELIER_SERVICE_TOKEN", "x")]),
+                SettingsError::CredentialInEnvironment("ATELIER_SERVICE_TOKEN".into()),
+            ),
+            (
+                "instance disagreeing with the flag",
+                vars(&[("ATELIER_INSTANCE", "other")]),
+                SettingsError::InstanceMismatch {
+                    flag: "museum".into(),
+                    env: "other".into(),
+                },
+            ),
+            (
+                "number that is not one",
+                vars(&[("ATELIER_SITE_DISK_QUOTA_MB", "1G")]),
+                SettingsError::NotANumber("site_disk_quota_mb", "1G".into()),
+            ),
+        ];
+        for (name, variables, expected) in cases {
+            let raw = RawSettings {
+                site_disk_quota_mb: None,
+                ..raw()
+            };
+            assert_eq!(
+                raw.with_environment(variables).unwrap_err(),
+                expected,
+                "case {name}"
+            );
+        }
     }
 }

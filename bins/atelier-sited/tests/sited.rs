@@ -7,19 +7,23 @@
     reason = "test helpers outside #[test] functions panic on broken fixtures by design"
 )]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use atelier_sited::reservations::Hold;
 use atelier_sited::{instance_fingerprint, RawSettings, Router};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use tokio::net::UnixStream;
 
 const TOKEN: &str = "test-service-token-000000000000000000000000";
 const BASE: &str = "/publication/site_builder";
+const API_URL: &str = "https://api.example.org/publication/v2";
 
 struct Reply {
     status: StatusCode,
@@ -27,7 +31,17 @@ struct Reply {
     body: String,
 }
 
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
 async fn request(socket: &Path, method: Method, path: &str, auth: Option<&str>) -> Reply {
+    send(socket, method, path, auth, "").await
+}
+
+async fn send(socket: &Path, method: Method, path: &str, auth: Option<&str>, body: &str) -> Reply {
     let stream = UnixStream::connect(socket).await.expect("connect");
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -41,7 +55,11 @@ async fn request(socket: &Path, method: Method, path: &str, auth: Option<&str>) 
         builder = builder.header("authorization", auth);
     }
     let response = sender
-        .send_request(builder.body(Empty::<Bytes>::new()).unwrap())
+        .send_request(
+            builder
+                .body(Full::new(Bytes::from(body.to_owned())))
+                .unwrap(),
+        )
         .await
         .expect("response");
     let status = response.status();
@@ -54,34 +72,156 @@ async fn request(socket: &Path, method: Method, path: &str, auth: Option<&str>) 
     }
 }
 
-/// Serves the router on a fresh socket; the server stops when the test's runtime ends.
-fn serve_router(dir: &Path) -> std::path::PathBuf {
-    let socket = dir.join("sited.sock");
-    let settings = RawSettings {
+/// A temp instance: sites root, audit dir, webspaces with markers and a stamped site table.
+struct Instance {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    socket: PathBuf,
+    router: Router,
+}
+
+const DECLARED: &[(&str, &str)] = &[
+    ("alpha", "alpha.example.org"),
+    ("beta", "beta.example.org"),
+    ("gamma", "gamma.example.org"),
+    ("foreign", "foreign.example.org"),
+];
+
+impl Instance {
+    fn sites_root(&self) -> PathBuf {
+        self.root.join("sites")
+    }
+    fn workspace(&self, slug: &str) -> PathBuf {
+        self.sites_root().join(slug)
+    }
+    fn webspace(&self, domain: &str) -> PathBuf {
+        self.root.join("www").join(domain)
+    }
+    fn auth() -> String {
+        format!("Bearer {TOKEN}")
+    }
+    async fn call(&self, method: Method, path: &str, body: Value) -> Reply {
+        let text = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        send(
+            &self.socket,
+            method,
+            &format!("{BASE}{path}"),
+            Some(&Self::auth()),
+            &text,
+        )
+        .await
+    }
+    async fn create(&self, slug: &str, domain: &str) -> Reply {
+        self.call(Method::POST, "/v1/sites", create_body(slug, domain))
+            .await
+    }
+}
+
+fn actor() -> Value {
+    json!({"user_id": 42, "username": "ana"})
+}
+
+fn create_body(slug: &str, domain: &str) -> Value {
+    json!({"slug": slug, "name": format!("Site {slug}"), "domain": domain, "actor": actor()})
+}
+
+fn write_site_table(root: &Path, instance: &str, sites: &[(&str, &str)]) {
+    let rows: Vec<Value> = sites
+        .iter()
+        .map(|(slug, domain)| {
+            let ws = root.join("www").join(domain);
+            let ws = ws.to_str().unwrap();
+            json!({
+                "slug": slug, "domain": domain, "webspace": ws,
+                "surfaces": {
+                    "preprod": {"store_dir": format!("{ws}/.releases/pre"), "link_path": format!("{ws}/pre")},
+                    "prod": {"store_dir": format!("{ws}/.releases/web"), "link_path": format!("{ws}/web")},
+                }
+            })
+        })
+        .collect();
+    let body = serde_json::to_string_pretty(&json!({
+        "version": 1, "instance": instance, "webspace_base": root.join("www"), "sites": rows,
+    }))
+    .unwrap()
+        + "\n";
+    let stamp = format!(
+        "// atelier-provision: {instance} sites {}\n",
+        hex::encode(Sha256::digest(body.as_bytes()))
+    );
+    std::fs::write(root.join("sites.json"), stamp + &body).unwrap();
+}
+
+fn templates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../templates")
+        .canonicalize()
+        .unwrap()
+}
+
+fn settings(root: &Path, max_sites: u32) -> atelier_sited::Settings {
+    RawSettings {
         instance: "test".into(),
         service_token: Some(TOKEN.into()),
+        sites_root: Some(root.join("sites")),
+        audit_dir: Some(root.join("audit")),
+        site_table_file: Some(root.join("sites.json")),
+        publication_api_url: Some(API_URL.into()),
+        templates_dir: Some(templates_dir()),
+        max_sites: Some(max_sites),
         ..RawSettings::default()
     }
     .validate()
-    .unwrap();
-    let router = Router::new(&settings);
+    .unwrap()
+}
+
+/// Builds an instance and serves its router on a fresh socket; the server stops when the
+/// test's runtime ends.
+fn instance(max_sites: u32) -> Instance {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    std::fs::create_dir_all(root.join("sites")).unwrap();
+    std::fs::create_dir_all(root.join("audit")).unwrap();
+    for (_, domain) in DECLARED {
+        let ws = root.join("www").join(domain);
+        std::fs::create_dir_all(&ws).unwrap();
+        let owner = if domain.starts_with("foreign") {
+            "other"
+        } else {
+            "test"
+        };
+        std::fs::write(ws.join(".atelier_instance"), format!("{owner}\n")).unwrap();
+    }
+    write_site_table(&root, "test", DECLARED);
+    let router = Router::new(&settings(&root, max_sites));
+    let socket = root.join("sited.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let served = router.clone();
     tokio::spawn(atelier_http::serve(
         listener.into(),
         move |request| {
-            let router = router.clone();
+            let router = served.clone();
             async move { router.handle(request).await }
         },
         std::future::pending(),
         Duration::from_secs(1),
     ));
-    socket
+    Instance {
+        _dir: dir,
+        root,
+        socket,
+        router,
+    }
 }
 
 #[tokio::test]
 async fn health_is_public_and_carries_the_fingerprint() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = serve_router(dir.path());
+    let instance = instance(20);
+    let socket = instance.socket.clone();
     let reply = request(&socket, Method::GET, &format!("{BASE}/health"), None).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
@@ -102,8 +242,8 @@ async fn health_is_public_and_carries_the_fingerprint() {
 
 #[tokio::test]
 async fn no_unauthenticated_request_can_be_told_from_another() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = serve_router(dir.path());
+    let instance = instance(20);
+    let socket = instance.socket.clone();
     let cases: Vec<(&str, Method, String, Option<&str>)> = vec![
         ("unknown path", Method::GET, format!("{BASE}/nope"), None),
         (
@@ -164,8 +304,8 @@ async fn no_unauthenticated_request_can_be_told_from_another() {
 
 #[tokio::test]
 async fn after_the_gate_unknown_routes_are_404_and_wrong_methods_405() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = serve_router(dir.path());
+    let instance = instance(20);
+    let socket = instance.socket.clone();
     let auth = format!("Bearer {TOKEN}");
     let missing = request(
         &socket,
@@ -226,6 +366,15 @@ async fn the_binary_serves_on_its_fallback_socket_and_exits_0_on_sigterm() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_atelier-sited"))
         .args(["--instance", "test", "--listen"])
         .arg(&socket)
+        .arg("--sites-root")
+        .arg(dir.path())
+        .arg("--audit-dir")
+        .arg(dir.path())
+        .arg("--site-table-file")
+        .arg(dir.path().join("sites.json"))
+        .arg("--templates-dir")
+        .arg(templates_dir())
+        .args(["--publication-api-url", API_URL])
         .arg("--token-file")
         .arg(&token_file)
         .env_remove("CREDENTIALS_DIRECTORY")
@@ -256,4 +405,784 @@ async fn the_binary_serves_on_its_fallback_socket_and_exits_0_on_sigterm() {
         .expect("sited exits after SIGTERM")
         .unwrap();
     assert!(status.success(), "{status}");
+}
+
+async fn git_out(instance: &Instance, slug: &str, args: &[&str]) -> String {
+    let out = instance
+        .router
+        .sites()
+        .git()
+        .run(&instance.workspace(slug), args)
+        .await
+        .unwrap();
+    assert_eq!(out.code, 0, "git {args:?}: {}", out.stderr);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn create_get_list_delete_round_trip() {
+    let instance = instance(20);
+    let created = instance.create("beta", " Beta.Example.ORG ").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let status = created.json();
+    let manifest = &status["manifest"];
+    assert_eq!(manifest["slug"], "beta");
+    assert_eq!(manifest["name"], "Site beta");
+    assert_eq!(manifest["domain"], "beta.example.org");
+    assert_eq!(manifest["owner_user_id"], 42);
+    assert_eq!(manifest["driver"], "claude_code");
+    assert_eq!(manifest["template"], "basic");
+    assert_eq!(manifest["build"]["build"], "sh build.sh");
+    assert_eq!(manifest["published"], Value::Null);
+    assert_eq!(
+        status["session"],
+        json!({"state": "idle", "session_id": null})
+    );
+    assert_eq!(status["last_build"], Value::Null);
+    assert_eq!(
+        status["preprod"],
+        json!({"url": "http://pre.beta.example.org/", "release": null})
+    );
+
+    // The workspace: scaffolded, the placeholder filled, the brief and its link, .builder.
+    let ws = instance.workspace("beta");
+    let index = std::fs::read_to_string(ws.join("src/index.html")).unwrap();
+    assert!(index.contains(API_URL) && !index.contains("__PUBLICATION_API_URL__"));
+    assert_eq!(
+        std::fs::read_link(ws.join("CLAUDE.md")).unwrap(),
+        Path::new("AGENTS.md")
+    );
+    let brief = std::fs::read_to_string(ws.join("AGENTS.md")).unwrap();
+    assert!(brief.starts_with("# Site beta\n") && brief.contains(API_URL));
+    assert!(ws.join(".builder").is_dir());
+    assert!(!ws.join("template.json").exists());
+    let record = instance.sites_root().join(".driver_records/beta.json");
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        "{\"driver\":\"claude_code\"}\n"
+    );
+
+    let second = instance
+        .call(
+            Method::POST,
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "A", "domain": "alpha.example.org",
+                   "driver": "opencode", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
+    assert_eq!(second.json()["manifest"]["driver"], "opencode");
+
+    let got = instance
+        .call(Method::GET, "/v1/sites/beta", Value::Null)
+        .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.json()["manifest"], status["manifest"]);
+
+    let list = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+    assert_eq!(list.status, StatusCode::OK);
+    let slugs: Vec<String> = list.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["manifest"]["slug"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(slugs, ["alpha", "beta"]);
+
+    let caps = instance
+        .call(Method::GET, "/v1/capabilities", Value::Null)
+        .await;
+    assert_eq!(caps.status, StatusCode::OK);
+    let caps = caps.json();
+    assert_eq!(caps["default_driver"], "claude_code");
+    assert_eq!(
+        caps["limits"],
+        json!({"max_sites": 20, "max_concurrent_sessions": 2, "site_disk_quota_mb": 1024})
+    );
+    assert!(caps["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["id"] == "basic" && t["label"].is_string()));
+    assert_eq!(caps["drivers"].as_array().unwrap().len(), 3);
+
+    // Preproduction and production exist in the webspace; a plain delete leaves production.
+    let webspace = instance.webspace("beta.example.org");
+    for dir in [".releases/pre/r1", ".releases/web/r1"] {
+        std::fs::create_dir_all(webspace.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink(".releases/pre/r1", webspace.join("pre")).unwrap();
+    std::os::unix::fs::symlink(".releases/web/r1", webspace.join("web")).unwrap();
+    let got = instance
+        .call(Method::GET, "/v1/sites/beta", Value::Null)
+        .await;
+    assert_eq!(got.json()["preprod"]["release"], "r1");
+
+    let deleted = instance
+        .call(Method::DELETE, "/v1/sites/beta", json!({"actor": actor()}))
+        .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    assert_eq!(
+        deleted.json(),
+        json!({"deleted": "beta", "purged_prod": false,
+               "removed_surfaces": ["preprod"], "skipped_surfaces": []})
+    );
+    assert!(!ws.exists());
+    assert!(!record.exists());
+    assert!(std::fs::symlink_metadata(webspace.join("pre")).is_err());
+    assert!(!webspace.join(".releases/pre").exists());
+    assert!(webspace.join(".releases/web/r1").is_dir());
+    assert!(webspace.join(".atelier_instance").exists());
+
+    let gone = instance
+        .call(Method::GET, "/v1/sites/beta", Value::Null)
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(gone.json()["detail"], "No site named 'beta'");
+
+    // purge_prod=true takes production too; `purge_prod=1` would not have.
+    let purged = instance
+        .call(
+            Method::DELETE,
+            "/v1/sites/alpha?purge_prod=true",
+            json!({"actor": actor()}),
+        )
+        .await;
+    assert_eq!(purged.status, StatusCode::OK, "{}", purged.body);
+    assert_eq!(purged.json()["purged_prod"], true);
+    assert_eq!(
+        purged.json()["removed_surfaces"],
+        json!(["preprod", "prod"])
+    );
+    let empty = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+    assert_eq!(empty.json(), json!({"data": []}));
+}
+
+#[tokio::test]
+async fn every_create_refusal_in_the_contracts_order() {
+    let instance = instance(3);
+    assert_eq!(
+        instance.create("gamma", "gamma.example.org").await.status,
+        StatusCode::CREATED
+    );
+    std::fs::create_dir_all(instance.workspace("beta")).unwrap();
+    std::fs::write(instance.workspace("beta/keep.txt"), "mine").unwrap();
+
+    // (name, body, status, reason, detail fragment). Each body also breaks every later rule,
+    // so the answer proves which check comes first.
+    let cases: Vec<(&str, Value, u16, Option<&str>, &str)> = vec![
+        (
+            "actor first",
+            json!({"slug": "X", "name": "", "domain": "bad"}),
+            400,
+            None,
+            "Missing required field: actor {user_id, username}",
+        ),
+        (
+            "1 slug grammar",
+            json!({"slug": "X", "name": "", "domain": "bad", "actor": actor()}),
+            400,
+            None,
+            "slug must be 2–40 chars, lowercase letters/digits/hyphens, starting with a letter",
+        ),
+        (
+            "2 name",
+            json!({"slug": "gamma", "name": "  ", "domain": "bad", "actor": actor()}),
+            400,
+            None,
+            "name must be a non-empty string up to 200 chars",
+        ),
+        (
+            "2 name too long",
+            json!({"slug": "gamma", "name": "n".repeat(201), "domain": "bad", "actor": actor()}),
+            400,
+            None,
+            "name must be a non-empty string up to 200 chars",
+        ),
+        (
+            "3 site.json exists",
+            json!({"slug": "gamma", "name": "G", "domain": "bad", "actor": actor()}),
+            409,
+            Some("slug_exists"),
+            "gamma",
+        ),
+        (
+            "4 domain grammar",
+            json!({"slug": "undeclared", "name": "U", "domain": "bad", "actor": actor()}),
+            400,
+            None,
+            "domain 'bad'",
+        ),
+        (
+            "5 domain taken",
+            json!({"slug": "undeclared", "name": "U", "domain": "gamma.example.org", "actor": actor()}),
+            409,
+            Some("domain_taken"),
+            "gamma.example.org",
+        ),
+        (
+            "6 not in the site table",
+            json!({"slug": "undeclared", "name": "U", "domain": "u.example.org", "actor": actor()}),
+            409,
+            Some("webspace_unavailable"),
+            "not declared",
+        ),
+        (
+            "6 table domain differs",
+            json!({"slug": "alpha", "name": "A", "domain": "other.example.org", "actor": actor()}),
+            409,
+            Some("webspace_unavailable"),
+            "alpha.example.org",
+        ),
+        (
+            "6 webspace of another instance",
+            json!({"slug": "foreign", "name": "F", "domain": "foreign.example.org", "actor": actor()}),
+            409,
+            Some("webspace_unavailable"),
+            "belongs to instance other",
+        ),
+        (
+            "10 unknown template",
+            json!({"slug": "alpha", "name": "A", "domain": "alpha.example.org",
+                   "template": "nope", "actor": actor()}),
+            400,
+            None,
+            "Unknown template 'nope'",
+        ),
+        (
+            "11 something not a site is there",
+            json!({"slug": "beta", "name": "B", "domain": "beta.example.org", "actor": actor()}),
+            409,
+            Some("workspace_exists"),
+            "beta",
+        ),
+    ];
+    for (name, body, status, reason, detail) in cases {
+        let reply = instance.call(Method::POST, "/v1/sites", body).await;
+        assert_eq!(reply.status.as_u16(), status, "case {name}: {}", reply.body);
+        let problem = reply.json();
+        assert_eq!(problem["reason"].as_str(), reason, "case {name}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(detail),
+            "case {name}: {problem}"
+        );
+        let kind = match status {
+            400 => "validation-error",
+            409 => "conflict",
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            problem["type"],
+            format!("https://dedalo.dev/site-builder/problems/{kind}"),
+            "case {name}"
+        );
+    }
+    // The refused creates left the non-site directory alone and made nothing.
+    assert_eq!(
+        std::fs::read_to_string(instance.workspace("beta/keep.txt")).unwrap(),
+        "mine"
+    );
+    assert!(!instance.workspace("alpha").exists());
+    assert!(!instance.workspace("undeclared").exists());
+
+    // 8: a held site; 9: the site limit (gamma and alpha make 2 of 3... then 3 of 3).
+    let held = instance
+        .router
+        .sites()
+        .reservations()
+        .reserve("alpha", Hold::Session)
+        .unwrap();
+    let busy = instance.create("alpha", "alpha.example.org").await;
+    assert_eq!(busy.status, StatusCode::CONFLICT);
+    assert_eq!(busy.json()["reason"], "session_running");
+    drop(held);
+    std::fs::remove_dir_all(instance.workspace("beta")).unwrap();
+    assert_eq!(
+        instance.create("alpha", "alpha.example.org").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        instance.create("beta", "beta.example.org").await.status,
+        StatusCode::CREATED
+    );
+    std::fs::create_dir_all(instance.root.join("www/delta.example.org")).unwrap();
+    let limit = instance.create("delta", "delta.example.org").await;
+    assert_eq!(
+        limit.status,
+        StatusCode::CONFLICT,
+        "undeclared wins over the limit"
+    );
+    let over = instance
+        .call(
+            Method::POST,
+            "/v1/sites",
+            json!({"slug": "foreign", "name": "F", "domain": "foreign.example.org", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(over.status, StatusCode::CONFLICT);
+
+    // With the table declaring a fourth site of ours, the limit answers.
+    std::fs::write(
+        instance
+            .webspace("foreign.example.org")
+            .join(".atelier_instance"),
+        "test\n",
+    )
+    .unwrap();
+    let over = instance
+        .call(
+            Method::POST,
+            "/v1/sites",
+            json!({"slug": "foreign", "name": "F", "domain": "foreign.example.org", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS, "{}", over.body);
+    assert_eq!(over.json()["reason"], "max_sites");
+    assert_eq!(
+        over.json()["type"],
+        "https://dedalo.dev/site-builder/problems/limit-exceeded"
+    );
+    assert!(!instance.workspace("foreign").exists());
+}
+
+#[tokio::test]
+async fn the_first_commit_is_the_template_under_a_constructed_environment() {
+    let instance = instance(20);
+    assert_eq!(
+        instance.create("alpha", "alpha.example.org").await.status,
+        StatusCode::CREATED
+    );
+    let ws = instance.workspace("alpha");
+    std::fs::write(ws.join(".builder/state.json"), "{}").unwrap();
+
+    let head = git_out(&instance, "alpha", &["log", "--format=%an|%ae|%cn|%ce|%s"]).await;
+    assert_eq!(
+        head,
+        "Dédalo Site Builder|site-builder@dedalo.local|Dédalo Site Builder|site-builder@dedalo.local|scaffold: initial template\n"
+    );
+    assert_eq!(
+        git_out(&instance, "alpha", &["rev-parse", "--abbrev-ref", "HEAD"]).await,
+        "main\n"
+    );
+    let files = git_out(
+        &instance,
+        "alpha",
+        &["ls-tree", "-r", "--name-only", "HEAD"],
+    )
+    .await;
+    let files: Vec<&str> = files.lines().collect();
+    for want in [
+        "AGENTS.md",
+        "CLAUDE.md",
+        "README.md",
+        "build.sh",
+        "site.json",
+        "src/index.html",
+        "src/main.js",
+    ] {
+        assert!(files.contains(&want), "{want} not in {files:?}");
+    }
+    assert!(
+        files.iter().all(|f| !f.starts_with(".builder")),
+        "{files:?}"
+    );
+    assert!(!files.contains(&"template.json"));
+    let exclude = std::fs::read_to_string(ws.join(".git/info/exclude")).unwrap();
+    assert!(exclude.lines().any(|l| l == "/.builder/"));
+
+    // The tree carries the shared modes, git's own files included; .builder is traverse-only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| {
+            std::fs::symlink_metadata(ws.join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("."), 0o2770);
+        assert_eq!(mode(".git/objects"), 0o2770);
+        assert_eq!(mode(".git/HEAD"), 0o660);
+        assert_eq!(mode("src/index.html"), 0o660);
+        assert_eq!(mode("site.json"), 0o660);
+        assert_eq!(mode(".builder"), 0o710);
+    }
+    assert!(files.contains(&".gitignore"));
+
+    // The basic template builds with nothing but a shell and cp: no network, no package manager.
+    let build = Command::new("sh")
+        .arg("build.sh")
+        .current_dir(&ws)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{build:?}");
+    let built = std::fs::read_to_string(ws.join("dist/index.html")).unwrap();
+    assert!(built.contains(API_URL));
+    assert!(ws.join("dist/main.js").is_file() && ws.join("dist/style.css").is_file());
+
+    // Only the repository's own file and our -c options configure git.
+    let origins = git_out(&instance, "alpha", &["config", "--show-origin", "--list"]).await;
+    for line in origins.lines() {
+        assert!(
+            line.starts_with("file:.git/config") || line.starts_with("command line:"),
+            "{line}"
+        );
+    }
+    assert!(
+        origins.contains("command line:\tcore.hookspath=/dev/null"),
+        "{origins}"
+    );
+}
+
+#[tokio::test]
+async fn git_ignores_a_planted_home_config_and_lists_changes_correctly() {
+    use atelier_sited::git::Git;
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[user]\n\tname = Leaked\n\temail = leak@example.org\n[core]\n\thooksPath = /tmp/evil\n",
+    )
+    .unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/a.txt"), "a").unwrap();
+    std::fs::write(ws.join("old.txt"), "old").unwrap();
+    let git = Git::new("git", &home, Duration::from_secs(30));
+    let root = atelier_fs::Root::open(&ws).unwrap();
+    git.init(&root).await.unwrap();
+
+    let log = git.run(&ws, &["log", "--format=%an <%ae>"]).await.unwrap();
+    assert_eq!(
+        String::from_utf8(log.stdout).unwrap(),
+        "Dédalo Site Builder <site-builder@dedalo.local>\n"
+    );
+    let origins = git
+        .run(&ws, &["config", "--show-origin", "--list"])
+        .await
+        .unwrap();
+    let origins = String::from_utf8(origins.stdout).unwrap();
+    assert!(
+        !origins.contains("Leaked") && !origins.contains(".gitconfig"),
+        "{origins}"
+    );
+
+    assert!(!git.commit(&root, "nothing").await.unwrap());
+    std::fs::write(ws.join("src/a.txt"), "changed").unwrap();
+    std::fs::write(ws.join("new file.txt"), "n").unwrap();
+    std::fs::create_dir_all(ws.join(".builder")).unwrap();
+    std::fs::write(ws.join(".builder/x"), "x").unwrap();
+    git.run(&ws, &["mv", "old.txt", "renamed.txt"])
+        .await
+        .unwrap();
+    let mut changed = git.changed_files(&root).await.unwrap();
+    changed.sort();
+    assert_eq!(changed, ["new file.txt", "renamed.txt", "src/a.txt"]);
+    assert!(git.commit(&root, "agent: session s turn 1").await.unwrap());
+    assert!(git.changed_files(&root).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn planted_symlinks_are_refused_and_nothing_outside_is_touched() {
+    let instance = instance(20);
+    assert_eq!(
+        instance.create("alpha", "alpha.example.org").await.status,
+        StatusCode::CREATED
+    );
+    let outside = instance.root.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "do not touch").unwrap();
+    let manifest = std::fs::read_to_string(instance.workspace("alpha/site.json")).unwrap();
+    std::fs::write(outside.join("site.json"), &manifest).unwrap();
+
+    // site.json -> a file outside: the read is refused (500), never served.
+    let ws = instance.workspace("alpha");
+    std::fs::remove_file(ws.join("site.json")).unwrap();
+    std::os::unix::fs::symlink(outside.join("site.json"), ws.join("site.json")).unwrap();
+    let got = instance
+        .call(Method::GET, "/v1/sites/alpha", Value::Null)
+        .await;
+    assert_eq!(got.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(got.json()["detail"], "Internal server error");
+    let list = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+    assert_eq!(list.json(), json!({"data": []}));
+
+    // .git/info -> outside: a commit refuses to write the exclusion through it.
+    std::fs::rename(ws.join(".git/info"), instance.root.join("info.bak")).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join(".git/info")).unwrap();
+    let root = atelier_fs::Root::open(&ws).unwrap();
+    let err = instance
+        .router
+        .sites()
+        .git()
+        .commit(&root, "x")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert!(!outside.join("exclude").exists());
+
+    // A whole workspace that is a link to a directory outside is no site.
+    std::os::unix::fs::symlink(&outside, instance.workspace("beta")).unwrap();
+    let got = instance
+        .call(Method::GET, "/v1/sites/beta", Value::Null)
+        .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+    let del = instance
+        .call(Method::DELETE, "/v1/sites/beta", json!({"actor": actor()}))
+        .await;
+    assert_eq!(del.status, StatusCode::NOT_FOUND);
+    // The manifest behind the link is never read: the slug is taken by something not a site.
+    let created = instance.create("beta", "beta.example.org").await;
+    assert_eq!(
+        created.json()["reason"],
+        "workspace_exists",
+        "{}",
+        created.body
+    );
+
+    // Deleting alpha removes its links, never what they point at.
+    std::os::unix::fs::symlink(&outside, ws.join("src/out")).unwrap();
+    let del = instance
+        .call(Method::DELETE, "/v1/sites/alpha", json!({"actor": actor()}))
+        .await;
+    assert_eq!(del.status, StatusCode::OK, "{}", del.body);
+    assert!(!ws.exists());
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "do not touch"
+    );
+    assert!(outside.join("site.json").exists());
+    assert!(std::fs::symlink_metadata(instance.workspace("beta")).is_ok());
+}
+
+#[tokio::test]
+async fn a_delete_refused_while_the_site_is_held_removes_nothing() {
+    let instance = instance(20);
+    assert_eq!(
+        instance.create("alpha", "alpha.example.org").await.status,
+        StatusCode::CREATED
+    );
+    let webspace = instance.webspace("alpha.example.org");
+    std::fs::create_dir_all(webspace.join(".releases/pre/r1")).unwrap();
+    std::os::unix::fs::symlink(".releases/pre/r1", webspace.join("pre")).unwrap();
+    let reservations = instance.router.sites().reservations();
+    for hold in Hold::ALL {
+        let held = reservations.reserve("alpha", hold).unwrap();
+        let reply = instance
+            .call(Method::DELETE, "/v1/sites/alpha", json!({"actor": actor()}))
+            .await;
+        assert_eq!(reply.status, StatusCode::CONFLICT, "{hold:?}");
+        assert_eq!(reply.json()["reason"], hold.reason(), "{hold:?}");
+        assert!(instance.workspace("alpha/site.json").exists(), "{hold:?}");
+        assert!(instance
+            .sites_root()
+            .join(".driver_records/alpha.json")
+            .exists());
+        assert!(webspace.join(".releases/pre/r1").is_dir());
+        assert!(std::fs::symlink_metadata(webspace.join("pre")).is_ok());
+        if hold == Hold::Deleting {
+            let get = instance
+                .call(Method::GET, "/v1/sites/alpha", Value::Null)
+                .await;
+            assert_eq!(get.json()["reason"], "site_deleting");
+        }
+        drop(held);
+    }
+    let reply = instance
+        .call(Method::DELETE, "/v1/sites/alpha", json!({"actor": actor()}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn mutating_routes_check_the_body_and_actor_exactly() {
+    let instance = instance(20);
+    let cases: Vec<(&str, Method, &str, &str, u16, &str)> = vec![
+        (
+            "invalid json",
+            Method::POST,
+            "/v1/sites",
+            "{",
+            400,
+            "Request body must be valid JSON",
+        ),
+        (
+            "array body",
+            Method::POST,
+            "/v1/sites",
+            "[]",
+            400,
+            "Request body must be a JSON object",
+        ),
+        (
+            "empty body",
+            Method::POST,
+            "/v1/sites",
+            "",
+            400,
+            "Missing required field: actor {user_id, username}",
+        ),
+        (
+            "string user id",
+            Method::POST,
+            "/v1/sites",
+            r#"{"actor":{"user_id":"1","username":"a"}}"#,
+            400,
+            "actor.user_id must be an integer",
+        ),
+        (
+            "empty username",
+            Method::POST,
+            "/v1/sites",
+            r#"{"actor":{"user_id":1,"username":""}}"#,
+            400,
+            "actor.username must be a non-empty string",
+        ),
+        (
+            "delete without actor",
+            Method::DELETE,
+            "/v1/sites/alpha",
+            "{}",
+            400,
+            "Missing required field: actor {user_id, username}",
+        ),
+        (
+            "delete unknown site",
+            Method::DELETE,
+            "/v1/sites/nosuch",
+            r#"{"actor":{"user_id":1,"username":"a"}}"#,
+            404,
+            "No site named 'nosuch'",
+        ),
+        (
+            "delete bad slug",
+            Method::DELETE,
+            "/v1/sites/..",
+            r#"{"actor":{"user_id":1,"username":"a"}}"#,
+            404,
+            "No site named '..'",
+        ),
+        (
+            "get escaped slug",
+            Method::GET,
+            "/v1/sites/%2e%2e",
+            "",
+            404,
+            "No site named '..'",
+        ),
+        (
+            "put on a site",
+            Method::PUT,
+            "/v1/sites/alpha",
+            "",
+            405,
+            "Method PUT not allowed for /v1/sites/alpha",
+        ),
+    ];
+    for (name, method, path, body, status, detail) in cases {
+        let reply = send(
+            &instance.socket,
+            method,
+            &format!("{BASE}{path}"),
+            Some(&Instance::auth()),
+            body,
+        )
+        .await;
+        assert_eq!(reply.status.as_u16(), status, "case {name}: {}", reply.body);
+        assert_eq!(reply.json()["detail"], detail, "case {name}");
+    }
+    let put = instance
+        .call(Method::PUT, "/v1/sites/alpha", Value::Null)
+        .await;
+    assert_eq!(put.headers["allow"], "DELETE, GET");
+
+    let big = "x".repeat(atelier_sited::MAX_BODY_BYTES + 1);
+    let reply = send(
+        &instance.socket,
+        Method::POST,
+        &format!("{BASE}/v1/sites"),
+        Some(&Instance::auth()),
+        &big,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn the_disk_quota_counts_the_workspace_and_the_release_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("sites/alpha")).unwrap();
+    let ws = root.join("www/alpha.example.org");
+    std::fs::create_dir_all(ws.join(".releases/pre/r1")).unwrap();
+    write_site_table(root, "test", &[("alpha", "alpha.example.org")]);
+    let mut raw_settings = settings(root, 20);
+    raw_settings.sites.site_disk_quota_mb = 1;
+    let sites = atelier_sited::Sites::new(raw_settings.sites);
+
+    std::fs::write(root.join("sites/alpha/half"), vec![0u8; 512 * 1024]).unwrap();
+    assert_eq!(sites.usage_bytes("alpha").unwrap(), 512 * 1024);
+    sites.check_quota("alpha", 0).unwrap();
+    std::fs::write(ws.join(".releases/pre/r1/half"), vec![0u8; 512 * 1024]).unwrap();
+    std::os::unix::fs::symlink("/usr", root.join("sites/alpha/usr")).unwrap();
+    assert_eq!(sites.usage_bytes("alpha").unwrap(), 1024 * 1024);
+    sites.check_quota("alpha", 0).unwrap();
+    let err = sites.check_quota("alpha", 1).unwrap_err();
+    let problem = atelier_sited::problem::ApiError::from(err);
+    assert!(matches!(
+        problem,
+        atelier_sited::problem::ApiError::Refused(atelier_sited::problem::Reason::DiskQuota, _)
+    ));
+}
+
+#[tokio::test]
+async fn a_create_that_fails_half_way_removes_what_it_made() {
+    let instance = instance(20);
+    // The driver record's directory is a file: step 12 fails after the scaffold was copied.
+    let records = instance.sites_root().join(".driver_records");
+    std::fs::write(&records, "not a directory").unwrap();
+    let failed = instance.create("alpha", "alpha.example.org").await;
+    assert_eq!(
+        failed.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        failed.body
+    );
+    assert!(std::fs::symlink_metadata(instance.workspace("alpha")).is_err());
+    assert_eq!(
+        std::fs::read_to_string(&records).unwrap(),
+        "not a directory"
+    );
+    assert_eq!(instance.router.sites().reservations().holder("alpha"), None);
+
+    std::fs::remove_file(&records).unwrap();
+    let created = instance.create("alpha", "alpha.example.org").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+}
+
+#[tokio::test]
+async fn two_creates_of_one_slug_make_one_site() {
+    let instance = instance(20);
+    let (a, b) = tokio::join!(
+        instance.create("alpha", "alpha.example.org"),
+        instance.create("alpha", "alpha.example.org")
+    );
+    let mut statuses = [a.status.as_u16(), b.status.as_u16()];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409], "{} / {}", a.body, b.body);
+    let refused = if a.status == StatusCode::CONFLICT {
+        a
+    } else {
+        b
+    };
+    let reason = refused.json()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        ["site_initializing", "slug_exists"].contains(&reason.as_str()),
+        "{reason}"
+    );
+    let log = git_out(&instance, "alpha", &["rev-list", "--count", "HEAD"]).await;
+    assert_eq!(log, "1\n");
 }

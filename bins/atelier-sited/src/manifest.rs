@@ -1,0 +1,313 @@
+//! `site.json`, the daemon-owned manifest of a workspace: validated on every read, written
+//! atomically through `atelier-fs` (a run can write the workspace, so nothing is trusted).
+
+use atelier_fs::{FsError, Root};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::normalize_domain;
+use crate::slug::Slug;
+
+/// The manifest's file name inside a workspace.
+pub const MANIFEST_FILE: &str = "site.json";
+
+/// A manifest larger than this is refused unread: it is a few hundred bytes when we write it.
+const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+
+/// Mode of every file sited writes into a workspace: group-shared with the site's identity.
+pub(crate) const WORKSPACE_FILE_MODE: u32 = 0o660;
+
+/// The longest site name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// The coding agents the contract knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Driver {
+    /// Claude Code.
+    ClaudeCode,
+    /// opencode.
+    Opencode,
+    /// pi.
+    Pi,
+}
+
+impl Driver {
+    /// Every driver, in the contract's order.
+    pub const ALL: [Driver; 3] = [Driver::ClaudeCode, Driver::Opencode, Driver::Pi];
+
+    /// The wire id.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::ClaudeCode => "claude_code",
+            Driver::Opencode => "opencode",
+            Driver::Pi => "pi",
+        }
+    }
+
+    /// The driver with wire id `id`.
+    pub fn parse(id: &str) -> Option<Driver> {
+        Self::ALL.into_iter().find(|d| d.as_str() == id)
+    }
+}
+
+fn default_install() -> String {
+    "bun install".to_owned()
+}
+fn default_build() -> String {
+    "bun run build".to_owned()
+}
+fn default_output() -> String {
+    "dist".to_owned()
+}
+
+/// How a site is built; absent fields take the contract's defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildSpec {
+    /// The install step (`""` means none).
+    #[serde(default = "default_install")]
+    pub install: String,
+    /// The build step.
+    #[serde(default = "default_build")]
+    pub build: String,
+    /// The output directory, relative to the workspace.
+    #[serde(default = "default_output")]
+    pub output: String,
+}
+
+impl Default for BuildSpec {
+    fn default() -> Self {
+        Self {
+            install: default_install(),
+            build: default_build(),
+            output: default_output(),
+        }
+    }
+}
+
+/// The release a surface serves and who published it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    /// The release id.
+    pub release: String,
+    /// When, ISO-8601.
+    pub at: String,
+    /// The publishing actor's username.
+    pub by: String,
+}
+
+/// `site.json`, in the key order create writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteManifest {
+    /// The workspace's slug; must equal its directory name.
+    pub slug: String,
+    /// Display name, 1–200 chars.
+    pub name: String,
+    /// The site's public domain.
+    pub domain: String,
+    /// The creator's engine user id; informational only.
+    pub owner_user_id: i64,
+    /// Creation time, ISO-8601.
+    pub created_at: String,
+    /// Display copy of the driver (the driver record is authoritative).
+    pub driver: Driver,
+    /// The template it was scaffolded from.
+    #[serde(default = "default_template")]
+    pub template: String,
+    /// How it is built.
+    #[serde(default)]
+    pub build: BuildSpec,
+    /// What production serves, if anything.
+    #[serde(default)]
+    pub published: Option<Published>,
+}
+
+fn default_template() -> String {
+    crate::templates::DEFAULT_TEMPLATE.to_owned()
+}
+
+/// Why a manifest could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read or written (a planted link is one of these).
+    #[error("site.json: {0}")]
+    Fs(#[from] FsError),
+    /// The file is not a valid manifest.
+    #[error("site.json of '{slug}' is invalid: {why}")]
+    Invalid {
+        /// The workspace it was read from.
+        slug: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl SiteManifest {
+    /// Checks what JSON types cannot: grammars, lengths and that the slug is the workspace's.
+    pub fn validate(&self, workspace_slug: &str) -> Result<(), ManifestError> {
+        let invalid = |why: String| ManifestError::Invalid {
+            slug: workspace_slug.to_owned(),
+            why,
+        };
+        if self.slug != workspace_slug || Slug::parse(&self.slug).is_err() {
+            return Err(invalid(format!(
+                "slug {:?} is not the workspace's",
+                self.slug
+            )));
+        }
+        let name_chars = self.name.chars().count();
+        if self.name.trim().is_empty() || name_chars > MAX_NAME_CHARS {
+            return Err(invalid("name must be 1-200 characters".to_owned()));
+        }
+        if normalize_domain(&self.domain).as_deref() != Ok(self.domain.as_str()) {
+            return Err(invalid(format!(
+                "domain {:?} breaks the grammar",
+                self.domain
+            )));
+        }
+        if self.created_at.is_empty() {
+            return Err(invalid("created_at is empty".to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The manifest as written: 2-space pretty JSON and a trailing newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// Reads and validates the manifest of the workspace `workspace` (named `slug`); `Ok(None)`
+/// when there is none.
+pub fn read_manifest(workspace: &Root, slug: &str) -> Result<Option<SiteManifest>, ManifestError> {
+    let bytes = match workspace.read_limited(MANIFEST_FILE, MAX_MANIFEST_BYTES) {
+        Ok(bytes) => bytes,
+        Err(FsError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let manifest: SiteManifest =
+        serde_json::from_slice(&bytes).map_err(|e| ManifestError::Invalid {
+            slug: slug.to_owned(),
+            why: e.to_string(),
+        })?;
+    manifest.validate(slug)?;
+    Ok(Some(manifest))
+}
+
+/// Validates and writes the manifest atomically (tmp + fsync + rename) into `workspace`.
+pub fn write_manifest(workspace: &Root, manifest: &SiteManifest) -> Result<(), ManifestError> {
+    manifest.validate(&manifest.slug)?;
+    workspace.write_atomic(MANIFEST_FILE, &manifest.to_bytes(), WORKSPACE_FILE_MODE)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> SiteManifest {
+        SiteManifest {
+            slug: "museum".into(),
+            name: "The Museum".into(),
+            domain: "museum.example.org".into(),
+            owner_user_id: 7,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            driver: Driver::ClaudeCode,
+            template: "basic".into(),
+            build: BuildSpec::default(),
+            published: None,
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_key_order_and_defaults() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        write_manifest(&root, &manifest()).unwrap();
+        let text = std::fs::read_to_string(tmp.path().join(MANIFEST_FILE)).unwrap();
+        assert!(text.ends_with("}\n"));
+        let keys: Vec<usize> = [
+            "\"slug\"",
+            "\"name\"",
+            "\"domain\"",
+            "\"owner_user_id\"",
+            "\"published\"",
+        ]
+        .iter()
+        .map(|k| text.find(k).unwrap())
+        .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(read_manifest(&root, "museum").unwrap(), Some(manifest()));
+
+        // Absent template, build and published take the defaults, as the original schema did.
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("template");
+        object.remove("published");
+        object.insert("build".into(), serde_json::json!({}));
+        std::fs::write(tmp.path().join(MANIFEST_FILE), value.to_string()).unwrap();
+        assert_eq!(read_manifest(&root, "museum").unwrap(), Some(manifest()));
+    }
+
+    #[test]
+    fn invalid_manifests_are_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        assert!(read_manifest(&root, "museum").unwrap().is_none());
+        let cases: Vec<(&str, String)> = vec![
+            ("not json", "{".into()),
+            (
+                "another slug",
+                serde_json::to_string(&SiteManifest {
+                    slug: "other".into(),
+                    ..manifest()
+                })
+                .unwrap(),
+            ),
+            (
+                "empty name",
+                serde_json::to_string(&SiteManifest {
+                    name: " ".into(),
+                    ..manifest()
+                })
+                .unwrap(),
+            ),
+            (
+                "bad domain",
+                serde_json::to_string(&SiteManifest {
+                    domain: "nodots".into(),
+                    ..manifest()
+                })
+                .unwrap(),
+            ),
+            (
+                "unknown driver",
+                serde_json::to_string(&manifest())
+                    .unwrap()
+                    .replace("claude_code", "gpt"),
+            ),
+            (
+                "string owner",
+                serde_json::to_string(&manifest())
+                    .unwrap()
+                    .replace("7", "\"7\""),
+            ),
+        ];
+        for (name, text) in cases {
+            std::fs::write(tmp.path().join(MANIFEST_FILE), text).unwrap();
+            let err = read_manifest(&root, "museum").unwrap_err();
+            assert!(
+                matches!(err, ManifestError::Invalid { .. }),
+                "case {name}: {err}"
+            );
+        }
+        std::fs::remove_file(tmp.path().join(MANIFEST_FILE)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join(MANIFEST_FILE)).unwrap();
+        let err = read_manifest(&root, "museum").unwrap_err();
+        assert!(
+            matches!(err, ManifestError::Fs(FsError::SymlinkRefused { .. })),
+            "{err}"
+        );
+    }
+}

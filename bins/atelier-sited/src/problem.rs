@@ -1,0 +1,299 @@
+//! The one mapping from every error sited answers with to its RFC 9457 problem: status, `type`
+//! URI, title and machine `reason` (§5 of the contract; the complete reason list is [`Reason`]).
+
+use atelier_http::{Problem, Response};
+use hyper::{Method, StatusCode};
+
+use crate::actor::BodyRefusal;
+use crate::reservations::Hold;
+use crate::sites::SiteError;
+
+/// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
+pub const PROBLEM_TYPE_BASE: &str = "https://dedalo.dev/site-builder/problems/";
+
+/// Every machine `reason` the daemon may emit (§5.2), and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// 409: a `site.json` exists.
+    SlugExists,
+    /// 409: something non-site is at the workspace path.
+    WorkspaceExists,
+    /// 409: another site has the domain.
+    DomainTaken,
+    /// 409: the site table or webspace refused.
+    WebspaceUnavailable,
+    /// 409: nothing to publish.
+    NoBuild,
+    /// 409: no live turn to stop.
+    NotRunning,
+    /// 409: a turn holds the site.
+    SessionRunning,
+    /// 409: a build holds the site.
+    BuildRunning,
+    /// 409: a create holds the site.
+    SiteInitializing,
+    /// 409: the boot recovery holds the site.
+    SiteRecovering,
+    /// 409: a git operation holds the site.
+    GitRunning,
+    /// 409: a delete holds the site.
+    SiteDeleting,
+    /// 429: the instance has its maximum of sites.
+    MaxSites,
+    /// 429: the global turn semaphore is full.
+    MaxConcurrentSessions,
+    /// 429: over the site's disk quota.
+    DiskQuota,
+    /// 503: the host cannot confine runs.
+    ConfinementUnavailable,
+    /// 503: a second run on a site.
+    ConfinementSiteBusy,
+    /// 503: no identity for the site.
+    ConfinementIdentityMissing,
+    /// 503: a previous run would not die.
+    ConfinementIdentityQuarantined,
+    /// 503: the unit never said hello.
+    ConfinementUnitRefused,
+    /// 503: the loaded unit differs from what was rendered.
+    ConfinementUnitNonconformant,
+    /// 503: the daemon is stopping.
+    ConfinementDaemonStopping,
+    /// 503: the agent CLI lacks a required flag.
+    ConfinementAgentCliUnsupported,
+    /// 503: the agent CLI probe did not finish.
+    ConfinementAgentCliUnproved,
+}
+
+impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 24] = [
+        Reason::SlugExists,
+        Reason::WorkspaceExists,
+        Reason::DomainTaken,
+        Reason::WebspaceUnavailable,
+        Reason::NoBuild,
+        Reason::NotRunning,
+        Reason::SessionRunning,
+        Reason::BuildRunning,
+        Reason::SiteInitializing,
+        Reason::SiteRecovering,
+        Reason::GitRunning,
+        Reason::SiteDeleting,
+        Reason::MaxSites,
+        Reason::MaxConcurrentSessions,
+        Reason::DiskQuota,
+        Reason::ConfinementUnavailable,
+        Reason::ConfinementSiteBusy,
+        Reason::ConfinementIdentityMissing,
+        Reason::ConfinementIdentityQuarantined,
+        Reason::ConfinementUnitRefused,
+        Reason::ConfinementUnitNonconformant,
+        Reason::ConfinementDaemonStopping,
+        Reason::ConfinementAgentCliUnsupported,
+        Reason::ConfinementAgentCliUnproved,
+    ];
+
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::SlugExists => "slug_exists",
+            Reason::WorkspaceExists => "workspace_exists",
+            Reason::DomainTaken => "domain_taken",
+            Reason::WebspaceUnavailable => "webspace_unavailable",
+            Reason::NoBuild => "no_build",
+            Reason::NotRunning => "not_running",
+            Reason::SessionRunning => "session_running",
+            Reason::BuildRunning => "build_running",
+            Reason::SiteInitializing => "site_initializing",
+            Reason::SiteRecovering => "site_recovering",
+            Reason::GitRunning => "git_running",
+            Reason::SiteDeleting => "site_deleting",
+            Reason::MaxSites => "max_sites",
+            Reason::MaxConcurrentSessions => "max_concurrent_sessions",
+            Reason::DiskQuota => "disk_quota",
+            Reason::ConfinementUnavailable => "confinement_unavailable",
+            Reason::ConfinementSiteBusy => "confinement.site_busy",
+            Reason::ConfinementIdentityMissing => "confinement.identity_missing",
+            Reason::ConfinementIdentityQuarantined => "confinement.identity_quarantined",
+            Reason::ConfinementUnitRefused => "confinement.unit_refused",
+            Reason::ConfinementUnitNonconformant => "confinement.unit_nonconformant",
+            Reason::ConfinementDaemonStopping => "confinement.daemon_stopping",
+            Reason::ConfinementAgentCliUnsupported => "confinement.agent_cli_unsupported",
+            Reason::ConfinementAgentCliUnproved => "confinement.agent_cli_unproved",
+        }
+    }
+
+    /// Status, `type` suffix and title.
+    fn class(self) -> (StatusCode, String, &'static str) {
+        match self {
+            Reason::MaxSites | Reason::MaxConcurrentSessions | Reason::DiskQuota => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit-exceeded".into(),
+                "Limit Exceeded",
+            ),
+            Reason::ConfinementUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "confinement-unavailable".into(),
+                "Agent Confinement Unavailable",
+            ),
+            Reason::ConfinementSiteBusy
+            | Reason::ConfinementIdentityMissing
+            | Reason::ConfinementIdentityQuarantined
+            | Reason::ConfinementUnitRefused
+            | Reason::ConfinementUnitNonconformant
+            | Reason::ConfinementDaemonStopping
+            | Reason::ConfinementAgentCliUnsupported
+            | Reason::ConfinementAgentCliUnproved => {
+                let code = self.as_str().trim_start_matches("confinement.");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("confinement-{}", code.replace('_', "-")),
+                    "Agent Run Refused",
+                )
+            }
+            _ => (StatusCode::CONFLICT, "conflict".into(), "Conflict"),
+        }
+    }
+
+    /// The reason a hold answers with.
+    pub fn of_hold(hold: Hold) -> Reason {
+        match hold {
+            Hold::Init => Reason::SiteInitializing,
+            Hold::Deleting => Reason::SiteDeleting,
+            Hold::Session => Reason::SessionRunning,
+            Hold::Build => Reason::BuildRunning,
+            Hold::Recovery => Reason::SiteRecovering,
+            Hold::Git => Reason::GitRunning,
+        }
+    }
+}
+
+/// An error as the router answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 400 `validation-error`.
+    Validation(String),
+    /// 401 `unauthorized`.
+    Unauthorized(&'static str),
+    /// 404 `not-found`.
+    NotFound(String),
+    /// 405 `method-not-allowed`, with the allowed methods.
+    MethodNotAllowed(String, Vec<Method>),
+    /// 413: the body is over the limit.
+    TooLarge(String),
+    /// A refusal with a machine reason (409, 429 or 503 by reason).
+    Refused(Reason, String),
+    /// 500 `internal-error`; the detail is logged, never sent.
+    Internal(String),
+}
+
+impl ApiError {
+    /// The problem response.
+    pub fn into_response(self) -> Response {
+        let plain = |status, slug: &str, title: &str, detail: String| {
+            Problem::new(status, format!("{PROBLEM_TYPE_BASE}{slug}"), title).with_detail(detail)
+        };
+        let problem = match self {
+            ApiError::Validation(detail) => plain(
+                StatusCode::BAD_REQUEST,
+                "validation-error",
+                "Validation Error",
+                detail,
+            ),
+            ApiError::Unauthorized(detail) => plain(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Unauthorized",
+                detail.to_owned(),
+            ),
+            ApiError::NotFound(detail) => {
+                plain(StatusCode::NOT_FOUND, "not-found", "Not Found", detail)
+            }
+            ApiError::MethodNotAllowed(detail, mut allowed) => {
+                // The contract sorts the Allow header's methods.
+                allowed.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+                plain(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method-not-allowed",
+                    "Method Not Allowed",
+                    detail,
+                )
+                .with_allow(&allowed)
+            }
+            ApiError::TooLarge(detail) => plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "validation-error",
+                "Payload Too Large",
+                detail,
+            ),
+            ApiError::Refused(reason, detail) => {
+                let (status, slug, title) = reason.class();
+                plain(status, &slug, title, detail).with_reason(reason.as_str())
+            }
+            ApiError::Internal(detail) => {
+                tracing::error!("internal error: {detail}");
+                plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal-error",
+                    "Internal Server Error",
+                    "Internal server error".to_owned(),
+                )
+            }
+        };
+        problem.into_response()
+    }
+}
+
+impl From<BodyRefusal> for ApiError {
+    fn from(refusal: BodyRefusal) -> Self {
+        ApiError::Validation(refusal.to_string())
+    }
+}
+
+impl From<SiteError> for ApiError {
+    fn from(error: SiteError) -> Self {
+        let detail = error.to_string();
+        match error {
+            SiteError::BadSlug(_)
+            | SiteError::BadName
+            | SiteError::BadDomain(_)
+            | SiteError::UnknownTemplate(_) => ApiError::Validation(detail),
+            SiteError::NotFound(_) => ApiError::NotFound(detail),
+            SiteError::SlugExists(_) => ApiError::Refused(Reason::SlugExists, detail),
+            SiteError::WorkspaceExists(_) => ApiError::Refused(Reason::WorkspaceExists, detail),
+            SiteError::DomainTaken(_) => ApiError::Refused(Reason::DomainTaken, detail),
+            SiteError::Webspace(_) => ApiError::Refused(Reason::WebspaceUnavailable, detail),
+            SiteError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            SiteError::MaxSites(_) => ApiError::Refused(Reason::MaxSites, detail),
+            SiteError::DiskQuota { .. } => ApiError::Refused(Reason::DiskQuota, detail),
+            SiteError::Manifest(_)
+            | SiteError::Fs(_)
+            | SiteError::Template(_)
+            | SiteError::Git(_)
+            | SiteError::Task(_) => ApiError::Internal(detail),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_is_distinct_and_classed_as_the_contract_says() {
+        let mut seen = std::collections::BTreeSet::new();
+        for reason in Reason::ALL {
+            assert!(seen.insert(reason.as_str()), "{reason:?}");
+            let (status, slug, _) = reason.class();
+            let want = match reason.as_str() {
+                "max_sites" | "max_concurrent_sessions" | "disk_quota" => 429,
+                r if r.starts_with("confinement") => 503,
+                _ => 409,
+            };
+            assert_eq!(status.as_u16(), want, "{reason:?}");
+            if reason == Reason::ConfinementSiteBusy {
+                assert_eq!(slug, "confinement-site-busy");
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Per-site reservations: at most one holder per site at a time, and the holder names the
+//! busy reason every other request on the site is refused with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// What holds a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// A create, until its workspace and first commit exist.
+    Init,
+    /// A delete, until everything is gone.
+    Deleting,
+    /// An agent turn.
+    Session,
+    /// A build.
+    Build,
+    /// The boot sweep's recovery commit.
+    Recovery,
+    /// A standalone git operation.
+    Git,
+}
+
+impl Hold {
+    /// Every hold.
+    pub const ALL: [Hold; 6] = [
+        Hold::Init,
+        Hold::Deleting,
+        Hold::Session,
+        Hold::Build,
+        Hold::Recovery,
+        Hold::Git,
+    ];
+
+    /// The `reason` of the 409 a request meets while this holds the site.
+    pub fn reason(self) -> &'static str {
+        crate::problem::Reason::of_hold(self).as_str()
+    }
+}
+
+/// The site is held by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the site is busy: {}", .0.reason())]
+pub struct Busy(pub Hold);
+
+/// The daemon's reservations, shared by every request.
+#[derive(Debug, Clone, Default)]
+pub struct Reservations {
+    held: Arc<Mutex<HashMap<String, Hold>>>,
+}
+
+/// A held reservation; dropping it frees the site.
+#[derive(Debug)]
+pub struct Reservation {
+    held: Arc<Mutex<HashMap<String, Hold>>>,
+    slug: String,
+    hold: Hold,
+}
+
+impl Reservations {
+    /// No site held.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Holds `slug` for `hold`, or says who holds it.
+    pub fn reserve(&self, slug: &str, hold: Hold) -> Result<Reservation, Busy> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(existing) = held.get(slug) {
+            return Err(Busy(*existing));
+        }
+        held.insert(slug.to_owned(), hold);
+        Ok(Reservation {
+            held: Arc::clone(&self.held),
+            slug: slug.to_owned(),
+            hold,
+        })
+    }
+
+    /// Who holds `slug`, if anyone.
+    pub fn holder(&self, slug: &str) -> Option<Hold> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(slug).copied()
+    }
+}
+
+impl Reservation {
+    /// What this reservation holds the site for.
+    pub fn hold(&self) -> Hold {
+        self.hold
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.remove(&self.slug);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_per_site_and_drop_frees_it() {
+        let r = Reservations::new();
+        for hold in Hold::ALL {
+            let held = r.reserve("museum", hold).unwrap();
+            assert_eq!(r.holder("museum"), Some(hold));
+            assert_eq!(r.reserve("museum", Hold::Deleting).unwrap_err(), Busy(hold));
+            assert!(r.reserve("other", Hold::Build).is_ok());
+            drop(held);
+            assert_eq!(r.holder("museum"), None);
+        }
+        let reasons: std::collections::BTreeSet<_> = Hold::ALL.iter().map(|h| h.reason()).collect();
+        assert_eq!(reasons.len(), Hold::ALL.len());
+    }
+}

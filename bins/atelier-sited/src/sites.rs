@@ -1,0 +1,646 @@
+//! Sites: create (in the contract's exact order, undoing a half-made workspace), get, list,
+//! delete (refused while anything holds the site, removing nothing), and the disk quota.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use atelier_fs::{FileKind, FsError, Root};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::actor::Actor;
+use crate::agents_md;
+use crate::domain::{normalize_domain, BadDomain};
+use crate::git::{Git, GitError};
+use crate::manifest::{self, Driver, ManifestError, Published, SiteManifest, MAX_NAME_CHARS};
+use crate::reservations::{Busy, Hold, Reservation, Reservations};
+use crate::site_table::{self, SiteTable, WebspaceError};
+use crate::slug::Slug;
+use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
+use crate::tree;
+
+/// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
+const DRIVER_RECORDS_DIR: &str = ".driver_records";
+/// `<sites root>/.git_home`: the empty directory git runs with as `HOME`.
+///
+/// Derived here, once; it belongs in `shared/layout` beside the sites root.
+const GIT_HOME_DIR: &str = ".git_home";
+/// The daemon's own state inside a workspace; traverse-only for the site's identity.
+pub const BUILDER_DIR: &str = ".builder";
+const BUILDER_DIR_MODE: u32 = 0o710;
+const BYTES_PER_MB: u64 = 1_048_576;
+
+/// What the site service needs from the settings.
+#[derive(Debug, Clone)]
+pub struct SitesConfig {
+    /// The instance name (the site table and webspace markers must name it).
+    pub instance: String,
+    /// The workspaces' root.
+    pub sites_root: PathBuf,
+    /// `sites.json`.
+    pub site_table_file: PathBuf,
+    /// Substituted into templates and written into the brief.
+    pub publication_api_url: String,
+    /// Where templates live.
+    pub templates_dir: PathBuf,
+    /// At most this many sites.
+    pub max_sites: u32,
+    /// A site's workspace plus its release stores may use at most this many MiB.
+    pub site_disk_quota_mb: u64,
+    /// The driver a create without one records.
+    pub default_driver: Driver,
+    /// The label before a site's domain on preproduction.
+    pub preprod_host_prefix: String,
+    /// Per-command git timeout.
+    pub git_timeout: Duration,
+}
+
+/// Why a site operation was refused or failed; `problem.rs` maps each to its HTTP problem.
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    /// The slug breaks the grammar (create).
+    #[error(transparent)]
+    BadSlug(#[from] crate::slug::BadSlug),
+    /// The name is missing, blank or longer than 200 chars.
+    #[error("name must be a non-empty string up to 200 chars")]
+    BadName,
+    /// The domain breaks the grammar.
+    #[error(transparent)]
+    BadDomain(#[from] BadDomain),
+    /// No such template.
+    #[error("Unknown template '{0}'")]
+    UnknownTemplate(String),
+    /// No such site.
+    #[error("No site named '{0}'")]
+    NotFound(String),
+    /// A site with this slug exists.
+    #[error("A site named '{0}' already exists")]
+    SlugExists(String),
+    /// Something that is not a site occupies the slug's path.
+    #[error("Something that is not a site already exists at '{0}'")]
+    WorkspaceExists(String),
+    /// Another site has this domain.
+    #[error("Another site already uses the domain '{0}'")]
+    DomainTaken(String),
+    /// The site table or the webspace refused.
+    #[error(transparent)]
+    Webspace(#[from] WebspaceError),
+    /// Something holds the site.
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The instance has its maximum number of sites.
+    #[error("This instance already has its maximum of {0} sites")]
+    MaxSites(u32),
+    /// The site would go over its disk quota.
+    #[error("Site '{slug}' needs {needed_mb:.1} MB, over its quota of {quota_mb} MB")]
+    DiskQuota {
+        /// The site.
+        slug: String,
+        /// What it would use.
+        needed_mb: f64,
+        /// Its quota.
+        quota_mb: u64,
+    },
+    /// The manifest is unreadable or invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A filesystem operation failed or was refused.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// Scaffolding failed.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// git failed.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// A blocking task panicked or was cancelled.
+    #[error("site task failed: {0}")]
+    Task(String),
+}
+
+/// The in-memory session state of a site as `SiteStatus` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionState {
+    /// `idle|running|interrupted|error`.
+    pub state: &'static str,
+    /// The live or last session.
+    pub session_id: Option<String>,
+}
+
+/// Preproduction's address and what it serves.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preprod {
+    /// `http://<prefix>.<domain>/`.
+    pub url: String,
+    /// The release the served link points at.
+    pub release: Option<String>,
+}
+
+/// `SiteStatus`: what GET site, list and create answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteStatus {
+    /// The manifest.
+    pub manifest: SiteManifest,
+    /// The session state.
+    pub session: SessionState,
+    /// The newest build record (builds are their own issue: always null for now).
+    pub last_build: Option<Value>,
+    /// Preproduction.
+    pub preprod: Preprod,
+    /// The manifest's `published`.
+    pub published: Option<Published>,
+}
+
+/// A surface a delete skipped and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedSurface {
+    /// `preprod` or `prod`.
+    pub surface: &'static str,
+    /// Why it could not be proved.
+    pub reason: String,
+}
+
+/// DELETE's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeleteReport {
+    /// The slug.
+    pub deleted: String,
+    /// Whether production was asked to go too.
+    pub purged_prod: bool,
+    /// Surfaces whose link and store were removed.
+    pub removed_surfaces: Vec<&'static str>,
+    /// Surfaces left alone.
+    pub skipped_surfaces: Vec<SkippedSurface>,
+}
+
+/// The site service, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Sites {
+    config: Arc<SitesConfig>,
+    reservations: Reservations,
+    templates: Templates,
+    git: Git,
+}
+
+impl Sites {
+    /// The service over `config`.
+    pub fn new(config: SitesConfig) -> Self {
+        let templates = Templates::new(&config.templates_dir);
+        let git = Git::new(
+            "git",
+            config.sites_root.join(GIT_HOME_DIR),
+            config.git_timeout,
+        );
+        Self {
+            config: Arc::new(config),
+            reservations: Reservations::new(),
+            templates,
+            git,
+        }
+    }
+
+    /// The reservations every site operation honours.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    /// The templates.
+    pub fn templates(&self) -> &Templates {
+        &self.templates
+    }
+
+    /// How git is run.
+    pub fn git(&self) -> &Git {
+        &self.git
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SitesConfig {
+        &self.config
+    }
+
+    fn sites_root(&self) -> Result<Root, SiteError> {
+        Ok(Root::open(&self.config.sites_root)?)
+    }
+
+    /// Runs blocking filesystem work off the async workers.
+    async fn blocking<T, F>(&self, work: F) -> Result<T, SiteError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Sites) -> Result<T, SiteError> + Send + 'static,
+    {
+        let sites = self.clone();
+        tokio::task::spawn_blocking(move || work(&sites))
+            .await
+            .map_err(|e| SiteError::Task(e.to_string()))?
+    }
+
+    /// Creates a site from a request body, in the contract's order (§7.4).
+    pub async fn create(&self, body: &Value, actor: &Actor) -> Result<SiteStatus, SiteError> {
+        let (body, owner) = (body.clone(), actor.user_id);
+        let (init, manifest) = self.blocking(move |s| s.admit(&body, owner)).await?;
+        // 12-13: fill the workspace, or remove everything this request made.
+        let made = self.populate(&manifest).await;
+        let slug = manifest.slug.clone();
+        let result = match made {
+            Ok(()) => Ok(self.status_of(manifest)),
+            Err(e) => {
+                tracing::warn!(site = %slug, error = %e, "create failed; removing the workspace");
+                let undo = slug.clone();
+                self.blocking(move |s| {
+                    s.undo_create(&undo);
+                    Ok(())
+                })
+                .await?;
+                Err(e)
+            }
+        };
+        drop(init);
+        result
+    }
+
+    /// Steps 1-11: every check, the `init` hold and the exclusive workspace directory.
+    fn admit(&self, body: &Value, owner: i64) -> Result<(Reservation, SiteManifest), SiteError> {
+        // 1-2: slug and name.
+        let slug = Slug::parse(body.get("slug").and_then(Value::as_str).unwrap_or(""))?;
+        let name = body
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && n.chars().count() <= MAX_NAME_CHARS)
+            .ok_or(SiteError::BadName)?
+            .to_owned();
+        // 3: an existing manifest.
+        let root = self.sites_root()?;
+        if has_manifest(&root, &slug) {
+            return Err(SiteError::SlugExists(slug.to_string()));
+        }
+        // 4-5: domain grammar, then no other site has it.
+        let domain = normalize_domain(body.get("domain").and_then(Value::as_str).unwrap_or(""))?;
+        if self
+            .manifests(&root)
+            .iter()
+            .any(|m| m.domain == domain && m.slug != slug.as_str())
+        {
+            return Err(SiteError::DomainTaken(domain));
+        }
+        // 6: the site table declares this site with this domain, and its webspace is ours.
+        self.prove_declared(&slug, &domain)?;
+        // 7: confinement admission for the git door belongs to the confinement issue.
+        // 8: hold the site while it is made.
+        let init = self.reservations.reserve(slug.as_str(), Hold::Init)?;
+        // 9: the site limit.
+        let count = self.manifests(&root).len();
+        if count >= self.config.max_sites as usize {
+            return Err(SiteError::MaxSites(self.config.max_sites));
+        }
+        // 10: the template.
+        let template_id = match body.get("template") {
+            None | Some(Value::Null) => DEFAULT_TEMPLATE.to_owned(),
+            Some(Value::String(id)) => id.clone(),
+            Some(other) => return Err(SiteError::UnknownTemplate(other.to_string())),
+        };
+        let template = self
+            .templates
+            .get(&template_id)
+            .ok_or_else(|| SiteError::UnknownTemplate(template_id.clone()))?;
+        // 11: the workspace directory, exclusively.
+        if !tree::create_dir_exclusive(&root, slug.as_str(), WORKSPACE_DIR_MODE)? {
+            return Err(if has_manifest(&root, &slug) {
+                SiteError::SlugExists(slug.to_string())
+            } else {
+                SiteError::WorkspaceExists(slug.to_string())
+            });
+        }
+        // An unknown driver is ignored, as the original ignored one on session start.
+        let driver = body
+            .get("driver")
+            .and_then(Value::as_str)
+            .and_then(Driver::parse)
+            .unwrap_or(self.config.default_driver);
+        let manifest = SiteManifest {
+            slug: slug.to_string(),
+            name,
+            domain,
+            owner_user_id: owner,
+            created_at: iso8601(SystemTime::now()),
+            driver,
+            template: template_id,
+            build: template.build,
+            published: None,
+        };
+        Ok((init, manifest))
+    }
+
+    /// Step 12: scaffold, driver record, manifest, brief, `.builder`, first commit, modes.
+    async fn populate(&self, manifest: &SiteManifest) -> Result<(), SiteError> {
+        let files = manifest.clone();
+        self.blocking(move |s| s.write_files(&files)).await?;
+        let workspace = self.sites_root()?.open_dir(&manifest.slug)?;
+        self.git.init(&workspace).await?;
+        let slug = manifest.slug.clone();
+        self.blocking(move |s| {
+            let workspace = s.sites_root()?.open_dir(&slug)?;
+            // git wrote under the daemon's umask: give the tree the shared modes, so the
+            // site's identity can work in it, but leave `.builder/` traverse-only.
+            tree::apply_modes(
+                &workspace,
+                WORKSPACE_DIR_MODE,
+                manifest::WORKSPACE_FILE_MODE,
+                &[BUILDER_DIR],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn write_files(&self, manifest: &SiteManifest) -> Result<(), SiteError> {
+        let root = self.sites_root()?;
+        let workspace = root.open_dir(&manifest.slug)?;
+        self.templates.scaffold(
+            &manifest.template,
+            &workspace,
+            &self.config.publication_api_url,
+        )?;
+        root.create_dir_all(DRIVER_RECORDS_DIR, 0o700)?;
+        let record = format!("{{\"driver\":\"{}\"}}\n", manifest.driver.as_str());
+        root.write_atomic(driver_record(&manifest.slug), record.as_bytes(), 0o600)?;
+        manifest::write_manifest(&workspace, manifest)?;
+        agents_md::write_brief(&workspace, manifest, &self.config.publication_api_url)?;
+        workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+        root.create_dir_all(GIT_HOME_DIR, 0o700)?;
+        Ok(())
+    }
+
+    /// Step 13: removes the workspace directory this create made and its driver record.
+    fn undo_create(&self, slug: &str) {
+        let root = match self.sites_root() {
+            Ok(root) => root,
+            Err(e) => {
+                tracing::error!(site = %slug, error = %e, "could not undo a failed create");
+                return;
+            }
+        };
+        if let Err(e) = tree::remove_tree(&root, slug) {
+            tracing::error!(site = %slug, error = %e, "could not remove the half-made workspace");
+        }
+        if let Err(e) = root.remove_file(driver_record(slug)) {
+            tracing::error!(site = %slug, error = %e, "could not remove the driver record");
+        }
+    }
+
+    fn prove_declared(&self, slug: &Slug, domain: &str) -> Result<(), SiteError> {
+        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance)?;
+        let row = table.row(slug.as_str()).ok_or_else(|| {
+            WebspaceError(format!("site '{slug}' is not declared in the site table"))
+        })?;
+        if row.domain != domain {
+            return Err(WebspaceError(format!(
+                "site '{slug}' is declared with the domain {}, not {domain}",
+                row.domain
+            ))
+            .into());
+        }
+        site_table::prove_webspace(row, &self.config.instance)?;
+        Ok(())
+    }
+
+    /// Every readable, valid manifest under the sites root, sorted by slug.
+    fn manifests(&self, root: &Root) -> Vec<SiteManifest> {
+        let Ok(entries) = tree::list_dir(root, None) else {
+            return Vec::new();
+        };
+        entries
+            .into_iter()
+            .filter(|(_, kind)| *kind == FileKind::Dir)
+            .filter_map(|(name, _)| Slug::parse(name.to_str()?).ok())
+            .filter_map(|slug| {
+                let workspace = root.open_dir(slug.as_str()).ok()?;
+                manifest::read_manifest(&workspace, slug.as_str()).ok()?
+            })
+            .collect()
+    }
+
+    /// The status of site `slug`.
+    pub fn get(&self, slug: &str) -> Result<SiteStatus, SiteError> {
+        let not_found = || SiteError::NotFound(slug.to_owned());
+        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+        if self.reservations.holder(slug.as_str()) == Some(Hold::Deleting) {
+            return Err(Busy(Hold::Deleting).into());
+        }
+        let root = self.sites_root()?;
+        let workspace = match root.open_dir(slug.as_str()) {
+            Ok(ws) => ws,
+            Err(e) if !matches!(e, FsError::Io { .. }) => return Err(not_found()),
+            Err(e) => return Err(e.into()),
+        };
+        let manifest = manifest::read_manifest(&workspace, slug.as_str())?.ok_or_else(not_found)?;
+        Ok(self.status_of(manifest))
+    }
+
+    /// Every site's status, sorted by slug; a site whose status cannot be built is left out.
+    pub fn list(&self) -> Result<Vec<SiteStatus>, SiteError> {
+        let root = self.sites_root()?;
+        Ok(self
+            .manifests(&root)
+            .into_iter()
+            .map(|m| self.status_of(m))
+            .collect())
+    }
+
+    fn status_of(&self, manifest: SiteManifest) -> SiteStatus {
+        let url = format!(
+            "http://{}.{}/",
+            self.config.preprod_host_prefix, manifest.domain
+        );
+        let release = self.preprod_release(&manifest);
+        SiteStatus {
+            published: manifest.published.clone(),
+            manifest,
+            session: SessionState {
+                state: "idle",
+                session_id: None,
+            },
+            last_build: None,
+            preprod: Preprod { url, release },
+        }
+    }
+
+    /// The release preproduction's served link names, read off the declared surface without
+    /// proving the webspace; `None` when undeclared, on another domain, or unreadable.
+    fn preprod_release(&self, manifest: &SiteManifest) -> Option<String> {
+        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok()?;
+        let row = table.row(&manifest.slug)?;
+        if row.domain != manifest.domain {
+            return None;
+        }
+        let target = std::fs::read_link(&row.surfaces.preprod.link_path).ok()?;
+        Some(target.file_name()?.to_str()?.to_owned())
+    }
+
+    /// Deletes site `slug` (§7.5): refused while anything holds it, and then nothing is
+    /// removed; otherwise its workspace, driver record and preproduction (plus production when
+    /// `purge_prod`) go. A surface whose webspace cannot be proved is skipped and reported.
+    pub fn delete(&self, slug: &str, purge_prod: bool) -> Result<DeleteReport, SiteError> {
+        let not_found = || SiteError::NotFound(slug.to_owned());
+        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+        let _deleting = self.reservations.reserve(slug.as_str(), Hold::Deleting)?;
+        let root = self.sites_root()?;
+        // Existence is decided under the hold: a workspace that is a link or a file is no site.
+        let workspace = match root.open_dir(slug.as_str()) {
+            Ok(ws) => ws,
+            Err(e) if !matches!(e, FsError::Io { .. }) => return Err(not_found()),
+            Err(e) => return Err(e.into()),
+        };
+        let manifest = match manifest::read_manifest(&workspace, slug.as_str()) {
+            Ok(Some(m)) => Some(m),
+            Ok(None) => return Err(not_found()),
+            // A corrupt or planted manifest still names a workspace to delete.
+            Err(e) => {
+                tracing::warn!(site = %slug, error = %e, "deleting a site with an unreadable manifest");
+                None
+            }
+        };
+        drop(workspace);
+
+        let mut surfaces = vec!["preprod"];
+        if purge_prod {
+            surfaces.push("prod");
+        }
+        let mut removed_surfaces = Vec::new();
+        let mut skipped_surfaces = Vec::new();
+        for surface in surfaces {
+            match self.remove_surface(&slug, manifest.as_ref(), surface) {
+                Ok(()) => removed_surfaces.push(surface),
+                Err(reason) => skipped_surfaces.push(SkippedSurface { surface, reason }),
+            }
+        }
+        tree::remove_tree(&root, slug.as_str())?;
+        root.remove_file(driver_record(slug.as_str()))?;
+        Ok(DeleteReport {
+            deleted: slug.to_string(),
+            purged_prod: purge_prod,
+            removed_surfaces,
+            skipped_surfaces,
+        })
+    }
+
+    /// Removes a surface's served link, then its release store; never the webspace itself.
+    fn remove_surface(
+        &self,
+        slug: &Slug,
+        manifest: Option<&SiteManifest>,
+        surface: &'static str,
+    ) -> Result<(), String> {
+        let manifest = manifest.ok_or("the site's manifest is unreadable")?;
+        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance)
+            .map_err(|e| e.to_string())?;
+        let row = table
+            .row(slug.as_str())
+            .ok_or("the site is not declared in the site table")?;
+        if row.domain != manifest.domain {
+            return Err(format!("the site table declares the domain {}", row.domain));
+        }
+        let webspace = site_table::prove_webspace(row, &self.config.instance).map_err(|e| e.0)?;
+        let paths = if surface == "prod" {
+            &row.surfaces.prod
+        } else {
+            &row.surfaces.preprod
+        };
+        for path in [&paths.link_path, &paths.store_dir] {
+            let rel = site_table::inside(&row.webspace, path)
+                .ok_or_else(|| format!("{} is outside the webspace", path.display()))?;
+            tree::remove_tree(&webspace, &rel).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Bytes the site uses: its workspace plus its declared release stores (links are not
+    /// followed; what is missing counts 0).
+    pub fn usage_bytes(&self, slug: &str) -> Result<u64, SiteError> {
+        let slug = Slug::parse(slug).map_err(|_| SiteError::NotFound(slug.to_owned()))?;
+        let root = self.sites_root()?;
+        let mut total = tree::usage_bytes(&root, Some(Path::new(slug.as_str())))?;
+        if let Ok(table) = SiteTable::read(&self.config.site_table_file, &self.config.instance) {
+            if let Some(row) = table.row(slug.as_str()) {
+                if let Ok(webspace) = Root::open(&row.webspace) {
+                    for store in [
+                        &row.surfaces.preprod.store_dir,
+                        &row.surfaces.prod.store_dir,
+                    ] {
+                        if let Some(rel) = site_table::inside(&row.webspace, store) {
+                            total += tree::usage_bytes(&webspace, Some(&rel)).unwrap_or(0);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Refuses with `disk_quota` when the site's usage plus `extra_bytes` is over its quota.
+    pub fn check_quota(&self, slug: &str, extra_bytes: u64) -> Result<(), SiteError> {
+        let needed = self.usage_bytes(slug)?.saturating_add(extra_bytes);
+        let quota = self.config.site_disk_quota_mb.saturating_mul(BYTES_PER_MB);
+        if needed > quota {
+            return Err(SiteError::DiskQuota {
+                slug: slug.to_owned(),
+                needed_mb: needed as f64 / BYTES_PER_MB as f64,
+                quota_mb: self.config.site_disk_quota_mb,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn has_manifest(root: &Root, slug: &Slug) -> bool {
+    root.metadata(Path::new(slug.as_str()).join(manifest::MANIFEST_FILE))
+        .is_ok()
+}
+
+fn driver_record(slug: &str) -> PathBuf {
+    Path::new(DRIVER_RECORDS_DIR).join(format!("{slug}.json"))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, as JavaScript's `toISOString` writes it.
+pub fn iso8601(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso8601_matches_javascript() {
+        let cases = [
+            (0, 0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400, 5, "2000-02-29T00:00:00.005Z"),
+            (1_798_761_599, 999, "2026-12-31T23:59:59.999Z"),
+        ];
+        for (secs, millis, want) in cases {
+            let t = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis);
+            assert_eq!(iso8601(t), want);
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! Whole-tree operations on an [`atelier_fs::Root`] that `atelier-fs` does not offer yet:
+//! listing, exclusive mkdir, a relative symlink, removal, copying and usage — each walked from
+//! held directory descriptors without ever following a link.
+//!
+//! These belong in `atelier-fs`; they live here, in one place, until it grows them.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use atelier_fs::{set_mode, FileKind, FsError, RelPath, Root};
+use rustix::fs::{AtFlags, FileType, Mode};
+use rustix::io::Errno;
+
+/// Entries a walk visits at most, so a tree a run filled with millions of names cannot pin
+/// the daemon.
+const MAX_WALK_ENTRIES: usize = 200_000;
+
+fn io(op: &'static str, path: &Path, errno: Errno) -> FsError {
+    FsError::Io {
+        op,
+        path: path.to_path_buf(),
+        source: errno.into(),
+    }
+}
+
+fn kind_of(file_type: FileType) -> FileKind {
+    match file_type {
+        FileType::RegularFile => FileKind::File,
+        FileType::Directory => FileKind::Dir,
+        FileType::Symlink => FileKind::Symlink,
+        _ => FileKind::Other,
+    }
+}
+
+/// The names in the directory `dir` (or the root itself for `None`), with their kinds as seen
+/// without following them, sorted by name.
+pub fn list_dir(root: &Root, dir: Option<&Path>) -> Result<Vec<(OsString, FileKind)>, FsError> {
+    let opened;
+    let dir_root = match dir {
+        Some(rel) => {
+            opened = root.open_dir(rel)?;
+            &opened
+        }
+        None => root,
+    };
+    let shown = dir_root.path().to_path_buf();
+    let mut reader = rustix::fs::Dir::read_from(dir_root).map_err(|e| io("read", &shown, e))?;
+    let mut names = Vec::new();
+    while let Some(entry) = reader.read() {
+        let entry = entry.map_err(|e| io("read", &shown, e))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if names.len() >= MAX_WALK_ENTRIES {
+            return Err(io("list", &shown, Errno::NOMEM));
+        }
+        let name = OsStr::from_bytes(name).to_os_string();
+        // d_type may be DT_UNKNOWN on some file systems; ask without following.
+        let stat = rustix::fs::statat(dir_root, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io("stat", &shown.join(&name), e))?;
+        names.push((name, kind_of(FileType::from_raw_mode(stat.st_mode))));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(names)
+}
+
+/// Creates the single directory `name` directly below `root`, failing with `Ok(false)` if
+/// anything already has that name; its mode is set on its descriptor (the umask is moot).
+pub fn create_dir_exclusive(root: &Root, name: &str, mode: u32) -> Result<bool, FsError> {
+    let rel = RelPath::new(name)?;
+    let shown = root.path().join(rel.as_path());
+    match rustix::fs::mkdirat(root, rel.as_path(), Mode::from_raw_mode(mode & 0o777)) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => return Ok(false),
+        Err(e) => return Err(io("create directory", &shown, e)),
+    }
+    let dir = root.open_dir(rel.as_path())?;
+    set_mode(&dir, mode).map_err(|e| io("chmod", &shown, e))?;
+    Ok(true)
+}
+
+/// Creates the symlink `rel` (its parent must exist) pointing at `target`, which is stored as
+/// given; a link never replaces an existing entry.
+pub fn symlink(root: &Root, rel: &str, target: &str) -> Result<(), FsError> {
+    let rel = RelPath::new(rel)?;
+    let parent;
+    let dir = match rel.parent() {
+        Some(p) => {
+            parent = root.open_dir(p.as_path())?;
+            &parent
+        }
+        None => root,
+    };
+    rustix::fs::symlinkat(target, dir, rel.file_name())
+        .map_err(|e| io("create symlink", &root.path().join(rel.as_path()), e))
+}
+
+/// Removes `rel` below `root`: a directory with everything in it, or any other entry (a link
+/// is removed itself, never followed). Returns false if nothing was there.
+pub fn remove_tree(root: &Root, rel: impl AsRef<Path>) -> Result<bool, FsError> {
+    let rel = RelPath::new(rel)?;
+    let parent;
+    let dir = match rel.parent() {
+        Some(p) => match root.open_dir(p.as_path()) {
+            Ok(d) => {
+                parent = d;
+                &parent
+            }
+            Err(FsError::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        },
+        None => root,
+    };
+    let name = rel.file_name();
+    let shown = root.path().join(rel.as_path());
+    let meta = match dir.metadata(name) {
+        Ok(meta) => meta,
+        Err(FsError::NotFound { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if meta.kind == FileKind::Dir {
+        empty_dir(&dir.open_dir(name)?, 0)?;
+        rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+            .map_err(|e| io("remove directory", &shown, e))?;
+    } else {
+        rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|e| io("remove", &shown, e))?;
+    }
+    Ok(true)
+}
+
+fn empty_dir(dir: &Root, depth: usize) -> Result<(), FsError> {
+    if depth > 256 {
+        return Err(io("remove", dir.path(), Errno::LOOP));
+    }
+    for (name, kind) in list_dir(dir, None)? {
+        if kind == FileKind::Dir {
+            let child = dir.open_dir(&name)?;
+            empty_dir(&child, depth + 1)?;
+            rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR)
+                .map_err(|e| io("remove directory", &dir.path().join(&name), e))?;
+        } else {
+            rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::empty())
+                .map_err(|e| io("remove", &dir.path().join(&name), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of the regular files under `rel` (or the root for `None`); links are not followed
+/// and a missing directory counts 0.
+pub fn usage_bytes(root: &Root, rel: Option<&Path>) -> Result<u64, FsError> {
+    let opened;
+    let dir = match rel {
+        Some(rel) => match root.open_dir(rel) {
+            Ok(d) => {
+                opened = d;
+                &opened
+            }
+            Err(FsError::NotFound { .. }) => return Ok(0),
+            Err(e) => return Err(e),
+        },
+        None => root,
+    };
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    usage_walk(dir, 0, &mut total, &mut seen)?;
+    Ok(total)
+}
+
+fn usage_walk(dir: &Root, depth: usize, total: &mut u64, seen: &mut usize) -> Result<(), FsError> {
+    if depth > 256 {
+        return Err(io("measure", dir.path(), Errno::LOOP));
+    }
+    for (name, kind) in list_dir(dir, None)? {
+        *seen += 1;
+        if *seen > MAX_WALK_ENTRIES {
+            return Err(io("measure", dir.path(), Errno::NOMEM));
+        }
+        match kind {
+            FileKind::Dir => usage_walk(&dir.open_dir(&name)?, depth + 1, total, seen)?,
+            FileKind::File => *total += dir.metadata(&name)?.len,
+            FileKind::Symlink | FileKind::Other => {}
+        }
+    }
+    Ok(())
+}
+
+/// Sets `dir_mode` on every directory and `file_mode` on every regular file below `root` (the
+/// root itself included), through descriptors opened without following links; the names in
+/// `skip` (at the top level) are left as they are. Links and special files are never touched.
+pub fn apply_modes(
+    root: &Root,
+    dir_mode: u32,
+    file_mode: u32,
+    skip: &[&str],
+) -> Result<(), FsError> {
+    set_mode(root, dir_mode).map_err(|e| io("chmod", root.path(), e))?;
+    modes_walk(root, dir_mode, file_mode, skip, 0)
+}
+
+fn modes_walk(
+    dir: &Root,
+    dir_mode: u32,
+    file_mode: u32,
+    skip: &[&str],
+    depth: usize,
+) -> Result<(), FsError> {
+    if depth > 64 {
+        return Err(io("chmod", dir.path(), Errno::LOOP));
+    }
+    for (name, kind) in list_dir(dir, None)? {
+        if depth == 0 && skip.iter().any(|s| OsStr::new(s) == name) {
+            continue;
+        }
+        let shown = dir.path().join(&name);
+        match kind {
+            FileKind::Dir => {
+                let child = dir.open_dir(&name)?;
+                set_mode(&child, dir_mode).map_err(|e| io("chmod", &shown, e))?;
+                modes_walk(&child, dir_mode, file_mode, &[], depth + 1)?;
+            }
+            FileKind::File => {
+                let file = dir.open_read(&name)?;
+                set_mode(&file, file_mode).map_err(|e| io("chmod", &shown, e))?;
+            }
+            FileKind::Symlink | FileKind::Other => {}
+        }
+    }
+    Ok(())
+}
+
+/// One regular file of a tree, as [`files_under`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFile {
+    /// Its path relative to the walked directory.
+    pub rel: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// Every directory and regular file below `root` (relative paths, parents before children),
+/// skipping entries whose first-level or any-level name is in `skip`. Links and special files
+/// are left out.
+pub fn files_under(root: &Root, skip: &[&str]) -> Result<(Vec<PathBuf>, Vec<TreeFile>), FsError> {
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    walk_files(root, Path::new(""), skip, 0, &mut dirs, &mut files)?;
+    Ok((dirs, files))
+}
+
+fn walk_files(
+    dir: &Root,
+    prefix: &Path,
+    skip: &[&str],
+    depth: usize,
+    dirs: &mut Vec<PathBuf>,
+    files: &mut Vec<TreeFile>,
+) -> Result<(), FsError> {
+    if depth > 64 || dirs.len() + files.len() > MAX_WALK_ENTRIES {
+        return Err(io("walk", dir.path(), Errno::LOOP));
+    }
+    for (name, kind) in list_dir(dir, None)? {
+        if skip.iter().any(|s| OsStr::new(s) == name) {
+            continue;
+        }
+        let rel = prefix.join(&name);
+        match kind {
+            FileKind::Dir => {
+                dirs.push(rel.clone());
+                walk_files(&dir.open_dir(&name)?, &rel, skip, depth + 1, dirs, files)?;
+            }
+            FileKind::File => {
+                let size = dir.metadata(&name)?.len;
+                files.push(TreeFile { rel, size });
+            }
+            FileKind::Symlink | FileKind::Other => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_tree_removes_a_planted_link_and_never_its_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("keep")).unwrap();
+        std::fs::write(outside.join("keep/file"), b"x").unwrap();
+        let root_path = tmp.path().join("root");
+        std::fs::create_dir_all(root_path.join("ws/a/b")).unwrap();
+        std::fs::write(root_path.join("ws/a/b/f"), b"hello").unwrap();
+        std::os::unix::fs::symlink(&outside, root_path.join("ws/a/out")).unwrap();
+        let root = Root::open(&root_path).unwrap();
+
+        assert_eq!(usage_bytes(&root, Some(Path::new("ws"))).unwrap(), 5);
+        assert!(remove_tree(&root, "ws").unwrap());
+        assert!(!root_path.join("ws").exists());
+        assert!(outside.join("keep/file").exists());
+        assert!(!remove_tree(&root, "ws").unwrap());
+        assert_eq!(usage_bytes(&root, Some(Path::new("ws"))).unwrap(), 0);
+    }
+
+    #[test]
+    fn exclusive_mkdir_sets_the_mode_and_refuses_an_existing_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        assert!(create_dir_exclusive(&root, "site", 0o2770).unwrap());
+        let mode = std::fs::metadata(tmp.path().join("site"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o2770);
+        assert!(!create_dir_exclusive(&root, "site", 0o2770).unwrap());
+        std::os::unix::fs::symlink("/etc", tmp.path().join("link")).unwrap();
+        assert!(!create_dir_exclusive(&root, "link", 0o2770).unwrap());
+    }
+
+    #[test]
+    fn apply_modes_sets_the_shared_modes_and_never_follows_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, "x").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("a/b")).unwrap();
+        std::fs::create_dir_all(ws.join(".builder")).unwrap();
+        std::fs::write(ws.join("a/b/f"), "f").unwrap();
+        std::fs::set_permissions(ws.join("a/b/f"), std::fs::Permissions::from_mode(0o444)).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("a/link")).unwrap();
+        let root = Root::open(&ws).unwrap();
+        apply_modes(&root, 0o2770, 0o660, &[".builder"]).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&ws), 0o2770);
+        assert_eq!(mode(&ws.join("a/b")), 0o2770);
+        assert_eq!(mode(&ws.join("a/b/f")), 0o660);
+        assert_ne!(mode(&ws.join(".builder")), 0o2770);
+        assert_eq!(mode(&outside), 0o600);
+    }
+}
