@@ -1,82 +1,106 @@
-//! atelier-sited under a real PID 1: socket activation, READY under `Type=notify`, `/health`
-//! over the unix socket, and STOPPING plus a clean exit on `systemctl stop`.
+//! atelier-sited under a real PID 1, provisioned the way an operator does it: `atelier-provision
+//! apply` of the example declaration, then the rendered socket starts the daemon on the first
+//! connection; it reaches READY under `Type=notify`, pairs through `/health`, creates a site
+//! (site table, webspace proof, git) as the service user, and on `systemctl stop` sends
+//! STOPPING and exits 0.
 
 use atelier_systemd_tests::{built_binaries_dir, repo_root, SystemdBox};
 
-const INSTANCE: &str = "demo";
-const TOKEN: &str = "box-service-token-0123456789abcdef0123";
-
-/// Runs inside the box. Prints `KEY=value` facts for the test to check, and fails fast (with
-/// the journal shown by the harness) when a step does not hold.
+/// Runs inside the box. Prints `KEY=value` facts for the test to check.
 const SCRIPT: &str = r#"
-set -euo pipefail
-useradd --system --no-create-home --shell /usr/sbin/nologin atelier-demo
-install -d -m 0700 /etc/atelier/demo/credentials
-printf '%s' "$TOKEN" > /etc/atelier/demo/credentials/SERVICE_TOKEN
-chmod 0600 /etc/atelier/demo/credentials/SERVICE_TOKEN
+set -uo pipefail
+groupadd --system dedalo-example
+install -d -m 0700 /etc/atelier/example/credentials
+for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
+  printf 'operator-value' > /etc/atelier/example/credentials/$id
+  chmod 0600 /etc/atelier/example/credentials/$id
+done
+for domain in www.example.org archive.example.net; do
+  mkdir -p /etc/letsencrypt/live/$domain
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
+    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
+    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
+done
+atelier-provision apply --declaration /root/instance.json > /tmp/apply 2>&1
+echo "apply=$?"
 systemd-analyze log-level debug
-systemctl daemon-reload
-systemctl start atelier-sited@demo.socket
 
-echo "before_connect=$(systemctl is-active atelier-sited@demo.service || true)"
-echo "socket_mode=$(stat -c '%a %U %G' /run/atelier/demo/sited.sock)"
+sock=/run/atelier/example/sited.sock
+base=http://sited/publication/site_builder
+token=$(cat /etc/atelier/example/credentials/SERVICE_TOKEN)
+echo "before_connect=$(systemctl is-active atelier-sited@example.service)"
+health=$(curl -sS --unix-socket $sock $base/health)
+echo "health=$health"
+expected=$(printf 'dedalo-site-instance:example\n%s' "$token" | sha256sum | cut -d' ' -f1)
+echo "fingerprint_match=$(echo "$health" | grep -c "\"instance_fingerprint\":\"$expected\"")"
+echo "after_connect=$(systemctl is-active atelier-sited@example.service)"
+echo "main_user=$(ps -o user= -p "$(systemctl show -P MainPID atelier-sited@example.service)")"
+echo "unauthenticated=$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket $sock $base/v1/sites)"
 
-body=$(curl -sS --fail --unix-socket /run/atelier/demo/sited.sock \
-  http://sited/publication/site_builder/health)
-echo "health=$body"
-echo "after_connect=$(systemctl is-active atelier-sited@demo.service)"
-echo "unauthenticated=$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket /run/atelier/demo/sited.sock \
-  http://sited/publication/site_builder/v1/sites)"
+curl -sS -o /tmp/create -w 'create=%{http_code}\n' --unix-socket $sock \
+  -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+  -d '{"slug":"collection","name":"The collection","domain":"www.example.org","actor":{"user_id":1,"username":"admin"}}' \
+  $base/v1/sites
+sed 's/^/create| /' /tmp/create; echo
+journalctl -b -u atelier-sited@example.service -o cat --no-pager | grep -v '^GET ' | tail -n 20 | sed 's/^/sited| /' 
+ws=/var/lib/atelier/example/sites/collection
+echo "workspace_owner=$(stat -c '%U' $ws/site.json)"
+echo "first_commit=$(git -c safe.directory='*' -C $ws log --format=%s 2>/dev/null | tail -n1)"
+echo "listed=$(curl -sS --unix-socket $sock -H "Authorization: Bearer $token" $base/v1/sites | grep -o '"slug":"[a-z]*"' | tr '\n' ',')"
 
-pid=$(systemctl show -P MainPID atelier-sited@demo.service)
-echo "main_user=$(ps -o user= -p "$pid")"
-systemctl stop atelier-sited@demo.service
-echo "after_stop=$(systemctl is-active atelier-sited@demo.service || true)"
-echo "exit_status=$(systemctl show -P ExecMainStatus atelier-sited@demo.service)"
-echo "result=$(systemctl show -P Result atelier-sited@demo.service)"
-echo "socket_after_stop=$(systemctl is-active atelier-sited@demo.socket)"
+systemctl stop atelier-sited@example.service
+echo "after_stop=$(systemctl is-active atelier-sited@example.service)"
+echo "exit_status=$(systemctl show -P ExecMainStatus atelier-sited@example.service)"
+echo "result=$(systemctl show -P Result atelier-sited@example.service)"
+echo "socket_after_stop=$(systemctl is-active atelier-sited@example.socket)"
+exit 0
 "#;
 
 #[test]
-fn sited_is_socket_activated_ready_healthy_and_stops_cleanly() {
+fn provisioned_sited_is_socket_activated_ready_creates_a_site_and_stops_cleanly() {
     let bins = built_binaries_dir().expect("locating the built binaries");
-    let units = repo_root().join("units");
     let run = SystemdBox::new()
+        .copy(
+            bins.join("atelier-provision"),
+            "/usr/local/bin/atelier-provision",
+        )
         .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
         .copy(
-            units.join("atelier-sited@.socket"),
-            "/etc/systemd/system/atelier-sited@.socket",
+            repo_root().join("templates"),
+            "/usr/local/share/atelier/templates",
         )
         .copy(
-            units.join("atelier-sited@.service"),
-            "/etc/systemd/system/atelier-sited@.service",
+            repo_root().join("deploy/examples/instance.json"),
+            "/root/instance.json",
         )
-        .run(&format!("TOKEN={TOKEN}\n{SCRIPT}"))
+        .run(SCRIPT)
         .expect("booting systemd in a container");
     run.assert_success();
+    let fact = |key: &str| run.fact(key).unwrap_or("<missing>");
 
-    assert_eq!(run.fact("before_connect"), Some("inactive"), "{run:?}");
-    assert_eq!(
-        run.fact("socket_mode"),
-        Some("660 atelier-demo atelier-demo"),
-        "{run:?}"
-    );
+    assert_eq!(fact("apply"), "0", "{run:?}");
+    assert_eq!(fact("before_connect"), "inactive", "{run:?}");
     let health: serde_json::Value =
-        serde_json::from_str(run.fact("health").expect("health printed")).expect("health JSON");
+        serde_json::from_str(fact("health")).unwrap_or_else(|e| panic!("{e}: {run:?}"));
     assert_eq!(health["status"], "ok");
     assert_eq!(health["service"], "dedalo-site-builder");
+    assert_eq!(fact("fingerprint_match"), "1", "{run:?}");
+    assert_eq!(fact("after_connect"), "active", "{run:?}");
+    assert_eq!(fact("main_user"), "atelier-example", "{run:?}");
+    assert_eq!(fact("unauthenticated"), "401", "{run:?}");
+
+    assert_eq!(fact("create"), "201", "{run:?}");
+    assert_eq!(fact("workspace_owner"), "atelier-example", "{run:?}");
     assert_eq!(
-        health["instance_fingerprint"],
-        atelier_sited::instance_fingerprint(INSTANCE, TOKEN)
+        fact("first_commit"),
+        "scaffold: initial template",
+        "{run:?}"
     );
-    assert_eq!(run.fact("after_connect"), Some("active"), "{run:?}");
-    assert_eq!(run.fact("unauthenticated"), Some("401"), "{run:?}");
-    assert_eq!(run.fact("main_user"), Some("atelier-demo"), "{run:?}");
+    assert_eq!(fact("listed"), "\"slug\":\"collection\",", "{run:?}");
 
     // PID 1's own debug log proves which notifications arrived, from which unit.
-    let unit = "atelier-sited@demo.service";
     let notifications: Vec<&str> = run
-        .journal_lines(unit)
+        .journal_lines("atelier-sited@example.service")
         .into_iter()
         .filter(|l| l.contains("Got notification message"))
         .collect();
@@ -88,11 +112,10 @@ fn sited_is_socket_activated_ready_healthy_and_stops_cleanly() {
         notifications.iter().any(|l| l.contains("STOPPING=1")),
         "no STOPPING=1 from sited: {notifications:#?}\n{run:?}"
     );
-
-    assert_eq!(run.fact("after_stop"), Some("inactive"), "{run:?}");
-    assert_eq!(run.fact("exit_status"), Some("0"), "{run:?}");
-    assert_eq!(run.fact("result"), Some("success"), "{run:?}");
-    assert_eq!(run.fact("socket_after_stop"), Some("active"), "{run:?}");
+    assert_eq!(fact("after_stop"), "inactive", "{run:?}");
+    assert_eq!(fact("exit_status"), "0", "{run:?}");
+    assert_eq!(fact("result"), "success", "{run:?}");
+    assert_eq!(fact("socket_after_stop"), "active", "{run:?}");
 }
 
 #[test]
