@@ -1,0 +1,24 @@
+//! atelier-gate: the per-site egress gate's pure parsers — what may leave, and why not.
+//!
+//! Parts:
+//! - [`address`]: the public-address classifier ([`classify`], [`Verdict`], [`Reason`]).
+//! - [`connect`]: the CONNECT head parser ([`parse_head`], [`check_plan`], [`ConnectRefusal`]).
+//! - [`client_hello`]: the first-flight walker ([`inspect_first_flight`], [`FirstFlight`],
+//!   [`HelloRefusal`]).
+//!
+//! Each refusal is one closed enum with stable snake_case names (`as_str()`), so logs and
+//! tests name the same reasons. Nothing here does I/O; the serving half drives these with the
+//! bytes it has read.
+
+pub mod address;
+pub mod client_hello;
+pub mod connect;
+
+pub use address::{classify, parse_and_classify, Policy, Reason, Verdict};
+pub use client_hello::{
+    check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
+    MAX_HELLO_LEN, MAX_RECORD_LEN,
+};
+pub use connect::{
+    check_plan, is_valid_hostname, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
+};
