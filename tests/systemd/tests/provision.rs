@@ -68,6 +68,20 @@ echo "sock_gate=$(st /run/atelier/example/egress/s1/turn.sock)"
 echo "egress_dir=$(st /run/atelier/example/egress/s1)"
 echo "enabled_link=$(readlink /etc/nginx/sites-enabled/atelier-example-collection.conf)"
 
+# What PID 1 loaded for a run of site 1's turn door and its socket.
+run=atelier-example-s1-turn@1-2-3.service
+echo "loaded_service=$(systemctl show -p User -p PrivateNetwork -p PrivateIPC -p NoNewPrivileges -p RestrictSUIDSGID -p ProtectSystem $run | sort | tr '\n' ' ')"
+echo "loaded_socket=$(systemctl show -p Accept -p MaxConnections -p SocketMode -p SocketUser atelier-example-s1-turn.socket | sort | tr '\n' ' ')"
+# polkit: the service user may stop a run of its own sites' doors; never start one, never
+# touch another instance's units or sited's own.
+as_service_user() { runuser -u atelier-example -- systemctl --no-ask-password "$@" >/tmp/polkit 2>&1; echo $?; }
+echo "polkit_stop_own=$(as_service_user stop $run)"
+echo "polkit_start_own=$(as_service_user start $run)"
+echo "polkit_start_own_says=$(head -n1 /tmp/polkit)"
+echo "polkit_stop_other_instance=$(as_service_user stop atelier-other-s1-turn@1-2-3.service)"
+echo "polkit_stop_undeclared_site=$(as_service_user stop atelier-example-s3-turn@1-2-3.service)"
+echo "polkit_stop_sited=$(as_service_user stop atelier-sited@example.socket)"
+
 snapshot > /tmp/before
 provision apply > /tmp/apply2 2>&1; echo "apply2=$?"
 echo "apply2_head=$(head -n1 /tmp/apply2)"
@@ -162,6 +176,48 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
     ] {
         assert_eq!(fact(key), expected, "{key}\n{run:?}");
     }
+    assert_eq!(
+        fact("loaded_service"),
+        "NoNewPrivileges=yes PrivateIPC=yes PrivateNetwork=yes ProtectSystem=strict \
+         RestrictSUIDSGID=yes User=atelier-a-example_1 ",
+        "{run:?}"
+    );
+    assert_eq!(
+        fact("loaded_socket"),
+        "Accept=yes MaxConnections=1 SocketMode=0600 SocketUser=atelier-example ",
+        "{run:?}"
+    );
+    assert_eq!(fact("polkit_stop_own"), "0", "{run:?}");
+    assert_ne!(fact("polkit_start_own"), "0", "{run:?}");
+    assert!(
+        fact("polkit_start_own_says").contains("authentication required"),
+        "{run:?}"
+    );
+    for key in [
+        "polkit_stop_other_instance",
+        "polkit_stop_undeclared_site",
+        "polkit_stop_sited",
+    ] {
+        assert_ne!(fact(key), "0", "{key}\n{run:?}");
+    }
+    // PID 1 loads every rendered unit without a complaint.
+    let complaints: Vec<&str> = run
+        .journal
+        .lines()
+        .filter(|l| l.contains("atelier"))
+        .filter(|l| {
+            [
+                "Unknown key",
+                "Unknown section",
+                "Failed to parse",
+                "Ignoring",
+                "bad-setting",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:#?}");
     assert!(
         fact("stat_runtime").starts_with("root:root"),
         "systemd-tmpfiles made the runtime dir: {run:?}"
