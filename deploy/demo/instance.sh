@@ -9,18 +9,7 @@ sock=/run/atelier/example/sited.sock
 base=http://sited/publication/site_builder
 
 step "what the operator provides: the engine's group, credentials, certificates"
-groupadd --system dedalo-example
-install -d -m 0700 /etc/atelier/example/credentials
-for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
-  head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/atelier/example/credentials/$id
-  chmod 0600 /etc/atelier/example/credentials/$id
-done
-for domain in www.example.org archive.example.net; do
-  mkdir -p /etc/letsencrypt/live/$domain
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
-    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
-    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
-done
+bash /root/operator-setup.sh
 
 step "atelier-provision plan (first lines)"
 atelier-provision plan --declaration $decl | head -n 15 || true

@@ -29,19 +29,12 @@ pub use settings::{
 };
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use atelier_http::Listener;
-use atelier_sd::listen::{sole_listener, SoleListener, SoleListenerError};
+use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
 
 use crate::chat::TurnRunner;
 use crate::store::{Store, StoreError};
-
-/// How long in-flight requests may run on after SIGTERM before their connections are closed.
-/// A chat turn can wait 90 s on a browser tool; the unit's `TimeoutStopSec=` is 30 s, and
-/// 25 s leaves PID 1 no reason to SIGKILL us (an unfinished turn heals on the next load).
-pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -49,15 +42,9 @@ pub enum RunError {
     /// The database could not be opened or migrated.
     #[error("opening the database: {0}")]
     Store(#[from] StoreError),
-    /// No usable listening socket: none passed and no `--listen`, or the wrong ones.
+    /// The listener or the server failed.
     #[error("{0}")]
-    Listen(#[from] SoleListenerError),
-    /// A socket could not be registered with the runtime.
-    #[error("registering the listener: {0}")]
-    Register(#[source] std::io::Error),
-    /// The server failed.
-    #[error("serving: {0}")]
-    Serve(#[from] atelier_http::ServeError),
+    Daemon(#[from] DaemonError),
 }
 
 /// Serves chatd until SIGTERM or SIGINT, then drains and returns; turns are run by `runner`.
@@ -67,37 +54,21 @@ pub async fn run(
     notifier: Notifier,
 ) -> Result<(), RunError> {
     let store = Arc::new(Store::open(&settings.database)?);
-    let listener = take_listener(&settings)?;
+    let listener = atelier_daemon::take_listener(DaemonSocket {
+        fallback: settings.listen.as_deref(),
+        fallback_mode: settings::FALLBACK_SOCKET_MODE,
+    })?;
     let router = Router::new(&settings, store, runner);
-    let handler = atelier_http::with_request_log(move |request| {
+    let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
-    });
-
-    let _watchdog = notifier.spawn_watchdog();
-    notifier.ready_with_status("serving");
-    tracing::info!(database = %settings.database.display(), "ready");
-
-    let stop_notifier = notifier.clone();
-    let shutdown = async move {
-        atelier_http::shutdown_signal().await;
-        stop_notifier.stopping();
-        stop_notifier.status("draining requests");
     };
-    let report = atelier_http::serve(listener, handler, shutdown, DRAIN_DEADLINE).await?;
-    tracing::info!(
-        connections = report.connections_served,
-        drained_cleanly = report.drained_cleanly,
-        "stopped"
-    );
+    atelier_daemon::serve(
+        listener,
+        handler,
+        notifier,
+        &format!("serving {}", settings.database.display()),
+    )
+    .await?;
     Ok(())
-}
-
-/// Takes the one listening socket systemd passed, or binds `--listen` when not activated.
-fn take_listener(settings: &Settings) -> Result<Listener, RunError> {
-    match sole_listener(settings.listen.as_deref(), settings::FALLBACK_SOCKET_MODE)? {
-        SoleListener::Unix(l) => Listener::try_from(l),
-        SoleListener::Tcp(l) => Listener::try_from(l),
-    }
-    .map_err(RunError::Register)
 }

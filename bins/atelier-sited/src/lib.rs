@@ -36,28 +36,15 @@ pub use settings::{
 };
 pub use sites::{Sites, SitesConfig};
 
-use std::time::Duration;
-
-use atelier_http::Listener;
-use atelier_sd::listen::{sole_listener, SoleListener, SoleListenerError};
+use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
-
-/// How long in-flight requests may run on after SIGTERM before their connections are closed.
-/// The unit's `TimeoutStopSec=` is 30 s; 25 s leaves PID 1 no reason to SIGKILL us.
-pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// No usable listening socket: none passed and no `--listen`, or the wrong ones.
+    /// The listener or the server failed.
     #[error("{0}")]
-    Listen(#[from] SoleListenerError),
-    /// A socket could not be registered with the runtime.
-    #[error("registering the listener: {0}")]
-    Register(#[source] std::io::Error),
-    /// The server failed.
-    #[error("serving: {0}")]
-    Serve(#[from] atelier_http::ServeError),
+    Daemon(#[from] DaemonError),
 }
 
 /// Serves the site daemon until SIGTERM or SIGINT, then drains and returns.
@@ -65,37 +52,21 @@ pub enum RunError {
 /// Readiness is reported to systemd only once the listener is in hand, and STOPPING as soon as
 /// the shutdown signal arrives, so `systemctl` always shows what the daemon is doing.
 pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError> {
-    let listener = take_listener(&settings)?;
+    let listener = atelier_daemon::take_listener(DaemonSocket {
+        fallback: settings.listen.as_deref(),
+        fallback_mode: settings::FALLBACK_SOCKET_MODE,
+    })?;
     let router = Router::new(&settings);
-    let handler = atelier_http::with_request_log(move |request| {
+    let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
-    });
-
-    let _watchdog = notifier.spawn_watchdog();
-    notifier.ready_with_status(&format!("serving instance {}", settings.instance));
-    tracing::info!(instance = %settings.instance, "ready");
-
-    let stop_notifier = notifier.clone();
-    let shutdown = async move {
-        atelier_http::shutdown_signal().await;
-        stop_notifier.stopping();
-        stop_notifier.status("draining requests");
     };
-    let report = atelier_http::serve(listener, handler, shutdown, DRAIN_DEADLINE).await?;
-    tracing::info!(
-        connections = report.connections_served,
-        drained_cleanly = report.drained_cleanly,
-        "stopped"
-    );
+    atelier_daemon::serve(
+        listener,
+        handler,
+        notifier,
+        &format!("serving instance {}", settings.instance),
+    )
+    .await?;
     Ok(())
-}
-
-/// Takes the one listening socket systemd passed, or binds `--listen` when not activated.
-fn take_listener(settings: &Settings) -> Result<Listener, RunError> {
-    match sole_listener(settings.listen.as_deref(), settings::FALLBACK_SOCKET_MODE)? {
-        SoleListener::Unix(l) => Listener::try_from(l),
-        SoleListener::Tcp(l) => Listener::try_from(l),
-    }
-    .map_err(RunError::Register)
 }

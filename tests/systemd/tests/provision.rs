@@ -21,18 +21,7 @@ snapshot() {
 }
 
 # What the operator provides: the engine's group, the credentials, certificates.
-groupadd --system dedalo-example
-install -d -m 0700 /etc/atelier/example/credentials
-for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
-  printf '%s' "$CANARY" > /etc/atelier/example/credentials/$id
-  chmod 0600 /etc/atelier/example/credentials/$id
-done
-for domain in www.example.org archive.example.net; do
-  mkdir -p /etc/letsencrypt/live/$domain
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
-    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
-    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
-done
+CREDENTIAL_VALUE=$CANARY bash /root/operator-setup.sh
 
 provision apply > /tmp/apply1 2>&1; echo "apply1=$?"
 sed 's/^/apply1| /' /tmp/apply1
@@ -114,6 +103,10 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
         )
         .run(&format!("CANARY={CANARY}\n{SCRIPT}"))
         .expect("booting systemd in a container");
@@ -239,18 +232,7 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
 /// proof, then decommissioning.
 const LIFECYCLE: &str = r#"
 set -uo pipefail
-groupadd --system dedalo-example
-install -d -m 0700 /etc/atelier/example/credentials
-for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
-  printf 'operator-value' > /etc/atelier/example/credentials/$id
-  chmod 0600 /etc/atelier/example/credentials/$id
-done
-for domain in www.example.org archive.example.net journal.example.org; do
-  mkdir -p /etc/letsencrypt/live/$domain
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
-    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
-    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
-done
+CREDENTIAL_VALUE=operator-value bash /root/operator-setup.sh journal.example.org
 expiry() { getent shadow "$1" | cut -d: -f8; }
 
 atelier-provision apply --declaration /root/two.json > /tmp/a1 2>&1; echo "apply_two=$?"
@@ -298,6 +280,10 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
         .copy(
             bins.join("atelier-provision"),
             "/usr/local/bin/atelier-provision",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
         )
         .write("/root/two.json", two.to_string(), 0o644)
         .write("/root/three.json", three.to_string(), 0o644)

@@ -9,18 +9,7 @@ use atelier_systemd_tests::{built_binaries_dir, repo_root, SystemdBox};
 /// Runs inside the box. Prints `KEY=value` facts for the test to check.
 const SCRIPT: &str = r#"
 set -uo pipefail
-groupadd --system dedalo-example
-install -d -m 0700 /etc/atelier/example/credentials
-for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
-  printf 'operator-value' > /etc/atelier/example/credentials/$id
-  chmod 0600 /etc/atelier/example/credentials/$id
-done
-for domain in www.example.org archive.example.net; do
-  mkdir -p /etc/letsencrypt/live/$domain
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
-    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
-    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
-done
+bash /root/operator-setup.sh
 atelier-provision apply --declaration /root/instance.json > /tmp/apply 2>&1
 echo "apply=$?"
 systemd-analyze log-level debug
@@ -72,6 +61,10 @@ fn provisioned_sited_is_socket_activated_ready_creates_a_site_and_stops_cleanly(
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
         )
         .run(SCRIPT)
         .expect("booting systemd in a container");

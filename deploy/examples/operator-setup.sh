@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# What an operator provides before `atelier-provision apply` of deploy/examples/instance.json:
+# the engine's group, the credential files the declaration names, and TLS certificates
+# (self-signed here). Used by the demo and the systemd tests.
+#   CREDENTIAL_VALUE  written into every credential file (random when unset)
+#   arguments         extra domains to make certificates for
+set -euo pipefail
+groupadd --system dedalo-example
+install -d -m 0700 /etc/atelier/example/credentials
+for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
+  value=${CREDENTIAL_VALUE:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+  printf '%s' "$value" > /etc/atelier/example/credentials/$id
+  chmod 0600 /etc/atelier/example/credentials/$id
+done
+for domain in www.example.org archive.example.net "$@"; do
+  mkdir -p /etc/letsencrypt/live/$domain
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
+    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
+    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
+done

@@ -1,0 +1,111 @@
+//! The life of a socket-activated Atelier daemon, one way for all of them: take the one
+//! listener systemd passed (or bind the development fallback), report READY with a status,
+//! keep the watchdog fed, and on SIGTERM or SIGINT report STOPPING and drain within a deadline.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use atelier_http::{Listener, Request, Response, ServeReport};
+use atelier_sd::listen::{sole_listener, SoleListener, SoleListenerError};
+use atelier_sd::notify::Notifier;
+
+/// How long in-flight requests may run on after SIGTERM before their connections are closed.
+/// The units' `TimeoutStopSec=` is 30 s; 25 s leaves PID 1 no reason to SIGKILL a daemon.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
+
+/// Why a daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// No usable listening socket: none passed and no fallback path, or the wrong ones.
+    #[error("{0}")]
+    Listen(#[from] SoleListenerError),
+    /// The socket could not be registered with the async runtime.
+    #[error("registering the listener: {0}")]
+    Register(#[source] std::io::Error),
+    /// The server failed.
+    #[error("serving: {0}")]
+    Serve(#[from] atelier_http::ServeError),
+}
+
+/// Where a daemon listens and how it reports itself.
+#[derive(Debug, Clone, Copy)]
+pub struct DaemonSocket<'a> {
+    /// The unix socket bound when systemd passed none (development only).
+    pub fallback: Option<&'a Path>,
+    /// The fallback socket's mode.
+    pub fallback_mode: u32,
+}
+
+/// Takes the daemon's listener; must run inside a tokio runtime.
+pub fn take_listener(socket: DaemonSocket<'_>) -> Result<Listener, DaemonError> {
+    match sole_listener(socket.fallback, socket.fallback_mode)? {
+        SoleListener::Unix(l) => Listener::try_from(l),
+        SoleListener::Tcp(l) => Listener::try_from(l),
+    }
+    .map_err(DaemonError::Register)
+}
+
+/// Serves `handler` (wrapped in the request log) on `listener` until SIGTERM or SIGINT, then
+/// drains. READY is sent with `status` only now that the listener is in hand, and STOPPING as
+/// soon as the signal arrives, so `systemctl status` always shows what the daemon is doing.
+pub async fn serve<H, F>(
+    listener: Listener,
+    handler: H,
+    notifier: Notifier,
+    status: &str,
+) -> Result<ServeReport, DaemonError>
+where
+    H: Fn(Request) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response> + Send + 'static,
+{
+    let _watchdog = notifier.spawn_watchdog();
+    notifier.ready_with_status(status);
+    tracing::info!("ready: {status}");
+    let shutdown = async move {
+        atelier_http::shutdown_signal().await;
+        notifier.stopping();
+        notifier.status("draining requests");
+    };
+    let handler = atelier_http::with_request_log(handler);
+    let report = atelier_http::serve(listener, handler, shutdown, DRAIN_DEADLINE).await?;
+    tracing::info!(
+        connections = report.connections_served,
+        drained_cleanly = report.drained_cleanly,
+        "stopped"
+    );
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_daemon_without_a_socket_or_fallback_refuses_by_name() {
+        let err = take_listener(DaemonSocket {
+            fallback: None,
+            fallback_mode: 0o600,
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, DaemonError::Listen(SoleListenerError::NoListener)),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_fallback_is_bound_with_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        let listener = take_listener(DaemonSocket {
+            fallback: Some(&path),
+            fallback_mode: 0o660,
+        })
+        .unwrap();
+        assert!(matches!(listener, Listener::Unix(_)));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+    }
+}
