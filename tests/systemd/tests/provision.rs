@@ -226,6 +226,10 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
     assert_eq!(fact("check2"), "0", "{run:?}");
     assert_eq!(fact("repaired"), "0", "{run:?}");
     assert_eq!(fact("canary"), "absent", "{run:?}");
+    assert!(
+        !run.journal.contains(CANARY),
+        "the canary reached the journal: {run:?}"
+    );
 }
 
 /// Runs inside the box: the ledger's life over add, remove and re-add of a site, the serving
