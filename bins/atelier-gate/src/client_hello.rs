@@ -346,4 +346,4 @@ fn parse_server_name(data: &[u8]) -> Result<String, HelloRefusal> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

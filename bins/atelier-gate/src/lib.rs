@@ -1,18 +1,24 @@
-//! atelier-gate: the per-site egress gate's pure parsers — what may leave, and why not.
+//! atelier-gate: the per-site egress gate — what may leave, and why not, and the serving half.
 //!
 //! Parts:
 //! - [`address`]: the public-address classifier ([`classify`], [`Verdict`], [`Reason`]).
 //! - [`connect`]: the CONNECT head parser ([`parse_head`], [`check_plan`], [`ConnectRefusal`]).
 //! - [`client_hello`]: the first-flight walker ([`inspect_first_flight`], [`FirstFlight`],
 //!   [`HelloRefusal`]).
+//! - [`plan`]: a door's stamped plan file ([`plan::load_plan`]).
+//! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]).
+//! - [`service`]: the systemd service around them ([`service::run`]).
 //!
 //! Each refusal is one closed enum with stable snake_case names (`as_str()`), so logs and
-//! tests name the same reasons. Nothing here does I/O; the serving half drives these with the
-//! bytes it has read.
+//! tests name the same reasons. The parsers do no I/O; [`serve`] drives them with the bytes it
+//! has read.
 
 pub mod address;
 pub mod client_hello;
 pub mod connect;
+pub mod plan;
+pub mod serve;
+pub mod service;
 
 pub use address::{classify, parse_and_classify, Policy, Reason, Verdict};
 pub use client_hello::{

@@ -33,11 +33,11 @@ impl Out {
 
 /// A ClientHello description; `build` gives real bytes.
 #[derive(Clone)]
-struct Hello {
+pub(crate) struct Hello {
     extensions: Vec<(u16, Vec<u8>)>,
 }
 
-fn sni(name: &str) -> (u16, Vec<u8>) {
+pub(crate) fn sni(name: &str) -> (u16, Vec<u8>) {
     let mut out = Out::default();
     out.prefixed("list", 2, |o| {
         o.put(&[0]);
@@ -68,7 +68,7 @@ fn is_canonical_sni(data: &[u8]) -> bool {
 
 impl Hello {
     /// A Chrome-like hello naming `name`, about 1.5 KB.
-    fn named(name: &str) -> Self {
+    pub(crate) fn named(name: &str) -> Self {
         Hello {
             extensions: vec![
                 (0x000a, vec![0, 4, 0x11, 0xec, 0, 0x1d]), // supported_groups
@@ -81,12 +81,12 @@ impl Hello {
         }
     }
 
-    fn without(mut self, ext_type: u16) -> Self {
+    pub(crate) fn without(mut self, ext_type: u16) -> Self {
         self.extensions.retain(|(t, _)| *t != ext_type);
         self
     }
 
-    fn with(mut self, ext: (u16, Vec<u8>)) -> Self {
+    pub(crate) fn with(mut self, ext: (u16, Vec<u8>)) -> Self {
         self.extensions.push(ext);
         self
     }
@@ -121,7 +121,7 @@ impl Hello {
         });
     }
 
-    fn handshake(&self) -> Vec<u8> {
+    pub(crate) fn handshake(&self) -> Vec<u8> {
         let mut out = Out::default();
         self.write_handshake(&mut out);
         out.bytes
@@ -135,14 +135,14 @@ impl Hello {
         out
     }
 
-    fn flight(&self) -> Vec<u8> {
+    pub(crate) fn flight(&self) -> Vec<u8> {
         self.single_record().bytes
     }
 }
 
 /// Splits a handshake message into records whose fragments have these sizes (the last takes
 /// the rest).
-fn records(handshake: &[u8], sizes: &[usize]) -> Vec<u8> {
+pub(crate) fn records(handshake: &[u8], sizes: &[usize]) -> Vec<u8> {
     let mut flight = Vec::new();
     let mut rest = handshake;
     for (i, size) in sizes.iter().enumerate() {

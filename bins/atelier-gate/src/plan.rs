@@ -1,0 +1,113 @@
+//! A door's egress plan: the stamped JSON file the provisioner renders for each (site, door).
+
+use std::path::Path;
+
+use atelier_layout::stamp::{self, StampError};
+use serde::Deserialize;
+
+use crate::connect::{is_valid_hostname, EGRESS_PORT};
+
+/// The stamp kind of plan files.
+pub const PLAN_KIND: &str = "gate";
+
+/// The plan format this gate reads.
+pub const PLAN_VERSION: u32 = 1;
+
+/// What one door of one site may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The door (`turn` or `build`), also the name of its listening socket.
+    pub door: String,
+    /// The hostnames a CONNECT may name, lowercase.
+    pub hosts: Vec<String>,
+}
+
+/// Why a plan file is not used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The file could not be read.
+    #[error("reading the plan: {0}")]
+    Read(#[from] std::io::Error),
+    /// The stamp is missing, foreign, of another kind, or the body was edited.
+    #[error("the plan's stamp: {0}")]
+    Stamp(#[from] StampError),
+    /// The body is not the plan JSON.
+    #[error("the plan's JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The body is for another format version.
+    #[error("plan version {0}; this gate reads version {PLAN_VERSION}")]
+    Version(u32),
+    /// The plan names another instance, site or door than the one it was given for.
+    #[error("the plan is for {field} {found:?}, expected {expected:?}")]
+    Mismatch {
+        /// Which field disagrees.
+        field: &'static str,
+        /// What the command line says.
+        expected: String,
+        /// What the plan says.
+        found: String,
+    },
+    /// The port is not 443.
+    #[error("plan port {0}; only {EGRESS_PORT} leaves a unit")]
+    Port(u16),
+    /// A host is not a DNS name in the plan grammar.
+    #[error("plan host {0:?} is not a valid hostname")]
+    Host(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFile {
+    version: u32,
+    instance: String,
+    site: u32,
+    door: String,
+    port: u16,
+    hosts: Vec<String>,
+    // The MCP relay is served elsewhere; its settings are only checked to be JSON here.
+    #[allow(dead_code)]
+    mcp: Option<serde_json::Value>,
+}
+
+/// Reads and checks the plan file at `path` for `door` of site `site` of `instance`.
+pub fn load_plan(path: &Path, instance: &str, site: u32, door: &str) -> Result<Plan, PlanError> {
+    let file = std::fs::read(path)?;
+    parse_plan(&file, instance, site, door)
+}
+
+/// Checks a stamped plan file's bytes: stamp (kind [`PLAN_KIND`], this instance, unedited),
+/// version, instance, site, door, port 443 and every host's grammar.
+pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<Plan, PlanError> {
+    let body = stamp::verify(file, instance, PLAN_KIND)?;
+    let plan: PlanFile = serde_json::from_slice(body)?;
+    if plan.version != PLAN_VERSION {
+        return Err(PlanError::Version(plan.version));
+    }
+    let mismatch = |field, expected: String, found: String| PlanError::Mismatch {
+        field,
+        expected,
+        found,
+    };
+    if plan.instance != instance {
+        return Err(mismatch("instance", instance.to_owned(), plan.instance));
+    }
+    if plan.site != site {
+        return Err(mismatch("site", site.to_string(), plan.site.to_string()));
+    }
+    if plan.door != door {
+        return Err(mismatch("door", door.to_owned(), plan.door));
+    }
+    if plan.port != EGRESS_PORT {
+        return Err(PlanError::Port(plan.port));
+    }
+    if let Some(bad) = plan.hosts.iter().find(|host| !is_valid_hostname(host)) {
+        return Err(PlanError::Host(bad.clone()));
+    }
+    Ok(Plan {
+        door: plan.door,
+        hosts: plan.hosts,
+    })
+}
+
+#[cfg(test)]
+mod tests;

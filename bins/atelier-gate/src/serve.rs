@@ -1,0 +1,406 @@
+//! The serving half: one door's CONNECT listener, from the head to the spliced tunnel.
+//!
+//! Per accepted connection, in order: read the head ([`MAX_HEAD`], head timeout → 408), parse
+//! it and check the door's plan; resolve once through the [`Resolver`]; refuse if any answer is
+//! not public under the door's [`Policy`]; dial the vetted addresses in resolver order through
+//! the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
+//! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
+//! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced.
+//! Every decision leaves one line in the door's [`DecisionLog`].
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::time::{timeout, Instant};
+
+use crate::address::{Policy, Verdict};
+use crate::client_hello::{
+    check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
+};
+use crate::connect::{
+    check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
+};
+
+mod decision_log;
+
+pub use decision_log::{printable, DecisionLog, MAX_LOG_LINES, MAX_LOG_TEXT};
+
+/// The reply that opens a tunnel.
+pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+
+/// The reply to a connection over the cap.
+pub const OVER_CAP: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// The reply when resolving or every dial failed.
+pub const BAD_GATEWAY: &[u8] =
+    b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// The reply when an answer is not public (or there is none).
+pub const FORBIDDEN: &[u8] =
+    b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+/// A boxed, sendable future, the return type of [`Resolver`] and [`Dialer`] methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Turns a planned hostname into addresses, once per connection, in the resolver's order.
+pub trait Resolver: Send + Sync {
+    /// Every address `host` resolves to (an empty list is refused by the caller).
+    fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>>;
+}
+
+/// Opens the upstream TCP connection to a vetted address.
+pub trait Dialer: Send + Sync {
+    /// Connects to `addr` (a vetted address on port 443). The caller bounds the time.
+    fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>>;
+}
+
+/// The system resolver (`getaddrinfo` through [`tokio::net::lookup_host`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
+        Box::pin(async move {
+            let answers = tokio::net::lookup_host((host, EGRESS_PORT)).await?;
+            Ok(answers.map(|addr| addr.ip()).collect())
+        })
+    }
+}
+
+/// Dials the address itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
+        Box::pin(TcpStream::connect(addr))
+    }
+}
+
+/// The bounds of one door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long the head may take to arrive (then 408).
+    pub head_timeout: Duration,
+    /// How long each dial may take.
+    pub dial_timeout: Duration,
+    /// How long the first flight may take to be decided.
+    pub first_flight_timeout: Duration,
+    /// Connections open at once, from accept to close; one more gets 503.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    /// The reference's bounds: 5 s head, 10 s per dial, 5 s first flight, 128 connections.
+    fn default() -> Self {
+        Limits {
+            head_timeout: Duration::from_secs(5),
+            dial_timeout: Duration::from_secs(10),
+            first_flight_timeout: Duration::from_secs(5),
+            max_connections: 128,
+        }
+    }
+}
+
+/// Everything one door's listener needs.
+pub struct Door {
+    /// The door's name (`turn`, `build`), in every log line.
+    pub name: String,
+    /// The hosts on the door's plan.
+    pub hosts: Vec<String>,
+    /// What counts as a public address.
+    pub policy: Policy,
+    /// The door's bounds.
+    pub limits: Limits,
+    /// Resolves planned hosts.
+    pub resolver: Arc<dyn Resolver>,
+    /// Dials vetted addresses.
+    pub dialer: Arc<dyn Dialer>,
+    /// The door's decisions.
+    pub log: DecisionLog,
+}
+
+impl Door {
+    /// A production door: the system resolver, direct dials, default limits.
+    pub fn new(name: &str, hosts: Vec<String>, policy: Policy) -> Door {
+        Door {
+            name: name.to_owned(),
+            hosts,
+            policy,
+            limits: Limits::default(),
+            resolver: Arc::new(SystemResolver),
+            dialer: Arc::new(TcpDialer),
+            log: DecisionLog::new(),
+        }
+    }
+
+    fn record(&self, destination: &str, verdict: &str, reason: &str) {
+        self.log.record(&self.name, destination, verdict, reason);
+    }
+}
+
+/// Accepts connections on `listener` forever, each served on its own task, at most
+/// [`Limits::max_connections`] at once. Returns only if accepting fails for good.
+pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
+    let slots = Arc::new(Semaphore::new(door.limits.max_connections));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // Out of descriptors or a connection reset before accept: keep serving.
+            Err(error) if is_transient(&error) => {
+                tracing::warn!(door = %door.name, %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                let door = Arc::clone(&door);
+                tokio::spawn(async move {
+                    handle(stream, &door).await;
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                door.record(
+                    "-",
+                    "refused",
+                    &format!(
+                        "over_cap: this door already holds {}",
+                        door.limits.max_connections
+                    ),
+                );
+                refuse_over_cap(stream);
+            }
+        }
+    }
+}
+
+fn is_transient(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc_errno::EMFILE | libc_errno::ENFILE | libc_errno::ENOBUFS | libc_errno::ENOMEM)
+    ) || matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// The errno values `accept` may return that do not end the listener (Linux numbering).
+mod libc_errno {
+    pub const ENOMEM: i32 = 12;
+    pub const ENFILE: i32 = 23;
+    pub const EMFILE: i32 = 24;
+    pub const ENOBUFS: i32 = 105;
+}
+
+/// Answers 503 without a task: the reply fits any fresh socket's send buffer, so one
+/// non-blocking write either sends it whole or the client is gone. Closing follows on drop.
+fn refuse_over_cap(stream: UnixStream) {
+    if let Ok(stream) = stream.into_std() {
+        let _ = std::io::Write::write_all(&mut &stream, OVER_CAP);
+    }
+}
+
+/// Writes a reply and closes the write side; errors mean the client left, which ends the
+/// connection anyway.
+async fn reply(stream: &mut UnixStream, bytes: &[u8]) {
+    if stream.write_all(bytes).await.is_ok() {
+        let _ = stream.shutdown().await;
+    }
+}
+
+/// Serves one accepted connection to its end.
+pub async fn handle(mut client: UnixStream, door: &Door) {
+    let mut buf = Vec::with_capacity(4096);
+    let head = match timeout(door.limits.head_timeout, read_head(&mut client, &mut buf)).await {
+        Err(_) => Err(ConnectRefusal::HeadTimeout),
+        Ok(Ok(Some(parsed))) => Ok(parsed),
+        // The client left before finishing its head: nothing was decided.
+        Ok(Ok(None)) => return,
+        Ok(Err(refusal)) => Err(refusal),
+    };
+    let (target, head_len) = match head
+        .and_then(|(target, len)| check_plan(&target, &door.hosts).map(|()| (target, len)))
+    {
+        Ok(parsed) => parsed,
+        Err(refusal) => {
+            door.record(&requested_target(&buf), "refused", refusal.as_str());
+            reply(&mut client, &refusal.reply()).await;
+            return;
+        }
+    };
+    let destination = target.to_string();
+    let Some((upstream, address)) = open_upstream(&mut client, door, &target).await else {
+        return;
+    };
+    if client.write_all(ESTABLISHED).await.is_err() {
+        return;
+    }
+    buf.drain(..head_len);
+    match read_first_flight(&mut client, &mut buf, door.limits.first_flight_timeout).await {
+        Ok(sni) => match check_server_name(target.host(), &sni) {
+            Ok(()) => {
+                door.record(&destination, "allowed", &format!("via {address}"));
+                splice(client, upstream, &buf).await;
+            }
+            Err(refusal) => close_tunnel(door, &destination, refusal.as_str()),
+        },
+        Err(why) => close_tunnel(door, &destination, why),
+    }
+}
+
+fn close_tunnel(door: &Door, destination: &str, why: &str) {
+    door.record(
+        destination,
+        "closed",
+        &format!("{why}; nothing was sent upstream"),
+    );
+}
+
+/// Reads until a head parses. `Ok(None)`: the client closed first.
+async fn read_head(
+    client: &mut UnixStream,
+    buf: &mut Vec<u8>,
+) -> Result<Option<(ConnectTarget, usize)>, ConnectRefusal> {
+    loop {
+        if let Some(parsed) = parse_head(buf)? {
+            return Ok(Some(parsed));
+        }
+        // parse_head refuses at MAX_HEAD, so the buffer stays under MAX_HEAD + one read.
+        match read_some(client, buf, MAX_HEAD).await {
+            Ok(0) | Err(_) => return Ok(None),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Reads at most `limit - buf.len()` more bytes (and at least one) onto `buf`.
+async fn read_some<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> io::Result<usize> {
+    let want = limit.saturating_sub(buf.len()).clamp(1, 16 * 1024);
+    let start = buf.len();
+    buf.resize(start + want, 0);
+    let read = reader.read(&mut buf[start..]).await;
+    buf.truncate(start + *read.as_ref().unwrap_or(&0));
+    read
+}
+
+/// The request target as the client wrote it, printable and bounded, for the log.
+fn requested_target(buf: &[u8]) -> String {
+    let line_end = buf
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .unwrap_or(buf.len())
+        .min(MAX_HEAD);
+    let line = &buf[..line_end];
+    let target = line.split(|&b| b == b' ').nth(1).unwrap_or(b"-");
+    if target.is_empty() {
+        "-".to_owned()
+    } else {
+        printable(&String::from_utf8_lossy(target))
+    }
+}
+
+/// Resolves once, vets every answer, dials in order. Replies and logs itself on failure.
+async fn open_upstream(
+    client: &mut UnixStream,
+    door: &Door,
+    target: &ConnectTarget,
+) -> Option<(TcpStream, SocketAddr)> {
+    let destination = target.to_string();
+    let answers = match door.resolver.resolve(target.host()).await {
+        Ok(answers) => answers,
+        Err(error) => {
+            door.record(&destination, "failed", &format!("lookup_failed: {error}"));
+            reply(client, BAD_GATEWAY).await;
+            return None;
+        }
+    };
+    if answers.is_empty() {
+        door.record(&destination, "refused", "no_address");
+        reply(client, FORBIDDEN).await;
+        return None;
+    }
+    let refused: Vec<String> = answers
+        .iter()
+        .filter_map(|ip| match door.policy.classify(*ip) {
+            Verdict::Public => None,
+            Verdict::Refused(reason) => Some(format!("{ip} {reason}")),
+        })
+        .collect();
+    if !refused.is_empty() {
+        door.record(
+            &destination,
+            "refused",
+            &format!("not_public: {}", refused.join(", ")),
+        );
+        reply(client, FORBIDDEN).await;
+        return None;
+    }
+    let mut failures = Vec::new();
+    for ip in answers {
+        let address = SocketAddr::new(ip, EGRESS_PORT);
+        match timeout(door.limits.dial_timeout, door.dialer.dial(address)).await {
+            Ok(Ok(upstream)) => return Some((upstream, address)),
+            Ok(Err(error)) => failures.push(format!("{address} {error}")),
+            Err(_) => failures.push(format!("{address} timed out")),
+        }
+    }
+    door.record(
+        &destination,
+        "failed",
+        &format!("dial_failed: {}", failures.join(", ")),
+    );
+    reply(client, BAD_GATEWAY).await;
+    None
+}
+
+/// Buffers the first flight until it is decided; the accepted server name, or why not.
+async fn read_first_flight(
+    client: &mut UnixStream,
+    buf: &mut Vec<u8>,
+    limit: Duration,
+) -> Result<String, &'static str> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match inspect_first_flight(buf) {
+            FirstFlight::Accept { sni } => return Ok(sni),
+            FirstFlight::Refuse(refusal) => return Err(refusal.as_str()),
+            FirstFlight::NeedMore if buf.len() >= MAX_FIRST_FLIGHT => {
+                return Err(HelloRefusal::TooLarge.as_str())
+            }
+            FirstFlight::NeedMore => {}
+        }
+        match tokio::time::timeout_at(deadline, read_some(client, buf, MAX_FIRST_FLIGHT)).await {
+            Err(_) => return Err(HelloRefusal::Timeout.as_str()),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("client_closed"),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Sends the accepted first flight upstream, then copies both ways until both sides close.
+async fn splice(mut client: UnixStream, mut upstream: TcpStream, first_flight: &[u8]) {
+    if upstream.write_all(first_flight).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+#[cfg(test)]
+mod tests;

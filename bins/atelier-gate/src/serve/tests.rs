@@ -1,0 +1,598 @@
+//! The serving half through real sockets: a unix listener in a temp dir, upstream TCP servers
+//! on loopback reached through a lab dialer, and real ClientHello bytes.
+
+use super::*;
+use crate::client_hello::tests::{records, sni, Hello};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+const HOST: &str = "api.example.com";
+/// The "public" address the classifier sees (benchmark range allowed); the lab dialer routes it
+/// to a loopback server.
+const LAB_ADDR: &str = "198.18.0.10";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A static DNS: hostnames to answers, unknown names fail.
+struct StaticResolver(HashMap<String, Vec<IpAddr>>);
+
+impl Resolver for StaticResolver {
+    fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
+        let answer = self
+            .0
+            .get(host)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such host"));
+        Box::pin(async move { answer })
+    }
+}
+
+/// Routes lab addresses to loopback listeners and remembers every dial.
+struct LabDialer {
+    routes: HashMap<SocketAddr, SocketAddr>,
+    dials: Arc<Mutex<Vec<SocketAddr>>>,
+}
+
+impl Dialer for LabDialer {
+    fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
+        self.dials.lock().unwrap().push(addr);
+        let route = self.routes.get(&addr).copied();
+        Box::pin(async move {
+            match route {
+                Some(to) => TcpStream::connect(to).await,
+                None => Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    "no lab route",
+                )),
+            }
+        })
+    }
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn lab_addr(ip_text: &str) -> SocketAddr {
+    SocketAddr::new(ip(ip_text), EGRESS_PORT)
+}
+
+/// One upstream connection: echoes what it reads; the handle yields every byte received.
+async fn echo_upstream() -> (SocketAddr, JoinHandle<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut received = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    received.extend_from_slice(&chunk[..n]);
+                    if stream.write_all(&chunk[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        received
+    });
+    (addr, task)
+}
+
+struct Lab {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    door: Arc<Door>,
+    dials: Arc<Mutex<Vec<SocketAddr>>>,
+    server: JoinHandle<io::Result<()>>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+struct LabConfig {
+    answers: Vec<(&'static str, Vec<IpAddr>)>,
+    routes: Vec<(SocketAddr, SocketAddr)>,
+    policy: Policy,
+    limits: Limits,
+}
+
+impl LabConfig {
+    /// `HOST` resolves to `LAB_ADDR`, routed to `upstream`; the benchmark range is allowed.
+    fn to(upstream: SocketAddr) -> LabConfig {
+        LabConfig {
+            answers: vec![(HOST, vec![ip(LAB_ADDR)])],
+            routes: vec![(lab_addr(LAB_ADDR), upstream)],
+            policy: Policy {
+                allow_benchmark_range: true,
+            },
+            limits: Limits::default(),
+        }
+    }
+
+    fn start(self) -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("turn.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let dials = Arc::new(Mutex::new(Vec::new()));
+        let door = Arc::new(Door {
+            name: "turn".to_owned(),
+            hosts: vec![HOST.to_owned(), "unresolvable.example.com".to_owned()],
+            policy: self.policy,
+            limits: self.limits,
+            resolver: Arc::new(StaticResolver(
+                self.answers
+                    .into_iter()
+                    .map(|(host, ips)| (host.to_owned(), ips))
+                    .collect(),
+            )),
+            dialer: Arc::new(LabDialer {
+                routes: self.routes.into_iter().collect(),
+                dials: Arc::clone(&dials),
+            }),
+            log: DecisionLog::new(),
+        });
+        let server = tokio::spawn(serve(listener, Arc::clone(&door)));
+        Lab {
+            _dir: dir,
+            path,
+            door,
+            dials,
+            server,
+        }
+    }
+}
+
+impl Lab {
+    async fn client(&self) -> UnixStream {
+        UnixStream::connect(&self.path).await.unwrap()
+    }
+
+    fn dials(&self) -> Vec<SocketAddr> {
+        self.dials.lock().unwrap().clone()
+    }
+
+    fn log_has(&self, needle: &str) -> bool {
+        self.door
+            .log
+            .lines()
+            .iter()
+            .any(|line| line.contains(needle))
+    }
+
+    /// Sends `bytes` on a fresh connection; everything the gate sends until it closes.
+    async fn exchange(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut client = self.client().await;
+        client.write_all(bytes).await.unwrap();
+        read_all(&mut client).await
+    }
+
+    /// Opens a tunnel to `HOST`, asserting the 200.
+    async fn tunnel(&self) -> UnixStream {
+        let mut client = self.client().await;
+        client
+            .write_all(
+                format!("CONNECT {HOST}:443 HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut established = vec![0u8; ESTABLISHED.len()];
+        timeout(WAIT, client.read_exact(&mut established))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(established, ESTABLISHED);
+        client
+    }
+}
+
+async fn read_all(stream: &mut UnixStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = timeout(WAIT, stream.read_to_end(&mut out)).await.unwrap();
+    out
+}
+
+async fn upstream_received(task: JoinHandle<Vec<u8>>) -> Vec<u8> {
+    timeout(WAIT, task).await.unwrap().unwrap()
+}
+
+fn head(target: &str) -> Vec<u8> {
+    format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes()
+}
+
+#[tokio::test]
+async fn an_allowed_host_passes_bytes_both_ways() {
+    let (upstream, received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    let flight = Hello::named(HOST).flight();
+    let mut client = lab.client().await;
+    // The head and the first flight in one write: the bytes after the head are kept.
+    let mut first = head("api.example.com:443");
+    first.extend_from_slice(&flight);
+    client.write_all(&first).await.unwrap();
+    let mut established = vec![0u8; ESTABLISHED.len()];
+    client.read_exact(&mut established).await.unwrap();
+    assert_eq!(established, ESTABLISHED);
+
+    let mut echoed = vec![0u8; flight.len()];
+    timeout(WAIT, client.read_exact(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(echoed, flight);
+    client.write_all(b"application data").await.unwrap();
+    let mut echoed = [0u8; 16];
+    client.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"application data");
+    client.shutdown().await.unwrap();
+
+    let received = upstream_received(received).await;
+    assert_eq!(
+        &received[..flight.len()],
+        &flight[..],
+        "the hello goes first"
+    );
+    assert_eq!(&received[flight.len()..], b"application data");
+    assert_eq!(lab.dials(), vec![lab_addr(LAB_ADDR)]);
+    assert!(lab.log_has(&format!(
+        "door=turn destination={HOST}:443 verdict=allowed reason=via {LAB_ADDR}:443"
+    )));
+}
+
+#[tokio::test]
+async fn a_hello_split_over_three_records_and_five_segments_is_accepted() {
+    let (upstream, received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    let handshake = Hello::named(HOST).handshake();
+    let flight = records(&handshake, &[300, 900, 0]);
+    assert_eq!(flight.len(), handshake.len() + 3 * 5);
+    let mut client = lab.tunnel().await;
+    let mut start = 0;
+    for cut in [1, 303, 310, 1211, flight.len()] {
+        client.write_all(&flight[start..cut]).await.unwrap();
+        client.flush().await.unwrap();
+        start = cut;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut echoed = vec![0u8; flight.len()];
+    timeout(WAIT, client.read_exact(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(echoed, flight);
+    drop(client);
+    assert_eq!(upstream_received(received).await, flight);
+}
+
+#[tokio::test]
+async fn a_refused_first_flight_closes_the_tunnel_with_nothing_sent_upstream() {
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "another server name",
+            Hello::named("other.example.com").flight(),
+            "server_name_mismatch",
+        ),
+        (
+            "no server name",
+            Hello::named(HOST).without(0).flight(),
+            "no_server_name",
+        ),
+        (
+            "two server names",
+            Hello::named(HOST).with(sni(HOST)).flight(),
+            "duplicate_server_name",
+        ),
+        (
+            "encrypted client hello",
+            Hello::named(HOST).with((0xfe0d, vec![0; 32])).flight(),
+            "encrypted_client_hello",
+        ),
+        (
+            "plain HTTP",
+            format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n").into_bytes(),
+            "not_tls_handshake",
+        ),
+    ];
+    for (what, flight, reason) in cases {
+        let (upstream, received) = echo_upstream().await;
+        let lab = LabConfig::to(upstream).start();
+        let mut client = lab.tunnel().await;
+        client.write_all(&flight).await.unwrap();
+        assert_eq!(read_all(&mut client).await, b"", "{what}: the gate closes");
+        assert_eq!(upstream_received(received).await, b"", "{what}");
+        assert!(
+            lab.log_has(&format!(
+                "destination={HOST}:443 verdict=closed reason={reason}; nothing was sent upstream"
+            )),
+            "{what}: {:?}",
+            lab.door.log.lines()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_first_flight_that_never_completes_times_out() {
+    let (upstream, received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.limits.first_flight_timeout = Duration::from_millis(200);
+    let lab = config.start();
+    let mut client = lab.tunnel().await;
+    let flight = Hello::named(HOST).flight();
+    client.write_all(&flight[..100]).await.unwrap();
+    assert_eq!(read_all(&mut client).await, b"");
+    assert_eq!(upstream_received(received).await, b"");
+    assert!(lab.log_has("verdict=closed reason=timeout"));
+}
+
+#[tokio::test]
+async fn one_private_answer_among_public_ones_is_refused_and_nothing_dialled() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.answers = vec![(HOST, vec![ip(LAB_ADDR), ip("10.1.2.3"), ip("198.18.0.11")])];
+    let lab = config.start();
+    assert_eq!(lab.exchange(&head("api.example.com:443")).await, FORBIDDEN);
+    assert_eq!(lab.dials(), vec![]);
+    assert!(lab.log_has("verdict=refused reason=not_public: 10.1.2.3 private"));
+}
+
+#[tokio::test]
+async fn the_benchmark_range_is_refused_unless_allowed() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.policy = Policy::default();
+    let lab = config.start();
+    assert_eq!(lab.exchange(&head("api.example.com:443")).await, FORBIDDEN);
+    assert_eq!(lab.dials(), vec![]);
+    assert!(lab.log_has(&format!("reason=not_public: {LAB_ADDR} benchmarking")));
+}
+
+#[tokio::test]
+async fn addresses_are_dialled_in_order_until_one_connects() {
+    let (upstream, received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.answers = vec![(HOST, vec![ip("198.18.0.20"), ip(LAB_ADDR)])];
+    let lab = config.start();
+    let mut client = lab.tunnel().await;
+    client
+        .write_all(&Hello::named(HOST).flight())
+        .await
+        .unwrap();
+    client.shutdown().await.unwrap();
+    read_all(&mut client).await;
+    assert!(!upstream_received(received).await.is_empty());
+    assert_eq!(
+        lab.dials(),
+        vec![lab_addr("198.18.0.20"), lab_addr(LAB_ADDR)]
+    );
+    assert!(lab.log_has(&format!("verdict=allowed reason=via {LAB_ADDR}:443")));
+}
+
+#[tokio::test]
+async fn every_dial_failing_or_a_failed_lookup_is_a_bad_gateway() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.answers = vec![(HOST, vec![ip("198.18.0.20"), ip("198.18.0.21")])];
+    let lab = config.start();
+    assert_eq!(
+        lab.exchange(&head("api.example.com:443")).await,
+        BAD_GATEWAY
+    );
+    assert_eq!(
+        lab.dials(),
+        vec![lab_addr("198.18.0.20"), lab_addr("198.18.0.21")]
+    );
+    assert!(lab.log_has("verdict=failed reason=dial_failed: 198.18.0.20:443 no lab route, 198.18.0.21:443 no lab route"));
+
+    assert_eq!(
+        lab.exchange(&head("unresolvable.example.com:443")).await,
+        BAD_GATEWAY
+    );
+    assert!(
+        lab.log_has("destination=unresolvable.example.com:443 verdict=failed reason=lookup_failed")
+    );
+}
+
+#[tokio::test]
+async fn head_refusals_get_their_exact_replies_and_nothing_is_resolved() {
+    let (upstream, _received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    let cases: Vec<(Vec<u8>, &[u8], &str)> = vec![
+        (
+            b"GET http://api.example.com/ HTTP/1.1\r\n\r\n".to_vec(),
+            b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=http://api.example.com/ verdict=refused reason=method_not_allowed",
+        ),
+        (
+            head("api.example.com:80"),
+            b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=api.example.com:80 verdict=refused reason=port_not_allowed",
+        ),
+        (
+            head("198.18.0.10:443"),
+            b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=198.18.0.10:443 verdict=refused reason=ip_literal",
+        ),
+        (
+            head("[2001:4860::1]:443"),
+            b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=[2001:4860::1]:443 verdict=refused reason=ip_literal",
+        ),
+        (
+            head("other.example.com:443"),
+            b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=other.example.com:443 verdict=refused reason=not_in_plan",
+        ),
+        (
+            b"CONNECT api.example.com:443\r\n\r\n".to_vec(),
+            b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "verdict=refused reason=malformed_request_line",
+        ),
+        (
+            vec![b'a'; MAX_HEAD + 10],
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            "destination=- verdict=refused reason=head_too_large",
+        ),
+    ];
+    for (request, want, line) in cases {
+        assert_eq!(
+            lab.exchange(&request).await,
+            want,
+            "{}",
+            String::from_utf8_lossy(&request[..request.len().min(60)])
+        );
+        assert!(lab.log_has(line), "{line}: {:?}", lab.door.log.lines());
+    }
+    assert_eq!(lab.dials(), vec![]);
+}
+
+#[tokio::test]
+async fn a_slow_head_gets_408() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.limits.head_timeout = Duration::from_millis(200);
+    let lab = config.start();
+    assert_eq!(
+        lab.exchange(b"CONNECT api.example.com:443 HTTP/1.1\r\n")
+            .await,
+        b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    assert!(lab.log_has("destination=api.example.com:443 verdict=refused reason=head_timeout"));
+}
+
+#[tokio::test]
+async fn the_129th_connection_gets_503_and_one_log_line() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.limits.head_timeout = Duration::from_secs(60);
+    let lab = config.start();
+    let mut held = Vec::new();
+    for _ in 0..128 {
+        held.push(lab.client().await);
+    }
+    // Each held connection is accepted before the next in line; an extra one proves it.
+    assert_eq!(lab.exchange(b"").await, OVER_CAP);
+    assert_eq!(lab.exchange(b"").await, OVER_CAP);
+    let over_cap: Vec<String> = lab
+        .door
+        .log
+        .lines()
+        .into_iter()
+        .filter(|line| line.contains("over_cap"))
+        .collect();
+    assert_eq!(
+        over_cap,
+        vec![
+            "door=turn destination=- verdict=refused reason=over_cap: this door already holds 128"
+        ]
+    );
+    // A closed connection frees its slot.
+    drop(held.pop());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let reply = lab.exchange(&head("other.example.com:443")).await;
+        if reply != OVER_CAP {
+            assert_eq!(reply, ConnectRefusal::NotInPlan.reply());
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn log_lines_are_deduplicated_printable_and_bounded() {
+    let (upstream, _received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    for _ in 0..3 {
+        assert_eq!(
+            lab.exchange(&head("other.example.com:443")).await,
+            FORBIDDEN
+        );
+    }
+    let long = "a".repeat(500);
+    lab.exchange(format!("PUT \u{1b}[31m{long} HTTP/1.1\r\n\r\n").as_bytes())
+        .await;
+    let lines = lab.door.log.lines();
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.contains("not_in_plan"))
+            .count(),
+        1
+    );
+    let escaped = lines
+        .iter()
+        .find(|line| line.contains("method_not_allowed"))
+        .unwrap();
+    let destination = escaped
+        .split(" verdict=")
+        .next()
+        .unwrap()
+        .strip_prefix("door=turn destination=")
+        .unwrap();
+    assert_eq!(destination.len(), MAX_LOG_TEXT);
+    assert!(destination.starts_with("?[31maaa"), "{destination}");
+}
+
+#[test]
+fn printable_replaces_controls_and_cuts() {
+    assert_eq!(printable("a\tb\u{7f}c\u{e9}"), "a?b?c?");
+    assert_eq!(printable(&"x".repeat(300)).len(), MAX_LOG_TEXT);
+}
+
+#[test]
+fn the_log_keeps_at_most_its_bound_of_distinct_lines() {
+    let log = DecisionLog::new();
+    for i in 0..MAX_LOG_LINES + 50 {
+        log.record(
+            "build",
+            &format!("h{i}.example.com:443"),
+            "refused",
+            "not_in_plan",
+        );
+    }
+    log.record("build", "h0.example.com:443", "refused", "not_in_plan");
+    let lines = log.lines();
+    assert_eq!(lines.len(), MAX_LOG_LINES);
+    assert_eq!(
+        lines[0],
+        "door=build destination=h0.example.com:443 verdict=refused reason=not_in_plan"
+    );
+}
+
+#[tokio::test]
+async fn a_megabyte_each_way_passes_and_half_close_reaches_upstream() {
+    let (upstream, received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    let flight = Hello::named(HOST).flight();
+    let payload: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let client = lab.tunnel().await;
+    let (mut reader, mut writer) = client.into_split();
+    let sent = {
+        let mut all = flight.clone();
+        all.extend_from_slice(&payload);
+        all
+    };
+    let to_send = sent.clone();
+    let writing = tokio::spawn(async move {
+        writer.write_all(&to_send).await.unwrap();
+        // Half-close: the upstream sees EOF, its echo ends, and so does our read side.
+        writer.shutdown().await.unwrap();
+    });
+    let mut echoed = Vec::new();
+    timeout(WAIT, reader.read_to_end(&mut echoed))
+        .await
+        .unwrap()
+        .unwrap();
+    writing.await.unwrap();
+    assert_eq!(echoed.len(), sent.len());
+    assert!(echoed == sent);
+    assert!(upstream_received(received).await == sent);
+}

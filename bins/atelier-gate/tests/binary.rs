@@ -1,0 +1,132 @@
+//! The built binary, socket-activated by `systemd-socket-activate` with two named listeners
+//! and stamped plan files: READY is sent, each door serves its own plan, a bad plan stops the
+//! gate before READY.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use atelier_layout::stamp::{stamped, CommentStyle};
+
+const GATE: &str = env!("CARGO_BIN_EXE_atelier-gate");
+const WAIT: Duration = Duration::from_secs(20);
+
+fn write_plan(dir: &Path, door: &str, hosts: &[&str]) -> PathBuf {
+    let body = serde_json::json!({
+        "version": 1, "instance": "example", "site": 1, "door": door, "port": 443,
+        "hosts": hosts, "mcp": null,
+    });
+    let path = dir.join(format!("s1-{door}.json"));
+    let text = serde_json::to_string_pretty(&body).unwrap() + "\n";
+    std::fs::write(
+        &path,
+        stamped("example", "gate", CommentStyle::Slashes, text.as_bytes()),
+    )
+    .unwrap();
+    path
+}
+
+struct Gate {
+    child: Child,
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + WAIT;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `request` to the door at `socket`; everything the gate answers before closing.
+fn exchange(socket: &Path, request: &[u8]) -> Vec<u8> {
+    let mut client = UnixStream::connect(socket).unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    client.write_all(request).unwrap();
+    let mut reply = Vec::new();
+    client.read_to_end(&mut reply).unwrap();
+    reply
+}
+
+const FORBIDDEN: &[u8] =
+    b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+#[test]
+fn a_socket_activated_gate_signals_ready_and_serves_each_door_its_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let turn_plan = write_plan(dir.path(), "turn", &["api.example.com"]);
+    let build_plan = write_plan(dir.path(), "build", &[]);
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(WAIT)).unwrap();
+    let turn = dir.path().join("turn.sock");
+    let build = dir.path().join("build.sock");
+    let child = Command::new("systemd-socket-activate")
+        .arg(format!("--listen={}", turn.display()))
+        .arg(format!("--listen={}", build.display()))
+        .arg("--fdname=turn:build")
+        .arg(format!("--setenv=NOTIFY_SOCKET={}", notify_path.display()))
+        .args([GATE, "--instance", "example", "--site", "1"])
+        .arg(format!("--plan=turn={}", turn_plan.display()))
+        .arg(format!("--plan=build={}", build_plan.display()))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _gate = Gate { child };
+    wait_for(&turn);
+    wait_for(&build);
+
+    // The first connection starts the gate; it is served once the gate is up.
+    let first = exchange(&turn, b"CONNECT other.example.com:443 HTTP/1.1\r\n\r\n");
+    assert_eq!(first, FORBIDDEN);
+    let mut datagram = [0u8; 512];
+    let len = notify.recv(&mut datagram).unwrap();
+    let message = String::from_utf8_lossy(&datagram[..len]);
+    assert!(message.lines().any(|line| line == "READY=1"), "{message}");
+
+    assert_eq!(
+        exchange(&turn, b"GET / HTTP/1.1\r\n\r\n"),
+        b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    // The build door's plan is empty: the turn door's host is not on it.
+    assert_eq!(
+        exchange(&build, b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n"),
+        FORBIDDEN
+    );
+}
+
+#[test]
+fn an_edited_plan_stops_the_gate_before_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), "turn", &["api.example.com"]);
+    let edited = std::fs::read_to_string(&plan)
+        .unwrap()
+        .replace("api.example.com", "evil.example.com");
+    std::fs::write(&plan, edited).unwrap();
+    let output = Command::new(GATE)
+        .args(["--instance", "example", "--site", "1"])
+        .arg(format!("--plan=turn={}", plan.display()))
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("loading the turn plan"), "{stderr}");
+}
