@@ -11,6 +11,11 @@
 //! - [`site_table`]: the provisioner's `sites.json` and the webspace proof.
 //! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
 //!   every error to its RFC 9457 problem and `reason`.
+//!
+//! Sessions (issue 4, item 3, without drivers yet):
+//! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
+//! - [`sessions`]: live sessions and their fan-out, listing, admission, and the SSE follow.
+//!
 //! - [`tree`]: descriptor-walked tree operations `atelier-fs` does not offer yet.
 
 pub mod actor;
@@ -22,6 +27,8 @@ pub mod manifest;
 pub mod problem;
 pub mod reservations;
 mod router;
+pub mod session_log;
+pub mod sessions;
 mod settings;
 pub mod site_table;
 pub mod sites;

@@ -6,6 +6,7 @@ use hyper::{Method, StatusCode};
 
 use crate::actor::BodyRefusal;
 use crate::reservations::Hold;
+use crate::sessions::SessionError;
 use crate::sites::SiteError;
 
 /// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
@@ -271,6 +272,25 @@ impl From<SiteError> for ApiError {
             | SiteError::Template(_)
             | SiteError::Git(_)
             | SiteError::Task(_) => ApiError::Internal(detail),
+        }
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(error: SessionError) -> Self {
+        let detail = error.to_string();
+        match error {
+            SessionError::Validation(_) => ApiError::Validation(detail),
+            SessionError::UnknownSession(_) => ApiError::NotFound(detail),
+            SessionError::Site(site) => ApiError::from(site),
+            SessionError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            SessionError::MaxConcurrent(_) => {
+                ApiError::Refused(Reason::MaxConcurrentSessions, detail)
+            }
+            SessionError::NoDriverRecord(_) => {
+                ApiError::Refused(Reason::ConfinementUnavailable, detail)
+            }
+            SessionError::Log(_) | SessionError::Task(_) => ApiError::Internal(detail),
         }
     }
 }

@@ -11,6 +11,7 @@ use subtle::ConstantTimeEq;
 use crate::actor::{actor_of, parse_body};
 use crate::health::{instance_fingerprint, Health};
 use crate::problem::ApiError;
+use crate::sessions::{parse_after, Sessions};
 use crate::settings::Settings;
 use crate::sites::{SiteError, Sites};
 
@@ -26,6 +27,11 @@ const ROUTES: &[(&[&str], &[Method])] = &[
     (&["v1", "capabilities"], &[Method::GET]),
     (&["v1", "sites"], &[Method::GET, Method::POST]),
     (&["v1", "sites", ":slug"], &[Method::GET, Method::DELETE]),
+    (
+        &["v1", "sites", ":slug", "sessions"],
+        &[Method::GET, Method::POST],
+    ),
+    (&["v1", "sessions", ":id", "events"], &[Method::GET]),
 ];
 
 /// Answers every request sited receives.
@@ -41,12 +47,14 @@ struct RouterState {
     default_driver: &'static str,
     max_concurrent_sessions: u32,
     sites: Sites,
+    sessions: Sessions,
 }
 
 impl Router {
     /// Builds the router for an instance.
     pub fn new(settings: &Settings) -> Self {
         let fingerprint = instance_fingerprint(settings.instance.as_str(), &settings.service_token);
+        let sites = Sites::new(settings.sites.clone());
         Self {
             inner: Arc::new(RouterState {
                 base_path: settings.base_path.clone(),
@@ -54,7 +62,8 @@ impl Router {
                 health: Health::new(fingerprint, settings.default_driver),
                 default_driver: settings.default_driver,
                 max_concurrent_sessions: settings.max_concurrent_sessions,
-                sites: Sites::new(settings.sites.clone()),
+                sites: sites.clone(),
+                sessions: Sessions::new(sites, settings.max_concurrent_sessions),
             }),
         }
     }
@@ -62,6 +71,11 @@ impl Router {
     /// The site service behind the routes.
     pub fn sites(&self) -> &Sites {
         &self.inner.sites
+    }
+
+    /// The session service behind the routes.
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
     }
 
     /// Answers one request.
@@ -143,6 +157,32 @@ impl Router {
                 let report = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await?;
                 tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
                 Ok(json_response(StatusCode::OK, &report))
+            }
+            (["v1", "sites", _, "sessions"], Method::GET) => {
+                let slug = param(&segments[2])?;
+                let sessions = self.inner.sessions.clone();
+                let list = tokio::task::spawn_blocking(move || sessions.list(&slug))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("session task: {e}")))??;
+                Ok(json_response(StatusCode::OK, &json!({ "data": list })))
+            }
+            (["v1", "sites", _, "sessions"], _) => {
+                // The site is checked before the body and the actor (§3).
+                let slug = param(&segments[2])?;
+                let check = slug.clone();
+                off_the_workers(sites, move |s| s.get(&check)).await?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let id = self.inner.sessions.start(&slug, &body, &actor).await?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &json!({ "session_id": id.as_str() }),
+                ))
+            }
+            (["v1", "sessions", _, "events"], _) => {
+                let id = param(&segments[2])?;
+                let after = parse_after(query_value(request.uri().query(), "after").as_deref())?;
+                Ok(self.inner.sessions.follow(&id, after).await?)
             }
             _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),
         }
@@ -242,6 +282,16 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The first value of `name` in the query, decoded as a form value (`+` is a space).
+fn query_value(query: Option<&str>, name: &str) -> Option<String> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| percent_decode(&v.replace('+', " ")).unwrap_or_default())
 }
 
 /// True only for the exact `name=true` in the query.

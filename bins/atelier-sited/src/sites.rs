@@ -579,6 +579,19 @@ impl Sites {
         Ok(total)
     }
 
+    /// The driver site `slug`'s sessions use, from its driver record (§7.7); `None` when the
+    /// record is missing, planted or unreadable.
+    pub fn recorded_driver(&self, slug: &str) -> Option<Driver> {
+        let slug = Slug::parse(slug).ok()?;
+        let bytes = self
+            .sites_root()
+            .ok()?
+            .read_limited(driver_record(slug.as_str()), 4096)
+            .ok()?;
+        let record: Value = serde_json::from_slice(&bytes).ok()?;
+        Driver::parse(record.get("driver")?.as_str()?)
+    }
+
     /// Refuses with `disk_quota` when the site's usage plus `extra_bytes` is over its quota.
     pub fn check_quota(&self, slug: &str, extra_bytes: u64) -> Result<(), SiteError> {
         let needed = self.usage_bytes(slug)?.saturating_add(extra_bytes);

@@ -1,0 +1,644 @@
+//! A session's durable state in its workspace: the JSONL event log
+//! (`.builder/sessions/<id>.jsonl`, §6.5) and the `SessionMeta` file (`<id>.meta.json`, §4.4).
+//!
+//! The workspace is writable by the site's agent identity, so every open walks from held
+//! directory descriptors with `O_NOFOLLOW`, and a log file that is a link, not a regular file,
+//! hard-linked or not ours is refused before a byte is written.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use atelier_fs::{set_mode, FileKind, FsError, Root};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::sites::{iso8601, BUILDER_DIR};
+
+/// `.builder/sessions`, below a workspace.
+pub const SESSIONS_DIR: &str = ".builder/sessions";
+const BUILDER_DIR_MODE: u32 = 0o710;
+const SESSIONS_DIR_MODE: u32 = 0o700;
+const SESSION_FILE_MODE: u32 = 0o600;
+/// A meta file larger than this is not one the daemon wrote.
+const MAX_META_BYTES: u64 = 64 * 1024;
+
+/// A session id: a lowercase UUID v4 as the original daemon minted with `randomUUID()`.
+///
+/// Parsing one is the only way a request's id reaches a path, so an id that could escape the
+/// sessions directory is simply not an id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// Parses `8-4-4-4-12` lowercase hex; anything else is `None`.
+    pub fn parse(text: &str) -> Option<SessionId> {
+        let groups: Vec<&str> = text.split('-').collect();
+        let shape = [8, 4, 4, 4, 12];
+        let ok = groups.len() == shape.len()
+            && groups.iter().zip(shape).all(|(g, n)| {
+                g.len() == n
+                    && g.bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            });
+        ok.then(|| SessionId(text.to_owned()))
+    }
+
+    /// A fresh random v4 id from the kernel's generator.
+    pub fn new_v4() -> std::io::Result<SessionId> {
+        let mut bytes = [0u8; 16];
+        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        let hex = hex::encode(bytes);
+        Ok(SessionId(format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn log_path(&self) -> PathBuf {
+        Path::new(SESSIONS_DIR).join(format!("{}.jsonl", self.0))
+    }
+
+    fn meta_path(&self) -> PathBuf {
+        Path::new(SESSIONS_DIR).join(format!("{}.meta.json", self.0))
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One line of the log and one SSE `data:` payload: `{"seq","ts","body"}` (§6.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Monotonic per session, from 0, across turns.
+    pub seq: u64,
+    /// When it was appended (ISO-8601).
+    pub ts: String,
+    /// The `SessionEventBody`: an object with a string `type`.
+    pub body: Value,
+}
+
+impl StoredEvent {
+    /// The body's `type`.
+    pub fn kind(&self) -> &str {
+        self.body.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// Whether this is the `turn_end` marker that ends a stream.
+    pub fn is_turn_end(&self) -> bool {
+        self.kind() == "turn_end"
+    }
+
+    /// Parses and validates one log line.
+    fn from_line(line: &[u8]) -> Option<StoredEvent> {
+        let event: StoredEvent = serde_json::from_slice(line).ok()?;
+        if event.kind().is_empty() {
+            return None;
+        }
+        Some(event)
+    }
+}
+
+/// Why a log or meta operation failed or was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionLogError {
+    /// The confined walk refused or failed (a planted link, a missing workspace, …).
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// The log file is not the daemon's own (another owner).
+    #[error("refused {0}: not owned by the daemon")]
+    NotOwned(PathBuf),
+    /// An event body is not an object with a string `type`.
+    #[error("an event body must be an object with a string `type`")]
+    BadBody,
+    /// The meta could not be encoded or decoded.
+    #[error("session meta: {0}")]
+    Meta(String),
+}
+
+impl SessionLogError {
+    /// Whether this is the confined walk refusing something planted (not a plain I/O failure).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            SessionLogError::Fs(e) => e.is_refusal(),
+            SessionLogError::NotOwned(_) => true,
+            _ => false,
+        }
+    }
+}
+
+fn io_error(op: &'static str, path: &Path, errno: Errno) -> FsError {
+    FsError::Io {
+        op,
+        path: path.to_path_buf(),
+        source: errno.into(),
+    }
+}
+
+/// The append side of a session's log. One writer per session; its caller serializes appends.
+#[derive(Debug)]
+pub struct SessionLog {
+    file: File,
+    path: PathBuf,
+    next_seq: u64,
+}
+
+impl SessionLog {
+    /// Opens (creating if needed) the log of `id` in `workspace`, seeding the next `seq` from
+    /// the highest valid one in the file.
+    ///
+    /// Creates `.builder/` (0710) and `.builder/sessions/` (0700) when missing but never the
+    /// workspace itself. A last line cut short by a crash mid-append is left in place and
+    /// terminated, so it stays one skipped line and the next event starts a line of its own.
+    pub fn open(workspace: &Root, id: &SessionId) -> Result<SessionLog, SessionLogError> {
+        workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+        workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
+        let dir = workspace.open_dir(SESSIONS_DIR)?;
+        let path = id.log_path();
+        let name = format!("{id}.jsonl");
+        let flags = OFlags::RDWR
+            | OFlags::APPEND
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY;
+        let fd = rustix::fs::openat(&dir, name.as_str(), flags, Mode::from_raw_mode(0o600))
+            .map_err(|errno| match errno {
+                Errno::LOOP => FsError::SymlinkRefused { path: path.clone() },
+                Errno::ISDIR | Errno::NXIO => FsError::NotRegularFile { path: path.clone() },
+                errno => io_error("open", &path, errno),
+            })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error("stat", &path, e))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(FsError::NotRegularFile { path }.into());
+        }
+        // Checked on the handle before anything is written: a hard link would put our bytes
+        // into a file that also lives elsewhere.
+        // `st_nlink` is u64 on x86_64 but u32 elsewhere, hence a conversion that may be a no-op.
+        #[allow(clippy::useless_conversion)]
+        let links = u64::from(stat.st_nlink);
+        if links > 1 {
+            return Err(FsError::HardLinkRefused { path, links }.into());
+        }
+        if stat.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(SessionLogError::NotOwned(path));
+        }
+        set_mode(&fd, SESSION_FILE_MODE).map_err(|e| io_error("set the mode of", &path, e))?;
+        let mut file = File::from(fd);
+        let (max_seq, ends_cleanly) = scan(&mut file, &path)?;
+        if !ends_cleanly {
+            file.write_all(b"\n").map_err(|e| FsError::Io {
+                op: "terminate the last line of",
+                path: path.clone(),
+                source: e,
+            })?;
+        }
+        Ok(SessionLog {
+            file,
+            path,
+            next_seq: max_seq.map_or(0, |s| s + 1),
+        })
+    }
+
+    /// The `seq` the next append gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Appends `body` with the next `seq` as one `write(2)` of one whole line.
+    ///
+    /// The line reaches the kernel before this returns, so a reader (and a restart after the
+    /// daemon is killed) sees it; a `turn_end` is also synced to the disk, which makes every
+    /// finished turn durable against a power loss at the cost of one sync per turn.
+    pub fn append(&mut self, body: Value) -> Result<StoredEvent, SessionLogError> {
+        if body.get("type").and_then(Value::as_str).is_none() {
+            return Err(SessionLogError::BadBody);
+        }
+        let event = StoredEvent {
+            seq: self.next_seq,
+            ts: iso8601(SystemTime::now()),
+            body,
+        };
+        let mut line =
+            serde_json::to_vec(&event).map_err(|e| SessionLogError::Meta(e.to_string()))?;
+        line.push(b'\n');
+        let path = &self.path;
+        let io = |op, source| FsError::Io {
+            op,
+            path: path.clone(),
+            source,
+        };
+        self.file.write_all(&line).map_err(|e| io("append to", e))?;
+        if event.is_turn_end() {
+            self.file.sync_data().map_err(|e| io("sync", e))?;
+        }
+        self.next_seq += 1;
+        Ok(event)
+    }
+}
+
+/// The highest valid `seq` in the file and whether it ends with a newline (or is empty).
+fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, bool), FsError> {
+    let io = |e| FsError::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source: e,
+    };
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut max = None;
+    let mut ends_cleanly = true;
+    for_each_line(&mut *file, path, |line, terminated| {
+        ends_cleanly = terminated;
+        if let Some(event) = StoredEvent::from_line(line) {
+            max = max.max(Some(event.seq));
+        }
+    })?;
+    Ok((max, ends_cleanly))
+}
+
+/// Calls `each` with every line (without its newline) and whether it was terminated; a line
+/// that is not a valid event is the caller's to skip.
+fn for_each_line(
+    file: impl Read,
+    path: &Path,
+    mut each: impl FnMut(&[u8], bool),
+) -> Result<(), FsError> {
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| FsError::Io {
+                op: "read",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+        if n == 0 {
+            return Ok(());
+        }
+        let terminated = line.last() == Some(&b'\n');
+        if terminated {
+            line.pop();
+        }
+        each(&line, terminated);
+    }
+}
+
+/// Every valid event of `id`'s log with `seq > after`, in file order. A line that is not a
+/// valid event is skipped and logged; an absent log (or sessions directory) is empty. A
+/// planted link or foreign file is refused.
+///
+/// A read racing an append can see a torn line in the middle of the file (measured: a line
+/// that crosses a page boundary read back with part of it still zero), which looks exactly
+/// like a corrupt line and would be a gap. So a read that met a bad line is repeated a few
+/// times, and only a line that stays bad is skipped.
+pub fn read_events(
+    workspace: &Root,
+    id: &SessionId,
+    after: i64,
+) -> Result<Vec<StoredEvent>, SessionLogError> {
+    const ATTEMPTS: u32 = 4;
+    let mut attempt = 1;
+    loop {
+        let (events, bad_lines) = read_events_once(workspace, id, after)?;
+        if bad_lines.is_empty() || attempt == ATTEMPTS {
+            for line in bad_lines {
+                tracing::warn!(session = %id, line, "skipping a log line that is not a valid event");
+            }
+            return Ok(events);
+        }
+        attempt += 1;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// One pass over the log: the events after `after` and the numbers of the bad lines.
+fn read_events_once(
+    workspace: &Root,
+    id: &SessionId,
+    after: i64,
+) -> Result<(Vec<StoredEvent>, Vec<usize>), SessionLogError> {
+    let path = id.log_path();
+    let file = match workspace.open_read(&path) {
+        Ok(file) => file,
+        Err(FsError::NotFound { .. }) => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&file).map_err(|e| io_error("stat", &path, e))?;
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(SessionLogError::NotOwned(path));
+    }
+    let mut events = Vec::new();
+    let mut bad_lines = Vec::new();
+    let mut number = 0usize;
+    for_each_line(file, &path, |line, terminated| {
+        number += 1;
+        match StoredEvent::from_line(line) {
+            Some(event) if i128::from(event.seq) > i128::from(after) => events.push(event),
+            Some(_) => {}
+            None if line.is_empty() => {}
+            // An unterminated last line is an append in progress (or cut by a crash): the
+            // live fan-out or the next read has it, so it is no reason to read again.
+            None if !terminated => {}
+            None => bad_lines.push(number),
+        }
+    })?;
+    Ok((events, bad_lines))
+}
+
+/// `SessionMeta` (§4.4), written tmp+rename and pretty-printed with a trailing newline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// The session.
+    pub session_id: String,
+    /// Its site.
+    pub slug: String,
+    /// The agent driver its turns run.
+    pub driver: String,
+    /// When it started (ISO-8601).
+    pub started_at: String,
+    /// Turns run so far.
+    pub turns: u32,
+    /// `idle|running|interrupted|error`.
+    pub state: String,
+    /// The driver's native resume token.
+    pub resume_token: Option<String>,
+    /// The identity epoch the token was minted under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_epoch: Option<i64>,
+    /// A commit refused at shutdown, to be made by the next boot's sweep.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovery_pending: bool,
+}
+
+/// `SessionSummary` (§4.5), what `GET /v1/sites/:slug/sessions` lists.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionSummary {
+    /// The session.
+    pub session_id: String,
+    /// When it started.
+    pub started_at: String,
+    /// Turns run so far.
+    pub turns: u32,
+    /// Its state.
+    pub state: String,
+}
+
+impl From<SessionMeta> for SessionSummary {
+    fn from(meta: SessionMeta) -> Self {
+        SessionSummary {
+            session_id: meta.session_id,
+            started_at: meta.started_at,
+            turns: meta.turns,
+            state: meta.state,
+        }
+    }
+}
+
+/// Writes `meta` atomically (0600) through the confined writer.
+pub fn write_meta(workspace: &Root, meta: &SessionMeta) -> Result<(), SessionLogError> {
+    let id = SessionId::parse(&meta.session_id)
+        .ok_or_else(|| SessionLogError::Meta(format!("bad session id {}", meta.session_id)))?;
+    workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+    workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
+    let mut bytes =
+        serde_json::to_vec_pretty(meta).map_err(|e| SessionLogError::Meta(e.to_string()))?;
+    bytes.push(b'\n');
+    workspace.write_atomic(id.meta_path(), &bytes, SESSION_FILE_MODE)?;
+    Ok(())
+}
+
+/// Reads `id`'s meta in site `slug`'s workspace: `None` when absent, or when its content names
+/// another session or site than its location (§4.4). A planted link is refused.
+pub fn read_meta(
+    workspace: &Root,
+    slug: &str,
+    id: &SessionId,
+) -> Result<Option<SessionMeta>, SessionLogError> {
+    let path = id.meta_path();
+    let file = match workspace.open_read(&path) {
+        Ok(file) => file,
+        Err(FsError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&file).map_err(|e| io_error("stat", &path, e))?;
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(SessionLogError::NotOwned(path));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_META_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| FsError::Io {
+            op: "read",
+            path: path.clone(),
+            source: e,
+        })?;
+    let meta: SessionMeta =
+        serde_json::from_slice(&bytes).map_err(|e| SessionLogError::Meta(e.to_string()))?;
+    Ok((meta.slug == slug && meta.session_id == id.as_str()).then_some(meta))
+}
+
+/// Every readable meta of site `slug`, newest `started_at` first; an unreadable or planted one
+/// is logged and left out.
+pub fn list_metas(workspace: &Root, slug: &str) -> Result<Vec<SessionMeta>, SessionLogError> {
+    let entries = match crate::tree::list_dir(workspace, Some(Path::new(SESSIONS_DIR))) {
+        Ok(entries) => entries,
+        Err(FsError::NotFound { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut metas: Vec<SessionMeta> = entries
+        .into_iter()
+        .filter(|(_, kind)| *kind == FileKind::File)
+        .filter_map(|(name, _)| SessionId::parse(name.to_str()?.strip_suffix(".meta.json")?))
+        .filter_map(|id| match read_meta(workspace, slug, &id) {
+            Ok(meta) => meta,
+            Err(e) => {
+                tracing::warn!(site = %slug, session = %id, error = %e, "skipping a session meta");
+                None
+            }
+        })
+        .collect();
+    metas.sort_by(|a, b| b.started_at.cmp(&a.started_at));
+    Ok(metas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workspace() -> (tempfile::TempDir, Root) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("site")).unwrap();
+        let root = Root::open(dir.path().join("site")).unwrap();
+        (dir, root)
+    }
+
+    #[test]
+    fn session_ids_are_lowercase_uuids_only() {
+        let id = SessionId::new_v4().unwrap();
+        assert_eq!(SessionId::parse(id.as_str()), Some(id.clone()));
+        assert_eq!(id.as_str().as_bytes()[14], b'4');
+        for bad in [
+            "",
+            "../../etc/passwd",
+            "0123456789abcdef",
+            "01234567-89ab-cdef-0123-456789ABCDEF",
+            "01234567-89ab-cdef-0123-456789abcdef0",
+            "01234567-89ab-cdef-0123/456789abcdef",
+            "01234567-89ab-cdef-0123-456789abcde%",
+        ] {
+            assert_eq!(SessionId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn seq_is_monotonic_and_continues_after_a_reopen() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        for i in 0..3 {
+            assert_eq!(log.append(json!({"type":"text","text":i})).unwrap().seq, i);
+        }
+        assert!(matches!(
+            log.append(json!({"text":"no type"})),
+            Err(SessionLogError::BadBody)
+        ));
+        drop(log);
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        assert_eq!(
+            log.append(json!({"type":"turn_end","state":"idle"}))
+                .unwrap()
+                .seq,
+            3
+        );
+        let seqs: Vec<u64> = read_events(&ws, &id, 0)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(read_events(&ws, &id, -1).unwrap().len(), 4);
+        let mode = std::fs::metadata(ws.path().join(id.log_path())).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn meta_round_trips_and_a_mislocated_one_is_absent() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        let meta = SessionMeta {
+            session_id: id.to_string(),
+            slug: "museum".into(),
+            driver: "claude_code".into(),
+            started_at: "2026-01-01T00:00:00.000Z".into(),
+            turns: 0,
+            state: "running".into(),
+            resume_token: None,
+            identity_epoch: Some(1),
+            recovery_pending: false,
+        };
+        write_meta(&ws, &meta).unwrap();
+        assert_eq!(read_meta(&ws, "museum", &id).unwrap(), Some(meta.clone()));
+        assert_eq!(read_meta(&ws, "other", &id).unwrap(), None);
+        let text = std::fs::read_to_string(ws.path().join(id.meta_path())).unwrap();
+        assert!(
+            text.ends_with("}\n") && !text.contains("recovery_pending"),
+            "{text}"
+        );
+        assert_eq!(list_metas(&ws, "museum").unwrap(), vec![meta]);
+    }
+
+    #[test]
+    fn a_cut_last_line_is_skipped_and_the_next_append_continues_the_seq() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        for i in 0..3 {
+            log.append(json!({"type":"text","text":i})).unwrap();
+        }
+        drop(log);
+        // A crash mid-append leaves half a line without its newline, and a bad line in the
+        // middle of a log (an old writer's bug) must not hide the ones after it.
+        let file = ws.path().join(id.log_path());
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        text.insert_str(0, "not json\n{\"seq\":99,\"ts\":\"x\",\"body\":{}}\n");
+        text.push_str(r#"{"seq":3,"ts":"2026-01-01T00:00:00.000Z","bo"#);
+        std::fs::write(&file, text).unwrap();
+
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        assert_eq!(log.next_seq(), 3);
+        assert_eq!(
+            log.append(json!({"type":"turn_end","state":"idle"}))
+                .unwrap()
+                .seq,
+            3
+        );
+        let events = read_events(&ws, &id, -1).unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [0, 1, 2, 3]);
+        assert!(events[3].is_turn_end());
+        // The cut line stays a line of its own; the new event did not glue onto it.
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("\"bo\n{\"seq\":3"), "{text}");
+    }
+
+    #[test]
+    fn planted_links_at_the_log_or_its_directory_are_refused_and_change_nothing() {
+        let (dir, ws) = workspace();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "keep\n").unwrap();
+        let id = SessionId::new_v4().unwrap();
+        std::fs::create_dir_all(ws.path().join(SESSIONS_DIR)).unwrap();
+        let log = ws.path().join(id.log_path());
+
+        std::os::unix::fs::symlink(&outside, &log).unwrap();
+        let err = SessionLog::open(&ws, &id).unwrap_err();
+        assert!(err.is_refusal(), "{err}");
+        let err = read_events(&ws, &id, -1).unwrap_err();
+        assert!(err.is_refusal(), "{err}");
+        std::fs::remove_file(&log).unwrap();
+
+        std::fs::hard_link(&outside, &log).unwrap();
+        let err = SessionLog::open(&ws, &id).unwrap_err();
+        assert!(
+            matches!(err, SessionLogError::Fs(FsError::HardLinkRefused { .. })),
+            "{err}"
+        );
+        std::fs::remove_file(&log).unwrap();
+
+        std::fs::remove_dir(ws.path().join(SESSIONS_DIR)).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, ws.path().join(SESSIONS_DIR)).unwrap();
+        let err = SessionLog::open(&ws, &id).unwrap_err();
+        assert!(err.is_refusal(), "{err}");
+        assert!(list_metas(&ws, "site").is_err());
+
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep\n");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,642 @@
+//! Agent sessions (§6): the live sessions of this process and their fan-out, the session → site
+//! index, listing, admission of a new session, and the SSE follow endpoint (§6.7).
+//!
+//! No agent driver exists yet, so an admitted session's first turn ends at once with the one
+//! honest error event, `turn_setup_failed`; the events, meta, holds and slots around it are
+//! the real ones a turn runner will use.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use atelier_fs::{FileKind, FsError, Root};
+use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
+use hyper::header::{HeaderValue, CONNECTION};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::actor::Actor;
+use crate::manifest::{self, Driver};
+use crate::reservations::{Busy, Hold, Reservation};
+use crate::session_log::{
+    self, SessionId, SessionLog, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
+};
+use crate::sites::{iso8601, SiteError, Sites};
+use crate::slug::Slug;
+
+/// The longest prompt, in UTF-16 code units as the original measured it.
+pub const MAX_PROMPT_UNITS: usize = 32 * 1024;
+/// Live events a subscriber may fall behind by before it catches up from the log instead.
+const FAN_OUT_CAPACITY: usize = 1024;
+/// SSE frames queued for one client before the follower waits for it.
+const CLIENT_QUEUE: usize = 64;
+/// The keep-alive comment's interval (§6.7).
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Why a session operation was refused or failed; `problem.rs` maps each to its problem.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A bad request field (prompt, `after`).
+    #[error("{0}")]
+    Validation(String),
+    /// No such session.
+    #[error("No session '{0}'")]
+    UnknownSession(String),
+    /// A site operation failed or refused (unknown site, busy, quota, …).
+    #[error(transparent)]
+    Site(#[from] SiteError),
+    /// Something holds the site.
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// Every global turn slot is taken.
+    #[error("At most {0} agent turns may run at once")]
+    MaxConcurrent(u32),
+    /// The site has no readable driver record (§6.2 step 3).
+    #[error("no driver record for site '{0}'")]
+    NoDriverRecord(String),
+    /// The log or meta failed or was refused.
+    #[error(transparent)]
+    Log(#[from] SessionLogError),
+    /// A blocking task failed.
+    #[error("session task failed: {0}")]
+    Task(String),
+}
+
+/// A session this process has touched: its log writer and the fan-out to live subscribers.
+#[derive(Debug)]
+pub struct LiveSession {
+    id: SessionId,
+    slug: String,
+    writer: Mutex<SessionLog>,
+    events: broadcast::Sender<Arc<StoredEvent>>,
+    running: AtomicBool,
+}
+
+impl LiveSession {
+    /// The session.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// Its site.
+    pub fn slug(&self) -> &str {
+        &self.slug
+    }
+
+    /// Appends `body` to the log and only then fans it out, under one lock so live order is
+    /// `seq` order. A `turn_end` marks the session's turn finished after it is fanned out, so
+    /// a follower that sees "not running" has the `turn_end` already buffered.
+    ///
+    /// Blocking: one `write(2)` (and a sync for `turn_end`).
+    pub fn append(&self, body: Value) -> Result<Arc<StoredEvent>, SessionLogError> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let event = Arc::new(writer.append(body)?);
+        // No subscriber is not an error: the log has it.
+        let _ = self.events.send(Arc::clone(&event));
+        if event.is_turn_end() {
+            self.running.store(false, Ordering::SeqCst);
+        }
+        Ok(event)
+    }
+
+    /// A receiver of every event appended from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.events.subscribe()
+    }
+
+    /// Whether a turn of this session is running (between [`Sessions::begin_turn`] and its
+    /// `turn_end`).
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+/// The session service, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    inner: Arc<SessionsState>,
+}
+
+#[derive(Debug)]
+struct SessionsState {
+    sites: Sites,
+    max_concurrent: u32,
+    running_turns: Mutex<u32>,
+    live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
+    index: Mutex<HashMap<SessionId, String>>,
+}
+
+/// One of the global turn slots; dropping it frees the slot.
+#[derive(Debug)]
+pub struct TurnSlot {
+    state: Arc<SessionsState>,
+}
+
+impl Drop for TurnSlot {
+    fn drop(&mut self) {
+        let mut n = self
+            .state
+            .running_turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+    }
+}
+
+impl Sessions {
+    /// The service over `sites`, with at most `max_concurrent` turns at once.
+    pub fn new(sites: Sites, max_concurrent: u32) -> Self {
+        Self {
+            inner: Arc::new(SessionsState {
+                sites,
+                max_concurrent,
+                running_turns: Mutex::new(0),
+                live: Mutex::new(HashMap::new()),
+                index: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Takes a global turn slot, or refuses with `max_concurrent_sessions`.
+    pub fn take_slot(&self) -> Result<TurnSlot, SessionError> {
+        let mut n = self
+            .inner
+            .running_turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *n >= self.inner.max_concurrent {
+            return Err(SessionError::MaxConcurrent(self.inner.max_concurrent));
+        }
+        *n += 1;
+        Ok(TurnSlot {
+            state: Arc::clone(&self.inner),
+        })
+    }
+
+    /// The live session `id`, if this process has one.
+    pub fn live(&self, id: &SessionId) -> Option<Arc<LiveSession>> {
+        let live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        live.get(id).cloned()
+    }
+
+    /// Marks a turn of session `id` on site `slug` running, opening its log on first touch
+    /// (the `seq` continues from the file), and returns the session to append to.
+    ///
+    /// Blocking: opens and scans the log.
+    pub fn begin_turn(&self, slug: &str, id: &SessionId) -> Result<Arc<LiveSession>, SessionError> {
+        let mut live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let session = match live.get(id) {
+            Some(session) => Arc::clone(session),
+            None => {
+                let workspace = self.workspace(slug)?;
+                let writer = SessionLog::open(&workspace, id)?;
+                let (events, _) = broadcast::channel(FAN_OUT_CAPACITY);
+                let session = Arc::new(LiveSession {
+                    id: id.clone(),
+                    slug: slug.to_owned(),
+                    writer: Mutex::new(writer),
+                    events,
+                    running: AtomicBool::new(false),
+                });
+                live.insert(id.clone(), Arc::clone(&session));
+                session
+            }
+        };
+        session.running.store(true, Ordering::SeqCst);
+        self.inner
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), slug.to_owned());
+        Ok(session)
+    }
+
+    fn workspace(&self, slug: &str) -> Result<Root, SessionError> {
+        let not_found = || SiteError::NotFound(slug.to_owned());
+        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+        let root = Root::open(&self.inner.sites.config().sites_root).map_err(SiteError::from)?;
+        match root.open_dir(slug.as_str()) {
+            Ok(workspace) => Ok(workspace),
+            Err(e @ FsError::Io { .. }) => Err(SiteError::from(e).into()),
+            // Missing, a file or a planted link: no workspace of a site.
+            Err(_) => Err(not_found().into()),
+        }
+    }
+
+    /// The site of session `id`: the in-memory index, else a scan of every site's metas.
+    ///
+    /// Blocking on a scan.
+    pub fn resolve(&self, id: &SessionId) -> Option<String> {
+        if let Some(slug) = self
+            .inner
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+        {
+            return Some(slug.clone());
+        }
+        let root = Root::open(&self.inner.sites.config().sites_root).ok()?;
+        let entries = crate::tree::list_dir(&root, None).ok()?;
+        let slug = entries
+            .into_iter()
+            .filter(|(_, kind)| *kind == FileKind::Dir)
+            .filter_map(|(name, _)| Slug::parse(name.to_str()?).ok())
+            .find(|slug| {
+                let Ok(workspace) = root.open_dir(slug.as_str()) else {
+                    return false;
+                };
+                // A husk without a manifest is no site.
+                if !matches!(
+                    manifest::read_manifest(&workspace, slug.as_str()),
+                    Ok(Some(_))
+                ) {
+                    return false;
+                }
+                matches!(
+                    session_log::read_meta(&workspace, slug.as_str(), id),
+                    Ok(Some(_))
+                )
+            })?
+            .to_string();
+        self.inner
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), slug.clone());
+        Some(slug)
+    }
+
+    /// `GET /v1/sites/:slug/sessions`: the site's sessions, newest first (404 unknown site).
+    ///
+    /// Blocking.
+    pub fn list(&self, slug: &str) -> Result<Vec<SessionSummary>, SessionError> {
+        self.inner.sites.get(slug)?;
+        let workspace = self.workspace(slug)?;
+        Ok(session_log::list_metas(&workspace, slug)?
+            .into_iter()
+            .map(SessionSummary::from)
+            .collect())
+    }
+
+    /// `POST /v1/sites/:slug/sessions` after the route's site and actor checks: the admission
+    /// order of §6.2 (confinement and driver admission are not built yet), the meta, and the
+    /// first turn launched detached. Returns the new session's id.
+    pub async fn start(
+        &self,
+        slug: &str,
+        body: &Value,
+        actor: &Actor,
+    ) -> Result<SessionId, SessionError> {
+        // 1. prompt.
+        let prompt = validate_prompt(body.get("prompt"), "prompt")?;
+        // 2-3. the site, then the driver: the body's when valid, else the driver record.
+        let this = self.clone();
+        let (owned_slug, body_driver) = (
+            slug.to_owned(),
+            body.get("driver")
+                .and_then(Value::as_str)
+                .and_then(Driver::parse),
+        );
+        let admitted = blocking(move || this.admit(&owned_slug, body_driver)).await?;
+        let (reservation, slot, driver) = admitted;
+        // 10. the meta, the live session, then the turn, detached.
+        let id = SessionId::new_v4().map_err(|e| SessionError::Task(e.to_string()))?;
+        let meta = SessionMeta {
+            session_id: id.to_string(),
+            slug: slug.to_owned(),
+            driver: driver.as_str().to_owned(),
+            started_at: iso8601(SystemTime::now()),
+            turns: 0,
+            state: "running".to_owned(),
+            resume_token: None,
+            identity_epoch: None,
+            recovery_pending: false,
+        };
+        let this = self.clone();
+        let (turn_meta, turn_slug, turn_id) = (meta.clone(), slug.to_owned(), id.clone());
+        let session = blocking(move || {
+            session_log::write_meta(&this.workspace(&turn_slug)?, &turn_meta)?;
+            this.begin_turn(&turn_slug, &turn_id)
+        })
+        .await?;
+        tracing::info!(site = %slug, session = %id, actor = %actor.username, "session started");
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            this.run_turn_without_driver(&session, meta, prompt);
+            drop((reservation, slot));
+        });
+        Ok(id)
+    }
+
+    /// Steps 2-9 of §6.2, blocking.
+    fn admit(
+        &self,
+        slug: &str,
+        body_driver: Option<Driver>,
+    ) -> Result<(Reservation, TurnSlot, Driver), SessionError> {
+        let sites = &self.inner.sites;
+        sites.get(slug)?;
+        let driver = match body_driver {
+            Some(driver) => driver,
+            None => sites
+                .recorded_driver(slug)
+                .ok_or_else(|| SessionError::NoDriverRecord(slug.to_owned()))?,
+        };
+        let reservation = sites.reservations().reserve(slug, Hold::Session)?;
+        // Under the hold: a delete that finished meanwhile leaves nothing to start in.
+        sites.get(slug)?;
+        sites.check_quota(slug, 0)?;
+        let slot = self.take_slot()?;
+        Ok((reservation, slot, driver))
+    }
+
+    /// The first turn while no driver exists: `turn_start`, one `turn_setup_failed` error, the
+    /// meta, `turn_end` — the runner's order (§6.4), with persistence failures logged.
+    fn run_turn_without_driver(
+        &self,
+        session: &LiveSession,
+        mut meta: SessionMeta,
+        prompt: String,
+    ) {
+        let turn = meta.turns + 1;
+        let id = session.id().clone();
+        let persist = |body: Value| {
+            if let Err(e) = session.append(body) {
+                tracing::error!(session = %id, error = %e, "could not persist a session event");
+            }
+        };
+        persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}));
+        tracing::warn!(session = %id, "turn setup failed: no agent driver is available yet");
+        persist(json!({"type": "error", "reason": "turn_setup_failed", "retriable": false}));
+        meta.turns = turn;
+        meta.state = "error".to_owned();
+        let written = self
+            .workspace(session.slug())
+            .and_then(|ws| Ok(session_log::write_meta(&ws, &meta)?));
+        if let Err(e) = written {
+            tracing::error!(session = %id, error = %e, "could not write the session meta");
+        }
+        persist(json!({"type": "turn_end", "state": "error"}));
+        // A failed turn_end append must not leave followers waiting for a turn that is over.
+        session.running.store(false, Ordering::SeqCst);
+    }
+
+    /// `GET /v1/sessions/:id/events?after=N` (§6.7): the stream response, or 404.
+    pub async fn follow(&self, id: &str, after: i64) -> Result<Response, SessionError> {
+        let unknown = SessionError::UnknownSession(id.to_owned());
+        let id = SessionId::parse(id).ok_or(unknown)?;
+        let this = self.clone();
+        let lookup = id.clone();
+        let slug = blocking(move || {
+            this.resolve(&lookup)
+                .ok_or_else(|| SessionError::UnknownSession(lookup.to_string()))
+        })
+        .await?;
+        // Subscribe before the log is read, so nothing appended meanwhile is missed.
+        let live = self.live(&id);
+        let receiver = live.as_ref().map(|session| session.subscribe());
+        let (frames, queue) = mpsc::channel(CLIENT_QUEUE);
+        let follower = Follower {
+            sessions: self.clone(),
+            slug,
+            id,
+            last: after,
+            frames,
+        };
+        tokio::spawn(follower.run(live, receiver));
+        let stream = futures_util::stream::unfold(queue, |mut queue| async move {
+            queue.recv().await.map(|frame| (frame, queue))
+        });
+        let mut response = sse_response(
+            stream,
+            SseKeepAlive::new(SSE_KEEP_ALIVE).with_comment("ping"),
+        );
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("keep-alive"));
+        Ok(response)
+    }
+}
+
+/// Parses `after` as JavaScript's `Number()` would for the cursor: absent → -1, empty → 0,
+/// non-finite → 400; a fraction is floored (seq > 1.5 is seq > 1).
+pub fn parse_after(value: Option<&str>) -> Result<i64, SessionError> {
+    let Some(value) = value else {
+        return Ok(-1);
+    };
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(0);
+    }
+    let number: f64 = match value.parse() {
+        Ok(n) if f64::is_finite(n) => n,
+        _ => return Err(SessionError::Validation("after must be a number".into())),
+    };
+    // Every seq is >= 0, so any cursor below -1 means "everything".
+    Ok(number.floor().clamp(-1.0, i64::MAX as f64) as i64)
+}
+
+/// A prompt or message: a string whose trim is non-empty, at most 32 Ki UTF-16 units.
+pub fn validate_prompt(value: Option<&Value>, field: &str) -> Result<String, SessionError> {
+    let text = value
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| SessionError::Validation(format!("{field} must be a non-empty string")))?;
+    if text.encode_utf16().count() > MAX_PROMPT_UNITS {
+        return Err(SessionError::Validation(format!("{field} exceeds 32 KiB")));
+    }
+    Ok(text.to_owned())
+}
+
+async fn blocking<T, F>(work: F) -> Result<T, SessionError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, SessionError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SessionError::Task(e.to_string()))?
+}
+
+/// One SSE client's follower: replay from the cursor, flush what arrived meanwhile, tail.
+struct Follower {
+    sessions: Sessions,
+    slug: String,
+    id: SessionId,
+    /// The highest `seq` sent (or the cursor).
+    last: i64,
+    frames: mpsc::Sender<SseEvent>,
+}
+
+/// What the follower does after sending some events.
+enum Next {
+    Continue,
+    /// The client went away, the stream ended, or a `turn_end` was delivered.
+    Stop,
+}
+
+impl Follower {
+    async fn run(
+        mut self,
+        live: Option<Arc<LiveSession>>,
+        receiver: Option<broadcast::Receiver<Arc<StoredEvent>>>,
+    ) {
+        // The backlog, earlier turns' turn_ends included, never closes the stream by itself.
+        if let Next::Stop = self.catch_up(false).await {
+            return;
+        }
+        let (Some(live), Some(mut receiver)) = (live, receiver) else {
+            return;
+        };
+        // Read before the buffer is drained: a turn seen finished here has its turn_end in
+        // the buffer already, since `running` is cleared only after the fan-out.
+        let running = live.is_running();
+        loop {
+            match receiver.try_recv() {
+                Ok(event) => {
+                    if let Next::Stop = self.deliver(&event).await {
+                        return;
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    if let Next::Stop = self.catch_up(true).await {
+                        return;
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    self.catch_up(true).await;
+                    return;
+                }
+            }
+        }
+        if !running {
+            return;
+        }
+        loop {
+            let next = tokio::select! {
+                next = receiver.recv() => next,
+                () = self.frames.closed() => return,
+            };
+            let step = match next {
+                Ok(event) => self.deliver(&event).await,
+                // Fell behind the fan-out: the log is authoritative, read the rest from it.
+                Err(broadcast::error::RecvError::Lagged(_)) => self.catch_up(true).await,
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.catch_up(true).await;
+                    Next::Stop
+                }
+            };
+            if let Next::Stop = step {
+                return;
+            }
+        }
+    }
+
+    /// Sends a live event unless it was already sent; a `turn_end` ends the stream either way,
+    /// because only the current turn's end can be fanned out after the subscription.
+    async fn deliver(&mut self, event: &StoredEvent) -> Next {
+        if i128::from(event.seq) > i128::from(self.last) {
+            if let Next::Stop = self.send(event).await {
+                return Next::Stop;
+            }
+        }
+        if event.is_turn_end() {
+            Next::Stop
+        } else {
+            Next::Continue
+        }
+    }
+
+    async fn send(&mut self, event: &StoredEvent) -> Next {
+        let data = match serde_json::to_string(event) {
+            Ok(data) => data,
+            Err(_) => return Next::Stop,
+        };
+        let frame = SseEvent::new(data).with_id(event.seq.to_string());
+        if self.frames.send(frame).await.is_err() {
+            return Next::Stop;
+        }
+        self.last = i64::try_from(event.seq).unwrap_or(i64::MAX);
+        Next::Continue
+    }
+
+    /// Sends every logged event after the last one sent. With `stop_at_turn_end`, a
+    /// `turn_end` among them ends the stream (it can only be the followed turn's).
+    async fn catch_up(&mut self, stop_at_turn_end: bool) -> Next {
+        let (sessions, slug, id, after) = (
+            self.sessions.clone(),
+            self.slug.clone(),
+            self.id.clone(),
+            self.last,
+        );
+        let read = blocking(move || {
+            let workspace = sessions.workspace(&slug)?;
+            Ok(session_log::read_events(&workspace, &id, after)?)
+        })
+        .await;
+        let events = match read {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!(session = %self.id, error = %e, "session replay failed");
+                let frame = SseEvent::new(r#"{"reason":"replay_failed"}"#).with_event("error");
+                let _ = self.frames.send(frame).await;
+                return Next::Stop;
+            }
+        };
+        for event in &events {
+            if let Next::Stop = self.send(event).await {
+                return Next::Stop;
+            }
+            if stop_at_turn_end && event.is_turn_end() {
+                return Next::Stop;
+            }
+        }
+        Next::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_parses_as_the_original_did() {
+        let cases: [(Option<&str>, Option<i64>); 9] = [
+            (None, Some(-1)),
+            (Some(""), Some(0)),
+            (Some("5"), Some(5)),
+            (Some(" 7 "), Some(7)),
+            (Some("1.5"), Some(1)),
+            (Some("-1"), Some(-1)),
+            (Some("-40"), Some(-1)),
+            (Some("abc"), None),
+            (Some("inf"), None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_after(input).ok(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn prompts_are_checked_in_utf16_units() {
+        assert!(validate_prompt(Some(&json!("  ")), "prompt").is_err());
+        assert!(validate_prompt(Some(&json!(3)), "prompt").is_err());
+        assert!(validate_prompt(None, "prompt").is_err());
+        let max = "é".repeat(MAX_PROMPT_UNITS);
+        assert!(validate_prompt(Some(&json!(max)), "prompt").is_ok());
+        let over = "😀".repeat(MAX_PROMPT_UNITS / 2 + 1);
+        let err = validate_prompt(Some(&json!(over)), "prompt").unwrap_err();
+        assert_eq!(err.to_string(), "prompt exceeds 32 KiB");
+    }
+}

@@ -1,0 +1,641 @@
+//! Sessions over a real unix socket: the SSE follow's seam (no gap, no duplicate), replay of a
+//! finished session, listing, admission refusals, and planted links under `.builder/`.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
+)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use atelier_sited::reservations::Hold;
+use atelier_sited::session_log::{SessionId, SessionMeta, SESSIONS_DIR};
+use atelier_sited::{RawSettings, Router};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::net::UnixStream;
+
+const TOKEN: &str = "test-service-token-000000000000000000000000";
+const BASE: &str = "/publication/site_builder";
+
+struct Instance {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    socket: PathBuf,
+    router: Router,
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// One SSE frame as a client parses it.
+#[derive(Debug, Clone, PartialEq)]
+struct Frame {
+    id: Option<String>,
+    event: Option<String>,
+    data: String,
+}
+
+async fn open(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    body: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    let stream = UnixStream::connect(socket).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("{BASE}{path}"))
+        .header("host", "sited")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    sender.send_request(request).await.expect("response")
+}
+
+async fn call(instance: &Instance, method: Method, path: &str, body: Value) -> Reply {
+    let text = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let response = open(&instance.socket, method, path, &text).await;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// Follows `/v1/sessions/<id>/events?after=<after>` until the server closes the stream.
+async fn follow(socket: &Path, id: &str, after: i64) -> (hyper::HeaderMap, Vec<Frame>) {
+    let response = open(
+        socket,
+        Method::GET,
+        &format!("/v1/sessions/{id}/events?after={after}"),
+        "",
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
+        .await
+        .expect("the stream closes")
+        .unwrap()
+        .to_bytes();
+    (headers, parse_frames(std::str::from_utf8(&body).unwrap()))
+}
+
+fn parse_frames(text: &str) -> Vec<Frame> {
+    assert!(text.is_empty() || text.ends_with("\n\n"), "{text:?}");
+    text.split_terminator("\n\n")
+        .filter(|block| !block.starts_with(':'))
+        .map(|block| {
+            let mut frame = Frame {
+                id: None,
+                event: None,
+                data: String::new(),
+            };
+            for line in block.lines() {
+                let (field, value) = line.split_once(": ").unwrap_or_else(|| panic!("{line:?}"));
+                match field {
+                    "id" => frame.id = Some(value.to_owned()),
+                    "event" => frame.event = Some(value.to_owned()),
+                    "data" => frame.data = value.to_owned(),
+                    other => panic!("unexpected field {other}"),
+                }
+            }
+            frame
+        })
+        .collect()
+}
+
+/// The `seq`s of event frames, checking each `id:` is its data's `seq`.
+fn seqs(frames: &[Frame]) -> Vec<u64> {
+    frames
+        .iter()
+        .map(|f| {
+            assert_eq!(f.event, None, "{f:?}");
+            let data: Value = serde_json::from_str(&f.data).unwrap();
+            let seq = data["seq"].as_u64().unwrap();
+            assert_eq!(f.id.as_deref(), Some(seq.to_string().as_str()));
+            seq
+        })
+        .collect()
+}
+
+fn write_site_table(root: &Path) {
+    let ws = root.join("www/alpha.example.org");
+    let ws = ws.to_str().unwrap();
+    let body = serde_json::to_string_pretty(&json!({
+        "version": 1, "instance": "test", "webspace_base": root.join("www"),
+        "sites": [{
+            "slug": "alpha", "domain": "alpha.example.org", "webspace": ws,
+            "surfaces": {
+                "preprod": {"store_dir": format!("{ws}/.releases/pre"), "link_path": format!("{ws}/pre")},
+                "prod": {"store_dir": format!("{ws}/.releases/web"), "link_path": format!("{ws}/web")},
+            }
+        }],
+    }))
+    .unwrap()
+        + "\n";
+    let stamp = format!(
+        "// atelier-provision: test sites {}\n",
+        hex::encode(Sha256::digest(body.as_bytes()))
+    );
+    std::fs::write(root.join("sites.json"), stamp + &body).unwrap();
+}
+
+/// An instance serving on a fresh socket, with site `alpha` created through the API.
+async fn instance(max_concurrent_sessions: u32) -> Instance {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    for sub in ["sites", "audit", "www/alpha.example.org"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    std::fs::write(
+        root.join("www/alpha.example.org/.atelier_instance"),
+        "test\n",
+    )
+    .unwrap();
+    write_site_table(&root);
+    let settings = RawSettings {
+        instance: "test".into(),
+        service_token: Some(TOKEN.into()),
+        sites_root: Some(root.join("sites")),
+        audit_dir: Some(root.join("audit")),
+        site_table_file: Some(root.join("sites.json")),
+        publication_api_url: Some("https://api.example.org/publication/v2".into()),
+        templates_dir: Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../templates")
+                .canonicalize()
+                .unwrap(),
+        ),
+        max_concurrent_sessions: Some(max_concurrent_sessions),
+        ..RawSettings::default()
+    }
+    .validate()
+    .unwrap();
+    let router = Router::new(&settings);
+    let socket = root.join("sited.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let served = router.clone();
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request| {
+            let router = served.clone();
+            async move { router.handle(request).await }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    let instance = Instance {
+        _dir: dir,
+        root,
+        socket,
+        router,
+    };
+    let created = call(
+        &instance,
+        Method::POST,
+        "/v1/sites",
+        json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    instance
+}
+
+fn actor() -> Value {
+    json!({"user_id": 42, "username": "ana"})
+}
+
+/// A deterministic stream of numbers for cursors and pacing.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_joining_mid_turn_gets_every_event_after_its_cursor_exactly_once() {
+    const EVENTS: u64 = 400;
+    const CLIENTS: usize = 4;
+    let instance = instance(2).await;
+    let mut rng = Lcg(7);
+    let mut joined_mid_turn = 0;
+    for round in 0..25 {
+        let id = SessionId::new_v4().unwrap();
+        let session = instance.router.sessions().begin_turn("alpha", &id).unwrap();
+        let written = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (session, written) = (Arc::clone(&session), Arc::clone(&written));
+            std::thread::spawn(move || {
+                for i in 0..EVENTS {
+                    session
+                        .append(json!({"type": "text", "text": format!("{i}")}))
+                        .unwrap();
+                    written.store(i + 1, Ordering::SeqCst);
+                    if i % 8 == 0 {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+                session
+                    .append(json!({"type": "turn_end", "state": "idle"}))
+                    .unwrap();
+            })
+        };
+        let mut clients = Vec::new();
+        for _ in 0..CLIENTS {
+            let wait = Duration::from_micros(rng.below(8_000));
+            let pick = rng.below(1_000);
+            let socket = instance.socket.clone();
+            let written = Arc::clone(&written);
+            let id = id.to_string();
+            clients.push(tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let now = written.load(Ordering::SeqCst);
+                // A cursor anywhere in what exists so far, -1 included.
+                let after = i64::try_from(pick % (now + 1)).unwrap() - 1;
+                let (_, frames) = follow(&socket, &id, after).await;
+                (after, now, frames)
+            }));
+        }
+        for client in clients {
+            let (after, now, frames) = client.await.unwrap();
+            if now < EVENTS {
+                joined_mid_turn += 1;
+            }
+            let want: Vec<u64> = (u64::try_from(after + 1).unwrap()..=EVENTS).collect();
+            assert_eq!(
+                seqs(&frames),
+                want,
+                "round {round}, after {after}, joined at {now}"
+            );
+            let last: Value = serde_json::from_str(&frames.last().unwrap().data).unwrap();
+            assert_eq!(last["body"]["type"], "turn_end");
+        }
+        writer.join().unwrap();
+    }
+    assert!(
+        joined_mid_turn > 10,
+        "only {joined_mid_turn} followers joined mid-turn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_falls_behind_the_fan_out_catches_up_from_the_log() {
+    const EVENTS: u64 = 6_000;
+    let instance = instance(2).await;
+    let id = SessionId::new_v4().unwrap();
+    let session = instance.router.sessions().begin_turn("alpha", &id).unwrap();
+    // Connect and read nothing while far more events than the fan-out holds are appended.
+    let response = open(
+        &instance.socket,
+        Method::GET,
+        &format!("/v1/sessions/{id}/events"),
+        "",
+    )
+    .await;
+    let writer = std::thread::spawn(move || {
+        for i in 0..EVENTS {
+            session
+                .append(json!({"type": "text", "text": "x".repeat(200), "i": i}))
+                .unwrap();
+        }
+        session
+            .append(json!({"type": "turn_end", "state": "idle"}))
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let body = tokio::time::timeout(Duration::from_secs(60), response.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    writer.join().unwrap();
+    let frames = parse_frames(std::str::from_utf8(&body).unwrap());
+    assert_eq!(seqs(&frames), (0..=EVENTS).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_started_session_ends_in_turn_setup_failed_and_its_replay_closes_after_turn_end() {
+    let instance = instance(2).await;
+    let started = call(
+        &instance,
+        Method::POST,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": "Make a museum page", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    assert!(SessionId::parse(&id).is_some(), "{id}");
+
+    let (headers, frames) = follow(&instance.socket, &id, -1).await;
+    for (name, value) in [
+        ("content-type", "text/event-stream; charset=utf-8"),
+        ("cache-control", "no-store"),
+        ("x-accel-buffering", "no"),
+    ] {
+        assert_eq!(headers[name], value, "{name}");
+    }
+    assert_eq!(seqs(&frames), [0, 1, 2]);
+    let bodies: Vec<Value> = frames
+        .iter()
+        .map(|f| serde_json::from_str::<Value>(&f.data).unwrap()["body"].clone())
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            json!({"type": "turn_start", "turn": 1, "prompt": "Make a museum page"}),
+            json!({"type": "error", "reason": "turn_setup_failed", "retriable": false}),
+            json!({"type": "turn_end", "state": "error"}),
+        ]
+    );
+    let (_, tail) = follow(&instance.socket, &id, 1).await;
+    assert_eq!(seqs(&tail), [2]);
+    let (_, none) = follow(&instance.socket, &id, 2).await;
+    assert!(none.is_empty());
+
+    // The site is freed just after the turn_end, and the list shows the finished session.
+    for _ in 0..200 {
+        if instance
+            .router
+            .sites()
+            .reservations()
+            .holder("alpha")
+            .is_none()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(instance.router.sites().reservations().holder("alpha"), None);
+    let list = call(
+        &instance,
+        Method::GET,
+        "/v1/sites/alpha/sessions",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(list.status, StatusCode::OK);
+    let data = &list.json()["data"];
+    assert_eq!(data[0]["session_id"], id.as_str());
+    assert_eq!(data[0]["turns"], 1);
+    assert_eq!(data[0]["state"], "error");
+
+    // A second turn: the replay runs through the first turn's turn_end and stops at the second.
+    let sid = SessionId::parse(&id).unwrap();
+    let session = instance
+        .router
+        .sessions()
+        .begin_turn("alpha", &sid)
+        .unwrap();
+    session
+        .append(json!({"type": "turn_start", "turn": 2, "prompt": "again"}))
+        .unwrap();
+    session
+        .append(json!({"type": "turn_end", "state": "idle"}))
+        .unwrap();
+    let (_, frames) = follow(&instance.socket, &id, -1).await;
+    assert_eq!(seqs(&frames), [0, 1, 2, 3, 4]);
+
+    // A fresh router (a restart) finds the session from its meta and continues its seq.
+    let restarted = Router::new(&instance_settings(&instance));
+    let session = restarted.sessions().begin_turn("alpha", &sid).unwrap();
+    assert_eq!(
+        session
+            .append(json!({"type": "text", "text": "x"}))
+            .unwrap()
+            .seq,
+        5
+    );
+}
+
+fn instance_settings(instance: &Instance) -> atelier_sited::Settings {
+    let root = &instance.root;
+    RawSettings {
+        instance: "test".into(),
+        service_token: Some(TOKEN.into()),
+        sites_root: Some(root.join("sites")),
+        audit_dir: Some(root.join("audit")),
+        site_table_file: Some(root.join("sites.json")),
+        publication_api_url: Some("https://api.example.org/publication/v2".into()),
+        templates_dir: Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../templates")
+                .canonicalize()
+                .unwrap(),
+        ),
+        ..RawSettings::default()
+    }
+    .validate()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn session_routes_refuse_in_the_contracts_order() {
+    let instance = instance(1).await;
+    let post = |body: Value| call(&instance, Method::POST, "/v1/sites/alpha/sessions", body);
+    let good = json!({"prompt": "hi", "actor": actor()});
+
+    // 404 for an unknown site wins over a missing actor; then actor, then prompt.
+    let got = call(
+        &instance,
+        Method::POST,
+        "/v1/sites/nosuch/sessions",
+        json!({}),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        post(json!({"prompt": "hi"})).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let got = post(json!({"prompt": "  ", "actor": actor()})).await;
+    assert_eq!(got.json()["detail"], "prompt must be a non-empty string");
+
+    // 409 with the holder's reason while anything holds the site.
+    let held = instance
+        .router
+        .sites()
+        .reservations()
+        .reserve("alpha", Hold::Build)
+        .unwrap();
+    let got = post(good.clone()).await;
+    assert_eq!(got.status, StatusCode::CONFLICT);
+    assert_eq!(got.json()["reason"], "build_running");
+    drop(held);
+
+    // 429 when every global turn slot is taken.
+    let slot = instance.router.sessions().take_slot().unwrap();
+    let got = post(good.clone()).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(got.json()["reason"], "max_concurrent_sessions");
+    drop(slot);
+
+    // 503 when the site has no driver record and the body names none.
+    let record = instance.root.join("sites/.driver_records/alpha.json");
+    let saved = std::fs::read(&record).unwrap();
+    std::fs::remove_file(&record).unwrap();
+    let got = post(good.clone()).await;
+    assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(got.json()["reason"], "confinement_unavailable");
+    std::fs::write(&record, saved).unwrap();
+    assert_eq!(post(good).await.status, StatusCode::CREATED);
+
+    // Unknown sessions and bad cursors; a stale id shape never reaches a path.
+    let unknown = SessionId::new_v4().unwrap();
+    let got = call(
+        &instance,
+        Method::GET,
+        &format!("/v1/sessions/{unknown}/events"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+    assert_eq!(got.json()["detail"], format!("No session '{unknown}'"));
+    let got = call(
+        &instance,
+        Method::GET,
+        "/v1/sessions/..%2F..%2Fsite.json/events",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+    let got = call(
+        &instance,
+        Method::GET,
+        &format!("/v1/sessions/{unknown}/events?after=x"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST);
+    assert_eq!(got.json()["detail"], "after must be a number");
+    let got = call(
+        &instance,
+        Method::GET,
+        "/v1/sites/nosuch/sessions",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+    let got = call(
+        &instance,
+        Method::DELETE,
+        "/v1/sites/alpha/sessions",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(got.headers["allow"], "GET, POST");
+}
+
+#[tokio::test]
+async fn a_planted_log_link_is_refused_and_nothing_outside_is_touched() {
+    let instance = instance(2).await;
+    let outside = instance.root.join("outside.jsonl");
+    let secret = "{\"seq\":0,\"ts\":\"x\",\"body\":{\"type\":\"text\",\"text\":\"SECRET\"}}\n";
+    std::fs::write(&outside, secret).unwrap();
+    let id = SessionId::new_v4().unwrap();
+    let ws = instance.root.join("sites/alpha");
+    let sessions_dir = ws.join(SESSIONS_DIR);
+    std::fs::create_dir_all(&sessions_dir).unwrap();
+    // A genuine meta, so the session resolves, beside a log that is a link out.
+    let meta = SessionMeta {
+        session_id: id.to_string(),
+        slug: "alpha".into(),
+        driver: "claude_code".into(),
+        started_at: "2026-01-01T00:00:00.000Z".into(),
+        turns: 1,
+        state: "idle".into(),
+        resume_token: None,
+        identity_epoch: None,
+        recovery_pending: false,
+    };
+    let workspace = atelier_fs::Root::open(&ws).unwrap();
+    atelier_sited::session_log::write_meta(&workspace, &meta).unwrap();
+    std::os::unix::fs::symlink(&outside, sessions_dir.join(format!("{id}.jsonl"))).unwrap();
+
+    let err = instance
+        .router
+        .sessions()
+        .begin_turn("alpha", &id)
+        .unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    let (_, frames) = follow(&instance.socket, id.as_str(), -1).await;
+    assert_eq!(
+        frames,
+        [Frame {
+            id: None,
+            event: Some("error".into()),
+            data: r#"{"reason":"replay_failed"}"#.into()
+        }]
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), secret);
+
+    // A planted meta link is left out of the list, never followed.
+    let other = SessionId::new_v4().unwrap();
+    let planted = instance.root.join("planted.meta.json");
+    std::fs::write(
+        &planted,
+        serde_json::to_vec(&SessionMeta {
+            session_id: other.to_string(),
+            ..meta.clone()
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&planted, sessions_dir.join(format!("{other}.meta.json"))).unwrap();
+    let list = call(
+        &instance,
+        Method::GET,
+        "/v1/sites/alpha/sessions",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        list.json()["data"],
+        json!([{"session_id": id.as_str(), "started_at": meta.started_at, "turns": 1, "state": "idle"}])
+    );
+    let got = call(
+        &instance,
+        Method::GET,
+        &format!("/v1/sessions/{other}/events"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::NOT_FOUND);
+}
