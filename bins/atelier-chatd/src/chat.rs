@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use atelier_http::{ndjson_response, Request, Response};
-use atelier_llm::LoopEvent;
+use atelier_llm::{LoopEvent, ModelCapabilities};
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH};
 use serde::Deserialize;
 use serde_json::Value;
@@ -48,16 +48,61 @@ pub struct Turn {
     pub history: Vec<HistoryEntry>,
     /// The bridge for browser tools; its snapshot is the editor state.
     pub bridge: Arc<Bridge>,
+    /// What the model can do, as resolved before the turn was stored (`None` when the runner
+    /// resolves nothing).
+    pub capabilities: Option<ModelCapabilities>,
     /// Where the runner sends its events (everything of §2 but `bridgeReady`); the turn ends
     /// with the runner's future, or at its first `done` or `error`.
     pub events: mpsc::UnboundedSender<LoopEvent>,
 }
+
+/// Why a turn is refused before anything is stored (both answered 422, §1.2 steps 11–12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelRefusal {
+    /// The turn carries an image and the model is not known to see.
+    NoVision,
+    /// The turn offers tools and the model is known not to call them.
+    NoToolCalling,
+}
+
+/// What a runner's capability check answers: the model's capabilities, or why it refuses.
+pub type Preflight =
+    Pin<Box<dyn Future<Output = Result<Option<ModelCapabilities>, ModelRefusal>> + Send + 'static>>;
 
 /// Runs one turn: drives the model and tools, sending [`LoopEvent`]s. Dropping the future
 /// aborts the turn.
 pub trait TurnRunner: Send + Sync + 'static {
     /// Runs `turn`.
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+    /// Checks, before anything is stored, that the conversation's model can take a turn
+    /// whose content `has_images` in `scope` for `caller`. A runner that knows nothing of
+    /// models (the default) refuses nothing.
+    fn preflight(
+        &self,
+        caller: &Caller,
+        conversation: &Conversation,
+        has_images: bool,
+    ) -> Preflight {
+        let _ = (caller, conversation, has_images);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// The capability gate of §1.2 steps 11–12: an image needs vision; an agent turn (one that
+/// offers tools) needs tool calling.
+pub fn check_capabilities(
+    capabilities: &ModelCapabilities,
+    has_images: bool,
+    offers_tools: bool,
+) -> Result<(), ModelRefusal> {
+    if has_images && !capabilities.vision_input {
+        return Err(ModelRefusal::NoVision);
+    }
+    if offers_tools && !capabilities.tool_calling {
+        return Err(ModelRefusal::NoToolCalling);
+    }
+    Ok(())
 }
 
 /// The runner of a chatd with no provider wiring: every turn ends with an error event.
@@ -197,6 +242,18 @@ pub(crate) async fn handle(
     if conversation.credential_id.is_none() {
         return Err(ApiError::NoCredential);
     }
+    // A client that goes away while this resolves drops this future: nothing was stored.
+    let has_images = content
+        .iter()
+        .any(|block| matches!(block, ContentBlock::Image { .. }));
+    let capabilities = state
+        .runner
+        .preflight(caller, &conversation, has_images)
+        .await
+        .map_err(|refusal| match refusal {
+            ModelRefusal::NoVision => ApiError::ModelWithoutVision,
+            ModelRefusal::NoToolCalling => ApiError::ModelWithoutTools,
+        })?;
     // Before anything is appended: a second concurrent send is refused here, retryably.
     let lease = state
         .leases
@@ -249,6 +306,7 @@ pub(crate) async fn handle(
         conversation,
         history,
         bridge: Arc::clone(&bridge),
+        capabilities,
         events: loop_tx,
     };
     let run = state.runner.run(turn);
@@ -586,6 +644,29 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn images_need_vision_and_agent_turns_need_tools() {
+        let caps = |vision, tools| ModelCapabilities {
+            tool_calling: tools,
+            vision_input: vision,
+            tool_result_images: false,
+            prompt_cache: false,
+            streaming: true,
+            context_window: None,
+        };
+        assert_eq!(check_capabilities(&caps(true, true), true, true), Ok(()));
+        assert_eq!(
+            check_capabilities(&caps(false, true), true, false),
+            Err(ModelRefusal::NoVision)
+        );
+        assert_eq!(check_capabilities(&caps(false, true), false, true), Ok(()));
+        assert_eq!(
+            check_capabilities(&caps(true, false), false, true),
+            Err(ModelRefusal::NoToolCalling)
+        );
+        assert_eq!(check_capabilities(&caps(true, false), true, false), Ok(()));
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub enum ApiError {
     /// The conversation's credential or model changed while the send was being checked.
     #[error("The conversation model changed while this message was being prepared. Send again.")]
     ModelChanged,
+    /// The turn carries an image and the conversation's model cannot see.
+    #[error("The selected model does not support image input. Choose a vision-capable model.")]
+    ModelWithoutVision,
+    /// The turn offers tools and the conversation's model does not call them.
+    #[error("The selected model does not support tool calling. Choose an agent-capable model.")]
+    ModelWithoutTools,
     /// The bridge or the request is unknown, finished, or someone else's.
     #[error(
         "The AI tool bridge is no longer active. The server may have restarted; send the message again."
@@ -95,6 +101,9 @@ impl ApiError {
             | ApiError::NoCredential => StatusCode::BAD_REQUEST,
             ApiError::ChatTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ConversationBusy | ApiError::ModelChanged => StatusCode::CONFLICT,
+            ApiError::ModelWithoutVision | ApiError::ModelWithoutTools => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

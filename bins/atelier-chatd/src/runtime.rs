@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use atelier_llm::{
     run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
-    Message, Role as LlmRole, ToolCall, ToolDefinition, ToolExecutor, ToolRejection, ToolResult,
+    Message, ModelCapabilities, Role as LlmRole, ToolCall, ToolDefinition, ToolExecutor,
+    ToolRejection, ToolResult,
 };
 
 use crate::auth::{Caller, Capability};
 use crate::bridge::Bridge;
-use crate::chat::{Turn, TurnRunner};
+use crate::chat::{check_capabilities, Preflight, Turn, TurnRunner};
 use crate::store::history::HistoryEntry;
 use crate::store::{ContentBlock, Conversation, Scope};
 
@@ -26,7 +27,15 @@ pub trait Providers: Send + Sync + 'static {
         caller: &Caller,
         conversation: &Conversation,
     ) -> Result<Arc<dyn Driver>, String>;
+
+    /// What `conversation`'s model can do, resolved per turn — typically through an
+    /// `atelier_llm::CapabilityResolver` kept per provider, so it is cached and de-duplicated
+    /// and fails closed for vision. The future must not borrow `self`.
+    fn capabilities(&self, caller: &Caller, conversation: &Conversation) -> CapabilityFuture;
 }
+
+/// A capability lookup in flight (see [`Providers::capabilities`]).
+pub type CapabilityFuture = Pin<Box<dyn Future<Output = ModelCapabilities> + Send + 'static>>;
 
 /// Runs turns through the shared tool loop.
 pub struct LoopRunner {
@@ -68,11 +77,30 @@ impl LoopRunner {
 }
 
 impl TurnRunner for LoopRunner {
+    fn preflight(
+        &self,
+        caller: &Caller,
+        conversation: &Conversation,
+        has_images: bool,
+    ) -> Preflight {
+        let offers_tools = !self.offered_tools(conversation.scope, caller).is_empty();
+        let lookup = self.providers.capabilities(caller, conversation);
+        Box::pin(async move {
+            let capabilities = lookup.await;
+            check_capabilities(&capabilities, has_images, offers_tools)?;
+            Ok(Some(capabilities))
+        })
+    }
+
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let scope = turn.conversation.scope;
         let tools = self.offered_tools(scope, &turn.caller);
         let driver = self.providers.driver(&turn.caller, &turn.conversation);
-        let options = self.options.clone();
+        let mut options = self.options.clone();
+        if let Some(capabilities) = &turn.capabilities {
+            // Screenshots go back as images only to models that take them in tool results.
+            options.tool_result_images &= capabilities.tool_result_images;
+        }
         Box::pin(async move {
             let driver = match driver {
                 Ok(driver) => driver,
@@ -227,6 +255,10 @@ mod tests {
     impl Providers for NoProviders {
         fn driver(&self, _: &Caller, _: &Conversation) -> Result<Arc<dyn Driver>, String> {
             Err("none".into())
+        }
+
+        fn capabilities(&self, _: &Caller, _: &Conversation) -> CapabilityFuture {
+            Box::pin(async { atelier_llm::ProviderKind::Anthropic.static_capabilities() })
         }
     }
 

@@ -5,16 +5,18 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atelier_chatd::auth::Caller;
-use atelier_chatd::runtime::{LoopRunner, Providers};
+use atelier_chatd::runtime::{CapabilityFuture, LoopRunner, Providers};
 use atelier_chatd::store::{Conversation, Scope, Store};
 use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
-use atelier_llm::{AnthropicDriver, Driver, Endpoint, ToolDefinition};
+use atelier_llm::{
+    AnthropicDriver, CapabilityResolver, Driver, Endpoint, ProviderKind, ToolDefinition,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -117,6 +119,8 @@ async fn start_provider(script: Vec<Transcript>) -> Provider {
 
 struct ScriptedAnthropic {
     base_url: String,
+    /// Where the model's capabilities are looked up; Anthropic's static answer when `None`.
+    capabilities: Option<(Arc<CapabilityResolver>, Endpoint)>,
 }
 
 impl Providers for ScriptedAnthropic {
@@ -132,6 +136,14 @@ impl Providers for ScriptedAnthropic {
         );
         Ok(Arc::new(AnthropicDriver::new(endpoint)))
     }
+
+    fn capabilities(&self, _caller: &Caller, conversation: &Conversation) -> CapabilityFuture {
+        let Some((resolver, endpoint)) = self.capabilities.clone() else {
+            return Box::pin(async { ProviderKind::Anthropic.static_capabilities() });
+        };
+        let model = conversation.model_id.clone();
+        Box::pin(async move { resolver.resolve(&endpoint, &model).await })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -145,6 +157,13 @@ struct Chatd {
 }
 
 fn start_chatd(provider: &Provider) -> Chatd {
+    start_chatd_with(provider, None)
+}
+
+fn start_chatd_with(
+    provider: &Provider,
+    capabilities: Option<(Arc<CapabilityResolver>, Endpoint)>,
+) -> Chatd {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("chatd.sock");
     let database = dir.path().join("chat.sqlite3");
@@ -164,6 +183,7 @@ fn start_chatd(provider: &Provider) -> Chatd {
     let runner = LoopRunner::new(
         Arc::new(ScriptedAnthropic {
             base_url: provider.base_url.clone(),
+            capabilities,
         }),
         vec![(Scope::Site, tool)],
     );
@@ -528,4 +548,195 @@ async fn a_turn_after_a_crash_replays_a_healed_history() {
         messages[2].to_string().contains("Find the hero"),
         "{messages}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model capabilities (§1.2 steps 10–12, §11): refused before anything is stored.
+
+/// An Ollama `/api/show` that answers `show` after `delay`, counting requests.
+async fn start_show(show: Value, delay: Duration) -> (Endpoint, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&asked);
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request: atelier_http::Request| {
+            let (show, counter) = (show.clone(), Arc::clone(&counter));
+            async move {
+                assert_eq!(request.uri().path(), "/api/show");
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                atelier_http::json_response(StatusCode::OK, &show)
+            }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    (Endpoint::new(reqwest::Client::new(), base_url, None), asked)
+}
+
+fn image_message(conversation: &str) -> Value {
+    json!({"conversationId": conversation, "content": [
+        {"kind": "text", "text": "What is this?"},
+        {"kind": "image", "mimeType": "image/jpeg", "data": "/9j/AAAA"}
+    ]})
+}
+
+const NO_VISION: &str =
+    "The selected model does not support image input. Choose a vision-capable model.";
+const NO_TOOLS: &str =
+    "The selected model does not support tool calling. Choose an agent-capable model.";
+
+#[tokio::test]
+async fn images_to_blind_models_and_agent_turns_to_toolless_models_get_422_and_store_nothing() {
+    let provider = start_provider(Vec::new()).await;
+    let (show, asked) = start_show(
+        json!({"capabilities": ["completion", "tools"]}),
+        Duration::ZERO,
+    )
+    .await;
+    let resolver = Arc::new(CapabilityResolver::new(ProviderKind::Ollama));
+    let chatd = start_chatd_with(&provider, Some((Arc::clone(&resolver), show)));
+    let socket = &chatd.socket;
+    let id = new_conversation(socket).await;
+
+    let chat = "/admin/api/ai/chat/site";
+    let (status, reply) = json_call(socket, Method::POST, chat, image_message(&id)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reply, json!({"error": NO_VISION}));
+    let (status, reply) = json_call(socket, Method::POST, chat, image_message(&id)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reply, json!({"error": NO_VISION}));
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        1,
+        "the second turn is served from the cache"
+    );
+
+    // A model that sees but calls no tools: an agent turn is refused, image or not.
+    let (show, _) = start_show(
+        json!({"capabilities": ["completion", "vision"]}),
+        Duration::ZERO,
+    )
+    .await;
+    let chatd_toolless = start_chatd_with(&provider, Some((resolver, show)));
+    let toolless = new_conversation(&chatd_toolless.socket).await;
+    for body in [message(&toolless), image_message(&toolless)] {
+        let (status, reply) = json_call(&chatd_toolless.socket, Method::POST, chat, body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(reply, json!({"error": NO_TOOLS}));
+    }
+
+    assert!(
+        provider.requests.lock().unwrap().is_empty(),
+        "no provider request"
+    );
+    for (chatd, id) in [(&chatd, &id), (&chatd_toolless, &toolless)] {
+        assert!(Store::open(&chatd.database)
+            .unwrap()
+            .messages(id)
+            .unwrap()
+            .is_empty());
+        assert!(!chatd.router.leases().is_held(id));
+        let (_, detail) = json_call(
+            &chatd.socket,
+            Method::GET,
+            &format!("/admin/api/ai/conversations/{id}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(
+            detail["conversation"]["title"], "New conversation",
+            "no auto-title"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_capability_lookup_that_times_out_refuses_images() {
+    let provider = start_provider(Vec::new()).await;
+    let (show, asked) = start_show(
+        json!({"capabilities": ["completion", "tools", "vision"]}),
+        Duration::from_secs(10),
+    )
+    .await;
+    let resolver = Arc::new(
+        CapabilityResolver::new(ProviderKind::Ollama).with_timeout(Duration::from_millis(100)),
+    );
+    let chatd = start_chatd_with(&provider, Some((resolver, show)));
+    let id = new_conversation(&chatd.socket).await;
+    let started = std::time::Instant::now();
+    let (status, reply) = json_call(
+        &chatd.socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        image_message(&id),
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reply, json!({"error": NO_VISION}));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert!(Store::open(&chatd.database)
+        .unwrap()
+        .messages(&id)
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_client_gone_during_the_lookup_stores_nothing_and_the_lookup_still_completes() {
+    use tokio::io::AsyncWriteExt;
+    let provider = start_provider(Vec::new()).await;
+    let (show, asked) = start_show(
+        json!({"capabilities": ["completion"]}),
+        Duration::from_millis(300),
+    )
+    .await;
+    let chatd = start_chatd_with(
+        &provider,
+        Some((
+            Arc::new(CapabilityResolver::new(ProviderKind::Ollama)),
+            show,
+        )),
+    );
+    let id = new_conversation(&chatd.socket).await;
+    // A text turn from a caller without `ai.tools.write` (so no tools are offered): it would be
+    // accepted and stored if the client stayed.
+    let body = message(&id).to_string();
+    let mut stream = UnixStream::connect(&chatd.socket).await.unwrap();
+    let head = format!(
+        "POST /admin/api/ai/chat/site HTTP/1.1\r\nhost: chatd\r\nauthorization: Bearer {TOKEN}\r\n\
+         x-atelier-user-id: alice\r\nx-atelier-user-capabilities: ai.chat\r\n\
+         origin: https://cms.example\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    while asked.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        provider.requests.lock().unwrap().is_empty(),
+        "no provider request"
+    );
+    assert!(Store::open(&chatd.database)
+        .unwrap()
+        .messages(&id)
+        .unwrap()
+        .is_empty());
+    assert!(!chatd.router.leases().is_held(&id));
+    // The lookup finished without its caller and was cached for the next turn.
+    let (status, reply) = json_call(
+        &chatd.socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        image_message(&id),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reply, json!({"error": NO_VISION}));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
 }

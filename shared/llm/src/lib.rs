@@ -8,11 +8,15 @@
 //! ([`SYSTEM_PROMPT_DYNAMIC_BOUNDARY`]), one transport with a per-read idle timeout, and one
 //! error classification ([`classify_http_failure`] into [`LlmError`]).
 //!
+//! [`CapabilityResolver`] answers what a model can do (vision, tools, context window), cached
+//! and de-duplicated per endpoint and model, fail-closed for vision.
+//!
 //! On top of them, [`run_tool_loop`] runs a whole chat turn: rounds, tool calls through a
 //! [`ToolExecutor`], heavy-evidence elision and the one overflow retry, writing the turn as
 //! [`LoopEvent`]s that serialize to the browser's NDJSON lines.
 
 mod anthropic;
+mod capabilities;
 mod chat_completions;
 mod driver;
 mod error;
@@ -25,6 +29,11 @@ mod transport;
 mod types;
 
 pub use anthropic::AnthropicDriver;
+pub use capabilities::{
+    ollama_capabilities, openrouter_capabilities, CapabilityLookupError, CapabilityResolver,
+    ModelCapabilities, ProviderKind, CAPABILITY_CACHE_ENTRIES, CAPABILITY_CACHE_TTL,
+    CAPABILITY_LOOKUP_TIMEOUT,
+};
 pub use chat_completions::{
     normalize_openai_base_url, ChatCompletionsDriver, ChatCompletionsFlavor,
     OLLAMA_DEFAULT_BASE_URL,

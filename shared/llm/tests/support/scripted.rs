@@ -31,6 +31,8 @@ pub enum Reply {
         /// The JSON body, or a string sent as-is.
         body: Value,
     },
+    /// Another reply, sent only after this pause.
+    Delayed(Duration, Box<Reply>),
 }
 
 /// One answer of the scripted provider and how it is written.
@@ -173,9 +175,16 @@ async fn answer(
     received.lock().unwrap().push(Received {
         path,
         headers,
-        body: serde_json::from_slice(&body).unwrap(),
+        // A GET has no body.
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     });
-    match script.reply.clone() {
+    let mut reply = script.reply.clone();
+    while let Reply::Delayed(pause, inner) = reply {
+        tokio::time::sleep(pause).await;
+        reply = *inner;
+    }
+    match reply {
+        Reply::Delayed(..) => unreachable!("unwrapped above"),
         Reply::Error { status, body } => {
             let status = StatusCode::from_u16(status).unwrap();
             match body {
@@ -262,6 +271,16 @@ impl ScriptedProvider {
             .unwrap()
             .iter()
             .map(|received| received.body.clone())
+            .collect()
+    }
+
+    /// The paths requested so far, in order.
+    pub fn paths(&self) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|received| received.path.clone())
             .collect()
     }
 
