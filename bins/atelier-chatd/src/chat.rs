@@ -281,10 +281,7 @@ pub(crate) async fn handle(
     };
     // On any failure here the lease is dropped with this frame, released.
     let messages = blocking(&state.store, move |store| {
-        store.append_message(&conversation_id, &user_message)?;
-        if let Err(error) = store.set_auto_title(&conversation_id, &title) {
-            tracing::warn!(%error, conversation_id, "auto-title failed");
-        }
+        store.append_user_turn(&conversation_id, &user_message, &title)?;
         store.messages(&conversation_id)
     })
     .await?;

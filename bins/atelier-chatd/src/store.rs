@@ -428,19 +428,6 @@ impl Store {
         Ok(changed > 0)
     }
 
-    /// Sets `title` on conversation `id` only while it still has [`DEFAULT_TITLE`], so a rename
-    /// that happened meanwhile wins. Returns whether the title was set.
-    pub fn set_auto_title(&self, id: &str, title: &str) -> Result<bool, StoreError> {
-        let changed = self.connection()?.execute(
-            &format!(
-                "UPDATE ai_conversations SET title = ?2, updated_at = {NOW}
-                 WHERE id = ?1 AND title = ?3 AND deleted_at IS NULL"
-            ),
-            params![id, title, DEFAULT_TITLE],
-        )?;
-        Ok(changed > 0)
-    }
-
     /// Books a turn's usage in one transaction: the token and cost columns of the turn's last
     /// assistant row `message_id`, the conversation's totals, and its latest context size.
     pub fn record_usage(
@@ -498,6 +485,27 @@ impl Store {
         conversation_id: &str,
         message: &NewMessage,
     ) -> Result<Message, StoreError> {
+        self.append(conversation_id, message, None)
+    }
+
+    /// Appends the user's message of a new turn and, while the conversation still has
+    /// [`DEFAULT_TITLE`] (a rename meanwhile wins), gives it `auto_title` — in the same
+    /// transaction, so the turn pays for one durable commit before it streams.
+    pub fn append_user_turn(
+        &self,
+        conversation_id: &str,
+        message: &NewMessage,
+        auto_title: &str,
+    ) -> Result<Message, StoreError> {
+        self.append(conversation_id, message, Some(auto_title))
+    }
+
+    fn append(
+        &self,
+        conversation_id: &str,
+        message: &NewMessage,
+        auto_title: Option<&str>,
+    ) -> Result<Message, StoreError> {
         validate_message(message)?;
         let content_json = serde_json::to_string(&message.content)?;
         let mut connection = self.connection()?;
@@ -520,8 +528,12 @@ impl Store {
             |row| Ok((row.get(0)?, row.get(1)?)),
         )?;
         transaction.execute(
-            &format!("UPDATE ai_conversations SET updated_at = {NOW} WHERE id = ?1"),
-            [conversation_id],
+            &format!(
+                "UPDATE ai_conversations SET updated_at = {NOW},
+                   title = CASE WHEN ?2 IS NOT NULL AND title = ?3 THEN ?2 ELSE title END
+                 WHERE id = ?1"
+            ),
+            params![conversation_id, auto_title, DEFAULT_TITLE],
         )?;
         let created_at: String = transaction.query_row(
             "SELECT created_at FROM ai_messages WHERE id = ?1",

@@ -521,3 +521,36 @@ fn acknowledged_appends_survive_kill_9() {
         );
     }
 }
+
+#[test]
+fn a_user_turn_titles_a_new_conversation_in_the_same_commit_but_never_renames() {
+    let (_dir, store) = open();
+    let fresh = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    store
+        .append_user_turn(&fresh.id, &text(Role::User, "hello"), "Hello")
+        .unwrap();
+    assert_eq!(
+        store.conversation(ALICE, &fresh.id).unwrap().unwrap().title,
+        "Hello"
+    );
+    store
+        .append_user_turn(&fresh.id, &text(Role::User, "again"), "Again")
+        .unwrap();
+    assert_eq!(
+        store.conversation(ALICE, &fresh.id).unwrap().unwrap().title,
+        "Hello",
+        "only a default title is replaced"
+    );
+    let named = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, Some("Mine")))
+        .unwrap();
+    store
+        .append_user_turn(&named.id, &text(Role::User, "hi"), "Hi")
+        .unwrap();
+    assert_eq!(
+        store.conversation(ALICE, &named.id).unwrap().unwrap().title,
+        "Mine"
+    );
+}
