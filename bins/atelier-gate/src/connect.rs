@@ -27,8 +27,7 @@ use std::net::IpAddr;
 /// The most bytes a head may take, terminator included.
 pub const MAX_HEAD: usize = 8 * 1024;
 
-/// The only port the gate connects to.
-pub const EGRESS_PORT: u16 = 443;
+pub use atelier_layout::services::EGRESS_PORT;
 
 /// The end of a head.
 const TERMINATOR: &[u8] = b"\r\n\r\n";

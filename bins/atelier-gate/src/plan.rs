@@ -2,16 +2,16 @@
 
 use std::path::Path;
 
+use atelier_layout::files::GatePlan;
 use atelier_layout::stamp::{self, StampError};
-use serde::Deserialize;
 
 use crate::connect::{is_valid_hostname, EGRESS_PORT};
 
 /// The stamp kind of plan files.
-pub const PLAN_KIND: &str = "gate";
+pub use atelier_layout::files::GATE_PLAN_KIND as PLAN_KIND;
 
 /// The plan format this gate reads.
-pub const PLAN_VERSION: u32 = 1;
+pub use atelier_layout::files::FORMAT_VERSION as PLAN_VERSION;
 
 /// What one door of one site may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,20 +55,6 @@ pub enum PlanError {
     Host(String),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFile {
-    version: u32,
-    instance: String,
-    site: u32,
-    door: String,
-    port: u16,
-    hosts: Vec<String>,
-    // The MCP relay is served elsewhere; its settings are only checked to be JSON here.
-    #[allow(dead_code)]
-    mcp: Option<serde_json::Value>,
-}
-
 /// Reads and checks the plan file at `path` for `door` of site `site` of `instance`.
 pub fn load_plan(path: &Path, instance: &str, site: u32, door: &str) -> Result<Plan, PlanError> {
     let file = std::fs::read(path)?;
@@ -79,7 +65,7 @@ pub fn load_plan(path: &Path, instance: &str, site: u32, door: &str) -> Result<P
 /// version, instance, site, door, port 443 and every host's grammar.
 pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<Plan, PlanError> {
     let body = stamp::verify(file, instance, PLAN_KIND)?;
-    let plan: PlanFile = serde_json::from_slice(body)?;
+    let plan: GatePlan = serde_json::from_slice(body)?;
     if plan.version != PLAN_VERSION {
         return Err(PlanError::Version(plan.version));
     }
@@ -91,11 +77,15 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
     if plan.instance != instance {
         return Err(mismatch("instance", instance.to_owned(), plan.instance));
     }
-    if plan.site != site {
+    if u32::from(plan.site) != site {
         return Err(mismatch("site", site.to_string(), plan.site.to_string()));
     }
-    if plan.door != door {
-        return Err(mismatch("door", door.to_owned(), plan.door));
+    if plan.door.as_str() != door {
+        return Err(mismatch(
+            "door",
+            door.to_owned(),
+            plan.door.as_str().to_owned(),
+        ));
     }
     if plan.port != EGRESS_PORT {
         return Err(PlanError::Port(plan.port));
@@ -104,7 +94,7 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
         return Err(PlanError::Host(bad.clone()));
     }
     Ok(Plan {
-        door: plan.door,
+        door: plan.door.as_str().to_owned(),
         hosts: plan.hosts,
     })
 }

@@ -5,16 +5,11 @@ use std::path::{Component, Path, PathBuf};
 
 use atelier_fs::Root;
 use atelier_layout::paths::INSTANCE_MARKER_FILE;
-use atelier_layout::stamp;
-use serde::Deserialize;
+use atelier_layout::{files, stamp};
 
 use crate::domain::normalize_domain;
 use crate::slug::Slug;
 
-/// The stamp kind of the site table.
-const STAMP_KIND: &str = "sites";
-/// The newest table version sited reads.
-const MAX_VERSION: u64 = 1;
 /// The table is a few KiB; a bigger one is refused unread.
 const MAX_TABLE_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -23,43 +18,7 @@ const MAX_TABLE_BYTES: u64 = 4 * 1024 * 1024;
 #[error("{0}")]
 pub struct WebspaceError(pub String);
 
-/// A surface's paths inside the webspace.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SurfacePaths {
-    /// The release store.
-    pub store_dir: PathBuf,
-    /// The link the web server serves through.
-    pub link_path: PathBuf,
-}
-
-/// Both surfaces of a site.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Surfaces {
-    /// Preproduction.
-    pub preprod: SurfacePaths,
-    /// Production.
-    pub prod: SurfacePaths,
-}
-
-/// One declared site.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SiteRow {
-    /// Its slug.
-    pub slug: String,
-    /// Its domain.
-    pub domain: String,
-    /// Its webspace directory.
-    pub webspace: PathBuf,
-    /// Its surfaces.
-    pub surfaces: Surfaces,
-}
-
-#[derive(Debug, Deserialize)]
-struct TableBody {
-    version: u64,
-    instance: String,
-    sites: Vec<SiteRow>,
-}
+pub use atelier_layout::files::{SiteRow, SurfacePaths, Surfaces};
 
 /// The verified table.
 #[derive(Debug, Clone)]
@@ -81,14 +40,15 @@ impl SiteTable {
         let bytes = Root::open_following_symlink(dir)
             .and_then(|root| root.read_limited(name, MAX_TABLE_BYTES))
             .map_err(|e| refuse(e.to_string()))?;
-        let body =
-            stamp::verify(&bytes, instance, STAMP_KIND).map_err(|e| refuse(e.to_string()))?;
-        let table: TableBody =
+        let body = stamp::verify(&bytes, instance, files::SITE_TABLE_KIND)
+            .map_err(|e| refuse(e.to_string()))?;
+        let table: files::SiteTable =
             serde_json::from_slice(body).map_err(|e| refuse(format!("is not valid: {e}")))?;
-        if table.version > MAX_VERSION {
+        if table.version > files::FORMAT_VERSION {
             return Err(refuse(format!(
-                "version {} is newer than {MAX_VERSION}",
-                table.version
+                "version {} is newer than {}",
+                table.version,
+                files::FORMAT_VERSION
             )));
         }
         if table.instance != instance {

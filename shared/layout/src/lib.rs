@@ -5,11 +5,13 @@
 //! - [`names`]: users, groups, site identities, doors and unit names.
 //! - [`paths`]: the [`Layout`] of an instance (every path) and the mode matrix ([`paths::MODES`]).
 //! - [`services`]: binary names, sited's env keys, workspaces and the doors' egress plans.
+//! - [`files`]: the JSON files one binary writes and another reads (`sites.json`, gate plans).
 //! - [`stamp`]: the first line of every rendered file (instance, kind, sha256 of the body).
 //!
 //! Nothing here touches the filesystem except [`Declaration::load`].
 
 pub mod declaration;
+pub mod files;
 pub mod names;
 pub mod paths;
 pub mod services;

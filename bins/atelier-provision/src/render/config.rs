@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use atelier_layout::declaration::{Site, TlsMode, WebServer};
+use atelier_layout::files::{
+    GatePlan, McpRelay, SiteRow, SiteTable, SurfacePaths, Surfaces, FORMAT_VERSION,
+};
 use atelier_layout::names::{self, Door};
 use atelier_layout::paths::{Role, Surface, PUBLICATION_API_KEY, SERVICE_TOKEN};
 use atelier_layout::services::{self, env, EGRESS_PORT};
@@ -14,9 +17,6 @@ use serde::Serialize;
 
 use super::{artifact, safe_path, RenderError};
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
-
-/// The version of the `sites.json` and gate plan shapes.
-pub const FORMAT_VERSION: u32 = 1;
 
 /// Appends the env file, `sites.json`, the engine fragment and the gate plans.
 pub(super) fn render(
@@ -177,42 +177,14 @@ pub fn env_value(key: &str, value: &str) -> Result<String, RenderError> {
     ))
 }
 
-#[derive(Serialize)]
-struct SiteTable {
-    version: u32,
-    instance: String,
-    webspace_base: String,
-    sites: Vec<SiteRow>,
-}
-
-#[derive(Serialize)]
-struct SiteRow {
-    slug: String,
-    domain: String,
-    webspace: String,
-    surfaces: Surfaces,
-}
-
-#[derive(Serialize)]
-struct Surfaces {
-    preprod: SurfaceRow,
-    prod: SurfaceRow,
-}
-
-#[derive(Serialize)]
-struct SurfaceRow {
-    store_dir: String,
-    link_path: String,
-}
-
 fn surface_row(
     layout: &Layout<'_>,
     site: &Site,
     surface: Surface,
-) -> Result<SurfaceRow, RenderError> {
-    Ok(SurfaceRow {
-        store_dir: safe_path(&layout.release_store(site, surface))?,
-        link_path: safe_path(&layout.served_link(site, surface))?,
+) -> Result<SurfacePaths, RenderError> {
+    Ok(SurfacePaths {
+        store_dir: safe_path(&layout.release_store(site, surface))?.into(),
+        link_path: safe_path(&layout.served_link(site, surface))?.into(),
     })
 }
 
@@ -230,7 +202,7 @@ fn site_table(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Str
         rows.push(SiteRow {
             slug: site.slug.clone(),
             domain: site.domain.clone(),
-            webspace: safe_path(&layout.webspace(site))?,
+            webspace: safe_path(&layout.webspace(site))?.into(),
             surfaces: Surfaces {
                 preprod: surface_row(layout, site, Surface::Preprod)?,
                 prod: surface_row(layout, site, Surface::Prod)?,
@@ -241,7 +213,7 @@ fn site_table(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Str
     Ok(to_json(&SiteTable {
         version: FORMAT_VERSION,
         instance: layout.instance().to_string(),
-        webspace_base: safe_path(&layout.webspace_base())?,
+        webspace_base: safe_path(&layout.webspace_base())?.into(),
         sites: rows,
     }))
 }
@@ -267,24 +239,6 @@ fn engine_fragment(layout: &Layout<'_>) -> Result<String, RenderError> {
     ))
 }
 
-#[derive(Serialize)]
-struct GatePlan {
-    version: u32,
-    instance: String,
-    site: u16,
-    door: Door,
-    port: u16,
-    hosts: Vec<String>,
-    mcp: Option<McpRelay>,
-}
-
-#[derive(Serialize)]
-struct McpRelay {
-    upstream: String,
-    /// The credential the gate adds as `X-API-Key`, when the instance declares one.
-    credential: Option<&'static str>,
-}
-
 /// What a site door may reach through its gate; `None` for a door with no way out.
 fn gate_plan(
     layout: &Layout<'_>,
@@ -300,7 +254,7 @@ fn gate_plan(
         credential: layout
             .credential_sources()
             .contains_key(PUBLICATION_API_KEY)
-            .then_some(PUBLICATION_API_KEY),
+            .then(|| PUBLICATION_API_KEY.to_owned()),
     });
     Ok(Some(to_json(&GatePlan {
         version: FORMAT_VERSION,
