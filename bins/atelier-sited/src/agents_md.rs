@@ -7,7 +7,7 @@
 use atelier_fs::Root;
 
 use crate::manifest::{SiteManifest, WORKSPACE_FILE_MODE};
-use crate::tree;
+use atelier_fs::tree;
 
 /// The brief's file name.
 pub const AGENTS_FILE: &str = "AGENTS.md";

@@ -16,7 +16,6 @@
 //! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
 //! - [`sessions`]: live sessions and their fan-out, listing, admission, and the SSE follow.
 //!
-//! - [`tree`]: descriptor-walked tree operations `atelier-fs` does not offer yet.
 
 pub mod actor;
 pub mod agents_md;
@@ -34,7 +33,6 @@ pub mod site_table;
 pub mod sites;
 pub mod slug;
 pub mod templates;
-pub mod tree;
 
 pub use health::{instance_fingerprint, Health};
 pub use router::{Router, MAX_BODY_BYTES, SERVICE_NAME};

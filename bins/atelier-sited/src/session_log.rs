@@ -461,7 +461,7 @@ pub fn read_meta(
 /// Every readable meta of site `slug`, newest `started_at` first; an unreadable or planted one
 /// is logged and left out.
 pub fn list_metas(workspace: &Root, slug: &str) -> Result<Vec<SessionMeta>, SessionLogError> {
-    let entries = match crate::tree::list_dir(workspace, Some(Path::new(SESSIONS_DIR))) {
+    let entries = match atelier_fs::tree::list_dir(workspace, Some(Path::new(SESSIONS_DIR))) {
         Ok(entries) => entries,
         Err(FsError::NotFound { .. }) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),

@@ -246,7 +246,7 @@ impl Sessions {
             return Some(slug.clone());
         }
         let root = Root::open(&self.inner.sites.config().sites_root).ok()?;
-        let entries = crate::tree::list_dir(&root, None).ok()?;
+        let entries = atelier_fs::tree::list_dir(&root, None).ok()?;
         let slug = entries
             .into_iter()
             .filter(|(_, kind)| *kind == FileKind::Dir)

@@ -18,7 +18,7 @@ use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::site_table::{self, SiteTable, WebspaceError};
 use crate::slug::Slug;
 use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
-use crate::tree;
+use atelier_fs::tree;
 
 /// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
 const DRIVER_RECORDS_DIR: &str = ".driver_records";

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::{BuildSpec, WORKSPACE_FILE_MODE};
 use crate::slug::Slug;
-use crate::tree;
+use atelier_fs::tree;
 
 /// The template a create without one uses.
 pub const DEFAULT_TEMPLATE: &str = "basic";

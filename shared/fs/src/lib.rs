@@ -9,6 +9,7 @@
 //! - [`resolve_within`]: a real-path check, for diagnostics only.
 //! - [`Root`]: all I/O, walked one name at a time from a directory descriptor with
 //!   `O_NOFOLLOW`; atomic and in-place writes with the mode set on the descriptor.
+//! - [`tree`]: whole-tree walks (list, exclusive mkdir, symlink, remove, usage, modes).
 //! - [`FsError`]: named refusals, each with a stable [`FsError::reason`].
 //!
 //! Linux only.
@@ -16,6 +17,7 @@
 mod error;
 mod path;
 mod root;
+pub mod tree;
 
 pub use error::FsError;
 pub use path::{confined_join, resolve_within, RelPath};

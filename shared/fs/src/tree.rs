@@ -1,14 +1,12 @@
-//! Whole-tree operations on an [`atelier_fs::Root`] that `atelier-fs` does not offer yet:
-//! listing, exclusive mkdir, a relative symlink, removal, copying and usage — each walked from
-//! held directory descriptors without ever following a link.
-//!
-//! These belong in `atelier-fs`; they live here, in one place, until it grows them.
+//! Whole-tree operations on a [`Root`]: listing, exclusive mkdir, a relative symlink, removal,
+//! copying sources and usage — each walked from held directory descriptors without ever
+//! following a link.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use atelier_fs::{set_mode, FileKind, FsError, RelPath, Root};
+use crate::{set_mode, FileKind, FsError, RelPath, Root};
 use rustix::fs::{AtFlags, FileType, Mode};
 use rustix::io::Errno;
 
