@@ -11,8 +11,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use atelier_fs::{set_mode, FileKind, FsError, Root};
-use rustix::fs::{FileType, Mode, OFlags};
+use atelier_fs::{FileKind, FsError, Root};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -123,9 +122,6 @@ pub enum SessionLogError {
     /// The confined walk refused or failed (a planted link, a missing workspace, …).
     #[error(transparent)]
     Fs(#[from] FsError),
-    /// The log file is not the daemon's own (another owner).
-    #[error("refused {0}: not owned by the daemon")]
-    NotOwned(PathBuf),
     /// An event body is not an object with a string `type`.
     #[error("an event body must be an object with a string `type`")]
     BadBody,
@@ -139,7 +135,6 @@ impl SessionLogError {
     pub fn is_refusal(&self) -> bool {
         match self {
             SessionLogError::Fs(e) => e.is_refusal(),
-            SessionLogError::NotOwned(_) => true,
             _ => false,
         }
     }
@@ -171,39 +166,8 @@ impl SessionLog {
     pub fn open(workspace: &Root, id: &SessionId) -> Result<SessionLog, SessionLogError> {
         workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
         workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
-        let dir = workspace.open_dir(SESSIONS_DIR)?;
         let path = id.log_path();
-        let name = format!("{id}.jsonl");
-        let flags = OFlags::RDWR
-            | OFlags::APPEND
-            | OFlags::CREATE
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC
-            | OFlags::NONBLOCK
-            | OFlags::NOCTTY;
-        let fd = rustix::fs::openat(&dir, name.as_str(), flags, Mode::from_raw_mode(0o600))
-            .map_err(|errno| match errno {
-                Errno::LOOP => FsError::SymlinkRefused { path: path.clone() },
-                Errno::ISDIR | Errno::NXIO => FsError::NotRegularFile { path: path.clone() },
-                errno => io_error("open", &path, errno),
-            })?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error("stat", &path, e))?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(FsError::NotRegularFile { path }.into());
-        }
-        // Checked on the handle before anything is written: a hard link would put our bytes
-        // into a file that also lives elsewhere.
-        // `st_nlink` is u64 on x86_64 but u32 elsewhere, hence a conversion that may be a no-op.
-        #[allow(clippy::useless_conversion)]
-        let links = u64::from(stat.st_nlink);
-        if links > 1 {
-            return Err(FsError::HardLinkRefused { path, links }.into());
-        }
-        if stat.st_uid != rustix::process::geteuid().as_raw() {
-            return Err(SessionLogError::NotOwned(path));
-        }
-        set_mode(&fd, SESSION_FILE_MODE).map_err(|e| io_error("set the mode of", &path, e))?;
-        let mut file = File::from(fd);
+        let mut file = workspace.open_append(&path, SESSION_FILE_MODE)?;
         let (max_seq, ends_cleanly) = scan(&mut file, &path)?;
         if !ends_cleanly {
             file.write_all(b"\n").map_err(|e| FsError::Io {
@@ -346,7 +310,7 @@ fn read_events_once(
     };
     let stat = rustix::fs::fstat(&file).map_err(|e| io_error("stat", &path, e))?;
     if stat.st_uid != rustix::process::geteuid().as_raw() {
-        return Err(SessionLogError::NotOwned(path));
+        return Err(FsError::NotOwned { path }.into());
     }
     let mut events = Vec::new();
     let mut bad_lines = Vec::new();
@@ -443,7 +407,7 @@ pub fn read_meta(
     };
     let stat = rustix::fs::fstat(&file).map_err(|e| io_error("stat", &path, e))?;
     if stat.st_uid != rustix::process::geteuid().as_raw() {
-        return Err(SessionLogError::NotOwned(path));
+        return Err(FsError::NotOwned { path }.into());
     }
     let mut bytes = Vec::new();
     file.take(MAX_META_BYTES + 1)

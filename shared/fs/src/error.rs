@@ -60,6 +60,12 @@ pub enum FsError {
         /// The entry.
         path: PathBuf,
     },
+    /// The file belongs to another user, so someone else planted or can change it.
+    #[error("refused {path}: not owned by this process's user")]
+    NotOwned {
+        /// The file.
+        path: PathBuf,
+    },
     /// An entry that must be a directory is something else.
     #[error("refused {path}: not a directory")]
     NotDirectory {
@@ -116,6 +122,7 @@ impl FsError {
             FsError::SymlinkRefused { .. } => "symlink_refused",
             FsError::HardLinkRefused { .. } => "hard_link_refused",
             FsError::NotRegularFile { .. } => "not_regular_file",
+            FsError::NotOwned { .. } => "not_owned",
             FsError::NotDirectory { .. } => "not_directory",
             FsError::NotFound { .. } => "not_found",
             FsError::TooLarge { .. } => "too_large",
@@ -163,6 +170,7 @@ mod tests {
                 links: 2,
             },
             FsError::NotRegularFile { path: p() },
+            FsError::NotOwned { path: p() },
             FsError::NotDirectory { path: p() },
             FsError::NotFound { path: p() },
             FsError::TooLarge {

@@ -416,6 +416,32 @@ impl Root {
         }
     }
 
+    /// Opens the regular file `rel` for reading and appending, creating it with permission
+    /// bits `mode` (set on the descriptor) if it does not exist. The parent must exist.
+    ///
+    /// Refused before anything is written: a symlink at any level, anything but a regular
+    /// file, a file with more than one hard link, or one this process's user does not own.
+    /// Every write on the returned file lands at its end (`O_APPEND`).
+    pub fn open_append(&self, rel: impl AsRef<Path>, mode: u32) -> Result<File, FsError> {
+        let rel = RelPath::new(rel)?;
+        let raw_mode = checked_mode(&rel, mode, FILE_MODE_MASK)?;
+        let loc = self.locate(&rel)?;
+        let dir = loc.dir();
+        let path = rel.as_path();
+        let flags = file_flags(OFlags::RDWR | OFlags::APPEND | OFlags::CREATE);
+        let fd = rustix::fs::openat(dir, loc.name, flags, creation_mode(raw_mode))
+            .map_err(|errno| classify_open(dir, loc.name, path, errno, Want::File))?;
+        let stat = checked_regular(&fd, path)?;
+        if stat.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(FsError::NotOwned {
+                path: path.to_path_buf(),
+            });
+        }
+        set_mode(&fd, raw_mode.as_raw_mode())
+            .map_err(|errno| io_err("set the mode of", path, errno))?;
+        Ok(File::from(fd))
+    }
+
     /// Creates the directory `rel` and any missing parents, level by level.
     ///
     /// A level that exists must be a real directory (not a symlink to one) and is never
