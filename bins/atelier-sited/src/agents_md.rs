@@ -9,10 +9,7 @@ use atelier_fs::Root;
 use crate::manifest::{SiteManifest, WORKSPACE_FILE_MODE};
 use atelier_fs::tree;
 
-/// The brief's file name.
-pub const AGENTS_FILE: &str = "AGENTS.md";
-/// The link Claude Code reads, pointing at [`AGENTS_FILE`].
-pub const CLAUDE_FILE: &str = "CLAUDE.md";
+pub use atelier_layout::workspace::{AGENTS_FILE, CLAUDE_FILE};
 
 /// The Publication API's MCP tools, as the original brief lists them.
 const MCP_TOOLS: [&str; 9] = [

@@ -4,6 +4,7 @@
 //! This is the one place in sited that starts `git`. It runs git directly; the confinement
 //! issue moves these commands behind the site's `git` door.
 
+use atelier_layout::workspace::{BUILDER_DIR, WORKSPACE_DIR_MODE, WORKSPACE_FILE_MODE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -172,8 +173,8 @@ impl Git {
     /// Commits every change but `.builder/`; returns false when there was nothing to commit.
     pub async fn commit(&self, workspace: &Root, message: &str) -> Result<bool, GitError> {
         let path = workspace.path().to_path_buf();
-        workspace.create_dir_all(".git/info", 0o2770)?;
-        workspace.write_atomic(".git/info/exclude", EXCLUDE.as_bytes(), 0o660)?;
+        workspace.create_dir_all(".git/info", WORKSPACE_DIR_MODE)?;
+        workspace.write_atomic(".git/info/exclude", EXCLUDE.as_bytes(), WORKSPACE_FILE_MODE)?;
         self.check(
             &path,
             &[
@@ -182,7 +183,7 @@ impl Git {
                 "--cached",
                 "--quiet",
                 "--ignore-unmatch",
-                ".builder",
+                BUILDER_DIR,
             ],
         )
         .await?;

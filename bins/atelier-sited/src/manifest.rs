@@ -7,14 +7,12 @@ use serde::{Deserialize, Serialize};
 use crate::domain::normalize_domain;
 use crate::slug::Slug;
 
-/// The manifest's file name inside a workspace.
-pub const MANIFEST_FILE: &str = "site.json";
+pub use atelier_layout::workspace::MANIFEST_FILE;
 
 /// A manifest larger than this is refused unread: it is a few hundred bytes when we write it.
 const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
-/// Mode of every file sited writes into a workspace: group-shared with the site's identity.
-pub(crate) const WORKSPACE_FILE_MODE: u32 = 0o660;
+pub(crate) use atelier_layout::workspace::WORKSPACE_FILE_MODE;
 
 /// The longest site name, in characters.
 pub const MAX_NAME_CHARS: usize = 200;

@@ -18,11 +18,10 @@ use serde_json::Value;
 
 use crate::sites::{iso8601, BUILDER_DIR};
 
-/// `.builder/sessions`, below a workspace.
-pub const SESSIONS_DIR: &str = ".builder/sessions";
-const BUILDER_DIR_MODE: u32 = 0o710;
-const SESSIONS_DIR_MODE: u32 = 0o700;
-const SESSION_FILE_MODE: u32 = 0o600;
+pub use atelier_layout::workspace::SESSIONS_DIR;
+use atelier_layout::workspace::{
+    BUILDER_DIR_MODE, PRIVATE_DIR_MODE as SESSIONS_DIR_MODE, PRIVATE_FILE_MODE as SESSION_FILE_MODE,
+};
 /// A meta file larger than this is not one the daemon wrote.
 const MAX_META_BYTES: u64 = 64 * 1024;
 

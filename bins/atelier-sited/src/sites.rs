@@ -20,15 +20,10 @@ use crate::slug::Slug;
 use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
 
-/// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
-const DRIVER_RECORDS_DIR: &str = ".driver_records";
-/// `<sites root>/.git_home`: the empty directory git runs with as `HOME`.
-///
-/// Derived here, once; it belongs in `shared/layout` beside the sites root.
-const GIT_HOME_DIR: &str = ".git_home";
-/// The daemon's own state inside a workspace; traverse-only for the site's identity.
-pub const BUILDER_DIR: &str = ".builder";
-const BUILDER_DIR_MODE: u32 = 0o710;
+pub use atelier_layout::workspace::BUILDER_DIR;
+use atelier_layout::workspace::{
+    BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, GIT_HOME_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+};
 const BYTES_PER_MB: u64 = 1_048_576;
 
 /// What the site service needs from the settings.
@@ -363,13 +358,17 @@ impl Sites {
             &workspace,
             &self.config.publication_api_url,
         )?;
-        root.create_dir_all(DRIVER_RECORDS_DIR, 0o700)?;
+        root.create_dir_all(DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE)?;
         let record = format!("{{\"driver\":\"{}\"}}\n", manifest.driver.as_str());
-        root.write_atomic(driver_record(&manifest.slug), record.as_bytes(), 0o600)?;
+        root.write_atomic(
+            driver_record(&manifest.slug),
+            record.as_bytes(),
+            PRIVATE_FILE_MODE,
+        )?;
         manifest::write_manifest(&workspace, manifest)?;
         agents_md::write_brief(&workspace, manifest, &self.config.publication_api_url)?;
         workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
-        root.create_dir_all(GIT_HOME_DIR, 0o700)?;
+        root.create_dir_all(GIT_HOME_DIR, PRIVATE_DIR_MODE)?;
         Ok(())
     }
 

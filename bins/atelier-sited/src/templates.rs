@@ -31,8 +31,7 @@ const TEXT_EXTENSIONS: [&str; 16] = [
 /// Files larger than this are copied verbatim, never searched for the placeholder.
 const MAX_SUBSTITUTED_BYTES: u64 = 1_000_000;
 
-/// Mode of every directory sited creates in a workspace: setgid, group-shared.
-pub(crate) const WORKSPACE_DIR_MODE: u32 = 0o2770;
+pub(crate) use atelier_layout::workspace::WORKSPACE_DIR_MODE;
 
 /// A template as `/v1/capabilities` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

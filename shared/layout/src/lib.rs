@@ -6,6 +6,7 @@
 //! - [`paths`]: the [`Layout`] of an instance (every path) and the mode matrix ([`paths::MODES`]).
 //! - [`services`]: binary names, sited's env keys, workspaces and the doors' egress plans.
 //! - [`files`]: the JSON files one binary writes and another reads (`sites.json`, gate plans).
+//! - [`workspace`]: names and modes inside a site's workspace and the sites root.
 //! - [`stamp`]: the first line of every rendered file (instance, kind, sha256 of the body).
 //!
 //! Nothing here touches the filesystem except [`Declaration::load`].
@@ -16,6 +17,7 @@ pub mod names;
 pub mod paths;
 pub mod services;
 pub mod stamp;
+pub mod workspace;
 
 pub use declaration::{Declaration, DeclarationError, Issue, LoadError, Reason};
 pub use names::{Door, InstanceName, NameError, SiteOrdinal};

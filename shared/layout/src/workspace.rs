@@ -1,0 +1,30 @@
+//! The inside of a site's workspace (`<sites root>/<slug>/`) and of the sites root: the names
+//! and modes sited gives what it writes there. The tree is shared with the site's identity
+//! through the instance group, so directories are setgid and group-writable, files
+//! group-writable; sited's own state (`.builder`) is traverse-only for the group.
+
+/// The site manifest.
+pub const MANIFEST_FILE: &str = "site.json";
+/// The agent brief.
+pub const AGENTS_FILE: &str = "AGENTS.md";
+/// The link Claude Code reads, pointing at [`AGENTS_FILE`].
+pub const CLAUDE_FILE: &str = "CLAUDE.md";
+/// sited's own state inside a workspace.
+pub const BUILDER_DIR: &str = ".builder";
+/// The session logs, below a workspace.
+pub const SESSIONS_DIR: &str = ".builder/sessions";
+/// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
+pub const DRIVER_RECORDS_DIR: &str = ".driver_records";
+/// `<sites root>/.git_home`: the empty directory git runs with as `HOME`.
+pub const GIT_HOME_DIR: &str = ".git_home";
+
+/// Every directory sited creates in a workspace: setgid (inherited), group-shared.
+pub const WORKSPACE_DIR_MODE: u32 = 0o2770;
+/// Every file sited writes into a workspace.
+pub const WORKSPACE_FILE_MODE: u32 = 0o660;
+/// `.builder`: the group may traverse, not list or write.
+pub const BUILDER_DIR_MODE: u32 = 0o710;
+/// Directories and files only sited reads: session logs, driver records, git's home.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Files only sited reads.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
