@@ -27,6 +27,12 @@ pub const ANTHROPIC_API_HOST: &str = "api.anthropic.com";
 pub const DOOR_ENV: &str = "ATELIER_DOOR";
 /// The run's working directory (the site's workspace), in the unit's own environment.
 pub const WORKDIR_ENV: &str = "ATELIER_UNIT_WORKDIR";
+/// The gate's CONNECT socket as bound into a door unit, in the unit's own environment; the
+/// shim forwards [`PROXY_PORT`] to it.
+pub const GATE_SOCKET_ENV: &str = "ATELIER_GATE_SOCKET";
+/// The gate's MCP relay socket as bound into the turn unit, in the unit's own environment; the
+/// shim forwards [`MCP_PORT`] to it.
+pub const MCP_SOCKET_ENV: &str = "ATELIER_MCP_SOCKET";
 
 /// Keys of sited's env file. Every key is Atelier's own (`ATELIER_*`); none names a credential,
 /// which arrive only through `LoadCredential=`.

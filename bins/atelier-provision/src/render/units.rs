@@ -24,8 +24,7 @@ const GIT_DOOR_ENV: [(&str, &str); 3] = [
 const GATE_MEMORY_MAX: &str = "256M";
 const GATE_TASKS_MAX: u32 = 64;
 
-/// The environment key telling the shim where its door's gate socket is inside the unit.
-pub const GATE_SOCKET_ENV: &str = "ATELIER_GATE_SOCKET";
+pub use atelier_layout::services::GATE_SOCKET_ENV;
 
 /// Owner, group and mode of a socket or directory PID 1 creates, from the mode matrix.
 fn owned(layout: &Layout<'_>, role: Role, k: Option<SiteOrdinal>) -> (String, String, String) {

@@ -1,0 +1,3 @@
+//! atelier-build entry point.
+
+fn main() {}

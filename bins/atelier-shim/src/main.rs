@@ -1,0 +1,3 @@
+//! atelier-shim entry point.
+
+fn main() {}

@@ -1,0 +1,3 @@
+//! atelierctl entry point.
+
+fn main() {}

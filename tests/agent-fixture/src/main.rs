@@ -1,0 +1,3 @@
+//! atelier-test-agent entry point.
+
+fn main() {}
