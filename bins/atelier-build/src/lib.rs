@@ -1,1 +1,82 @@
-//! Runs a site's install and build steps as argv inside the build door, reporting step events as frames.
+//! Runs a site's install and build steps as argv inside the build door, reporting step events
+//! as frames.
+//!
+//! sited reads and validates the site manifest (the workspace is agent-writable, so
+//! atelier-build never reads `site.json`) and passes a [`BuildPlan`] as `--plan <json>`
+//! ([`BuildPlan::to_argv`]). atelier-build runs in the workspace (its working directory, set by
+//! the shim), and its stdout is a frame stream: `T` frames carrying
+//! [`BuildEvent`](atelier_proto::BuildEvent)s and `O`/`E` frames carrying the steps' output.
+//!
+//! Parts:
+//! - [`plan`]: [`BuildPlan`], [`split_command`] (the manifest's whitespace rule).
+//! - [`scripts`]: what "lifecycle scripts off" adds to a step.
+//! - [`runner`]: [`run`]: the steps, their process groups and deadlines, the leftover sweep.
+//! - [`output`]: [`verify_output`], the output directory's proof and count.
+//! - [`failure`]: [`BuildFailure`], every failure's contract string and exit code.
+//! - [`reader`]: sited's side: [`EventReader`], [`BuildReport`], [`log_bytes`].
+
+pub mod failure;
+pub mod output;
+pub mod plan;
+pub mod reader;
+pub mod runner;
+pub mod scripts;
+
+pub use failure::BuildFailure;
+pub use output::{verify_output, OutputRefusal, VerifiedOutput};
+pub use plan::{split_command, BuildPlan, PlanError, PLAN_FLAG};
+pub use reader::{log_bytes, BuildItem, BuildReport, EventReader, ReadError};
+pub use runner::run;
+
+/// The exit status of a command line atelier-build cannot use (EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+/// Runs `plan_json` (the `--plan` value) in the current directory on a single-threaded runtime,
+/// writing the frame stream to stdout, and returns the exit status: 0 for a verified output,
+/// [`BuildFailure::exit_code`] for a failure, [`EXIT_USAGE`] for a plan that does not parse.
+pub fn run_main(plan_json: &str) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("atelier-build: cannot start the runtime: {e}");
+            return BuildFailure::BuildError.exit_code();
+        }
+    };
+    runtime.block_on(async {
+        let stdout = tokio::io::stdout();
+        let plan = match BuildPlan::from_json(plan_json) {
+            Ok(plan) => plan,
+            Err(e) => {
+                refuse_plan(stdout, &e).await;
+                return EXIT_USAGE;
+            }
+        };
+        let workspace = match std::env::current_dir() {
+            Ok(dir) => dir,
+            Err(e) => {
+                eprintln!("atelier-build: cannot read the working directory: {e}");
+                return BuildFailure::BuildError.exit_code();
+            }
+        };
+        match run(&plan, &workspace, stdout).await {
+            Ok(_) => 0,
+            Err(failure) => failure.exit_code(),
+        }
+    })
+}
+
+/// Tells sited, in the stream, that its plan was refused: one diagnostic line and
+/// `refused: build error`.
+async fn refuse_plan(mut out: tokio::io::Stdout, error: &PlanError) {
+    let note = atelier_proto::Frame::stderr(format!("atelier-build: {error}\n"));
+    let refused = atelier_proto::BuildEvent::Refused {
+        reason: BuildFailure::BuildError.as_str().into_owned(),
+    };
+    let _ = atelier_proto::write_frame(&mut out, &note).await;
+    if let Ok(frame) = refused.to_frame() {
+        let _ = atelier_proto::write_frame(&mut out, &frame).await;
+    }
+}
