@@ -238,7 +238,7 @@ fn fail_closed(kind: ProviderKind) -> ModelCapabilities {
 }
 
 /// FNV-1a, 32 bits: the reference's key fingerprint, so the key itself is never held twice.
-fn fnv1a32(bytes: &[u8]) -> u32 {
+pub(crate) fn fnv1a32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
     })

@@ -8,6 +8,10 @@
 //! ([`SYSTEM_PROMPT_DYNAMIC_BOUNDARY`]), one transport with a per-read idle timeout, and one
 //! error classification ([`classify_http_failure`] into [`LlmError`]).
 //!
+//! [`list_models`] and [`ModelCatalogue`] read each provider's live model list (bounded,
+//! de-duplicated, cached); [`pricing_key`], [`parse_openrouter_catalogue`] and
+//! [`compute_cost_usd`] price a round's tokens from OpenRouter's public catalogue.
+//!
 //! [`CapabilityResolver`] answers what a model can do (vision, tools, context window), cached
 //! and de-duplicated per endpoint and model, fail-closed for vision.
 //!
@@ -20,6 +24,8 @@ mod capabilities;
 mod chat_completions;
 mod driver;
 mod error;
+mod models;
+mod pricing;
 mod prompt;
 mod responses;
 mod sse;
@@ -40,6 +46,17 @@ pub use chat_completions::{
 };
 pub use driver::Driver;
 pub use error::{classify_http_failure, extract_error_message, is_overflow_text, LlmError};
+pub use models::{
+    anthropic_models, list_models, ollama_fallback_models, openai_models, openrouter_models,
+    provider_label, CatalogueSource, ListedCapabilities, ListedPrice, ModelCatalogue,
+    ModelListError, ModelTier, ProviderModel, MODEL_LIST_CACHE_TTL, MODEL_LIST_TIMEOUT,
+    OLLAMA_SHOW_BATCH,
+};
+pub use pricing::{
+    compute_cost_usd, fetch_openrouter_catalogue, parse_openrouter_catalogue, pricing_key,
+    BilledTokens, CatalogueEntry, ModelPrice, PricingCatalogue, PricingFetchError,
+    PRICING_FETCH_TIMEOUT,
+};
 pub use prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
 pub use responses::{
     prompt_cache_key, ResponsesDriver, ResponsesFlavor, OPENAI_BASE_URL, OPENROUTER_BASE_URL,
