@@ -286,6 +286,9 @@ pub fn gate_fd_name(door: Door) -> &'static str {
     door.as_str()
 }
 
+/// The `FileDescriptorName=` of the gate's MCP relay listener (the turn door's second socket).
+pub const GATE_MCP_FD_NAME: &str = "mcp";
+
 /// The polkit rule's file name: `49-atelier-<inst>.rules`.
 pub fn polkit_rule_file(inst: &InstanceName) -> String {
     format!("49-{PROJECT}-{inst}.rules")

@@ -493,6 +493,21 @@ impl<'d> Layout<'d> {
             .then(|| Path::new(EGRESS_MOUNT).join(format!("{door}.sock")))
     }
 
+    /// `/run/atelier/<inst>/egress/s<k>/mcp.sock`: the MCP relay's socket, for a door with
+    /// the relay (the turn door).
+    pub fn gate_mcp_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+        door.has_mcp().then(|| {
+            self.egress_dir(k)
+                .join(format!("{}.sock", names::GATE_MCP_FD_NAME))
+        })
+    }
+
+    /// Where a door unit with the relay sees its socket: `/run/atelier-egress/mcp.sock`.
+    pub fn gate_mcp_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
+        door.has_mcp()
+            .then(|| Path::new(EGRESS_MOUNT).join(format!("{}.sock", names::GATE_MCP_FD_NAME)))
+    }
+
     /// The webspace base: declared, or `/srv/atelier/<inst>`.
     pub fn webspace_base(&self) -> PathBuf {
         self.decl
@@ -717,6 +732,9 @@ impl<'d> Layout<'d> {
             out.push(self.entry(Role::EgressSiteDir, self.egress_dir(k), Some(k)));
             for door in Door::with_way_out() {
                 if let Some(path) = self.gate_socket_path(k, door) {
+                    out.push(self.entry(Role::GateSocket, path, Some(k)));
+                }
+                if let Some(path) = self.gate_mcp_socket_path(k, door) {
                     out.push(self.entry(Role::GateSocket, path, Some(k)));
                 }
             }

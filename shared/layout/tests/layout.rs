@@ -147,6 +147,17 @@ fn golden_paths() {
         Some(p("/run/atelier/example/egress/s2/build.sock"))
     );
     assert_eq!(layout.gate_socket_path(k(2), Door::Git), None);
+    assert_eq!(
+        layout.gate_mcp_socket_path(k(2), Door::Turn),
+        Some(p("/run/atelier/example/egress/s2/mcp.sock"))
+    );
+    assert_eq!(layout.gate_mcp_socket_path(k(2), Door::Build), None);
+    assert_eq!(layout.gate_mcp_socket_path(k(2), Door::Git), None);
+    assert_eq!(
+        layout.gate_mcp_socket_in_unit(Door::Turn),
+        Some(p("/run/atelier-egress/mcp.sock"))
+    );
+    assert_eq!(layout.gate_mcp_socket_in_unit(Door::Build), None);
     assert_eq!(layout.webspace(collection), p("/srv/www/www.example.org"));
     assert_eq!(
         layout.webspace(archive),
@@ -294,6 +305,10 @@ fn mode_matrix_golden_rows() {
     );
     assert_eq!(
         find("/run/atelier/example/egress/s1/turn.sock"),
+        ("atelier-a-example_1", "atelier-a-example_1", 0o600, S)
+    );
+    assert_eq!(
+        find("/run/atelier/example/egress/s1/mcp.sock"),
         ("atelier-a-example_1", "atelier-a-example_1", 0o600, S)
     );
     assert_eq!(

@@ -156,9 +156,13 @@ fn door_units_state_their_profile() {
         binds,
         [
             "BindReadOnlyPaths=/run/atelier/example/egress/s2/turn.sock:/run/atelier-egress/turn.sock",
+            "BindReadOnlyPaths=/run/atelier/example/egress/s2/mcp.sock:/run/atelier-egress/mcp.sock",
             "BindReadOnlyPaths=/var/lib/atelier/example/agents/turn.gitconfig:/etc/gitconfig",
         ]
     );
+    assert!(turn
+        .lines()
+        .any(|l| l == "Environment=ATELIER_MCP_SOCKET=/run/atelier-egress/mcp.sock"));
     for line in [
         "PrivateNetwork=yes",
         "PrivateIPC=yes",
@@ -177,6 +181,7 @@ fn door_units_state_their_profile() {
         "BindReadOnlyPaths=/run/atelier/example/egress/s1/build.sock:/run/atelier-egress/build.sock"
     ));
     assert!(!build.contains("turn.sock") && !build.contains("s2"));
+    assert!(!build.contains("mcp"), "the relay is the turn door's alone");
 }
 
 #[test]
@@ -216,8 +221,17 @@ fn the_gate_listens_once_per_door_with_a_way_out() {
         .lines()
         .filter_map(|l| l.strip_prefix("FileDescriptorName="))
         .collect();
-    assert_eq!(names, ["turn", "build"]);
-    assert_eq!(socket.matches("ListenStream=").count(), 2);
+    assert_eq!(names, ["turn", "mcp", "build"]);
+    assert_eq!(socket.matches("ListenStream=").count(), 3);
+    assert!(socket
+        .lines()
+        .any(|l| l == "ListenStream=/run/atelier/example/egress/s1/mcp.sock"));
+    let service = text_of(&all, "/etc/systemd/system/atelier-example-s1-gate.service");
+    assert!(service.lines().any(|l| {
+        l
+        == "LoadCredential=PUBLICATION_API_KEY:/etc/atelier/example/credentials/PUBLICATION_API_KEY"
+    }));
+    assert!(!service.contains("allow-benchmark-range"));
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-build.json");
     let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
     assert_eq!(

@@ -24,7 +24,7 @@ const GIT_DOOR_ENV: [(&str, &str); 3] = [
 const GATE_MEMORY_MAX: &str = "256M";
 const GATE_TASKS_MAX: u32 = 64;
 
-pub use atelier_layout::services::GATE_SOCKET_ENV;
+pub use atelier_layout::services::{GATE_SOCKET_ENV, MCP_SOCKET_ENV};
 
 /// Owner, group and mode of a socket or directory PID 1 creates, from the mode matrix.
 fn owned(layout: &Layout<'_>, role: Role, k: Option<SiteOrdinal>) -> (String, String, String) {
@@ -292,6 +292,15 @@ fn door_service(
                  BindReadOnlyPaths={outside}:{inside}\n\
                  RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"
             );
+            if let (Some(outside), Some(inside)) = (
+                layout.gate_mcp_socket_path(k, door),
+                layout.gate_mcp_socket_in_unit(door),
+            ) {
+                // The MCP relay: its own socket, which the shim forwards MCP_PORT to.
+                let (outside, inside) = (safe_path(&outside)?, safe_path(&inside)?);
+                writeln!(environment, "Environment={MCP_SOCKET_ENV}={inside}").ok();
+                write!(tail, "\nBindReadOnlyPaths={outside}:{inside}").ok();
+            }
             if door == Door::Turn {
                 // The turn never sees the repository's metadata, and its git refuses a bare
                 // repository it did not ask for.
@@ -356,6 +365,15 @@ fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErro
                 "ListenStream={}\nFileDescriptorName={}",
                 safe_path(&path)?,
                 names::gate_fd_name(door)
+            )
+            .ok();
+        }
+        if let Some(path) = layout.gate_mcp_socket_path(k, door) {
+            writeln!(
+                listeners,
+                "ListenStream={}\nFileDescriptorName={}",
+                safe_path(&path)?,
+                names::GATE_MCP_FD_NAME
             )
             .ok();
         }
