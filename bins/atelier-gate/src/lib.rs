@@ -6,7 +6,10 @@
 //! - [`client_hello`]: the first-flight walker ([`inspect_first_flight`], [`FirstFlight`],
 //!   [`HelloRefusal`]).
 //! - [`plan`]: a door's stamped plan file ([`plan::load_plan`]).
-//! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]).
+//! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]) and its
+//!   zero-copy tunnels ([`serve::tunnel`]).
+//! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::serve`],
+//!   [`mcp::McpDoor`]).
 //! - [`service`]: the systemd service around them ([`service::run`]).
 //!
 //! Each refusal is one closed enum with stable snake_case names (`as_str()`), so logs and
@@ -16,6 +19,7 @@
 pub mod address;
 pub mod client_hello;
 pub mod connect;
+pub mod mcp;
 pub mod plan;
 pub mod serve;
 pub mod service;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use atelier_gate::service::{parse_plan_arg, run, Settings};
+use atelier_gate::service::{parse_plan_arg, run, Deployment, Settings};
 use clap::Parser;
 
 /// One site's egress gate. systemd starts it from `atelier-<inst>-s<k>-gate.socket`, which
@@ -22,9 +22,13 @@ struct Args {
     #[arg(long = "plan", value_parser = parse_plan_arg, required = true)]
     plans: Vec<(String, PathBuf)>,
     /// TEST ONLY: count 198.18.0.0/15 (RFC 2544 benchmarking) as public, for lab-network
-    /// tests. The provisioner never renders this flag into a unit.
+    /// tests. The provisioner never renders this flag into a unit, and it is refused unless
+    /// the deployment is `development`.
     #[arg(long)]
     allow_benchmark_range: bool,
+    /// `production` (the default: what every provisioned host is) or `development`.
+    #[arg(long, env = atelier_gate::service::DEPLOYMENT_ENV, default_value = "production", value_parser = |v: &str| Deployment::parse(v))]
+    deployment: Deployment,
 }
 
 #[tokio::main]
@@ -36,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
         site: args.site,
         plans: args.plans,
         allow_benchmark_range: args.allow_benchmark_range,
+        deployment: args.deployment,
     })
     .await
 }

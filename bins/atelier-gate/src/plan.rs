@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use atelier_layout::files::GatePlan;
+use atelier_layout::files::{GatePlan, McpRelay};
 use atelier_layout::stamp::{self, StampError};
 
 use crate::connect::{is_valid_hostname, EGRESS_PORT};
@@ -20,6 +20,8 @@ pub struct Plan {
     pub door: String,
     /// The hostnames a CONNECT may name, lowercase.
     pub hosts: Vec<String>,
+    /// The MCP relay (turn door only): its upstream URL and the credential it adds.
+    pub mcp: Option<McpRelay>,
 }
 
 /// Why a plan file is not used.
@@ -53,6 +55,9 @@ pub enum PlanError {
     /// A host is not a DNS name in the plan grammar.
     #[error("plan host {0:?} is not a valid hostname")]
     Host(String),
+    /// The MCP relay's upstream is not an `http://` or `https://` URL ending in `/mcp`.
+    #[error("plan MCP upstream {0:?} is not an http(s) URL ending in /mcp")]
+    McpUpstream(String),
 }
 
 /// Reads and checks the plan file at `path` for `door` of site `site` of `instance`.
@@ -93,10 +98,35 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
     if let Some(bad) = plan.hosts.iter().find(|host| !is_valid_hostname(host)) {
         return Err(PlanError::Host(bad.clone()));
     }
+    if let Some(relay) = &plan.mcp {
+        if !is_mcp_upstream(&relay.upstream) {
+            return Err(PlanError::McpUpstream(relay.upstream.clone()));
+        }
+    }
     Ok(Plan {
         door: plan.door.as_str().to_owned(),
         hosts: plan.hosts,
+        mcp: plan.mcp,
     })
+}
+
+/// Returns true if and only if `url` is `http://` or `https://`, an authority, and a path
+/// ending in `/mcp`, with no query, fragment, credentials or whitespace.
+fn is_mcp_upstream(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    !authority.is_empty()
+        && !authority.contains('@')
+        && rest.ends_with("/mcp")
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! not public under the door's [`Policy`]; dial the vetted addresses in resolver order through
 //! the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
 //! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
-//! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced.
-//! Every decision leaves one line in the door's [`DecisionLog`].
+//! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced
+//! ([`tunnel`]: `splice(2)` through pipes, a copy where the kernel refuses). Every decision
+//! leaves one line in the door's [`DecisionLog`].
 
 use std::future::Future;
 use std::io;
@@ -29,8 +30,10 @@ use crate::connect::{
 };
 
 mod decision_log;
+pub mod tunnel;
 
 pub use decision_log::{printable, DecisionLog, MAX_LOG_LINES, MAX_LOG_TEXT};
+pub use tunnel::Mode;
 
 /// The reply that opens a tunnel.
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
@@ -126,6 +129,8 @@ pub struct Door {
     pub dialer: Arc<dyn Dialer>,
     /// The door's decisions.
     pub log: DecisionLog,
+    /// How open tunnels move their bytes.
+    pub mode: Mode,
 }
 
 impl Door {
@@ -139,6 +144,7 @@ impl Door {
             resolver: Arc::new(SystemResolver),
             dialer: Arc::new(TcpDialer),
             log: DecisionLog::new(),
+            mode: Mode::Splice,
         }
     }
 
@@ -253,7 +259,7 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
         Ok(sni) => match check_server_name(target.host(), &sni) {
             Ok(()) => {
                 door.record(&destination, "allowed", &format!("via {address}"));
-                splice(client, upstream, &buf).await;
+                pass_through(client, upstream, &buf, door.mode).await;
             }
             Err(refusal) => close_tunnel(door, &destination, refusal.as_str()),
         },
@@ -394,12 +400,20 @@ async fn read_first_flight(
     }
 }
 
-/// Sends the accepted first flight upstream, then copies both ways until both sides close.
-async fn splice(mut client: UnixStream, mut upstream: TcpStream, first_flight: &[u8]) {
+/// Sends the accepted first flight upstream, then moves bytes both ways until both sides close.
+async fn pass_through(
+    client: UnixStream,
+    mut upstream: TcpStream,
+    first_flight: &[u8],
+    mode: Mode,
+) {
     if upstream.write_all(first_flight).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    match tunnel::run(&client, &upstream, mode).await {
+        Ok(moved) => tracing::debug!(?moved, "tunnel closed"),
+        Err(error) => tracing::debug!(%error, "tunnel failed"),
+    }
 }
 
 #[cfg(test)]

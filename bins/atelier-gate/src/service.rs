@@ -1,18 +1,46 @@
-//! The gate as a systemd service: plans loaded, named listeners taken, READY, serve until told
-//! to stop.
+//! The gate as a systemd service: settings checked, plans loaded, named listeners taken,
+//! READY, serve until told to stop.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use atelier_sd::listen::{listeners_from_env, take_unix_listener};
+use atelier_sd::listen::{listeners_from_env, take_unix_listener, NamedSocket};
 use atelier_sd::notify::Notifier;
 
 use crate::address::Policy;
-use crate::plan::load_plan;
+use crate::mcp::{self, McpDoor};
+use crate::plan::{load_plan, Plan};
 use crate::serve::{serve, Door};
 
-/// What the command line says.
+/// The env key of the deployment, the same key sited reads: `production` (the default, and
+/// all the provisioner renders) or `development`.
+pub const DEPLOYMENT_ENV: &str = "ATELIER_DEPLOYMENT";
+
+/// The `FileDescriptorName=` of the turn door's MCP relay listener.
+pub use atelier_layout::names::GATE_MCP_FD_NAME as MCP_FD_NAME;
+
+/// What kind of host the gate serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deployment {
+    /// A provisioned host: nothing widens what counts as public.
+    Production,
+    /// A laptop or a test lab, which alone may use the test-only options.
+    Development,
+}
+
+impl Deployment {
+    /// Parses the deployment's name, `production` or `development`.
+    pub fn parse(value: &str) -> Result<Deployment, SettingsError> {
+        match value {
+            "production" => Ok(Deployment::Production),
+            "development" => Ok(Deployment::Development),
+            other => Err(SettingsError::UnknownDeployment(other.to_owned())),
+        }
+    }
+}
+
+/// What the command line and the environment say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The instance the plans were rendered for.
@@ -23,6 +51,37 @@ pub struct Settings {
     pub plans: Vec<(String, PathBuf)>,
     /// Test only: treat 198.18.0.0/15 as public. The provisioner never renders it.
     pub allow_benchmark_range: bool,
+    /// The host's deployment ([`DEPLOYMENT_ENV`]).
+    pub deployment: Deployment,
+}
+
+/// Why the gate refuses to start with these settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// No `--plan`: the gate would serve nothing.
+    #[error("no --plan given; the gate would serve nothing")]
+    NoPlan,
+    /// The deployment is neither `production` nor `development`.
+    #[error("unknown deployment {0:?} in {DEPLOYMENT_ENV}: expected production or development")]
+    UnknownDeployment(String),
+    /// `--allow-benchmark-range` on a production host.
+    #[error("benchmark_range_in_production: --allow-benchmark-range counts 198.18.0.0/15 as public and is for lab tests only; it is refused unless {DEPLOYMENT_ENV}=development")]
+    BenchmarkRangeInProduction,
+}
+
+impl Settings {
+    /// Refuses settings the gate must not run with, before anything is loaded.
+    pub fn check(&self) -> Result<Policy, SettingsError> {
+        if self.plans.is_empty() {
+            return Err(SettingsError::NoPlan);
+        }
+        if self.allow_benchmark_range && self.deployment == Deployment::Production {
+            return Err(SettingsError::BenchmarkRangeInProduction);
+        }
+        Ok(Policy {
+            allow_benchmark_range: self.allow_benchmark_range,
+        })
+    }
 }
 
 /// Parses one `--plan <door>=<path>` value.
@@ -35,31 +94,33 @@ pub fn parse_plan_arg(value: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// Loads every plan, takes each door's listener from systemd (`FileDescriptorName=<door>`),
-/// signals READY and serves until SIGTERM or SIGINT. Fails before READY if a plan is bad or
-/// a listener is missing.
+/// Checks the settings, loads every plan, takes each door's listener from systemd
+/// (`FileDescriptorName=<door>`, and `mcp` for a plan with the MCP relay), signals READY and
+/// serves until SIGTERM or SIGINT. Fails before READY if a setting or a plan is bad, a
+/// listener or the relay's credential is missing.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    if settings.plans.is_empty() {
-        anyhow::bail!("no --plan given; the gate would serve nothing");
-    }
-    let policy = Policy {
-        allow_benchmark_range: settings.allow_benchmark_range,
-    };
+    let policy = settings.check()?;
     if policy.allow_benchmark_range {
         tracing::warn!("--allow-benchmark-range: 198.18.0.0/15 counts as public (tests only)");
     }
+    raise_open_file_limit();
     let mut sockets = listeners_from_env().context("reading the sockets systemd passed")?;
     let mut tasks = tokio::task::JoinSet::new();
     for (door, path) in &settings.plans {
         let plan = load_plan(path, &settings.instance, settings.site, door)
             .with_context(|| format!("loading the {door} plan {}", path.display()))?;
-        let listener = take_unix_listener(&mut sockets, door)
-            .with_context(|| format!("taking the listener named {door}"))?;
-        listener
-            .set_nonblocking(true)
-            .context("making the listener non-blocking")?;
-        let listener =
-            tokio::net::UnixListener::from_std(listener).context("registering the listener")?;
+        let listener = tokio_listener(&mut sockets, door)?;
+        if let Some(relay) = relay_of(&plan)? {
+            let mcp_listener = tokio_listener(&mut sockets, MCP_FD_NAME)?;
+            let relay = Arc::new(relay);
+            tracing::info!(upstream = %relay.upstream, "serving the MCP relay");
+            tasks.spawn(async move {
+                (
+                    MCP_FD_NAME.to_owned(),
+                    mcp::serve(mcp_listener, relay).await,
+                )
+            });
+        }
         let door = Arc::new(Door::new(&plan.door, plan.hosts, policy));
         tracing::info!(door = %door.name, hosts = door.hosts.len(), "serving");
         tasks.spawn(async move {
@@ -86,6 +147,49 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     notifier.stopping();
     outcome
+}
+
+fn tokio_listener(
+    sockets: &mut Vec<NamedSocket>,
+    name: &str,
+) -> anyhow::Result<tokio::net::UnixListener> {
+    let listener = take_unix_listener(sockets, name)
+        .with_context(|| format!("taking the listener named {name}"))?;
+    listener
+        .set_nonblocking(true)
+        .context("making the listener non-blocking")?;
+    tokio::net::UnixListener::from_std(listener).context("registering the listener")
+}
+
+/// The MCP relay of a plan that has one, with its credential read from
+/// `$CREDENTIALS_DIRECTORY` (`LoadCredential=`): the key lives in the gate alone.
+fn relay_of(plan: &Plan) -> anyhow::Result<Option<McpDoor>> {
+    let Some(relay) = &plan.mcp else {
+        return Ok(None);
+    };
+    let key = match &relay.credential {
+        Some(name) => Some(
+            atelier_sd::credentials::read_credential_string(name)
+                .with_context(|| format!("reading the MCP relay's credential {name}"))?,
+        ),
+        None => None,
+    };
+    let door = McpDoor::new(&relay.upstream, key).context("setting up the MCP relay")?;
+    Ok(Some(door))
+}
+
+/// Raises the soft open-file limit to the hard one: 128 tunnels hold a client socket, an
+/// upstream socket and two pipes each, past systemd's default soft limit of 1024 with the
+/// relay's connections. Failure only means the cap is reached sooner; it is logged.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(error) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%error, "could not raise the open-file limit");
+        }
+    }
 }
 
 #[cfg(test)]

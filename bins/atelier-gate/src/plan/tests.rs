@@ -23,6 +23,12 @@ fn the_rendered_examples_load() {
     .unwrap();
     assert_eq!(turn.door, "turn");
     assert_eq!(turn.hosts, vec!["api.anthropic.com".to_owned()]);
+    let relay = turn.mcp.unwrap();
+    assert_eq!(
+        relay.upstream,
+        "http://127.0.0.1:3100/publication/server_api/v2/mcp"
+    );
+    assert_eq!(relay.credential.as_deref(), Some("PUBLICATION_API_KEY"));
     let build = load_plan(
         &Path::new(EXAMPLES).join("s2-build.json"),
         "example",
@@ -31,6 +37,7 @@ fn the_rendered_examples_load() {
     )
     .unwrap();
     assert!(build.hosts.is_empty());
+    assert_eq!(build.mcp, None);
 }
 
 #[test]
@@ -93,5 +100,40 @@ fn bad_fields_are_refused() {
             _ => matches!(got, Err(PlanError::Json(_))),
         };
         assert!(ok, "{body}: {got:?}");
+    }
+}
+
+#[test]
+fn a_bad_mcp_upstream_is_refused() {
+    let body = |url: &str| {
+        format!(
+            r#"{{"version":1,"instance":"example","site":1,"door":"turn","port":443,"hosts":[],"mcp":{{"upstream":"{url}","credential":null}}}}"#
+        )
+    };
+    for good in [
+        "http://127.0.0.1:3100/publication/server_api/v2/mcp",
+        "https://publication.example.org/mcp",
+    ] {
+        let plan = parse_plan(&render(&body(good)), "example", 1, "turn").unwrap();
+        assert_eq!(plan.mcp.unwrap().upstream, good);
+    }
+    for (what, bad) in [
+        ("another scheme", "ftp://publication.example.org/mcp"),
+        ("no authority", "http:///mcp"),
+        (
+            "credentials in the URL",
+            "http://user:pw@publication.example.org/mcp",
+        ),
+        ("not ending in /mcp", "http://publication.example.org/api"),
+        ("a query", "http://publication.example.org/x?y=/mcp"),
+        ("whitespace", "http://publication.example.org/a b/mcp"),
+    ] {
+        assert!(
+            matches!(
+                parse_plan(&render(&body(bad)), "example", 1, "turn"),
+                Err(PlanError::McpUpstream(_))
+            ),
+            "{what}"
+        );
     }
 }

@@ -102,6 +102,7 @@ struct LabConfig {
     routes: Vec<(SocketAddr, SocketAddr)>,
     policy: Policy,
     limits: Limits,
+    mode: Mode,
 }
 
 impl LabConfig {
@@ -114,6 +115,7 @@ impl LabConfig {
                 allow_benchmark_range: true,
             },
             limits: Limits::default(),
+            mode: Mode::Splice,
         }
     }
 
@@ -138,6 +140,7 @@ impl LabConfig {
                 dials: Arc::clone(&dials),
             }),
             log: DecisionLog::new(),
+            mode: self.mode,
         });
         let server = tokio::spawn(serve(listener, Arc::clone(&door)));
         Lab {

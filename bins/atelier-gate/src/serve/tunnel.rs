@@ -1,0 +1,251 @@
+//! Moving an open tunnel's bytes both ways: `splice(2)` through one pipe per direction, so the
+//! bytes never cross into user space, and a copy through a buffer where the kernel refuses to
+//! splice a pair of sockets.
+//!
+//! Each direction alternates two steps: fill the empty pipe from the source socket (at most
+//! the pipe's size, so the pipe is never what blocks), then drain the pipe into the sink until
+//! it is empty. Readiness comes from tokio's reactor; a `WouldBlock` from `splice` therefore
+//! always means the socket, never the pipe. A source's end of stream half-closes the sink, and
+//! the other direction goes on until its own end; an error in one direction shuts both
+//! sockets down, which ends the other.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::net::Shutdown;
+use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
+use tokio::io::Interest;
+use tokio::net::{TcpStream, UnixStream};
+
+/// The pipe size asked for each direction; the kernel may grant less (pipe-max-size).
+const PIPE_SIZE: usize = 1024 * 1024; // 1 MiB
+
+/// The buffer of the copying fallback.
+const COPY_BUFFER: usize = 64 * 1024; // 64 KiB
+
+/// How a tunnel moves its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `splice(2)` through a pipe, falling back to a copy per direction if the kernel refuses.
+    Splice,
+    /// A copy through a user-space buffer (the fallback, also selectable for comparison).
+    Copy,
+}
+
+/// What one tunnel moved, per direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Bytes the client sent upstream after the first flight.
+    pub up: Flow,
+    /// Bytes the upstream sent the client.
+    pub down: Flow,
+}
+
+/// Bytes moved one way, by how they moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// Moved with `splice(2)`, never entering user space.
+    pub spliced: u64,
+    /// Copied through a buffer.
+    pub copied: u64,
+}
+
+impl Flow {
+    /// Every byte moved.
+    pub fn total(self) -> u64 {
+        self.spliced + self.copied
+    }
+}
+
+/// A socket of the tunnel, as far as moving bytes needs it.
+trait Socket: AsFd {
+    async fn ready_for(&self, interest: Interest) -> io::Result<()>;
+    fn try_io_for<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>)
+        -> io::Result<R>;
+}
+
+macro_rules! socket {
+    ($type:ty) => {
+        impl Socket for $type {
+            async fn ready_for(&self, interest: Interest) -> io::Result<()> {
+                self.ready(interest).await.map(|_| ())
+            }
+            fn try_io_for<R>(
+                &self,
+                interest: Interest,
+                f: impl FnOnce() -> io::Result<R>,
+            ) -> io::Result<R> {
+                self.try_io(interest, f)
+            }
+        }
+    };
+}
+
+socket!(UnixStream);
+socket!(TcpStream);
+
+/// Moves bytes both ways between `client` and `upstream` until both directions have ended.
+/// Returns what moved, or the first error (after which both sockets are shut down).
+pub async fn run(client: &UnixStream, upstream: &TcpStream, mode: Mode) -> io::Result<Moved> {
+    let (up, down) = tokio::join!(
+        direction(client, upstream, mode),
+        direction(upstream, client, mode),
+    );
+    Ok(Moved {
+        up: up?,
+        down: down?,
+    })
+}
+
+async fn direction<A: Socket, B: Socket>(from: &A, to: &B, mode: Mode) -> io::Result<Flow> {
+    let mut moved = Flow::default();
+    let result = match mode {
+        Mode::Splice => match Pipe::new() {
+            Ok(pipe) => splice_loop(from, to, &pipe, &mut moved).await,
+            Err(error) => {
+                tracing::debug!(%error, "no pipe for splice; copying");
+                Err(Unsupported)
+            }
+        },
+        Mode::Copy => Err(Unsupported),
+    };
+    let result = match result {
+        Ok(()) => Ok(()),
+        // Nothing was spliced yet when the kernel refused: the copy starts from the start.
+        Err(SpliceError::Unsupported) => copy_loop(from, to, &mut moved).await,
+        Err(SpliceError::Io(error)) => Err(error),
+    };
+    match result {
+        Ok(()) => {
+            // The source ended: the sink learns it, the other direction goes on.
+            let _ = rustix::net::shutdown(to, Shutdown::Write);
+            Ok(moved)
+        }
+        Err(error) => {
+            let _ = rustix::net::shutdown(from, Shutdown::Both);
+            let _ = rustix::net::shutdown(to, Shutdown::Both);
+            Err(error)
+        }
+    }
+}
+
+use SpliceError::Unsupported;
+
+enum SpliceError {
+    /// The kernel cannot splice this pair; nothing has moved.
+    Unsupported,
+    Io(io::Error),
+}
+
+/// One direction's pipe: both ends non-blocking, as large as the kernel allows up to
+/// [`PIPE_SIZE`].
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    size: usize,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Pipe> {
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        // The default is 64 KiB; a larger pipe means fewer trips through the reactor. If the
+        // kernel refuses (pipe-max-size, the user's pipe budget) the default still works.
+        let size = fcntl_setpipe_size(&write, PIPE_SIZE)
+            .or_else(|_| rustix::pipe::fcntl_getpipe_size(&write))?;
+        Ok(Pipe { read, write, size })
+    }
+}
+
+async fn splice_loop<A: Socket, B: Socket>(
+    from: &A,
+    to: &B,
+    pipe: &Pipe,
+    moved: &mut Flow,
+) -> Result<(), SpliceError> {
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        from.ready_for(Interest::READABLE)
+            .await
+            .map_err(SpliceError::Io)?;
+        let filled = from.try_io_for(Interest::READABLE, || {
+            splice(fd(from), None, pipe.write.as_fd(), None, pipe.size, flags)
+                .map_err(io::Error::from)
+        });
+        let mut held = match filled {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(error) if moved.spliced == 0 && is_unsupported(&error) => {
+                tracing::debug!(%error, "splice refused; copying");
+                return Err(Unsupported);
+            }
+            Err(error) => return Err(SpliceError::Io(error)),
+        };
+        while held > 0 {
+            to.ready_for(Interest::WRITABLE)
+                .await
+                .map_err(SpliceError::Io)?;
+            let drained = to.try_io_for(Interest::WRITABLE, || {
+                splice(pipe.read.as_fd(), None, fd(to), None, held, flags).map_err(io::Error::from)
+            });
+            match drained {
+                Ok(n) => {
+                    held -= n;
+                    moved.spliced += n as u64;
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                // Bytes already sit in the pipe, so there is no falling back now.
+                Err(error) => return Err(SpliceError::Io(error)),
+            }
+        }
+    }
+}
+
+/// `EINVAL` (a socket type without splice support) or `ENOSYS` (no splice at all).
+fn is_unsupported(error: &io::Error) -> bool {
+    matches!(
+        rustix::io::Errno::from_io_error(error),
+        Some(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS)
+    )
+}
+
+fn fd<S: AsFd>(socket: &S) -> BorrowedFd<'_> {
+    socket.as_fd()
+}
+
+async fn copy_loop<A: Socket, B: Socket>(from: &A, to: &B, moved: &mut Flow) -> io::Result<()> {
+    let mut buffer = vec![0u8; COPY_BUFFER];
+    loop {
+        from.ready_for(Interest::READABLE).await?;
+        let read = from.try_io_for(Interest::READABLE, || {
+            rustix::io::read(fd(from), &mut buffer[..]).map_err(io::Error::from)
+        });
+        let len = match read {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        };
+        let mut written = 0;
+        while written < len {
+            to.ready_for(Interest::WRITABLE).await?;
+            match to.try_io_for(Interest::WRITABLE, || {
+                // No SIGPIPE from a peer that already left: the error is enough.
+                rustix::net::send(
+                    fd(to),
+                    &buffer[written..len],
+                    rustix::net::SendFlags::NOSIGNAL,
+                )
+                .map_err(io::Error::from)
+            }) {
+                Ok(n) => written += n,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(error),
+            }
+        }
+        moved.copied += len as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests;
