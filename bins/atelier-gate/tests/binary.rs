@@ -130,3 +130,58 @@ fn an_edited_plan_stops_the_gate_before_ready() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("loading the turn plan"), "{stderr}");
 }
+
+#[test]
+fn the_benchmark_flag_is_refused_before_ready_unless_the_deployment_is_development() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), "turn", &["api.example.com"]);
+    let cases: [(&str, Option<&str>, &str); 3] = [
+        (
+            "the default deployment",
+            None,
+            "benchmark_range_in_production",
+        ),
+        (
+            "production, said",
+            Some("production"),
+            "benchmark_range_in_production",
+        ),
+        (
+            "an unknown deployment",
+            Some("staging"),
+            "unknown deployment \"staging\"",
+        ),
+    ];
+    for (what, deployment, reason) in cases {
+        let notify_path = dir.path().join("notify");
+        let _ = std::fs::remove_file(&notify_path);
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        notify.set_nonblocking(true).unwrap();
+        let mut command = Command::new(GATE);
+        command
+            .args([
+                "--instance",
+                "example",
+                "--site",
+                "1",
+                "--allow-benchmark-range",
+            ])
+            .arg(format!("--plan=turn={}", plan.display()))
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("ATELIER_DEPLOYMENT");
+        if let Some(deployment) = deployment {
+            command.env("ATELIER_DEPLOYMENT", deployment);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "{what}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(reason), "{what}: {stderr}");
+        let mut datagram = [0u8; 512];
+        assert!(
+            notify.recv(&mut datagram).is_err(),
+            "{what}: no READY was sent"
+        );
+    }
+}
