@@ -1,0 +1,188 @@
+//! Crash safety: a promote runs in a child process (this test binary re-run in child mode) and
+//! is SIGKILLed at a random moment, again and again. After every kill the served link must
+//! name a complete release (or still the placeholder), every release directory must be
+//! complete, and the leftovers must be ignored by listing and removed by the next promote.
+//!
+//! `harness = false`: `main` is either the parent (the test) or, with
+//! `ATELIER_RELEASES_CRASH_CHILD` set, one promote. `ATELIER_CRASH_SEED` replays a run.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed step must fail the test"
+)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use atelier_fs::Root;
+use atelier_releases::{ReleaseId, Store, Strategy};
+use support::{snapshot, Webspace};
+
+const CHILD_ENV: &str = "ATELIER_RELEASES_CRASH_CHILD";
+
+/// Kills to land at least this many times inside a promote (a staging leftover seen).
+const WANT_MID_PROMOTE: usize = 12;
+
+/// Kills at most; the test fails if the wanted landings did not happen by then.
+const MAX_KILLS: usize = 200;
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        child(&spec);
+        return;
+    }
+    let started = Instant::now();
+    parent();
+    println!(
+        "test result: ok. 1 passed; 0 failed; finished in {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// One promote: `<store>\n<link>\n<source>\n<strategy>`.
+fn child(spec: &str) {
+    let parts: Vec<&str> = spec.split('\n').collect();
+    let store = Store::open(Path::new(parts[0]), Path::new(parts[1])).unwrap();
+    let strategy = Strategy::ALL
+        .into_iter()
+        .find(|s| s.as_str() == parts[3])
+        .unwrap();
+    store
+        .promote(&Root::open(parts[2]).unwrap(), strategy)
+        .unwrap();
+}
+
+fn parent() {
+    let web = Webspace::new();
+    let files: Vec<(String, usize)> = (0..1500)
+        .map(|i| (format!("d{}/f{i}.html", i % 20), 2000 + i % 3000))
+        .collect();
+    let files: Vec<(&str, usize)> = files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+    let sources = [web.source("a", &files), web.source("b", &files)];
+    let trees: Vec<BTreeMap<String, Vec<u8>>> = sources.iter().map(|s| snapshot(s)).collect();
+    let store_dir = web.path().join(".releases/pre");
+    let link = web.path().join("pre");
+    let spawn = |source: &Path, strategy: Strategy| {
+        let spec = format!(
+            "{}\n{}\n{}\n{}",
+            store_dir.display(),
+            link.display(),
+            source.display(),
+            strategy.as_str()
+        );
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD_ENV, spec)
+            .spawn()
+            .unwrap()
+    };
+
+    // How long one unkilled promote takes, process start included.
+    let calibration = Instant::now();
+    assert!(spawn(&sources[0], Strategy::Copy).wait().unwrap().success());
+    let full = calibration.elapsed();
+
+    let seed = std::env::var("ATELIER_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    let mut rng = XorShift(seed);
+    let mut verified: BTreeSet<ReleaseId> = BTreeSet::new();
+    let (mut kills, mut mid_promote, mut completed) = (0usize, 0usize, 0usize);
+    while kills < MAX_KILLS && (mid_promote < WANT_MID_PROMOTE || completed == 0) {
+        let strategy = Strategy::ALL[kills % 3];
+        let mut child = spawn(&sources[kills % 2], strategy);
+        let delay = full.mul_f64(rng.unit() * 1.3);
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        kills += 1;
+        if status.success() {
+            completed += 1;
+        }
+        let context = format!("seed {seed}, kill {kills} after {delay:?} ({strategy:?})");
+
+        // The served link: a complete release, never anything half-made.
+        let store = Store::open(&store_dir, &link).unwrap();
+        let served = store
+            .current()
+            .unwrap()
+            .expect("calibration served a release");
+        let served_tree = snapshot(&link);
+        assert!(
+            trees.contains(&served_tree),
+            "{context}: {served} is not a complete release"
+        );
+        // Every release directory, listed or not yet checked, is complete.
+        for id in store.list().unwrap() {
+            if verified.insert(id.clone()) {
+                let tree = snapshot(&store_dir.join(id.as_str()));
+                assert!(
+                    trees.contains(&tree),
+                    "{context}: release {id} is incomplete"
+                );
+            }
+        }
+        if leftovers(&web.path(), &store_dir) > 0 {
+            mid_promote += 1;
+        }
+    }
+    assert!(
+        mid_promote >= WANT_MID_PROMOTE && completed > 0,
+        "seed {seed}: {kills} kills, {mid_promote} mid-promote, {completed} completed"
+    );
+
+    // The next promote cleans every leftover and serves a complete release.
+    let store = Store::open(&store_dir, &link).unwrap();
+    let last = store
+        .promote(&Root::open(&sources[1]).unwrap(), Strategy::default())
+        .unwrap();
+    assert_eq!(leftovers(&web.path(), &store_dir), 0);
+    assert_eq!(store.current().unwrap(), Some(last.id));
+    assert_eq!(snapshot(&link), trees[1]);
+    println!(
+        "crash: seed {seed}: {kills} kills ({mid_promote} inside a promote, {completed} after it \
+         completed), {} releases, all complete; a promote takes {full:?}",
+        verified.len() + 1
+    );
+}
+
+/// Staging directories in the store plus next-links beside the served link.
+fn leftovers(webspace: &Path, store: &Path) -> usize {
+    let count = |dir: &Path, prefix: &str| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(prefix)
+            })
+            .count()
+    };
+    count(store, ".staging-") + count(webspace, "pre.tmp-")
+}
+
+/// A small deterministic generator, so a failing seed can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    /// A number in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
