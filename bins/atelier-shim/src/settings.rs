@@ -32,7 +32,7 @@ pub const KILL_GRACE: Duration = Duration::from_secs(5); // the reference's deat
 
 /// How long the daemon has to send the spec after the hello. sited sends it at once; a daemon
 /// that has not after this holds the site's door for nothing.
-pub const SPEC_TIMEOUT: Duration = Duration::from_secs(30); // sited's own hello deadline
+pub const SPEC_TIMEOUT: Duration = Duration::from_secs(30); // the reference daemon's hello timeout
 
 /// Returns true if and only if the unit fixes `key` on `door`, so a spec may not set it:
 /// `atelier-proto`'s fixed keys and prefixes, plus [`TURN_DOOR_FIXED_ENV_KEYS`] on the turn
