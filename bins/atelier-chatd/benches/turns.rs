@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atelier_chatd::auth::Caller;
-use atelier_chatd::runtime::{CapabilityFuture, LoopRunner, Providers};
+use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Store};
 use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
@@ -130,12 +130,16 @@ struct BenchProviders {
 }
 
 impl Providers for BenchProviders {
-    fn driver(&self, _: &Caller, _: &Conversation) -> Result<Arc<dyn Driver>, String> {
-        Ok(Arc::new(AnthropicDriver::new(self.endpoint.clone())))
-    }
-
-    fn capabilities(&self, _: &Caller, _: &Conversation) -> CapabilityFuture {
-        Box::pin(async { ProviderKind::Anthropic.static_capabilities() })
+    fn prepare(&self, _: &Caller, _: &Conversation) -> PrepareFuture {
+        let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(self.endpoint.clone()));
+        Box::pin(async move {
+            Ok(ProviderSetup {
+                // Priced by nothing: the bench measures latency, not money.
+                kind: ProviderKind::Ollama,
+                driver,
+                capabilities: ProviderKind::Anthropic.static_capabilities(),
+            })
+        })
     }
 }
 

@@ -28,6 +28,10 @@ pub enum Capability {
     Chat,
     /// Post browser tool results (the editor's write tools run through them).
     ToolsWrite,
+    /// Manage provider credentials and the per-scope defaults.
+    ProvidersManage,
+    /// Read the usage audit.
+    AuditRead,
 }
 
 impl Capability {
@@ -36,6 +40,8 @@ impl Capability {
         match self {
             Capability::Chat => "ai.chat",
             Capability::ToolsWrite => "ai.tools.write",
+            Capability::ProvidersManage => "ai.providers.manage",
+            Capability::AuditRead => "ai.audit.read",
         }
     }
 }

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use atelier_http::{ndjson_response, Request, Response};
-use atelier_llm::{LoopEvent, ModelCapabilities};
+use atelier_llm::{BilledTokens, Driver, LoopEvent, ModelCapabilities, ProviderKind};
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_LENGTH};
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,6 +19,8 @@ use tokio::sync::mpsc;
 
 use crate::auth::{Caller, Capability};
 use crate::bridge::Bridge;
+use crate::images::{self, ImageError};
+use crate::pricing::Pricing;
 use crate::router::{blocking, ApiError, State};
 use crate::store::history::{self, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{
@@ -48,26 +50,40 @@ pub struct Turn {
     pub history: Vec<HistoryEntry>,
     /// The bridge for browser tools; its snapshot is the editor state.
     pub bridge: Arc<Bridge>,
-    /// What the model can do, as resolved before the turn was stored (`None` when the runner
-    /// resolves nothing).
-    pub capabilities: Option<ModelCapabilities>,
+    /// What the runner resolved before the turn was stored: the model's capabilities and the
+    /// driver to run it on.
+    pub prepared: Prepared,
     /// Where the runner sends its events (everything of §2 but `bridgeReady`); the turn ends
     /// with the runner's future, or at its first `done` or `error`.
     pub events: mpsc::UnboundedSender<LoopEvent>,
 }
 
-/// Why a turn is refused before anything is stored (both answered 422, §1.2 steps 11–12).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a turn is refused before anything is stored (§1.2 steps 7–8 and 11–12).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelRefusal {
-    /// The turn carries an image and the model is not known to see.
+    /// The conversation's credential is not the caller's, or gone (404).
+    CredentialNotFound,
+    /// The credential cannot be opened: another master key, corruption (409, this message).
+    CredentialUnusable(String),
+    /// The turn carries an image and the model is not known to see (422).
     NoVision,
-    /// The turn offers tools and the model is known not to call them.
+    /// The turn offers tools and the model is known not to call them (422).
     NoToolCalling,
 }
 
-/// What a runner's capability check answers: the model's capabilities, or why it refuses.
-pub type Preflight =
-    Pin<Box<dyn Future<Output = Result<Option<ModelCapabilities>, ModelRefusal>> + Send + 'static>>;
+/// What a runner resolved for a turn before it is stored.
+#[derive(Clone, Default)]
+pub struct Prepared {
+    /// The model's capabilities (`None` when the runner resolves nothing).
+    pub capabilities: Option<ModelCapabilities>,
+    /// The provider the turn runs on, which prices its usage.
+    pub provider: Option<ProviderKind>,
+    /// The driver to run the turn on.
+    pub driver: Option<Arc<dyn Driver>>,
+}
+
+/// What a runner's preflight answers: what it resolved, or why it refuses.
+pub type Preflight = Pin<Box<dyn Future<Output = Result<Prepared, ModelRefusal>> + Send + 'static>>;
 
 /// Runs one turn: drives the model and tools, sending [`LoopEvent`]s. Dropping the future
 /// aborts the turn.
@@ -85,7 +101,7 @@ pub trait TurnRunner: Send + Sync + 'static {
         has_images: bool,
     ) -> Preflight {
         let _ = (caller, conversation, has_images);
-        Box::pin(async { Ok(None) })
+        Box::pin(async { Ok(Prepared::default()) })
     }
 }
 
@@ -242,15 +258,19 @@ pub(crate) async fn handle(
     if conversation.credential_id.is_none() {
         return Err(ApiError::NoCredential);
     }
+    // The cheap image checks (§9 preflight) come before anything asks a provider.
+    let content = images::preflight(content).map_err(ApiError::from)?;
     // A client that goes away while this resolves drops this future: nothing was stored.
     let has_images = content
         .iter()
         .any(|block| matches!(block, ContentBlock::Image { .. }));
-    let capabilities = state
+    let prepared = state
         .runner
         .preflight(caller, &conversation, has_images)
         .await
         .map_err(|refusal| match refusal {
+            ModelRefusal::CredentialNotFound => ApiError::CredentialInaccessible,
+            ModelRefusal::CredentialUnusable(message) => ApiError::CredentialUnusable(message),
             ModelRefusal::NoVision => ApiError::ModelWithoutVision,
             ModelRefusal::NoToolCalling => ApiError::ModelWithoutTools,
         })?;
@@ -259,6 +279,11 @@ pub(crate) async fn handle(
         .leases
         .try_acquire(&conversation.id)
         .ok_or(ApiError::ConversationBusy)?;
+    // Under the lease, each image is fully decoded and re-encoded in turn; a client that goes
+    // away stops this between images, and nothing is stored.
+    let content = images::canonicalize(content)
+        .await
+        .map_err(ApiError::from)?;
 
     // Re-read under the lease: the conversation may have been deleted or repointed while the
     // body was checked (the reference's step 15).
@@ -285,7 +310,13 @@ pub(crate) async fn handle(
         store.messages(&conversation_id)
     })
     .await?;
-    let history = history::rebuild(&messages);
+    let mut history = history::rebuild(&messages);
+    if prepared
+        .capabilities
+        .is_some_and(|capabilities| !capabilities.vision_input)
+    {
+        history::project_images_for_blind_model(&mut history);
+    }
 
     let (loop_tx, loop_rx) = mpsc::unbounded_channel();
     let bridge = Arc::new(
@@ -298,12 +329,17 @@ pub(crate) async fn handle(
     let _ = out_tx.try_send(LoopEvent::BridgeReady {
         bridge_id: bridge.id().to_owned(),
     });
+    let pricing = prepared.provider.map(|provider| PricedModel {
+        pricing: Arc::clone(&state.services.pricing),
+        provider,
+        model_id: conversation.model_id.clone(),
+    });
     let turn = Turn {
         caller: caller.clone(),
         conversation,
         history,
         bridge: Arc::clone(&bridge),
-        capabilities,
+        prepared,
         events: loop_tx,
     };
     let run = state.runner.run(turn);
@@ -311,6 +347,7 @@ pub(crate) async fn handle(
         Arc::clone(&state.store),
         lease,
         bridge,
+        pricing,
         run,
         loop_rx,
         out_tx,
@@ -324,6 +361,22 @@ pub(crate) async fn handle(
         .headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
     Ok(response)
+}
+
+impl From<ImageError> for ApiError {
+    fn from(error: ImageError) -> Self {
+        ApiError::ImageRefused {
+            too_large: error.is_too_large(),
+            message: error.to_string(),
+        }
+    }
+}
+
+/// The model a turn's usage is priced on.
+struct PricedModel {
+    pricing: Arc<Pricing>,
+    provider: ProviderKind,
+    model_id: String,
 }
 
 /// How a turn ended.
@@ -341,11 +394,13 @@ async fn drive_turn(
     store: Arc<Store>,
     lease: crate::store::Lease,
     bridge: Arc<Bridge>,
+    pricing: Option<PricedModel>,
     run: Pin<Box<dyn Future<Output = ()> + Send>>,
     mut events: mpsc::UnboundedReceiver<LoopEvent>,
     out: mpsc::Sender<LoopEvent>,
 ) {
     let mut persister = Persister::new(store, lease.conversation_id().to_owned(), out);
+    persister.pricing = pricing;
     let mut run = Some(run);
     let ending = loop {
         tokio::select! {
@@ -392,6 +447,8 @@ struct Persister {
     last_assistant: Option<String>,
     /// The context size of the latest round.
     latest_context: Option<u64>,
+    /// Prices usage the provider did not price itself; `None` books it at 0.
+    pricing: Option<PricedModel>,
     consumer_gone: bool,
 }
 
@@ -405,6 +462,7 @@ impl Persister {
             pending: Vec::new(),
             last_assistant: None,
             latest_context: None,
+            pricing: None,
             consumer_gone: false,
         }
     }
@@ -457,14 +515,32 @@ impl Persister {
     /// Persists and forwards one event; `Some` when it ends the turn.
     async fn handle(&mut self, mut event: LoopEvent) -> Option<Ending> {
         if let LoopEvent::Usage {
+            prompt_tokens,
+            completion_tokens,
             cost_usd,
+            cache_read_tokens,
+            cache_creation_tokens,
             provider_cost_usd,
-            ..
         } = &mut event
         {
-            // The wire carries the booked cost: the provider's own price when it reports one;
-            // chatd has no pricing catalogue yet (§7), so other turns are booked at 0.
-            *cost_usd = provider_cost_usd.unwrap_or(0.0);
+            // The wire carries the booked cost: the provider's own price when it reports one
+            // (OpenRouter), else the catalogue's price of the turn's tokens.
+            *cost_usd = match (*provider_cost_usd, &self.pricing) {
+                (Some(native), _) => native,
+                (None, Some(priced)) => {
+                    let tokens = BilledTokens {
+                        prompt: *prompt_tokens,
+                        completion: *completion_tokens,
+                        cache_read: cache_read_tokens.unwrap_or(0),
+                        cache_creation: cache_creation_tokens.unwrap_or(0),
+                    };
+                    priced
+                        .pricing
+                        .cost_usd(priced.provider, &priced.model_id, tokens)
+                        .await
+                }
+                (None, None) => 0.0,
+            };
         }
         let persisted = match &event {
             LoopEvent::Text { text } => {

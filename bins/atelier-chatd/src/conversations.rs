@@ -320,49 +320,10 @@ fn decode_jpeg(data: &str) -> Option<Vec<u8>> {
     if data.is_empty() || data.len() > MAX_IMAGE_BASE64_LEN {
         return None;
     }
-    let bytes = decode_canonical_base64(data.as_bytes())?;
+    let bytes = crate::images::decode_canonical_base64(data)?;
     let plausible =
         (1..=MAX_IMAGE_BYTES).contains(&bytes.len()) && bytes.starts_with(&[0xFF, 0xD8, 0xFF]);
     plausible.then_some(bytes)
-}
-
-/// Decodes padded standard base64, refusing anything that would not re-encode to the same
-/// text: a length not a multiple of 4, stray padding, or non-zero unused bits.
-fn decode_canonical_base64(text: &[u8]) -> Option<Vec<u8>> {
-    fn value(c: u8) -> Option<u32> {
-        match c {
-            b'A'..=b'Z' => Some(u32::from(c - b'A')),
-            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
-            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
-            b'+' => Some(62),
-            b'/' => Some(63),
-            _ => None,
-        }
-    }
-    if text.len() % 4 != 0 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let quads = text.len() / 4;
-    for (n, quad) in text.chunks_exact(4).enumerate() {
-        let padding = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if padding > 2 || (padding > 0 && n + 1 != quads) {
-            return None;
-        }
-        let mut word = 0_u32;
-        for &c in &quad[..4 - padding] {
-            word = (word << 6) | value(c)?;
-        }
-        word <<= 6 * padding as u32;
-        let [_, a, b, c] = word.to_be_bytes();
-        match padding {
-            0 => out.extend_from_slice(&[a, b, c]),
-            1 if c == 0 => out.extend_from_slice(&[a, b]),
-            2 if b == 0 && c == 0 => out.push(a),
-            _ => return None,
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -371,14 +332,8 @@ mod tests {
 
     #[test]
     fn only_canonical_base64_jpegs_are_served() {
-        assert_eq!(
-            decode_canonical_base64(b"/9j/"),
-            Some(vec![0xFF, 0xD8, 0xFF])
-        );
         assert_eq!(decode_jpeg("/9j/"), Some(vec![0xFF, 0xD8, 0xFF]));
         assert_eq!(decode_jpeg("/9j/4A=="), Some(vec![0xFF, 0xD8, 0xFF, 0xE0]));
-        assert_eq!(decode_canonical_base64(b"TWE="), Some(b"Ma".to_vec()));
-        assert_eq!(decode_canonical_base64(b"TQ=="), Some(b"M".to_vec()));
         for refused in ["", "/9j", "/9j/4B==", "/9j/4A=A", "TQ==TWFu", "/9j/4A==="] {
             assert_eq!(decode_jpeg(refused), None, "{refused}");
         }

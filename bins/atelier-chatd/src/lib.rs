@@ -9,14 +9,28 @@
 //! - [`conversations`]: conversations CRUD and the wire views.
 //! - [`bridge`]: browser tools run through the editor.
 //! - [`chat`]: the NDJSON chat stream and its persistence.
-//! - [`runtime`]: the production turn runner over the shared tool loop.
+//! - [`images`]: user images checked, decoded and re-encoded.
+//! - [`runtime`]: the turn runner over the shared tool loop.
+//! - [`providers`]: stored credentials resolved into drivers; the production providers.
+//! - [`master_key`]: AES-256-GCM sealing of provider secrets.
+//! - [`credentials`], [`defaults`], [`catalogue`]: the AI settings routes.
+//! - [`pricing`]: the pricing memo and its durable copy.
+//! - [`audit`]: usage rollups in the viewer's time zone.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
 
+pub mod audit;
 pub mod auth;
 pub mod bridge;
+pub mod catalogue;
 pub mod chat;
 pub mod conversations;
+pub mod credentials;
+pub mod defaults;
 mod ids;
+pub mod images;
+pub mod master_key;
+pub mod pricing;
+pub mod providers;
 pub mod router;
 pub mod runtime;
 mod settings;
@@ -34,6 +48,8 @@ use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
 
 use crate::chat::TurnRunner;
+use crate::providers::{Credentials, Services, StoredProviders};
+use crate::runtime::LoopRunner;
 use crate::store::{Store, StoreError};
 
 /// Why the daemon could not start or stopped with an error.
@@ -47,18 +63,40 @@ pub enum RunError {
     Daemon(#[from] DaemonError),
 }
 
-/// Serves chatd until SIGTERM or SIGINT, then drains and returns; turns are run by `runner`.
-pub async fn run(
+/// Serves chatd until SIGTERM or SIGINT, then drains and returns. Turns run on each
+/// conversation's stored credential.
+pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError> {
+    let store = Arc::new(Store::open(&settings.database)?);
+    // No turn can hold a lease yet: every call still open is a dead process's.
+    let closed = store.finalize_interrupted_calls()?;
+    if closed > 0 {
+        tracing::info!(
+            closed,
+            "tool calls left open by an earlier process closed as interrupted"
+        );
+    }
+    let credentials = Credentials::new(
+        settings.master_key.clone(),
+        settings.provider_urls.clone(),
+        reqwest::Client::new(),
+    );
+    let services = Services::new(store, credentials);
+    let runner = LoopRunner::new(Arc::new(StoredProviders::new(services.clone())), Vec::new());
+    run_with(settings, services, Arc::new(runner), notifier).await
+}
+
+/// Serves chatd over `services` with turns run by `runner`.
+pub async fn run_with(
     settings: Settings,
+    services: Services,
     runner: Arc<dyn TurnRunner>,
     notifier: Notifier,
 ) -> Result<(), RunError> {
-    let store = Arc::new(Store::open(&settings.database)?);
     let listener = atelier_daemon::take_listener(DaemonSocket {
         fallback: settings.listen.as_deref(),
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
-    let router = Router::new(&settings, store, runner);
+    let router = Router::with_services(&settings, services, runner);
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }

@@ -1,10 +1,8 @@
 //! atelier-chatd's entry point: parse arguments, read the service token, call the library.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
-use atelier_chatd::chat::UnconfiguredRunner;
 use atelier_chatd::RawSettings;
 use clap::Parser;
 
@@ -27,6 +25,11 @@ struct Args {
     /// named CHATD_SERVICE_TOKEN is present. A credential always wins.
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Development only: read the master key (base64 of 32 bytes) from this file when the
+    /// process was given no systemd credentials. The file must have no write permission bit:
+    /// chatd never reads its key from a file it could be made to write.
+    #[arg(long)]
+    master_key_file: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +40,8 @@ fn main() -> anyhow::Result<()> {
         listen: args.listen,
         public_origins: args.public_origins,
         service_token: service_token(args.token_file.as_deref())?,
+        master_key: master_key(args.master_key_file.as_deref())?,
+        ..RawSettings::default()
     }
     .with_variables(std::env::vars())
     .and_then(RawSettings::validate)
@@ -48,11 +53,7 @@ fn main() -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let notifier = atelier_sd::notify::Notifier::from_env();
     runtime
-        .block_on(atelier_chatd::run(
-            settings,
-            Arc::new(UnconfiguredRunner),
-            notifier,
-        ))
+        .block_on(atelier_chatd::run(settings, notifier))
         .context("atelier-chatd failed")
 }
 
@@ -63,4 +64,27 @@ fn service_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Option<
     )
     .context("reading the CHATD_SERVICE_TOKEN credential")?;
     Ok(token.map(|t| t.expose().to_owned()))
+}
+
+fn master_key(key_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Some(file) = key_file {
+        let mode = std::fs::metadata(file)
+            .with_context(|| format!("reading the master key file {}", file.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o222 != 0 {
+            anyhow::bail!(
+                "the master key file {} is writable (mode {:o}); make it read-only",
+                file.display(),
+                mode & 0o7777
+            );
+        }
+    }
+    let key = atelier_sd::credentials::read_credential_string_or_file(
+        atelier_chatd::master_key::MASTER_KEY_CREDENTIAL,
+        key_file,
+    )
+    .context("reading the CHATD_MASTER_KEY credential")?;
+    Ok(key.map(|k| k.expose().to_owned()))
 }

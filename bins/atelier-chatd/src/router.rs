@@ -11,9 +11,10 @@ use serde_json::json;
 use crate::auth::Authenticator;
 use crate::bridge::Bridges;
 use crate::chat::{self, TurnRunner};
-use crate::conversations;
+use crate::providers::{Credentials, Services};
 use crate::settings::Settings;
 use crate::store::{Leases, Scope, Store, StoreError};
+use crate::{audit, catalogue, conversations, credentials, defaults};
 
 /// The prefix every chatd route lives under.
 pub const API_PREFIX: &str = "/admin/api/ai/";
@@ -79,6 +80,63 @@ pub enum ApiError {
         "The AI tool bridge is no longer active. The server may have restarted; send the message again."
     )]
     BridgeGone,
+    /// The conversation's credential is not the caller's (or is gone) — the chat route's 404.
+    #[error("Credential not found or no longer accessible.")]
+    CredentialInaccessible,
+    /// The caller has no such credential.
+    #[error("Credential not found")]
+    CredentialNotFound,
+    /// The credential cannot be opened; the message says why (409).
+    #[error("{0}")]
+    CredentialUnusable(String),
+    /// The caller already has a credential with this label for the provider.
+    #[error("A credential named \"{0}\" already exists for this provider.")]
+    DuplicateCredential(String),
+    /// A key must be sealed and chatd has no master key.
+    #[error(
+        "AI credential encryption is not configured: no CHATD_MASTER_KEY credential was provided."
+    )]
+    EncryptionNotConfigured,
+    /// Creating a credential failed for a reason the log names.
+    #[error("Failed to create credential.")]
+    CredentialCreateFailed,
+    /// An API-key credential's key cannot be cleared.
+    #[error("API key cannot be empty for apiKey-mode credentials.")]
+    EmptyApiKey,
+    /// The body's auth mode is not the one the provider takes.
+    #[error("{provider} credentials use {expected} authentication.")]
+    WrongAuthMode {
+        /// The provider's label.
+        provider: &'static str,
+        /// The mode it takes.
+        expected: &'static str,
+    },
+    /// A base URL that is not an `http`/`https` URL with a host.
+    #[error("Base URL must be an http or https URL with a host.")]
+    BadBaseUrl,
+    /// A default still points at the credential.
+    #[error("This credential is currently set as a default — change the default in /admin/ai/defaults before deleting.")]
+    CredentialIsDefault,
+    /// The defaults route names an unknown scope.
+    #[error("Unknown scope \"{0}\". Must be one of: site, content, data, plugin")]
+    UnknownScope(String),
+    /// A default names a credential that does not exist.
+    #[error("Credential not found. Pick an existing credential.")]
+    DefaultCredentialMissing,
+    /// The models route names an unknown provider.
+    #[error("Unknown provider \"{0}\". Must be one of: anthropic, openai, ollama, openrouter, openai-compatible")]
+    UnknownProvider(String),
+    /// The audit's `tz` is not an IANA time zone.
+    #[error("Unknown time zone \"{0}\". Use an IANA time zone name such as Europe/Bratislava.")]
+    BadTimeZone(String),
+    /// A user image is refused; 413 when it is too large, else 400.
+    #[error("{message}")]
+    ImageRefused {
+        /// Whether the refusal is about size.
+        too_large: bool,
+        /// What is wrong.
+        message: String,
+    },
     /// Anything unexpected; the detail is logged, never sent.
     #[error("Internal server error")]
     Internal(String),
@@ -93,14 +151,36 @@ impl ApiError {
             ApiError::NotFound
             | ApiError::ConversationNotFound
             | ApiError::ImageNotFound
+            | ApiError::CredentialInaccessible
+            | ApiError::CredentialNotFound
             | ApiError::BridgeGone => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::InvalidBody
             | ApiError::ScopeQueryRequired
             | ApiError::ScopeMismatch { .. }
-            | ApiError::NoCredential => StatusCode::BAD_REQUEST,
-            ApiError::ChatTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ConversationBusy | ApiError::ModelChanged => StatusCode::CONFLICT,
+            | ApiError::NoCredential
+            | ApiError::EmptyApiKey
+            | ApiError::WrongAuthMode { .. }
+            | ApiError::BadBaseUrl
+            | ApiError::UnknownScope(_)
+            | ApiError::DefaultCredentialMissing
+            | ApiError::UnknownProvider(_)
+            | ApiError::BadTimeZone(_)
+            | ApiError::ImageRefused {
+                too_large: false, ..
+            } => StatusCode::BAD_REQUEST,
+            ApiError::ChatTooLarge
+            | ApiError::ImageRefused {
+                too_large: true, ..
+            } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ConversationBusy
+            | ApiError::ModelChanged
+            | ApiError::CredentialUnusable(_)
+            | ApiError::DuplicateCredential(_)
+            | ApiError::CredentialIsDefault => StatusCode::CONFLICT,
+            ApiError::EncryptionNotConfigured | ApiError::CredentialCreateFailed => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             ApiError::ModelWithoutVision | ApiError::ModelWithoutTools => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -121,6 +201,9 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::ConversationNotFound => ApiError::ConversationNotFound,
+            StoreError::CredentialNotFound => ApiError::CredentialNotFound,
+            StoreError::DuplicateLabel => ApiError::DuplicateCredential(String::new()),
+            StoreError::CredentialIsDefault => ApiError::CredentialIsDefault,
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -141,6 +224,7 @@ pub(crate) struct State {
     pub(crate) leases: Leases,
     pub(crate) bridges: Bridges,
     pub(crate) runner: Arc<dyn TurnRunner>,
+    pub(crate) services: Services,
     authenticator: Authenticator,
 }
 
@@ -151,11 +235,23 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router over `store` whose chat turns are run by `runner`.
+    /// A router over `store` whose chat turns are run by `runner`, with the settings'
+    /// credentials, catalogue and pricing services.
     pub fn new(settings: &Settings, store: Arc<Store>, runner: Arc<dyn TurnRunner>) -> Self {
+        Self::with_services(settings, services(settings, store), runner)
+    }
+
+    /// A router over `services` (shared with a runner that uses them) whose chat turns are run
+    /// by `runner`.
+    pub fn with_services(
+        settings: &Settings,
+        services: Services,
+        runner: Arc<dyn TurnRunner>,
+    ) -> Self {
         Self {
             state: Arc::new(State {
-                store,
+                store: Arc::clone(&services.store),
+                services,
                 leases: Leases::default(),
                 bridges: Bridges::default(),
                 runner,
@@ -170,6 +266,11 @@ impl Router {
     /// The live browser bridges (for inspection and tests).
     pub fn bridges(&self) -> &Bridges {
         &self.state.bridges
+    }
+
+    /// The services behind the settings routes (for inspection and tests).
+    pub fn services(&self) -> &Services {
+        &self.state.services
     }
 
     /// The single-writer leases (for inspection and tests).
@@ -197,8 +298,14 @@ impl Router {
             .check_origin(request.method(), request.headers())?;
         let segments: Vec<&str> = rest.split('/').collect();
         let method = request.method().clone();
+        let query = request.uri().query().map(str::to_owned);
+        let query = query.as_deref();
         let state = &self.state;
         match segments.as_slice() {
+            ["audit"] => {
+                only(&method, Method::GET)?;
+                audit::handle(state, &caller, query).await
+            }
             ["chat", scope] => {
                 let scope = Scope::parse(scope).ok_or(ApiError::NotFound)?;
                 only(&method, Method::POST)?;
@@ -207,6 +314,23 @@ impl Router {
             ["tool-result"] => {
                 only(&method, Method::POST)?;
                 crate::bridge::handle_tool_result(state, &caller, request).await
+            }
+            ["credentials"] => match method {
+                Method::GET => credentials::list(state, &caller).await,
+                Method::POST => credentials::create(state, &caller, request).await,
+                _ => Err(ApiError::MethodNotAllowed),
+            },
+            ["credentials", id] if !id.is_empty() => {
+                let id = (*id).to_owned();
+                match method {
+                    Method::PUT => credentials::update(state, &caller, id, request).await,
+                    Method::DELETE => credentials::delete(state, &caller, id).await,
+                    _ => Err(ApiError::MethodNotAllowed),
+                }
+            }
+            ["credentials", id, "test"] if !id.is_empty() => {
+                only(&method, Method::POST)?;
+                credentials::test(state, &caller, (*id).to_owned()).await
             }
             ["conversations"] => match method {
                 Method::GET => conversations::list(state, &caller, request.uri().query()).await,
@@ -229,9 +353,31 @@ impl Router {
                 let (conversation, message) = ((*conversation).to_owned(), (*message).to_owned());
                 conversations::image(state, &caller, conversation, message, index).await
             }
+            ["defaults"] => {
+                only(&method, Method::GET)?;
+                defaults::list(state, &caller).await
+            }
+            ["defaults", scope] => {
+                let scope = (*scope).to_owned();
+                defaults::scoped(state, &caller, &method, &scope, request).await
+            }
+            ["providers", id, "models"] => {
+                only(&method, Method::GET)?;
+                catalogue::models(state, &caller, id, query).await
+            }
             _ => Err(ApiError::NotFound),
         }
     }
+}
+
+/// The services a router builds from its settings when none are given.
+fn services(settings: &Settings, store: Arc<Store>) -> Services {
+    let credentials = Credentials::new(
+        settings.master_key.clone(),
+        settings.provider_urls.clone(),
+        reqwest::Client::new(),
+    );
+    Services::new(store, credentials)
 }
 
 fn only(method: &Method, allowed: Method) -> Result<(), ApiError> {

@@ -7,35 +7,50 @@ use std::sync::Arc;
 
 use atelier_llm::{
     run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
-    Message, ModelCapabilities, Role as LlmRole, ToolCall, ToolDefinition, ToolExecutor,
-    ToolRejection, ToolResult,
+    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolDefinition,
+    ToolExecutor, ToolRejection, ToolResult,
 };
 
 use crate::auth::{Caller, Capability};
 use crate::bridge::Bridge;
-use crate::chat::{check_capabilities, Preflight, Turn, TurnRunner};
+use crate::chat::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
 use crate::store::history::HistoryEntry;
 use crate::store::{ContentBlock, Conversation, Scope};
 
-/// Resolves the provider a conversation talks to. Credentials are the CMS's (§1.5 is not part
-/// of chatd yet), so whoever runs chatd supplies this.
+/// Resolves the provider a conversation talks to: its driver and what its model can do.
+/// Production chatd uses [`crate::providers::StoredProviders`] (the conversation's stored
+/// credential); tests and benchmarks supply their own.
 pub trait Providers: Send + Sync + 'static {
-    /// The driver for `conversation`'s credential and model as `caller`; `Err` is the message
-    /// of the turn's `error` line.
-    fn driver(
-        &self,
-        caller: &Caller,
-        conversation: &Conversation,
-    ) -> Result<Arc<dyn Driver>, String>;
-
-    /// What `conversation`'s model can do, resolved per turn — typically through an
-    /// `atelier_llm::CapabilityResolver` kept per provider, so it is cached and de-duplicated
-    /// and fails closed for vision. The future must not borrow `self`.
-    fn capabilities(&self, caller: &Caller, conversation: &Conversation) -> CapabilityFuture;
+    /// The provider of `conversation` as `caller`, resolved before the turn is stored. The
+    /// capabilities are looked up per turn — typically through an
+    /// `atelier_llm::CapabilityResolver`, so cached, de-duplicated and fail-closed for
+    /// vision. The future must not borrow `self`.
+    fn prepare(&self, caller: &Caller, conversation: &Conversation) -> PrepareFuture;
 }
 
-/// A capability lookup in flight (see [`Providers::capabilities`]).
-pub type CapabilityFuture = Pin<Box<dyn Future<Output = ModelCapabilities> + Send + 'static>>;
+/// A provider resolved for one turn.
+#[derive(Clone)]
+pub struct ProviderSetup {
+    /// Which provider (it prices the turn's usage).
+    pub kind: ProviderKind,
+    /// The driver to run the turn on.
+    pub driver: Arc<dyn Driver>,
+    /// What the conversation's model can do.
+    pub capabilities: ModelCapabilities,
+}
+
+/// Why a provider cannot be resolved for a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderRefusal {
+    /// The conversation's credential is not the caller's, or is gone.
+    CredentialNotFound,
+    /// The credential cannot be used; the message says why.
+    Unusable(String),
+}
+
+/// A provider resolution in flight (see [`Providers::prepare`]).
+pub type PrepareFuture =
+    Pin<Box<dyn Future<Output = Result<ProviderSetup, ProviderRefusal>> + Send + 'static>>;
 
 /// Runs turns through the shared tool loop.
 pub struct LoopRunner {
@@ -84,20 +99,31 @@ impl TurnRunner for LoopRunner {
         has_images: bool,
     ) -> Preflight {
         let offers_tools = !self.offered_tools(conversation.scope, caller).is_empty();
-        let lookup = self.providers.capabilities(caller, conversation);
+        let setup = self.providers.prepare(caller, conversation);
         Box::pin(async move {
-            let capabilities = lookup.await;
-            check_capabilities(&capabilities, has_images, offers_tools)?;
-            Ok(Some(capabilities))
+            let setup = setup.await.map_err(|refusal| match refusal {
+                ProviderRefusal::CredentialNotFound => ModelRefusal::CredentialNotFound,
+                ProviderRefusal::Unusable(message) => ModelRefusal::CredentialUnusable(message),
+            })?;
+            check_capabilities(&setup.capabilities, has_images, offers_tools)?;
+            Ok(Prepared {
+                capabilities: Some(setup.capabilities),
+                provider: Some(setup.kind),
+                driver: Some(setup.driver),
+            })
         })
     }
 
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let scope = turn.conversation.scope;
         let tools = self.offered_tools(scope, &turn.caller);
-        let driver = self.providers.driver(&turn.caller, &turn.conversation);
+        let driver = turn
+            .prepared
+            .driver
+            .clone()
+            .ok_or_else(|| "AI runtime error: the turn has no provider.".to_owned());
         let mut options = self.options.clone();
-        if let Some(capabilities) = &turn.capabilities {
+        if let Some(capabilities) = &turn.prepared.capabilities {
             // Screenshots go back as images only to models that take them in tool results.
             options.tool_result_images &= capabilities.tool_result_images;
         }
@@ -253,12 +279,8 @@ mod tests {
     struct NoProviders;
 
     impl Providers for NoProviders {
-        fn driver(&self, _: &Caller, _: &Conversation) -> Result<Arc<dyn Driver>, String> {
-            Err("none".into())
-        }
-
-        fn capabilities(&self, _: &Caller, _: &Conversation) -> CapabilityFuture {
-            Box::pin(async { atelier_llm::ProviderKind::Anthropic.static_capabilities() })
+        fn prepare(&self, _: &Caller, _: &Conversation) -> PrepareFuture {
+            Box::pin(async { Err(ProviderRefusal::CredentialNotFound) })
         }
     }
 

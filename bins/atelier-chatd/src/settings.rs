@@ -3,6 +3,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::master_key::MasterKey;
+use crate::providers::ProviderUrls;
 
 /// The systemd credential that holds the bearer token the CMS's reverse proxy presents.
 pub const SERVICE_TOKEN_CREDENTIAL: &str = "CHATD_SERVICE_TOKEN";
@@ -21,7 +25,13 @@ const MIN_TOKEN_LEN: usize = 32;
 
 /// The environment variables chatd reads; any other `CHATD_` variable is refused by name, so a
 /// typo cannot silently leave a setting at its default.
-const KNOWN_VARIABLES: &[&str] = &["CHATD_DATABASE", "CHATD_PUBLIC_ORIGIN"];
+const KNOWN_VARIABLES: &[&str] = &[
+    "CHATD_DATABASE",
+    "CHATD_PUBLIC_ORIGIN",
+    "CHATD_ANTHROPIC_URL",
+    "CHATD_OPENAI_URL",
+    "CHATD_OPENROUTER_URL",
+];
 
 /// Settings as given, before validation.
 #[derive(Debug, Default, Clone)]
@@ -35,6 +45,16 @@ pub struct RawSettings {
     pub public_origins: Vec<String>,
     /// The service token, from `$CREDENTIALS_DIRECTORY` or a development token file.
     pub service_token: Option<String>,
+    /// The master key's credential text (base64 of 32 bytes); without one, provider secrets
+    /// cannot be stored or used.
+    pub master_key: Option<String>,
+    /// Anthropic's base URL, when not the production one.
+    pub anthropic_url: Option<String>,
+    /// OpenAI's base URL, when not the production one.
+    pub openai_url: Option<String>,
+    /// OpenRouter's base URL (`…/api`), when not the production one; the pricing catalogue
+    /// is read from it too.
+    pub openrouter_url: Option<String>,
 }
 
 /// Validated settings.
@@ -48,6 +68,10 @@ pub struct Settings {
     pub public_origins: Vec<String>,
     /// The bearer token; never printed.
     pub(crate) service_token: String,
+    /// The master key that seals provider secrets; never printed.
+    pub master_key: Option<Arc<MasterKey>>,
+    /// Where hosted providers are reached.
+    pub provider_urls: ProviderUrls,
 }
 
 impl fmt::Debug for Settings {
@@ -57,6 +81,11 @@ impl fmt::Debug for Settings {
             .field("listen", &self.listen)
             .field("public_origins", &self.public_origins)
             .field("service_token", &"[redacted]")
+            .field(
+                "master_key",
+                &self.master_key.as_ref().map(|key| key.fingerprint()),
+            )
+            .field("provider_urls", &self.provider_urls)
             .finish()
     }
 }
@@ -65,7 +94,7 @@ impl fmt::Debug for Settings {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingsError {
     /// A `CHATD_` variable chatd does not know.
-    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN")]
+    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN, CHATD_ANTHROPIC_URL, CHATD_OPENAI_URL, CHATD_OPENROUTER_URL")]
     UnknownKey(String),
     /// No service token was provided.
     #[error("no service token: provide the {SERVICE_TOKEN_CREDENTIAL} credential")]
@@ -79,6 +108,17 @@ pub enum SettingsError {
     /// A public origin is not an `http(s)://host[:port]` URL.
     #[error("public origin {0:?} must be an http or https URL")]
     BadPublicOrigin(String),
+    /// The master key is not base64 of exactly 32 bytes.
+    #[error("the CHATD_MASTER_KEY credential must be base64 of exactly 32 bytes")]
+    BadMasterKey,
+    /// A provider URL is not an `http(s)://` URL.
+    #[error("{setting} {url:?} must be an http or https URL")]
+    BadProviderUrl {
+        /// Which setting.
+        setting: &'static str,
+        /// The value given.
+        url: String,
+    },
     /// A path setting is relative.
     #[error("{setting} path {path:?} must be absolute")]
     RelativePath {
@@ -115,6 +155,15 @@ impl RawSettings {
                         .filter(|o| !o.is_empty())
                         .map(str::to_owned)
                         .collect();
+                }
+                "CHATD_ANTHROPIC_URL" if self.anthropic_url.is_none() => {
+                    self.anthropic_url = Some(value.to_owned());
+                }
+                "CHATD_OPENAI_URL" if self.openai_url.is_none() => {
+                    self.openai_url = Some(value.to_owned());
+                }
+                "CHATD_OPENROUTER_URL" if self.openrouter_url.is_none() => {
+                    self.openrouter_url = Some(value.to_owned());
                 }
                 known if KNOWN_VARIABLES.contains(&known) => {}
                 unknown => return Err(SettingsError::UnknownKey(unknown.to_owned())),
@@ -154,11 +203,44 @@ impl RawSettings {
                 });
             }
         }
+        let master_key = self
+            .master_key
+            .as_deref()
+            .map(|text| MasterKey::from_base64(text).map(Arc::new))
+            .transpose()
+            .map_err(|_| SettingsError::BadMasterKey)?;
+        let mut provider_urls = ProviderUrls::default();
+        for (setting, value, slot) in [
+            (
+                "CHATD_ANTHROPIC_URL",
+                self.anthropic_url,
+                &mut provider_urls.anthropic,
+            ),
+            (
+                "CHATD_OPENAI_URL",
+                self.openai_url,
+                &mut provider_urls.openai,
+            ),
+            (
+                "CHATD_OPENROUTER_URL",
+                self.openrouter_url,
+                &mut provider_urls.openrouter,
+            ),
+        ] {
+            if let Some(url) = value {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(SettingsError::BadProviderUrl { setting, url });
+                }
+                *slot = url.trim_end_matches('/').to_owned();
+            }
+        }
         Ok(Settings {
             database,
             listen: self.listen,
             public_origins,
             service_token,
+            master_key,
+            provider_urls,
         })
     }
 }

@@ -10,10 +10,15 @@
 //! - [`history`]: the replay history rebuilt from rows, with interrupted tool calls healed.
 //! - [`Leases`]: at most one writer per conversation in this process.
 
+pub mod audit;
 pub mod history;
 mod lease;
+pub mod settings;
 
 pub use lease::{Lease, Leases};
+pub use settings::{
+    AuthMode, CredentialChange, CredentialRow, DefaultRow, NewCredential, PricingRow,
+};
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -23,7 +28,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 use serde::{Deserialize, Serialize};
 
 /// The schema, applied in order; `PRAGMA user_version` records how many have run.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE ai_conversations (
     id TEXT PRIMARY KEY,
     user_id TEXT NOT NULL,
@@ -61,7 +67,49 @@ CREATE TABLE ai_messages (
     created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     UNIQUE (conversation_id, position)
 );
-"#];
+"#,
+    r#"
+CREATE TABLE ai_provider_credentials (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    provider_id TEXT NOT NULL,
+    auth_mode TEXT NOT NULL CHECK (auth_mode IN ('apiKey', 'baseUrl')),
+    display_label TEXT NOT NULL,
+    ciphertext BLOB,
+    iv BLOB,
+    base_url TEXT,
+    key_fingerprint TEXT,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    last_used_at TEXT,
+    CONSTRAINT ai_creds_apikey_shape_check CHECK (
+        (auth_mode = 'apiKey' AND ciphertext IS NOT NULL AND iv IS NOT NULL AND base_url IS NULL)
+        OR (auth_mode = 'baseUrl' AND base_url IS NOT NULL))
+);
+CREATE UNIQUE INDEX ai_provider_credentials_label
+    ON ai_provider_credentials (user_id, provider_id, display_label);
+CREATE TABLE ai_defaults (
+    scope TEXT PRIMARY KEY CHECK (scope IN ('site', 'content', 'data', 'plugin')),
+    credential_id TEXT NOT NULL REFERENCES ai_provider_credentials (id) ON DELETE RESTRICT,
+    model_id TEXT NOT NULL,
+    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_by TEXT
+);
+CREATE TABLE ai_model_pricing (
+    pricing_key TEXT PRIMARY KEY,
+    input_per_mtok REAL NOT NULL,
+    output_per_mtok REAL NOT NULL,
+    cache_read_per_mtok REAL,
+    cache_write_per_mtok REAL,
+    context_window INTEGER,
+    refreshed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+-- The audit rollups read only these columns, in time order: a covering index keeps them off
+-- the rows' content (which holds the images).
+CREATE INDEX ai_messages_usage ON ai_messages (created_at, conversation_id, prompt_tokens,
+    completion_tokens, cost_usd, cache_read_tokens, cache_creation_tokens);
+"#,
+];
 
 /// The timestamp format of every row: ISO 8601 UTC with milliseconds.
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -95,13 +143,22 @@ pub enum StoreError {
     /// A message breaks the shape its role requires.
     #[error("invalid message: {0}")]
     InvalidMessage(&'static str),
+    /// The user has no such credential.
+    #[error("credential not found")]
+    CredentialNotFound,
+    /// The user already has a credential with this label for the provider.
+    #[error("a credential with this label already exists for the provider")]
+    DuplicateLabel,
+    /// A scope's default still points at the credential.
+    #[error("the credential is a default")]
+    CredentialIsDefault,
     /// Another thread panicked while holding the connection.
     #[error("the database connection was poisoned by a panic")]
     Poisoned,
 }
 
 /// The four places in the CMS that hold conversations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// The site builder.
@@ -115,6 +172,9 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// Every scope, in the reference's order.
+    pub const ALL: [Scope; 4] = [Scope::Site, Scope::Content, Scope::Data, Scope::Plugin];
+
     /// The scope as stored and as it appears in URLs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -127,9 +187,7 @@ impl Scope {
 
     /// Parses a scope; `None` for anything else.
     pub fn parse(text: &str) -> Option<Self> {
-        [Scope::Site, Scope::Content, Scope::Data, Scope::Plugin]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        Scope::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -549,6 +607,53 @@ impl Store {
             tool_call: message.tool_call.clone(),
             created_at,
         })
+    }
+
+    /// Closes, as interrupted, every tool call that a turn announced after the conversation's
+    /// last user message and never answered — what a chatd killed mid-turn leaves. Run at
+    /// boot, before any turn can hold a lease, so every such call is a dead turn's. Returns
+    /// how many calls it closed.
+    pub fn finalize_interrupted_calls(&self) -> Result<usize, StoreError> {
+        let open: Vec<(String, String, String)> = {
+            let connection = self.connection()?;
+            let mut statement = connection.prepare(
+                "SELECT m.conversation_id, m.tool_call_id, m.tool_name FROM ai_messages m
+                 JOIN ai_conversations c ON c.id = m.conversation_id AND c.deleted_at IS NULL
+                 WHERE m.role = 'assistant' AND m.tool_call_id IS NOT NULL
+                   AND m.position > coalesce((SELECT max(u.position) FROM ai_messages u
+                       WHERE u.conversation_id = m.conversation_id AND u.role = 'user'), -1)
+                   AND NOT EXISTS (SELECT 1 FROM ai_messages t
+                       WHERE t.conversation_id = m.conversation_id AND t.role = 'tool'
+                         AND t.tool_call_id = m.tool_call_id)
+                 ORDER BY m.conversation_id, m.position",
+            )?;
+            let rows =
+                statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for (conversation_id, tool_call_id, tool_name) in &open {
+            let row = NewMessage {
+                role: Role::Tool,
+                content: vec![ContentBlock::ToolResult {
+                    ok: false,
+                    error: Some(history::INTERRUPTED_TOOL_RESULT_ERROR.to_owned()),
+                }],
+                tool_call: Some(ToolCallRef {
+                    id: tool_call_id.clone(),
+                    name: tool_name.clone(),
+                }),
+            };
+            self.append(conversation_id, &row, None)?;
+        }
+        Ok(open.len())
+    }
+
+    /// Runs SQLite's own consistency check; `Ok(true)` when it reports `ok`.
+    pub fn integrity_ok(&self) -> Result<bool, StoreError> {
+        let result: String = self
+            .connection()?
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+        Ok(result == "ok")
     }
 
     /// The conversation's messages in position order. A row whose JSON no longer validates is

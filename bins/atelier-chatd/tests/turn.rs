@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atelier_chatd::auth::Caller;
-use atelier_chatd::runtime::{CapabilityFuture, LoopRunner, Providers};
+use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Scope, Store};
 use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
@@ -124,25 +124,26 @@ struct ScriptedAnthropic {
 }
 
 impl Providers for ScriptedAnthropic {
-    fn driver(
-        &self,
-        _caller: &Caller,
-        _conversation: &Conversation,
-    ) -> Result<Arc<dyn Driver>, String> {
+    fn prepare(&self, _caller: &Caller, conversation: &Conversation) -> PrepareFuture {
         let endpoint = Endpoint::new(
             reqwest::Client::new(),
             self.base_url.clone(),
             Some("sk-test".into()),
         );
-        Ok(Arc::new(AnthropicDriver::new(endpoint)))
-    }
-
-    fn capabilities(&self, _caller: &Caller, conversation: &Conversation) -> CapabilityFuture {
-        let Some((resolver, endpoint)) = self.capabilities.clone() else {
-            return Box::pin(async { ProviderKind::Anthropic.static_capabilities() });
-        };
+        let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(endpoint));
+        let lookup = self.capabilities.clone();
         let model = conversation.model_id.clone();
-        Box::pin(async move { resolver.resolve(&endpoint, &model).await })
+        Box::pin(async move {
+            let capabilities = match lookup {
+                Some((resolver, endpoint)) => resolver.resolve(&endpoint, &model).await,
+                None => ProviderKind::Anthropic.static_capabilities(),
+            };
+            Ok(ProviderSetup {
+                kind: ProviderKind::Anthropic,
+                driver,
+                capabilities,
+            })
+        })
     }
 }
 
@@ -171,6 +172,8 @@ fn start_chatd_with(
         database: Some(database.clone()),
         public_origins: vec!["https://cms.example".into()],
         service_token: Some(TOKEN.into()),
+        // Nothing listens there: the pricing catalogue is unreachable, and never off-host.
+        openrouter_url: Some("http://127.0.0.1:9".into()),
         ..RawSettings::default()
     }
     .validate()

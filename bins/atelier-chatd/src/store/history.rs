@@ -83,3 +83,37 @@ fn close_open_calls(open_calls: &mut Vec<String>, history: &mut Vec<HistoryEntry
             }),
     );
 }
+
+/// What a model that cannot see gets in place of a user message's images: one breadcrumb
+/// where the first image was.
+pub const IMAGE_OMITTED_FOR_MODEL: &str =
+    "[Attached image omitted because the selected model does not support image input.]";
+
+/// Projects the history for a model without vision: every user message keeps its other blocks
+/// and gets [`IMAGE_OMITTED_FOR_MODEL`] in place of its images. Stored rows are untouched, so
+/// switching back to a vision model replays every image.
+pub fn project_images_for_blind_model(history: &mut [HistoryEntry]) {
+    for entry in history {
+        let HistoryEntry::User(blocks) = entry else {
+            continue;
+        };
+        let Some(first) = blocks
+            .iter()
+            .position(|b| matches!(b, ContentBlock::Image { .. }))
+        else {
+            continue;
+        };
+        let mut projected = Vec::with_capacity(blocks.len());
+        for (index, block) in blocks.drain(..).enumerate() {
+            if index == first {
+                projected.push(ContentBlock::Text {
+                    text: IMAGE_OMITTED_FOR_MODEL.to_owned(),
+                });
+            }
+            if !matches!(block, ContentBlock::Image { .. }) {
+                projected.push(block);
+            }
+        }
+        *blocks = projected;
+    }
+}

@@ -1,0 +1,424 @@
+//! `GET /audit?since=&tz=` (chat_runtime.md §1.8, §8): usage totals and rollups by user,
+//! scope, model and day, the days in the viewer's IANA time zone. A zone that does not exist is
+//! a 400, never a silent UTC.
+//!
+//! One pass over the messages since `since`, in time order through the covering usage index:
+//! totals per conversation, and per local day with its distinct conversations. Day boundaries
+//! are computed once per day, so each message costs a text comparison, not a time-zone lookup.
+
+use std::collections::{HashMap, HashSet};
+
+use atelier_http::{json_response, Response};
+use hyper::StatusCode;
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ToSpan};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::auth::{Caller, Capability};
+use crate::router::{blocking, ApiError, State};
+use crate::store::audit::UsageSample;
+use crate::store::{Scope, Store, StoreError};
+
+/// The window when `since` is absent or unreadable: the last 30 days.
+const DEFAULT_WINDOW_DAYS: i64 = 30;
+
+/// One rollup row's numbers (`UsageRow`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRow {
+    /// Prompt tokens.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Cost in USD.
+    pub cost_usd: f64,
+    /// Distinct conversations with a message in the window.
+    pub chat_count: i64,
+    /// Cache-read tokens.
+    pub cache_read_tokens: i64,
+    /// Cache-creation tokens.
+    pub cache_creation_tokens: i64,
+}
+
+impl UsageRow {
+    fn add(&mut self, sample: &UsageSample<'_>) {
+        self.prompt_tokens += sample.prompt_tokens;
+        self.completion_tokens += sample.completion_tokens;
+        self.cost_usd += sample.cost_usd;
+        self.cache_read_tokens += sample.cache_read_tokens;
+        self.cache_creation_tokens += sample.cache_creation_tokens;
+    }
+
+    fn merge(&mut self, other: &UsageRow) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cost_usd += other.cost_usd;
+        self.chat_count += other.chat_count;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_creation_tokens += other.cache_creation_tokens;
+    }
+
+    fn rounded(mut self) -> Self {
+        self.cost_usd = (self.cost_usd * 1e6).round() / 1e6;
+        self
+    }
+}
+
+/// A rollup row with its key fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Keyed<K: Serialize> {
+    /// The grouping key's fields.
+    #[serde(flatten)]
+    pub key: K,
+    /// The numbers.
+    #[serde(flatten)]
+    pub usage: UsageRow,
+}
+
+/// By-user key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserKey {
+    /// The user.
+    pub user_id: String,
+    /// How to show them; chatd knows only the CMS's id.
+    pub user_label: String,
+}
+
+/// By-scope key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScopeKey {
+    /// The scope.
+    pub scope: Scope,
+}
+
+/// By-model key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelKey {
+    /// The provider of the conversation's current credential, or `unknown`.
+    pub provider_id: String,
+    /// The conversation's current model.
+    pub model_id: String,
+}
+
+/// By-day key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DayKey {
+    /// `YYYY-MM-DD` in the viewer's zone.
+    pub day: String,
+}
+
+/// The whole audit answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditReport {
+    /// The window's start (ISO 8601 UTC with milliseconds).
+    pub since: String,
+    /// Everything.
+    pub totals: UsageRow,
+    /// Per user, costliest first.
+    pub by_user: Vec<Keyed<UserKey>>,
+    /// Per scope, costliest first.
+    pub by_scope: Vec<Keyed<ScopeKey>>,
+    /// Per provider and model, costliest first.
+    pub by_model: Vec<Keyed<ModelKey>>,
+    /// Per local day with activity, oldest first.
+    pub by_day: Vec<Keyed<DayKey>>,
+}
+
+/// `ts` as the stored timestamps are written: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn iso_millis(ts: Timestamp) -> String {
+    let utc = ts.to_zoned(TimeZone::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        utc.year(),
+        utc.month(),
+        utc.day(),
+        utc.hour(),
+        utc.minute(),
+        utc.second(),
+        utc.millisecond()
+    )
+}
+
+/// Reads `since` as the reference's `Date.parse` mostly does: an RFC 3339 instant, or a bare
+/// date meaning its UTC midnight; `None` otherwise.
+pub fn parse_since(text: &str) -> Option<Timestamp> {
+    let text = text.trim();
+    if let Ok(ts) = text.parse::<Timestamp>() {
+        return Some(ts);
+    }
+    let date: jiff::civil::Date = text.parse().ok()?;
+    date.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp())
+}
+
+/// Bins text timestamps, which arrive in order, into local days of `zone`.
+struct DayBinner {
+    zone: TimeZone,
+    day: String,
+    /// The first instant (in stored text form) of the next local day.
+    next: String,
+}
+
+impl DayBinner {
+    fn new(zone: TimeZone) -> Self {
+        DayBinner {
+            zone,
+            day: String::new(),
+            next: String::new(),
+        }
+    }
+
+    /// Whether `created_at` starts a new day; `day` is then that day.
+    fn advance(&mut self, created_at: &str) -> bool {
+        if !self.day.is_empty() && created_at < self.next.as_str() {
+            return false;
+        }
+        let Ok(ts) = created_at.parse::<Timestamp>() else {
+            // An unreadable stamp joins the current day rather than vanishing.
+            return self.day.is_empty() && {
+                self.day = "unknown".to_owned();
+                self.next = "\u{10FFFF}".to_owned();
+                true
+            };
+        };
+        let local = ts.to_zoned(self.zone.clone());
+        let date = local.date();
+        self.day = format!("{:04}-{:02}-{:02}", date.year(), date.month(), date.day());
+        self.next = date
+            .checked_add(1.day())
+            .ok()
+            .and_then(|tomorrow| tomorrow.to_zoned(self.zone.clone()).ok())
+            .map(|z| iso_millis(z.timestamp()))
+            .unwrap_or_else(|| "\u{10FFFF}".to_owned());
+        true
+    }
+}
+
+/// Every rollup over `store`'s messages since `since`, days in `zone`.
+pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditReport, StoreError> {
+    let since_text = iso_millis(since);
+    let mut per_conversation: HashMap<String, UsageRow> = HashMap::new();
+    let mut days: Vec<Keyed<DayKey>> = Vec::new();
+    let mut day_chats: HashSet<String> = HashSet::new();
+    let mut binner = DayBinner::new(zone);
+    store.scan_usage(&since_text, |sample| {
+        if binner.advance(sample.created_at) {
+            if let Some(last) = days.last_mut() {
+                last.usage.chat_count = day_chats.len() as i64;
+            }
+            day_chats.clear();
+            days.push(Keyed {
+                key: DayKey {
+                    day: binner.day.clone(),
+                },
+                usage: UsageRow::default(),
+            });
+        }
+        if let Some(today) = days.last_mut() {
+            today.usage.add(&sample);
+        }
+        if !day_chats.contains(sample.conversation_id) {
+            day_chats.insert(sample.conversation_id.to_owned());
+        }
+        match per_conversation.get_mut(sample.conversation_id) {
+            Some(row) => row.add(&sample),
+            None => {
+                let mut row = UsageRow {
+                    chat_count: 1,
+                    ..UsageRow::default()
+                };
+                row.add(&sample);
+                per_conversation.insert(sample.conversation_id.to_owned(), row);
+            }
+        }
+    })?;
+    if let Some(last) = days.last_mut() {
+        last.usage.chat_count = day_chats.len() as i64;
+    }
+
+    let mut totals = UsageRow::default();
+    let mut by_user: HashMap<String, UsageRow> = HashMap::new();
+    let mut by_scope: HashMap<Scope, UsageRow> = HashMap::new();
+    let mut by_model: HashMap<(String, String), UsageRow> = HashMap::new();
+    let facts = if per_conversation.is_empty() {
+        Vec::new()
+    } else {
+        store.conversation_facts()?
+    };
+    for fact in facts {
+        let Some(row) = per_conversation.get(&fact.id) else {
+            continue;
+        };
+        totals.merge(row);
+        by_user.entry(fact.user_id).or_default().merge(row);
+        by_scope.entry(fact.scope).or_default().merge(row);
+        let provider = fact.provider_id.unwrap_or_else(|| "unknown".to_owned());
+        by_model
+            .entry((provider, fact.model_id))
+            .or_default()
+            .merge(row);
+    }
+    let by_cost = |a: &UsageRow, b: &UsageRow| {
+        b.cost_usd
+            .total_cmp(&a.cost_usd)
+            .then(b.prompt_tokens.cmp(&a.prompt_tokens))
+    };
+    let mut by_user: Vec<Keyed<UserKey>> = by_user
+        .into_iter()
+        .map(|(user_id, usage)| Keyed {
+            key: UserKey {
+                user_label: user_id.clone(),
+                user_id,
+            },
+            usage: usage.rounded(),
+        })
+        .collect();
+    by_user.sort_by(|a, b| by_cost(&a.usage, &b.usage).then(a.key.user_id.cmp(&b.key.user_id)));
+    let mut by_scope: Vec<Keyed<ScopeKey>> = by_scope
+        .into_iter()
+        .map(|(scope, usage)| Keyed {
+            key: ScopeKey { scope },
+            usage: usage.rounded(),
+        })
+        .collect();
+    by_scope.sort_by(|a, b| {
+        b.usage
+            .cost_usd
+            .total_cmp(&a.usage.cost_usd)
+            .then(a.key.scope.as_str().cmp(b.key.scope.as_str()))
+    });
+    let mut by_model: Vec<Keyed<ModelKey>> = by_model
+        .into_iter()
+        .map(|((provider_id, model_id), usage)| Keyed {
+            key: ModelKey {
+                provider_id,
+                model_id,
+            },
+            usage: usage.rounded(),
+        })
+        .collect();
+    by_model.sort_by(|a, b| {
+        by_cost(&a.usage, &b.usage)
+            .then(a.key.provider_id.cmp(&b.key.provider_id))
+            .then(a.key.model_id.cmp(&b.key.model_id))
+    });
+    for day in &mut days {
+        day.usage = day.usage.rounded();
+    }
+    Ok(AuditReport {
+        since: since_text,
+        totals: totals.rounded(),
+        by_user,
+        by_scope,
+        by_model,
+        by_day: days,
+    })
+}
+
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| percent_decode(value))
+    })
+}
+
+/// Decodes `%XX` escapes and `+` (a query's space); invalid escapes stay as written.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET /audit`.
+pub(crate) async fn handle(
+    state: &State,
+    caller: &Caller,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
+    caller.require(Capability::AuditRead)?;
+    let zone = match query_param(query, "tz") {
+        None => TimeZone::UTC,
+        Some(name) => TimeZone::get(&name).map_err(|_| ApiError::BadTimeZone(name))?,
+    };
+    let since = query_param(query, "since")
+        .as_deref()
+        .and_then(parse_since)
+        .unwrap_or_else(|| {
+            Timestamp::now()
+                .checked_sub((DEFAULT_WINDOW_DAYS * 24).hours())
+                .unwrap_or(Timestamp::UNIX_EPOCH)
+        });
+    let report = blocking(&state.store, move |store| report(store, since, zone)).await?;
+    Ok(json_response(StatusCode::OK, &json!(report)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_reads_instants_and_dates() {
+        let ts = parse_since("2026-03-29T00:30:00+02:00").unwrap();
+        assert_eq!(iso_millis(ts), "2026-03-28T22:30:00.000Z");
+        assert_eq!(
+            iso_millis(parse_since("2026-12-01").unwrap()),
+            "2026-12-01T00:00:00.000Z"
+        );
+        assert_eq!(parse_since("last tuesday"), None);
+    }
+
+    #[test]
+    fn days_bin_in_the_zone_across_midnight_and_dst() {
+        let zone = TimeZone::get("Europe/Bratislava").unwrap();
+        let mut binner = DayBinner::new(zone);
+        // 22:30 UTC on 28 March 2026 is already 29 March (CET+1) in Bratislava.
+        assert!(binner.advance("2026-03-28T22:30:00.000Z"));
+        assert_eq!(binner.day, "2026-03-28");
+        assert!(!binner.advance("2026-03-28T22:59:59.999Z"));
+        assert!(binner.advance("2026-03-28T23:00:00.000Z"));
+        assert_eq!(binner.day, "2026-03-29");
+        // Summer time starts that night: the next midnight is 22:00 UTC.
+        assert!(!binner.advance("2026-03-29T21:59:59.999Z"));
+        assert!(binner.advance("2026-03-29T22:00:00.000Z"));
+        assert_eq!(binner.day, "2026-03-30");
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            query_param(Some("since=x&tz=America%2FNew_York"), "tz").as_deref(),
+            Some("America/New_York")
+        );
+        assert_eq!(percent_decode("a%zzb+c%41"), "a%zzb cA");
+        assert_eq!(query_param(Some("tz"), "tz"), None);
+    }
+}

@@ -1,0 +1,91 @@
+//! Per-scope defaults (chat_runtime.md §1.6): one row per scope, site-wide; read with
+//! `ai.chat`, changed with `ai.providers.manage`.
+
+use atelier_http::{json_response, Request, Response};
+use hyper::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::auth::{Caller, Capability};
+use crate::conversations::read_json;
+use crate::router::{blocking, ApiError, State};
+use crate::store::Scope;
+
+const BODY_LIMIT: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SetBody {
+    credential_id: String,
+    model_id: String,
+}
+
+fn audit(event: &str, caller: &Caller, detail: Value) {
+    tracing::info!(target: "audit", event, user_id = %caller.user_id, %detail, "AI settings changed");
+}
+
+/// `GET /defaults`: `{defaults: {<scope>: {credentialId, modelId}}}` for the scopes that have
+/// one.
+pub(crate) async fn list(state: &State, caller: &Caller) -> Result<Response, ApiError> {
+    caller.require(Capability::Chat)?;
+    let rows = blocking(&state.store, |store| store.defaults()).await?;
+    let defaults: Map<String, Value> = rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.scope.as_str().to_owned(),
+                json!({"credentialId": row.credential_id, "modelId": row.model_id}),
+            )
+        })
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "defaults": defaults }),
+    ))
+}
+
+/// `PUT` and `DELETE /defaults/:scope`: the method first, then the scope (before the
+/// capability, as the reference orders it), then `ai.providers.manage`.
+pub(crate) async fn scoped(
+    state: &State,
+    caller: &Caller,
+    method: &Method,
+    scope: &str,
+    request: Request,
+) -> Result<Response, ApiError> {
+    if *method != Method::PUT && *method != Method::DELETE {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let scope = Scope::parse(scope).ok_or_else(|| ApiError::UnknownScope(scope.to_owned()))?;
+    caller.require(Capability::ProvidersManage)?;
+    if *method == Method::DELETE {
+        blocking(&state.store, move |store| store.clear_default(scope)).await?;
+        audit(
+            "ai.default.cleared",
+            caller,
+            json!({"scope": scope.as_str()}),
+        );
+        let mut response = Response::new(atelier_http::full_body(bytes::Bytes::new()));
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        return Ok(response);
+    }
+    let body: SetBody = read_json(request, BODY_LIMIT).await?;
+    if body.credential_id.is_empty() || body.model_id.is_empty() {
+        return Err(ApiError::InvalidBody);
+    }
+    let user = caller.user_id.clone();
+    let row = blocking(&state.store, move |store| {
+        store.set_default(scope, &body.credential_id, &body.model_id, &user)
+    })
+    .await
+    .map_err(|error| match error {
+        ApiError::CredentialNotFound => ApiError::DefaultCredentialMissing,
+        other => other,
+    })?;
+    audit(
+        "ai.default.updated",
+        caller,
+        json!({"scope": scope.as_str(), "credentialId": row.credential_id, "modelId": row.model_id}),
+    );
+    Ok(json_response(StatusCode::OK, &json!({ "default": row })))
+}

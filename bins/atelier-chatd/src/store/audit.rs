@@ -1,0 +1,94 @@
+//! What the audit rollups read: every message since an instant, in time order, through the
+//! covering usage index (never touching message content), and the conversations' owners,
+//! scopes and models.
+
+use rusqlite::params;
+
+use super::{Scope, Store, StoreError};
+
+/// One message's usage columns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageSample<'a> {
+    /// When it was written (ISO 8601 UTC, so text order is time order).
+    pub created_at: &'a str,
+    /// Its conversation.
+    pub conversation_id: &'a str,
+    /// Prompt tokens booked on it.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Cost in USD.
+    pub cost_usd: f64,
+    /// Cache-read tokens.
+    pub cache_read_tokens: i64,
+    /// Cache-creation tokens.
+    pub cache_creation_tokens: i64,
+}
+
+/// Who and what a conversation is, for grouping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationFacts {
+    /// Its id.
+    pub id: String,
+    /// Its owner.
+    pub user_id: String,
+    /// Its scope.
+    pub scope: Scope,
+    /// Its current model.
+    pub model_id: String,
+    /// The provider of its current credential; `None` when it has none.
+    pub provider_id: Option<String>,
+}
+
+impl Store {
+    /// Calls `visit` for every message written at or after `since` (ISO 8601 UTC), oldest
+    /// first. Deleted conversations count, as in the reference.
+    pub fn scan_usage(
+        &self,
+        since: &str,
+        mut visit: impl FnMut(UsageSample<'_>),
+    ) -> Result<(), StoreError> {
+        let connection = self.connection()?;
+        let mut statement = connection.prepare_cached(
+            "SELECT created_at, conversation_id, prompt_tokens, completion_tokens, cost_usd,
+                    cache_read_tokens, cache_creation_tokens
+             FROM ai_messages INDEXED BY ai_messages_usage
+             WHERE created_at >= ?1 ORDER BY created_at",
+        )?;
+        let mut rows = statement.query(params![since])?;
+        while let Some(row) = rows.next()? {
+            visit(UsageSample {
+                created_at: row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?,
+                conversation_id: row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?,
+                prompt_tokens: row.get(2)?,
+                completion_tokens: row.get(3)?,
+                cost_usd: row.get(4)?,
+                cache_read_tokens: row.get(5)?,
+                cache_creation_tokens: row.get(6)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Every conversation's owner, scope, model and current provider, deleted ones included.
+    pub fn conversation_facts(&self) -> Result<Vec<ConversationFacts>, StoreError> {
+        let connection = self.connection()?;
+        let mut statement = connection.prepare_cached(
+            "SELECT c.id, c.user_id, c.scope, c.model_id, cred.provider_id
+             FROM ai_conversations c
+             LEFT JOIN ai_provider_credentials cred ON cred.id = c.credential_id",
+        )?;
+        let rows = statement.query_map([], |row| {
+            let scope: String = row.get(2)?;
+            Ok(ConversationFacts {
+                id: row.get(0)?,
+                user_id: row.get(1)?,
+                // The CHECK constraint keeps other scopes out.
+                scope: Scope::parse(&scope).unwrap_or(Scope::Site),
+                model_id: row.get(3)?,
+                provider_id: row.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
