@@ -16,8 +16,10 @@ pub use atelier_layout::files::FORMAT_VERSION as PLAN_VERSION;
 /// What one door of one site may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The door (`turn` or `build`), also the name of its listening socket.
+    /// The door (`turn` or `build`).
     pub door: String,
+    /// The file name of the door's listener in the egress dir (`turn.sock`).
+    pub socket_file: String,
     /// The hostnames a CONNECT may name, lowercase.
     pub hosts: Vec<String>,
     /// The MCP relay (turn door only): its upstream URL and the credential it adds.
@@ -105,6 +107,7 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
     }
     Ok(Plan {
         door: plan.door.as_str().to_owned(),
+        socket_file: atelier_layout::names::gate_socket_file(plan.door),
         hosts: plan.hosts,
         mcp: plan.mcp,
     })

@@ -1,11 +1,14 @@
 //! The gate as a systemd service: settings checked, plans loaded, named listeners taken,
 //! READY, serve until told to stop.
 
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use atelier_sd::listen::{listeners_from_env, take_unix_listener, NamedSocket};
+use atelier_layout::names::GATE_MCP_SOCKET_FILE;
+use atelier_sd::listen::{listeners_from_env, ActivatedSocket, NamedSocket};
 use atelier_sd::notify::Notifier;
 
 use crate::address::Policy;
@@ -16,9 +19,6 @@ use crate::serve::{serve, Door};
 /// The env key of the deployment, the same key sited reads: `production` (the default, and
 /// all the provisioner renders) or `development`.
 pub const DEPLOYMENT_ENV: &str = "ATELIER_DEPLOYMENT";
-
-/// The `FileDescriptorName=` of the turn door's MCP relay listener.
-pub use atelier_layout::names::GATE_MCP_FD_NAME as MCP_FD_NAME;
 
 /// What kind of host the gate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +94,8 @@ pub fn parse_plan_arg(value: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// Checks the settings, loads every plan, takes each door's listener from systemd
-/// (`FileDescriptorName=<door>`, and `mcp` for a plan with the MCP relay), signals READY and
+/// Checks the settings, loads every plan, takes each door's listener from systemd (the one
+/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay), signals READY and
 /// serves until SIGTERM or SIGINT. Fails before READY if a setting or a plan is bad, a
 /// listener or the relay's credential is missing.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -104,22 +104,18 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!("--allow-benchmark-range: 198.18.0.0/15 counts as public (tests only)");
     }
     raise_open_file_limit();
-    let mut sockets = listeners_from_env().context("reading the sockets systemd passed")?;
+    let sockets = listeners_from_env().context("reading the sockets systemd passed")?;
+    let mut sockets = by_file_name(sockets)?;
     let mut tasks = tokio::task::JoinSet::new();
     for (door, path) in &settings.plans {
         let plan = load_plan(path, &settings.instance, settings.site, door)
             .with_context(|| format!("loading the {door} plan {}", path.display()))?;
-        let listener = tokio_listener(&mut sockets, door)?;
+        let listener = tokio_listener(&mut sockets, &plan.socket_file)?;
         if let Some(relay) = relay_of(&plan)? {
-            let mcp_listener = tokio_listener(&mut sockets, MCP_FD_NAME)?;
+            let mcp_listener = tokio_listener(&mut sockets, GATE_MCP_SOCKET_FILE)?;
             let relay = Arc::new(relay);
             tracing::info!(upstream = %relay.upstream, "serving the MCP relay");
-            tasks.spawn(async move {
-                (
-                    MCP_FD_NAME.to_owned(),
-                    mcp::serve(mcp_listener, relay).await,
-                )
-            });
+            tasks.spawn(async move { ("mcp".to_owned(), mcp::serve(mcp_listener, relay).await) });
         }
         let door = Arc::new(Door::new(&plan.door, plan.hosts, policy));
         tracing::info!(door = %door.name, hosts = door.hosts.len(), "serving");
@@ -128,8 +124,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             (name, serve(listener, door).await)
         });
     }
-    for unused in &sockets {
-        tracing::warn!(name = %unused.name, "a passed socket no door uses");
+    for unused in sockets.keys() {
+        tracing::warn!(socket = %unused, "a passed socket no door uses");
     }
     let notifier = Notifier::from_env();
     notifier.ready();
@@ -149,12 +145,42 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     outcome
 }
 
+/// The passed unix listeners by the file name of the path each is bound to. systemd gives
+/// every descriptor of one socket unit the same `FileDescriptorName=`, so the bound path is
+/// what tells a door's listener from another's. Anything else passed is logged and closed.
+fn by_file_name(sockets: Vec<NamedSocket>) -> anyhow::Result<BTreeMap<String, UnixListener>> {
+    let mut listeners = BTreeMap::new();
+    for passed in sockets {
+        let ActivatedSocket::UnixListener(listener) = passed.socket else {
+            tracing::warn!(name = %passed.name, "a passed socket that is not a unix listener");
+            continue;
+        };
+        let address = listener
+            .local_addr()
+            .context("reading a passed listener's address")?;
+        let Some(file) = address
+            .as_pathname()
+            .and_then(|path| path.file_name())
+            .and_then(|file| file.to_str())
+        else {
+            tracing::warn!(name = %passed.name, "a passed unix listener bound to no path");
+            continue;
+        };
+        if listeners.insert(file.to_owned(), listener).is_some() {
+            anyhow::bail!("two passed listeners are bound to {file}");
+        }
+    }
+    Ok(listeners)
+}
+
 fn tokio_listener(
-    sockets: &mut Vec<NamedSocket>,
-    name: &str,
+    sockets: &mut BTreeMap<String, UnixListener>,
+    file: &str,
 ) -> anyhow::Result<tokio::net::UnixListener> {
-    let listener = take_unix_listener(sockets, name)
-        .with_context(|| format!("taking the listener named {name}"))?;
+    let listener = sockets.remove(file).with_context(|| {
+        let passed: Vec<&String> = sockets.keys().collect();
+        format!("no listener bound to {file} was passed (passed: {passed:?})")
+    })?;
     listener
         .set_nonblocking(true)
         .context("making the listener non-blocking")?;

@@ -281,13 +281,15 @@ pub fn gate_service_unit(inst: &InstanceName, k: SiteOrdinal) -> String {
     format!("{}{k}-gate.service", site_unit_prefix(inst))
 }
 
-/// The `FileDescriptorName=` of a door's gate listener: the door's name.
-pub fn gate_fd_name(door: Door) -> &'static str {
-    door.as_str()
+/// The file name of a door's gate listener in the site's egress dir: `<door>.sock`. The gate
+/// tells its listeners apart by this name: systemd gives every descriptor of one socket unit
+/// the same `FileDescriptorName=`, so names cannot.
+pub fn gate_socket_file(door: Door) -> String {
+    format!("{door}.sock")
 }
 
-/// The `FileDescriptorName=` of the gate's MCP relay listener (the turn door's second socket).
-pub const GATE_MCP_FD_NAME: &str = "mcp";
+/// The file name of the gate's MCP relay listener (the turn door's second socket).
+pub const GATE_MCP_SOCKET_FILE: &str = "mcp.sock";
 
 /// The polkit rule's file name: `49-atelier-<inst>.rules`.
 pub fn polkit_rule_file(inst: &InstanceName) -> String {

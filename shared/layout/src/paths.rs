@@ -88,6 +88,11 @@ pub fn sited_socket_path(inst: &InstanceName) -> PathBuf {
     runtime_dir(inst).join(SITED_SOCKET_FILE)
 }
 
+/// Site `k`'s door socket: `/run/atelier/<inst>/s<k>-<door>.sock`.
+pub fn door_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> PathBuf {
+    runtime_dir(inst).join(format!("s{k}-{door}.sock"))
+}
+
 /// A served surface of a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -468,7 +473,7 @@ impl<'d> Layout<'d> {
 
     /// `/run/atelier/<inst>/s<k>-<door>.sock`.
     pub fn door_socket_path(&self, k: SiteOrdinal, door: Door) -> PathBuf {
-        self.runtime_dir().join(format!("s{k}-{door}.sock"))
+        door_socket_path(self.instance(), k, door)
     }
 
     /// `/run/atelier/<inst>/egress`.
@@ -484,28 +489,26 @@ impl<'d> Layout<'d> {
     /// `/run/atelier/<inst>/egress/s<k>/<door>.sock`, for a door with a way out.
     pub fn gate_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
         door.has_way_out()
-            .then(|| self.egress_dir(k).join(format!("{door}.sock")))
+            .then(|| self.egress_dir(k).join(names::gate_socket_file(door)))
     }
 
     /// Where a door unit sees its gate socket: `/run/atelier-egress/<door>.sock`.
     pub fn gate_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
         door.has_way_out()
-            .then(|| Path::new(EGRESS_MOUNT).join(format!("{door}.sock")))
+            .then(|| Path::new(EGRESS_MOUNT).join(names::gate_socket_file(door)))
     }
 
     /// `/run/atelier/<inst>/egress/s<k>/mcp.sock`: the MCP relay's socket, for a door with
     /// the relay (the turn door).
     pub fn gate_mcp_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
-        door.has_mcp().then(|| {
-            self.egress_dir(k)
-                .join(format!("{}.sock", names::GATE_MCP_FD_NAME))
-        })
+        door.has_mcp()
+            .then(|| self.egress_dir(k).join(names::GATE_MCP_SOCKET_FILE))
     }
 
     /// Where a door unit with the relay sees its socket: `/run/atelier-egress/mcp.sock`.
     pub fn gate_mcp_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
         door.has_mcp()
-            .then(|| Path::new(EGRESS_MOUNT).join(format!("{}.sock", names::GATE_MCP_FD_NAME)))
+            .then(|| Path::new(EGRESS_MOUNT).join(names::GATE_MCP_SOCKET_FILE))
     }
 
     /// The webspace base: declared, or `/srv/atelier/<inst>`.

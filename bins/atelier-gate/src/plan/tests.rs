@@ -22,6 +22,7 @@ fn the_rendered_examples_load() {
     )
     .unwrap();
     assert_eq!(turn.door, "turn");
+    assert_eq!(turn.socket_file, "turn.sock");
     assert_eq!(turn.hosts, vec!["api.anthropic.com".to_owned()]);
     let relay = turn.mcp.unwrap();
     assert_eq!(

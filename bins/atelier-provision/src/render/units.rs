@@ -358,24 +358,17 @@ fn door_service(
 fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {
     let (user, group, mode) = owned(layout, Role::GateSocket, Some(k));
     let mut listeners = String::new();
+    // No FileDescriptorName=: it names every descriptor of the unit alike, so the gate tells
+    // its listeners apart by the path each is bound to.
     for door in Door::with_way_out() {
-        if let Some(path) = layout.gate_socket_path(k, door) {
-            writeln!(
-                listeners,
-                "ListenStream={}\nFileDescriptorName={}",
-                safe_path(&path)?,
-                names::gate_fd_name(door)
-            )
-            .ok();
-        }
-        if let Some(path) = layout.gate_mcp_socket_path(k, door) {
-            writeln!(
-                listeners,
-                "ListenStream={}\nFileDescriptorName={}",
-                safe_path(&path)?,
-                names::GATE_MCP_FD_NAME
-            )
-            .ok();
+        for path in [
+            layout.gate_socket_path(k, door),
+            layout.gate_mcp_socket_path(k, door),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            writeln!(listeners, "ListenStream={}", safe_path(&path)?).ok();
         }
     }
     fill(
