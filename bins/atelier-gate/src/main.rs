@@ -7,8 +7,9 @@ use atelier_gate::service::{parse_plan_arg, run, Deployment, Settings};
 use clap::Parser;
 
 /// One site's egress gate. systemd starts it from `atelier-<inst>-s<k>-gate.socket`, which
-/// passes one unix listener per door, named after the door (`FileDescriptorName=turn`,
-/// `build`); each door's plan file lists the hosts CONNECT may reach.
+/// passes one unix listener per door (`turn.sock`, `build.sock`) and the turn door's MCP relay
+/// (`mcp.sock`), told apart by the path each is bound to; each door's plan file lists the hosts
+/// CONNECT may reach.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
