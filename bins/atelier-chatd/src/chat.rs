@@ -24,7 +24,7 @@ use crate::pricing::Pricing;
 use crate::router::{blocking, ApiError, State};
 use crate::store::history::{self, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{
-    ContentBlock, Conversation, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
+    ContentBlock, Conversation, Message, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
 };
 
 /// The chat body's byte limit: eight 2 MB images plus 16 MiB of everything else.
@@ -286,30 +286,51 @@ pub(crate) async fn handle(
         .map_err(ApiError::from)?;
 
     // Re-read under the lease: the conversation may have been deleted or repointed while the
-    // body was checked (the reference's step 15).
+    // body was checked (the reference's step 15). The history comes in the same hop.
     let user = caller.user_id.clone();
     let id = conversation.id.clone();
-    let current = blocking(&state.store, move |store| store.conversation(&user, &id))
-        .await?
-        .ok_or(ApiError::ConversationNotFound)?;
+    let (current, mut messages) = blocking(&state.store, move |store| {
+        let current = store.conversation(&user, &id)?;
+        let messages = match current {
+            Some(_) => store.messages(&id)?,
+            None => Vec::new(),
+        };
+        Ok((current, messages))
+    })
+    .await?;
+    let current = current.ok_or(ApiError::ConversationNotFound)?;
     if current.credential_id != conversation.credential_id
         || current.model_id != conversation.model_id
     {
         return Err(ApiError::ModelChanged);
     }
-    let conversation_id = conversation.id.clone();
     let title = auto_title(&content);
     let user_message = NewMessage {
         role: Role::User,
         content,
         tool_call: None,
     };
-    // On any failure here the lease is dropped with this frame, released.
-    let messages = blocking(&state.store, move |store| {
-        store.append_user_turn(&conversation_id, &user_message, &title)?;
-        store.messages(&conversation_id)
-    })
-    .await?;
+    // The user's message (and the auto-title) commit while the provider is already being
+    // asked, so the commit's fsync overlaps the provider's first bytes instead of preceding
+    // them. Nothing of the answer is written before the commit landed, and a failed commit
+    // ends the turn with an error; the lease keeps every other writer out meanwhile.
+    let commit = {
+        let store = Arc::clone(&state.store);
+        let conversation_id = conversation.id.clone();
+        let message = user_message.clone();
+        tokio::task::spawn_blocking(move || {
+            store.append_user_turn(&conversation_id, &message, &title)
+        })
+    };
+    let position = messages.last().map_or(0, |m| m.position + 1);
+    messages.push(Message {
+        id: String::new(),
+        position,
+        role: Role::User,
+        content: user_message.content,
+        tool_call: None,
+        created_at: String::new(),
+    });
     let mut history = history::rebuild(&messages);
     if prepared
         .capabilities
@@ -343,15 +364,14 @@ pub(crate) async fn handle(
         events: loop_tx,
     };
     let run = state.runner.run(turn);
-    tokio::spawn(drive_turn(
+    let mut persister = Persister::new(
         Arc::clone(&state.store),
-        lease,
-        bridge,
-        pricing,
-        run,
-        loop_rx,
+        lease.conversation_id().to_owned(),
         out_tx,
-    ));
+    );
+    persister.pricing = pricing;
+    persister.commit = Some(commit);
+    tokio::spawn(drive_turn(persister, lease, bridge, run, loop_rx));
 
     let lines = futures_util::stream::unfold(out_rx, |mut rx| async move {
         rx.recv().await.map(|event| (event, rx))
@@ -372,6 +392,9 @@ impl From<ImageError> for ApiError {
     }
 }
 
+/// The user message's commit, running while the turn starts.
+type UserCommit = tokio::task::JoinHandle<Result<Message, crate::store::StoreError>>;
+
 /// The model a turn's usage is priced on.
 struct PricedModel {
     pricing: Arc<Pricing>,
@@ -391,16 +414,12 @@ enum Ending {
 
 /// Runs the turn to its end, persisting and forwarding events, then finalises.
 async fn drive_turn(
-    store: Arc<Store>,
+    mut persister: Persister,
     lease: crate::store::Lease,
     bridge: Arc<Bridge>,
-    pricing: Option<PricedModel>,
     run: Pin<Box<dyn Future<Output = ()> + Send>>,
     mut events: mpsc::UnboundedReceiver<LoopEvent>,
-    out: mpsc::Sender<LoopEvent>,
 ) {
-    let mut persister = Persister::new(store, lease.conversation_id().to_owned(), out);
-    persister.pricing = pricing;
     let mut run = Some(run);
     let ending = loop {
         tokio::select! {
@@ -449,6 +468,8 @@ struct Persister {
     latest_context: Option<u64>,
     /// Prices usage the provider did not price itself; `None` books it at 0.
     pricing: Option<PricedModel>,
+    /// The user message's commit until it has been seen to land.
+    commit: Option<UserCommit>,
     consumer_gone: bool,
 }
 
@@ -463,11 +484,25 @@ impl Persister {
             last_assistant: None,
             latest_context: None,
             pricing: None,
+            commit: None,
             consumer_gone: false,
         }
     }
 
+    /// Waits for the user message's commit; every write of the turn comes after it.
+    async fn committed(&mut self) -> Result<(), String> {
+        match self.commit.take() {
+            None => Ok(()),
+            Some(commit) => match commit.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(error)) => Err(format!("AI runtime error: {error}")),
+                Err(error) => Err(format!("AI runtime error: {error}")),
+            },
+        }
+    }
+
     async fn append(&mut self, message: NewMessage) -> Result<(), String> {
+        self.committed().await?;
         let id = self.conversation_id.clone();
         let written = blocking(&self.store, move |store| {
             store.append_message(&id, &message)
@@ -482,6 +517,7 @@ impl Persister {
 
     /// Books usage on the turn's last assistant row; a turn that wrote none books nothing.
     async fn record_usage(&mut self, usage: TurnUsage) -> Result<(), String> {
+        self.committed().await?;
         let Some(message_id) = self.last_assistant.clone() else {
             return Ok(());
         };
@@ -628,7 +664,11 @@ impl Persister {
     }
 
     /// Flushes text, closes every unanswered call as interrupted, and ends the stream.
-    async fn finish(mut self, ending: Ending) {
+    async fn finish(mut self, mut ending: Ending) {
+        if let Err(error) = self.committed().await {
+            tracing::error!(%error, "the user message was not stored");
+            ending = Ending::Error(error);
+        }
         if let Err(error) = self.flush_text().await {
             tracing::error!(%error, "flushing assistant text failed");
         }

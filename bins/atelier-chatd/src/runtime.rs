@@ -144,6 +144,7 @@ impl TurnRunner for LoopRunner {
                 scope: Some(scope.as_str().to_owned()),
             };
             let executor = BridgeExecutor {
+                offered: request.tools.iter().map(|t| t.name.clone()).collect(),
                 bridge: Arc::clone(&turn.bridge),
             };
             let outcome =
@@ -167,10 +168,25 @@ fn system_prompt(scope: Scope) -> String {
     )
 }
 
-/// Runs every tool in the browser through the turn's bridge.
+/// Runs the turn's offered tools in the browser through the turn's bridge; a call of any
+/// other tool is answered `Unknown tool: <name>` and never reaches the browser.
 pub struct BridgeExecutor {
+    /// The names of the tools the turn offered.
+    pub offered: std::collections::HashSet<String>,
     /// The turn's bridge.
     pub bridge: Arc<Bridge>,
+}
+
+impl BridgeExecutor {
+    fn unknown(call: &ToolCall) -> ToolResult {
+        ToolResult {
+            call_id: call.id.clone(),
+            ok: false,
+            data: None,
+            error: Some(format!("Unknown tool: {}", call.name)),
+            images: Vec::new(),
+        }
+    }
 }
 
 impl ToolExecutor for BridgeExecutor {
@@ -179,6 +195,9 @@ impl ToolExecutor for BridgeExecutor {
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send + 'a>> {
         Box::pin(async move {
+            if !self.offered.contains(&call.name) {
+                return Self::unknown(call);
+            }
             match self.bridge.execute(call).await {
                 Ok(result) => result,
                 Err(error) => ToolResult {
@@ -192,8 +211,8 @@ impl ToolExecutor for BridgeExecutor {
         })
     }
 
-    fn is_browser_tool(&self, _name: &str) -> bool {
-        true
+    fn is_browser_tool(&self, name: &str) -> bool {
+        self.offered.contains(name)
     }
 
     fn execute_or_reject<'a>(
@@ -201,6 +220,9 @@ impl ToolExecutor for BridgeExecutor {
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolRejection>> + Send + 'a>> {
         Box::pin(async move {
+            if !self.offered.contains(&call.name) {
+                return Ok(Self::unknown(call));
+            }
             self.bridge
                 .execute(call)
                 .await

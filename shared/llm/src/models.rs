@@ -85,11 +85,12 @@ pub enum CatalogueSource {
 
 /// Prices of a listed model in USD per million tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
 pub struct ListedPrice {
     /// Input.
+    #[serde(rename = "inputPerMTok")]
     pub input_per_mtok: f64,
     /// Output.
+    #[serde(rename = "outputPerMTok")]
     pub output_per_mtok: f64,
 }
 
@@ -777,6 +778,12 @@ mod tests {
         assert!((price.input_per_mtok - 15.0).abs() < 1e-9);
         assert!((price.output_per_mtok - 75.0).abs() < 1e-9);
         assert_eq!(models[0].context_window, Some(200_000));
+        let wire = serde_json::to_value(&models[0]).unwrap();
+        assert_eq!(
+            wire["pricing"],
+            json!({"inputPerMTok": 15.0, "outputPerMTok": 75.0})
+        );
+        assert_eq!(wire["contextWindow"], 200_000);
         assert_eq!(models[1].label, "x/text");
         assert!(!models[1].capabilities.tool_calling && !models[1].capabilities.vision_input);
         assert_eq!(models[1].pricing, None);

@@ -1,0 +1,378 @@
+//! The AI settings journey against the real binary and scripted Anthropic and pricing
+//! servers on loopback: a credential whose key never appears in clear (database file, WAL,
+//! answers, logs), defaults seeded from the live catalogue, models with prices and context
+//! windows, a priced chat, and the audit binned into days of two time zones across midnight.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{anthropic_frames, call, prepare_dir, scripted, start, Answer};
+
+const CANARY_KEY: &str = "sk-ant-CANARY-7f3a9c1e5b2d4086";
+const OPUS: &str = "claude-opus-4-8-20260514";
+
+fn anthropic_turn() -> Vec<Value> {
+    vec![
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [], "usage": {"input_tokens": 1000, "output_tokens": 1,
+            "cache_read_input_tokens": 500, "cache_creation_input_tokens": 100}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 200}}),
+        json!({"type": "message_stop"}),
+    ]
+}
+
+/// The expected cost of one scripted turn at the scripted prices (per million: input 15,
+/// output 75, cache read 1.5, cache write 18.75; Anthropic's prompt excludes the caches).
+const TURN_COST: f64 =
+    1000.0 / 1e6 * 15.0 + 500.0 / 1e6 * 1.5 + 100.0 / 1e6 * 18.75 + 200.0 / 1e6 * 75.0;
+
+#[tokio::test]
+async fn the_settings_journey_from_credential_to_audit() {
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/v1/models?limit=1000" => Answer::Json(
+            StatusCode::OK,
+            json!({"data": [
+                {"id": "claude-sonnet-4-5-20250929", "display_name": "Claude Sonnet 4.5"},
+                {"id": OPUS, "display_name": "Claude Opus 4.8"},
+                {"id": "claude-haiku-4-5", "display_name": "Claude Haiku 4.5"},
+            ]}),
+        ),
+        "/v1/messages" => Answer::Sse {
+            frames: anthropic_frames(&anthropic_turn()),
+            hang: false,
+        },
+        "/openrouter/v1/models" => Answer::Json(
+            StatusCode::OK,
+            json!({"data": [
+                {"id": "anthropic/claude-opus-4.8", "context_length": 200000,
+                 "pricing": {"prompt": "0.000015", "completion": "0.000075",
+                             "input_cache_read": "0.0000015", "input_cache_write": "0.00001875"}},
+                {"id": "anthropic/claude-sonnet-4.5", "context_length": 1000000,
+                 "pricing": {"prompt": "0.000003", "completion": "0.000015"}},
+                {"id": "meta/llama-4", "pricing": {"prompt": "0.0000001", "completion": "0.0000001"}},
+            ]}),
+        ),
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [
+        ("CHATD_ANTHROPIC_URL", provider.base_url.clone()),
+        (
+            "CHATD_OPENROUTER_URL",
+            format!("{}/openrouter", provider.base_url),
+        ),
+    ];
+    let daemon = start(dir.path(), &env, 0).await;
+    let socket = &daemon.socket;
+    let mut answers: Vec<Value> = Vec::new();
+
+    // 1. A credential: the auth shape follows from the provider; the key is never answered.
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(
+            json!({"providerId": "anthropic", "authMode": "baseUrl", "displayLabel": "Work",
+                    "baseUrl": "http://127.0.0.1:1"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body,
+        json!({"error": "Anthropic credentials use apiKey authentication."})
+    );
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(
+            json!({"providerId": "anthropic", "authMode": "apiKey", "displayLabel": "Work",
+                    "apiKey": CANARY_KEY}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    answers.push(body.clone());
+    let credential = body["credential"].clone();
+    let credential_id = credential["id"].as_str().unwrap().to_owned();
+    assert_eq!(credential["providerId"], "anthropic");
+    assert_eq!(credential["authMode"], "apiKey");
+    assert_eq!(credential["baseUrl"], Value::Null);
+    assert_eq!(credential["keyFingerprintCurrent"], true);
+    assert_eq!(credential["lastUsedAt"], Value::Null);
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(
+            json!({"providerId": "anthropic", "authMode": "apiKey", "displayLabel": "Work",
+                    "apiKey": "sk-other"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body,
+        json!({"error": "A credential named \"Work\" already exists for this provider."})
+    );
+    // The listing of the catalogue used the stored key.
+    let listings = provider.requests_to("/v1/models?limit=1000");
+    assert_eq!(listings[0].headers["x-api-key"], CANARY_KEY);
+
+    // 2. Every scope's default was seeded with the catalogue's smartest model.
+    let (status, body) = call(socket, Method::GET, "/admin/api/ai/defaults", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let seeded = json!({"credentialId": credential_id, "modelId": OPUS});
+    assert_eq!(
+        body,
+        json!({"defaults": {"site": seeded, "content": seeded, "data": seeded, "plugin": seeded}})
+    );
+
+    // 3. The models, enriched with list prices and context windows.
+    let (status, body) = call(
+        socket,
+        Method::GET,
+        &format!("/admin/api/ai/providers/anthropic/models?credentialId={credential_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    answers.push(body.clone());
+    let models = body["models"].as_array().unwrap();
+    let opus = models.iter().find(|m| m["id"] == OPUS).unwrap();
+    assert_eq!(opus["tier"], "smartest");
+    assert_eq!(
+        opus["pricing"],
+        json!({"inputPerMTok": 15.0, "outputPerMTok": 75.0})
+    );
+    assert_eq!(opus["contextWindow"], 200000);
+    let sonnet = models
+        .iter()
+        .find(|m| m["label"] == "Claude Sonnet 4.5")
+        .unwrap();
+    assert_eq!(sonnet["contextWindow"], 1000000);
+    let haiku = models
+        .iter()
+        .find(|m| m["id"] == "claude-haiku-4-5")
+        .unwrap();
+    assert!(haiku.get("pricing").is_none() && haiku.get("contextWindow").is_none());
+    let (status, body) = call(
+        socket,
+        Method::GET,
+        "/admin/api/ai/providers/gemini/models",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        json!({"error": "Unknown provider \"gemini\". Must be one of: anthropic, openai, ollama, openrouter, openai-compatible"})
+    );
+
+    // 4. Two chats on the default; usage and cost are booked.
+    let mut conversations = Vec::new();
+    for text in ["first", "second"] {
+        let (status, body) = call(
+            socket,
+            Method::POST,
+            "/admin/api/ai/conversations",
+            Some(json!({"scope": "site", "credentialId": credential_id, "modelId": OPUS})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+        let id = body["conversation"]["id"].as_str().unwrap().to_owned();
+        let reply = support::send(
+            socket,
+            "alice",
+            support::ALL_CAPS,
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": text}]})),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let lines = reply.lines().await;
+        let usage = lines.iter().find(|l| l["type"] == "usage").unwrap();
+        assert_eq!(usage["promptTokens"], 1000);
+        assert_eq!(usage["completionTokens"], 200);
+        assert_eq!(usage["cacheReadTokens"], 500);
+        assert_eq!(usage["cacheCreationTokens"], 100);
+        assert!(
+            (usage["costUsd"].as_f64().unwrap() - TURN_COST).abs() < 1e-9,
+            "{usage}"
+        );
+        let context = lines.iter().find(|l| l["type"] == "context").unwrap();
+        assert_eq!(context["contextTokens"], 1600);
+        assert_eq!(lines.last().unwrap(), &json!({"type": "done"}));
+        let (_, detail) = call(
+            socket,
+            Method::GET,
+            &format!("/admin/api/ai/conversations/{id}"),
+            None,
+        )
+        .await;
+        let conversation = &detail["conversation"];
+        assert!((conversation["costUsdTotal"].as_f64().unwrap() - TURN_COST).abs() < 1e-9);
+        assert_eq!(conversation["contextTokens"], 1600);
+        assert_eq!(conversation["cacheReadTokensTotal"], 500);
+        answers.push(detail.clone());
+        conversations.push(id);
+    }
+    let turns = provider.requests_to("/v1/messages");
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0].headers["x-api-key"], CANARY_KEY);
+    assert_eq!(turns[0].body["model"], OPUS);
+    let (_, body) = call(socket, Method::GET, "/admin/api/ai/credentials", None).await;
+    assert_ne!(body["credentials"][0]["lastUsedAt"], Value::Null);
+    answers.push(body);
+
+    // 5. The audit, with the two turns placed either side of a UTC midnight.
+    let database = dir.path().join("chat.sqlite3");
+    {
+        let connection = rusqlite::Connection::open(&database).unwrap();
+        connection
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .unwrap();
+        for (id, at) in [
+            (&conversations[0], "2026-03-01T23:30:00.000Z"),
+            (&conversations[1], "2026-03-02T00:30:00.000Z"),
+        ] {
+            connection
+                .execute(
+                    "UPDATE ai_messages SET created_at = ?2 WHERE conversation_id = ?1",
+                    rusqlite::params![id, at],
+                )
+                .unwrap();
+        }
+    }
+    let audit = |tz: &str| format!("/admin/api/ai/audit?since=2026-03-01T00:00:00Z&tz={tz}");
+    let day = |day: &str, chats: i64, turns: f64| {
+        json!({"day": day, "promptTokens": (1000.0 * turns) as i64, "completionTokens": (200.0 * turns) as i64,
+               "costUsd": ((TURN_COST * turns) * 1e6).round() / 1e6, "chatCount": chats,
+               "cacheReadTokens": (500.0 * turns) as i64, "cacheCreationTokens": (100.0 * turns) as i64})
+    };
+    let (status, utc) = call(socket, Method::GET, &audit("UTC"), None).await;
+    assert_eq!(status, StatusCode::OK, "{utc}");
+    assert_eq!(utc["since"], "2026-03-01T00:00:00.000Z");
+    assert_eq!(
+        utc["byDay"],
+        json!([day("2026-03-01", 1, 1.0), day("2026-03-02", 1, 1.0)])
+    );
+    let (_, new_york) = call(socket, Method::GET, &audit("America%2FNew_York"), None).await;
+    assert_eq!(new_york["byDay"], json!([day("2026-03-01", 2, 2.0)]));
+    let (_, tokyo) = call(socket, Method::GET, &audit("Asia/Tokyo"), None).await;
+    assert_eq!(tokyo["byDay"], json!([day("2026-03-02", 2, 2.0)]));
+    let totals = &utc["totals"];
+    assert_eq!(totals["promptTokens"], 2000);
+    assert_eq!(totals["chatCount"], 2);
+    assert!((totals["costUsd"].as_f64().unwrap() - 2.0 * TURN_COST).abs() < 1e-9);
+    assert_eq!(utc["byUser"][0]["userId"], "alice");
+    assert_eq!(utc["byUser"][0]["chatCount"], 2);
+    assert_eq!(
+        utc["byScope"],
+        json!([{"scope": "site", "promptTokens": 2000, "completionTokens": 400,
+        "costUsd": totals["costUsd"], "chatCount": 2, "cacheReadTokens": 1000, "cacheCreationTokens": 200}])
+    );
+    assert_eq!(utc["byModel"][0]["providerId"], "anthropic");
+    assert_eq!(utc["byModel"][0]["modelId"], OPUS);
+    // After both turns, nothing.
+    let (_, later) = call(
+        socket,
+        Method::GET,
+        "/admin/api/ai/audit?since=2026-03-03&tz=UTC",
+        None,
+    )
+    .await;
+    assert_eq!(later["byDay"], json!([]));
+    assert_eq!(later["totals"]["chatCount"], 0);
+    let (status, body) = call(socket, Method::GET, &audit("Mars/Olympus_Mons"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body,
+        json!({"error": "Unknown time zone \"Mars/Olympus_Mons\". Use an IANA time zone name such as Europe/Bratislava."})
+    );
+    answers.push(utc);
+
+    assert_no_secrets(dir.path(), &answers);
+
+    // 6. A credential that is a default cannot be deleted until the defaults are cleared;
+    // then its conversations lose it.
+    let credential_path = format!("/admin/api/ai/credentials/{credential_id}");
+    let (status, body) = call(socket, Method::DELETE, &credential_path, None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        body,
+        json!({"error": "This credential is currently set as a default — change the default in /admin/ai/defaults before deleting."})
+    );
+    for scope in ["site", "content", "data", "plugin"] {
+        let (status, body) = call(
+            socket,
+            Method::DELETE,
+            &format!("/admin/api/ai/defaults/{scope}"),
+            None,
+        )
+        .await;
+        assert_eq!((status, body), (StatusCode::NO_CONTENT, Value::Null));
+    }
+    let (status, _) = call(socket, Method::DELETE, &credential_path, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, detail) = call(
+        socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{}", conversations[0]),
+        None,
+    )
+    .await;
+    assert_eq!(detail["conversation"]["credentialId"], Value::Null);
+
+    // 7. The canary key and the master key never appear in clear, now either.
+    assert_no_secrets(dir.path(), &answers);
+}
+
+/// Neither the canary API key nor the master key (base64 or raw) is in the database files, the
+/// captured logs or the collected answers.
+fn assert_no_secrets(dir: &std::path::Path, answers: &[Value]) {
+    let master_raw = [0x5A_u8; 32];
+    let needles: Vec<Vec<u8>> = vec![
+        CANARY_KEY.as_bytes().to_vec(),
+        b"CANARY-7f3a".to_vec(),
+        support::MASTER_KEY_B64.as_bytes().to_vec(),
+        master_raw.to_vec(),
+    ];
+    let mut haystacks: Vec<(String, Vec<u8>)> = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("chat.sqlite3") || name.ends_with(".log") {
+            haystacks.push((name, std::fs::read(&path).unwrap()));
+        }
+    }
+    assert!(haystacks.iter().any(|(n, _)| n == "chat.sqlite3"));
+    assert!(haystacks.iter().any(|(n, _)| n.ends_with(".log")));
+    let log = &haystacks
+        .iter()
+        .find(|(n, _)| n.ends_with(".log"))
+        .unwrap()
+        .1;
+    assert!(
+        String::from_utf8_lossy(log).contains("ai.credential.created"),
+        "the log is captured"
+    );
+    haystacks.push(("answers".into(), serde_json::to_vec(answers).unwrap()));
+    for (name, bytes) in &haystacks {
+        for needle in &needles {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_slice()),
+                "{name} contains a secret"
+            );
+        }
+    }
+}

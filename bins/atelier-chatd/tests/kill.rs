@@ -1,0 +1,371 @@
+//! `kill -9` of the chatd binary at its worst moments — mid-turn with a tool call announced
+//! and unanswered, during a pricing refresh, during an image decode — then a restart: SQLite's
+//! integrity check passes, nothing half-written is visible, and the conversation goes on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{call, chat_frames, kill_9, prepare_dir, scripted, send, start, Answer, ALL_CAPS};
+
+const INTERRUPTED: &str =
+    "Tool call did not complete — the previous turn was interrupted before a result was produced.";
+
+fn integrity_ok(dir: &Path) -> bool {
+    let connection = rusqlite::Connection::open(dir.join("chat.sqlite3")).unwrap();
+    let result: String = connection
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    result == "ok"
+}
+
+fn text_chunks(text: &str) -> Vec<Value> {
+    vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}),
+    ]
+}
+
+/// An Ollama on loopback: `/api/show` says what the model can do; chat turns follow `turns`
+/// (the first request gets the first script, and so on; the last one repeats).
+async fn ollama(capabilities: Value, turns: Vec<(Vec<Value>, bool)>) -> support::Scripted {
+    let count = Arc::new(AtomicUsize::new(0));
+    scripted(move |seen| match seen.path.as_str() {
+        "/api/show" => Answer::Json(StatusCode::OK, json!({"capabilities": capabilities})),
+        "/v1/chat/completions" => {
+            let n = count.fetch_add(1, Ordering::SeqCst).min(turns.len() - 1);
+            let (chunks, hang) = &turns[n];
+            Answer::Sse {
+                frames: chat_frames(chunks, !hang),
+                hang: *hang,
+            }
+        }
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await
+}
+
+async fn ollama_conversation(socket: &Path, base_url: &str) -> String {
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(
+            json!({"providerId": "ollama", "authMode": "baseUrl", "displayLabel": "Local",
+                    "baseUrl": base_url}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let credential = body["credential"]["id"].as_str().unwrap().to_owned();
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(json!({"scope": "content", "credentialId": credential, "modelId": "qwen3"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    body["conversation"]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn kill_9_mid_turn_heals_the_conversation_and_the_next_turn_replays_it() {
+    let tool_call = vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Checking."}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_9",
+            "type": "function", "function": {"name": "content_get_document", "arguments": "{\"documentId\":"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+            "function": {"arguments": "\"d1\"}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ];
+    let provider = ollama(
+        json!(["completion", "tools"]),
+        vec![(tool_call, true), (text_chunks("Back again."), false)],
+    )
+    .await;
+    let dir = prepare_dir();
+    let mut daemon = start(dir.path(), &[], 0).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url).await;
+
+    let mut reply = send(
+        &daemon.socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Open d1"}]})),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    // Once the browser has seen the call, its row is durable; the provider then goes silent.
+    loop {
+        let line = reply.line().await.unwrap();
+        if line["type"] == "toolCall" {
+            assert_eq!(line["toolCallId"], "call_9");
+            break;
+        }
+    }
+    kill_9(&mut daemon);
+    drop(reply);
+    assert!(integrity_ok(dir.path()));
+
+    let daemon = start(dir.path(), &[], 1).await;
+    let (status, detail) = call(
+        &daemon.socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let rows: Vec<(Value, Value, Value)> = detail["conversation"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].clone(),
+                m["content"].clone(),
+                m["toolCallId"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                json!("user"),
+                json!([{"kind": "text", "text": "Open d1"}]),
+                Value::Null
+            ),
+            (
+                json!("assistant"),
+                json!([{"kind": "text", "text": "Checking."}]),
+                Value::Null
+            ),
+            (
+                json!("assistant"),
+                json!([{"kind": "toolCall", "toolCallId": "call_9", "toolName": "content_get_document",
+                        "input": {"documentId": "d1"}}]),
+                json!("call_9")
+            ),
+            (
+                json!("tool"),
+                json!([{"kind": "toolResult", "ok": false, "error": INTERRUPTED}]),
+                json!("call_9")
+            ),
+        ]
+    );
+
+    // The next turn replays the healed history: the call, its interrupted result, the new text.
+    let reply = send(
+        &daemon.socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Try again"}]})),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let lines = reply.lines().await;
+    assert_eq!(lines.last().unwrap(), &json!({"type": "done"}), "{lines:?}");
+    let turns = provider.requests_to("/v1/chat/completions");
+    assert_eq!(turns.len(), 2);
+    let messages = turns[1].body["messages"].as_array().unwrap().clone();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_9");
+    assert_eq!(messages[3]["tool_call_id"], "call_9");
+    assert_eq!(messages[3]["content"], INTERRUPTED);
+    assert_eq!(messages[4]["content"], "Try again");
+}
+
+/// A pricing catalogue big enough that storing it takes a while.
+fn big_catalogue(models: usize) -> Value {
+    json!({"data": (0..models).map(|n| json!({
+        "id": format!("anthropic/model-{n}"), "context_length": 100000 + n,
+        "pricing": {"prompt": "0.000003", "completion": "0.000015"}})).collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn kill_9_during_a_pricing_refresh_leaves_all_or_nothing() {
+    const MODELS: usize = 20_000;
+    let catalogue = Arc::new(big_catalogue(MODELS));
+    let pricing = scripted(move |seen| match seen.path.as_str() {
+        "/v1/models" => Answer::Json(StatusCode::OK, catalogue.as_ref().clone()),
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [("CHATD_OPENROUTER_URL", pricing.base_url.clone())];
+    let daemon = start(dir.path(), &env, 0).await;
+    let (status, body) = call(
+        &daemon.socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(json!({"scope": "site", "credentialId": "none", "modelId": "m"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = body["conversation"]["id"].as_str().unwrap().to_owned();
+    drop(daemon);
+
+    let stored = |dir: &Path| -> i64 {
+        rusqlite::Connection::open(dir.join("chat.sqlite3"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM ai_model_pricing", [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    };
+    // The models route prices Anthropic models: a cold chatd refreshes the catalogue first.
+    for (run, delay_ms) in [5_u64, 40, 120, 300, 600, 1200].into_iter().enumerate() {
+        let mut daemon = start(dir.path(), &env, run + 1).await;
+        let socket = daemon.socket.clone();
+        let request = tokio::spawn(async move {
+            call(
+                &socket,
+                Method::GET,
+                "/admin/api/ai/providers/anthropic/models",
+                None,
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        kill_9(&mut daemon);
+        request.abort();
+        assert!(integrity_ok(dir.path()), "run {run}");
+        let count = stored(dir.path());
+        assert!(
+            count == 0 || count == MODELS as i64,
+            "run {run}: {count} rows"
+        );
+    }
+    let daemon = start(dir.path(), &env, 99).await;
+    let (status, body) = call(
+        &daemon.socket,
+        Method::GET,
+        "/admin/api/ai/providers/anthropic/models",
+        None,
+    )
+    .await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"models": []})));
+    let (status, detail) = call(
+        &daemon.socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["conversation"]["id"], id.as_str());
+    // The refresh that finished stored the whole catalogue.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while stored(dir.path()) != MODELS as i64 {
+        assert!(tokio::time::Instant::now() < deadline, "never stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A noisy 1568×956 JPEG (about 1.5 million pixels), slow to decode and encode.
+fn large_jpeg() -> String {
+    let mut seed = 0x2545_f491_u32;
+    let image = image::RgbImage::from_fn(1568, 956, |x, y| {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let noise = (seed & 0x3f) as u8;
+        image::Rgb([
+            (x % 256) as u8 ^ noise,
+            (y % 256) as u8,
+            noise.wrapping_mul(3),
+        ])
+    });
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 80)
+        .encode_image(&image)
+        .unwrap();
+    assert!(jpeg.len() <= 1_500_000, "{}", jpeg.len());
+    base64::engine::general_purpose::STANDARD.encode(jpeg)
+}
+
+#[tokio::test]
+async fn kill_9_during_an_image_decode_stores_nothing_and_the_conversation_goes_on() {
+    let provider = ollama(
+        json!(["completion", "tools", "vision"]),
+        vec![(text_chunks("Seen."), false)],
+    )
+    .await;
+    let dir = prepare_dir();
+    let mut daemon = start(dir.path(), &[], 0).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url).await;
+    let image = large_jpeg();
+    let content: Vec<Value> = (0..8)
+        .map(|_| json!({"kind": "image", "mimeType": "image/jpeg", "data": image}))
+        .collect();
+    let body = json!({"conversationId": id, "content": content});
+    let socket = daemon.socket.clone();
+    let request = tokio::spawn(async move {
+        send(
+            &socket,
+            "alice",
+            ALL_CAPS,
+            Method::POST,
+            "/admin/api/ai/chat/content",
+            Some(&body),
+        )
+        .await
+        .status
+    });
+    // The capability lookup precedes the decodes: once the model was asked about, the images
+    // are being decoded (eight of them take seconds).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while provider.requests_to("/api/show").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill_9(&mut daemon);
+    request.abort();
+    assert!(integrity_ok(dir.path()));
+
+    let daemon = start(dir.path(), &[], 1).await;
+    let (_, detail) = call(
+        &daemon.socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(detail["conversation"]["messages"], json!([]));
+    assert_eq!(detail["conversation"]["title"], "New conversation");
+    let reply = send(
+        &daemon.socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Still there?"}]})),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.lines().await.last().unwrap(),
+        &json!({"type": "done"})
+    );
+    assert!(provider.requests_to("/v1/chat/completions").len() == 1);
+}

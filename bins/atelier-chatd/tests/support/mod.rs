@@ -1,0 +1,326 @@
+//! What the binary tests share: the chatd binary started as a developer starts it (a read-only
+//! master key file, a token file, providers on loopback), killed with SIGKILL or stopped, and
+//! a scripted provider server that records every request.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atelier_http::{BoxError, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+pub const TOKEN: &str = "test-service-token-000000000000000000000000";
+pub const ORIGIN: &str = "https://cms.example";
+pub const ALL_CAPS: &str = "ai.chat,ai.tools.write,ai.providers.manage,ai.audit.read";
+/// The master key of every binary test: base64 of 32 bytes of 0x5A.
+pub const MASTER_KEY_B64: &str = "WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo=";
+
+/// One request the scripted server saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+/// What the scripted server answers.
+pub enum Answer {
+    /// A JSON body.
+    Json(StatusCode, Value),
+    /// SSE frames, each written as given (already `event:`/`data:` formatted), then the body
+    /// ends — or, with `hang`, stays open until the client goes away.
+    Sse { frames: Vec<String>, hang: bool },
+    /// Waits, then answers.
+    Delayed(Duration, Box<Answer>),
+}
+
+type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
+
+/// A scripted provider on loopback.
+pub struct Scripted {
+    pub base_url: String,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Scripted {
+    /// The requests seen so far on `path` (query included).
+    pub fn requests_to(&self, path: &str) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.path == path)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Starts a scripted server answering with `handler`.
+pub async fn scripted(handler: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> Scripted {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler: Arc<Handler> = Arc::new(handler);
+    let log = Arc::clone(&seen);
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request: atelier_http::Request| {
+            let (log, handler) = (Arc::clone(&log), Arc::clone(&handler));
+            async move {
+                let headers = request
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+                    .collect();
+                let method = request.method().to_string();
+                let path = request
+                    .uri()
+                    .path_and_query()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                let body = atelier_http::read_body(request.into_body(), 1 << 24)
+                    .await
+                    .unwrap();
+                let seen = Seen {
+                    method,
+                    path,
+                    headers,
+                    body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                };
+                log.lock().unwrap().push(seen.clone());
+                let mut answer = handler(&seen);
+                while let Answer::Delayed(delay, inner) = answer {
+                    tokio::time::sleep(delay).await;
+                    answer = *inner;
+                }
+                match answer {
+                    Answer::Json(status, value) => atelier_http::json_response(status, &value),
+                    Answer::Sse { frames, hang } => sse(frames, hang),
+                    Answer::Delayed(..) => unreachable!(),
+                }
+            }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    Scripted { base_url, seen }
+}
+
+fn sse(frames: Vec<String>, hang: bool) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+    tokio::spawn(async move {
+        for frame in frames {
+            if tx.send(Ok(Frame::data(Bytes::from(frame)))).await.is_err() {
+                return;
+            }
+        }
+        if hang {
+            tx.closed().await;
+        }
+    });
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|frame| (frame, rx))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+/// Anthropic's named SSE frames for `events`.
+pub fn anthropic_frames(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+/// chat/completions SSE frames for `chunks`, with `[DONE]` unless the stream hangs.
+pub fn chat_frames(chunks: &[Value], done: bool) -> Vec<String> {
+    let mut frames: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    if done {
+        frames.push("data: [DONE]\n\n".to_owned());
+    }
+    frames
+}
+
+/// The chatd binary, killed on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A directory with a token file and a read-only master key file.
+pub fn prepare_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let key = dir.path().join("master.key");
+    std::fs::write(&key, MASTER_KEY_B64).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+    dir
+}
+
+/// Starts chatd in `dir` with `env`, logging to `dir/chatd-<n>.log`, and waits until it
+/// listens.
+pub async fn start(dir: &Path, env: &[(&str, String)], run: usize) -> Daemon {
+    let socket = dir.join("chatd.sock");
+    let _ = std::fs::remove_file(&socket);
+    let log = dir.join(format!("chatd-{run}.log"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_atelier-chatd"));
+    command
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--database")
+        .arg(dir.join("chat.sqlite3"))
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .arg("--master-key-file")
+        .arg(dir.join("master.key"))
+        .args(["--public-origin", ORIGIN])
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .env_remove("LISTEN_FDS")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("JOURNAL_STREAM")
+        .env("RUST_LOG", "debug")
+        // Never the production pricing catalogue: nothing listens on port 9.
+        .env("CHATD_OPENROUTER_URL", "http://127.0.0.1:9")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = command.spawn().unwrap();
+    let daemon = Daemon { child, socket, log };
+    for _ in 0..400 {
+        if UnixStream::connect(&daemon.socket).await.is_ok() {
+            return daemon;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("chatd never listened");
+}
+
+/// SIGKILL, and wait for the process to be gone.
+pub fn kill_9(daemon: &mut Daemon) {
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+}
+
+/// A response whose body is read as it comes.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Incoming,
+    buffer: Vec<u8>,
+}
+
+impl Reply {
+    /// The next NDJSON line, or `None` at the end.
+    pub async fn line(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
+                .await
+                .expect("the stream stalled")?;
+            match frame {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every remaining line.
+    pub async fn lines(mut self) -> Vec<Value> {
+        let mut lines = Vec::new();
+        while let Some(line) = self.line().await {
+            lines.push(line);
+        }
+        lines
+    }
+
+    /// The whole body as JSON (`Null` when empty).
+    pub async fn json(self) -> Value {
+        let bytes = self.body.collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+}
+
+/// Sends a request as `user` with `capabilities`.
+pub async fn send(
+    socket: &Path,
+    user: &str,
+    capabilities: &str,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> Reply {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "chatd")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("x-atelier-user-id", user)
+        .header("origin", ORIGIN);
+    if !capabilities.is_empty() {
+        builder = builder.header("x-atelier-user-capabilities", capabilities);
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let response = sender
+        .send_request(builder.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap();
+    Reply {
+        status: response.status(),
+        body: response.into_body(),
+        buffer: Vec::new(),
+    }
+}
+
+/// A JSON call as alice with every capability.
+pub async fn call(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let reply = send(socket, "alice", ALL_CAPS, method, path, body.as_ref()).await;
+    let status = reply.status;
+    (status, reply.json().await)
+}
