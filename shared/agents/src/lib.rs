@@ -1,1 +1,218 @@
-//! The coding-agent CLI drivers: argv, child environment, and parsers from their output to session events.
+//! The coding-agent CLI drivers: each driver's argv, its complete child environment and the
+//! files it reads, the judgement of its `--version` and `--help`, and the parsers from its
+//! stdout to the session events of the site daemon's contract.
+//!
+//! Pure: nothing here starts a process or touches a file. The daemon reads and writes through
+//! its confined filesystem layer and runs everything through its run seam.
+//!
+//! Parts: [`DriverId`] and [`Capabilities`]; [`AgentEvent`]; [`plan`] (a turn's argv,
+//! environment and files); [`parse`] (line splitting and the per-driver parsers); [`probe`]
+//! (what to ask a binary and how to judge its answers).
+
+pub mod parse;
+pub mod plan;
+pub mod probe;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+pub use parse::{line_parser, LineParser, LineSplitter};
+pub use plan::{
+    plan_turn, validate_opencode_env, DriverCredentials, McpAttachment, PlanError, PlannedFile,
+    TurnPlan, TurnRequest, MCP_SERVER_NAME,
+};
+pub use probe::{help_argv, judge_help, judge_version, version_argv, ProbeRefusal};
+
+/// The agent CLIs the contract knows, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverId {
+    /// Anthropic's Claude Code (`claude -p … --output-format stream-json`).
+    ClaudeCode,
+    /// OpenCode (`opencode run --format json`).
+    Opencode,
+    /// pi: detectable, refuses every turn.
+    Pi,
+}
+
+impl DriverId {
+    /// Every driver, in the order `/health` lists them.
+    pub const ALL: [DriverId; 3] = [DriverId::ClaudeCode, DriverId::Opencode, DriverId::Pi];
+
+    /// The wire id.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DriverId::ClaudeCode => "claude_code",
+            DriverId::Opencode => "opencode",
+            DriverId::Pi => "pi",
+        }
+    }
+
+    /// The driver with wire id `id`.
+    pub fn parse(id: &str) -> Option<DriverId> {
+        DriverId::ALL.into_iter().find(|d| d.as_str() == id)
+    }
+}
+
+impl fmt::Display for DriverId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a driver can do (§10.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// A later turn can resume the CLI's own session.
+    pub resume: bool,
+    /// It takes an MCP server over HTTP.
+    pub mcp_http: bool,
+    /// It reports the files it changed (else only git's backstop does).
+    pub reports_file_changes: bool,
+}
+
+/// What `driver` can do.
+pub fn capabilities(driver: DriverId) -> Capabilities {
+    let (resume, mcp_http, reports_file_changes) = match driver {
+        DriverId::ClaudeCode => (true, true, true),
+        DriverId::Opencode => (true, true, false),
+        DriverId::Pi => (false, true, false),
+    };
+    Capabilities {
+        resume,
+        mcp_http,
+        reports_file_changes,
+    }
+}
+
+/// Whether `driver` may run under systemd confinement. opencode needs a root-owned per-run
+/// mount for its configuration directory and a decided home for its provider-SDK cache, which
+/// no door has yet; pi runs no turn at all.
+pub fn runs_confined(driver: DriverId) -> bool {
+    driver == DriverId::ClaudeCode
+}
+
+/// A normalized agent event: the driver half of the session event union (the daemon adds
+/// `turn_start`, `turn_end`, `error`, `agent_output` and `resume_unavailable`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// The agent said something.
+    Text {
+        /// What it said.
+        text: String,
+    },
+    /// The agent used a tool.
+    Tool {
+        /// The tool's name.
+        name: String,
+        /// `<name>: <target>` or the name.
+        summary: String,
+    },
+    /// Files the agent reports having changed.
+    FileChange {
+        /// Workspace-relative paths.
+        files: Vec<String>,
+    },
+    /// The agent finished its turn.
+    Result {
+        /// The CLI's own session, for the next turn to resume.
+        resume_token: Option<String>,
+        /// What the turn cost, when the CLI says.
+        cost_usd: Option<f64>,
+        /// How long it took, by the CLI's count.
+        duration_ms: u64,
+    },
+}
+
+impl AgentEvent {
+    /// The session event body exactly as the contract spells it (§6.5).
+    pub fn to_body(&self) -> Value {
+        match self {
+            AgentEvent::Text { text } => json!({"type": "text", "text": text}),
+            AgentEvent::Tool { name, summary } => {
+                json!({"type": "tool", "name": name, "summary": summary})
+            }
+            AgentEvent::FileChange { files } => json!({"type": "file_change", "files": files}),
+            AgentEvent::Result {
+                resume_token,
+                cost_usd,
+                duration_ms,
+            } => {
+                let mut body = json!({"type": "result", "ok": true});
+                if let Some(token) = resume_token {
+                    body["resumeToken"] = json!(token);
+                }
+                if let Some(cost) = cost_usd {
+                    body["costUsd"] = json!(cost);
+                }
+                body["durationMs"] = json!(duration_ms);
+                body
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_capabilities() {
+        for driver in DriverId::ALL {
+            assert_eq!(DriverId::parse(driver.as_str()), Some(driver));
+            assert_eq!(
+                serde_json::to_value(driver).unwrap(),
+                json!(driver.as_str())
+            );
+        }
+        assert_eq!(DriverId::parse("gpt"), None);
+        assert!(capabilities(DriverId::ClaudeCode).reports_file_changes);
+        assert!(!capabilities(DriverId::Pi).resume);
+        assert!(runs_confined(DriverId::ClaudeCode));
+        assert!(!runs_confined(DriverId::Opencode));
+    }
+
+    #[test]
+    fn bodies_are_the_contracts() {
+        let cases = [
+            (
+                AgentEvent::Text { text: "hi".into() },
+                json!({"type": "text", "text": "hi"}),
+            ),
+            (
+                AgentEvent::Tool {
+                    name: "Write".into(),
+                    summary: "Write: a".into(),
+                },
+                json!({"type": "tool", "name": "Write", "summary": "Write: a"}),
+            ),
+            (
+                AgentEvent::FileChange {
+                    files: vec!["a".into()],
+                },
+                json!({"type": "file_change", "files": ["a"]}),
+            ),
+            (
+                AgentEvent::Result {
+                    resume_token: Some("s".into()),
+                    cost_usd: Some(0.5),
+                    duration_ms: 9,
+                },
+                json!({"type": "result", "ok": true, "resumeToken": "s", "costUsd": 0.5, "durationMs": 9}),
+            ),
+            (
+                AgentEvent::Result {
+                    resume_token: None,
+                    cost_usd: None,
+                    duration_ms: 0,
+                },
+                json!({"type": "result", "ok": true, "durationMs": 0}),
+            ),
+        ];
+        for (event, body) in cases {
+            assert_eq!(event.to_body(), body);
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! A turn's plan: the argv each driver runs, its complete environment (an allowlist: never
+//! HOME, never the daemon's own environment, each credential only for its own driver) and the
+//! files the daemon writes before the run and removes after it.
+//!
+//! Each driver STATES what it loads and which tools it has rather than inheriting either from
+//! the workspace or HOME, both of which the agent can write.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::DriverId;
+
+/// The MCP server's name in every driver's configuration.
+pub const MCP_SERVER_NAME: &str = "dedalo_publication";
+/// The MCP URL a confined turn reaches: the shim forwards this loopback port to the gate,
+/// which adds the Publication API key upstream.
+pub const CONFINED_MCP_URL: &str = "http://127.0.0.1:3129/mcp";
+/// The longest brief passed on the command line, in bytes.
+pub const MAX_BRIEF_BYTES: usize = 96 * 1024;
+/// Claude Code's turn cap.
+const CLAUDE_MAX_TURNS: &str = "50";
+/// The tools a Claude Code turn may use.
+const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,TodoWrite,mcp__dedalo_publication";
+/// The tools a Claude Code turn may never use.
+const CLAUDE_DISALLOWED_TOOLS: &str = "Bash,WebFetch,WebSearch";
+/// Claude Code's settings: no hooks, no project MCP servers.
+const CLAUDE_SETTINGS: &str = r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false}"#;
+/// Where opencode's brief is written for a turn, relative to the workspace.
+pub const OPENCODE_BRIEF_FILE: &str = ".builder/opencode-brief.md";
+/// The mode of a file the agent reads during its turn.
+const TURN_FILE_MODE: u32 = 0o640;
+/// The notice that ends a brief cut to [`MAX_BRIEF_BYTES`].
+const BRIEF_CUT_NOTICE: &str =
+    "\n\n[The rest of AGENTS.md was cut: the brief passed to a turn is at most 96 KiB.]\n";
+
+/// The switches that make opencode load only what the daemon states, and send nothing the
+/// turn did not ask for (updates, the models catalogue, LSP downloads, shares).
+const OPENCODE_SWITCHES: [(&str, &str); 8] = [
+    ("OPENCODE_DISABLE_PROJECT_CONFIG", "true"),
+    ("OPENCODE_PURE", "true"),
+    ("OPENCODE_DISABLE_CLAUDE_CODE", "true"),
+    ("OPENCODE_DISABLE_EXTERNAL_SKILLS", "true"),
+    ("OPENCODE_DISABLE_AUTOUPDATE", "true"),
+    ("OPENCODE_DISABLE_MODELS_FETCH", "true"),
+    ("OPENCODE_DISABLE_LSP_DOWNLOAD", "true"),
+    ("OPENCODE_DISABLE_SHARE", "true"),
+];
+
+/// Where the MCP server of a turn is and what it is told.
+#[derive(Clone, PartialEq, Eq)]
+pub struct McpAttachment {
+    /// The server's name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// Headers sent with every request (a secret under `none`: the API key).
+    pub headers: Vec<(String, String)>,
+}
+
+impl fmt::Debug for McpAttachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("McpAttachment")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("headers", &names)
+            .finish()
+    }
+}
+
+impl McpAttachment {
+    /// Under systemd confinement: the gate's relay on loopback, no key in the unit.
+    pub fn confined() -> McpAttachment {
+        McpAttachment {
+            name: MCP_SERVER_NAME.to_owned(),
+            url: CONFINED_MCP_URL.to_owned(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Under `none`: the Publication API's own `/mcp`, with its key when one is configured.
+    pub fn unconfined(publication_api_url: &str, api_key: Option<&str>) -> McpAttachment {
+        McpAttachment {
+            name: MCP_SERVER_NAME.to_owned(),
+            url: format!("{}/mcp", publication_api_url.trim_end_matches('/')),
+            headers: api_key
+                .filter(|k| !k.is_empty())
+                .map(|k| vec![("X-API-Key".to_owned(), k.to_owned())])
+                .unwrap_or_default(),
+        }
+    }
+
+    fn headers_json(&self) -> Option<Value> {
+        (!self.headers.is_empty()).then(|| {
+            Value::Object(
+                self.headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect(),
+            )
+        })
+    }
+}
+
+/// The credentials each driver's child may get; each reaches only its own driver.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct DriverCredentials {
+    /// Claude Code's `ANTHROPIC_API_KEY`.
+    pub anthropic_api_key: Option<String>,
+    /// opencode's provider credentials (`OPENCODE_ENV`).
+    pub opencode_env: Vec<(String, String)>,
+    /// pi's (`PI_ENV`).
+    pub pi_env: Vec<(String, String)>,
+}
+
+impl fmt::Debug for DriverCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |pairs: &[(String, String)]| -> Vec<String> {
+            pairs.iter().map(|(k, _)| k.clone()).collect()
+        };
+        f.debug_struct("DriverCredentials")
+            .field(
+                "anthropic_api_key",
+                &self.anthropic_api_key.as_ref().map(|_| "[redacted]"),
+            )
+            .field("opencode_env", &names(&self.opencode_env))
+            .field("pi_env", &names(&self.pi_env))
+            .finish()
+    }
+}
+
+/// What a turn needs to be planned.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnRequest<'a> {
+    /// The driver.
+    pub driver: DriverId,
+    /// Its binary.
+    pub bin: &'a Path,
+    /// The workspace, the run's working directory.
+    pub workspace: &'a Path,
+    /// The prompt or follow-up message.
+    pub prompt: &'a str,
+    /// The CLI session to resume.
+    pub resume_token: Option<&'a str>,
+    /// `AGENTS.md` as read, if there is one.
+    pub brief: Option<&'a [u8]>,
+    /// The MCP server.
+    pub mcp: &'a McpAttachment,
+    /// The absolute path Claude Code's MCP configuration will be at (the daemon writes the
+    /// planned file there).
+    pub mcp_config_path: &'a Path,
+    /// The `PATH` the child gets.
+    pub path_env: &'a str,
+    /// The credentials.
+    pub credentials: &'a DriverCredentials,
+}
+
+/// The planned run. `Debug` shows the environment's keys only: its values include keys.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TurnPlan {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// The complete environment.
+    pub env: BTreeMap<String, String>,
+    /// Files to write before the run and remove after it.
+    pub files: Vec<PlannedFile>,
+}
+
+impl fmt::Debug for TurnPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnPlan")
+            .field("argv", &self.argv)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+/// A file a turn reads, written by the daemon.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    /// Relative to the workspace.
+    pub path: PathBuf,
+    /// Its bytes (they may carry the Publication API key: never logged).
+    pub contents: Vec<u8>,
+    /// Its mode.
+    pub mode: u32,
+}
+
+impl fmt::Debug for PlannedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlannedFile")
+            .field("path", &self.path)
+            .field("bytes", &self.contents.len())
+            .field("mode", &format_args!("{:o}", self.mode))
+            .finish()
+    }
+}
+
+/// Why a turn cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The driver runs no turn.
+    #[error("the {0} driver does not run turns")]
+    Unsupported(DriverId),
+    /// `AGENTS.md` holds a NUL byte, which no argv can carry.
+    #[error("AGENTS.md contains a NUL byte")]
+    BriefHasNul,
+    /// The prompt holds a NUL byte.
+    #[error("the prompt contains a NUL byte")]
+    PromptHasNul,
+    /// The MCP configuration path is not where the workspace's planned file goes.
+    #[error("the MCP configuration path {0} is not inside the workspace")]
+    McpPathOutside(PathBuf),
+    /// An `OPENCODE_ENV` key is not a provider credential opencode may get.
+    #[error("OPENCODE_ENV may not set {0}: only provider credentials (…_API_KEY, …_AUTH_TOKEN, …_ACCESS_KEY_ID, …_SECRET_ACCESS_KEY, …_SESSION_TOKEN, OPENCODE_API_KEY, OPENCODE_AUTH_CONTENT)")]
+    OpencodeEnvKey(String),
+}
+
+/// Plans one turn of `request.driver`.
+pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
+    if request.prompt.contains('\0') {
+        return Err(PlanError::PromptHasNul);
+    }
+    let brief = request.brief.map(prepare_brief).transpose()?;
+    match request.driver {
+        DriverId::ClaudeCode => Ok(plan_claude(request, brief)?),
+        DriverId::Opencode => plan_opencode(request, brief),
+        DriverId::Pi => Err(PlanError::Unsupported(DriverId::Pi)),
+    }
+}
+
+/// The brief as passed on: UTF-8 (lossy), no NUL, at most [`MAX_BRIEF_BYTES`] cut on a char
+/// boundary with a stated notice.
+fn prepare_brief(bytes: &[u8]) -> Result<String, PlanError> {
+    if bytes.contains(&0) {
+        return Err(PlanError::BriefHasNul);
+    }
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= MAX_BRIEF_BYTES {
+        return Ok(text.into_owned());
+    }
+    let mut cut = MAX_BRIEF_BYTES - BRIEF_CUT_NOTICE.len();
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Ok(format!("{}{BRIEF_CUT_NOTICE}", &text[..cut]))
+}
+
+fn base_env(request: &TurnRequest<'_>) -> BTreeMap<String, String> {
+    BTreeMap::from([("PATH".to_owned(), request.path_env.to_owned())])
+}
+
+fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan, PlanError> {
+    let relative = request
+        .mcp_config_path
+        .strip_prefix(request.workspace)
+        .map_err(|_| PlanError::McpPathOutside(request.mcp_config_path.to_path_buf()))?
+        .to_path_buf();
+    let mut server = json!({"type": "http", "url": request.mcp.url});
+    if let Some(headers) = request.mcp.headers_json() {
+        server["headers"] = headers;
+    }
+    let config = json!({"mcpServers": {request.mcp.name.clone(): server}});
+    let mut argv: Vec<String> = [
+        &request.bin.to_string_lossy(),
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "acceptEdits",
+        "--max-turns",
+        CLAUDE_MAX_TURNS,
+        "--setting-sources",
+        "",
+        "--settings",
+        CLAUDE_SETTINGS,
+        "--strict-mcp-config",
+        "--mcp-config",
+        &request.mcp_config_path.to_string_lossy(),
+        "--allowedTools",
+        CLAUDE_ALLOWED_TOOLS,
+        "--disallowedTools",
+        CLAUDE_DISALLOWED_TOOLS,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(brief) = brief {
+        argv.extend(["--append-system-prompt".to_owned(), brief]);
+    }
+    if let Some(token) = request.resume_token {
+        argv.extend(["--resume".to_owned(), token.to_owned()]);
+    }
+    argv.extend(["--".to_owned(), request.prompt.to_owned()]);
+    let mut env = base_env(request);
+    if let Some(key) = &request.credentials.anthropic_api_key {
+        env.insert("ANTHROPIC_API_KEY".to_owned(), key.clone());
+    }
+    Ok(TurnPlan {
+        argv,
+        env,
+        files: vec![PlannedFile {
+            path: relative,
+            contents: format!("{config}\n").into_bytes(),
+            mode: TURN_FILE_MODE,
+        }],
+    })
+}
+
+/// opencode's permission block: nothing but edits.
+fn opencode_permission() -> Value {
+    json!({
+        "bash": "deny",
+        "webfetch": "deny",
+        "websearch": "deny",
+        "codesearch": "deny",
+        "skill": "deny",
+        "task": "deny",
+        "external_directory": "deny",
+        "edit": "allow",
+    })
+}
+
+fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan, PlanError> {
+    validate_opencode_env(&request.credentials.opencode_env)?;
+    let mut server = json!({"type": "remote", "url": request.mcp.url});
+    if let Some(headers) = request.mcp.headers_json() {
+        server["headers"] = headers;
+    }
+    let mut config = json!({
+        "mcp": {request.mcp.name.clone(): server},
+        "permission": opencode_permission(),
+    });
+    let mut files = Vec::new();
+    if let Some(brief) = brief {
+        config["instructions"] = json!([OPENCODE_BRIEF_FILE]);
+        files.push(PlannedFile {
+            path: PathBuf::from(OPENCODE_BRIEF_FILE),
+            contents: brief.into_bytes(),
+            mode: TURN_FILE_MODE,
+        });
+    }
+    let mut argv: Vec<String> = vec![
+        request.bin.to_string_lossy().into_owned(),
+        "run".into(),
+        "--pure".into(),
+        "--format".into(),
+        "json".into(),
+    ];
+    if let Some(token) = request.resume_token {
+        argv.extend(["--session".to_owned(), token.to_owned()]);
+    }
+    argv.extend(["--".to_owned(), request.prompt.to_owned()]);
+    let mut env = base_env(request);
+    for (key, value) in OPENCODE_SWITCHES {
+        env.insert(key.to_owned(), value.to_owned());
+    }
+    env.insert("OPENCODE_CONFIG_CONTENT".to_owned(), config.to_string());
+    env.insert(
+        "OPENCODE_PERMISSION".to_owned(),
+        opencode_permission().to_string(),
+    );
+    // The credential store is a configuration source too: every turn states it.
+    env.insert("OPENCODE_AUTH_CONTENT".to_owned(), "{}".to_owned());
+    for (key, value) in &request.credentials.opencode_env {
+        env.insert(key.clone(), value.clone());
+    }
+    Ok(TurnPlan { argv, env, files })
+}
+
+/// Refuses an `OPENCODE_ENV` key that is not a provider credential, naming it.
+pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
+    const SUFFIXES: [&str; 5] = [
+        "_API_KEY",
+        "_AUTH_TOKEN",
+        "_ACCESS_KEY_ID",
+        "_SECRET_ACCESS_KEY",
+        "_SESSION_TOKEN",
+    ];
+    for (key, _) in pairs {
+        let named = key == "OPENCODE_API_KEY" || key == "OPENCODE_AUTH_CONTENT";
+        let provider = !key.starts_with("OPENCODE_")
+            && SUFFIXES
+                .iter()
+                .any(|s| key.len() > s.len() && key.ends_with(s));
+        if !(named || provider) {
+            return Err(PlanError::OpencodeEnvKey(key.clone()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
