@@ -77,6 +77,14 @@ pub const INSTALL_TIMEOUT_MS: u64 = 300_000; // 5 minutes
 pub const BUILD_TIMEOUT_MS: u64 = 300_000; // 5 minutes
 /// A git command's ceiling unless declared.
 pub const GIT_TIMEOUT_MS: u64 = 30_000; // 30 seconds
+/// The oldest PID 1 that loads every directive a door unit needs (`PrivateIPC=` is 248's).
+pub const SYSTEMD_FLOOR: u32 = 248;
+/// The first PID 1 that knows `PrivatePIDs=`, rendered only from this release on.
+pub const PRIVATE_PIDS_SINCE: u32 = 257;
+/// How long past a door's ceiling PID 1 lets a run live, for the shim to send its exit record.
+pub const RUNTIME_GRACE_SECS: u64 = 15;
+// A floor at or above the release that brings PrivatePIDs= would render it on every host.
+const _: () = assert!(PRIVATE_PIDS_SINCE > SYSTEMD_FLOOR);
 
 /// The instance's runtime dir: `/run/atelier/<inst>`.
 pub fn runtime_dir(inst: &InstanceName) -> PathBuf {
@@ -91,6 +99,66 @@ pub fn sited_socket_path(inst: &InstanceName) -> PathBuf {
 /// Site `k`'s door socket: `/run/atelier/<inst>/s<k>-<door>.sock`.
 pub fn door_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> PathBuf {
     runtime_dir(inst).join(format!("s{k}-{door}.sock"))
+}
+
+/// Site `k`'s egress dir: `/run/atelier/<inst>/egress/s<k>`.
+pub fn egress_dir(inst: &InstanceName, k: SiteOrdinal) -> PathBuf {
+    runtime_dir(inst).join("egress").join(format!("s{k}"))
+}
+
+/// Site `k`'s gate socket for `door`, for a door with a way out:
+/// `/run/atelier/<inst>/egress/s<k>/<door>.sock`.
+pub fn gate_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+    door.has_way_out()
+        .then(|| egress_dir(inst, k).join(names::gate_socket_file(door)))
+}
+
+/// Site `k`'s MCP relay socket, for a door with the relay (the turn door):
+/// `/run/atelier/<inst>/egress/s<k>/mcp.sock`.
+pub fn gate_mcp_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+    door.has_mcp()
+        .then(|| egress_dir(inst, k).join(names::GATE_MCP_SOCKET_FILE))
+}
+
+/// Where a door unit sees its gate socket: `/run/atelier-egress/<door>.sock`.
+pub fn gate_socket_in_unit(door: Door) -> Option<PathBuf> {
+    door.has_way_out()
+        .then(|| Path::new(EGRESS_MOUNT).join(names::gate_socket_file(door)))
+}
+
+/// Where a door unit with the relay sees its socket: `/run/atelier-egress/mcp.sock`.
+pub fn gate_mcp_socket_in_unit(door: Door) -> Option<PathBuf> {
+    door.has_mcp()
+        .then(|| Path::new(EGRESS_MOUNT).join(names::GATE_MCP_SOCKET_FILE))
+}
+
+/// Site `k`'s agent state dir below the agents root: `<agents root>/s<k>`.
+pub fn agent_site_dir(agents_root: &Path, k: SiteOrdinal) -> PathBuf {
+    agents_root.join(format!("s{k}"))
+}
+
+/// A door's HOME below the agents root, `<agents root>/s<k>/<door>`; the git door has none.
+pub fn agent_home(agents_root: &Path, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
+    match door {
+        Door::Turn | Door::Build => Some(agent_site_dir(agents_root, k).join(door.as_str())),
+        Door::Git => None,
+    }
+}
+
+/// The turn door's system gitconfig below the agents root: `<agents root>/turn.gitconfig`.
+pub fn turn_gitconfig_path(agents_root: &Path) -> PathBuf {
+    agents_root.join(TURN_GITCONFIG_FILE)
+}
+
+/// A site's workspace below the sites root: `<sites root>/<slug>`.
+pub fn site_workspace(sites_root: &Path, slug: &str) -> PathBuf {
+    sites_root.join(slug)
+}
+
+/// The `RuntimeMaxSec=` of a door whose ceiling is `ceiling_ms`: the ceiling rounded up to
+/// whole seconds, plus [`RUNTIME_GRACE_SECS`].
+pub fn runtime_max_sec(ceiling_ms: u64) -> u64 {
+    ceiling_ms.div_ceil(1000) + RUNTIME_GRACE_SECS
 }
 
 /// A served surface of a site.
@@ -440,20 +508,17 @@ impl<'d> Layout<'d> {
 
     /// `/var/lib/atelier/<inst>/agents/s<k>`.
     pub fn agent_site_dir(&self, k: SiteOrdinal) -> PathBuf {
-        self.agents_root().join(format!("s{k}"))
+        agent_site_dir(&self.agents_root(), k)
     }
 
     /// A door's HOME, `…/agents/s<k>/<door>`; the git door has none.
     pub fn agent_home(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
-        match door {
-            Door::Turn | Door::Build => Some(self.agent_site_dir(k).join(door.as_str())),
-            Door::Git => None,
-        }
+        agent_home(&self.agents_root(), k, door)
     }
 
     /// `/var/lib/atelier/<inst>/agents/turn.gitconfig`.
     pub fn turn_gitconfig_path(&self) -> PathBuf {
-        self.agents_root().join(TURN_GITCONFIG_FILE)
+        turn_gitconfig_path(&self.agents_root())
     }
 
     /// `/var/lib/atelier/<inst>/retired`, where `remove` archives by rename.
@@ -483,32 +548,28 @@ impl<'d> Layout<'d> {
 
     /// `/run/atelier/<inst>/egress/s<k>`.
     pub fn egress_dir(&self, k: SiteOrdinal) -> PathBuf {
-        self.egress_root().join(format!("s{k}"))
+        egress_dir(self.instance(), k)
     }
 
     /// `/run/atelier/<inst>/egress/s<k>/<door>.sock`, for a door with a way out.
     pub fn gate_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
-        door.has_way_out()
-            .then(|| self.egress_dir(k).join(names::gate_socket_file(door)))
+        gate_socket_path(self.instance(), k, door)
     }
 
     /// Where a door unit sees its gate socket: `/run/atelier-egress/<door>.sock`.
     pub fn gate_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
-        door.has_way_out()
-            .then(|| Path::new(EGRESS_MOUNT).join(names::gate_socket_file(door)))
+        gate_socket_in_unit(door)
     }
 
     /// `/run/atelier/<inst>/egress/s<k>/mcp.sock`: the MCP relay's socket, for a door with
     /// the relay (the turn door).
     pub fn gate_mcp_socket_path(&self, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
-        door.has_mcp()
-            .then(|| self.egress_dir(k).join(names::GATE_MCP_SOCKET_FILE))
+        gate_mcp_socket_path(self.instance(), k, door)
     }
 
     /// Where a door unit with the relay sees its socket: `/run/atelier-egress/mcp.sock`.
     pub fn gate_mcp_socket_in_unit(&self, door: Door) -> Option<PathBuf> {
-        door.has_mcp()
-            .then(|| Path::new(EGRESS_MOUNT).join(names::GATE_MCP_SOCKET_FILE))
+        gate_mcp_socket_in_unit(door)
     }
 
     /// The webspace base: declared, or `/srv/atelier/<inst>`.

@@ -361,3 +361,80 @@ fn longest_instance_and_ordinal_fit_every_name() {
     );
     assert!(names::service_user(&longest).len() <= MAX_UNIX_NAME_LEN);
 }
+
+/// What sited derives from its env file (instance, sites root, agents root) without the
+/// declaration must be what the provisioner derived from the declaration.
+#[test]
+fn declaration_free_derivations_agree_with_the_layout() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let inst = layout.instance();
+    let agents = layout.agents_root();
+    for n in [1, 2, 999] {
+        for door in Door::ALL {
+            assert_eq!(
+                paths::door_socket_path(inst, k(n), door),
+                layout.door_socket_path(k(n), door)
+            );
+            assert_eq!(
+                paths::gate_socket_path(inst, k(n), door),
+                layout.gate_socket_path(k(n), door)
+            );
+            assert_eq!(
+                paths::gate_mcp_socket_path(inst, k(n), door),
+                layout.gate_mcp_socket_path(k(n), door)
+            );
+            assert_eq!(
+                paths::gate_socket_in_unit(door),
+                layout.gate_socket_in_unit(door)
+            );
+            assert_eq!(
+                paths::gate_mcp_socket_in_unit(door),
+                layout.gate_mcp_socket_in_unit(door)
+            );
+            assert_eq!(
+                paths::agent_home(&agents, k(n), door),
+                layout.agent_home(k(n), door)
+            );
+        }
+        assert_eq!(paths::egress_dir(inst, k(n)), layout.egress_dir(k(n)));
+        assert_eq!(
+            paths::agent_site_dir(&agents, k(n)),
+            layout.agent_site_dir(k(n))
+        );
+    }
+    assert_eq!(
+        paths::turn_gitconfig_path(&agents),
+        layout.turn_gitconfig_path()
+    );
+    for site in &decl.sites {
+        assert_eq!(
+            paths::site_workspace(&layout.sites_root(), &site.slug),
+            layout.workspace(site)
+        );
+    }
+    assert_eq!(
+        paths::gate_mcp_socket_path(inst, k(1), Door::Turn),
+        Some(p("/run/atelier/example/egress/s1/mcp.sock"))
+    );
+    assert_eq!(paths::gate_socket_path(inst, k(1), Door::Git), None);
+    assert_eq!(
+        paths::agent_home(&agents, k(2), Door::Build),
+        Some(p("/var/lib/atelier/example/agents/s2/build"))
+    );
+    assert_eq!(paths::agent_home(&agents, k(2), Door::Git), None);
+}
+
+#[test]
+fn runtime_max_sec_rounds_the_ceiling_up_and_adds_the_grace() {
+    for (ceiling_ms, expected) in [
+        (paths::TURN_TIMEOUT_MS, 1215),
+        (paths::BUILD_TIMEOUT_MS, 315),
+        (paths::GIT_TIMEOUT_MS, 45),
+        (1, 16),
+        (1_001, 17),
+        (0, 15),
+    ] {
+        assert_eq!(paths::runtime_max_sec(ceiling_ms), expected, "{ceiling_ms}");
+    }
+}
