@@ -168,11 +168,14 @@ fn start_sited(socket: PathBuf) -> PathBuf {
         site_table_file: Some(state.join("sites.json")),
         publication_api_url: Some("http://127.0.0.1:9/api".into()),
         templates_dir: Some(state.join("templates")),
+        agent_confinement: Some("none".into()),
+        deployment: Some("development".into()),
+        agent_state_root: Some(state.clone()),
         ..RawSettings::default()
     }
     .validate()
     .unwrap();
-    let router = Router::new(&settings);
+    let router = Router::new(&settings).unwrap();
     let listener = Listener::from(UnixListener::bind(&socket).unwrap());
     tokio::spawn(atelier_http::serve(
         listener,

@@ -1,13 +1,13 @@
 //! The `actor` every mutating body carries: recorded (audit, owner), never used to authorize.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The longest username, in characters.
 const MAX_USERNAME_CHARS: usize = 200;
 
 /// Who asked the engine for a mutation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
     /// The engine's user id.
     pub user_id: i64,

@@ -1,16 +1,15 @@
-//! The workspace git repository, driven by the real `git` under a constructed environment:
-//! no ambient configuration, a fixed identity, hooks and fsmonitor off.
-//!
-//! This is the one place in sited that starts `git`. It runs git directly; the confinement
-//! issue moves these commands behind the site's `git` door.
+//! The workspace git repository, driven by the real `git` through the site's git door: no
+//! ambient configuration (the door fixes HOME and git's configuration), a fixed identity, hooks
+//! and fsmonitor off.
 
-use atelier_layout::workspace::{BUILDER_DIR, WORKSPACE_DIR_MODE, WORKSPACE_FILE_MODE};
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use atelier_fs::Root;
+use atelier_layout::workspace::{BUILDER_DIR, WORKSPACE_DIR_MODE, WORKSPACE_FILE_MODE};
+use atelier_proto::Door;
+
+use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
 
 /// The service identity every commit carries.
 pub const GIT_NAME: &str = "Dédalo Site Builder";
@@ -38,15 +37,23 @@ const EXCLUDE: &str =
 /// Output kept from a failed git command, for the log.
 const MAX_STDERR: usize = 2048;
 
+/// The most output of one git command sited keeps; porcelain status of a huge tree fits.
+const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+
 /// Why a git command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    /// git could not be started.
-    #[error("starting git: {0}")]
-    Spawn(#[source] std::io::Error),
-    /// git ran longer than the timeout and was killed.
-    #[error("git {0} timed out")]
-    Timeout(String),
+    /// The git door refused the run.
+    #[error("running git: {0}")]
+    Refused(#[from] RunRefusal),
+    /// The run ended without an exit record, or went past its deadline.
+    #[error("git {args} did not finish: {why}")]
+    Lost {
+        /// The subcommand.
+        args: String,
+        /// What happened.
+        why: String,
+    },
     /// git exited unsuccessfully.
     #[error("git {args} failed ({status}): {stderr}")]
     Failed {
@@ -65,8 +72,7 @@ pub enum GitError {
 /// How sited runs git.
 #[derive(Debug, Clone)]
 pub struct Git {
-    program: PathBuf,
-    home: PathBuf,
+    runner: Runner,
     timeout: Duration,
 }
 
@@ -82,74 +88,75 @@ pub struct GitOutput {
 }
 
 impl Git {
-    /// git as `program` (looked up on [`GIT_PATH`] when bare), with `home` as its `HOME` (an
-    /// empty directory of the daemon's) and a per-command timeout.
-    pub fn new(program: impl Into<PathBuf>, home: impl Into<PathBuf>, timeout: Duration) -> Self {
-        Self {
-            program: program.into(),
-            home: home.into(),
-            timeout,
+    /// git through `runner`'s git door, each command ended after `timeout`.
+    pub fn new(runner: Runner, timeout: Duration) -> Self {
+        Self { runner, timeout }
+    }
+
+    /// The environment git runs with besides what the door fixes; nothing of the daemon's
+    /// own is inherited.
+    pub fn environment() -> BTreeMap<String, String> {
+        let mut env = base_env(GIT_PATH);
+        for (key, value) in [
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("GIT_AUTHOR_NAME", GIT_NAME),
+            ("GIT_AUTHOR_EMAIL", GIT_EMAIL),
+            ("GIT_COMMITTER_NAME", GIT_NAME),
+            ("GIT_COMMITTER_EMAIL", GIT_EMAIL),
+        ] {
+            env.insert(key.to_owned(), value.to_owned());
         }
+        env
     }
 
-    /// The complete environment git runs with; nothing of the daemon's own is inherited.
-    pub fn environment(&self) -> Vec<(&'static str, OsString)> {
-        vec![
-            ("PATH", GIT_PATH.into()),
-            ("HOME", self.home.clone().into_os_string()),
-            ("LANG", "C".into()),
-            ("LC_ALL", "C".into()),
-            ("GIT_CONFIG_NOSYSTEM", "1".into()),
-            ("GIT_CONFIG_GLOBAL", "/dev/null".into()),
-            ("GIT_TERMINAL_PROMPT", "0".into()),
-            ("GIT_AUTHOR_NAME", GIT_NAME.into()),
-            ("GIT_AUTHOR_EMAIL", GIT_EMAIL.into()),
-            ("GIT_COMMITTER_NAME", GIT_NAME.into()),
-            ("GIT_COMMITTER_EMAIL", GIT_EMAIL.into()),
+    /// Runs `git <args>` in the workspace of `site` and returns its output whatever its exit
+    /// status.
+    pub async fn run(&self, site: &RunTarget, args: &[&str]) -> Result<GitOutput, GitError> {
+        // A repository's own config is agent-writable text: never run a hook or a monitor.
+        let argv = [
+            "git",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
         ]
-    }
-
-    /// Runs `git <args>` in `workspace` and returns its output whatever its exit status.
-    pub async fn run(&self, workspace: &Path, args: &[&str]) -> Result<GitOutput, GitError> {
-        let mut command = tokio::process::Command::new(&self.program);
-        command
-            .env_clear()
-            .envs(self.environment())
-            .current_dir(workspace)
-            // A repository's own config is agent-writable text: never run a hook or a monitor.
-            .args([
-                "-c",
-                "core.hooksPath=/dev/null",
-                "-c",
-                "core.fsmonitor=false",
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let child = command.spawn().map_err(GitError::Spawn)?;
-        let output = tokio::time::timeout(self.timeout, child.wait_with_output())
-            .await
-            .map_err(|_| GitError::Timeout(args.join(" ")))?
-            .map_err(GitError::Spawn)?;
-        match output.status.code() {
-            Some(code) => Ok(GitOutput {
-                code,
-                stdout: output.stdout,
-                stderr: tail(&output.stderr),
-            }),
-            None => Err(GitError::Failed {
+        .iter()
+        .chain(args)
+        .map(|s| (*s).to_owned())
+        .collect();
+        let spec = RunSpec {
+            door: Door::Git,
+            argv,
+            env: Self::environment(),
+        };
+        let output = self
+            .runner
+            .collect(site, spec, MAX_OUTPUT, self.timeout)
+            .await?;
+        let stderr = tail(&output.stderr);
+        match output.end {
+            Ok(exit) => match exit.code {
+                Some(code) => Ok(GitOutput {
+                    code,
+                    stdout: output.stdout,
+                    stderr,
+                }),
+                None => Err(GitError::Failed {
+                    args: args.join(" "),
+                    status: format!("killed by {}", exit.signal.unwrap_or_default()),
+                    stderr,
+                }),
+            },
+            Err(why) => Err(GitError::Lost {
                 args: args.join(" "),
-                status: output.status.to_string(),
-                stderr: tail(&output.stderr),
+                why,
             }),
         }
     }
 
     /// Runs `git <args>` and requires exit 0.
-    async fn check(&self, workspace: &Path, args: &[&str]) -> Result<GitOutput, GitError> {
-        let out = self.run(workspace, args).await?;
+    async fn check(&self, site: &RunTarget, args: &[&str]) -> Result<GitOutput, GitError> {
+        let out = self.run(site, args).await?;
         if out.code == 0 {
             Ok(out)
         } else {
@@ -162,21 +169,24 @@ impl Git {
     }
 
     /// `git init` on branch `main`, then the first commit of everything but `.builder/`.
-    pub async fn init(&self, workspace: &Root) -> Result<(), GitError> {
-        let path = workspace.path().to_path_buf();
-        self.check(&path, &["init", "--quiet", "--initial-branch=main"])
+    pub async fn init(&self, site: &RunTarget, workspace: &Root) -> Result<(), GitError> {
+        self.check(site, &["init", "--quiet", "--initial-branch=main"])
             .await?;
-        self.commit(workspace, SCAFFOLD_MESSAGE).await?;
+        self.commit(site, workspace, SCAFFOLD_MESSAGE).await?;
         Ok(())
     }
 
     /// Commits every change but `.builder/`; returns false when there was nothing to commit.
-    pub async fn commit(&self, workspace: &Root, message: &str) -> Result<bool, GitError> {
-        let path = workspace.path().to_path_buf();
+    pub async fn commit(
+        &self,
+        site: &RunTarget,
+        workspace: &Root,
+        message: &str,
+    ) -> Result<bool, GitError> {
         workspace.create_dir_all(".git/info", WORKSPACE_DIR_MODE)?;
         workspace.write_atomic(".git/info/exclude", EXCLUDE.as_bytes(), WORKSPACE_FILE_MODE)?;
         self.check(
-            &path,
+            site,
             &[
                 "rm",
                 "-r",
@@ -187,22 +197,22 @@ impl Git {
             ],
         )
         .await?;
-        self.check(&path, &["add", "-A"]).await?;
-        let diff = self.run(&path, &["diff", "--cached", "--quiet"]).await?;
+        self.check(site, &["add", "-A"]).await?;
+        let diff = self.run(site, &["diff", "--cached", "--quiet"]).await?;
         if diff.code == 0 {
             return Ok(false);
         }
-        self.check(&path, &["commit", "--quiet", "--no-verify", "-m", message])
+        self.check(site, &["commit", "--quiet", "--no-verify", "-m", message])
             .await?;
         Ok(true)
     }
 
     /// The paths with uncommitted changes (including untracked files), from
     /// `git status --porcelain -z`.
-    pub async fn changed_files(&self, workspace: &Root) -> Result<Vec<String>, GitError> {
+    pub async fn changed_files(&self, site: &RunTarget) -> Result<Vec<String>, GitError> {
         let out = self
             .check(
-                workspace.path(),
+                site,
                 &["status", "--porcelain", "-z", "--untracked-files=all"],
             )
             .await?;

@@ -1,10 +1,9 @@
 //! The unauthenticated `GET /health` payload and the engine's pairing fingerprint.
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-/// The agent drivers the engine knows, in the order the contract lists them.
-const DRIVER_IDS: [&str; 3] = ["claude_code", "opencode", "pi"];
+use crate::drivers::{DriverAvailability, Drivers};
+use sha2::{Digest, Sha256};
 
 /// `hex(sha256("dedalo-site-instance:" + instance + "\n" + token))`: lets the engine prove it
 /// reached the instance it was paired with without either side revealing the token.
@@ -17,47 +16,43 @@ pub fn instance_fingerprint(instance: &str, token: &str) -> String {
     hex::encode(digest.finalize())
 }
 
+/// The `/health` endpoint: the fingerprint, and the drivers as they are now.
+#[derive(Debug, Clone)]
+pub struct Health {
+    instance_fingerprint: String,
+    drivers: Drivers,
+}
+
 /// The `/health` body, byte for byte the shape the engine parses.
 #[derive(Debug, Clone, Serialize)]
-pub struct Health {
+pub struct HealthBody<'a> {
     status: &'static str,
     service: &'static str,
     drivers: Vec<DriverAvailability>,
-    instance_fingerprint: String,
-}
-
-/// One agent driver as `/health` and `/v1/capabilities` report it.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct DriverAvailability {
-    id: &'static str,
-    available: bool,
-    version: Option<String>,
-    is_default: bool,
+    instance_fingerprint: &'a str,
 }
 
 impl Health {
-    /// The drivers as `/health` reports them, which `/v1/capabilities` repeats.
-    pub(crate) fn drivers(&self) -> &[DriverAvailability] {
-        &self.drivers
+    /// The endpoint for an instance whose fingerprint is `instance_fingerprint`.
+    pub fn new(instance_fingerprint: String, drivers: Drivers) -> Self {
+        Self {
+            instance_fingerprint,
+            drivers,
+        }
     }
 
-    /// The payload for an instance. Driver detection is not built yet, so every driver is
-    /// reported unavailable rather than guessed at.
-    pub fn new(instance_fingerprint: String, default_driver: &str) -> Self {
-        let drivers = DRIVER_IDS
-            .iter()
-            .map(|&id| DriverAvailability {
-                id,
-                available: false,
-                version: None,
-                is_default: id == default_driver,
-            })
-            .collect();
-        Self {
+    /// The drivers as `/health` reports them, which `/v1/capabilities` repeats.
+    pub(crate) fn drivers(&self) -> Vec<DriverAvailability> {
+        self.drivers.availability()
+    }
+
+    /// The payload.
+    pub fn body(&self) -> HealthBody<'_> {
+        HealthBody {
             status: "ok",
             service: crate::SERVICE_NAME,
-            drivers,
-            instance_fingerprint,
+            drivers: self.drivers(),
+            instance_fingerprint: &self.instance_fingerprint,
         }
     }
 }
@@ -81,11 +76,13 @@ mod tests {
     #[test]
     fn body_names_neither_instance_nor_token() {
         let token = "a-token-that-must-never-leak-000000000";
-        let body = serde_json::to_string(&Health::new(
-            instance_fingerprint("museum", token),
-            "claude_code",
-        ))
-        .unwrap();
+        let drivers = Drivers::new(
+            [],
+            atelier_agents::DriverId::ClaudeCode,
+            crate::settings::Confinement::None,
+        );
+        let health = Health::new(instance_fingerprint("museum", token), drivers);
+        let body = serde_json::to_string(&health.body()).unwrap();
         assert!(!body.contains(token));
         assert!(!body.contains("museum"));
         let value: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -100,5 +97,9 @@ mod tests {
         assert_eq!(ids, ["claude_code", "opencode", "pi"]);
         assert_eq!(value["drivers"][0]["is_default"], true);
         assert_eq!(value["drivers"][1]["is_default"], false);
+        assert_eq!(
+            value["drivers"][0]["available"], false,
+            "no binary configured"
+        );
     }
 }

@@ -12,20 +12,26 @@
 //! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
 //!   every error to its RFC 9457 problem and `reason`.
 //!
-//! Sessions (issue 4, item 3, without drivers yet):
+//! Sessions and runs (issue 4, items 3-7):
 //! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
-//! - [`sessions`]: live sessions and their fan-out, listing, admission, and the SSE follow.
-//!
+//! - [`sessions`]: live sessions and their fan-out, listing, admission, stop, the boot sweep
+//!   and the SSE follow; [`turns`]: one turn from plan to `turn_end`.
+//! - [`drivers`]: the configured agent CLIs, their probes and plans (`atelier-agents`).
+//! - [`runs`]: the confinement seam every turn, build and git command goes through.
+//! - [`audit`]: the append-only audit log.
 
 pub mod actor;
 pub mod agents_md;
+pub mod audit;
 pub mod domain;
+pub mod drivers;
 pub mod git;
 mod health;
 pub mod manifest;
 pub mod problem;
 pub mod reservations;
 mod router;
+pub mod runs;
 pub mod session_log;
 pub mod sessions;
 mod settings;
@@ -33,45 +39,116 @@ pub mod site_table;
 pub mod sites;
 pub mod slug;
 pub mod templates;
+pub mod turns;
 
 pub use health::{instance_fingerprint, Health};
-pub use router::{Router, MAX_BODY_BYTES, SERVICE_NAME};
+pub use router::{BootError, Router, MAX_BODY_BYTES, SERVICE_NAME};
 pub use settings::{
-    RawSettings, Settings, SettingsError, DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,
+    AgentCredentials, AgentSettings, Confinement, RawSettings, Settings, SettingsError,
+    DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,
 };
 pub use sites::{Sites, SitesConfig};
+
+use std::time::Duration;
 
 use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
 
+/// How long shutdown waits for interrupted turns to commit and write their `turn_end`.
+const TURN_WIND_DOWN: Duration = Duration::from_secs(20);
+
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A root or the site table failed the boot preflight.
+    #[error("[preflight] {0}")]
+    Preflight(String),
+    /// The services could not be put together.
+    #[error(transparent)]
+    Boot(#[from] BootError),
     /// The listener or the server failed.
     #[error("{0}")]
     Daemon(#[from] DaemonError),
 }
 
-/// Serves the site daemon until SIGTERM or SIGINT, then drains and returns.
+/// Serves the site daemon until SIGTERM or SIGINT, then winds down and returns.
 ///
-/// Readiness is reported to systemd only once the listener is in hand, and STOPPING as soon as
-/// the shutdown signal arrives, so `systemctl` always shows what the daemon is doing.
+/// Boot: the roots preflight, the instance claim (the listener: a live socket already served
+/// refuses the boot), the sweep of sessions a dead process left, then READY. Shutdown: new runs
+/// are refused and live turns interrupted the moment the signal arrives (their streams then end
+/// with `turn_end`), requests drain, and the turns' commits are waited for.
 pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError> {
+    preflight(&settings)?;
     let listener = atelier_daemon::take_listener(DaemonSocket {
         fallback: settings.listen.as_deref(),
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
-    let router = Router::new(&settings);
+    let router = Router::new(&settings)?;
+    notifier.status("sweeping sessions left by a previous run");
+    let swept = router.sessions().sweep().await;
+    tracing::info!(
+        sessions = swept.sessions,
+        recovered = swept.recovered,
+        pending = swept.pending,
+        "boot sweep done"
+    );
+    let sessions = router.sessions().clone();
+    let on_signal = {
+        let sessions = sessions.clone();
+        move || {
+            sessions.runner().refuse_new_runs();
+            sessions.interrupt_all();
+        }
+    };
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
     };
-    atelier_daemon::serve(
+    atelier_daemon::serve_with_stop_hook(
         listener,
         handler,
         notifier,
         &format!("serving instance {}", settings.instance),
+        on_signal,
     )
     .await?;
+    if !sessions.wait_idle(TURN_WIND_DOWN).await {
+        tracing::warn!("some turns had not ended when sited stopped; the next boot recovers them");
+    }
+    Ok(())
+}
+
+/// The boot preflight: not root (outside development), the sites root marked for this
+/// instance, the audit log appendable, the site table readable and verified.
+fn preflight(settings: &Settings) -> Result<(), RunError> {
+    let refuse = |msg: String| Err(RunError::Preflight(msg));
+    let instance = settings.instance.as_str();
+    if rustix::process::geteuid().is_root() && !settings.development {
+        return refuse("sited must not run as root".to_owned());
+    }
+    let sites_root = &settings.sites.sites_root;
+    let marker = sites_root.join(atelier_layout::paths::INSTANCE_MARKER_FILE);
+    match std::fs::read_to_string(&marker) {
+        Ok(text) if text.trim() == instance => {}
+        Ok(text) => {
+            return refuse(format!(
+                "{} names instance {:?}, not {instance}",
+                marker.display(),
+                text.trim()
+            ))
+        }
+        Err(e) => {
+            return refuse(format!(
+                "{} is not provisioned for instance {instance}: {e}",
+                sites_root.display()
+            ))
+        }
+    }
+    if let Err(e) = audit::Audit::new(&settings.audit_dir).probe() {
+        return refuse(format!("the audit log cannot be appended to: {e}"));
+    }
+    if let Err(e) = site_table::SiteTable::read(&settings.sites.site_table_file, instance) {
+        return refuse(format!("the site table: {e}"));
+    }
     Ok(())
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use atelier_sited::{RawSettings, DEFAULT_BASE_PATH};
+use atelier_sd::credentials::CredentialError;
+use atelier_sited::{AgentCredentials, RawSettings, DEFAULT_BASE_PATH};
 use clap::Parser;
 
 /// The site daemon of one Atelier instance. systemd starts it from `atelier-sited@<inst>.socket`
@@ -55,6 +56,26 @@ struct Args {
     /// The label before a site's domain on preproduction (default pre).
     #[arg(long)]
     preprod_host_prefix: Option<String>,
+    /// How runs are confined: systemd_scope (door units, the default) or none (sited spawns
+    /// the shim itself; development only).
+    #[arg(long)]
+    agent_confinement: Option<String>,
+    /// production (the default) or development; only development allows --agent-confinement
+    /// none.
+    #[arg(long)]
+    deployment: Option<String>,
+    /// The agents' state root (unconfined door HOMEs live under it).
+    #[arg(long)]
+    agent_state_root: Option<PathBuf>,
+    /// The shim spawned under --agent-confinement none (default /usr/local/bin/atelier-shim).
+    #[arg(long)]
+    shim_bin: Option<PathBuf>,
+    /// Claude Code's binary (absolute path).
+    #[arg(long)]
+    claude_code_bin: Option<PathBuf>,
+    /// A turn's wall-clock limit in milliseconds (default 20 minutes).
+    #[arg(long)]
+    session_turn_timeout_ms: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -76,6 +97,21 @@ fn main() -> anyhow::Result<()> {
         default_driver: args.default_driver,
         preprod_host_prefix: args.preprod_host_prefix,
         git_timeout_ms: None,
+        agent_confinement: args.agent_confinement,
+        deployment: args.deployment,
+        agent_state_root: args.agent_state_root,
+        shim_bin: args.shim_bin,
+        claude_code_bin: args.claude_code_bin,
+        opencode_bin: None,
+        pi_bin: None,
+        session_turn_timeout_ms: args.session_turn_timeout_ms,
+        site_identities: None,
+        credentials: AgentCredentials {
+            anthropic_api_key: optional_credential("ANTHROPIC_API_KEY")?,
+            publication_api_key: optional_credential(atelier_layout::paths::PUBLICATION_API_KEY)?,
+            opencode_env: optional_credential("OPENCODE_ENV")?,
+            pi_env: optional_credential("PI_ENV")?,
+        },
     }
     .with_environment(std::env::vars())
     .and_then(RawSettings::validate)
@@ -98,4 +134,13 @@ fn service_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Option<
     )
     .context("reading the SERVICE_TOKEN credential")?;
     Ok(token.map(|t| t.expose().to_owned()))
+}
+
+/// A credential the unit may or may not pass; only `$CREDENTIALS_DIRECTORY` is read.
+fn optional_credential(name: &str) -> anyhow::Result<Option<String>> {
+    match atelier_sd::credentials::read_credential_string_or_file(name, None) {
+        Ok(value) => Ok(value.map(|v| v.into_exposed())),
+        Err(CredentialError::Missing { .. }) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading the {name} credential")),
+    }
 }

@@ -17,36 +17,8 @@ pub(crate) use atelier_layout::workspace::WORKSPACE_FILE_MODE;
 /// The longest site name, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
 
-/// The coding agents the contract knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Driver {
-    /// Claude Code.
-    ClaudeCode,
-    /// opencode.
-    Opencode,
-    /// pi.
-    Pi,
-}
-
-impl Driver {
-    /// Every driver, in the contract's order.
-    pub const ALL: [Driver; 3] = [Driver::ClaudeCode, Driver::Opencode, Driver::Pi];
-
-    /// The wire id.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Driver::ClaudeCode => "claude_code",
-            Driver::Opencode => "opencode",
-            Driver::Pi => "pi",
-        }
-    }
-
-    /// The driver with wire id `id`.
-    pub fn parse(id: &str) -> Option<Driver> {
-        Self::ALL.into_iter().find(|d| d.as_str() == id)
-    }
-}
+/// The coding agents the contract knows (one definition, in `atelier-agents`).
+pub use atelier_agents::DriverId as Driver;
 
 fn default_install() -> String {
     "bun install".to_owned()

@@ -5,7 +5,9 @@ use atelier_http::{Problem, Response};
 use hyper::{Method, StatusCode};
 
 use crate::actor::BodyRefusal;
+use crate::drivers::AdmitError;
 use crate::reservations::Hold;
+use crate::runs::RunRefusal;
 use crate::sessions::SessionError;
 use crate::sites::SiteError;
 
@@ -156,6 +158,16 @@ impl Reason {
         }
     }
 
+    /// The reason a refused run answers with.
+    pub fn of_refusal(refusal: &RunRefusal) -> Reason {
+        match refusal {
+            RunRefusal::DaemonStopping => Reason::ConfinementDaemonStopping,
+            RunRefusal::Unavailable(_) => Reason::ConfinementUnavailable,
+            RunRefusal::UnitRefused { .. } => Reason::ConfinementUnitRefused,
+            RunRefusal::IdentityMissing(_) => Reason::ConfinementIdentityMissing,
+        }
+    }
+
     /// The reason a hold answers with.
     pub fn of_hold(hold: Hold) -> Reason {
         match hold {
@@ -290,6 +302,17 @@ impl From<SessionError> for ApiError {
             SessionError::NoDriverRecord(_) => {
                 ApiError::Refused(Reason::ConfinementUnavailable, detail)
             }
+            SessionError::Driver(AdmitError::Unsupported { .. }) => {
+                ApiError::Refused(Reason::ConfinementAgentCliUnsupported, detail)
+            }
+            SessionError::Driver(AdmitError::Unproved { .. }) => {
+                ApiError::Refused(Reason::ConfinementAgentCliUnproved, detail)
+            }
+            SessionError::Driver(AdmitError::Run(refusal)) | SessionError::Run(refusal) => {
+                ApiError::Refused(Reason::of_refusal(&refusal), detail)
+            }
+            SessionError::NotRunning => ApiError::Refused(Reason::NotRunning, detail),
+            SessionError::AlreadyRunning(_) => ApiError::Refused(Reason::SessionRunning, detail),
             SessionError::Log(_) | SessionError::Task(_) => ApiError::Internal(detail),
         }
     }

@@ -5,18 +5,28 @@ use std::sync::Arc;
 
 use atelier_http::{json_response, Request, Response};
 use hyper::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
-use crate::actor::{actor_of, parse_body};
+use crate::actor::{actor_of, parse_body, Actor};
+use crate::audit::{self, Audit};
+use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
 use crate::problem::ApiError;
+use crate::runs::{Mode, NoneSpawner, Runner, SystemdDoors};
+use crate::sessions::TurnSettings;
 use crate::sessions::{parse_after, Sessions};
+use crate::settings::Confinement;
 use crate::settings::Settings;
 use crate::sites::{SiteError, Sites};
 
 /// The `service` name in `/health`, kept from the original daemon because the engine checks it.
 pub const SERVICE_NAME: &str = "dedalo-site-builder";
+
+/// The directory under the agents' state root holding unconfined runs' door HOMEs.
+const UNCONFINED_DIR: &str = "unconfined";
+/// Its mode: the daemon's alone.
+const UNCONFINED_DIR_MODE: u32 = 0o700;
 
 /// The largest request body, as the original daemon's server limited it.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -32,6 +42,9 @@ const ROUTES: &[(&[&str], &[Method])] = &[
         &[Method::GET, Method::POST],
     ),
     (&["v1", "sessions", ":id", "events"], &[Method::GET]),
+    (&["v1", "sessions", ":id", "messages"], &[Method::POST]),
+    (&["v1", "sessions", ":id", "stop"], &[Method::POST]),
+    (&["v1", "audit"], &[Method::GET]),
 ];
 
 /// Answers every request sited receives.
@@ -48,24 +61,86 @@ struct RouterState {
     max_concurrent_sessions: u32,
     sites: Sites,
     sessions: Sessions,
+    audit: Audit,
+}
+
+/// Why the daemon's services could not be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// sited's own network namespace identity could not be read.
+    #[error("reading the daemon's network namespace: {0}")]
+    Netns(#[source] std::io::Error),
+    /// Unconfined runs need a directory for the doors' HOMEs.
+    #[error("preparing the unconfined runs' directory under {}: {source}", .path.display())]
+    UnconfinedHomes {
+        /// The agents' state root.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: atelier_fs::FsError,
+    },
 }
 
 impl Router {
-    /// Builds the router for an instance.
-    pub fn new(settings: &Settings) -> Self {
+    /// Builds the router and the services behind it for an instance.
+    pub fn new(settings: &Settings) -> Result<Self, BootError> {
         let fingerprint = instance_fingerprint(settings.instance.as_str(), &settings.service_token);
-        let sites = Sites::new(settings.sites.clone());
-        Self {
+        let agents = &settings.agents;
+        let mode = match agents.confinement {
+            Confinement::None => {
+                let homes = UNCONFINED_DIR;
+                atelier_fs::Root::open(&agents.state_root)
+                    .and_then(|root| root.create_dir_all(homes, UNCONFINED_DIR_MODE))
+                    .map_err(|source| BootError::UnconfinedHomes {
+                        path: agents.state_root.clone(),
+                        source,
+                    })?;
+                Mode::None(NoneSpawner::new(
+                    &agents.shim_bin,
+                    agents.state_root.join(homes),
+                ))
+            }
+            Confinement::SystemdScope => Mode::Systemd(SystemdDoors::new(
+                settings.instance.clone(),
+                agents.site_identities.clone(),
+            )),
+        };
+        let runner = Runner::new(mode).map_err(BootError::Netns)?;
+        let drivers = Drivers::new(
+            agents.bins.iter().cloned(),
+            settings.sites.default_driver,
+            agents.confinement,
+        );
+        let sites = Sites::new(settings.sites.clone(), runner.clone());
+        let turn_settings = TurnSettings {
+            turn_timeout: agents.turn_timeout,
+            credentials: agents.driver_credentials(),
+            publication_api_key: agents.credentials.publication_api_key.clone(),
+        };
+        let sessions = Sessions::new(
+            sites.clone(),
+            runner,
+            drivers.clone(),
+            turn_settings,
+            settings.max_concurrent_sessions,
+        );
+        Ok(Self {
             inner: Arc::new(RouterState {
                 base_path: settings.base_path.clone(),
                 service_token: settings.service_token.clone(),
-                health: Health::new(fingerprint, settings.default_driver),
+                health: Health::new(fingerprint, drivers),
                 default_driver: settings.default_driver,
                 max_concurrent_sessions: settings.max_concurrent_sessions,
-                sites: sites.clone(),
-                sessions: Sessions::new(sites, settings.max_concurrent_sessions),
+                sites,
+                sessions,
+                audit: Audit::new(&settings.audit_dir),
             }),
-        }
+        })
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &Audit {
+        &self.inner.audit
     }
 
     /// The site service behind the routes.
@@ -89,7 +164,7 @@ impl Router {
         // The only public request is exactly `GET /health`; everything else, unknown paths and
         // `POST /health` included, meets the same 401 first so a stranger learns nothing.
         if request.method() == Method::GET && segments == ["health"] {
-            return json_response(StatusCode::OK, &self.inner.health);
+            return json_response(StatusCode::OK, &self.inner.health.body());
         }
         if let Err(detail) = self.authenticate(&request) {
             return ApiError::Unauthorized(detail).into_response();
@@ -119,7 +194,7 @@ impl Router {
         }
         let sites = &self.inner.sites;
         match (*pattern, method) {
-            (["health"], _) => Ok(json_response(StatusCode::OK, &self.inner.health)),
+            (["health"], _) => Ok(json_response(StatusCode::OK, &self.inner.health.body())),
             (["v1", "capabilities"], _) => Ok(json_response(
                 StatusCode::OK,
                 &json!({
@@ -142,6 +217,10 @@ impl Router {
                 let actor = actor_of(&body)?;
                 let status = sites.create(&body, &actor).await?;
                 tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
+                let detail =
+                    json!({"template": status.manifest.template, "domain": status.manifest.domain});
+                self.record(&actor, "create_site", Some(&status.manifest.slug), detail)
+                    .await;
                 Ok(json_response(StatusCode::CREATED, &status))
             }
             (["v1", "sites", _], Method::GET) => {
@@ -156,6 +235,13 @@ impl Router {
                 let actor = actor_of(&body)?;
                 let report = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await?;
                 tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
+                let detail = json!({
+                    "purge_prod": report.purged_prod,
+                    "removed": report.removed_surfaces,
+                    "skipped": report.skipped_surfaces,
+                });
+                self.record(&actor, "delete_site", Some(&report.deleted), detail)
+                    .await;
                 Ok(json_response(StatusCode::OK, &report))
             }
             (["v1", "sites", _, "sessions"], Method::GET) => {
@@ -174,10 +260,58 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let id = self.inner.sessions.start(&slug, &body, &actor).await?;
+                let detail = json!({ "session_id": id.as_str() });
+                self.record(&actor, "session_start", Some(&slug), detail.clone())
+                    .await;
+                Ok(json_response(StatusCode::CREATED, &detail))
+            }
+            (["v1", "sessions", _, "messages"], _) => {
+                let id = param(&segments[2])?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let site = self.inner.sessions.send_message(&id, &body).await?;
+                self.record(
+                    &actor,
+                    "session_message",
+                    Some(&site),
+                    json!({ "session_id": id }),
+                )
+                .await;
                 Ok(json_response(
-                    StatusCode::CREATED,
-                    &json!({ "session_id": id.as_str() }),
+                    StatusCode::OK,
+                    &json!({ "session_id": id, "accepted": true }),
                 ))
+            }
+            (["v1", "sessions", _, "stop"], _) => {
+                let id = param(&segments[2])?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let slug = self.inner.sessions.stop(&id).await?;
+                let site = (!slug.is_empty()).then_some(slug);
+                self.record(
+                    &actor,
+                    "session_stop",
+                    site.as_deref(),
+                    json!({ "session_id": id }),
+                )
+                .await;
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({ "session_id": id, "stopped": true }),
+                ))
+            }
+            (["v1", "audit"], _) => {
+                let query = request.uri().query();
+                let site = query_value(query, "site");
+                let limit = audit::parse_limit(query_value(query, "limit").as_deref())
+                    .map_err(ApiError::Validation)?;
+                let audit = self.inner.audit.clone();
+                let entries =
+                    tokio::task::spawn_blocking(move || audit.read(site.as_deref(), limit))
+                        .await
+                        .map_err(|e| ApiError::Internal(format!("audit task: {e}")))?
+                        .map_err(|e| ApiError::Internal(format!("reading the audit log: {e}")))?;
+                Ok(json_response(StatusCode::OK, &json!({ "data": entries })))
             }
             (["v1", "sessions", _, "events"], _) => {
                 let id = param(&segments[2])?;
@@ -185,6 +319,22 @@ impl Router {
                 Ok(self.inner.sessions.follow(&id, after).await?)
             }
             _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),
+        }
+    }
+
+    /// Appends one audit line off the async workers.
+    async fn record(&self, actor: &Actor, action: &'static str, site: Option<&str>, detail: Value) {
+        let (audit, actor, site) = (
+            self.inner.audit.clone(),
+            actor.clone(),
+            site.map(str::to_owned),
+        );
+        let written = tokio::task::spawn_blocking(move || {
+            audit.record(&actor, action, site.as_deref(), detail);
+        })
+        .await;
+        if let Err(e) = written {
+            tracing::error!(error = %e, "[audit] the audit task failed");
         }
     }
 

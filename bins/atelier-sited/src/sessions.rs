@@ -1,9 +1,6 @@
 //! Agent sessions (§6): the live sessions of this process and their fan-out, the session → site
-//! index, listing, admission of a new session, and the SSE follow endpoint (§6.7).
-//!
-//! No agent driver exists yet, so an admitted session's first turn ends at once with the one
-//! honest error event, `turn_setup_failed`; the events, meta, holds and slots around it are
-//! the real ones a turn runner will use.
+//! index, listing, admission of a first turn and of a follow-up, stop, the boot sweep, and the
+//! SSE follow endpoint (§6.7). A turn itself runs in [`crate::turns`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,16 +11,19 @@ use atelier_fs::{FileKind, FsError, Root};
 use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
 use hyper::header::{HeaderValue, CONNECTION};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, Notify};
 
 use crate::actor::Actor;
+use crate::drivers::{AdmitError, Drivers};
 use crate::manifest::{self, Driver};
 use crate::reservations::{Busy, Hold, Reservation};
+use crate::runs::{RunRefusal, Runner};
 use crate::session_log::{
     self, SessionId, SessionLog, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
 };
 use crate::sites::{iso8601, SiteError, Sites};
 use crate::slug::Slug;
+use crate::turns::{Turn, TurnControl};
 
 /// The longest prompt, in UTF-16 code units as the original measured it.
 pub const MAX_PROMPT_UNITS: usize = 32 * 1024;
@@ -55,6 +55,18 @@ pub enum SessionError {
     /// The site has no readable driver record (§6.2 step 3).
     #[error("no driver record for site '{0}'")]
     NoDriverRecord(String),
+    /// The driver may not run a turn here.
+    #[error(transparent)]
+    Driver(#[from] AdmitError),
+    /// The run seam refuses new runs.
+    #[error(transparent)]
+    Run(#[from] RunRefusal),
+    /// Stop of a session with no running turn.
+    #[error("No running turn to stop")]
+    NotRunning,
+    /// A follow-up while the site's turn runs.
+    #[error("A turn is already running for '{0}'")]
+    AlreadyRunning(String),
     /// The log or meta failed or was refused.
     #[error(transparent)]
     Log(#[from] SessionLogError),
@@ -110,6 +122,12 @@ impl LiveSession {
     pub fn is_running(&self) -> bool {
         self.running.load(Ordering::SeqCst)
     }
+
+    /// Marks the turn over even if its `turn_end` could not be appended, so no follower waits
+    /// for a turn that has ended.
+    pub fn mark_finished(&self) {
+        self.running.store(false, Ordering::SeqCst);
+    }
 }
 
 /// The session service, shared by every request.
@@ -118,13 +136,37 @@ pub struct Sessions {
     inner: Arc<SessionsState>,
 }
 
-#[derive(Debug)]
 struct SessionsState {
     sites: Sites,
+    runner: Runner,
+    drivers: Drivers,
+    agents: TurnSettings,
     max_concurrent: u32,
     running_turns: Mutex<u32>,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
     index: Mutex<HashMap<SessionId, String>>,
+    turns: Mutex<HashMap<SessionId, Arc<TurnControl>>>,
+    /// Signalled whenever a turn ends, for shutdown to wait on.
+    turn_ended: Notify,
+}
+
+impl std::fmt::Debug for SessionsState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionsState")
+            .field("max_concurrent", &self.max_concurrent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What turns run with besides the sites and the runner.
+#[derive(Debug, Clone)]
+pub struct TurnSettings {
+    /// A turn's wall-clock limit.
+    pub turn_timeout: Duration,
+    /// The drivers' credentials, each for its own driver's child only.
+    pub credentials: atelier_agents::DriverCredentials,
+    /// The Publication API key, attached to the MCP server under `none` only.
+    pub publication_api_key: Option<String>,
 }
 
 /// One of the global turn slots; dropping it frees the slot.
@@ -146,16 +188,72 @@ impl Drop for TurnSlot {
 
 impl Sessions {
     /// The service over `sites`, with at most `max_concurrent` turns at once.
-    pub fn new(sites: Sites, max_concurrent: u32) -> Self {
+    pub fn new(
+        sites: Sites,
+        runner: Runner,
+        drivers: Drivers,
+        agents: TurnSettings,
+        max_concurrent: u32,
+    ) -> Self {
         Self {
             inner: Arc::new(SessionsState {
                 sites,
+                runner,
+                drivers,
+                agents,
                 max_concurrent,
                 running_turns: Mutex::new(0),
                 live: Mutex::new(HashMap::new()),
                 index: Mutex::new(HashMap::new()),
+                turns: Mutex::new(HashMap::new()),
+                turn_ended: Notify::new(),
             }),
         }
+    }
+
+    /// The site service.
+    pub fn sites(&self) -> &Sites {
+        &self.inner.sites
+    }
+
+    /// The run seam.
+    pub fn runner(&self) -> &Runner {
+        &self.inner.runner
+    }
+
+    /// The drivers.
+    pub fn drivers(&self) -> &Drivers {
+        &self.inner.drivers
+    }
+
+    /// What turns run with.
+    pub fn agents(&self) -> &TurnSettings {
+        &self.inner.agents
+    }
+
+    /// A turn's wall-clock limit.
+    pub fn turn_timeout(&self) -> Duration {
+        self.inner.agents.turn_timeout
+    }
+
+    /// Records a site's live session state for `SiteStatus`.
+    pub fn set_site_state(&self, slug: &str, state: &'static str, id: &SessionId) {
+        self.inner.sites.set_session_state(slug, state, id.as_str());
+    }
+
+    /// Forgets a finished turn's control and wakes anyone waiting for turns to end.
+    pub fn forget_turn(&self, id: &SessionId) {
+        self.inner
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        self.inner.turn_ended.notify_waiters();
+    }
+
+    /// Site `slug`'s workspace, for turn code that reports errors as text. Blocking.
+    pub fn workspace_root(&self, slug: &str) -> Result<Root, String> {
+        self.workspace(slug).map_err(|e| e.to_string())
     }
 
     /// Takes a global turn slot, or refuses with `max_concurrent_sessions`.
@@ -289,8 +387,7 @@ impl Sessions {
     }
 
     /// `POST /v1/sites/:slug/sessions` after the route's site and actor checks: the admission
-    /// order of §6.2 (confinement and driver admission are not built yet), the meta, and the
-    /// first turn launched detached. Returns the new session's id.
+    /// order of §6.2, the meta, and the first turn launched detached. Returns the new session.
     pub async fn start(
         &self,
         slug: &str,
@@ -300,15 +397,26 @@ impl Sessions {
         // 1. prompt.
         let prompt = validate_prompt(body.get("prompt"), "prompt")?;
         // 2-3. the site, then the driver: the body's when valid, else the driver record.
+        let body_driver = body
+            .get("driver")
+            .and_then(Value::as_str)
+            .and_then(Driver::parse);
         let this = self.clone();
-        let (owned_slug, body_driver) = (
-            slug.to_owned(),
-            body.get("driver")
-                .and_then(Value::as_str)
-                .and_then(Driver::parse),
-        );
-        let admitted = blocking(move || this.admit(&owned_slug, body_driver)).await?;
-        let (reservation, slot, driver) = admitted;
+        let owned_slug = slug.to_owned();
+        let driver = blocking(move || {
+            this.inner.sites.get(&owned_slug)?;
+            match body_driver {
+                Some(driver) => Ok(driver),
+                None => this
+                    .inner
+                    .sites
+                    .recorded_driver(&owned_slug)
+                    .ok_or(SessionError::NoDriverRecord(owned_slug)),
+            }
+        })
+        .await?;
+        // 4-9.
+        let admitted = self.admit_turn(slug, driver, None).await?;
         // 10. the meta, the live session, then the turn, detached.
         let id = SessionId::new_v4().map_err(|e| SessionError::Task(e.to_string()))?;
         let meta = SessionMeta {
@@ -322,73 +430,280 @@ impl Sessions {
             identity_epoch: None,
             recovery_pending: false,
         };
-        let this = self.clone();
-        let (turn_meta, turn_slug, turn_id) = (meta.clone(), slug.to_owned(), id.clone());
-        let session = blocking(move || {
-            session_log::write_meta(&this.workspace(&turn_slug)?, &turn_meta)?;
-            this.begin_turn(&turn_slug, &turn_id)
-        })
-        .await?;
+        self.launch(admitted, meta, prompt).await?;
         tracing::info!(site = %slug, session = %id, actor = %actor.username, "session started");
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            this.run_turn_without_driver(&session, meta, prompt);
-            drop((reservation, slot));
-        });
         Ok(id)
     }
 
-    /// Steps 2-9 of §6.2, blocking.
-    fn admit(
-        &self,
-        slug: &str,
-        body_driver: Option<Driver>,
-    ) -> Result<(Reservation, TurnSlot, Driver), SessionError> {
-        let sites = &self.inner.sites;
-        sites.get(slug)?;
-        let driver = match body_driver {
-            Some(driver) => driver,
-            None => sites
-                .recorded_driver(slug)
-                .ok_or_else(|| SessionError::NoDriverRecord(slug.to_owned()))?,
-        };
-        let reservation = sites.reservations().reserve(slug, Hold::Session)?;
-        // Under the hold: a delete that finished meanwhile leaves nothing to start in.
-        sites.get(slug)?;
-        sites.check_quota(slug, 0)?;
-        let slot = self.take_slot()?;
-        Ok((reservation, slot, driver))
+    /// `POST /v1/sessions/:id/messages` after the route's actor check (§6.3): a follow-up turn
+    /// of the session, resuming the driver's own session when it left a token.
+    pub async fn send_message(&self, id: &str, body: &Value) -> Result<String, SessionError> {
+        let message = validate_prompt(body.get("message"), "message")?;
+        let unknown = || SessionError::UnknownSession(id.to_owned());
+        let id = SessionId::parse(id).ok_or_else(unknown)?;
+        let meta = self.read_meta_of(&id).await?;
+        let slug = meta.slug.clone();
+        let driver = Driver::parse(&meta.driver)
+            .ok_or_else(|| SessionError::NoDriverRecord(slug.clone()))?;
+        let admitted = self.admit_turn(&slug, driver, Some(&id)).await?;
+        // Under the hold: the session may have gone with a delete that finished meanwhile.
+        let mut meta = self.read_meta_of(&id).await?;
+        meta.state = "running".to_owned();
+        self.launch(admitted, meta, message).await?;
+        Ok(slug)
     }
 
-    /// The first turn while no driver exists: `turn_start`, one `turn_setup_failed` error, the
-    /// meta, `turn_end` — the runner's order (§6.4), with persistence failures logged.
-    fn run_turn_without_driver(
+    async fn read_meta_of(&self, id: &SessionId) -> Result<SessionMeta, SessionError> {
+        let this = self.clone();
+        let id = id.clone();
+        blocking(move || {
+            let unknown = || SessionError::UnknownSession(id.to_string());
+            let slug = this.resolve(&id).ok_or_else(unknown)?;
+            let workspace = this.workspace(&slug).map_err(|_| unknown())?;
+            session_log::read_meta(&workspace, &slug, &id)?.ok_or_else(unknown)
+        })
+        .await
+    }
+
+    /// Steps 4-9 of §6.2 (and of §6.3 for a follow-up of `session`): confinement admission,
+    /// the driver's binary, the site's hold, existence under the hold, quota, a global slot,
+    /// then the driver's probe, run through the site's own turn door.
+    async fn admit_turn(
         &self,
-        session: &LiveSession,
-        mut meta: SessionMeta,
+        slug: &str,
+        driver: Driver,
+        session: Option<&SessionId>,
+    ) -> Result<Admitted, SessionError> {
+        if self.inner.runner.is_stopping() {
+            return Err(RunRefusal::DaemonStopping.into());
+        }
+        let this = self.clone();
+        let owned_slug = slug.to_owned();
+        let is_follow_up = session.is_some();
+        let (reservation, slot) = blocking(move || {
+            let sites = &this.inner.sites;
+            let reservation = sites
+                .reservations()
+                .reserve(&owned_slug, Hold::Session)
+                .map_err(|busy| {
+                    if is_follow_up && busy.0 == Hold::Session {
+                        SessionError::AlreadyRunning(owned_slug.clone())
+                    } else {
+                        SessionError::Busy(busy)
+                    }
+                })?;
+            // Under the hold: a delete that finished meanwhile leaves nothing to start in.
+            sites.get(&owned_slug)?;
+            sites.check_quota(&owned_slug, 0)?;
+            let slot = this.take_slot()?;
+            Ok((reservation, slot))
+        })
+        .await?;
+        let target = self.inner.sites.config().run_target(slug);
+        let bin = self
+            .inner
+            .drivers
+            .admit(&self.inner.runner, &target, driver)
+            .await?;
+        Ok(Admitted {
+            slug: slug.to_owned(),
+            driver,
+            bin,
+            reservation,
+            slot,
+        })
+    }
+
+    /// Writes the meta as running, opens the live session and starts the turn detached.
+    async fn launch(
+        &self,
+        admitted: Admitted,
+        meta: SessionMeta,
         prompt: String,
-    ) {
-        let turn = meta.turns + 1;
-        let id = session.id().clone();
-        let persist = |body: Value| {
-            if let Err(e) = session.append(body) {
-                tracing::error!(session = %id, error = %e, "could not persist a session event");
+    ) -> Result<(), SessionError> {
+        let id = SessionId::parse(&meta.session_id)
+            .ok_or_else(|| SessionError::UnknownSession(meta.session_id.clone()))?;
+        let this = self.clone();
+        let (slug, turn_meta, turn_id) = (admitted.slug.clone(), meta.clone(), id.clone());
+        let session = blocking(move || {
+            session_log::write_meta(&this.workspace(&slug)?, &turn_meta)?;
+            this.begin_turn(&slug, &turn_id)
+        })
+        .await?;
+        let control = TurnControl::new();
+        self.inner
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::clone(&control));
+        let turn = Turn {
+            sessions: self.clone(),
+            session,
+            meta,
+            prompt,
+            driver: admitted.driver,
+            bin: admitted.bin,
+            reservation: admitted.reservation,
+            slot: admitted.slot,
+            control,
+        };
+        tokio::spawn(turn.run());
+        Ok(())
+    }
+
+    /// `POST /v1/sessions/:id/stop` after the route's actor check (§6.8): asks the running
+    /// turn to stop and answers once its agent run is gone; the commit and `turn_end` follow.
+    /// A session with no running turn in this process — unknown ids included — is
+    /// `not_running`, never 404. Returns the site, for the audit line.
+    pub async fn stop(&self, id: &str) -> Result<String, SessionError> {
+        let id = SessionId::parse(id).ok_or(SessionError::NotRunning)?;
+        let control = self
+            .inner
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+            .ok_or(SessionError::NotRunning)?;
+        control.request_stop();
+        control.run_gone().await;
+        let slug = self
+            .inner
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+            .unwrap_or_default();
+        Ok(slug)
+    }
+
+    /// Shutdown: asks every running turn to stop. Each then writes its error, commit and
+    /// `turn_end` as a stop does, so its followers' streams end.
+    pub fn interrupt_all(&self) {
+        let turns = self
+            .inner
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for control in turns.values() {
+            control.request_stop();
+        }
+    }
+
+    /// Waits until no turn is running, at most `deadline`; returns whether none is.
+    pub async fn wait_idle(&self, deadline: Duration) -> bool {
+        let wait = async {
+            loop {
+                let ended = self.inner.turn_ended.notified();
+                if self
+                    .inner
+                    .turns
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_empty()
+                {
+                    return;
+                }
+                ended.await;
             }
         };
-        persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}));
-        tracing::warn!(session = %id, "turn setup failed: no agent driver is available yet");
-        persist(json!({"type": "error", "reason": "turn_setup_failed", "retriable": false}));
-        meta.turns = turn;
-        meta.state = "error".to_owned();
-        let written = self
-            .workspace(session.slug())
-            .and_then(|ws| Ok(session_log::write_meta(&ws, &meta)?));
-        if let Err(e) = written {
-            tracing::error!(session = %id, error = %e, "could not write the session meta");
+        tokio::time::timeout(deadline, wait).await.is_ok()
+    }
+
+    /// The boot sweep (§6.9), before sited listens: indexes every site's sessions; a session
+    /// left running by a dead process gets its one error and `turn_end` (interrupted), and its
+    /// workspace's uncommitted work becomes a recovery commit. One site's problem never stops
+    /// the sweep; a commit that fails stays pending for the next boot.
+    pub async fn sweep(&self) -> SweepReport {
+        let mut report = SweepReport::default();
+        let this = self.clone();
+        let found = blocking(move || {
+            let mut found = Vec::new();
+            for slug in this.inner.sites.slugs() {
+                let Ok(workspace) = this.workspace(&slug) else {
+                    continue;
+                };
+                match session_log::list_metas(&workspace, &slug) {
+                    Ok(metas) => found.extend(metas.into_iter().map(|m| (slug.clone(), m))),
+                    Err(e) => {
+                        tracing::warn!(site = %slug, error = %e, "sweep: unreadable session metas")
+                    }
+                }
+            }
+            Ok(found)
+        })
+        .await
+        .unwrap_or_default();
+        for (slug, meta) in found {
+            let Some(id) = SessionId::parse(&meta.session_id) else {
+                continue;
+            };
+            self.inner
+                .index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id.clone(), slug.clone());
+            report.sessions += 1;
+            if meta.state == "running" || meta.recovery_pending {
+                match self.recover(&slug, &id, meta).await {
+                    Ok(()) => report.recovered += 1,
+                    Err(e) => {
+                        report.pending += 1;
+                        tracing::error!(site = %slug, session = %id, error = %e, "sweep: recovery failed; the next boot retries");
+                    }
+                }
+            }
         }
-        persist(json!({"type": "turn_end", "state": "error"}));
-        // A failed turn_end append must not leave followers waiting for a turn that is over.
-        session.running.store(false, Ordering::SeqCst);
+        report
+    }
+
+    async fn recover(
+        &self,
+        slug: &str,
+        id: &SessionId,
+        mut meta: SessionMeta,
+    ) -> Result<(), SessionError> {
+        let hold = self
+            .inner
+            .sites
+            .reservations()
+            .reserve(slug, Hold::Recovery)?;
+        if meta.state == "running" {
+            let this = self.clone();
+            let (slug, id) = (slug.to_owned(), id.clone());
+            let session = blocking(move || this.begin_turn(&slug, &id)).await?;
+            let session2 = Arc::clone(&session);
+            blocking(move || {
+                session2.append(
+                    json!({"type": "error", "reason": "turn_interrupted", "retriable": true}),
+                )?;
+                session2.append(json!({"type": "turn_end", "state": "interrupted"}))?;
+                Ok(())
+            })
+            .await?;
+            session.mark_finished();
+            meta.state = "interrupted".to_owned();
+        }
+        let target = self.inner.sites.config().run_target(slug);
+        let workspace = self.workspace(slug)?;
+        let committed = self
+            .inner
+            .sites
+            .git()
+            .commit(
+                &target,
+                &workspace,
+                &crate::git::recovery_message(id.as_str()),
+            )
+            .await;
+        meta.recovery_pending = committed.is_err();
+        let written = session_log::write_meta(&workspace, &meta);
+        drop(hold);
+        committed.map_err(|e| SessionError::Site(e.into()))?;
+        written?;
+        tracing::info!(site = %slug, session = %id, "recovered a session left by a dead process");
+        Ok(())
     }
 
     /// `GET /v1/sessions/:id/events?after=N` (§6.7): the stream response, or 404.
@@ -466,6 +781,26 @@ where
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| SessionError::Task(e.to_string()))?
+}
+
+/// What the boot sweep found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Sessions indexed.
+    pub sessions: usize,
+    /// Sessions recovered (marked interrupted and committed).
+    pub recovered: usize,
+    /// Sessions whose recovery failed and stays pending.
+    pub pending: usize,
+}
+
+/// A turn admitted and not yet started: what it holds.
+struct Admitted {
+    slug: String,
+    driver: Driver,
+    bin: std::path::PathBuf,
+    reservation: Reservation,
+    slot: TurnSlot,
 }
 
 /// One SSE client's follower: replay from the cursor, flush what arrived meanwhile, tail.

@@ -1,7 +1,7 @@
 //! sited's settings: raw values from the command line and systemd, validated into [`Settings`].
 
 use std::fmt;
-use std::path::{Component, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use atelier_layout::names::InstanceName;
@@ -62,6 +62,95 @@ pub struct RawSettings {
     pub preprod_host_prefix: Option<String>,
     /// Per-command git timeout in milliseconds.
     pub git_timeout_ms: Option<u64>,
+    /// `systemd_scope` (the default) or `none`.
+    pub agent_confinement: Option<String>,
+    /// `production` (the default) or `development`; `none` confinement needs `development`.
+    pub deployment: Option<String>,
+    /// Where unconfined door HOMEs and the agents' state live.
+    pub agent_state_root: Option<PathBuf>,
+    /// The shim sited spawns under `none` (default: the installed `atelier-shim`).
+    pub shim_bin: Option<PathBuf>,
+    /// Claude Code's binary; absent means the driver is unavailable.
+    pub claude_code_bin: Option<PathBuf>,
+    /// opencode's binary.
+    pub opencode_bin: Option<PathBuf>,
+    /// pi's binary.
+    pub pi_bin: Option<PathBuf>,
+    /// A turn's wall-clock limit in milliseconds.
+    pub session_turn_timeout_ms: Option<u64>,
+    /// `ATELIER_SITE_IDENTITIES`: the declared sites' ordinals as JSON.
+    pub site_identities: Option<String>,
+    /// Credentials from `$CREDENTIALS_DIRECTORY`, for the one child each is meant for.
+    pub credentials: AgentCredentials,
+}
+
+/// The credentials sited hands on: each reaches only the child it is meant for, never a log.
+#[derive(Default, Clone, PartialEq, Eq)]
+pub struct AgentCredentials {
+    /// Claude Code's API key (`ANTHROPIC_API_KEY`), for claude_code turns only.
+    pub anthropic_api_key: Option<String>,
+    /// The Publication API key: under `none`, the MCP attachment's header.
+    pub publication_api_key: Option<String>,
+    /// `OPENCODE_ENV`: `K=V,K=V` pairs for opencode turns only.
+    pub opencode_env: Option<String>,
+    /// `PI_ENV`: `K=V,K=V` pairs for pi turns only.
+    pub pi_env: Option<String>,
+}
+
+impl fmt::Debug for AgentCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |v: &Option<String>| v.as_ref().map(|_| "[redacted]");
+        f.debug_struct("AgentCredentials")
+            .field("anthropic_api_key", &shown(&self.anthropic_api_key))
+            .field("publication_api_key", &shown(&self.publication_api_key))
+            .field("opencode_env", &shown(&self.opencode_env))
+            .field("pi_env", &shown(&self.pi_env))
+            .finish()
+    }
+}
+
+impl AgentSettings {
+    /// The credentials as the drivers take them (the pairs were checked at validation).
+    pub fn driver_credentials(&self) -> atelier_agents::DriverCredentials {
+        let pairs = |text: &Option<String>| {
+            text.as_deref()
+                .map(|t| parse_pairs(t).unwrap_or_default())
+                .unwrap_or_default()
+        };
+        atelier_agents::DriverCredentials {
+            anthropic_api_key: self.credentials.anthropic_api_key.clone(),
+            opencode_env: pairs(&self.credentials.opencode_env),
+            pi_env: pairs(&self.credentials.pi_env),
+        }
+    }
+}
+
+/// How runs are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confinement {
+    /// Every run is a door unit that PID 1 starts (a provisioned host).
+    SystemdScope,
+    /// sited spawns the shim itself: the declared laptop/CI mode.
+    None,
+}
+
+/// What sited needs to run agent turns.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// How runs are confined.
+    pub confinement: Confinement,
+    /// The agents' state root.
+    pub state_root: PathBuf,
+    /// The shim spawned under `none`.
+    pub shim_bin: PathBuf,
+    /// Each driver's binary, when configured.
+    pub bins: Vec<(Driver, PathBuf)>,
+    /// A turn's wall-clock limit.
+    pub turn_timeout: Duration,
+    /// The credentials.
+    pub credentials: AgentCredentials,
+    /// The declared sites' ordinals: each one's identity and door sockets.
+    pub site_identities: std::collections::BTreeMap<String, atelier_layout::names::SiteOrdinal>,
 }
 
 /// Validated settings.
@@ -83,6 +172,11 @@ pub struct Settings {
     pub max_concurrent_sessions: u32,
     /// What the site service works with.
     pub sites: SitesConfig,
+    /// What agent turns run with.
+    pub agents: AgentSettings,
+    /// A development host (`ATELIER_DEPLOYMENT=development`): unconfined runs and a root
+    /// daemon are allowed.
+    pub development: bool,
 }
 
 impl fmt::Debug for Settings {
@@ -94,6 +188,7 @@ impl fmt::Debug for Settings {
             .field("listen", &self.listen)
             .field("audit_dir", &self.audit_dir)
             .field("sites", &self.sites)
+            .field("agents", &self.agents)
             .finish()
     }
 }
@@ -144,6 +239,21 @@ pub enum SettingsError {
     /// A number setting is not a number.
     #[error("{0} must be a whole number: {1:?}")]
     NotANumber(&'static str, String),
+    /// The confinement mode is not one sited knows.
+    #[error("unknown agent confinement {0:?}: expected systemd_scope or none")]
+    UnknownConfinement(String),
+    /// The deployment is not one sited knows.
+    #[error("unknown deployment {0:?}: expected production or development")]
+    UnknownDeployment(String),
+    /// `none` confinement was asked for a production deployment.
+    #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
+    UnconfinedInProduction,
+    /// `ATELIER_SITE_IDENTITIES` is unreadable.
+    #[error(transparent)]
+    BadIdentities(#[from] atelier_layout::services::IdentitiesError),
+    /// A credential's value is unusable.
+    #[error("the {0} credential is unusable: {1}")]
+    BadCredential(&'static str, String),
     /// The command line and the environment name different instances.
     #[error("--instance {flag} differs from ATELIER_INSTANCE={env}")]
     InstanceMismatch {
@@ -246,6 +356,22 @@ impl RawSettings {
                         .git_timeout_ms
                         .or(Some(number(&value, "git_timeout_ms")?))
                 }
+                env::SESSION_TURN_TIMEOUT_MS => {
+                    self.session_turn_timeout_ms = self
+                        .session_turn_timeout_ms
+                        .or(Some(number(&value, "session_turn_timeout_ms")?))
+                }
+                env::AGENT_CONFINEMENT => {
+                    self.agent_confinement = self.agent_confinement.or(Some(value))
+                }
+                env::DEPLOYMENT => self.deployment = self.deployment.or(Some(value)),
+                env::AGENT_STATE_ROOT => {
+                    self.agent_state_root = self.agent_state_root.or_else(path)
+                }
+                env::CLAUDE_CODE_BIN => self.claude_code_bin = self.claude_code_bin.or_else(path),
+                env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
+                env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
+                env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
                 // Known keys that later parts of sited (confinement, builds, publishing) read.
                 _ => {}
             }
@@ -256,6 +382,8 @@ impl RawSettings {
     /// Validates every setting, reporting the first that cannot be used.
     pub fn validate(self) -> Result<Settings, SettingsError> {
         let instance = InstanceName::new(&self.instance)?;
+        let agents = self.agent_settings()?;
+        let development = self.deployment.as_deref() == Some("development");
         let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
         if service_token.chars().count() < MIN_TOKEN_LEN {
             return Err(SettingsError::ShortToken);
@@ -317,6 +445,8 @@ impl RawSettings {
             return Err(SettingsError::BadHostPrefix(preprod_host_prefix));
         }
         Ok(Settings {
+            agents,
+            development,
             sites: SitesConfig {
                 instance: instance.as_str().to_owned(),
                 sites_root,
@@ -340,6 +470,90 @@ impl RawSettings {
     }
 }
 
+impl RawSettings {
+    fn agent_settings(&self) -> Result<AgentSettings, SettingsError> {
+        let confinement = match self.agent_confinement.as_deref() {
+            None | Some("systemd_scope") => Confinement::SystemdScope,
+            Some("none") => Confinement::None,
+            Some(other) => return Err(SettingsError::UnknownConfinement(other.to_owned())),
+        };
+        let development = match self.deployment.as_deref() {
+            None | Some("production") => false,
+            Some("development") => true,
+            Some(other) => return Err(SettingsError::UnknownDeployment(other.to_owned())),
+        };
+        if confinement == Confinement::None && !development {
+            return Err(SettingsError::UnconfinedInProduction);
+        }
+        let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
+        let shim_bin = required_path(
+            Some(self.shim_bin.clone().unwrap_or_else(|| {
+                Path::new(atelier_layout::paths::BIN_DIR)
+                    .join(atelier_layout::services::SHIM_BINARY)
+            })),
+            "shim_bin",
+        )?;
+        let mut bins = Vec::new();
+        for (driver, bin, name) in [
+            (Driver::ClaudeCode, &self.claude_code_bin, "claude_code_bin"),
+            (Driver::Opencode, &self.opencode_bin, "opencode_bin"),
+            (Driver::Pi, &self.pi_bin, "pi_bin"),
+        ] {
+            // An empty value means "not installed", as the original's `''` did.
+            if let Some(bin) = bin.clone().filter(|b| !b.as_os_str().is_empty()) {
+                bins.push((driver, required_path(Some(bin), name)?));
+            }
+        }
+        let turn_timeout_ms = at_least(
+            self.session_turn_timeout_ms
+                .unwrap_or(atelier_layout::paths::TURN_TIMEOUT_MS),
+            1000,
+            "session_turn_timeout_ms",
+        )?;
+        for (name, pairs) in [
+            ("OPENCODE_ENV", &self.credentials.opencode_env),
+            ("PI_ENV", &self.credentials.pi_env),
+        ] {
+            if let Some(pairs) = pairs {
+                parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
+            }
+        }
+        let site_identities = match &self.site_identities {
+            Some(text) => atelier_layout::services::parse_site_identities(text)?,
+            None => Default::default(),
+        };
+        Ok(AgentSettings {
+            site_identities,
+            confinement,
+            state_root,
+            shim_bin,
+            bins,
+            turn_timeout: Duration::from_millis(turn_timeout_ms),
+            credentials: self.credentials.clone(),
+        })
+    }
+}
+
+/// Parses `K=V,K=V` (the format of `OPENCODE_ENV` and `PI_ENV`); names must be environment
+/// names. The values are secrets: an error names the key, never a value.
+pub fn parse_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut pairs = Vec::new();
+    for (i, item) in text.split(',').map(str::trim).enumerate() {
+        if item.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("item {} has no '='", i + 1));
+        };
+        let key = key.trim();
+        if !atelier_proto::is_valid_env_key(key) {
+            return Err(format!("item {} has an invalid name", i + 1));
+        }
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    Ok(pairs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +571,7 @@ mod tests {
             site_table_file: Some("/etc/atelier/museum/sites.json".into()),
             publication_api_url: Some("http://127.0.0.1:3100/api".into()),
             templates_dir: Some("/usr/share/atelier/templates".into()),
+            agent_state_root: Some("/var/lib/atelier/museum/agents".into()),
             ..RawSettings::default()
         }
     }
@@ -500,6 +715,77 @@ mod tests {
                 },
                 SettingsError::BadHostPrefix("pre.view".into()),
             ),
+            (
+                "unknown confinement",
+                RawSettings {
+                    agent_confinement: Some("docker".into()),
+                    ..raw()
+                },
+                SettingsError::UnknownConfinement("docker".into()),
+            ),
+            (
+                "unconfined in production",
+                RawSettings {
+                    agent_confinement: Some("none".into()),
+                    ..raw()
+                },
+                SettingsError::UnconfinedInProduction,
+            ),
+            (
+                "unconfined in a deployment nobody knows",
+                RawSettings {
+                    agent_confinement: Some("none".into()),
+                    deployment: Some("staging".into()),
+                    ..raw()
+                },
+                SettingsError::UnknownDeployment("staging".into()),
+            ),
+            (
+                "no agent state root",
+                RawSettings {
+                    agent_state_root: None,
+                    ..raw()
+                },
+                SettingsError::Missing("agent_state_root"),
+            ),
+            (
+                "relative claude binary",
+                RawSettings {
+                    claude_code_bin: Some("claude".into()),
+                    ..raw()
+                },
+                SettingsError::BadPath("claude_code_bin", "claude".into()),
+            ),
+            (
+                "turn timeout under a second",
+                RawSettings {
+                    session_turn_timeout_ms: Some(999),
+                    ..raw()
+                },
+                SettingsError::TooSmall("session_turn_timeout_ms", 1000),
+            ),
+            (
+                "OPENCODE_ENV item without '='",
+                RawSettings {
+                    credentials: AgentCredentials {
+                        opencode_env: Some("OPENAI_API_KEY".into()),
+                        ..AgentCredentials::default()
+                    },
+                    ..raw()
+                },
+                SettingsError::BadCredential("OPENCODE_ENV", "item 1 has no '='".into()),
+            ),
+            (
+                "PI_ENV with a bad name",
+                RawSettings {
+                    credentials: AgentCredentials {
+                        pi_env: Some("A=1,9X=secret".into()),
+                        ..AgentCredentials::default()
+                    },
+                    ..raw()
+                },
+                SettingsError::BadCredential("PI_ENV", "item 2 has an invalid name".into()),
+            ),
         ];
         for (name, raw, expected) in cases {
             assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
@@ -515,6 +801,39 @@ mod tests {
         assert_eq!(settings.default_driver, "claude_code");
         assert_eq!(settings.sites.preprod_host_prefix, "pre");
         assert!(!format!("{settings:?}").contains(&"t".repeat(32)));
+        assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
+        assert!(!settings.development);
+        assert_eq!(
+            settings.agents.shim_bin,
+            PathBuf::from("/usr/local/bin/atelier-shim")
+        );
+        assert_eq!(settings.agents.turn_timeout, Duration::from_secs(1200));
+        let unconfined = RawSettings {
+            agent_confinement: Some("none".into()),
+            deployment: Some("development".into()),
+            claude_code_bin: Some("/opt/claude".into()),
+            opencode_bin: Some("".into()),
+            credentials: AgentCredentials {
+                anthropic_api_key: Some("sk-ant-secret".into()),
+                opencode_env: Some("OPENAI_API_KEY=sk-openai-secret".into()),
+                ..AgentCredentials::default()
+            },
+            ..raw()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(unconfined.agents.confinement, Confinement::None);
+        assert!(unconfined.development);
+        assert_eq!(
+            unconfined.agents.bins,
+            [(Driver::ClaudeCode, PathBuf::from("/opt/claude"))],
+            "an empty binary means not installed"
+        );
+        let shown = format!("{unconfined:?}");
+        assert!(
+            !shown.contains("sk-ant-secret") && !shown.contains("sk-openai-secret"),
+            "{shown}"
+        );
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -538,6 +857,9 @@ mod tests {
             ("ATELIER_PUBLICATION_API_URL", "http://127.0.0.1:3100/api"),
             ("ATELIER_MAX_SITES", "8"),
             ("ATELIER_AGENT_CONFINEMENT", "systemd_scope"),
+            ("ATELIER_AGENT_STATE_ROOT", "/var/lib/atelier/museum/agents"),
+            ("ATELIER_CLAUDE_CODE_BIN", "/usr/local/bin/claude"),
+            ("ATELIER_SESSION_TURN_TIMEOUT_MS", "60000"),
             ("PATH", "/usr/bin"),
             ("HOME", "/root"),
         ]))
@@ -545,6 +867,12 @@ mod tests {
         assert_eq!(from_env.instance, "museum");
         assert_eq!(from_env.max_sites, Some(8));
         let settings = from_env.validate().unwrap();
+        assert_eq!(
+            settings.agents.bins,
+            [(Driver::ClaudeCode, PathBuf::from("/usr/local/bin/claude"))]
+        );
+        assert_eq!(settings.agents.turn_timeout, Duration::from_secs(60));
+        assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
         assert_eq!(
             settings.sites.templates_dir,
             PathBuf::from(atelier_layout::paths::TEMPLATES_DIR)

@@ -1,8 +1,9 @@
 //! Sites: create (in the contract's exact order, undoing a half-made workspace), get, list,
 //! delete (refused while anything holds the site, removing nothing), and the disk quota.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use atelier_fs::{FileKind, FsError, Root};
@@ -15,6 +16,7 @@ use crate::domain::{normalize_domain, BadDomain};
 use crate::git::{Git, GitError};
 use crate::manifest::{self, Driver, ManifestError, Published, SiteManifest, MAX_NAME_CHARS};
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
+use crate::runs::{RunTarget, Runner};
 use crate::site_table::{self, SiteTable, WebspaceError};
 use crate::slug::Slug;
 use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
@@ -22,7 +24,7 @@ use atelier_fs::tree;
 
 pub use atelier_layout::workspace::BUILDER_DIR;
 use atelier_layout::workspace::{
-    BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, GIT_HOME_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+    BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
 const BYTES_PER_MB: u64 = 1_048_576;
 
@@ -49,6 +51,16 @@ pub struct SitesConfig {
     pub preprod_host_prefix: String,
     /// Per-command git timeout.
     pub git_timeout: Duration,
+}
+
+impl SitesConfig {
+    /// Where site `slug`'s runs happen: its workspace.
+    pub fn run_target(&self, slug: &str) -> RunTarget {
+        RunTarget {
+            slug: slug.to_owned(),
+            workspace: self.sites_root.join(slug),
+        }
+    }
 }
 
 /// Why a site operation was refused or failed; `problem.rs` maps each to its HTTP problem.
@@ -176,22 +188,43 @@ pub struct Sites {
     reservations: Reservations,
     templates: Templates,
     git: Git,
+    /// Each site's live or last session in this process (`SiteStatus.session`).
+    session_states: Arc<Mutex<HashMap<String, SessionState>>>,
 }
 
 impl Sites {
-    /// The service over `config`.
-    pub fn new(config: SitesConfig) -> Self {
+    /// The service over `config`, running git through `runner`.
+    pub fn new(config: SitesConfig, runner: Runner) -> Self {
         let templates = Templates::new(&config.templates_dir);
-        let git = Git::new(
-            "git",
-            config.sites_root.join(GIT_HOME_DIR),
-            config.git_timeout,
-        );
+        let git = Git::new(runner, config.git_timeout);
         Self {
             config: Arc::new(config),
             reservations: Reservations::new(),
             templates,
             git,
+            session_states: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Records site `slug`'s live or last session and its state.
+    pub fn set_session_state(&self, slug: &str, state: &'static str, session_id: &str) {
+        self.session_states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                slug.to_owned(),
+                SessionState {
+                    state,
+                    session_id: Some(session_id.to_owned()),
+                },
+            );
+    }
+
+    /// The slugs of every site (a workspace with a valid manifest), sorted. Blocking.
+    pub fn slugs(&self) -> Vec<String> {
+        match self.sites_root() {
+            Ok(root) => self.manifests(&root).into_iter().map(|m| m.slug).collect(),
+            Err(_) => Vec::new(),
         }
     }
 
@@ -333,7 +366,8 @@ impl Sites {
         let files = manifest.clone();
         self.blocking(move |s| s.write_files(&files)).await?;
         let workspace = self.sites_root()?.open_dir(&manifest.slug)?;
-        self.git.init(&workspace).await?;
+        let target = self.config.run_target(&manifest.slug);
+        self.git.init(&target, &workspace).await?;
         let slug = manifest.slug.clone();
         self.blocking(move |s| {
             let workspace = s.sites_root()?.open_dir(&slug)?;
@@ -368,7 +402,6 @@ impl Sites {
         manifest::write_manifest(&workspace, manifest)?;
         agents_md::write_brief(&workspace, manifest, &self.config.publication_api_url)?;
         workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
-        root.create_dir_all(GIT_HOME_DIR, PRIVATE_DIR_MODE)?;
         Ok(())
     }
 
@@ -454,13 +487,20 @@ impl Sites {
             self.config.preprod_host_prefix, manifest.domain
         );
         let release = self.preprod_release(&manifest);
+        let session = self
+            .session_states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&manifest.slug)
+            .cloned()
+            .unwrap_or(SessionState {
+                state: "idle",
+                session_id: None,
+            });
         SiteStatus {
             published: manifest.published.clone(),
             manifest,
-            session: SessionState {
-                state: "idle",
-                session_id: None,
-            },
+            session,
             last_build: None,
             preprod: Preprod { url, release },
         }

@@ -7,6 +7,8 @@
     reason = "test helpers outside #[test] functions panic on broken fixtures by design"
 )]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -156,24 +158,11 @@ fn write_site_table(root: &Path, instance: &str, sites: &[(&str, &str)]) {
     std::fs::write(root.join("sites.json"), stamp + &body).unwrap();
 }
 
-fn templates_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../templates")
-        .canonicalize()
-        .unwrap()
-}
-
 fn settings(root: &Path, max_sites: u32) -> atelier_sited::Settings {
     RawSettings {
-        instance: "test".into(),
-        service_token: Some(TOKEN.into()),
-        sites_root: Some(root.join("sites")),
-        audit_dir: Some(root.join("audit")),
-        site_table_file: Some(root.join("sites.json")),
         publication_api_url: Some(API_URL.into()),
-        templates_dir: Some(templates_dir()),
         max_sites: Some(max_sites),
-        ..RawSettings::default()
+        ..support::raw_settings(root)
     }
     .validate()
     .unwrap()
@@ -184,8 +173,7 @@ fn settings(root: &Path, max_sites: u32) -> atelier_sited::Settings {
 fn instance(max_sites: u32) -> Instance {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    std::fs::create_dir_all(root.join("sites")).unwrap();
-    std::fs::create_dir_all(root.join("audit")).unwrap();
+    support::make_roots(&root);
     for (_, domain) in DECLARED {
         let ws = root.join("www").join(domain);
         std::fs::create_dir_all(&ws).unwrap();
@@ -197,19 +185,9 @@ fn instance(max_sites: u32) -> Instance {
         std::fs::write(ws.join(".atelier_instance"), format!("{owner}\n")).unwrap();
     }
     write_site_table(&root, "test", DECLARED);
-    let router = Router::new(&settings(&root, max_sites));
+    let router = Router::new(&settings(&root, max_sites)).unwrap();
     let socket = root.join("sited.sock");
-    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    let served = router.clone();
-    tokio::spawn(atelier_http::serve(
-        listener.into(),
-        move |request| {
-            let router = served.clone();
-            async move { router.handle(request).await }
-        },
-        std::future::pending(),
-        Duration::from_secs(1),
-    ));
+    support::serve(router.clone(), &socket);
     Instance {
         _dir: dir,
         root,
@@ -361,22 +339,10 @@ fn the_binary_refuses_bad_configuration_by_name() {
 async fn the_binary_serves_on_its_fallback_socket_and_exits_0_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("sited.sock");
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    support::make_roots(dir.path());
+    support::declare_sites(dir.path(), DECLARED);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_atelier-sited"))
-        .args(["--instance", "test", "--listen"])
-        .arg(&socket)
-        .arg("--sites-root")
-        .arg(dir.path())
-        .arg("--audit-dir")
-        .arg(dir.path())
-        .arg("--site-table-file")
-        .arg(dir.path().join("sites.json"))
-        .arg("--templates-dir")
-        .arg(templates_dir())
-        .args(["--publication-api-url", API_URL])
-        .arg("--token-file")
-        .arg(&token_file)
+        .args(support::sited_args(dir.path(), &socket))
         .env_remove("CREDENTIALS_DIRECTORY")
         .env_remove("LISTEN_FDS")
         .env_remove("NOTIFY_SOCKET")
@@ -408,11 +374,12 @@ async fn the_binary_serves_on_its_fallback_socket_and_exits_0_on_sigterm() {
 }
 
 async fn git_out(instance: &Instance, slug: &str, args: &[&str]) -> String {
+    let target = instance.router.sites().config().run_target(slug);
     let out = instance
         .router
         .sites()
         .git()
-        .run(&instance.workspace(slug), args)
+        .run(&target, args)
         .await
         .unwrap();
     assert_eq!(out.code, 0, "git {args:?}: {}", out.stderr);
@@ -837,52 +804,82 @@ async fn the_first_commit_is_the_template_under_a_constructed_environment() {
 }
 
 #[tokio::test]
-async fn git_ignores_a_planted_home_config_and_lists_changes_correctly() {
+async fn git_runs_through_the_door_with_no_ambient_config_or_hooks_and_lists_changes() {
     use atelier_sited::git::Git;
     let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join(".gitconfig"),
-        "[user]\n\tname = Leaked\n\temail = leak@example.org\n[core]\n\thooksPath = /tmp/evil\n",
-    )
-    .unwrap();
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(ws.join("src")).unwrap();
     std::fs::write(ws.join("src/a.txt"), "a").unwrap();
     std::fs::write(ws.join("old.txt"), "old").unwrap();
-    let git = Git::new("git", &home, Duration::from_secs(30));
+    let git = Git::new(unconfined_runner(tmp.path()), Duration::from_secs(30));
+    let target = atelier_sited::runs::RunTarget {
+        slug: "ws".into(),
+        workspace: ws.clone(),
+    };
     let root = atelier_fs::Root::open(&ws).unwrap();
-    git.init(&root).await.unwrap();
+    git.init(&target, &root).await.unwrap();
 
-    let log = git.run(&ws, &["log", "--format=%an <%ae>"]).await.unwrap();
+    let log = git
+        .run(&target, &["log", "--format=%an <%ae>"])
+        .await
+        .unwrap();
     assert_eq!(
         String::from_utf8(log.stdout).unwrap(),
         "Dédalo Site Builder <site-builder@dedalo.local>\n"
     );
     let origins = git
-        .run(&ws, &["config", "--show-origin", "--list"])
+        .run(&target, &["config", "--show-origin", "--list"])
         .await
         .unwrap();
     let origins = String::from_utf8(origins.stdout).unwrap();
     assert!(
-        !origins.contains("Leaked") && !origins.contains(".gitconfig"),
-        "{origins}"
+        origins
+            .lines()
+            .all(|l| l.starts_with("file:.git/config") || l.starts_with("command line:")),
+        "only the repository's own and sited's: {origins}"
     );
 
-    assert!(!git.commit(&root, "nothing").await.unwrap());
+    // A hook the agent planted in the repository never runs.
+    let marker = tmp.path().join("hook-ran");
+    std::fs::write(
+        ws.join(".git/hooks/pre-commit"),
+        format!("#!/bin/sh\ntouch {}\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        ws.join(".git/hooks/pre-commit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    assert!(!git.commit(&target, &root, "nothing").await.unwrap());
     std::fs::write(ws.join("src/a.txt"), "changed").unwrap();
     std::fs::write(ws.join("new file.txt"), "n").unwrap();
     std::fs::create_dir_all(ws.join(".builder")).unwrap();
     std::fs::write(ws.join(".builder/x"), "x").unwrap();
-    git.run(&ws, &["mv", "old.txt", "renamed.txt"])
+    git.run(&target, &["mv", "old.txt", "renamed.txt"])
         .await
         .unwrap();
-    let mut changed = git.changed_files(&root).await.unwrap();
+    let mut changed = git.changed_files(&target).await.unwrap();
     changed.sort();
     assert_eq!(changed, ["new file.txt", "renamed.txt", "src/a.txt"]);
-    assert!(git.commit(&root, "agent: session s turn 1").await.unwrap());
-    assert!(git.changed_files(&root).await.unwrap().is_empty());
+    assert!(git
+        .commit(&target, &root, "agent: session s turn 1")
+        .await
+        .unwrap());
+    assert!(git.changed_files(&target).await.unwrap().is_empty());
+    assert!(!marker.exists(), "the planted hook ran");
+}
+
+/// A runner in `none` mode with its door HOMEs under `dir`.
+fn unconfined_runner(dir: &Path) -> atelier_sited::runs::Runner {
+    use atelier_sited::runs::{Mode, NoneSpawner, Runner};
+    let homes = dir.join("homes");
+    std::fs::create_dir_all(&homes).unwrap();
+    Runner::new(Mode::None(NoneSpawner::new(
+        support::workspace_bin("atelier-shim"),
+        homes,
+    )))
+    .unwrap()
 }
 
 #[tokio::test]
@@ -914,11 +911,12 @@ async fn planted_symlinks_are_refused_and_nothing_outside_is_touched() {
     std::fs::rename(ws.join(".git/info"), instance.root.join("info.bak")).unwrap();
     std::os::unix::fs::symlink(&outside, ws.join(".git/info")).unwrap();
     let root = atelier_fs::Root::open(&ws).unwrap();
+    let target = instance.router.sites().config().run_target("alpha");
     let err = instance
         .router
         .sites()
         .git()
-        .commit(&root, "x")
+        .commit(&target, &root, "x")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("symbolic link"), "{err}");
@@ -1121,7 +1119,7 @@ async fn the_disk_quota_counts_the_workspace_and_the_release_stores() {
     write_site_table(root, "test", &[("alpha", "alpha.example.org")]);
     let mut raw_settings = settings(root, 20);
     raw_settings.sites.site_disk_quota_mb = 1;
-    let sites = atelier_sited::Sites::new(raw_settings.sites);
+    let sites = atelier_sited::Sites::new(raw_settings.sites, unconfined_runner(root));
 
     std::fs::write(root.join("sites/alpha/half"), vec![0u8; 512 * 1024]).unwrap();
     assert_eq!(sites.usage_bytes("alpha").unwrap(), 512 * 1024);

@@ -59,12 +59,30 @@ where
     H: Fn(Request) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
+    serve_with_stop_hook(listener, handler, notifier, status, || {}).await
+}
+
+/// [`serve`], calling `on_signal` the moment SIGTERM or SIGINT arrives, before the drain: a
+/// daemon refuses new work there and ends long-running work whose requests the drain waits on.
+pub async fn serve_with_stop_hook<H, F, S>(
+    listener: Listener,
+    handler: H,
+    notifier: Notifier,
+    status: &str,
+    on_signal: S,
+) -> Result<ServeReport, DaemonError>
+where
+    H: Fn(Request) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response> + Send + 'static,
+    S: FnOnce() + Send + 'static,
+{
     let _watchdog = notifier.spawn_watchdog();
     notifier.ready_with_status(status);
     tracing::info!("ready: {status}");
     let shutdown = async move {
         atelier_http::shutdown_signal().await;
         notifier.stopping();
+        on_signal();
         notifier.status("draining requests");
     };
     let handler = atelier_http::with_request_log(handler);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::declaration::{AgentDriver, Site};
-use crate::names::Door;
+use crate::names::{Door, SiteOrdinal};
 use crate::paths::Layout;
 
 /// The site daemon's binary name.
@@ -33,6 +33,14 @@ pub const GATE_SOCKET_ENV: &str = "ATELIER_GATE_SOCKET";
 /// The gate's MCP relay socket as bound into the turn unit, in the unit's own environment; the
 /// shim forwards [`MCP_PORT`] to it.
 pub const MCP_SOCKET_ENV: &str = "ATELIER_MCP_SOCKET";
+
+/// What the git door's unit fixes in its environment: no HOME to read configuration from, no
+/// global or system configuration.
+pub const GIT_DOOR_ENV: [(&str, &str); 3] = [
+    ("HOME", "/nonexistent"),
+    ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+];
 
 /// Keys of sited's env file. Every key is Atelier's own (`ATELIER_*`); none names a credential,
 /// which arrive only through `LoadCredential=`.
@@ -93,6 +101,9 @@ pub mod env {
     pub const GIT_TIMEOUT_MS: &str = "ATELIER_GIT_TIMEOUT_MS";
     /// Where the site templates are installed, when not the default.
     pub const TEMPLATES_DIR: &str = "ATELIER_TEMPLATES_DIR";
+    /// `production` (the default, and all the provisioner renders) or `development`, which
+    /// alone allows `none` confinement.
+    pub const DEPLOYMENT: &str = "ATELIER_DEPLOYMENT";
 
     /// Every key sited's environment may carry; any other `ATELIER_*` key is refused by name.
     pub const ALL: &[&str] = &[
@@ -124,6 +135,7 @@ pub mod env {
         BUILD_TIMEOUT_MS,
         GIT_TIMEOUT_MS,
         TEMPLATES_DIR,
+        DEPLOYMENT,
     ];
 
     /// Returns true if and only if `key` looks like it names a credential, which an env file
@@ -140,6 +152,54 @@ pub mod env {
         .iter()
         .any(|tail| key.ends_with(tail))
     }
+}
+
+/// Why `ATELIER_SITE_IDENTITIES` cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentitiesError {
+    /// Not a JSON object of slug → ordinal.
+    #[error("the site identities are not a JSON object of slug to ordinal: {0}")]
+    Malformed(String),
+    /// A key is not a slug.
+    #[error("the site identities name {0:?}, which is not a slug")]
+    BadSlug(String),
+    /// An ordinal is out of range.
+    #[error(transparent)]
+    BadOrdinal(#[from] crate::names::NameError),
+    /// Two sites share an ordinal, so they would share an identity.
+    #[error("the site identities give ordinal {0} to two sites")]
+    DuplicateOrdinal(u16),
+}
+
+/// `ATELIER_SITE_IDENTITIES`'s value: the declared sites' ordinals as a JSON object.
+pub fn render_site_identities<'a>(
+    sites: impl IntoIterator<Item = (&'a str, SiteOrdinal)>,
+) -> String {
+    let map: std::collections::BTreeMap<&str, u16> =
+        sites.into_iter().map(|(slug, k)| (slug, k.get())).collect();
+    serde_json::to_string(&map).unwrap_or_default()
+}
+
+/// Reads `ATELIER_SITE_IDENTITIES`, refusing a non-slug, an ordinal out of range or a shared
+/// ordinal.
+pub fn parse_site_identities(
+    text: &str,
+) -> Result<std::collections::BTreeMap<String, SiteOrdinal>, IdentitiesError> {
+    let raw: std::collections::BTreeMap<String, u64> =
+        serde_json::from_str(text).map_err(|e| IdentitiesError::Malformed(e.to_string()))?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = std::collections::BTreeMap::new();
+    for (slug, k) in raw {
+        if !crate::names::is_slug(&slug) {
+            return Err(IdentitiesError::BadSlug(slug));
+        }
+        let k = SiteOrdinal::new(k)?;
+        if !seen.insert(k.get()) {
+            return Err(IdentitiesError::DuplicateOrdinal(k.get()));
+        }
+        out.insert(slug, k);
+    }
+    Ok(out)
 }
 
 /// The env key naming a driver's binary.
@@ -242,6 +302,26 @@ mod tests {
         });
         let plan = Layout::new(&declared).egress_plan(Door::Build).unwrap();
         assert_eq!(plan.hosts, ["a.example.org", "b.example.org"]);
+    }
+
+    #[test]
+    fn site_identities_round_trip_and_refusals() {
+        let k = |n| SiteOrdinal::new(n).unwrap();
+        let text = render_site_identities([("collection", k(1)), ("archive", k(2))]);
+        assert_eq!(text, r#"{"archive":2,"collection":1}"#);
+        let parsed = parse_site_identities(&text).unwrap();
+        assert_eq!(parsed["archive"], k(2));
+        let cases = [
+            ("not json", "[1]"),
+            ("a bad slug", r#"{"Bad":1}"#),
+            ("ordinal zero", r#"{"a1":0}"#),
+            ("ordinal too big", r#"{"a1":1000}"#),
+            ("shared ordinal", r#"{"a1":3,"b1":3}"#),
+        ];
+        for (name, text) in cases {
+            assert!(parse_site_identities(text).is_err(), "{name}");
+        }
+        assert!(parse_site_identities("{}").unwrap().is_empty());
     }
 
     #[test]

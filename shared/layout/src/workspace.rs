@@ -15,8 +15,11 @@ pub const BUILDER_DIR: &str = ".builder";
 pub const SESSIONS_DIR: &str = ".builder/sessions";
 /// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
 pub const DRIVER_RECORDS_DIR: &str = ".driver_records";
-/// `<sites root>/.git_home`: the empty directory git runs with as `HOME`.
-pub const GIT_HOME_DIR: &str = ".git_home";
+/// Claude Code's MCP configuration for one turn (it may carry the Publication API key under
+/// `none`, so it exists only while the turn runs).
+pub const MCP_CONFIG_FILE: &str = ".builder/mcp.json";
+/// A planned file the agent reads during its turn (the MCP configuration, a brief).
+pub const TURN_FILE_MODE: u32 = 0o640;
 
 /// Every directory sited creates in a workspace: setgid (inherited), group-shared.
 pub const WORKSPACE_DIR_MODE: u32 = 0o2770;
@@ -24,7 +27,7 @@ pub const WORKSPACE_DIR_MODE: u32 = 0o2770;
 pub const WORKSPACE_FILE_MODE: u32 = 0o660;
 /// `.builder`: the group may traverse, not list or write.
 pub const BUILDER_DIR_MODE: u32 = 0o710;
-/// Directories and files only sited reads: session logs, driver records, git's home.
+/// Directories only sited reads: session logs, driver records.
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 /// Files only sited reads.
 pub const PRIVATE_FILE_MODE: u32 = 0o600;

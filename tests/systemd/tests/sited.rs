@@ -31,7 +31,8 @@ curl -sS -o /tmp/create -w 'create=%{http_code}\n' --unix-socket $sock \
   -d '{"slug":"collection","name":"The collection","domain":"www.example.org","actor":{"user_id":1,"username":"admin"}}' \
   $base/v1/sites
 sed 's/^/create| /' /tmp/create; echo
-journalctl -b -u atelier-sited@example.service -o cat --no-pager | grep -v '^GET ' | tail -n 20 | sed 's/^/sited| /' 
+journalctl -b -u atelier-sited@example.service -o cat --no-pager | grep -v '^GET ' | tail -n 20 | sed 's/^/sited| /'
+journalctl -b -u 'atelier-example-s1-git@*' -o cat --no-pager | grep -v mount_setattr | tail -n 40 | sed 's/^/git-door| /' 
 ws=/var/lib/atelier/example/sites/collection
 echo "workspace_owner=$(stat -c '%U' $ws/site.json)"
 echo "first_commit=$(git -c safe.directory='*' -C $ws log --format=%s 2>/dev/null | tail -n1)"
@@ -54,6 +55,7 @@ fn provisioned_sited_is_socket_activated_ready_creates_a_site_and_stops_cleanly(
             "/usr/local/bin/atelier-provision",
         )
         .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
+        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
         .copy(
             repo_root().join("templates"),
             "/usr/local/share/atelier/templates",

@@ -107,13 +107,9 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
         env::SITE_UNIT_PREFIX,
         names::site_unit_prefix(layout.instance()),
     );
-    let identities: BTreeMap<&str, u16> = sites
-        .iter()
-        .map(|(k, site)| (site.slug.as_str(), k.get()))
-        .collect();
     keys.insert(
         env::SITE_IDENTITIES,
-        serde_json::to_string(&identities).unwrap_or_default(),
+        services::render_site_identities(sites.iter().map(|(k, site)| (site.slug.as_str(), *k))),
     );
     keys.insert(env::RUNTIME_DIR, path_value(&layout.runtime_dir())?);
     keys.insert(env::AGENT_STATE_ROOT, path_value(&layout.agents_root())?);

@@ -1,0 +1,283 @@
+//! The agent drivers as sited runs them: which CLIs are configured, what `/health` says of
+//! them, each binary's probe (its `--version` and `--help`, asked through the site's turn door
+//! and cached per binary file), and a turn's plan from `atelier-agents`.
+//!
+//! sited starts nothing to find out about a CLI: `/health` reports a configured, executable
+//! binary as available and a version once a probe has read one.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use atelier_agents::{DriverId, ProbeRefusal};
+use atelier_proto::Door;
+use serde::Serialize;
+
+use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
+use crate::settings::Confinement;
+
+/// How long one probe question may take before the answer is "unproved".
+const PROBE_DEADLINE: Duration = Duration::from_secs(10);
+/// The most of a probe's output read.
+const PROBE_OUTPUT_LIMIT: usize = 1024 * 1024;
+/// The `PATH` every agent run gets.
+pub const AGENT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// One agent driver as `/health` and `/v1/capabilities` report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DriverAvailability {
+    id: &'static str,
+    available: bool,
+    version: Option<String>,
+    is_default: bool,
+}
+
+/// Why a driver may not run a turn; each is a `confinement.*` refusal.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// The CLI is missing, not configured, refused under this confinement, or lacks a flag the
+    /// turn needs.
+    #[error("the {driver} driver cannot run a turn: {why}")]
+    Unsupported {
+        /// The driver.
+        driver: &'static str,
+        /// Why (for the log).
+        why: String,
+    },
+    /// The probe could not finish; asked again next time.
+    #[error("the {driver} CLI could not be probed: {why}")]
+    Unproved {
+        /// The driver.
+        driver: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// The run seam refused the probe.
+    #[error(transparent)]
+    Run(#[from] RunRefusal),
+}
+
+/// Identifies a binary's file, so a replaced binary is probed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Probe {
+    file: FileId,
+    answer: Result<String, String>,
+}
+
+/// The configured drivers and their probes; shared by every request.
+#[derive(Debug, Clone)]
+pub struct Drivers {
+    inner: Arc<DriversState>,
+}
+
+#[derive(Debug)]
+struct DriversState {
+    bins: HashMap<DriverId, PathBuf>,
+    default: DriverId,
+    confinement: Confinement,
+    probes: Mutex<HashMap<PathBuf, Probe>>,
+}
+
+impl Drivers {
+    /// The drivers whose binaries are `bins`, with `default` the instance's default.
+    pub fn new(
+        bins: impl IntoIterator<Item = (DriverId, PathBuf)>,
+        default: DriverId,
+        confinement: Confinement,
+    ) -> Drivers {
+        Drivers {
+            inner: Arc::new(DriversState {
+                bins: bins.into_iter().collect(),
+                default,
+                confinement,
+                probes: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The binary configured for `driver`.
+    pub fn bin(&self, driver: DriverId) -> Option<&Path> {
+        self.inner.bins.get(&driver).map(PathBuf::as_path)
+    }
+
+    /// Every driver the contract knows, in its order, as `/health` reports them: available
+    /// when the binary is configured, is an executable file, may run under this confinement
+    /// and no probe of this very file refused it.
+    pub fn availability(&self) -> Vec<DriverAvailability> {
+        DriverId::ALL
+            .iter()
+            .map(|&driver| {
+                let (available, version) = match self.bin(driver) {
+                    Some(bin) if self.allowed(driver) && is_executable_file(bin) => {
+                        match self.cached(bin) {
+                            Some(Err(_)) => (false, None),
+                            Some(Ok(version)) => (true, Some(version)),
+                            None => (true, None),
+                        }
+                    }
+                    _ => (false, None),
+                };
+                DriverAvailability {
+                    id: driver.as_str(),
+                    available,
+                    version,
+                    is_default: driver == self.inner.default,
+                }
+            })
+            .collect()
+    }
+
+    fn allowed(&self, driver: DriverId) -> bool {
+        self.inner.confinement == Confinement::None || atelier_agents::runs_confined(driver)
+    }
+
+    fn cached(&self, bin: &Path) -> Option<Result<String, String>> {
+        let file = file_id(bin)?;
+        let probes = self
+            .inner
+            .probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        probes
+            .get(bin)
+            .filter(|probe| probe.file == file)
+            .map(|probe| probe.answer.clone())
+    }
+
+    /// Admits `driver` for a turn of `target`'s site, which the caller holds: the binary must
+    /// be configured and allowed under this confinement, and its probe (cached per binary
+    /// file) must find the version and every flag the turn uses. Returns the binary.
+    pub async fn admit(
+        &self,
+        runner: &Runner,
+        target: &RunTarget,
+        driver: DriverId,
+    ) -> Result<PathBuf, AdmitError> {
+        let unsupported = |why: String| AdmitError::Unsupported {
+            driver: driver.as_str(),
+            why,
+        };
+        if !self.allowed(driver) {
+            return Err(unsupported(
+                "it does not run under systemd confinement".to_owned(),
+            ));
+        }
+        let bin = self
+            .bin(driver)
+            .ok_or_else(|| unsupported("no binary is configured".to_owned()))?
+            .to_path_buf();
+        let file = file_id(&bin)
+            .filter(|_| is_executable_file(&bin))
+            .ok_or_else(|| unsupported(format!("{} is not an executable file", bin.display())))?;
+        if let Some(answer) = self.cached(&bin) {
+            return answer.map(|_| bin).map_err(unsupported);
+        }
+        let answer = self.probe(runner, target, driver, &bin).await?;
+        self.inner
+            .probes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                bin.clone(),
+                Probe {
+                    file,
+                    answer: answer.clone(),
+                },
+            );
+        answer.map(|_| bin).map_err(unsupported)
+    }
+
+    /// Asks the binary its version and its help through the turn door. `Ok(Err)` is a
+    /// definitive refusal (cached); `Err` means nothing was proved.
+    async fn probe(
+        &self,
+        runner: &Runner,
+        target: &RunTarget,
+        driver: DriverId,
+        bin: &Path,
+    ) -> Result<Result<String, String>, AdmitError> {
+        let version = ask(
+            runner,
+            target,
+            driver,
+            atelier_agents::version_argv(driver, bin),
+        )
+        .await?;
+        let version = match atelier_agents::judge_version(driver, &version) {
+            Ok(version) => version,
+            Err(refusal) => return Ok(Err(describe(&refusal))),
+        };
+        let help = ask(
+            runner,
+            target,
+            driver,
+            atelier_agents::help_argv(driver, bin),
+        )
+        .await?;
+        Ok(atelier_agents::judge_help(driver, &help)
+            .map(|()| version)
+            .map_err(|refusal| describe(&refusal)))
+    }
+}
+
+fn describe(refusal: &ProbeRefusal) -> String {
+    refusal.to_string()
+}
+
+/// Runs one probe question and returns what it printed (stdout, then stderr: some CLIs write
+/// their help to stderr).
+async fn ask(
+    runner: &Runner,
+    target: &RunTarget,
+    driver: DriverId,
+    argv: Vec<String>,
+) -> Result<String, AdmitError> {
+    let spec = RunSpec {
+        door: Door::Turn,
+        argv,
+        env: base_env(AGENT_PATH),
+    };
+    let output = runner
+        .collect(target, spec, PROBE_OUTPUT_LIMIT, PROBE_DEADLINE)
+        .await?;
+    match output.end {
+        Ok(_) => {
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            text.push('\n');
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            Ok(text)
+        }
+        Err(why) => Err(AdmitError::Unproved {
+            driver: driver.as_str(),
+            why,
+        }),
+    }
+}
+
+fn file_id(bin: &Path) -> Option<FileId> {
+    let meta = std::fs::metadata(bin).ok()?;
+    Some(FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.size(),
+        mtime: meta.mtime(),
+        mtime_nsec: meta.mtime_nsec(),
+    })
+}
+
+fn is_executable_file(bin: &Path) -> bool {
+    std::fs::metadata(bin)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

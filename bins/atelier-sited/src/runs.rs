@@ -1,0 +1,341 @@
+//! The confinement seam: every agent turn, build and git command sited starts is a [`Run`]
+//! through one of a site's doors, spoken in frames (`H` → `S` → `O`/`E` → `X`).
+//!
+//! How the connection comes to exist is the mode's business: under `none` sited spawns
+//! `atelier-shim --unconfined` over a socketpair ([`none`], the only code in sited that starts a
+//! process); under systemd confinement it is one `connect()` to the door socket and PID 1 starts
+//! the shim. Everything after the connection — the hello, the spec, the relay, the exit record
+//! — is the same code, here.
+
+mod none;
+mod systemd;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use atelier_proto::{
+    read_frame, write_frame, Decoder, Door, ExitRecord, FrameKind, Hello, Spec, PROTOCOL_VERSION,
+};
+use bytes::Bytes;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+pub use none::NoneSpawner;
+pub use systemd::{layout_door, SystemdDoors};
+
+/// How long the shim has to say hello once the connection exists. PID 1 starting a fully
+/// sandboxed unit takes about 100 ms; a shim that has not spoken after this never will.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a stopped run's shim may take to kill its program and exit (it gives the program
+/// 5 s between SIGTERM and SIGKILL) before sited kills the shim itself.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Why a run could not be opened; each is a `confinement.*` refusal the engine knows.
+#[derive(Debug, thiserror::Error)]
+pub enum RunRefusal {
+    /// sited is shutting down and starts nothing new.
+    #[error("the daemon is stopping; no new run is started")]
+    DaemonStopping,
+    /// The host cannot run anything for this site (the shim could not be started, the
+    /// confinement mode is not available here).
+    #[error("confinement unavailable: {0}")]
+    Unavailable(String),
+    /// The site has no identity: it is not among the declared sites the provisioner made.
+    #[error("site '{0}' has no agent identity; declare it and run atelier-provision apply")]
+    IdentityMissing(String),
+    /// The door's unit never said hello, or said something else.
+    #[error("the {door} door refused the run: {detail}")]
+    UnitRefused {
+        /// The door.
+        door: Door,
+        /// What went wrong (for the log).
+        detail: String,
+    },
+}
+
+/// What a run runs: the program, its complete environment and the door it goes through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The door.
+    pub door: Door,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// The program's whole environment; the door adds only what its unit fixes (HOME, git's
+    /// configuration).
+    pub env: BTreeMap<String, String>,
+}
+
+/// Where a run happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunTarget {
+    /// The site.
+    pub slug: String,
+    /// Its workspace, the program's working directory.
+    pub workspace: PathBuf,
+}
+
+/// One thing a run reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunItem {
+    /// Bytes the program wrote to stdout.
+    Stdout(Bytes),
+    /// Bytes the program wrote to stderr.
+    Stderr(Bytes),
+    /// The program ended; nothing follows.
+    Exit(ExitRecord),
+    /// The connection ended, or broke the protocol, without an exit record: a failed run,
+    /// never a success. Nothing follows.
+    Lost(String),
+}
+
+/// How a run ended, for runs whose output is collected whole (git).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    /// Everything the program wrote to stdout, up to the collection limit.
+    pub stdout: Vec<u8>,
+    /// Everything it wrote to stderr, up to the collection limit.
+    pub stderr: Vec<u8>,
+    /// The exit record, or why there is none.
+    pub end: Result<ExitRecord, String>,
+}
+
+/// The mode runs are opened in.
+#[derive(Debug)]
+pub enum Mode {
+    /// `AGENT_CONFINEMENT=none`: sited spawns the shim itself.
+    None(NoneSpawner),
+    /// `AGENT_CONFINEMENT=systemd_scope`: PID 1 starts the shim on a door socket connect.
+    Systemd(SystemdDoors),
+}
+
+/// Opens runs; one per daemon.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    inner: Arc<RunnerState>,
+}
+
+#[derive(Debug)]
+struct RunnerState {
+    mode: Mode,
+    host_netns: String,
+    stopping: AtomicBool,
+}
+
+impl Runner {
+    /// A runner in `mode`. Reads sited's own network namespace identity, which every spec
+    /// carries so the shim can prove its own differs.
+    pub fn new(mode: Mode) -> std::io::Result<Runner> {
+        let host_netns = std::fs::read_link("/proc/self/ns/net")?
+            .to_string_lossy()
+            .into_owned();
+        Ok(Runner {
+            inner: Arc::new(RunnerState {
+                mode,
+                host_netns,
+                stopping: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// From now on every [`open`](Self::open) is refused with `confinement.daemon_stopping`.
+    pub fn refuse_new_runs(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether runs are still opened.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether runs are unconfined (their turns announce it).
+    pub fn is_unconfined(&self) -> bool {
+        matches!(self.inner.mode, Mode::None(_))
+    }
+
+    /// Opens one run: the connection, the hello (which must name `spec.door`), then the spec.
+    /// Never retried: a refusal is the answer.
+    pub async fn open(&self, target: &RunTarget, spec: RunSpec) -> Result<Run, RunRefusal> {
+        if self.is_stopping() {
+            return Err(RunRefusal::DaemonStopping);
+        }
+        let door = spec.door;
+        let (stream, shim) = match &self.inner.mode {
+            Mode::None(spawner) => spawner.open(target, door)?,
+            Mode::Systemd(doors) => (doors.open(target, door).await?, None),
+        };
+        let refused = |detail: String| RunRefusal::UnitRefused { door, detail };
+        let (reader, writer) = stream.into_split();
+        let mut run = Run {
+            reader: Some(BufReader::new(reader)),
+            writer: Some(writer),
+            decoder: Decoder::new(),
+            shim,
+            ended: false,
+        };
+        let hello = match tokio::time::timeout(HELLO_DEADLINE, run.read_hello()).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(detail)) => {
+                run.stop().await;
+                return Err(refused(detail));
+            }
+            Err(_) => {
+                run.stop().await;
+                return Err(refused(format!(
+                    "no hello within {} s",
+                    HELLO_DEADLINE.as_secs()
+                )));
+            }
+        };
+        if hello.door != door {
+            run.stop().await;
+            return Err(refused(format!("the unit serves the {} door", hello.door)));
+        }
+        tracing::debug!(site = %target.slug, %door, unit = %hello.unit, "run opened");
+        let spec = Spec {
+            v: PROTOCOL_VERSION,
+            door,
+            argv: spec.argv,
+            env: spec.env,
+            host_netns: self.inner.host_netns.clone(),
+        };
+        if let Err(e) = run.send_spec(&spec).await {
+            run.stop().await;
+            return Err(refused(format!("sending the spec: {e}")));
+        }
+        Ok(run)
+    }
+
+    /// Opens a run and collects its whole output (at most `limit` bytes of each stream; the
+    /// rest is dropped), ending it at `deadline`.
+    pub async fn collect(
+        &self,
+        target: &RunTarget,
+        spec: RunSpec,
+        limit: usize,
+        deadline: Duration,
+    ) -> Result<RunOutput, RunRefusal> {
+        let mut run = self.open(target, spec).await?;
+        let mut output = RunOutput {
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            end: Err(String::new()),
+        };
+        let collected = tokio::time::timeout(deadline, async {
+            loop {
+                match run.next().await {
+                    RunItem::Stdout(bytes) => keep(&mut output.stdout, &bytes, limit),
+                    RunItem::Stderr(bytes) => keep(&mut output.stderr, &bytes, limit),
+                    RunItem::Exit(exit) => return Ok(exit),
+                    RunItem::Lost(why) => return Err(why),
+                }
+            }
+        })
+        .await;
+        output.end = match collected {
+            Ok(end) => end,
+            Err(_) => Err(format!("timed out after {} ms", deadline.as_millis())),
+        };
+        run.stop().await;
+        Ok(output)
+    }
+}
+
+fn keep(buffer: &mut Vec<u8>, bytes: &[u8], limit: usize) {
+    let room = limit.saturating_sub(buffer.len());
+    buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
+/// One open run. Dropping it closes the connection, which makes the shim end the program;
+/// [`stop`](Self::stop) does the same and waits until the run is gone.
+#[derive(Debug)]
+pub struct Run {
+    reader: Option<BufReader<OwnedReadHalf>>,
+    writer: Option<OwnedWriteHalf>,
+    decoder: Decoder,
+    /// The shim process under `none`; under systemd PID 1 owns it.
+    shim: Option<tokio::process::Child>,
+    ended: bool,
+}
+
+impl Run {
+    async fn read_hello(&mut self) -> Result<Hello, String> {
+        let reader = self.reader.as_mut().ok_or("the connection is closed")?;
+        match read_frame(reader, &mut self.decoder).await {
+            Ok(Some(frame)) if frame.kind == FrameKind::Hello => {
+                Hello::from_frame(&frame).map_err(|e| format!("bad hello: {e}"))
+            }
+            Ok(Some(frame)) => Err(format!("a {:?} frame before the hello", frame.kind)),
+            Ok(None) => Err("the connection closed before the hello".to_owned()),
+            Err(e) => Err(format!("reading the hello: {e}")),
+        }
+    }
+
+    async fn send_spec(&mut self, spec: &Spec) -> Result<(), String> {
+        let frame = spec.to_frame().map_err(|e| e.to_string())?;
+        let writer = self.writer.as_mut().ok_or("the connection is closed")?;
+        write_frame(writer, &frame).await.map_err(|e| e.to_string())
+    }
+
+    /// The next thing the run reports. After an [`RunItem::Exit`] or [`RunItem::Lost`] every
+    /// call answers `Lost`. Cancel safe: a dropped call loses no bytes.
+    pub async fn next(&mut self) -> RunItem {
+        let Some(reader) = self.reader.as_mut().filter(|_| !self.ended) else {
+            return RunItem::Lost("the run has ended".to_owned());
+        };
+        let item = match read_frame(reader, &mut self.decoder).await {
+            Ok(Some(frame)) => match frame.kind {
+                FrameKind::Stdout => RunItem::Stdout(frame.payload),
+                FrameKind::Stderr => RunItem::Stderr(frame.payload),
+                FrameKind::Exit => match ExitRecord::from_frame(&frame) {
+                    Ok(exit) => RunItem::Exit(exit),
+                    Err(e) => RunItem::Lost(format!("a malformed exit record: {e}")),
+                },
+                other => RunItem::Lost(format!("an unexpected {other:?} frame")),
+            },
+            Ok(None) => RunItem::Lost("the run's connection ended without an exit record".into()),
+            Err(e) => RunItem::Lost(format!("the run's connection broke: {e}")),
+        };
+        if matches!(item, RunItem::Exit(_) | RunItem::Lost(_)) {
+            self.ended = true;
+        }
+        item
+    }
+
+    /// Ends the run (closing the connection makes the shim stop the program) and waits until
+    /// it is gone: only then may the site be given to anything else.
+    pub async fn stop(&mut self) {
+        if let Some(mut writer) = self.writer.take() {
+            let _ = writer.shutdown().await;
+        }
+        self.ended = true;
+        // The read half goes too, or a shim blocked writing output would never see the end.
+        self.reader = None;
+        self.reap().await;
+    }
+
+    async fn reap(&mut self) {
+        if let Some(mut shim) = self.shim.take() {
+            if tokio::time::timeout(STOP_DEADLINE, shim.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("a stopped run's shim did not exit; killing it");
+                let _ = shim.kill().await;
+            }
+        }
+    }
+}
+
+/// The environment every door's program gets, whatever it runs: a fixed `PATH` and the C
+/// locale. Drivers and git add their own keys to it.
+pub fn base_env(path: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("PATH".to_owned(), path.to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("LC_ALL".to_owned(), "C.UTF-8".to_owned()),
+    ])
+}

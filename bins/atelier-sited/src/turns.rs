@@ -1,0 +1,507 @@
+//! One agent turn, start to end (§6.4): plan the driver's run, open it through the site's turn
+//! door, turn its stdout into session events, end it on stop or deadline, derive the changed
+//! files from git, commit, then write the meta and `turn_end`.
+//!
+//! A turn has exactly one terminal fault: a stop is `turn_interrupted`, a deadline
+//! `turn_timeout`, a connection without an exit record `turn_unit_lost`, a non-zero exit
+//! `turn_agent_exited` (or `turn_agent_killed` for a signal) after the agent's stderr tail as
+//! `agent_output`. Whatever happens, `turn_end` is written and the site and slot are released.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use atelier_agents::{
+    AgentEvent, DriverId, LineSplitter, McpAttachment, PlannedFile, TurnPlan, TurnRequest,
+};
+use atelier_fs::FsError;
+use atelier_proto::{Door, ExitRecord};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::agents_md::AGENTS_FILE;
+use crate::drivers::AGENT_PATH;
+use crate::git;
+use crate::reservations::Reservation;
+use crate::runs::{RunItem, RunRefusal, RunSpec, RunTarget};
+use crate::session_log::{self, SessionMeta};
+use crate::sessions::{LiveSession, Sessions, TurnSlot};
+use atelier_layout::workspace::MCP_CONFIG_FILE;
+
+/// The most of an agent's stderr kept for its `agent_output` event.
+const STDERR_TAIL_BYTES: usize = 4096;
+/// The longest stdout line a driver parses; a longer one is dropped and counted.
+const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// The largest brief read from `AGENTS.md` (the driver cuts what it passes on further).
+const MAX_BRIEF_BYTES: u64 = 1024 * 1024;
+
+/// What stopping a turn looks like from outside: the request, and the moment its run is gone.
+#[derive(Debug)]
+pub struct TurnControl {
+    stop: watch::Sender<bool>,
+    run_gone: watch::Sender<bool>,
+}
+
+impl TurnControl {
+    /// A control for a turn not yet stopped.
+    pub fn new() -> Arc<TurnControl> {
+        Arc::new(TurnControl {
+            stop: watch::channel(false).0,
+            run_gone: watch::channel(false).0,
+        })
+    }
+
+    /// Asks the turn to stop (idempotent).
+    pub fn request_stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn stop_requested(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Waits until the turn's agent run has ended and is gone (or the turn never opened one).
+    pub async fn run_gone(&self) {
+        let mut gone = self.run_gone.subscribe();
+        let _ = gone.wait_for(|gone| *gone).await;
+    }
+
+    fn mark_run_gone(&self) {
+        self.run_gone.send_replace(true);
+    }
+}
+
+/// Everything one turn holds while it runs.
+pub struct Turn {
+    /// The session service.
+    pub sessions: Sessions,
+    /// The session's log and fan-out.
+    pub session: Arc<LiveSession>,
+    /// Its meta as it was when the turn was admitted.
+    pub meta: SessionMeta,
+    /// The prompt or follow-up message.
+    pub prompt: String,
+    /// The driver and its admitted binary.
+    pub driver: DriverId,
+    /// The binary.
+    pub bin: PathBuf,
+    /// The site's hold.
+    pub reservation: Reservation,
+    /// The global slot.
+    pub slot: TurnSlot,
+    /// Stop and its acknowledgement.
+    pub control: Arc<TurnControl>,
+}
+
+/// How the agent run ended.
+enum Ending {
+    Exit(ExitRecord),
+    Lost(String),
+    Stopped,
+    TimedOut,
+    /// The run was never opened.
+    NotOpened(&'static str),
+}
+
+impl Turn {
+    /// Runs the turn to its end. Never fails: every fault is an event in the log.
+    pub async fn run(self) {
+        let Turn {
+            sessions,
+            session,
+            mut meta,
+            prompt,
+            driver,
+            bin,
+            reservation,
+            slot,
+            control,
+        } = self;
+        let turn = meta.turns + 1;
+        let slug = session.slug().to_owned();
+        let id = session.id().clone();
+        let target = sessions.sites().config().run_target(&slug);
+        let events = Events {
+            session: Arc::clone(&session),
+        };
+        let resume_token = meta.resume_token.clone();
+        events
+            .persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}))
+            .await;
+        sessions.set_site_state(&slug, "running", &id);
+
+        let mut saw_error = false;
+        let mut last_token: Option<String> = None;
+        let mut planned: Vec<PlannedFile> = Vec::new();
+        let ending = match plan(
+            &sessions,
+            driver,
+            &bin,
+            &target,
+            &prompt,
+            resume_token.as_deref(),
+        )
+        .await
+        {
+            Err(reason) => {
+                tracing::warn!(session = %id, site = %slug, "turn setup failed: {reason}");
+                Ending::NotOpened("turn_setup_failed")
+            }
+            Ok(_) if control.stop_requested() => Ending::NotOpened("turn_interrupted"),
+            Ok(plan) => {
+                planned = plan.files.clone();
+                match write_planned(&sessions, &slug, &plan.files).await {
+                    Err(e) => {
+                        tracing::warn!(session = %id, site = %slug, error = %e, "could not write the turn's files");
+                        Ending::NotOpened("turn_setup_failed")
+                    }
+                    Ok(()) => {
+                        let spec = RunSpec {
+                            door: Door::Turn,
+                            argv: plan.argv,
+                            env: plan.env,
+                        };
+                        let mut relay = Relay {
+                            events: &events,
+                            parser: atelier_agents::line_parser(driver),
+                            lines: LineSplitter::new(MAX_LINE_BYTES),
+                            stderr_tail: Vec::new(),
+                            saw_result: false,
+                            last_token: &mut last_token,
+                        };
+                        let ending = relay
+                            .run(&sessions, &target, spec, &control, sessions.turn_timeout())
+                            .await;
+                        relay.flush().await;
+                        let saw_result = relay.saw_result;
+                        let tail = std::mem::take(&mut relay.stderr_tail);
+                        drop(relay);
+                        saw_error |= report_ending(&events, &ending, saw_result, &tail).await;
+                        ending
+                    }
+                }
+            }
+        };
+        if let Ending::NotOpened(reason) = &ending {
+            let retriable = *reason == "turn_interrupted";
+            events
+                .persist(json!({"type": "error", "reason": reason, "retriable": retriable}))
+                .await;
+            saw_error = true;
+        }
+        control.mark_run_gone();
+        remove_planned(&sessions, &slug, &planned).await;
+
+        // The git backstop and the commit, through the git door.
+        let git = sessions.sites().git().clone();
+        match git.changed_files(&target).await {
+            Ok(files) if !files.is_empty() => {
+                events
+                    .persist(json!({"type": "file_change", "files": files}))
+                    .await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "could not list the turn's changed files")
+            }
+        }
+        match sessions.workspace_root(&slug) {
+            Ok(workspace) => {
+                if let Err(e) = git
+                    .commit(&target, &workspace, &git::turn_message(id.as_str(), turn))
+                    .await
+                {
+                    tracing::error!(session = %id, error = %e, "could not commit the turn; the next boot retries");
+                    meta.recovery_pending = true;
+                }
+            }
+            Err(e) => {
+                tracing::error!(session = %id, error = %e, "could not open the workspace to commit");
+                meta.recovery_pending = true;
+            }
+        }
+
+        let state = if matches!(ending, Ending::Stopped) || control.stop_requested() {
+            "interrupted"
+        } else if saw_error {
+            "error"
+        } else {
+            "idle"
+        };
+        meta.turns = turn;
+        meta.state = state.to_owned();
+        meta.resume_token = last_token.clone();
+        let meta_written = {
+            let (sessions, slug, meta) = (sessions.clone(), slug.clone(), meta.clone());
+            tokio::task::spawn_blocking(move || {
+                let workspace = sessions.workspace_root(&slug)?;
+                session_log::write_meta(&workspace, &meta).map_err(|e| e.to_string())
+            })
+            .await
+        };
+        match meta_written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(session = %id, error = %e, "could not write the session meta")
+            }
+            Err(e) => tracing::error!(session = %id, error = %e, "the meta task failed"),
+        }
+        let mut end = json!({"type": "turn_end", "state": state});
+        if let Some(token) = &last_token {
+            end["resumeToken"] = json!(token);
+        }
+        events.persist(end).await;
+        session.mark_finished();
+        sessions.set_site_state(&slug, state, &id);
+        sessions.forget_turn(&id);
+        drop((reservation, slot));
+        tracing::info!(session = %id, site = %slug, turn, state, "turn ended");
+    }
+}
+
+/// Appends events to the session log off the async workers, in order.
+struct Events {
+    session: Arc<LiveSession>,
+}
+
+impl Events {
+    async fn persist(&self, body: Value) {
+        let session = Arc::clone(&self.session);
+        let written = tokio::task::spawn_blocking(move || session.append(body)).await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!(session = %self.session.id(), error = %e, "could not persist a session event")
+            }
+            Err(e) => {
+                tracing::error!(session = %self.session.id(), error = %e, "the event task failed")
+            }
+        }
+    }
+}
+
+/// The agent run's output turned into events.
+struct Relay<'a> {
+    events: &'a Events,
+    parser: Box<dyn atelier_agents::LineParser>,
+    lines: LineSplitter,
+    stderr_tail: Vec<u8>,
+    saw_result: bool,
+    last_token: &'a mut Option<String>,
+}
+
+impl Relay<'_> {
+    async fn run(
+        &mut self,
+        sessions: &Sessions,
+        target: &RunTarget,
+        spec: RunSpec,
+        control: &TurnControl,
+        timeout: Duration,
+    ) -> Ending {
+        let deadline = Instant::now() + timeout;
+        let mut stop = control.stop.subscribe();
+        let mut run = match sessions.runner().open(target, spec).await {
+            Ok(run) => run,
+            Err(refusal) => {
+                tracing::warn!(site = %target.slug, "the turn's run was refused: {refusal}");
+                return Ending::NotOpened(refusal_reason(&refusal));
+            }
+        };
+        if sessions.runner().is_unconfined() {
+            self.events
+                .persist(json!({
+                    "type": "text",
+                    "text": "[atelier] This turn runs unconfined (agent confinement 'none', a development host): the agent runs as the daemon's own user with its network.",
+                }))
+                .await;
+        }
+        let ending = loop {
+            tokio::select! {
+                item = run.next() => match item {
+                    RunItem::Stdout(bytes) => {
+                        for line in self.lines.push(&bytes) {
+                            self.parse(&line).await;
+                        }
+                    }
+                    RunItem::Stderr(bytes) => keep_tail(&mut self.stderr_tail, &bytes),
+                    RunItem::Exit(exit) => break Ending::Exit(exit),
+                    RunItem::Lost(why) => break Ending::Lost(why),
+                },
+                () = stop_requested(&mut stop) => break Ending::Stopped,
+                () = tokio::time::sleep_until(deadline.into()) => break Ending::TimedOut,
+            }
+        };
+        run.stop().await;
+        ending
+    }
+
+    async fn parse(&mut self, line: &str) {
+        for event in self.parser.parse_line(line) {
+            if let AgentEvent::Result { resume_token, .. } = &event {
+                self.saw_result = true;
+                if let Some(token) = resume_token {
+                    *self.last_token = Some(token.clone());
+                }
+            }
+            self.events.persist(event.to_body()).await;
+        }
+    }
+
+    async fn flush(&mut self) {
+        if let Some(line) = self.lines.finish() {
+            self.parse(&line).await;
+        }
+    }
+}
+
+/// Resolves once a stop is asked for (the watch's guard never outlives this call).
+async fn stop_requested(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Writes the terminal events of an opened run; returns whether one was an error.
+async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail: &[u8]) -> bool {
+    let fault = |reason: &str, retriable: bool| json!({"type": "error", "reason": reason, "retriable": retriable});
+    let output = || {
+        let text = String::from_utf8_lossy(tail).trim().to_owned();
+        (!text.is_empty()).then(|| {
+            json!({"type": "agent_output", "source": "stderr", "text": text, "truncated": tail.len() >= STDERR_TAIL_BYTES})
+        })
+    };
+    let error = match ending {
+        Ending::Exit(ExitRecord { code: Some(0), .. }) => {
+            if !saw_result {
+                events
+                    .persist(json!({"type": "result", "ok": true, "durationMs": 0}))
+                    .await;
+            }
+            return false;
+        }
+        Ending::Exit(ExitRecord { code: Some(_), .. }) => {
+            if let Some(output) = output() {
+                events.persist(output).await;
+            }
+            fault("turn_agent_exited", false)
+        }
+        Ending::Exit(ExitRecord { code: None, .. }) => {
+            if let Some(output) = output() {
+                events.persist(output).await;
+            }
+            fault("turn_agent_killed", true)
+        }
+        Ending::Lost(why) => {
+            tracing::warn!("the turn's run ended without an exit record: {why}");
+            fault("turn_unit_lost", true)
+        }
+        Ending::Stopped => fault("turn_interrupted", true),
+        Ending::TimedOut => fault("turn_timeout", true),
+        Ending::NotOpened(_) => return false,
+    };
+    events.persist(error).await;
+    true
+}
+
+/// The `reason` of the error event a refused run leaves.
+fn refusal_reason(refusal: &RunRefusal) -> &'static str {
+    crate::problem::Reason::of_refusal(refusal).as_str()
+}
+
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    tail.extend_from_slice(bytes);
+    if tail.len() > STDERR_TAIL_BYTES {
+        let cut = tail.len() - STDERR_TAIL_BYTES;
+        tail.drain(..cut);
+    }
+}
+
+async fn write_planned(
+    sessions: &Sessions,
+    slug: &str,
+    files: &[PlannedFile],
+) -> Result<(), String> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let (sessions, slug, files) = (sessions.clone(), slug.to_owned(), files.to_vec());
+    tokio::task::spawn_blocking(move || {
+        let workspace = sessions.workspace_root(&slug)?;
+        for file in &files {
+            workspace
+                .write_atomic(&file.path, &file.contents, file.mode)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+async fn remove_planned(sessions: &Sessions, slug: &str, files: &[PlannedFile]) {
+    if files.is_empty() {
+        return;
+    }
+    let (sessions, slug, files) = (sessions.clone(), slug.to_owned(), files.to_vec());
+    let removed = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let workspace = sessions.workspace_root(&slug)?;
+        for file in &files {
+            workspace
+                .remove_file(&file.path)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+    .await;
+    if !matches!(removed, Ok(Ok(()))) {
+        tracing::error!("could not remove a turn's planned file (it may hold a key)");
+    }
+}
+
+/// Plans the driver's run: the brief from `AGENTS.md` (bounded, a regular file, no link
+/// followed), the MCP attachment of this confinement, the driver's argv, environment and files.
+async fn plan(
+    sessions: &Sessions,
+    driver: DriverId,
+    bin: &Path,
+    target: &RunTarget,
+    prompt: &str,
+    resume_token: Option<&str>,
+) -> Result<TurnPlan, String> {
+    let brief = {
+        let (sessions, slug) = (sessions.clone(), target.slug.clone());
+        tokio::task::spawn_blocking(move || {
+            let workspace = sessions.workspace_root(&slug)?;
+            match workspace.read_limited(AGENTS_FILE, MAX_BRIEF_BYTES) {
+                Ok(bytes) => Ok(Some(bytes)),
+                Err(FsError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(format!("reading {AGENTS_FILE}: {e}")),
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())??
+    };
+    let agents = sessions.agents();
+    let mcp = if sessions.runner().is_unconfined() {
+        McpAttachment::unconfined(
+            &sessions.sites().config().publication_api_url,
+            agents.publication_api_key.as_deref(),
+        )
+    } else {
+        McpAttachment::confined()
+    };
+    let mcp_config_path = target.workspace.join(MCP_CONFIG_FILE);
+    let request = TurnRequest {
+        driver,
+        bin,
+        workspace: &target.workspace,
+        prompt,
+        resume_token,
+        brief: brief.as_deref(),
+        mcp: &mcp,
+        mcp_config_path: &mcp_config_path,
+        path_env: AGENT_PATH,
+        credentials: &agents.credentials,
+    };
+    atelier_agents::plan_turn(&request).map_err(|e| e.to_string())
+}

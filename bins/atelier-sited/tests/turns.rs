@@ -1,0 +1,610 @@
+//! Agent turns end to end in `none` confinement: the real shim spawned over a socketpair, the
+//! scripted test agent as Claude Code, real git. Each fault has its one terminal error, every
+//! turn its commit and `turn_end`, and sited's own binary survives a `kill -9` mid-turn.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use atelier_sited::Router;
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{actor, call, declare_sites, follow_events, make_roots, raw_settings};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Instance {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    socket: PathBuf,
+    router: Router,
+}
+
+impl Instance {
+    async fn post(&self, path: &str, body: Value) -> support::Reply {
+        call(&self.socket, Method::POST, path, body).await
+    }
+
+    async fn get(&self, path: &str) -> support::Reply {
+        call(&self.socket, Method::GET, path, Value::Null).await
+    }
+
+    /// Starts a session on `alpha` and returns its id.
+    async fn start(&self, prompt: &str) -> String {
+        let started = self
+            .post(
+                "/v1/sites/alpha/sessions",
+                json!({"prompt": prompt, "actor": actor()}),
+            )
+            .await;
+        assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+        started.json()["session_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Every event of the session's log, waiting for the running turn to end.
+    async fn events(&self, id: &str) -> Vec<Value> {
+        follow_events(&self.socket, id, -1, WAIT).await
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.root.join("sites/alpha")
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .current_dir(self.workspace())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", "/nonexistent")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    async fn wait_free(&self) {
+        for _ in 0..500 {
+            if self.router.sites().reservations().holder("alpha").is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the site stayed held");
+    }
+}
+
+async fn instance(configure: impl FnOnce(&mut atelier_sited::RawSettings)) -> Instance {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    make_roots(&root);
+    declare_sites(&root, &[("alpha", "alpha.example.org")]);
+    let mut raw = raw_settings(&root);
+    configure(&mut raw);
+    let router = Router::new(&raw.validate().unwrap()).unwrap();
+    let socket = root.join("sited.sock");
+    support::serve(router.clone(), &socket);
+    let instance = Instance {
+        _dir: dir,
+        root,
+        socket,
+        router,
+    };
+    let created = instance
+        .post(
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    instance
+}
+
+fn bodies(events: &[Value]) -> Vec<Value> {
+    events.iter().map(|e| e["body"].clone()).collect()
+}
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["body"]["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn errors(events: &[Value]) -> Vec<Value> {
+    bodies(events)
+        .into_iter()
+        .filter(|b| b["type"] == "error")
+        .collect()
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_streams_the_agents_events_and_commits_its_files() {
+    let instance = instance(|_| {}).await;
+    let id = instance
+        .start("I will add a page.\nwrite index.html <h1>Hello from the agent</h1>")
+        .await;
+    let events = instance.events(&id).await;
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
+    let kinds = kinds(&events);
+    assert_eq!(kinds.first().map(String::as_str), Some("turn_start"));
+    assert_eq!(kinds.last().map(String::as_str), Some("turn_end"));
+    let bodies = bodies(&events);
+    assert_eq!(
+        bodies[0],
+        json!({"type": "turn_start", "turn": 1, "prompt": "I will add a page.\nwrite index.html <h1>Hello from the agent</h1>"})
+    );
+    assert!(
+        bodies[1]["text"].as_str().unwrap().contains("unconfined"),
+        "the first event announces the unconfined mode: {}",
+        bodies[1]
+    );
+    assert!(bodies
+        .iter()
+        .any(|b| b["type"] == "text" && b["text"] == "I will add a page."));
+    assert!(bodies.iter().any(|b| b["type"] == "tool"
+        && b["name"] == "Write"
+        && b["summary"].as_str().unwrap().contains("index.html")));
+    let result = bodies.iter().find(|b| b["type"] == "result").unwrap();
+    assert_eq!(result["ok"], true);
+    let token = result["resumeToken"].as_str().unwrap().to_owned();
+    assert!(bodies.contains(&json!({"type": "file_change", "files": ["index.html"]})));
+    assert_eq!(errors(&events), Vec::<Value>::new());
+    assert_eq!(
+        bodies.last().unwrap(),
+        &json!({"type": "turn_end", "state": "idle", "resumeToken": token})
+    );
+    // The commit is the turn's, with the file the agent wrote; .builder/ is never committed.
+    let log = instance.git(&["log", "--format=%s"]);
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        [
+            format!("agent: session {id} turn 1").as_str(),
+            "scaffold: initial template"
+        ]
+    );
+    let files = instance.git(&["show", "--name-only", "--format=", "HEAD"]);
+    assert_eq!(files.trim(), "index.html");
+    assert!(!instance.git(&["ls-files"]).contains(".builder"));
+    assert!(
+        !instance.workspace().join(".builder/mcp.json").exists(),
+        "the per-turn MCP file is gone after the turn"
+    );
+    instance.wait_free().await;
+
+    // A follow-up resumes the agent's own session and is turn 2 of the same log.
+    let sent = instance
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": "append index.html <p>more</p>", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+    assert_eq!(sent.json(), json!({"session_id": id, "accepted": true}));
+    let events = instance.events(&id).await;
+    let all = self::bodies(&events);
+    let turn_starts: Vec<_> = all.iter().filter(|b| b["type"] == "turn_start").collect();
+    assert_eq!(turn_starts.len(), 2);
+    assert_eq!(turn_starts[1]["turn"], 2);
+    let second_result = all.iter().filter(|b| b["type"] == "result").nth(1).unwrap();
+    assert_eq!(
+        second_result["resumeToken"],
+        token.as_str(),
+        "--resume was passed"
+    );
+    let log = instance.git(&["log", "--format=%s"]);
+    assert!(
+        log.starts_with(&format!("agent: session {id} turn 2\n")),
+        "{log}"
+    );
+    instance.wait_free().await;
+    let list = instance.get("/v1/sites/alpha/sessions").await.json();
+    assert_eq!(list["data"][0]["turns"], 2);
+    assert_eq!(list["data"][0]["state"], "idle");
+    let site = instance.get("/v1/sites/alpha").await.json();
+    assert_eq!(site["session"], json!({"state": "idle", "session_id": id}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_gets_an_allowlisted_environment_and_its_own_home() {
+    let instance = instance(|raw| {
+        raw.credentials.anthropic_api_key = Some("sk-ant-test-key".into());
+        raw.credentials.publication_api_key = Some("publication-canary-key".into());
+    })
+    .await;
+    let id = instance
+        .start("env HOME\nenv SERVICE_TOKEN\nenv ANTHROPIC_API_KEY\nenv PUBLICATION_API_KEY\nenv CREDENTIALS_DIRECTORY\nenv PATH")
+        .await;
+    let events = instance.events(&id).await;
+    let said: Vec<String> = bodies(&events)
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .map(|b| b["text"].as_str().unwrap().to_owned())
+        .collect();
+    let home = instance.root.join("agents/unconfined/alpha/turn");
+    for want in [
+        format!("HOME={}", home.display()),
+        "SERVICE_TOKEN unset".to_owned(),
+        "ANTHROPIC_API_KEY=sk-ant-test-key".to_owned(),
+        "PUBLICATION_API_KEY unset".to_owned(),
+        "CREDENTIALS_DIRECTORY unset".to_owned(),
+        "PATH=/usr/local/bin:/usr/bin:/bin".to_owned(),
+    ] {
+        assert!(said.contains(&want), "{want:?} not in {said:?}");
+    }
+    // The service token never reaches the log.
+    let log = std::fs::read_to_string(
+        instance
+            .workspace()
+            .join(format!(".builder/sessions/{id}.jsonl")),
+    )
+    .unwrap();
+    assert!(!log.contains(support::TOKEN));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_fault_ends_the_turn_with_one_named_error() {
+    let instance = instance(|raw| raw.session_turn_timeout_ms = Some(1500)).await;
+    let cases: [(&str, &str, Value, &str); 4] = [
+        (
+            "non-zero exit",
+            "stderr the agent broke\nexit 3",
+            json!({"type": "error", "reason": "turn_agent_exited", "retriable": false}),
+            "error",
+        ),
+        (
+            "killed by a signal",
+            "kill-self",
+            json!({"type": "error", "reason": "turn_agent_killed", "retriable": true}),
+            "error",
+        ),
+        (
+            "deadline",
+            "hang",
+            json!({"type": "error", "reason": "turn_timeout", "retriable": true}),
+            "error",
+        ),
+        (
+            "garbage lines and a clean exit without a result",
+            "raw {not json\nraw []\nexit 0",
+            Value::Null,
+            "idle",
+        ),
+    ];
+    for (name, prompt, want_error, want_state) in cases {
+        let id = instance.start(prompt).await;
+        let events = instance.events(&id).await;
+        let errors = errors(&events);
+        if want_error.is_null() {
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+            assert!(
+                bodies(&events).contains(&json!({"type": "result", "ok": true, "durationMs": 0})),
+                "{name}: a clean exit without a result line gets a synthesized one"
+            );
+        } else {
+            assert_eq!(errors, [want_error], "{name}");
+        }
+        let end = bodies(&events).last().cloned().unwrap();
+        assert_eq!(end["type"], "turn_end", "{name}");
+        assert_eq!(end["state"], want_state, "{name}");
+        instance.wait_free().await;
+        if name == "non-zero exit" {
+            let output = bodies(&events)
+                .into_iter()
+                .find(|b| b["type"] == "agent_output")
+                .unwrap();
+            assert_eq!(output["text"], "the agent broke", "{name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_ends_the_agent_and_its_processes_then_commits() {
+    let instance = instance(|_| {}).await;
+    let marker = format!("stop-marker-{}", std::process::id());
+    let id = instance
+        .start(&format!("write before-stop.txt {marker}\nhang"))
+        .await;
+    // Wait until the agent has written its file, so it is surely running.
+    let file = instance.workspace().join("before-stop.txt");
+    for _ in 0..500 {
+        if file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(file.exists(), "the agent started");
+    // A follow-up while the turn runs is refused with the contract's detail.
+    let busy = instance
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": "more", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(busy.status, StatusCode::CONFLICT);
+    assert_eq!(busy.json()["reason"], "session_running");
+    assert_eq!(
+        busy.json()["detail"],
+        "A turn is already running for 'alpha'"
+    );
+
+    let stopped = instance
+        .post(
+            &format!("/v1/sessions/{id}/stop"),
+            json!({"actor": actor()}),
+        )
+        .await;
+    assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
+    assert_eq!(stopped.json(), json!({"session_id": id, "stopped": true}));
+    assert!(
+        processes_with(&marker).is_empty(),
+        "no process of the turn survives its stop"
+    );
+    let events = instance.events(&id).await;
+    assert_eq!(
+        errors(&events),
+        [json!({"type": "error", "reason": "turn_interrupted", "retriable": true})]
+    );
+    assert_eq!(
+        bodies(&events).last().unwrap(),
+        &json!({"type": "turn_end", "state": "interrupted"})
+    );
+    assert!(instance
+        .git(&["show", "--name-only", "--format=", "HEAD"])
+        .contains("before-stop.txt"));
+
+    // Stop of a finished turn, or of a session nobody knows, is not_running — never 404.
+    instance.wait_free().await;
+    for target in [
+        id.clone(),
+        "00000000-0000-4000-8000-000000000000".into(),
+        "..%2Fx".into(),
+    ] {
+        let again = instance
+            .post(
+                &format!("/v1/sessions/{target}/stop"),
+                json!({"actor": actor()}),
+            )
+            .await;
+        assert_eq!(again.status, StatusCode::CONFLICT, "{target}");
+        assert_eq!(again.json()["reason"], "not_running", "{target}");
+    }
+
+    // Every mutation is in the audit log with its actor, newest first.
+    let audit = instance.get("/v1/audit?site=alpha").await.json();
+    let actions: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["session_stop", "session_start", "create_site"]);
+    for entry in audit["data"].as_array().unwrap() {
+        assert_eq!(entry["actor"], actor());
+    }
+}
+
+#[test]
+fn sited_spawns_processes_only_in_the_none_mode_spawner() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offenders = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let rel = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            // Starting a process needs a Command or a raw fork/exec/spawn call.
+            for needle in ["Command", "fork(", "execv", "posix_spawn", "clone3"] {
+                if text.contains(needle) && rel != "runs/none.rs" {
+                    offenders.push(format!("{rel}: {needle}"));
+                }
+            }
+        }
+    }
+    assert_eq!(offenders, Vec::<String>::new());
+}
+
+/// sited's own binary, serving a temp instance in `none` confinement.
+struct Daemon {
+    child: std::process::Child,
+}
+
+impl Daemon {
+    fn start(root: &Path) -> Daemon {
+        let socket = root.join("sited.sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new(support::workspace_bin("atelier-sited"))
+            .args(support::sited_args(root, &socket))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Dropped (killed and reaped) if it never comes up.
+        let daemon = Daemon { child };
+        for _ in 0..500 {
+            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                return daemon;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("sited did not come up");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_turn_then_restart_recovers_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    make_roots(root);
+    declare_sites(root, &[("alpha", "alpha.example.org")]);
+    let socket = root.join("sited.sock");
+    let mut daemon = Daemon::start(root);
+    let created = call(
+        &socket,
+        Method::POST,
+        "/v1/sites",
+        json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let marker = format!("kill-marker-{}", std::process::id());
+    let started = call(
+        &socket,
+        Method::POST,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": format!("Working.\nwrite unsaved.txt {marker}\nhang"), "actor": actor()}),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    let file = root.join("sites/alpha/unsaved.txt");
+    for _ in 0..500 {
+        if file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(file.exists());
+    // Wait until the agent's tool use is in the log: the turn is well under way.
+    let log_path = root.join(format!("sites/alpha/.builder/sessions/{id}.jsonl"));
+    let mut before: Vec<Value> = Vec::new();
+    for _ in 0..500 {
+        before = std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if before.iter().any(|e| e["body"]["type"] == "tool") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        before.iter().any(|e| e["body"]["type"] == "tool"),
+        "{before:?}"
+    );
+
+    // SIGKILL: no shutdown of any kind.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    daemon.child.wait().unwrap();
+    // The orphaned shim sees its connection close and ends the agent.
+    for _ in 0..1000 {
+        if processes_with(&marker).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        processes_with(&marker).is_empty(),
+        "the agent died with its connection"
+    );
+
+    let _daemon = Daemon::start(root);
+    let events = follow_events(&socket, &id, -1, WAIT).await;
+    assert_eq!(
+        &events[..before.len()],
+        &before[..],
+        "the log before the kill is intact"
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (0..events.len() as u64).collect::<Vec<_>>(),
+        "seq continues without reuse"
+    );
+    assert_eq!(
+        bodies(&events[before.len()..]),
+        [
+            json!({"type": "error", "reason": "turn_interrupted", "retriable": true}),
+            json!({"type": "turn_end", "state": "interrupted"}),
+        ]
+    );
+    let list = call(
+        &socket,
+        Method::GET,
+        "/v1/sites/alpha/sessions",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(list.json()["data"][0]["state"], "interrupted");
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "log",
+            "-1",
+            "--name-only",
+            "--format=%s",
+        ])
+        .current_dir(root.join("sites/alpha"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            format!("agent: recovered after restart (session {id})").as_str(),
+            "",
+            "unsaved.txt"
+        ]
+    );
+    // The site is usable again.
+    let again = call(
+        &socket,
+        Method::POST,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "write after.txt back", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    let events = follow_events(&socket, &id, -1, WAIT).await;
+    assert_eq!(
+        events.last().unwrap()["body"]["state"],
+        "idle",
+        "{:?}",
+        events.last()
+    );
+}
