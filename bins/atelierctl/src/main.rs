@@ -1,3 +1,7 @@
-//! atelierctl entry point.
+//! atelierctl's entry point: parse the command line and run it (`atelierctl --help`).
 
-fn main() {}
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    atelierctl::cli::run(atelierctl::cli::Cli::parse())
+}

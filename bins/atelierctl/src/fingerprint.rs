@@ -1,0 +1,63 @@
+//! The engine's pairing fingerprint (§2.3): what `/health` must carry for the client to believe
+//! it reached the instance its token belongs to.
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// `hex(sha256("dedalo-site-instance:" + instance + "\n" + token))`, lowercase.
+pub fn instance_fingerprint(instance: &str, token: &str) -> String {
+    let mut digest = Sha256::new();
+    digest.update(b"dedalo-site-instance:");
+    digest.update(instance.as_bytes());
+    digest.update(b"\n");
+    digest.update(token.as_bytes());
+    hex::encode(digest.finalize())
+}
+
+/// Returns true if and only if `received` is exactly `expected`, compared in constant time
+/// (the length is not secret: every fingerprint is 64 characters).
+pub fn fingerprint_matches(received: &str, expected: &str) -> bool {
+    received.as_bytes().ct_eq(expected.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contract_vectors_hold() {
+        assert_eq!(
+            instance_fingerprint("test", "test-service-token-000000000000000000000000"),
+            "2eca5043adb9e40a704c689d74e9fe6db3270c4559dde3920109fb378fccdc46"
+        );
+        assert_eq!(
+            instance_fingerprint("example", &"x".repeat(32)),
+            "59fec31fb346c03be9ebda43c134328833780832dff864d1578f819fcc7349cb"
+        );
+    }
+
+    #[test]
+    fn only_the_exact_fingerprint_matches() {
+        let good = instance_fingerprint("example", &"x".repeat(32));
+        let cases: &[(&str, String, bool)] = &[
+            ("same", good.clone(), true),
+            ("uppercase", good.to_uppercase(), false),
+            (
+                "other token",
+                instance_fingerprint("example", &"y".repeat(32)),
+                false,
+            ),
+            (
+                "other instance",
+                instance_fingerprint("example2", &"x".repeat(32)),
+                false,
+            ),
+            ("prefix", good[..63].to_owned(), false),
+            ("longer", format!("{good}0"), false),
+            ("empty", String::new(), false),
+        ];
+        for (name, received, want) in cases {
+            assert_eq!(fingerprint_matches(received, &good), *want, "{name}");
+        }
+    }
+}
