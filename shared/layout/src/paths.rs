@@ -369,6 +369,25 @@ pub fn mode_rule(role: Role) -> ModeRule {
         .unwrap_or(rule(role, Root, Root, 0o700, D))
 }
 
+/// Resolves a principal the instance name alone determines (everything but the engine's and
+/// the web server's groups, which only the declaration names: `None`). A site principal
+/// resolved without its site is root, the owner that grants nothing.
+pub fn instance_principal_name(
+    principal: Principal,
+    inst: &InstanceName,
+    k: Option<SiteOrdinal>,
+) -> Option<String> {
+    Some(match (principal, k) {
+        (Principal::Root, _) => "root".to_owned(),
+        (Principal::ServiceUser, _) => names::service_user(inst),
+        (Principal::ServiceGroup, _) => names::service_group(inst),
+        (Principal::EngineGroup | Principal::WebGroup, _) => return None,
+        (Principal::SiteIdentity, Some(k)) => names::site_identity(inst, k),
+        (Principal::SitePrivateGroup, Some(k)) => names::site_private_group(inst, k),
+        (Principal::SiteIdentity | Principal::SitePrivateGroup, None) => "root".to_owned(),
+    })
+}
+
 /// One resolved entry of an instance's tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModeEntry {
@@ -708,16 +727,11 @@ impl<'d> Layout<'d> {
 
     /// Resolves a principal to its name; site principals need the site's ordinal.
     pub fn principal_name(&self, principal: Principal, k: Option<SiteOrdinal>) -> String {
-        match (principal, k) {
-            (Principal::Root, _) => "root".to_owned(),
-            (Principal::ServiceUser, _) => self.service_user(),
-            (Principal::ServiceGroup, _) => self.service_group(),
-            (Principal::EngineGroup, _) => self.decl.engine.group.clone(),
-            (Principal::WebGroup, _) => self.decl.web.group.clone(),
-            (Principal::SiteIdentity, Some(k)) => names::site_identity(self.instance(), k),
-            (Principal::SitePrivateGroup, Some(k)) => names::site_private_group(self.instance(), k),
-            // A site row resolved without its site: root is the owner that grants nothing.
-            (Principal::SiteIdentity | Principal::SitePrivateGroup, None) => "root".to_owned(),
+        match principal {
+            Principal::EngineGroup => self.decl.engine.group.clone(),
+            Principal::WebGroup => self.decl.web.group.clone(),
+            _ => instance_principal_name(principal, self.instance(), k)
+                .unwrap_or_else(|| "root".to_owned()),
         }
     }
 

@@ -438,3 +438,35 @@ fn runtime_max_sec_rounds_the_ceiling_up_and_adds_the_grace() {
         assert_eq!(paths::runtime_max_sec(ceiling_ms), expected, "{ceiling_ms}");
     }
 }
+
+#[test]
+fn principals_resolve_without_the_declaration_where_the_instance_decides() {
+    let decl = example();
+    let layout = Layout::new(&decl);
+    let inst = layout.instance();
+    for principal in [
+        Principal::Root,
+        Principal::ServiceUser,
+        Principal::ServiceGroup,
+        Principal::SiteIdentity,
+        Principal::SitePrivateGroup,
+    ] {
+        for site in [None, Some(k(1)), Some(k(2))] {
+            assert_eq!(
+                paths::instance_principal_name(principal, inst, site),
+                Some(layout.principal_name(principal, site)),
+                "{principal:?} {site:?}"
+            );
+        }
+    }
+    for principal in [Principal::EngineGroup, Principal::WebGroup] {
+        assert_eq!(
+            paths::instance_principal_name(principal, inst, Some(k(1))),
+            None
+        );
+    }
+    assert_eq!(
+        paths::instance_principal_name(Principal::SiteIdentity, inst, Some(k(2))).as_deref(),
+        Some("atelier-a-example_2")
+    );
+}
