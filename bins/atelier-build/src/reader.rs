@@ -55,13 +55,15 @@ impl EventReader {
         EventReader::default()
     }
 
-    /// Takes the next chunk and returns every item it completed, in order.
-    pub fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<BuildItem>, ReadError> {
-        let mut items = Vec::new();
+    /// Takes the next chunk and appends every item it completed to `items`, in order.
+    ///
+    /// On an error, the items before the bad frame are already in `items` (the last output
+    /// before a corrupt frame belongs in the log too).
+    pub fn push(&mut self, mut chunk: &[u8], items: &mut Vec<BuildItem>) -> Result<(), ReadError> {
         while let Some(frame) = self.decoder.decode(&mut chunk)? {
             items.push(item_of(frame)?);
         }
-        Ok(items)
+        Ok(())
     }
 
     /// Checks that the stream ended between two frames; call it when the relay ended.
@@ -204,7 +206,7 @@ mod tests {
             let mut reader = EventReader::new();
             let mut got = Vec::new();
             for chunk in wire.chunks(size) {
-                got.extend(reader.push(chunk).unwrap());
+                reader.push(chunk, &mut got).unwrap();
             }
             reader.finish().unwrap();
             assert_eq!(got, want, "chunk size {size}");
@@ -237,9 +239,10 @@ mod tests {
     #[test]
     fn bad_streams_are_named() {
         let (wire, _) = stream();
-        let truncated = EventReader::new();
-        let mut reader = truncated;
-        reader.push(&wire[..wire.len() - 1]).unwrap();
+        let mut items = Vec::new();
+        let mut reader = EventReader::new();
+        reader.push(&wire[..wire.len() - 1], &mut items).unwrap();
+        assert_eq!(items.len(), 4, "every whole frame before the cut");
         assert!(matches!(
             reader.finish(),
             Err(ReadError::Frame(FrameError::Truncated { .. }))
@@ -247,22 +250,31 @@ mod tests {
 
         let mut reader = EventReader::new();
         let exit = encode(&Frame::new(FrameKind::Exit, &b"{}"[..])).unwrap();
+        let mut items = Vec::new();
+        let both = [wire.clone(), exit].concat();
         assert!(matches!(
-            reader.push(&exit),
+            reader.push(&both, &mut items),
             Err(ReadError::UnexpectedKind(FrameKind::Exit))
         ));
+        assert_eq!(items.len(), 5, "the items before the bad frame are kept");
 
         let mut reader = EventReader::new();
         let bad_event =
             encode(&Frame::new(FrameKind::Event, &b"{\"event\":\"nope\"}"[..])).unwrap();
-        assert!(matches!(reader.push(&bad_event), Err(ReadError::Event(_))));
+        assert!(matches!(
+            reader.push(&bad_event, &mut Vec::new()),
+            Err(ReadError::Event(_))
+        ));
 
         let mut reader = EventReader::new();
         assert!(matches!(
-            reader.push(b"Z\0\0\0\0"),
+            reader.push(b"Z\0\0\0\0", &mut Vec::new()),
             Err(ReadError::Frame(_))
         ));
-        assert!(reader.push(&wire).is_err(), "a failed reader stays failed");
+        assert!(
+            reader.push(&wire, &mut Vec::new()).is_err(),
+            "a failed reader stays failed"
+        );
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn finish(child: std::process::Child) -> Run {
     let mut items = Vec::new();
     // Odd-sized chunks, as relayed O payloads would arrive.
     for chunk in out.stdout.chunks(7) {
-        items.extend(reader.push(chunk).unwrap());
+        reader.push(chunk, &mut items).unwrap();
     }
     reader.finish().unwrap();
     let mut report = BuildReport::new();
@@ -433,7 +433,8 @@ fn a_bad_plan_is_refused_before_anything_runs() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     let mut reader = EventReader::new();
-    let items = reader.push(&out.stdout).unwrap();
+    let mut items = Vec::new();
+    reader.push(&out.stdout, &mut items).unwrap();
     assert!(items.contains(&BuildItem::Event(BuildEvent::Refused {
         reason: "build error".into()
     })));
