@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::plan::is_resume_token;
 use crate::{AgentEvent, DriverId};
 
 /// The longest tool target quoted in a tool summary, in characters.
@@ -89,17 +90,26 @@ impl LineSplitter {
 pub trait LineParser: Send {
     /// The events one line of output means.
     fn parse_line(&mut self, line: &str) -> Vec<AgentEvent>;
+
+    /// The events the end of a run that exited 0 means, after its last line: opencode states
+    /// its session only along the way, so its result is known once the output ended. The
+    /// daemon synthesizes a bare result only when neither the lines nor this gave one.
+    fn finish(&mut self) -> Vec<AgentEvent> {
+        Vec::new()
+    }
 }
 
 /// The parser of `driver`'s output.
 pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
     match driver {
         DriverId::ClaudeCode => Box::new(ClaudeStreamJson),
-        DriverId::Opencode | DriverId::Pi => Box::new(OpencodeJson),
+        DriverId::Opencode | DriverId::Pi => Box::new(OpencodeJson::default()),
     }
 }
 
-/// Claude Code's `--output-format stream-json` (§10.4).
+/// Claude Code's `--output-format stream-json` (§10.4): `assistant` frames' text and
+/// tool_use blocks, and the `result` frame. A result with `is_error: true` still maps to
+/// `ok: true` (the contract's quirk: the daemon's own faults are its errors).
 #[derive(Debug, Default)]
 pub struct ClaudeStreamJson;
 
@@ -113,84 +123,197 @@ impl LineParser for ClaudeStreamJson {
                 .get("message")
                 .and_then(|m| m.get("content"))
                 .and_then(Value::as_array)
-                .map(|blocks| blocks.iter().filter_map(content_block).collect())
+                .map(|blocks| blocks.iter().filter_map(claude_block).collect())
                 .unwrap_or_default(),
             Some("result") => vec![AgentEvent::Result {
-                resume_token: frame
-                    .get("session_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                cost_usd: frame.get("total_cost_usd").and_then(Value::as_f64),
-                duration_ms: frame
-                    .get("duration_ms")
-                    .and_then(Value::as_f64)
-                    .filter(|d| d.is_finite() && *d >= 0.0)
-                    .map_or(0, |d| d as u64),
+                resume_token: resume_token(frame.get("session_id")),
+                cost_usd: frame.get("total_cost_usd").and_then(finite),
+                duration_ms: millis(frame.get("duration_ms")),
             }],
             _ => Vec::new(),
         }
     }
 }
 
-fn content_block(block: &Value) -> Option<AgentEvent> {
+fn claude_block(block: &Value) -> Option<AgentEvent> {
     match block.get("type").and_then(Value::as_str)? {
         "text" => Some(AgentEvent::Text {
             text: block.get("text")?.as_str()?.to_owned(),
         }),
         "tool_use" => {
-            let name = block.get("name")?.as_str()?.to_owned();
-            let input = block.get("input");
-            let target = ["file_path", "path", "command", "query"]
-                .iter()
-                .find_map(|key| input?.get(key)?.as_str());
-            let summary = match target {
-                Some(target) => format!(
-                    "{name}: {}",
-                    target
-                        .chars()
-                        .take(SUMMARY_TARGET_CHARS)
-                        .collect::<String>()
-                ),
-                None => name.clone(),
-            };
-            Some(AgentEvent::Tool { name, summary })
+            let name = block.get("name")?.as_str()?;
+            Some(tool_event(
+                name,
+                block.get("input"),
+                &["file_path", "path", "command", "query"],
+            ))
         }
         _ => None,
     }
 }
 
-/// opencode's `--format json` (§10.5).
+/// `<name>: <target, first 120 chars>`, the target being the first of `keys` the input has as
+/// a string, or just the name.
+fn tool_event(name: &str, input: Option<&Value>, keys: &[&str]) -> AgentEvent {
+    let target = keys.iter().find_map(|key| input?.get(key)?.as_str());
+    let summary = match target {
+        Some(target) => format!(
+            "{name}: {}",
+            target
+                .chars()
+                .take(SUMMARY_TARGET_CHARS)
+                .collect::<String>()
+        ),
+        None => name.to_owned(),
+    };
+    AgentEvent::Tool {
+        name: name.to_owned(),
+        summary,
+    }
+}
+
+/// opencode's `run --format json`. Each line is `{type, timestamp, sessionID, part…}`:
+/// `text` and `tool_use` parts become events, `step_finish` costs add up, `error` is said
+/// as text (opencode writes it to stdout, so no stderr tail would carry it), and `done` (or,
+/// for a version without it, [`LineParser::finish`]) is the result: the session to resume,
+/// the summed cost and the span of the timestamps. The reference's flat frames (a string
+/// `text` or `tool`, `{type: "session", id}`) map as §10.5 says.
 #[derive(Debug, Default)]
-pub struct OpencodeJson;
+pub struct OpencodeJson {
+    session: Option<String>,
+    cost_usd: Option<f64>,
+    first_ms: Option<u64>,
+    last_ms: Option<u64>,
+    finished: bool,
+}
+
+impl OpencodeJson {
+    fn result(&mut self) -> Vec<AgentEvent> {
+        if self.finished {
+            return Vec::new();
+        }
+        self.finished = true;
+        let duration_ms = match (self.first_ms, self.last_ms) {
+            (Some(first), Some(last)) => last.saturating_sub(first),
+            _ => 0,
+        };
+        vec![AgentEvent::Result {
+            resume_token: self.session.clone(),
+            cost_usd: self.cost_usd,
+            duration_ms,
+        }]
+    }
+}
 
 impl LineParser for OpencodeJson {
     fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
-        if frame.get("type").and_then(Value::as_str) == Some("session") {
-            if let Some(id) = frame.get("id").and_then(Value::as_str) {
-                return vec![AgentEvent::Result {
-                    resume_token: Some(id.to_owned()),
-                    cost_usd: None,
-                    duration_ms: 0,
-                }];
-            }
+        if let Some(session) = resume_token(frame.get("sessionID")) {
+            self.session = Some(session);
+        }
+        if let Some(at) = frame.get("timestamp").and_then(Value::as_u64) {
+            self.first_ms.get_or_insert(at);
+            self.last_ms = Some(at);
         }
         let mut events = Vec::new();
-        if let Some(text) = frame.get("text").and_then(Value::as_str) {
-            events.push(AgentEvent::Text {
-                text: text.to_owned(),
-            });
+        let part = frame.get("part").filter(|p| p.is_object());
+        if part.is_none() {
+            if let Some(text) = frame.get("text").and_then(Value::as_str) {
+                events.push(AgentEvent::Text {
+                    text: text.to_owned(),
+                });
+            }
+            if let Some(tool) = frame.get("tool").and_then(Value::as_str) {
+                events.push(AgentEvent::Tool {
+                    name: tool.to_owned(),
+                    summary: tool.to_owned(),
+                });
+            }
         }
-        if let Some(tool) = frame.get("tool").and_then(Value::as_str) {
-            events.push(AgentEvent::Tool {
-                name: tool.to_owned(),
-                summary: tool.to_owned(),
-            });
+        match frame.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(text) = part.and_then(|p| p.get("text")).and_then(Value::as_str) {
+                    if !text.trim().is_empty() {
+                        events.push(AgentEvent::Text {
+                            text: text.to_owned(),
+                        });
+                    }
+                }
+            }
+            Some("tool_use") => {
+                if let Some(tool) = part.and_then(|p| p.get("tool")).and_then(Value::as_str) {
+                    let input = part
+                        .and_then(|p| p.get("state"))
+                        .and_then(|s| s.get("input"));
+                    events.push(tool_event(
+                        tool,
+                        input,
+                        &["filePath", "path", "command", "pattern", "url", "query"],
+                    ));
+                }
+            }
+            Some("step_finish") => {
+                if let Some(cost) = part.and_then(|p| p.get("cost")).and_then(finite) {
+                    *self.cost_usd.get_or_insert(0.0) += cost;
+                }
+            }
+            Some("error") => {
+                if let Some(message) = frame.get("error").and_then(error_message) {
+                    events.push(AgentEvent::Text {
+                        text: format!("opencode error: {message}"),
+                    });
+                }
+            }
+            Some("done") => events.extend(self.result()),
+            Some("session") => {
+                if let Some(id) = resume_token(frame.get("id")) {
+                    self.session = Some(id);
+                    events.extend(self.result());
+                }
+            }
+            _ => {}
         }
         events
     }
+
+    fn finish(&mut self) -> Vec<AgentEvent> {
+        if self.session.is_none() {
+            return Vec::new();
+        }
+        self.result()
+    }
+}
+
+/// What an opencode error says: `data.message`, else `message`, else its `name`.
+fn error_message(error: &Value) -> Option<&str> {
+    error
+        .get("data")
+        .and_then(|d| d.get("message"))
+        .or_else(|| error.get("message"))
+        .or_else(|| error.get("name"))
+        .and_then(Value::as_str)
+}
+
+/// A session id the next turn may pass back on its argv; anything else is dropped.
+fn resume_token(value: Option<&Value>) -> Option<String> {
+    value
+        .and_then(Value::as_str)
+        .filter(|t| is_resume_token(t))
+        .map(str::to_owned)
+}
+
+fn finite(value: &Value) -> Option<f64> {
+    value.as_f64().filter(|v| v.is_finite())
+}
+
+/// A non-negative count of milliseconds, else 0.
+fn millis(value: Option<&Value>) -> u64 {
+    value
+        .and_then(Value::as_f64)
+        .filter(|d| d.is_finite() && *d >= 0.0)
+        .map_or(0, |d| d as u64)
 }
 
 fn json_object(line: &str) -> Option<Value> {
@@ -207,6 +330,16 @@ fn json_object(line: &str) -> Option<Value> {
 mod tests {
     use super::*;
 
+    fn split(max: usize, chunks: &[&[u8]]) -> (Vec<String>, Option<String>, u64) {
+        let mut splitter = LineSplitter::new(max);
+        let mut lines = Vec::new();
+        for chunk in chunks {
+            lines.extend(splitter.push(chunk));
+        }
+        let last = splitter.finish();
+        (lines, last, splitter.dropped())
+    }
+
     #[test]
     fn splitter_table() {
         type Case = (
@@ -218,6 +351,14 @@ mod tests {
         );
         let cases: Vec<Case> = vec![
             ("one line", vec![b"a\n"], vec!["a"], None, 0),
+            ("nothing", vec![], vec![], None, 0),
+            (
+                "empty chunks",
+                vec![b"", b"a", b"", b"\n"],
+                vec!["a"],
+                None,
+                0,
+            ),
             (
                 "split across chunks",
                 vec![b"ab", b"c\nd"],
@@ -226,10 +367,32 @@ mod tests {
                 0,
             ),
             (
+                "final partial line",
+                vec![b"a\nlast"],
+                vec!["a"],
+                Some("last"),
+                0,
+            ),
+            ("crlf", vec![b"a\r\nb\r\n"], vec!["a", "b"], None, 0),
+            (
                 "crlf split between chunks",
-                vec![b"a\r", b"\nb\r\n"],
-                vec!["a", "b"],
+                vec![b"a\r", b"\nb"],
+                vec!["a"],
+                Some("b"),
+                0,
+            ),
+            (
+                "a lone cr is kept inside",
+                vec![b"a\rb\n"],
+                vec!["a\rb"],
                 None,
+                0,
+            ),
+            (
+                "a final partial line's cr",
+                vec![b"a\r"],
+                vec![],
+                Some("a"),
                 0,
             ),
             (
@@ -240,16 +403,37 @@ mod tests {
                 0,
             ),
             (
-                "invalid utf-8 is lossy",
-                vec![b"\xff\n"],
-                vec!["\u{fffd}"],
+                "4-byte sequence in 4 chunks",
+                vec![b"\xf0", b"\x9f", b"\xa6", b"\x80\n"],
+                vec!["🦀"],
                 None,
+                0,
+            ),
+            (
+                "invalid utf-8 is lossy per line",
+                vec![b"\xff\n\xc3\n"],
+                vec!["\u{fffd}", "\u{fffd}"],
+                None,
+                0,
+            ),
+            (
+                "a truncated sequence at the end",
+                vec![b"ok\xe2\x82"],
+                vec![],
+                Some("ok\u{fffd}"),
                 0,
             ),
             ("blank lines kept", vec![b"\n\n"], vec!["", ""], None, 0),
             (
-                "over-long line dropped",
-                vec![b"0123456789ab\nok\n"],
+                "exactly the bound",
+                vec![b"0123456789\n"],
+                vec!["0123456789"],
+                None,
+                0,
+            ),
+            (
+                "one over the bound dropped",
+                vec![b"0123456789a\nok\n"],
                 vec!["ok"],
                 None,
                 1,
@@ -262,6 +446,13 @@ mod tests {
                 1,
             ),
             (
+                "over-long in many chunks counted once",
+                vec![b"012345678", b"9abcdef", b"0123", b"\n"],
+                vec![],
+                None,
+                1,
+            ),
+            (
                 "over-long last line",
                 vec![b"ok\n0123456789abcdef"],
                 vec!["ok"],
@@ -269,146 +460,145 @@ mod tests {
                 1,
             ),
             (
-                "exactly the bound",
-                vec![b"0123456789\n"],
-                vec!["0123456789"],
+                "two over-long lines",
+                vec![b"0123456789ab\n0123456789ab\nok"],
+                vec![],
+                Some("ok"),
+                2,
+            ),
+            (
+                "the bound holds for the partial line",
+                vec![b"0123456789", b"x"],
+                vec![],
                 None,
-                0,
+                1,
             ),
         ];
         for (name, chunks, want, last, dropped) in cases {
-            let mut splitter = LineSplitter::new(10);
-            let mut got = Vec::new();
-            for chunk in chunks {
-                got.extend(splitter.push(chunk));
-            }
-            assert_eq!(got, want, "{name}");
-            assert_eq!(splitter.finish().as_deref(), last, "{name}");
-            assert_eq!(splitter.dropped(), dropped, "{name}");
+            let (lines, got_last, got_dropped) = split(10, &chunks);
+            assert_eq!(lines, want, "{name}");
+            assert_eq!(got_last.as_deref(), last, "{name}");
+            assert_eq!(got_dropped, dropped, "{name}");
         }
     }
 
     #[test]
-    fn claude_blocks_and_result() {
+    fn a_finished_splitter_starts_afresh() {
+        let mut splitter = LineSplitter::new(4);
+        assert!(splitter.push(b"toolong").is_empty());
+        assert_eq!(splitter.finish(), None);
+        assert_eq!(splitter.push(b"ok\n"), ["ok"]);
+        assert_eq!(splitter.dropped(), 1);
+    }
+
+    #[test]
+    fn claude_summaries() {
         let mut parser = ClaudeStreamJson;
-        let long = "x".repeat(200);
-        let line = serde_json::json!({"type": "assistant", "message": {"content": [
-            {"type": "text", "text": "Hello"},
-            {"type": "tool_use", "name": "Write", "input": {"file_path": "/w/index.html", "content": "x"}},
-            {"type": "tool_use", "name": "Grep", "input": {"pattern": "a"}},
-            {"type": "tool_use", "name": "Bash", "input": {"command": long}},
-            {"type": "thinking", "thinking": "hm"},
-            {"type": "tool_use", "input": {}},
-        ]}})
-        .to_string();
-        let events = parser.parse_line(&line);
-        assert_eq!(events.len(), 4);
-        assert_eq!(
-            events[0],
-            AgentEvent::Text {
-                text: "Hello".into()
+        let mut tool = |input: Value| {
+            let line = serde_json::json!({"type": "assistant", "message": {"content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "T", "input": input}]}});
+            match parser.parse_line(&line.to_string()).as_slice() {
+                [AgentEvent::Tool { summary, .. }] => summary.clone(),
+                other => panic!("{other:?}"),
             }
-        );
-        assert_eq!(
-            events[1],
-            AgentEvent::Tool {
-                name: "Write".into(),
-                summary: "Write: /w/index.html".into()
-            }
-        );
-        assert_eq!(
-            events[2],
-            AgentEvent::Tool {
-                name: "Grep".into(),
-                summary: "Grep".into()
-            }
-        );
-        let AgentEvent::Tool { summary, .. } = &events[3] else {
-            panic!()
         };
-        assert_eq!(summary.chars().count(), "Bash: ".len() + 120);
-        let result = parser.parse_line(
-            r#"{"type":"result","subtype":"success","is_error":true,"duration_ms":1234,"session_id":"s-1","total_cost_usd":0.02}"#,
-        );
-        assert_eq!(
-            result,
-            [AgentEvent::Result {
-                resume_token: Some("s-1".into()),
-                cost_usd: Some(0.02),
-                duration_ms: 1234
-            }]
-        );
-        let bare = parser.parse_line(r#"{"type":"result"}"#);
-        assert_eq!(
-            bare,
-            [AgentEvent::Result {
-                resume_token: None,
-                cost_usd: None,
-                duration_ms: 0
-            }]
-        );
-        let negative = parser.parse_line(r#"{"type":"result","duration_ms":-5}"#);
-        assert_eq!(
-            negative,
-            [AgentEvent::Result {
-                resume_token: None,
-                cost_usd: None,
-                duration_ms: 0
-            }]
-        );
-        for junk in [
-            "",
-            "not json",
-            "[1,2]",
-            r#"{"type":"system","subtype":"init"}"#,
-            r#"{"type":"user"}"#,
-            r#"{"type":"assistant"}"#,
-        ] {
-            assert!(parser.parse_line(junk).is_empty(), "{junk}");
+        let long = "é".repeat(130);
+        let cases = [
+            (
+                "file_path first",
+                serde_json::json!({"file_path": "/a", "path": "/b", "command": "c"}),
+                "T: /a".to_owned(),
+            ),
+            (
+                "then path",
+                serde_json::json!({"path": "/b", "command": "c"}),
+                "T: /b".to_owned(),
+            ),
+            (
+                "then command",
+                serde_json::json!({"command": "ls", "query": "q"}),
+                "T: ls".to_owned(),
+            ),
+            (
+                "then query",
+                serde_json::json!({"query": "q"}),
+                "T: q".to_owned(),
+            ),
+            (
+                "a non-string is skipped",
+                serde_json::json!({"file_path": 3, "query": "q"}),
+                "T: q".to_owned(),
+            ),
+            (
+                "no target",
+                serde_json::json!({"pattern": "*.html"}),
+                "T".to_owned(),
+            ),
+            ("no input object", Value::Null, "T".to_owned()),
+            (
+                "120 chars, not bytes",
+                serde_json::json!({"command": long}),
+                format!("T: {}", "é".repeat(120)),
+            ),
+            (
+                "an empty target",
+                serde_json::json!({"path": ""}),
+                "T: ".to_owned(),
+            ),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(tool(input), want, "{name}");
         }
-    }
-
-    #[test]
-    fn opencode_lines() {
-        let mut parser = OpencodeJson;
-        assert_eq!(
-            parser.parse_line(r#"{"text":"hi"}"#),
-            [AgentEvent::Text { text: "hi".into() }]
-        );
-        assert_eq!(
-            parser.parse_line(r#"{"tool":"edit"}"#),
-            [AgentEvent::Tool {
-                name: "edit".into(),
-                summary: "edit".into()
-            }]
-        );
-        assert_eq!(
-            parser.parse_line(r#"{"type":"session","id":"ses_9"}"#),
-            [AgentEvent::Result {
-                resume_token: Some("ses_9".into()),
-                cost_usd: None,
-                duration_ms: 0
-            }]
-        );
-        assert!(parser.parse_line(r#"{"type":"session"}"#).is_empty());
-        assert!(parser.parse_line("garbage").is_empty());
     }
 
     proptest::proptest! {
+        /// No bytes panic a parser, the bound holds, and how the bytes are cut into chunks
+        /// changes nothing.
         #[test]
-        fn no_input_panics(chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..16)) {
-            let mut splitter = LineSplitter::new(32);
+        fn any_bytes_in_any_chunking(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+            cuts in proptest::collection::vec(0usize..512, 0..12),
+        ) {
+            let (whole, whole_last, whole_dropped) = split(32, &[&bytes]);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort_unstable();
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut from = 0;
+            for cut in cuts {
+                chunks.push(&bytes[from..cut]);
+                from = cut;
+            }
+            chunks.push(&bytes[from..]);
+            let (lines, last, dropped) = split(32, &chunks);
+            proptest::prop_assert_eq!(&lines, &whole);
+            proptest::prop_assert_eq!(&last, &whole_last);
+            proptest::prop_assert_eq!(dropped, whole_dropped);
             let mut claude = ClaudeStreamJson;
-            let mut opencode = OpencodeJson;
-            for chunk in &chunks {
-                for line in splitter.push(chunk) {
-                    proptest::prop_assert!(line.len() <= 32 * 3);
-                    claude.parse_line(&line);
-                    opencode.parse_line(&line);
+            let mut opencode = OpencodeJson::default();
+            for line in lines.iter().chain(last.iter()) {
+                // Lossy decoding at most triples a line (one replacement per byte).
+                proptest::prop_assert!(line.len() <= 32 * 3);
+                for event in claude.parse_line(line).into_iter().chain(opencode.parse_line(line)) {
+                    proptest::prop_assert!(event.to_body().is_object());
                 }
             }
-            if let Some(line) = splitter.finish() {
-                claude.parse_line(&line);
+            opencode.finish();
+        }
+
+        /// JSON-shaped input reaches deep into the parsers without a panic.
+        #[test]
+        fn json_shaped_lines(
+            kind in proptest::sample::select(vec!["assistant", "result", "text", "tool_use", "step_finish", "error", "done", "session", "user"]),
+            key in proptest::sample::select(vec!["text", "tool", "name", "input", "part", "session_id", "sessionID", "timestamp", "cost", "duration_ms", "total_cost_usd", "id", "error", "content", "message", "state"]),
+            value in proptest::sample::select(vec!["null", "1e308", "-1", "18446744073709551616", "\"--x\"", "\"ses_1\"", "[]", "{}", "[{\"type\":\"text\",\"text\":1}]", "{\"text\":\"x\",\"tool\":\"t\",\"cost\":1e308,\"state\":{\"input\":{\"filePath\":2}}}"]),
+        ) {
+            let line = format!("{{\"type\":\"{kind}\",\"{key}\":{value},\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"name\":\"n\",\"input\":{{\"{key}\":{value}}}}}]}},\"part\":{{\"{key}\":{value}}}}}");
+            let mut claude = ClaudeStreamJson;
+            let mut opencode = OpencodeJson::default();
+            for event in claude.parse_line(&line).into_iter().chain(opencode.parse_line(&line)).chain(opencode.finish()) {
+                if let AgentEvent::Result { resume_token: Some(token), .. } = &event {
+                    proptest::prop_assert!(is_resume_token(token));
+                }
             }
         }
     }

@@ -218,19 +218,85 @@ pub enum PlanError {
     /// An `OPENCODE_ENV` key is not a provider credential opencode may get.
     #[error("OPENCODE_ENV may not set {0}: only provider credentials (…_API_KEY, …_AUTH_TOKEN, …_ACCESS_KEY_ID, …_SECRET_ACCESS_KEY, …_SESSION_TOKEN, OPENCODE_API_KEY, OPENCODE_AUTH_CONTENT)")]
     OpencodeEnvKey(String),
+    /// `OPENCODE_AUTH_CONTENT` is not a JSON object of `api`/`oauth` entries (a `wellknown`
+    /// entry would make opencode fetch and merge a remote configuration on every turn).
+    #[error(
+        "OPENCODE_AUTH_CONTENT must be a JSON object whose entries are all of type api or oauth"
+    )]
+    OpencodeAuthContent,
+    /// The resume token is not one a CLI mints (it came back from the agent's own output, and
+    /// one starting with `-` would be read as an option).
+    #[error("the resume token is not a CLI session id")]
+    BadResumeToken,
+    /// The binary is not an absolute path (a bare name would be resolved through a search
+    /// path another principal may write).
+    #[error("the agent binary {0} is not an absolute path")]
+    BinNotAbsolute(PathBuf),
+}
+
+/// The longest resume token a CLI mints that is accepted, in bytes.
+const MAX_RESUME_TOKEN: usize = 128;
+
+/// Whether `token` can be a CLI's session id: ASCII letters, digits, `_` and `-`, not starting
+/// with `-`, at most 128 bytes (a Claude Code UUID, an opencode `ses_…`). The token comes back
+/// from the agent's own stdout, so it is checked before it reaches an argv.
+pub fn is_resume_token(token: &str) -> bool {
+    !token.is_empty()
+        && token.len() <= MAX_RESUME_TOKEN
+        && !token.starts_with('-')
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Plans one turn of `request.driver`.
 pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
+    if request.driver == DriverId::Pi {
+        return Err(PlanError::Unsupported(DriverId::Pi));
+    }
+    if !request.bin.is_absolute() {
+        return Err(PlanError::BinNotAbsolute(request.bin.to_path_buf()));
+    }
     if request.prompt.contains('\0') {
         return Err(PlanError::PromptHasNul);
     }
+    if request.resume_token.is_some_and(|t| !is_resume_token(t)) {
+        return Err(PlanError::BadResumeToken);
+    }
     let brief = request.brief.map(prepare_brief).transpose()?;
     match request.driver {
-        DriverId::ClaudeCode => Ok(plan_claude(request, brief)?),
+        DriverId::ClaudeCode => plan_claude(request, brief),
         DriverId::Opencode => plan_opencode(request, brief),
         DriverId::Pi => Err(PlanError::Unsupported(DriverId::Pi)),
     }
+}
+
+/// Every option a turn of `driver` can pass (a turn with a brief and a resume token), in argv
+/// order: what the binary's help must list. Empty for a driver that runs no turn.
+pub fn turn_flags(driver: DriverId) -> Vec<String> {
+    let mcp = McpAttachment::confined();
+    let credentials = DriverCredentials::default();
+    let request = TurnRequest {
+        driver,
+        bin: Path::new("/probe/agent"),
+        workspace: Path::new("/probe"),
+        prompt: "probe",
+        resume_token: Some("probe"),
+        brief: Some(b"probe"),
+        mcp: &mcp,
+        mcp_config_path: Path::new("/probe/.builder/mcp.json"),
+        path_env: "/usr/bin:/bin",
+        credentials: &credentials,
+    };
+    let Ok(plan) = plan_turn(&request) else {
+        return Vec::new();
+    };
+    plan.argv
+        .into_iter()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .filter(|arg| arg.starts_with('-'))
+        .collect()
 }
 
 /// The brief as passed on: UTF-8 (lossy), no NUL, at most [`MAX_BRIEF_BYTES`] cut on a char
@@ -335,10 +401,14 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     let mut config = json!({
         "mcp": {request.mcp.name.clone(): server},
         "permission": opencode_permission(),
+        "share": "disabled",
+        "autoupdate": false,
     });
     let mut files = Vec::new();
     if let Some(brief) = brief {
-        config["instructions"] = json!([OPENCODE_BRIEF_FILE]);
+        // Absolute: a relative instruction is searched for upwards from the working directory.
+        let path = request.workspace.join(OPENCODE_BRIEF_FILE);
+        config["instructions"] = json!([path.to_string_lossy()]);
         files.push(PlannedFile {
             path: PathBuf::from(OPENCODE_BRIEF_FILE),
             contents: brief.into_bytes(),
@@ -365,7 +435,8 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
         "OPENCODE_PERMISSION".to_owned(),
         opencode_permission().to_string(),
     );
-    // The credential store is a configuration source too: every turn states it.
+    // The credential store is a configuration source too: every turn states it (the
+    // operator's, which the pairs below carry when configured).
     env.insert("OPENCODE_AUTH_CONTENT".to_owned(), "{}".to_owned());
     for (key, value) in &request.credentials.opencode_env {
         env.insert(key.clone(), value.clone());
@@ -373,7 +444,9 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     Ok(TurnPlan { argv, env, files })
 }
 
-/// Refuses an `OPENCODE_ENV` key that is not a provider credential, naming it.
+/// Refuses `OPENCODE_ENV` unless every key is a provider credential (naming the first that is
+/// not) and `OPENCODE_AUTH_CONTENT`, when given, holds `api`/`oauth` entries only. Meant for
+/// config parsing, so a bad value stops the daemon at boot; [`plan_turn`] asks again.
 pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
     const SUFFIXES: [&str; 5] = [
         "_API_KEY",
@@ -382,17 +455,41 @@ pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError
         "_SECRET_ACCESS_KEY",
         "_SESSION_TOKEN",
     ];
-    for (key, _) in pairs {
+    for (key, value) in pairs {
         let named = key == "OPENCODE_API_KEY" || key == "OPENCODE_AUTH_CONTENT";
-        let provider = !key.starts_with("OPENCODE_")
+        let provider = is_env_name(key)
+            && !key.starts_with("OPENCODE_")
             && SUFFIXES
                 .iter()
                 .any(|s| key.len() > s.len() && key.ends_with(s));
         if !(named || provider) {
             return Err(PlanError::OpencodeEnvKey(key.clone()));
         }
+        if key == "OPENCODE_AUTH_CONTENT" && !is_plain_auth_store(value) {
+            return Err(PlanError::OpencodeAuthContent);
+        }
     }
     Ok(())
+}
+
+/// `[A-Z][A-Z0-9_]*`: what a provider's key is called.
+fn is_env_name(key: &str) -> bool {
+    let mut bytes = key.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// An opencode credential store holding only `api` and `oauth` entries.
+fn is_plain_auth_store(text: &str) -> bool {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(entries)) => entries.values().all(|entry| {
+            matches!(
+                entry.get("type").and_then(Value::as_str),
+                Some("api" | "oauth")
+            )
+        }),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

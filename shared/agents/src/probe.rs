@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::plan::turn_flags;
 use crate::DriverId;
 
 /// Why a binary is refused.
@@ -31,7 +32,7 @@ pub enum ProbeRefusal {
         /// The driver.
         driver: DriverId,
         /// The flags not found.
-        missing: Vec<&'static str>,
+        missing: Vec<String>,
     },
     /// The driver runs no turn.
     #[error("the {driver} driver does not run turns")]
@@ -41,28 +42,19 @@ pub enum ProbeRefusal {
     },
 }
 
-/// Every flag Claude Code's turn argv passes that its help must list (`--max-turns` is
-/// missing from some versions' help while still accepted, so it is not asked about).
-const CLAUDE_FLAGS: [&str; 12] = [
-    "--print",
-    "--output-format",
-    "--verbose",
-    "--permission-mode",
-    "--setting-sources",
-    "--settings",
-    "--strict-mcp-config",
-    "--mcp-config",
-    "--allowedTools",
-    "--disallowedTools",
-    "--append-system-prompt",
-    "--resume",
-];
+/// The one flag Claude Code's help may leave out: some versions accept `--max-turns` without
+/// listing it.
+const UNLISTED_CLAUDE_FLAG: &str = "--max-turns";
 
-/// Every flag opencode's `run` argv passes.
-const OPENCODE_FLAGS: [&str; 3] = ["--pure", "--format", "--session"];
-
-/// An option line is indented at most this much; deeper lines are prose.
-const MAX_OPTION_INDENT: usize = 4;
+/// How deep an option line may be indented; deeper lines are prose. Claude Code's help
+/// (commander) indents options by 2; opencode's (yargs) aligns a long-only option under the
+/// long name of one with a short alias, at 6.
+fn max_option_indent(driver: DriverId) -> usize {
+    match driver {
+        DriverId::Opencode => 6,
+        DriverId::ClaudeCode | DriverId::Pi => 4,
+    }
+}
 
 /// The argv asking `bin` its version.
 pub fn version_argv(_driver: DriverId, bin: &Path) -> Vec<String> {
@@ -114,24 +106,23 @@ fn is_semver(word: &str) -> bool {
 
 /// Accepts `help` when it lists every flag `driver`'s argv passes on an option line.
 pub fn judge_help(driver: DriverId, help: &str) -> Result<(), ProbeRefusal> {
-    let flags: &[&'static str] = match driver {
-        DriverId::ClaudeCode => &CLAUDE_FLAGS,
-        DriverId::Opencode => &OPENCODE_FLAGS,
-        DriverId::Pi => return Err(ProbeRefusal::Unsupported { driver }),
-    };
+    if driver == DriverId::Pi {
+        return Err(ProbeRefusal::Unsupported { driver });
+    }
+    let max_indent = max_option_indent(driver);
     let listed: Vec<&str> = help
         .lines()
         .filter_map(|line| {
-            let indent = line.len() - line.trim_start().len();
-            let line = line.trim_start();
-            (indent <= MAX_OPTION_INDENT && line.starts_with('-')).then_some(line)
+            let line = line.trim_end_matches('\r');
+            let text = line.trim_start_matches(' ');
+            let indent = line.len() - text.len();
+            (indent <= max_indent && text.starts_with('-')).then_some(text)
         })
         .flat_map(option_names)
         .collect();
-    let missing: Vec<&'static str> = flags
-        .iter()
-        .copied()
-        .filter(|flag| !listed.contains(flag))
+    let missing: Vec<String> = turn_flags(driver)
+        .into_iter()
+        .filter(|flag| flag != UNLISTED_CLAUDE_FLAG && !listed.contains(&flag.as_str()))
         .collect();
     if missing.is_empty() {
         Ok(())
@@ -152,55 +143,287 @@ fn option_names(line: &str) -> impl Iterator<Item = &str> {
 mod tests {
     use super::*;
 
-    const GOOD_HELP: &str = "Usage: claude [options] [prompt]\n\nOptions:\n  -p, --print                 Print response and exit\n  --output-format <format>    Output format\n  --verbose                   Verbose\n  --permission-mode <mode>    Mode\n  --setting-sources <s>       Sources\n  --settings <file-or-json>   Settings\n  --strict-mcp-config         Only --mcp-config\n  --mcp-config <configs...>   MCP\n  --allowedTools, --allowed-tools <tools...>  Allowed\n  --disallowedTools <tools...>  Disallowed\n  --append-system-prompt <prompt>  Append\n  -r, --resume [sessionId]    Resume\n";
+    /// Claude Code 2.x's help, abridged to the shape commander prints.
+    const CLAUDE_HELP: &str = "\
+Usage: claude [options] [command] [prompt]
+
+Claude Code - starts an interactive session by default, use -p/--print for
+non-interactive output
+
+Arguments:
+  prompt                                            Your prompt
+
+Options:
+  -d, --debug [filter]                              Enable debug mode
+  --verbose                                         Override verbose mode setting from config
+  -p, --print                                       Print response and exit (useful for pipes)
+  --output-format <format>                          Output format (only works with --print)
+  --allowedTools, --allowed-tools <tools...>        Comma or space-separated list of tool names to allow
+  --disallowedTools, --disallowed-tools <tools...>  Comma or space-separated list of tool names to deny
+  --mcp-config <configs...>                         Load MCP servers from JSON files or strings
+  --append-system-prompt <prompt>                   Append a system prompt to the default system prompt
+  --permission-mode <mode>                          Permission mode to use for the session
+  -r, --resume [sessionId]                          Resume a conversation
+  --settings <file-or-json>                         Path to a settings JSON file or a JSON string
+  --setting-sources <sources>                       Comma-separated list of setting sources to load
+  --strict-mcp-config                               Only use MCP servers from --mcp-config
+  -h, --help                                        Display help for command
+";
+
+    /// opencode's `run --help`, abridged to the shape yargs prints.
+    const OPENCODE_HELP: &str = "\
+opencode run [message..]
+
+run opencode with a message
+
+Positionals:
+  message  message to send                                           [array] [default: []]
+
+Options:
+  -h, --help        show help                                                    [boolean]
+      --pure        run without external plugins                                 [boolean]
+  -s, --session     session id to continue                                        [string]
+      --format      format: default (formatted) or json (raw JSON events)
+                                          [string] [choices: \"default\", \"json\"] [default: \"default\"]
+";
+
+    fn without(help: &str, line_starting: &str) -> String {
+        help.lines()
+            .filter(|l| !l.trim_start().starts_with(line_starting))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
 
     #[test]
-    fn versions() {
-        let cases: [(&str, DriverId, Result<&str, ()>); 8] = [
-            ("good claude", DriverId::ClaudeCode, Ok("2.1.4")),
-            ("claude v1", DriverId::ClaudeCode, Ok("1.0.3")),
-            ("claude major 3", DriverId::ClaudeCode, Err(())),
-            ("garbage", DriverId::ClaudeCode, Err(())),
-            ("two parts only", DriverId::ClaudeCode, Err(())),
-            ("opencode any major", DriverId::Opencode, Ok("0.18.32")),
-            ("prerelease", DriverId::ClaudeCode, Ok("2.0.0-beta.1")),
-            ("v prefix", DriverId::Opencode, Ok("1.2.3")),
+    fn version_table() {
+        type Case = (
+            &'static str,
+            DriverId,
+            &'static str,
+            Result<&'static str, &'static str>,
+        );
+        let cases: [Case; 14] = [
+            (
+                "good semver",
+                DriverId::ClaudeCode,
+                "2.1.4 (Claude Code)\n",
+                Ok("2.1.4"),
+            ),
+            (
+                "major 1",
+                DriverId::ClaudeCode,
+                "1.0.128 (Claude Code)",
+                Ok("1.0.128"),
+            ),
+            (
+                "major 3",
+                DriverId::ClaudeCode,
+                "3.0.0 (Claude Code)",
+                Err("unsupported"),
+            ),
+            (
+                "major 0",
+                DriverId::ClaudeCode,
+                "0.2.9 (Claude Code)",
+                Err("unsupported"),
+            ),
+            (
+                "garbage",
+                DriverId::ClaudeCode,
+                "command not found",
+                Err("none"),
+            ),
+            ("empty", DriverId::ClaudeCode, "", Err("none")),
+            (
+                "two parts only",
+                DriverId::ClaudeCode,
+                "2.1 (Claude Code)",
+                Err("none"),
+            ),
+            ("four parts", DriverId::ClaudeCode, "2.1.4.5", Err("none")),
+            (
+                "letters in a part",
+                DriverId::ClaudeCode,
+                "2.x.4",
+                Err("none"),
+            ),
+            (
+                "prerelease",
+                DriverId::ClaudeCode,
+                "2.0.0-beta.1",
+                Ok("2.0.0-beta.1"),
+            ),
+            (
+                "after a banner line",
+                DriverId::ClaudeCode,
+                "Claude Code\n2.0.5",
+                Ok("2.0.5"),
+            ),
+            (
+                "opencode any major",
+                DriverId::Opencode,
+                "0.18.32\n",
+                Ok("0.18.32"),
+            ),
+            ("v prefix", DriverId::Opencode, "v1.2.3", Ok("1.2.3")),
+            ("pi semver", DriverId::Pi, "pi 0.4.1", Ok("0.4.1")),
         ];
-        let outputs = [
-            "2.1.4 (Claude Code)\n",
-            "1.0.3 (Claude Code)",
-            "3.0.0 (Claude Code)",
-            "command not found",
-            "2.1 (Claude Code)",
-            "opencode 0.18.32",
-            "2.0.0-beta.1",
-            "v1.2.3",
-        ];
-        for ((name, driver, want), output) in cases.into_iter().zip(outputs) {
+        for (name, driver, output, want) in cases {
             let got = judge_version(driver, output);
-            assert_eq!(got.as_deref().map_err(|_| ()), want, "{name}");
+            let got = match &got {
+                Ok(version) => Ok(version.as_str()),
+                Err(ProbeRefusal::NoVersion { .. }) => Err("none"),
+                Err(ProbeRefusal::UnsupportedVersion { .. }) => Err("unsupported"),
+                Err(other) => panic!("{name}: {other:?}"),
+            };
+            assert_eq!(got, want, "{name}");
         }
     }
 
     #[test]
-    fn helps() {
-        assert_eq!(judge_help(DriverId::ClaudeCode, GOOD_HELP), Ok(()));
-        let no_strict = GOOD_HELP.replace("  --strict-mcp-config         Only --mcp-config\n", "");
+    fn help_table() {
+        let missing = |flags: &[&str]| -> Result<(), Vec<String>> {
+            Err(flags.iter().map(|f| (*f).to_owned()).collect())
+        };
+        let prose = without(CLAUDE_HELP, "--strict-mcp-config")
+            + "\nUse --strict-mcp-config to ignore every other MCP configuration.\n";
+        let deep = without(CLAUDE_HELP, "--strict-mcp-config")
+            + "        --strict-mcp-config   (an example, indented as prose)\n";
+        let kebab_only = CLAUDE_HELP.replace("--allowedTools, ", "");
+        let crlf = CLAUDE_HELP.replace('\n', "\r\n");
+        let equals = CLAUDE_HELP.replace("--settings <file-or-json>", "--settings=<json>");
+        let tab = without(CLAUDE_HELP, "--verbose") + "\t--verbose   tab-indented\n";
+        let opencode_deep = OPENCODE_HELP.replace("      --pure", "        --pure");
+        type Case = (&'static str, DriverId, String, Result<(), Vec<String>>);
+        let cases: Vec<Case> = vec![
+            (
+                "claude's help",
+                DriverId::ClaudeCode,
+                CLAUDE_HELP.to_owned(),
+                Ok(()),
+            ),
+            (
+                "lacks --strict-mcp-config",
+                DriverId::ClaudeCode,
+                without(CLAUDE_HELP, "--strict-mcp-config"),
+                missing(&["--strict-mcp-config"]),
+            ),
+            (
+                "flag only in prose",
+                DriverId::ClaudeCode,
+                prose,
+                missing(&["--strict-mcp-config"]),
+            ),
+            (
+                "flag on a prose-deep line",
+                DriverId::ClaudeCode,
+                deep,
+                missing(&["--strict-mcp-config"]),
+            ),
+            (
+                "only the kebab alias",
+                DriverId::ClaudeCode,
+                kebab_only,
+                missing(&["--allowedTools"]),
+            ),
+            (
+                "lacks -p and --resume",
+                DriverId::ClaudeCode,
+                without(&without(CLAUDE_HELP, "-p, --print"), "-r, --resume"),
+                missing(&["-p", "--resume"]),
+            ),
+            (
+                "no --max-turns is fine",
+                DriverId::ClaudeCode,
+                CLAUDE_HELP.to_owned(),
+                Ok(()),
+            ),
+            ("crlf lines", DriverId::ClaudeCode, crlf, Ok(())),
+            ("--flag=<value> form", DriverId::ClaudeCode, equals, Ok(())),
+            (
+                "a tab is not an indent",
+                DriverId::ClaudeCode,
+                tab,
+                missing(&["--verbose"]),
+            ),
+            (
+                "empty help",
+                DriverId::ClaudeCode,
+                String::new(),
+                Err(turn_flags(DriverId::ClaudeCode)
+                    .into_iter()
+                    .filter(|f| f != "--max-turns")
+                    .collect()),
+            ),
+            (
+                "opencode's yargs help",
+                DriverId::Opencode,
+                OPENCODE_HELP.to_owned(),
+                Ok(()),
+            ),
+            (
+                "opencode lacks --pure",
+                DriverId::Opencode,
+                without(OPENCODE_HELP, "--pure"),
+                missing(&["--pure"]),
+            ),
+            (
+                "opencode prose-deep --pure",
+                DriverId::Opencode,
+                opencode_deep,
+                missing(&["--pure"]),
+            ),
+            (
+                "claude's help is not opencode's",
+                DriverId::Opencode,
+                CLAUDE_HELP.to_owned(),
+                missing(&["--pure", "--format", "--session"]),
+            ),
+        ];
+        for (name, driver, help, want) in cases {
+            let got = judge_help(driver, &help).map_err(|refusal| match refusal {
+                ProbeRefusal::MissingFlags { missing, .. } => missing,
+                other => panic!("{name}: {other:?}"),
+            });
+            assert_eq!(got, want, "{name}");
+        }
         assert_eq!(
-            judge_help(DriverId::ClaudeCode, &no_strict),
-            Err(ProbeRefusal::MissingFlags {
-                driver: DriverId::ClaudeCode,
-                missing: vec!["--strict-mcp-config"]
+            judge_help(DriverId::Pi, CLAUDE_HELP),
+            Err(ProbeRefusal::Unsupported {
+                driver: DriverId::Pi
             })
         );
-        // A flag only mentioned in prose, or on a deeply indented line, does not count.
-        let prose = no_strict
-            + "\nUse --strict-mcp-config to ignore others.\n        --strict-mcp-config   (deep)\n";
-        assert!(judge_help(DriverId::ClaudeCode, &prose).is_err());
-        assert!(judge_help(DriverId::Pi, GOOD_HELP).is_err());
-        let opencode = "opencode run [message..]\n\nOptions:\n  --pure     no plugins\n  --format   json\n  -s, --session  session id\n";
-        assert_eq!(judge_help(DriverId::Opencode, opencode), Ok(()));
-        assert!(judge_help(DriverId::Opencode, "--pure\n").is_err());
-        assert_eq!(help_argv(DriverId::Opencode, Path::new("/b"))[1], "run");
+    }
+
+    #[test]
+    fn the_probe_asks_about_what_the_argv_passes() {
+        let claude = turn_flags(DriverId::ClaudeCode);
+        for flag in [
+            "-p",
+            "--strict-mcp-config",
+            "--append-system-prompt",
+            "--resume",
+            "--max-turns",
+        ] {
+            assert!(claude.iter().any(|f| f == flag), "{flag} in {claude:?}");
+        }
+        assert_eq!(
+            turn_flags(DriverId::Opencode),
+            ["--pure", "--format", "--session"]
+        );
+        assert!(turn_flags(DriverId::Pi).is_empty());
+        let bin = Path::new("/opt/claude/bin/claude");
+        assert_eq!(
+            version_argv(DriverId::ClaudeCode, bin),
+            ["/opt/claude/bin/claude", "--version"]
+        );
+        assert_eq!(
+            help_argv(DriverId::ClaudeCode, bin),
+            ["/opt/claude/bin/claude", "--help"]
+        );
+        assert_eq!(
+            help_argv(DriverId::Opencode, Path::new("/b/opencode")),
+            ["/b/opencode", "run", "--help"]
+        );
     }
 }

@@ -1,5 +1,8 @@
 use super::*;
 
+const WORKSPACE: &str = "/var/lib/atelier/m/sites/alpha";
+const MCP_JSON: &str = "/var/lib/atelier/m/sites/alpha/.builder/mcp.json";
+
 fn request<'a>(
     driver: DriverId,
     mcp: &'a McpAttachment,
@@ -10,23 +13,34 @@ fn request<'a>(
     TurnRequest {
         driver,
         bin: Path::new("/usr/local/bin/agent"),
-        workspace: Path::new("/var/lib/atelier/m/sites/alpha"),
+        workspace: Path::new(WORKSPACE),
         prompt: "Make a page",
         resume_token: resume,
         brief,
         mcp,
-        mcp_config_path: Path::new("/var/lib/atelier/m/sites/alpha/.builder/mcp.json"),
+        mcp_config_path: Path::new(MCP_JSON),
         path_env: "/usr/bin:/bin",
         credentials,
     }
 }
 
+/// Every credential set, each with a canary value that must reach its own driver only.
 fn credentials() -> DriverCredentials {
     DriverCredentials {
         anthropic_api_key: Some("sk-ant-canary".into()),
-        opencode_env: vec![("OPENAI_API_KEY".into(), "sk-openai-canary".into())],
+        opencode_env: vec![
+            ("OPENAI_API_KEY".into(), "sk-openai-canary".into()),
+            (
+                "OPENCODE_AUTH_CONTENT".into(),
+                r#"{"openai":{"type":"api","key":"auth-canary"}}"#.into(),
+            ),
+        ],
         pi_env: vec![("PI_TOKEN".into(), "pi-canary".into())],
     }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
 }
 
 #[test]
@@ -38,10 +52,10 @@ fn claude_argv_states_every_source_and_tool() {
         &mcp,
         &creds,
         Some(b"# Brief"),
-        Some("sess-1"),
+        Some("0b6c5a38-2f8e-4d6a-9a51-3d1f0c2b7e44"),
     ))
     .unwrap();
-    let want: Vec<String> = [
+    let want = strings(&[
         "/usr/local/bin/agent",
         "-p",
         "--output-format",
@@ -57,7 +71,7 @@ fn claude_argv_states_every_source_and_tool() {
         r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false}"#,
         "--strict-mcp-config",
         "--mcp-config",
-        "/var/lib/atelier/m/sites/alpha/.builder/mcp.json",
+        MCP_JSON,
         "--allowedTools",
         "Read,Write,Edit,Glob,Grep,TodoWrite,mcp__dedalo_publication",
         "--disallowedTools",
@@ -65,51 +79,177 @@ fn claude_argv_states_every_source_and_tool() {
         "--append-system-prompt",
         "# Brief",
         "--resume",
-        "sess-1",
+        "0b6c5a38-2f8e-4d6a-9a51-3d1f0c2b7e44",
         "--",
         "Make a page",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    ]);
     assert_eq!(plan.argv, want);
-    assert_eq!(
-        plan.env,
-        BTreeMap::from([
-            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
-            ("ANTHROPIC_API_KEY".to_owned(), "sk-ant-canary".to_owned()),
-        ])
-    );
     assert_eq!(plan.files.len(), 1);
     assert_eq!(plan.files[0].path, Path::new(".builder/mcp.json"));
     assert_eq!(plan.files[0].mode, 0o640);
-    let config: Value = serde_json::from_slice(&plan.files[0].contents).unwrap();
     assert_eq!(
-        config,
-        json!({"mcpServers": {"dedalo_publication": {"type": "http", "url": "http://127.0.0.1:3129/mcp"}}})
+        plan.files[0].contents,
+        b"{\"mcpServers\":{\"dedalo_publication\":{\"type\":\"http\",\"url\":\"http://127.0.0.1:3129/mcp\"}}}\n"
     );
 }
 
 #[test]
-fn unconfined_mcp_carries_the_key_only_when_configured() {
+fn a_prompt_that_looks_like_an_option_stays_the_prompt() {
+    let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
-    let keyed = McpAttachment::unconfined("https://api.example.org/v2/", Some("pub-key"));
-    let plan = plan_turn(&request(DriverId::ClaudeCode, &keyed, &creds, None, None)).unwrap();
-    let config: Value = serde_json::from_slice(&plan.files[0].contents).unwrap();
-    assert_eq!(
-        config["mcpServers"]["dedalo_publication"],
-        json!({"type": "http", "url": "https://api.example.org/v2/mcp", "headers": {"X-API-Key": "pub-key"}})
+    for driver in [DriverId::ClaudeCode, DriverId::Opencode] {
+        let mut req = request(driver, &mcp, &creds, None, None);
+        req.prompt = "--dangerously-skip-permissions";
+        let plan = plan_turn(&req).unwrap();
+        let n = plan.argv.len();
+        assert_eq!(
+            plan.argv[n - 2..],
+            strings(&["--", "--dangerously-skip-permissions"])
+        );
+    }
+}
+
+/// The secrets boundary: each driver's child gets exactly these keys, whatever is configured.
+#[test]
+fn child_environment_is_an_exact_allowlist() {
+    let mcp = McpAttachment::confined();
+    let all = credentials();
+    let none = DriverCredentials::default();
+    let opencode_keys = [
+        "OPENCODE_AUTH_CONTENT",
+        "OPENCODE_CONFIG_CONTENT",
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_CLAUDE_CODE",
+        "OPENCODE_DISABLE_EXTERNAL_SKILLS",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_PROJECT_CONFIG",
+        "OPENCODE_DISABLE_SHARE",
+        "OPENCODE_PERMISSION",
+        "OPENCODE_PURE",
+        "PATH",
+    ];
+    let with_openai: Vec<&str> = {
+        let mut keys = opencode_keys.to_vec();
+        keys.insert(0, "OPENAI_API_KEY");
+        keys
+    };
+    type Case<'a> = (
+        &'static str,
+        DriverId,
+        &'a DriverCredentials,
+        Vec<&'static str>,
     );
-    assert!(!plan.argv.contains(&"--append-system-prompt".to_owned()));
-    assert!(!plan.argv.contains(&"--resume".to_owned()));
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "claude with a key",
+            DriverId::ClaudeCode,
+            &all,
+            vec!["ANTHROPIC_API_KEY", "PATH"],
+        ),
+        (
+            "claude without a key",
+            DriverId::ClaudeCode,
+            &none,
+            vec!["PATH"],
+        ),
+        (
+            "opencode with provider pairs",
+            DriverId::Opencode,
+            &all,
+            with_openai,
+        ),
+        (
+            "opencode without pairs",
+            DriverId::Opencode,
+            &none,
+            opencode_keys.to_vec(),
+        ),
+    ];
+    for (name, driver, creds, keys) in cases {
+        let plan = plan_turn(&request(driver, &mcp, creds, Some(b"brief"), None)).unwrap();
+        assert_eq!(
+            plan.env.keys().map(String::as_str).collect::<Vec<_>>(),
+            keys,
+            "{name}"
+        );
+        assert_eq!(plan.env["PATH"], "/usr/bin:/bin", "{name}");
+        let everything = format!("{:?}{:?}", plan.argv, plan.env.values().collect::<Vec<_>>());
+        for foreign in [
+            "HOME",
+            "SERVICE_TOKEN",
+            "CREDENTIALS_DIRECTORY",
+            "PUBLICATION_API_KEY",
+            "pi-canary",
+        ] {
+            assert!(!everything.contains(foreign), "{name}: {foreign}");
+        }
+        if driver == DriverId::Opencode {
+            assert!(
+                !everything.contains("sk-ant-canary"),
+                "{name}: claude's key stays claude's"
+            );
+        } else {
+            assert!(
+                !everything.contains("sk-openai-canary"),
+                "{name}: opencode's pairs stay opencode's"
+            );
+        }
+    }
+    let plan = plan_turn(&request(DriverId::ClaudeCode, &mcp, &all, None, None)).unwrap();
+    assert_eq!(plan.env["ANTHROPIC_API_KEY"], "sk-ant-canary");
+    let plan = plan_turn(&request(DriverId::Opencode, &mcp, &all, None, None)).unwrap();
+    assert_eq!(plan.env["OPENAI_API_KEY"], "sk-openai-canary");
     assert_eq!(
-        plan.env.keys().collect::<Vec<_>>(),
-        ["PATH"],
-        "no key configured"
+        plan.env["OPENCODE_AUTH_CONTENT"], r#"{"openai":{"type":"api","key":"auth-canary"}}"#,
+        "the operator's store replaces the empty one"
     );
-    let keyless = McpAttachment::unconfined("https://api.example.org/v2", Some(""));
-    assert!(keyless.headers.is_empty());
-    assert!(!format!("{keyed:?}").contains("pub-key"));
+    let plan = plan_turn(&request(DriverId::Opencode, &mcp, &none, None, None)).unwrap();
+    assert_eq!(plan.env["OPENCODE_AUTH_CONTENT"], "{}");
+}
+
+#[test]
+fn mcp_json_per_attachment() {
+    let creds = DriverCredentials::default();
+    let cases = [
+        (
+            "confined: the gate's relay, no key",
+            McpAttachment::confined(),
+            json!({"mcpServers": {"dedalo_publication": {"type": "http", "url": "http://127.0.0.1:3129/mcp"}}}),
+        ),
+        (
+            "unconfined with a key",
+            McpAttachment::unconfined("https://api.example.org/v2/", Some("pub-key")),
+            json!({"mcpServers": {"dedalo_publication": {"type": "http", "url": "https://api.example.org/v2/mcp", "headers": {"X-API-Key": "pub-key"}}}}),
+        ),
+        (
+            "unconfined, empty key",
+            McpAttachment::unconfined("https://api.example.org/v2", Some("")),
+            json!({"mcpServers": {"dedalo_publication": {"type": "http", "url": "https://api.example.org/v2/mcp"}}}),
+        ),
+        (
+            "unconfined, no key",
+            McpAttachment::unconfined("http://127.0.0.1:3100/api", None),
+            json!({"mcpServers": {"dedalo_publication": {"type": "http", "url": "http://127.0.0.1:3100/api/mcp"}}}),
+        ),
+    ];
+    for (name, mcp, want) in cases {
+        let plan = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();
+        let config: Value = serde_json::from_slice(&plan.files[0].contents).unwrap();
+        assert_eq!(config, want, "{name}");
+        let opencode = plan_turn(&request(DriverId::Opencode, &mcp, &creds, None, None)).unwrap();
+        let config: Value = serde_json::from_str(&opencode.env["OPENCODE_CONFIG_CONTENT"]).unwrap();
+        let mut server = want["mcpServers"]["dedalo_publication"].clone();
+        server["type"] = json!("remote");
+        assert_eq!(
+            config["mcp"]["dedalo_publication"], server,
+            "{name} (opencode)"
+        );
+        assert!(
+            !format!("{mcp:?}{plan:?}").contains("pub-key"),
+            "{name}: Debug shows no key"
+        );
+    }
 }
 
 #[test]
@@ -121,136 +261,381 @@ fn opencode_gets_its_whole_configuration_from_the_daemon() {
         &mcp,
         &creds,
         Some(b"brief"),
-        Some("ses_1"),
+        Some("ses_3b11bfdcdffeITCXse4fCuIRnU"),
     ))
     .unwrap();
     assert_eq!(
         plan.argv,
-        [
+        strings(&[
             "/usr/local/bin/agent",
             "run",
             "--pure",
             "--format",
             "json",
             "--session",
-            "ses_1",
+            "ses_3b11bfdcdffeITCXse4fCuIRnU",
             "--",
             "Make a page"
-        ]
+        ])
     );
     let config: Value = serde_json::from_str(&plan.env["OPENCODE_CONFIG_CONTENT"]).unwrap();
-    assert_eq!(config["permission"]["bash"], "deny");
-    assert_eq!(config["permission"]["edit"], "allow");
-    for tool in [
-        "webfetch",
-        "websearch",
-        "codesearch",
-        "skill",
-        "task",
-        "external_directory",
-    ] {
-        assert_eq!(config["permission"][tool], "deny", "{tool}");
-    }
-    assert_eq!(config["mcp"]["dedalo_publication"]["type"], "remote");
-    assert_eq!(config["instructions"], json!([OPENCODE_BRIEF_FILE]));
-    assert_eq!(plan.files[0].path, Path::new(OPENCODE_BRIEF_FILE));
-    assert_eq!(plan.env["OPENCODE_AUTH_CONTENT"], "{}");
-    assert_eq!(plan.env["OPENAI_API_KEY"], "sk-openai-canary");
-    assert_eq!(plan.env["OPENCODE_PURE"], "true");
-    assert!(
-        !plan.env.contains_key("ANTHROPIC_API_KEY"),
-        "claude's key stays claude's"
+    let permission = json!({
+        "bash": "deny", "webfetch": "deny", "websearch": "deny", "codesearch": "deny",
+        "skill": "deny", "task": "deny", "external_directory": "deny", "edit": "allow",
+    });
+    assert_eq!(config["permission"], permission);
+    let env_permission: Value = serde_json::from_str(&plan.env["OPENCODE_PERMISSION"]).unwrap();
+    assert_eq!(
+        env_permission, permission,
+        "the override key states the same"
     );
-    assert!(!plan.env.contains_key("PI_TOKEN"));
-    assert!(!plan.env.contains_key("HOME"));
+    assert_eq!(config["share"], "disabled");
+    assert_eq!(config["autoupdate"], false);
+    assert_eq!(
+        config["instructions"],
+        json!([format!("{WORKSPACE}/.builder/opencode-brief.md")])
+    );
+    assert_eq!(
+        plan.files,
+        [PlannedFile {
+            path: PathBuf::from(".builder/opencode-brief.md"),
+            contents: b"brief".to_vec(),
+            mode: 0o640
+        }]
+    );
+    for switch in [
+        "OPENCODE_PURE",
+        "OPENCODE_DISABLE_PROJECT_CONFIG",
+        "OPENCODE_DISABLE_CLAUDE_CODE",
+        "OPENCODE_DISABLE_EXTERNAL_SKILLS",
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+        "OPENCODE_DISABLE_SHARE",
+    ] {
+        assert_eq!(plan.env[switch], "true", "{switch}");
+    }
+    let briefless = plan_turn(&request(DriverId::Opencode, &mcp, &creds, None, None)).unwrap();
+    assert!(briefless.files.is_empty());
+    let config: Value = serde_json::from_str(&briefless.env["OPENCODE_CONFIG_CONTENT"]).unwrap();
+    assert!(config.get("instructions").is_none());
+    assert!(!briefless.argv.contains(&"--session".to_owned()));
 }
 
 #[test]
-fn pi_and_bad_input_are_refused() {
+fn refusals_table() {
     let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
-    assert_eq!(
-        plan_turn(&request(DriverId::Pi, &mcp, &creds, None, None)),
-        Err(PlanError::Unsupported(DriverId::Pi))
-    );
-    assert_eq!(
-        plan_turn(&request(
+    let bad_env = DriverCredentials {
+        opencode_env: vec![("NODE_OPTIONS".into(), "--require /tmp/x.js".into())],
+        ..DriverCredentials::default()
+    };
+    let base = request(DriverId::ClaudeCode, &mcp, &creds, None, None);
+    type Case<'a> = (&'static str, TurnRequest<'a>, PlanError);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "pi runs no turn",
+            TurnRequest {
+                driver: DriverId::Pi,
+                ..base
+            },
+            PlanError::Unsupported(DriverId::Pi),
+        ),
+        (
+            "brief with a NUL",
+            TurnRequest {
+                brief: Some(b"a\0b"),
+                ..base
+            },
+            PlanError::BriefHasNul,
+        ),
+        (
+            "opencode brief with a NUL",
+            TurnRequest {
+                driver: DriverId::Opencode,
+                brief: Some(b"\0"),
+                ..base
+            },
+            PlanError::BriefHasNul,
+        ),
+        (
+            "prompt with a NUL",
+            TurnRequest {
+                prompt: "x\0y",
+                ..base
+            },
+            PlanError::PromptHasNul,
+        ),
+        (
+            "mcp.json outside the workspace",
+            TurnRequest {
+                mcp_config_path: Path::new("/tmp/mcp.json"),
+                ..base
+            },
+            PlanError::McpPathOutside(PathBuf::from("/tmp/mcp.json")),
+        ),
+        (
+            "mcp.json in a sibling workspace",
+            TurnRequest {
+                mcp_config_path: Path::new("/var/lib/atelier/m/sites/alphabet/.builder/mcp.json"),
+                ..base
+            },
+            PlanError::McpPathOutside(PathBuf::from(
+                "/var/lib/atelier/m/sites/alphabet/.builder/mcp.json",
+            )),
+        ),
+        (
+            "relative binary",
+            TurnRequest {
+                bin: Path::new("claude"),
+                ..base
+            },
+            PlanError::BinNotAbsolute(PathBuf::from("claude")),
+        ),
+        (
+            "resume token that is an option",
+            TurnRequest {
+                resume_token: Some("--dangerously-skip-permissions"),
+                ..base
+            },
+            PlanError::BadResumeToken,
+        ),
+        (
+            "opencode session that is an option",
+            TurnRequest {
+                driver: DriverId::Opencode,
+                resume_token: Some("-x"),
+                ..base
+            },
+            PlanError::BadResumeToken,
+        ),
+        (
+            "opencode env that is not a credential",
+            TurnRequest {
+                driver: DriverId::Opencode,
+                credentials: &bad_env,
+                ..base
+            },
+            PlanError::OpencodeEnvKey("NODE_OPTIONS".into()),
+        ),
+    ];
+    for (name, req, want) in cases {
+        assert_eq!(plan_turn(&req), Err(want), "{name}");
+    }
+}
+
+#[test]
+fn resume_token_table() {
+    let long = "a".repeat(129);
+    let cases: [(&str, &str, bool); 11] = [
+        ("claude uuid", "0b6c5a38-2f8e-4d6a-9a51-3d1f0c2b7e44", true),
+        ("opencode session", "ses_494719016ffe85dkDMj0FPRbHK", true),
+        ("128 bytes", &long[..128], true),
+        ("129 bytes", &long, false),
+        ("empty", "", false),
+        ("leading dash", "-r", false),
+        ("an option", "--settings", false),
+        ("space", "a b", false),
+        ("equals", "a=b", false),
+        ("slash", "../x", false),
+        ("non-ascii", "sesión", false),
+    ];
+    for (name, token, ok) in cases {
+        assert_eq!(is_resume_token(token), ok, "{name}");
+    }
+}
+
+#[test]
+fn brief_bounds() {
+    const NOTICE: &str = BRIEF_CUT_NOTICE;
+    type Check = Box<dyn Fn(&str) -> bool>;
+    let cases: Vec<(&str, Vec<u8>, Check)> = vec![
+        (
+            "short passes as is",
+            b"short".to_vec(),
+            Box::new(|b: &str| b == "short"),
+        ),
+        ("empty passes", Vec::new(), Box::new(|b: &str| b.is_empty())),
+        (
+            "exactly the bound passes",
+            vec![b'a'; MAX_BRIEF_BYTES],
+            Box::new(|b: &str| b.len() == MAX_BRIEF_BYTES && !b.ends_with(NOTICE)),
+        ),
+        (
+            "one over is cut with the notice",
+            vec![b'a'; MAX_BRIEF_BYTES + 1],
+            Box::new(|b: &str| {
+                b.len() == MAX_BRIEF_BYTES && b.ends_with(NOTICE) && b.starts_with("aaaa")
+            }),
+        ),
+        (
+            "multibyte cut on a char boundary",
+            "é".repeat(MAX_BRIEF_BYTES).into_bytes(),
+            Box::new(|b: &str| {
+                b.len() <= MAX_BRIEF_BYTES
+                    && b.len() > MAX_BRIEF_BYTES - NOTICE.len() - 4
+                    && b.ends_with(NOTICE)
+                    && b.trim_end_matches(NOTICE).chars().all(|c| c == 'é')
+            }),
+        ),
+        (
+            "four-byte chars cut on a char boundary",
+            "🦀".repeat(MAX_BRIEF_BYTES / 3).into_bytes(),
+            Box::new(|b: &str| {
+                b.len() <= MAX_BRIEF_BYTES && b.trim_end_matches(NOTICE).chars().all(|c| c == '🦀')
+            }),
+        ),
+        (
+            "invalid utf-8 is replaced",
+            b"\xff ok".to_vec(),
+            Box::new(|b: &str| b == "\u{fffd} ok"),
+        ),
+    ];
+    let mcp = McpAttachment::confined();
+    let creds = DriverCredentials::default();
+    for (name, brief, check) in cases {
+        let plan = plan_turn(&request(
             DriverId::ClaudeCode,
             &mcp,
             &creds,
-            Some(b"a\0b"),
-            None
-        )),
-        Err(PlanError::BriefHasNul)
-    );
-    let mut bad_prompt = request(DriverId::ClaudeCode, &mcp, &creds, None, None);
-    bad_prompt.prompt = "x\0y";
-    assert_eq!(plan_turn(&bad_prompt), Err(PlanError::PromptHasNul));
-    let mut outside = request(DriverId::ClaudeCode, &mcp, &creds, None, None);
-    outside.mcp_config_path = Path::new("/tmp/mcp.json");
-    assert!(matches!(
-        plan_turn(&outside),
-        Err(PlanError::McpPathOutside(_))
-    ));
-}
-
-#[test]
-fn a_long_brief_is_cut_on_a_char_boundary_with_a_notice() {
-    let brief = "é".repeat(MAX_BRIEF_BYTES);
-    let cut = prepare_brief(brief.as_bytes()).unwrap();
-    assert!(cut.len() <= MAX_BRIEF_BYTES);
-    assert!(cut.ends_with(BRIEF_CUT_NOTICE));
-    let short = prepare_brief(b"short").unwrap();
-    assert_eq!(short, "short");
-    let exact = "a".repeat(MAX_BRIEF_BYTES);
-    assert_eq!(prepare_brief(exact.as_bytes()).unwrap(), exact);
-    assert_eq!(prepare_brief(b"\xff ok").unwrap(), "\u{fffd} ok");
-}
-
-#[test]
-fn opencode_env_allows_provider_credentials_only() {
-    let pairs = |keys: &[&str]| -> Vec<(String, String)> {
-        keys.iter()
-            .map(|k| ((*k).to_owned(), "v".to_owned()))
-            .collect()
-    };
-    let good = [
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "OPENCODE_API_KEY",
-        "OPENCODE_AUTH_CONTENT",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "GITHUB_AUTH_TOKEN",
-    ];
-    assert_eq!(validate_opencode_env(&pairs(&good)), Ok(()));
-    for bad in [
-        "PATH",
-        "HOME",
-        "OPENCODE_CONFIG_CONTENT",
-        "OPENCODE_PERMISSION",
-        "OPENCODE_DISABLE_PROJECT_CONFIG",
-        "_API_KEY",
-        "LD_PRELOAD",
-        "NODE_OPTIONS",
-    ] {
+            Some(&brief),
+            None,
+        ))
+        .unwrap();
+        let at = plan
+            .argv
+            .iter()
+            .position(|a| a == "--append-system-prompt")
+            .unwrap();
+        assert!(check(&plan.argv[at + 1]), "{name}");
+        let opencode = plan_turn(&request(
+            DriverId::Opencode,
+            &mcp,
+            &creds,
+            Some(&brief),
+            None,
+        ))
+        .unwrap();
         assert_eq!(
-            validate_opencode_env(&pairs(&[bad])),
-            Err(PlanError::OpencodeEnvKey(bad.to_owned())),
-            "{bad}"
+            opencode.files[0].contents,
+            plan.argv[at + 1].as_bytes(),
+            "{name}: both drivers get the same brief"
         );
     }
 }
 
 #[test]
+fn opencode_env_table() {
+    let cases: [(&str, &str, &str, Result<(), PlanError>); 18] = [
+        ("openai key", "OPENAI_API_KEY", "v", Ok(())),
+        ("anthropic key", "ANTHROPIC_API_KEY", "v", Ok(())),
+        ("opencode zen key", "OPENCODE_API_KEY", "v", Ok(())),
+        ("aws access key id", "AWS_ACCESS_KEY_ID", "v", Ok(())),
+        ("aws secret", "AWS_SECRET_ACCESS_KEY", "v", Ok(())),
+        ("aws session token", "AWS_SESSION_TOKEN", "v", Ok(())),
+        ("auth token", "GITHUB_AUTH_TOKEN", "v", Ok(())),
+        (
+            "auth store of api and oauth entries",
+            "OPENCODE_AUTH_CONTENT",
+            r#"{"openai":{"type":"api","key":"k"},"anthropic":{"type":"oauth","refresh":"r","access":"a","expires":1}}"#,
+            Ok(()),
+        ),
+        ("empty auth store", "OPENCODE_AUTH_CONTENT", "{}", Ok(())),
+        (
+            "auth store with a wellknown entry",
+            "OPENCODE_AUTH_CONTENT",
+            r#"{"corp":{"type":"wellknown","key":"k","token":"t"}}"#,
+            Err(PlanError::OpencodeAuthContent),
+        ),
+        (
+            "auth store not json",
+            "OPENCODE_AUTH_CONTENT",
+            "api",
+            Err(PlanError::OpencodeAuthContent),
+        ),
+        (
+            "auth store an array",
+            "OPENCODE_AUTH_CONTENT",
+            "[]",
+            Err(PlanError::OpencodeAuthContent),
+        ),
+        (
+            "PATH",
+            "PATH",
+            "/tmp",
+            Err(PlanError::OpencodeEnvKey("PATH".into())),
+        ),
+        (
+            "HOME",
+            "HOME",
+            "/tmp",
+            Err(PlanError::OpencodeEnvKey("HOME".into())),
+        ),
+        (
+            "a restriction switch",
+            "OPENCODE_DISABLE_PROJECT_CONFIG",
+            "false",
+            Err(PlanError::OpencodeEnvKey(
+                "OPENCODE_DISABLE_PROJECT_CONFIG".into(),
+            )),
+        ),
+        (
+            "the configuration",
+            "OPENCODE_CONFIG_CONTENT",
+            "{}",
+            Err(PlanError::OpencodeEnvKey("OPENCODE_CONFIG_CONTENT".into())),
+        ),
+        (
+            "suffix alone",
+            "_API_KEY",
+            "v",
+            Err(PlanError::OpencodeEnvKey("_API_KEY".into())),
+        ),
+        (
+            "lowercase",
+            "openai_api_key",
+            "v",
+            Err(PlanError::OpencodeEnvKey("openai_api_key".into())),
+        ),
+    ];
+    for (name, key, value, want) in cases {
+        assert_eq!(
+            validate_opencode_env(&[(key.to_owned(), value.to_owned())]),
+            want,
+            "{name}"
+        );
+    }
+    let first_bad_is_named = [
+        ("OPENAI_API_KEY".to_owned(), "v".to_owned()),
+        ("LD_PRELOAD".to_owned(), "/x.so".to_owned()),
+        ("NODE_OPTIONS".to_owned(), "x".to_owned()),
+    ];
+    assert_eq!(
+        validate_opencode_env(&first_bad_is_named),
+        Err(PlanError::OpencodeEnvKey("LD_PRELOAD".into()))
+    );
+    let shown = PlanError::OpencodeEnvKey("LD_PRELOAD".into()).to_string();
+    assert!(shown.contains("LD_PRELOAD") && !shown.contains("/x.so"));
+}
+
+#[test]
 fn debug_output_names_no_secret() {
     let creds = credentials();
-    let shown = format!("{creds:?}");
-    for secret in ["sk-ant-canary", "sk-openai-canary", "pi-canary"] {
-        assert!(!shown.contains(secret), "{shown}");
-    }
     let mcp = McpAttachment::unconfined("https://a.example", Some("pub-key"));
-    let plan = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();
-    assert!(!format!("{:?}", plan.files).contains("pub-key"));
+    let claude = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();
+    let opencode = plan_turn(&request(DriverId::Opencode, &mcp, &creds, None, None)).unwrap();
+    let shown = format!("{creds:?} {mcp:?} {claude:?} {opencode:?}");
+    for secret in [
+        "sk-ant-canary",
+        "sk-openai-canary",
+        "pi-canary",
+        "auth-canary",
+        "pub-key",
+    ] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert!(
+        shown.contains("ANTHROPIC_API_KEY"),
+        "keys are named: {shown}"
+    );
 }

@@ -1,0 +1,116 @@
+//! Recorded-format transcripts through the real splitter and parsers: every chunking of a
+//! transcript gives exactly its golden events (`tests/fixtures/README.md`).
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail the test")]
+
+use std::path::{Path, PathBuf};
+
+use atelier_agents::{line_parser, AgentEvent, DriverId, LineSplitter};
+use serde_json::Value;
+
+const MAX_LINE: usize = 1 << 20;
+
+fn events_of(driver: DriverId, bytes: &[u8], chunk: usize) -> (Vec<AgentEvent>, u64) {
+    let mut splitter = LineSplitter::new(MAX_LINE);
+    let mut parser = line_parser(driver);
+    let mut events = Vec::new();
+    for piece in bytes.chunks(chunk) {
+        for line in splitter.push(piece) {
+            events.extend(parser.parse_line(&line));
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        events.extend(parser.parse_line(&line));
+    }
+    events.extend(parser.finish());
+    (events, splitter.dropped())
+}
+
+fn transcripts(driver: DriverId) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(driver.as_str());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    found.sort();
+    found
+}
+
+fn check(driver: DriverId, at_least: usize) {
+    let found = transcripts(driver);
+    assert!(found.len() >= at_least, "{found:?}");
+    for transcript in found {
+        let bytes = std::fs::read(&transcript).unwrap();
+        let golden = transcript.with_extension("events.json");
+        let want: Value = serde_json::from_slice(&std::fs::read(&golden).unwrap()).unwrap();
+        for chunk in [bytes.len().max(1), 1, 2, 7, 64, 4096] {
+            let (events, dropped) = events_of(driver, &bytes, chunk);
+            let got = Value::Array(events.iter().map(AgentEvent::to_body).collect());
+            assert_eq!(got, want, "{} in chunks of {chunk}", transcript.display());
+            assert_eq!(dropped, 0);
+        }
+    }
+}
+
+#[test]
+fn claude_code_transcripts() {
+    check(DriverId::ClaudeCode, 4);
+}
+
+#[test]
+fn opencode_transcripts() {
+    check(DriverId::Opencode, 3);
+}
+
+/// Without `finish` (a run that did not exit cleanly) an opencode run without a `done` line
+/// reports no result: the daemon's own fault stands alone.
+#[test]
+fn an_opencode_result_needs_the_end_of_a_clean_run() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/opencode/no_done_line.jsonl");
+    let bytes = std::fs::read(path).unwrap();
+    let mut splitter = LineSplitter::new(MAX_LINE);
+    let mut parser = line_parser(DriverId::Opencode);
+    let events: Vec<AgentEvent> = splitter
+        .push(&bytes)
+        .iter()
+        .flat_map(|line| parser.parse_line(line))
+        .collect();
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Result { .. })));
+    assert_eq!(parser.finish().len(), 1);
+    assert!(parser.finish().is_empty(), "one result per run");
+    assert!(line_parser(DriverId::ClaudeCode).finish().is_empty());
+}
+
+/// Truncating a transcript anywhere never panics and never invents a result the truncated
+/// text does not contain.
+#[test]
+fn every_prefix_of_a_transcript_parses() {
+    for driver in [DriverId::ClaudeCode, DriverId::Opencode] {
+        for transcript in transcripts(driver) {
+            let bytes = std::fs::read(&transcript).unwrap();
+            for cut in (0..bytes.len()).step_by(97) {
+                let mut splitter = LineSplitter::new(MAX_LINE);
+                let mut parser = line_parser(driver);
+                let mut results = 0;
+                for line in splitter
+                    .push(&bytes[..cut])
+                    .into_iter()
+                    .chain(splitter.finish())
+                {
+                    results += parser
+                        .parse_line(&line)
+                        .iter()
+                        .filter(|e| matches!(e, AgentEvent::Result { .. }))
+                        .count();
+                }
+                assert!(results <= 1, "{}: {cut}", transcript.display());
+            }
+        }
+    }
+}
