@@ -19,16 +19,21 @@
 //! - [`drivers`]: the configured agent CLIs, their probes and plans (`atelier-agents`).
 //! - [`runs`]: the confinement seam every turn, build and git command goes through.
 //! - [`audit`]: the append-only audit log.
+//!
+//! Builds and publishing (issue 7): [`builds`] (the build door, the log, the promote) and
+//! [`publishing`] (preview, publish, releases, rollback).
 
 pub mod actor;
 pub mod agents_md;
 pub mod audit;
+pub mod builds;
 pub mod domain;
 pub mod drivers;
 pub mod git;
 mod health;
 pub mod manifest;
 pub mod problem;
+pub mod publishing;
 pub mod reservations;
 mod router;
 pub mod runs;
@@ -86,10 +91,15 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
     let router = Router::new(&settings)?;
     notifier.status("sweeping sessions left by a previous run");
     let swept = router.sessions().sweep().await;
+    let builds = router.builds().clone();
+    let interrupted_builds = tokio::task::spawn_blocking(move || builds.sweep())
+        .await
+        .unwrap_or(0);
     tracing::info!(
         sessions = swept.sessions,
         recovered = swept.recovered,
         pending = swept.pending,
+        interrupted_builds,
         "boot sweep done"
     );
     let sessions = router.sessions().clone();

@@ -76,6 +76,12 @@ struct Args {
     /// A turn's wall-clock limit in milliseconds (default 20 minutes).
     #[arg(long)]
     session_turn_timeout_ms: Option<u64>,
+    /// atelier-build as the build door runs it (default /usr/local/bin/atelier-build).
+    #[arg(long)]
+    build_bin: Option<PathBuf>,
+    /// Releases kept per surface besides the served one (default 5).
+    #[arg(long)]
+    releases_retained: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -106,6 +112,11 @@ fn main() -> anyhow::Result<()> {
         pi_bin: None,
         session_turn_timeout_ms: args.session_turn_timeout_ms,
         site_identities: None,
+        releases_retained: args.releases_retained,
+        prod_url_scheme: None,
+        install_timeout_ms: None,
+        build_timeout_ms: None,
+        build_bin: args.build_bin,
         credentials: AgentCredentials {
             anthropic_api_key: optional_credential("ANTHROPIC_API_KEY")?,
             publication_api_key: optional_credential(atelier_layout::paths::PUBLICATION_API_KEY)?,

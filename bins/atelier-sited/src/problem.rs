@@ -5,7 +5,9 @@ use atelier_http::{Problem, Response};
 use hyper::{Method, StatusCode};
 
 use crate::actor::BodyRefusal;
+use crate::builds::BuildError;
 use crate::drivers::AdmitError;
+use crate::publishing::PublishError;
 use crate::reservations::Hold;
 use crate::runs::RunRefusal;
 use crate::sessions::SessionError;
@@ -314,6 +316,32 @@ impl From<SessionError> for ApiError {
             SessionError::NotRunning => ApiError::Refused(Reason::NotRunning, detail),
             SessionError::AlreadyRunning(_) => ApiError::Refused(Reason::SessionRunning, detail),
             SessionError::Log(_) | SessionError::Task(_) => ApiError::Internal(detail),
+        }
+    }
+}
+
+impl From<BuildError> for ApiError {
+    fn from(error: BuildError) -> Self {
+        let detail = error.to_string();
+        match error {
+            BuildError::Site(site) => ApiError::from(site),
+            BuildError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            BuildError::UnknownBuild { .. } => ApiError::NotFound(detail),
+            BuildError::Run(refusal) => ApiError::Refused(Reason::of_refusal(&refusal), detail),
+            BuildError::Unreadable { .. } | BuildError::Corrupt(_) => ApiError::Internal(detail),
+        }
+    }
+}
+
+impl From<PublishError> for ApiError {
+    fn from(error: PublishError) -> Self {
+        let detail = error.to_string();
+        match error {
+            PublishError::Site(site) => ApiError::from(site),
+            PublishError::Validation(_) => ApiError::Validation(detail),
+            PublishError::NoBuild(_) => ApiError::Refused(Reason::NoBuild, detail),
+            PublishError::UnknownRelease { .. } => ApiError::NotFound(detail),
+            PublishError::Release(_) => ApiError::Internal(detail),
         }
     }
 }

@@ -10,9 +10,11 @@ use subtle::ConstantTimeEq;
 
 use crate::actor::{actor_of, parse_body, Actor};
 use crate::audit::{self, Audit};
+use crate::builds::Builds;
 use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
 use crate::problem::ApiError;
+use crate::publishing::{PublishError, PublishRequest};
 use crate::runs::{Mode, NoneSpawner, Runner, SystemdDoors};
 use crate::sessions::TurnSettings;
 use crate::sessions::{parse_after, Sessions};
@@ -44,6 +46,12 @@ const ROUTES: &[(&[&str], &[Method])] = &[
     (&["v1", "sessions", ":id", "events"], &[Method::GET]),
     (&["v1", "sessions", ":id", "messages"], &[Method::POST]),
     (&["v1", "sessions", ":id", "stop"], &[Method::POST]),
+    (&["v1", "sites", ":slug", "build"], &[Method::POST]),
+    (&["v1", "sites", ":slug", "builds", ":id"], &[Method::GET]),
+    (&["v1", "sites", ":slug", "preview"], &[Method::GET]),
+    (&["v1", "sites", ":slug", "publish"], &[Method::POST]),
+    (&["v1", "sites", ":slug", "releases"], &[Method::GET]),
+    (&["v1", "sites", ":slug", "rollback"], &[Method::POST]),
     (&["v1", "audit"], &[Method::GET]),
 ];
 
@@ -61,6 +69,7 @@ struct RouterState {
     max_concurrent_sessions: u32,
     sites: Sites,
     sessions: Sessions,
+    builds: Builds,
     audit: Audit,
 }
 
@@ -112,6 +121,7 @@ impl Router {
             agents.confinement,
         );
         let sites = Sites::new(settings.sites.clone(), runner.clone());
+        let builds = Builds::new(sites.clone(), runner.clone(), settings.builds.clone());
         let turn_settings = TurnSettings {
             turn_timeout: agents.turn_timeout,
             credentials: agents.driver_credentials(),
@@ -133,6 +143,7 @@ impl Router {
                 max_concurrent_sessions: settings.max_concurrent_sessions,
                 sites,
                 sessions,
+                builds,
                 audit: Audit::new(&settings.audit_dir),
             }),
         })
@@ -141,6 +152,11 @@ impl Router {
     /// The audit log.
     pub fn audit(&self) -> &Audit {
         &self.inner.audit
+    }
+
+    /// The build service.
+    pub fn builds(&self) -> &Builds {
+        &self.inner.builds
     }
 
     /// The site service behind the routes.
@@ -300,6 +316,74 @@ impl Router {
                     &json!({ "session_id": id, "stopped": true }),
                 ))
             }
+            (["v1", "sites", _, "build"], _) => {
+                let slug = param(&segments[2])?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let id = self.inner.builds.start(&slug).await?;
+                self.record(&actor, "build", Some(&slug), json!({ "build_id": id }))
+                    .await;
+                Ok(json_response(
+                    StatusCode::ACCEPTED,
+                    &json!({ "build_id": id }),
+                ))
+            }
+            (["v1", "sites", _, "builds", _], _) => {
+                let (slug, id) = (param(&segments[2])?, param(&segments[4])?);
+                let builds = self.inner.builds.clone();
+                let (record, log) = tokio::task::spawn_blocking(move || builds.get(&slug, &id))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("build task: {e}")))??;
+                let mut body = serde_json::to_value(&record)
+                    .map_err(|e| ApiError::Internal(format!("encoding a build: {e}")))?;
+                body["log"] = Value::String(log);
+                Ok(json_response(StatusCode::OK, &body))
+            }
+            (["v1", "sites", _, "preview"], _) => {
+                let slug = param(&segments[2])?;
+                let preview = publishing_task(sites, move |s| s.preview(&slug)).await?;
+                Ok(json_response(StatusCode::OK, &preview))
+            }
+            (["v1", "sites", _, "publish"], _) => {
+                let slug = param(&segments[2])?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let publish = PublishRequest::from_body(&body)?;
+                let (who, site) = (actor.clone(), slug.clone());
+                let served = publishing_task(sites, move |s| s.publish(&site, &who)).await?;
+                let mut detail = json!({ "release": served.release });
+                if let Some(note) = publish.note {
+                    detail["note"] = Value::String(note);
+                }
+                self.record(&actor, "publish", Some(&slug), detail).await;
+                Ok(json_response(StatusCode::OK, &served))
+            }
+            (["v1", "sites", _, "releases"], _) => {
+                let slug = param(&segments[2])?;
+                let releases = publishing_task(sites, move |s| s.releases(&slug)).await?;
+                Ok(json_response(StatusCode::OK, &releases))
+            }
+            (["v1", "sites", _, "rollback"], _) => {
+                let slug = param(&segments[2])?;
+                let body = parse_body(&read_body(request).await?)?;
+                let actor = actor_of(&body)?;
+                let release = match body.get("release") {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                };
+                let (who, site, wanted) = (actor.clone(), slug.clone(), release.clone());
+                let served =
+                    publishing_task(sites, move |s| s.rollback(&site, &wanted, &who)).await?;
+                self.record(
+                    &actor,
+                    "rollback",
+                    Some(&slug),
+                    json!({ "release": release }),
+                )
+                .await;
+                Ok(json_response(StatusCode::OK, &served))
+            }
             (["v1", "audit"], _) => {
                 let query = request.uri().query();
                 let site = query_value(query, "site");
@@ -378,6 +462,19 @@ impl Router {
             Err("Invalid bearer token")
         }
     }
+}
+
+/// Runs a blocking publishing operation off the async workers.
+async fn publishing_task<T, F>(sites: &Sites, work: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Sites) -> Result<T, PublishError> + Send + 'static,
+{
+    let sites = sites.clone();
+    tokio::task::spawn_blocking(move || work(&sites))
+        .await
+        .map_err(|e| ApiError::Internal(format!("publishing task: {e}")))?
+        .map_err(ApiError::from)
 }
 
 /// Runs a blocking site operation (it walks the filesystem) off the async workers.

@@ -28,6 +28,7 @@ const DEFAULT_MAX_SITES: u32 = 20;
 const DEFAULT_MAX_CONCURRENT_SESSIONS: u32 = 2;
 const DEFAULT_SITE_DISK_QUOTA_MB: u64 = 1024;
 const DEFAULT_PREPROD_HOST_PREFIX: &str = "pre";
+const DEFAULT_RELEASES_RETAINED: u64 = 5;
 
 /// Settings as given, before validation.
 #[derive(Debug, Default, Clone)]
@@ -80,6 +81,16 @@ pub struct RawSettings {
     pub session_turn_timeout_ms: Option<u64>,
     /// `ATELIER_SITE_IDENTITIES`: the declared sites' ordinals as JSON.
     pub site_identities: Option<String>,
+    /// Releases kept per surface besides the served one.
+    pub releases_retained: Option<u64>,
+    /// `http` or `https` (the default): production's URL scheme.
+    pub prod_url_scheme: Option<String>,
+    /// The install step's deadline in milliseconds.
+    pub install_timeout_ms: Option<u64>,
+    /// The build step's deadline in milliseconds.
+    pub build_timeout_ms: Option<u64>,
+    /// `atelier-build` as the build door runs it (default: the installed one).
+    pub build_bin: Option<PathBuf>,
     /// Credentials from `$CREDENTIALS_DIRECTORY`, for the one child each is meant for.
     pub credentials: AgentCredentials,
 }
@@ -174,6 +185,8 @@ pub struct Settings {
     pub sites: SitesConfig,
     /// What agent turns run with.
     pub agents: AgentSettings,
+    /// What builds run with.
+    pub builds: crate::builds::BuildSettings,
     /// A development host (`ATELIER_DEPLOYMENT=development`): unconfined runs and a root
     /// daemon are allowed.
     pub development: bool,
@@ -248,6 +261,9 @@ pub enum SettingsError {
     /// `none` confinement was asked for a production deployment.
     #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
     UnconfinedInProduction,
+    /// The production URL scheme is neither http nor https.
+    #[error("prod URL scheme {0:?} must be http or https")]
+    BadScheme(String),
     /// `ATELIER_SITE_IDENTITIES` is unreadable.
     #[error(transparent)]
     BadIdentities(#[from] atelier_layout::services::IdentitiesError),
@@ -383,7 +399,18 @@ impl RawSettings {
     pub fn validate(self) -> Result<Settings, SettingsError> {
         let instance = InstanceName::new(&self.instance)?;
         let agents = self.agent_settings()?;
+        let builds = self.build_settings()?;
         let development = self.deployment.as_deref() == Some("development");
+        let releases_retained = at_least(
+            self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
+            1,
+            "releases_retained",
+        )?;
+        let prod_url_scheme = match self.prod_url_scheme.as_deref() {
+            None | Some("https") => "https",
+            Some("http") => "http",
+            Some(other) => return Err(SettingsError::BadScheme(other.to_owned())),
+        };
         let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
         if service_token.chars().count() < MIN_TOKEN_LEN {
             return Err(SettingsError::ShortToken);
@@ -446,6 +473,7 @@ impl RawSettings {
         }
         Ok(Settings {
             agents,
+            builds,
             development,
             sites: SitesConfig {
                 instance: instance.as_str().to_owned(),
@@ -458,6 +486,8 @@ impl RawSettings {
                 default_driver,
                 preprod_host_prefix,
                 git_timeout: Duration::from_millis(git_timeout_ms),
+                releases_retained: usize::try_from(releases_retained).unwrap_or(usize::MAX),
+                prod_url_scheme: prod_url_scheme.to_owned(),
             },
             instance,
             service_token,
@@ -471,6 +501,36 @@ impl RawSettings {
 }
 
 impl RawSettings {
+    fn build_settings(&self) -> Result<crate::builds::BuildSettings, SettingsError> {
+        let build_bin = required_path(
+            Some(self.build_bin.clone().unwrap_or_else(|| {
+                Path::new(atelier_layout::paths::BIN_DIR)
+                    .join(atelier_layout::services::BUILD_BINARY)
+            })),
+            "build_bin",
+        )?;
+        let step = |value: Option<u64>, default: u64, name: &'static str| {
+            at_least(value.unwrap_or(default), 1000, name)
+        };
+        Ok(crate::builds::BuildSettings {
+            build_bin,
+            install_timeout_ms: step(
+                self.install_timeout_ms,
+                atelier_layout::paths::INSTALL_TIMEOUT_MS,
+                "install_timeout_ms",
+            )?,
+            build_timeout_ms: step(
+                self.build_timeout_ms,
+                atelier_layout::paths::BUILD_TIMEOUT_MS,
+                "build_timeout_ms",
+            )?,
+            releases_retained: usize::try_from(
+                self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
+            )
+            .unwrap_or(usize::MAX),
+        })
+    }
+
     fn agent_settings(&self) -> Result<AgentSettings, SettingsError> {
         let confinement = match self.agent_confinement.as_deref() {
             None | Some("systemd_scope") => Confinement::SystemdScope,

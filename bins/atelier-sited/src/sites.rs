@@ -17,7 +17,7 @@ use crate::git::{Git, GitError};
 use crate::manifest::{self, Driver, ManifestError, Published, SiteManifest, MAX_NAME_CHARS};
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::runs::{RunTarget, Runner};
-use crate::site_table::{self, SiteTable, WebspaceError};
+use crate::site_table::{self, SiteRow, SiteTable, WebspaceError};
 use crate::slug::Slug;
 use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
@@ -51,6 +51,10 @@ pub struct SitesConfig {
     pub preprod_host_prefix: String,
     /// Per-command git timeout.
     pub git_timeout: Duration,
+    /// Releases kept per surface besides the served one.
+    pub releases_retained: usize,
+    /// `http` or `https`: production's URL scheme.
+    pub prod_url_scheme: String,
 }
 
 impl SitesConfig {
@@ -151,8 +155,8 @@ pub struct SiteStatus {
     pub manifest: SiteManifest,
     /// The session state.
     pub session: SessionState,
-    /// The newest build record (builds are their own issue: always null for now).
-    pub last_build: Option<Value>,
+    /// The newest build record.
+    pub last_build: Option<crate::builds::BuildRecord>,
     /// Preproduction.
     pub preprod: Preprod,
     /// The manifest's `published`.
@@ -422,20 +426,36 @@ impl Sites {
         }
     }
 
-    fn prove_declared(&self, slug: &Slug, domain: &str) -> Result<(), SiteError> {
+    fn prove_declared(&self, slug: &Slug, domain: &str) -> Result<SiteRow, SiteError> {
+        let row = self.row_for(slug.as_str(), domain)?;
+        site_table::prove_webspace(&row, &self.config.instance)?;
+        Ok(row)
+    }
+
+    /// The site table's row of `slug`, which must declare it with `domain`.
+    fn row_for(&self, slug: &str, domain: &str) -> Result<SiteRow, WebspaceError> {
         let table = SiteTable::read(&self.config.site_table_file, &self.config.instance)?;
-        let row = table.row(slug.as_str()).ok_or_else(|| {
+        let row = table.row(slug).ok_or_else(|| {
             WebspaceError(format!("site '{slug}' is not declared in the site table"))
         })?;
         if row.domain != domain {
             return Err(WebspaceError(format!(
                 "site '{slug}' is declared with the domain {}, not {domain}",
                 row.domain
-            ))
-            .into());
+            )));
         }
-        site_table::prove_webspace(row, &self.config.instance)?;
-        Ok(())
+        Ok(row.clone())
+    }
+
+    /// The site's row in the site table, not proved (for reads).
+    pub fn table_row(&self, manifest: &SiteManifest) -> Result<SiteRow, WebspaceError> {
+        self.row_for(&manifest.slug, &manifest.domain)
+    }
+
+    /// The site's row, its webspace proved this instance's and writable (for writes).
+    pub fn declared_row(&self, manifest: &SiteManifest) -> Result<SiteRow, SiteError> {
+        let slug = Slug::parse(&manifest.slug)?;
+        self.prove_declared(&slug, &manifest.domain)
     }
 
     /// Every readable, valid manifest under the sites root, sorted by slug.
@@ -487,6 +507,11 @@ impl Sites {
             self.config.preprod_host_prefix, manifest.domain
         );
         let release = self.preprod_release(&manifest);
+        let last_build = self
+            .sites_root()
+            .and_then(|root| Ok(root.open_dir(&manifest.slug)?))
+            .ok()
+            .and_then(|ws| crate::builds::latest_record(&ws, &manifest.slug));
         let session = self
             .session_states
             .lock()
@@ -501,7 +526,7 @@ impl Sites {
             published: manifest.published.clone(),
             manifest,
             session,
-            last_build: None,
+            last_build,
             preprod: Preprod { url, release },
         }
     }
@@ -509,13 +534,13 @@ impl Sites {
     /// The release preproduction's served link names, read off the declared surface without
     /// proving the webspace; `None` when undeclared, on another domain, or unreadable.
     fn preprod_release(&self, manifest: &SiteManifest) -> Option<String> {
-        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok()?;
-        let row = table.row(&manifest.slug)?;
-        if row.domain != manifest.domain {
-            return None;
-        }
-        let target = std::fs::read_link(&row.surfaces.preprod.link_path).ok()?;
-        Some(target.file_name()?.to_str()?.to_owned())
+        let row = self.table_row(manifest).ok()?;
+        let store = atelier_releases::Store::open(
+            &row.surfaces.preprod.store_dir,
+            &row.surfaces.preprod.link_path,
+        )
+        .ok()?;
+        Some(store.current().ok()??.as_str().to_owned())
     }
 
     /// Deletes site `slug` (§7.5): refused while anything holds it, and then nothing is

@@ -475,15 +475,16 @@ async fn create_get_list_delete_round_trip() {
 
     // Preproduction and production exist in the webspace; a plain delete leaves production.
     let webspace = instance.webspace("beta.example.org");
-    for dir in [".releases/pre/r1", ".releases/web/r1"] {
-        std::fs::create_dir_all(webspace.join(dir)).unwrap();
+    let r1 = "20261201T000000000Z-000000";
+    for dir in [".releases/pre", ".releases/web"] {
+        std::fs::create_dir_all(webspace.join(dir).join(r1)).unwrap();
     }
-    std::os::unix::fs::symlink(".releases/pre/r1", webspace.join("pre")).unwrap();
-    std::os::unix::fs::symlink(".releases/web/r1", webspace.join("web")).unwrap();
+    std::os::unix::fs::symlink(format!(".releases/pre/{r1}"), webspace.join("pre")).unwrap();
+    std::os::unix::fs::symlink(format!(".releases/web/{r1}"), webspace.join("web")).unwrap();
     let got = instance
         .call(Method::GET, "/v1/sites/beta", Value::Null)
         .await;
-    assert_eq!(got.json()["preprod"]["release"], "r1");
+    assert_eq!(got.json()["preprod"]["release"], r1);
 
     let deleted = instance
         .call(Method::DELETE, "/v1/sites/beta", json!({"actor": actor()}))
@@ -498,7 +499,7 @@ async fn create_get_list_delete_round_trip() {
     assert!(!record.exists());
     assert!(std::fs::symlink_metadata(webspace.join("pre")).is_err());
     assert!(!webspace.join(".releases/pre").exists());
-    assert!(webspace.join(".releases/web/r1").is_dir());
+    assert!(webspace.join(".releases/web").join(r1).is_dir());
     assert!(webspace.join(".atelier_instance").exists());
 
     let gone = instance

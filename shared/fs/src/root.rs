@@ -226,6 +226,28 @@ impl Root {
         Ok(bytes)
     }
 
+    /// [`Root::read_limited`] for the daemon's own state in a tree another identity can write:
+    /// also refuses a file this process does not own (an agent-authored record is not the
+    /// daemon's word). `Ok(None)` when `rel` does not exist.
+    pub fn read_own_limited(
+        &self,
+        rel: impl AsRef<Path>,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, FsError> {
+        let rel = RelPath::new(rel)?;
+        match self.open_regular(&rel) {
+            Ok((_, stat)) if stat.st_uid != rustix::process::geteuid().as_raw() => {
+                return Err(FsError::NotOwned {
+                    path: rel.as_path().to_path_buf(),
+                })
+            }
+            Ok(_) => {}
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        self.read_limited(rel.as_path(), max_bytes).map(Some)
+    }
+
     /// Opens the regular file `rel` for reading, with the same refusals as
     /// [`Root::read_limited`] (without a size limit: the caller reads as much as it wants).
     pub fn open_read(&self, rel: impl AsRef<Path>) -> Result<File, FsError> {

@@ -13,6 +13,8 @@ pub const SITED_BINARY: &str = "atelier-sited";
 pub const SHIM_BINARY: &str = "atelier-shim";
 /// The binary every gate unit runs.
 pub const GATE_BINARY: &str = "atelier-gate";
+/// The program a build door runs: a site's install and build steps.
+pub const BUILD_BINARY: &str = "atelier-build";
 
 /// The only port a door's plan lets a tunnel reach.
 pub const EGRESS_PORT: u16 = 443;

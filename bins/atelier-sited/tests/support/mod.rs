@@ -51,6 +51,7 @@ pub fn raw_settings(root: &Path) -> RawSettings {
         agent_state_root: Some(root.join("agents")),
         shim_bin: Some(workspace_bin("atelier-shim")),
         claude_code_bin: Some(workspace_bin("atelier-test-agent")),
+        build_bin: Some(workspace_bin("atelier-build")),
         ..RawSettings::default()
     }
 }
@@ -191,6 +192,9 @@ pub fn declare_sites(root: &Path, sites: &[(&str, &str)]) {
             std::fs::create_dir_all(&ws).expect("a webspace");
             let owner = if domain.starts_with("foreign") { "other" } else { "test" };
             std::fs::write(ws.join(".atelier_instance"), format!("{owner}\n")).expect("a marker");
+            for store in [".releases/pre", ".releases/web"] {
+                std::fs::create_dir_all(ws.join(store)).expect("a release store");
+            }
             let ws = ws.to_str().expect("UTF-8");
             json!({
                 "slug": slug, "domain": domain, "webspace": ws,
@@ -243,6 +247,7 @@ pub fn sited_args(root: &Path, socket: &Path) -> Vec<std::ffi::OsString> {
         "--claude-code-bin",
         workspace_bin("atelier-test-agent").as_os_str(),
     );
+    flag("--build-bin", workspace_bin("atelier-build").as_os_str());
     args
 }
 

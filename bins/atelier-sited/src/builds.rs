@@ -1,0 +1,481 @@
+//! Builds (§8.1–8.3): `POST /v1/sites/:slug/build` admits a build and runs it detached through
+//! the site's build door (`atelier-build` with the manifest's steps as its plan); sited writes
+//! the log from the relayed frames, promotes the verified output into preproduction, and
+//! always ends with one terminal record, so the site's hold always clears.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use atelier_build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
+use atelier_fs::{FsError, Root};
+use atelier_layout::workspace::{
+    BUILDER_DIR, BUILDER_DIR_MODE, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+};
+use atelier_proto::Door;
+use atelier_releases::{ReleaseId, Store, Strategy};
+use serde::{Deserialize, Serialize};
+
+use crate::reservations::{Hold, Reservation};
+use crate::runs::{base_env, RunItem, RunSpec, Runner};
+use crate::sites::{iso8601, SiteError, Sites};
+
+/// Build records and logs, below a workspace.
+pub const BUILDS_DIR: &str = ".builder/builds";
+/// A build record larger than this is not one sited wrote.
+const MAX_RECORD_BYTES: u64 = 64 * 1024;
+/// The most of a build log `GET` returns.
+const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
+/// Beyond the two steps' deadlines, the time atelier-build may take to verify the output
+/// before sited ends the run itself.
+const BUILD_SLACK: Duration = Duration::from_secs(120);
+/// The `PATH` a build's steps get.
+const BUILD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// What builds run with.
+#[derive(Debug, Clone)]
+pub struct BuildSettings {
+    /// `atelier-build`, as the build door sees it.
+    pub build_bin: PathBuf,
+    /// The install step's deadline.
+    pub install_timeout_ms: u64,
+    /// The build step's deadline.
+    pub build_timeout_ms: u64,
+    /// Preproduction releases kept besides the served one.
+    pub releases_retained: usize,
+}
+
+/// `BuildStatus` (§4.3), the record in `.builder/builds/<id>.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildRecord {
+    /// The build id.
+    pub id: String,
+    /// `running`, `success` or `failed`.
+    pub outcome: String,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended.
+    pub finished_at: Option<String>,
+    /// The preproduction release it made.
+    pub release: Option<String>,
+    /// Why it failed (the contract's strings).
+    pub error: Option<String>,
+}
+
+/// Why a build was refused or could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A site refusal (unknown, webspace, quota…).
+    #[error(transparent)]
+    Site(#[from] SiteError),
+    /// Something holds the site.
+    #[error("{}", busy_detail(.0.0))]
+    Busy(#[from] crate::reservations::Busy),
+    /// No such build of this site (an id that could escape the builds directory included).
+    #[error("No build '{id}' for '{slug}'")]
+    UnknownBuild {
+        /// The site.
+        slug: String,
+        /// The id asked for.
+        id: String,
+    },
+    /// A record or log that sited did not write, or could not read.
+    #[error("reading build {id}: {source}")]
+    Unreadable {
+        /// The build.
+        id: String,
+        /// What failed.
+        #[source]
+        source: FsError,
+    },
+    /// A record that does not parse.
+    #[error("build {0}'s record is corrupt")]
+    Corrupt(String),
+    /// The run seam refuses new runs.
+    #[error(transparent)]
+    Run(#[from] crate::runs::RunRefusal),
+}
+
+/// The build service.
+#[derive(Debug, Clone)]
+pub struct Builds {
+    sites: Sites,
+    runner: Runner,
+    settings: BuildSettings,
+}
+
+impl Builds {
+    /// Builds of `sites` through `runner`.
+    pub fn new(sites: Sites, runner: Runner, settings: BuildSettings) -> Builds {
+        Builds {
+            sites,
+            runner,
+            settings,
+        }
+    }
+
+    /// `POST /v1/sites/:slug/build` after the actor check (§8.1): the site, its preproduction
+    /// webspace, the hold, existence under the hold, the record; then the run, detached.
+    pub async fn start(&self, slug: &str) -> Result<String, BuildError> {
+        if self.runner.is_stopping() {
+            return Err(crate::runs::RunRefusal::DaemonStopping.into());
+        }
+        let this = self.clone();
+        let owned = slug.to_owned();
+        let (reservation, id, plan) = tokio::task::spawn_blocking(move || this.admit(&owned))
+            .await
+            .map_err(|e| SiteError::Task(e.to_string()))??;
+        if let Some(plan) = plan {
+            let this = self.clone();
+            let (slug, build_id) = (slug.to_owned(), id.clone());
+            tokio::spawn(async move { this.run(slug, build_id, plan, reservation).await });
+        }
+        Ok(id)
+    }
+
+    /// Steps up to the record; the plan is `None` when the manifest's steps cannot be one, and
+    /// the record then already says the build failed.
+    fn admit(&self, slug: &str) -> Result<(Reservation, String, Option<BuildPlan>), BuildError> {
+        let status = self.sites.get(slug)?;
+        self.sites.declared_row(&status.manifest)?;
+        let reservation = self.sites.reservations().reserve(slug, Hold::Build)?;
+        let status = self.sites.get(slug)?;
+        let build = &status.manifest.build;
+        let plan = BuildPlan::from_manifest(
+            &build.install,
+            &build.build,
+            &build.output,
+            self.settings.install_timeout_ms,
+            self.settings.build_timeout_ms,
+            false,
+        );
+        let id = ReleaseId::generate().as_str().to_owned();
+        let workspace = self.workspace(slug)?;
+        workspace
+            .create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)
+            .and_then(|_| workspace.create_dir_all(BUILDS_DIR, PRIVATE_DIR_MODE))
+            .map_err(SiteError::from)?;
+        let record = BuildRecord {
+            id: id.clone(),
+            outcome: "running".to_owned(),
+            started_at: iso8601(SystemTime::now()),
+            finished_at: None,
+            release: None,
+            error: None,
+        };
+        write_record(&workspace, &record)?;
+        workspace
+            .open_append(log_path(&id), PRIVATE_FILE_MODE)
+            .map_err(SiteError::from)?;
+        // A manifest whose steps cannot be a plan is the build's failure, recorded as such.
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(e) => {
+                tracing::warn!(site = %slug, build = %id, "the manifest's build steps are unusable: {e}");
+                let mut failed = record;
+                finish(
+                    &mut failed,
+                    Err(BuildFailure::BuildError.as_str().into_owned()),
+                );
+                write_record(&workspace, &failed)?;
+                append_log(&workspace, &id, format!("\n# refused: {e}\n").as_bytes());
+                return Ok((reservation, id, None));
+            }
+        };
+        Ok((reservation, id, Some(plan)))
+    }
+
+    fn workspace(&self, slug: &str) -> Result<Root, SiteError> {
+        Ok(Root::open(&self.sites.config().sites_root)?.open_dir(slug)?)
+    }
+
+    /// The pipeline; never fails out: every path ends in one terminal record.
+    async fn run(self, slug: String, id: String, plan: BuildPlan, reservation: Reservation) {
+        let outcome = self.pipeline(&slug, &id, &plan).await;
+        let this = self.clone();
+        let (slug2, id2) = (slug.clone(), id.clone());
+        let written = tokio::task::spawn_blocking(move || -> Result<(), BuildError> {
+            let workspace = this.workspace(&slug2)?;
+            let mut record = read_record(&workspace, &slug2, &id2)?;
+            finish(&mut record, outcome);
+            write_record(&workspace, &record)
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(site = %slug, build = %id, error = %e, "could not write the build's terminal record")
+            }
+            Err(e) => {
+                tracing::error!(site = %slug, build = %id, error = %e, "the build record task failed")
+            }
+        }
+        drop(reservation);
+        tracing::info!(site = %slug, build = %id, "build ended");
+    }
+
+    async fn pipeline(&self, slug: &str, id: &str, plan: &BuildPlan) -> Result<String, String> {
+        let build_error = || BuildFailure::BuildError.as_str().into_owned();
+        let workspace = self.workspace(slug).map_err(|e| {
+            tracing::error!(site = %slug, build = %id, error = %e, "the workspace is gone");
+            build_error()
+        })?;
+        let log = |bytes: &[u8]| append_log(&workspace, id, bytes);
+        let target = self.sites.config().run_target(slug);
+        let spec = RunSpec {
+            door: Door::Build,
+            argv: plan.to_argv(self.settings.build_bin.to_string_lossy()),
+            env: base_env(BUILD_PATH),
+        };
+        let mut run = match self.runner.open(&target, spec).await {
+            Ok(run) => run,
+            Err(refusal) => {
+                log(format!("\n# error: {refusal}\n").as_bytes());
+                return Err(build_error());
+            }
+        };
+        if self.runner.is_unconfined() {
+            log(b"# atelier: this build runs unconfined (agent confinement 'none', a development host)\n");
+        }
+        let deadline =
+            Duration::from_millis(plan.install_timeout_ms + plan.build_timeout_ms) + BUILD_SLACK;
+        let mut reader = EventReader::new();
+        let mut report = BuildReport::new();
+        let mut items = Vec::new();
+        let ended = tokio::time::timeout(deadline, async {
+            loop {
+                match run.next().await {
+                    RunItem::Stdout(bytes) => {
+                        items.clear();
+                        if let Err(e) = reader.push(&bytes, &mut items) {
+                            return Err(e.to_string());
+                        }
+                        for item in &items {
+                            report.record(item);
+                            log(&log_bytes(item));
+                        }
+                    }
+                    RunItem::Stderr(bytes) => log(&bytes),
+                    RunItem::Exit(_) => return reader.finish().map_err(|e| e.to_string()),
+                    RunItem::Lost(why) => return Err(why),
+                }
+            }
+        })
+        .await;
+        run.stop().await;
+        match ended {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                log(format!("\n# error: {why}\n").as_bytes());
+                return Err(if self.runner.is_stopping() {
+                    BuildFailure::Interrupted.as_str().into_owned()
+                } else {
+                    build_error()
+                });
+            }
+            Err(_) => {
+                log(b"\n# error: the build ran past its deadline\n");
+                return Err(build_error());
+            }
+        }
+        let verified = report.outcome()?;
+        if let Err(e) = self.sites.check_quota(slug, verified.bytes) {
+            log(format!("\n# refused: {e}\n").as_bytes());
+            return Err("over disk quota".to_owned());
+        }
+        log(b"\n# promote to preprod\n");
+        let promoted = self.promote(slug, &plan.output).await;
+        match &promoted {
+            Ok(release) => log(format!("released {release}\n").as_bytes()),
+            Err(why) => log(format!("# refused: {why}\n").as_bytes()),
+        }
+        promoted.map_err(|_| build_error())
+    }
+
+    /// Copies the verified output into preproduction's store and flips its link.
+    async fn promote(&self, slug: &str, output: &str) -> Result<String, String> {
+        let this = self.clone();
+        let (slug, output) = (slug.to_owned(), output.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let status = this.sites.get(&slug).map_err(|e| e.to_string())?;
+            let row = this
+                .sites
+                .declared_row(&status.manifest)
+                .map_err(|e| e.to_string())?;
+            let store = Store::open(
+                &row.surfaces.preprod.store_dir,
+                &row.surfaces.preprod.link_path,
+            )
+            .map_err(|e| e.to_string())?;
+            let source = this
+                .workspace(&slug)
+                .map_err(|e| e.to_string())?
+                .open_dir(&output)
+                .map_err(|e| e.to_string())?;
+            let promoted = store
+                .promote(&source, Strategy::default())
+                .map_err(|e| e.to_string())?;
+            if let Err(e) = store.prune(this.settings.releases_retained) {
+                tracing::warn!(site = %slug, error = %e, "pruning preproduction releases failed");
+            }
+            Ok(promoted.id.as_str().to_owned())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    /// `GET /v1/sites/:slug/builds/:id`: the record and the log. An id that is not a build
+    /// id answers exactly as an unknown one. Blocking.
+    pub fn get(&self, slug: &str, id: &str) -> Result<(BuildRecord, String), BuildError> {
+        let unknown = || BuildError::UnknownBuild {
+            slug: slug.to_owned(),
+            id: id.to_owned(),
+        };
+        let id = ReleaseId::parse(id).map_err(|_| unknown())?;
+        let slug = crate::slug::Slug::parse(slug).map_err(|_| unknown())?;
+        let workspace = match self.workspace(slug.as_str()) {
+            Ok(ws) => ws,
+            Err(_) => return Err(unknown()),
+        };
+        let record = read_record(&workspace, slug.as_str(), id.as_str())?;
+        let log = workspace
+            .read_own_limited(log_path(id.as_str()), MAX_LOG_BYTES)
+            .map_err(|source| BuildError::Unreadable {
+                id: id.as_str().to_owned(),
+                source,
+            })?
+            .unwrap_or_default();
+        Ok((record, String::from_utf8_lossy(&log).into_owned()))
+    }
+
+    /// The boot sweep's part: a build left `running` by a dead process is interrupted.
+    pub fn sweep(&self) -> usize {
+        let mut swept = 0;
+        for slug in self.sites.slugs() {
+            let Ok(workspace) = self.workspace(&slug) else {
+                continue;
+            };
+            let Ok(names) = atelier_fs::tree::list_dir(&workspace, Some(Path::new(BUILDS_DIR)))
+            else {
+                continue;
+            };
+            for (name, _) in names {
+                let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                    continue;
+                };
+                if let Ok(mut record) = read_record(&workspace, &slug, id) {
+                    if record.outcome == "running" {
+                        finish(
+                            &mut record,
+                            Err(BuildFailure::Interrupted.as_str().into_owned()),
+                        );
+                        if write_record(&workspace, &record).is_ok() {
+                            append_log(
+                                &workspace,
+                                id,
+                                b"\n# error: sited stopped during the build\n",
+                            );
+                            swept += 1;
+                        }
+                    }
+                }
+            }
+        }
+        swept
+    }
+}
+
+/// The contract's detail for a build refused by a hold.
+fn busy_detail(hold: Hold) -> String {
+    match hold {
+        Hold::Session => "Cannot build while a session is running".to_owned(),
+        Hold::Build => "A build is already running".to_owned(),
+        other => crate::reservations::Busy(other).to_string(),
+    }
+}
+
+/// The newest build record in `workspace` (ids sort chronologically), if any. Blocking.
+pub fn latest_record(workspace: &Root, slug: &str) -> Option<BuildRecord> {
+    let names = atelier_fs::tree::list_dir(workspace, Some(Path::new(BUILDS_DIR))).ok()?;
+    let newest = names
+        .into_iter()
+        .filter_map(|(name, _)| name.to_str()?.strip_suffix(".json").map(str::to_owned))
+        .filter(|id| ReleaseId::parse(id).is_ok())
+        .max()?;
+    read_record(workspace, slug, &newest).ok()
+}
+
+fn record_path(id: &str) -> PathBuf {
+    Path::new(BUILDS_DIR).join(format!("{id}.json"))
+}
+
+fn log_path(id: &str) -> PathBuf {
+    Path::new(BUILDS_DIR).join(format!("{id}.log"))
+}
+
+fn finish(record: &mut BuildRecord, outcome: Result<String, String>) {
+    record.finished_at = Some(iso8601(SystemTime::now()));
+    match outcome {
+        Ok(release) => {
+            record.outcome = "success".to_owned();
+            record.release = Some(release);
+        }
+        Err(error) => {
+            record.outcome = "failed".to_owned();
+            record.error = Some(error);
+        }
+    }
+}
+
+fn write_record(workspace: &Root, record: &BuildRecord) -> Result<(), BuildError> {
+    let mut bytes =
+        serde_json::to_vec_pretty(record).map_err(|_| BuildError::Corrupt(record.id.clone()))?;
+    bytes.push(b'\n');
+    workspace
+        .write_atomic(record_path(&record.id), &bytes, PRIVATE_FILE_MODE)
+        .map_err(|source| BuildError::Unreadable {
+            id: record.id.clone(),
+            source,
+        })?;
+    Ok(())
+}
+
+fn read_record(workspace: &Root, slug: &str, id: &str) -> Result<BuildRecord, BuildError> {
+    let unreadable = |source| BuildError::Unreadable {
+        id: id.to_owned(),
+        source,
+    };
+    let bytes = workspace
+        .read_own_limited(record_path(id), MAX_RECORD_BYTES)
+        .map_err(unreadable)?
+        .ok_or_else(|| BuildError::UnknownBuild {
+            slug: slug.to_owned(),
+            id: id.to_owned(),
+        })?;
+    let record: BuildRecord =
+        serde_json::from_slice(&bytes).map_err(|_| BuildError::Corrupt(id.to_owned()))?;
+    if record.id != id {
+        return Err(BuildError::Corrupt(id.to_owned()));
+    }
+    Ok(record)
+}
+
+/// Appends to the build's log; a failed append is logged, never the build's failure.
+fn append_log(workspace: &Root, id: &str, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let written = workspace
+        .open_append(log_path(id), PRIVATE_FILE_MODE)
+        .and_then(|mut file| {
+            file.write_all(bytes).map_err(|source| FsError::Io {
+                op: "append to",
+                path: log_path(id),
+                source,
+            })
+        });
+    if let Err(e) = written {
+        tracing::error!(build = %id, error = %e, "could not append to the build log");
+    }
+}

@@ -1,0 +1,224 @@
+//! Preview, publish, releases and rollback (§8.4–8.6): production gets exactly the bytes of
+//! the preproduction release that was previewed — a copy into its own store, never a rebuild —
+//! and any retained production release can be served again by flipping the link back.
+
+use std::time::SystemTime;
+
+use atelier_fs::Root;
+use atelier_releases::{ReleaseError, Store, Strategy};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::actor::Actor;
+use crate::manifest::{self, Published};
+use crate::site_table::SiteRow;
+use crate::sites::{iso8601, SiteError, Sites};
+
+/// The longest publish note kept, in characters.
+const MAX_NOTE_CHARS: usize = 500;
+
+/// Why a publishing request was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// A site refusal (unknown, webspace, quota…).
+    #[error(transparent)]
+    Site(#[from] SiteError),
+    /// A bad request field.
+    #[error("{0}")]
+    Validation(&'static str),
+    /// Nothing built to publish.
+    #[error("{0}")]
+    NoBuild(&'static str),
+    /// No such production release.
+    #[error("No release '{release}' for '{slug}'")]
+    UnknownRelease {
+        /// The site.
+        slug: String,
+        /// The release asked for.
+        release: String,
+    },
+    /// A release store operation failed.
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
+}
+
+/// `GET preview`'s answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    /// `http://<prefix>.<domain>/`.
+    pub url: String,
+    /// The release preproduction serves.
+    pub release: Option<String>,
+    /// Always null, as the original.
+    pub built_at: Option<String>,
+}
+
+/// Publish's and rollback's answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Served {
+    /// The production release now served.
+    pub release: String,
+    /// `<scheme>://<domain>/`.
+    pub url: String,
+}
+
+/// `GET releases`' answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Releases {
+    /// Production's releases, newest first.
+    pub releases: Vec<String>,
+    /// The one served.
+    pub current: Option<String>,
+}
+
+/// What a publish request says.
+#[derive(Debug, Clone)]
+pub struct PublishRequest {
+    /// The optional note, cut to 500 characters.
+    pub note: Option<String>,
+}
+
+impl PublishRequest {
+    /// Reads `confirm` (which must be exactly `true`) and `note` from a publish body.
+    pub fn from_body(body: &Value) -> Result<PublishRequest, PublishError> {
+        if body.get("confirm") != Some(&Value::Bool(true)) {
+            return Err(PublishError::Validation(
+                "publish requires an explicit confirm: true",
+            ));
+        }
+        let note = body
+            .get("note")
+            .and_then(Value::as_str)
+            .map(|n| n.chars().take(MAX_NOTE_CHARS).collect());
+        Ok(PublishRequest { note })
+    }
+}
+
+/// The site's two stores, after its webspace was proved.
+fn stores(row: &SiteRow) -> Result<(Store, Store), PublishError> {
+    let preprod = Store::open(
+        &row.surfaces.preprod.store_dir,
+        &row.surfaces.preprod.link_path,
+    )?;
+    let prod = Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path)?;
+    Ok((preprod, prod))
+}
+
+impl Sites {
+    /// `GET /v1/sites/:slug/preview`. Blocking.
+    pub fn preview(&self, slug: &str) -> Result<Preview, PublishError> {
+        let status = self.get(slug)?;
+        Ok(Preview {
+            url: status.preprod.url,
+            release: status.preprod.release,
+            built_at: None,
+        })
+    }
+
+    /// `POST /v1/sites/:slug/publish` after the actor and `confirm` checks. Blocking.
+    pub fn publish(&self, slug: &str, actor: &Actor) -> Result<Served, PublishError> {
+        let status = self.get(slug)?;
+        let row = self.declared_row(&status.manifest)?;
+        let (preprod, prod) = stores(&row)?;
+        let current = preprod.current()?.ok_or(PublishError::NoBuild(
+            "Nothing to publish — build the site first",
+        ))?;
+        let incoming = match preprod.release_bytes(&current) {
+            Ok(bytes) => bytes,
+            Err(ReleaseError::UnknownRelease { .. }) | Err(ReleaseError::Fs(_)) => {
+                return Err(PublishError::NoBuild(
+                    "The current preprod release is missing — rebuild",
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.check_quota(slug, incoming)?;
+        let published = atelier_releases::publish(&preprod, &prod, Strategy::default())?;
+        if let Err(e) = prod.prune(self.config().releases_retained) {
+            tracing::warn!(site = %slug, error = %e, "pruning production releases failed");
+        }
+        let release = published.release.as_str().to_owned();
+        self.record_published(slug, &release, actor)?;
+        Ok(Served {
+            url: self.prod_url(&status.manifest.domain),
+            release,
+        })
+    }
+
+    /// `GET /v1/sites/:slug/releases`: production's releases from the declared surface (no
+    /// proof, nothing written). Blocking.
+    pub fn releases(&self, slug: &str) -> Result<Releases, PublishError> {
+        let status = self.get(slug)?;
+        let empty = Releases {
+            releases: Vec::new(),
+            current: None,
+        };
+        let Ok(row) = self.table_row(&status.manifest) else {
+            return Ok(empty);
+        };
+        let Ok(prod) = Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path)
+        else {
+            return Ok(empty);
+        };
+        let releases = prod
+            .list()?
+            .iter()
+            .map(|id| id.as_str().to_owned())
+            .collect();
+        Ok(Releases {
+            releases,
+            current: prod.current()?.map(|id| id.as_str().to_owned()),
+        })
+    }
+
+    /// `POST /v1/sites/:slug/rollback` after the actor check: serves retained production
+    /// release `release` again. Blocking.
+    pub fn rollback(
+        &self,
+        slug: &str,
+        release: &str,
+        actor: &Actor,
+    ) -> Result<Served, PublishError> {
+        if release.is_empty() {
+            return Err(PublishError::Validation("release is required"));
+        }
+        let status = self.get(slug)?;
+        let row = self.declared_row(&status.manifest)?;
+        let (_, prod) = stores(&row)?;
+        let unknown = || PublishError::UnknownRelease {
+            slug: slug.to_owned(),
+            release: release.to_owned(),
+        };
+        let activated = match prod.activate(release) {
+            Ok(id) => id,
+            Err(ReleaseError::UnknownRelease { .. } | ReleaseError::InvalidReleaseId { .. }) => {
+                return Err(unknown())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let release = activated.as_str().to_owned();
+        self.record_published(slug, &release, actor)?;
+        Ok(Served {
+            url: self.prod_url(&status.manifest.domain),
+            release,
+        })
+    }
+
+    fn prod_url(&self, domain: &str) -> String {
+        format!("{}://{domain}/", self.config().prod_url_scheme)
+    }
+
+    /// Records in `site.json` what production serves and who put it there.
+    fn record_published(&self, slug: &str, release: &str, actor: &Actor) -> Result<(), SiteError> {
+        let workspace = Root::open(&self.config().sites_root)?.open_dir(slug)?;
+        let mut manifest = manifest::read_manifest(&workspace, slug)?
+            .ok_or_else(|| SiteError::NotFound(slug.to_owned()))?;
+        manifest.published = Some(Published {
+            release: release.to_owned(),
+            at: iso8601(SystemTime::now()),
+            by: actor.username.clone(),
+        });
+        manifest::write_manifest(&workspace, &manifest)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,401 @@
+//! Builds and publishing end to end in `none` confinement: the real shim runs `atelier-build`,
+//! sited writes the log and promotes; publish copies the previewed bytes; rollback flips back.
+//! Every refusal is named and promotes nothing.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use atelier_sited::Router;
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{actor, call, declare_sites, make_roots, raw_settings, Reply};
+
+struct Instance {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    socket: PathBuf,
+    router: Router,
+}
+
+impl Instance {
+    async fn post(&self, path: &str, body: Value) -> Reply {
+        call(&self.socket, Method::POST, path, body).await
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        call(&self.socket, Method::GET, path, Value::Null).await
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.root.join("sites/alpha")
+    }
+
+    fn webspace(&self) -> PathBuf {
+        self.root.join("www/alpha.example.org")
+    }
+
+    /// Sets the manifest's build steps (the contract's strings) and writes `files`.
+    fn set_build(&self, install: &str, build: &str, output: &str, files: &[(&str, &str)]) {
+        let path = self.workspace().join("site.json");
+        let mut manifest: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        manifest["build"] = json!({"install": install, "build": build, "output": output});
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+        )
+        .unwrap();
+        for (name, text) in files {
+            std::fs::write(self.workspace().join(name), text).unwrap();
+        }
+    }
+
+    /// Starts a build and waits for its terminal record; returns the record with its log.
+    async fn build(&self) -> Value {
+        let started = self
+            .post("/v1/sites/alpha/build", json!({"actor": actor()}))
+            .await;
+        assert_eq!(started.status, StatusCode::ACCEPTED, "{}", started.body);
+        let id = started.json()["build_id"].as_str().unwrap().to_owned();
+        for _ in 0..3000 {
+            let got = self.get(&format!("/v1/sites/alpha/builds/{id}")).await;
+            assert_eq!(got.status, StatusCode::OK, "{}", got.body);
+            let record = got.json();
+            if record["outcome"] != "running" {
+                assert_eq!(record["id"], id.as_str());
+                self.wait_free().await;
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the build never ended");
+    }
+
+    async fn wait_free(&self) {
+        for _ in 0..500 {
+            if self.router.sites().reservations().holder("alpha").is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the site stayed held");
+    }
+
+    /// What a surface's link serves: the bytes of `file` through the served link.
+    fn served(&self, surface: &str, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.webspace().join(surface).join(file)).ok()
+    }
+}
+
+async fn instance(configure: impl FnOnce(&mut atelier_sited::RawSettings)) -> Instance {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    make_roots(&root);
+    declare_sites(&root, &[("alpha", "alpha.example.org")]);
+    let mut raw = raw_settings(&root);
+    raw.releases_retained = Some(2);
+    configure(&mut raw);
+    let router = Router::new(&raw.validate().unwrap()).unwrap();
+    let socket = root.join("sited.sock");
+    support::serve(router.clone(), &socket);
+    let instance = Instance {
+        _dir: dir,
+        root,
+        socket,
+        router,
+    };
+    let created = instance
+        .post(
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    instance
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_preview_publish_and_roll_back_the_exact_bytes() {
+    let instance = instance(|_| {}).await;
+    let nothing = instance
+        .post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "actor": actor()}),
+        )
+        .await;
+    assert_eq!(nothing.status, StatusCode::CONFLICT);
+    assert_eq!(nothing.json()["reason"], "no_build");
+    assert_eq!(
+        nothing.json()["detail"],
+        "Nothing to publish — build the site first"
+    );
+
+    // The shipped template builds offline with `sh build.sh` into dist/.
+    let first = instance.build().await;
+    assert_eq!(first["outcome"], "success", "{first}");
+    let release1 = first["release"].as_str().unwrap().to_owned();
+    let log = first["log"].as_str().unwrap();
+    assert!(log.contains("# build: sh build.sh"), "{log}");
+    assert!(log.contains("\n# promote to preprod\n"), "{log}");
+    assert!(log.contains(&format!("released {release1}")), "{log}");
+    assert!(first["finished_at"].is_string());
+    let page1 = instance.served("pre", "index.html").unwrap();
+    let preview = instance.get("/v1/sites/alpha/preview").await.json();
+    assert_eq!(
+        preview,
+        json!({"url": "http://pre.alpha.example.org/", "release": release1, "built_at": null})
+    );
+    let site = instance.get("/v1/sites/alpha").await.json();
+    assert_eq!(site["last_build"]["release"], release1.as_str());
+    assert_eq!(site["preprod"]["release"], release1.as_str());
+
+    let refused = instance
+        .post("/v1/sites/alpha/publish", json!({"actor": actor()}))
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        refused.json()["detail"],
+        "publish requires an explicit confirm: true"
+    );
+    let published = instance
+        .post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "note": "first", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(published.status, StatusCode::OK, "{}", published.body);
+    let prod1 = published.json()["release"].as_str().unwrap().to_owned();
+    assert_eq!(published.json()["url"], "https://alpha.example.org/");
+    assert_eq!(
+        instance.served("web", "index.html").unwrap(),
+        page1,
+        "the previewed bytes"
+    );
+    let site = instance.get("/v1/sites/alpha").await.json();
+    assert_eq!(site["published"]["release"], prod1.as_str());
+    assert_eq!(site["published"]["by"], "ana");
+
+    // A second build with other bytes, published; then roll back to the first.
+    let index = instance.workspace().join("src/index.html");
+    let text = std::fs::read_to_string(&index).unwrap();
+    std::fs::write(&index, text.replace("</body>", "<p>second</p></body>")).unwrap();
+    let second = instance.build().await;
+    assert_eq!(second["outcome"], "success", "{second}");
+    let page2 = instance.served("pre", "index.html").unwrap();
+    assert_ne!(page2, page1);
+    let published = instance
+        .post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "actor": actor()}),
+        )
+        .await;
+    let prod2 = published.json()["release"].as_str().unwrap().to_owned();
+    assert_eq!(instance.served("web", "index.html").unwrap(), page2);
+    let releases = instance.get("/v1/sites/alpha/releases").await.json();
+    assert_eq!(
+        releases,
+        json!({"releases": [prod2, prod1], "current": prod2})
+    );
+
+    let rolled = instance
+        .post(
+            "/v1/sites/alpha/rollback",
+            json!({"release": prod1, "actor": actor()}),
+        )
+        .await;
+    assert_eq!(rolled.status, StatusCode::OK, "{}", rolled.body);
+    assert_eq!(
+        rolled.json(),
+        json!({"release": prod1, "url": "https://alpha.example.org/"})
+    );
+    assert_eq!(instance.served("web", "index.html").unwrap(), page1);
+    // The link is relative, so the tree stays relocatable.
+    let link = std::fs::read_link(instance.webspace().join("web")).unwrap();
+    assert!(link.is_relative(), "{}", link.display());
+
+    for (release, status) in [
+        ("", StatusCode::BAD_REQUEST),
+        ("20990101T000000000Z-000000", StatusCode::NOT_FOUND),
+        ("../../etc", StatusCode::NOT_FOUND),
+    ] {
+        let bad = instance
+            .post(
+                "/v1/sites/alpha/rollback",
+                json!({"release": release, "actor": actor()}),
+            )
+            .await;
+        assert_eq!(bad.status, status, "{release:?}: {}", bad.body);
+    }
+    assert_eq!(
+        instance.served("web", "index.html").unwrap(),
+        page1,
+        "nothing changed"
+    );
+
+    let audit = instance.get("/v1/audit?site=alpha").await.json();
+    let actions: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "rollback",
+            "publish",
+            "build",
+            "publish",
+            "build",
+            "create_site"
+        ]
+    );
+    assert_eq!(
+        audit["data"][3]["detail"],
+        json!({"release": prod1, "note": "first"})
+    );
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_outputs_and_timeouts_are_named_and_promote_nothing() {
+    let instance = instance(|raw| raw.build_timeout_ms = Some(1500)).await;
+    let outside = instance.root.join("outside");
+    std::fs::create_dir_all(outside.join("dist")).unwrap();
+    std::fs::write(outside.join("dist/index.html"), "outside").unwrap();
+    let outside_link = format!("ln -s {} out", outside.display());
+    let cases: [(&str, &str, &str, String, &str); 5] = [
+        (
+            "output is a symlink",
+            "sh b.sh",
+            "dist",
+            "rm -rf dist; ln -s src dist".into(),
+            "build output 'dist' is a symbolic link",
+        ),
+        (
+            "output contains a symlink",
+            "sh b.sh",
+            "dist",
+            "rm -rf dist; mkdir dist; ln -s /etc/passwd dist/p".into(),
+            "build output 'dist' contains a symbolic link",
+        ),
+        (
+            "output escapes the workspace",
+            "sh b.sh",
+            "out/dist",
+            format!("rm -rf out; {outside_link}"),
+            "build output 'out/dist' resolves outside the workspace",
+        ),
+        (
+            "output missing",
+            "sh b.sh",
+            "nothing",
+            "true".into(),
+            "build produced no nothing/ directory",
+        ),
+        (
+            "step over its deadline",
+            "sh b.sh",
+            "dist",
+            "sleep 313 & sleep 314".into(),
+            "build timed out",
+        ),
+    ];
+    for (name, build, output, script, error) in cases {
+        instance.set_build("", build, output, &[("b.sh", &script)]);
+        let record = instance.build().await;
+        assert_eq!(record["outcome"], "failed", "{name}: {record}");
+        assert_eq!(record["error"], error, "{name}: {}", record["log"]);
+        assert_eq!(record["release"], Value::Null, "{name}");
+        assert!(
+            instance.served("pre", "index.html").is_none(),
+            "{name}: nothing promoted"
+        );
+        let store = std::fs::read_dir(instance.webspace().join(".releases/pre"))
+            .unwrap()
+            .count();
+        assert_eq!(store, 0, "{name}: the store is empty");
+    }
+    assert!(
+        processes_with("sleep 313").is_empty() && processes_with("sleep 314").is_empty(),
+        "a timed-out step leaves no process"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("dist/index.html")).unwrap(),
+        "outside"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_and_a_turn_never_run_at_once_and_unknown_builds_are_404() {
+    let instance = instance(|_| {}).await;
+    let turn = instance
+        .post(
+            "/v1/sites/alpha/sessions",
+            json!({"prompt": "write busy.txt x\nsleep 3000", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(turn.status, StatusCode::CREATED, "{}", turn.body);
+    let refused = instance
+        .post("/v1/sites/alpha/build", json!({"actor": actor()}))
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert_eq!(refused.json()["reason"], "session_running");
+    assert_eq!(
+        refused.json()["detail"],
+        "Cannot build while a session is running"
+    );
+    instance.wait_free().await;
+
+    instance.set_build("", "sleep 2", "dist", &[]);
+    let started = instance
+        .post("/v1/sites/alpha/build", json!({"actor": actor()}))
+        .await;
+    assert_eq!(started.status, StatusCode::ACCEPTED);
+    let again = instance
+        .post("/v1/sites/alpha/build", json!({"actor": actor()}))
+        .await;
+    assert_eq!(again.json()["reason"], "build_running");
+    assert_eq!(again.json()["detail"], "A build is already running");
+    let session = instance
+        .post(
+            "/v1/sites/alpha/sessions",
+            json!({"prompt": "hi", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(session.status, StatusCode::CONFLICT);
+    assert_eq!(session.json()["reason"], "build_running");
+    instance.wait_free().await;
+
+    for id in ["20990101T000000000Z-000000", "..%2F..%2Fsite.json", "x"] {
+        let got = instance.get(&format!("/v1/sites/alpha/builds/{id}")).await;
+        assert_eq!(got.status, StatusCode::NOT_FOUND, "{id}");
+    }
+    let missing = instance
+        .post("/v1/sites/zeta/build", json!({"actor": actor()}))
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(Path::new(&instance.workspace())
+        .join(".builder/builds")
+        .is_dir());
+}
