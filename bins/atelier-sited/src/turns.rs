@@ -173,7 +173,9 @@ impl Turn {
                         let ending = relay
                             .run(&sessions, &target, spec, &control, sessions.turn_timeout())
                             .await;
-                        relay.flush().await;
+                        let clean =
+                            matches!(&ending, Ending::Exit(ExitRecord { code: Some(0), .. }));
+                        relay.flush(clean).await;
                         let saw_result = relay.saw_result;
                         let tail = std::mem::take(&mut relay.stderr_tail);
                         drop(relay);
@@ -338,7 +340,12 @@ impl Relay<'_> {
     }
 
     async fn parse(&mut self, line: &str) {
-        for event in self.parser.parse_line(line) {
+        let events = self.parser.parse_line(line);
+        self.persist_all(events).await;
+    }
+
+    async fn persist_all(&mut self, events: Vec<AgentEvent>) {
+        for event in events {
             if let AgentEvent::Result { resume_token, .. } = &event {
                 self.saw_result = true;
                 if let Some(token) = resume_token {
@@ -349,9 +356,14 @@ impl Relay<'_> {
         }
     }
 
-    async fn flush(&mut self) {
+    /// The last partial line; and after a clean exit, what the driver knows only at the end.
+    async fn flush(&mut self, clean_exit: bool) {
         if let Some(line) = self.lines.finish() {
             self.parse(&line).await;
+        }
+        if clean_exit {
+            let events = self.parser.finish();
+            self.persist_all(events).await;
         }
     }
 }
