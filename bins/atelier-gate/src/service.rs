@@ -16,9 +16,8 @@ use crate::mcp::{self, McpDoor};
 use crate::plan::{load_plan, Plan};
 use crate::serve::{serve, Door};
 
-/// The env key of the deployment, the same key sited reads: `production` (the default, and
-/// all the provisioner renders) or `development`.
-pub const DEPLOYMENT_ENV: &str = "ATELIER_DEPLOYMENT";
+/// The env key of the deployment, the one sited reads (defined once, in layout).
+pub use atelier_layout::services::env::DEPLOYMENT as DEPLOYMENT_ENV;
 
 /// What kind of host the gate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
