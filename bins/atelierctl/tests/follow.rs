@@ -138,12 +138,56 @@ async fn a_real_turn_is_followed_to_its_end_by_the_binary_and_the_library() {
     assert!(after.stderr.contains("no turn_end"), "{after:?}");
     assert!(drain(&client, &session, last_seq).await.is_empty());
 
+    // A follow-up message followed from where the log ended: only the new turn's events.
+    let next = instance
+        .ctl(&[
+            "session",
+            "send",
+            session.as_str(),
+            "and a second turn",
+            "--follow",
+        ])
+        .await;
+    let mut lines = next.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("accepted: session {session}").as_str()),
+        "{next:?}"
+    );
+    let turn: Vec<&str> = lines.collect();
+    assert!(!turn.is_empty(), "{next:?}");
+    for (i, line) in turn.iter().enumerate() {
+        let seq = events.len() + i;
+        assert_eq!(
+            line.split_whitespace().next(),
+            Some(seq.to_string().as_str()),
+            "{next:?}"
+        );
+    }
+    let end = turn.last().unwrap();
+    assert_eq!(end.split_whitespace().nth(1), Some("turn_end"), "{next:?}");
+    assert_eq!(
+        next.code,
+        if end.ends_with("state idle") { 0 } else { 4 },
+        "{next:?}"
+    );
+
+    let stop = instance.ctl(&["session", "stop", session.as_str()]).await;
+    assert_eq!(stop.code, 1, "{stop:?}");
+    assert!(
+        stop.stderr.starts_with("error: not_running (409): "),
+        "{stop:?}"
+    );
+
     let listed = client
         .list_sessions(&Slug::parse("alpha").unwrap())
         .await
         .unwrap();
     assert_eq!(listed[0].session_id, session.as_str());
-    assert!(listed[0].turns >= 1);
+    assert_eq!(listed[0].turns, 2);
+    let table = instance.ctl(&["session", "list", "alpha"]).await;
+    assert!(table.stdout.starts_with("SESSION"), "{table:?}");
+    assert!(table.stdout.contains(session.as_str()), "{table:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,9 +69,9 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     exe.parent().and_then(Path::parent).unwrap().join(name)
 }
 
-/// Asserts the binaries a real turn needs exist.
+/// Asserts the binaries a real turn or build needs exist.
 pub fn require_turn_binaries() {
-    for name in ["atelier-shim", "atelier-test-agent"] {
+    for name in ["atelier-shim", "atelier-test-agent", "atelier-build"] {
         let bin = workspace_bin(name);
         assert!(
             bin.is_file(),
@@ -89,7 +89,8 @@ fn templates_dir() -> PathBuf {
 }
 
 /// sited's settings for instance `test` under `root` with `token`: unconfined runs through
-/// the real shim, the scripted test agent standing in for Claude Code.
+/// the real shim, the scripted test agent standing in for Claude Code, the real
+/// `atelier-build` for builds.
 pub fn settings(root: &Path, token: &str) -> atelier_sited::Settings {
     RawSettings {
         instance: INSTANCE.into(),
@@ -104,13 +105,15 @@ pub fn settings(root: &Path, token: &str) -> atelier_sited::Settings {
         agent_state_root: Some(root.join("agents")),
         shim_bin: Some(workspace_bin("atelier-shim")),
         claude_code_bin: Some(workspace_bin("atelier-test-agent")),
+        build_bin: Some(workspace_bin("atelier-build")),
         ..RawSettings::default()
     }
     .validate()
     .unwrap()
 }
 
-/// Makes the roots and a stamped `sites.json` declaring [`DECLARED`], each with a webspace.
+/// Makes the roots and a stamped `sites.json` declaring [`DECLARED`], each with a webspace
+/// and its release stores.
 fn provision(root: &Path) {
     let marker = atelier_layout::paths::INSTANCE_MARKER_FILE;
     for sub in ["sites", "audit", "agents"] {
@@ -123,6 +126,10 @@ fn provision(root: &Path) {
             let ws = root.join("www").join(domain);
             std::fs::create_dir_all(&ws).unwrap();
             std::fs::write(ws.join(marker), format!("{INSTANCE}\n")).unwrap();
+            // The release stores exist from the start, as the provisioner makes them.
+            for store in [".releases/pre", ".releases/web"] {
+                std::fs::create_dir_all(ws.join(store)).unwrap();
+            }
             let ws = ws.to_str().unwrap();
             serde_json::json!({
                 "slug": slug, "domain": domain, "webspace": ws,

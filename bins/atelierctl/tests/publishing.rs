@@ -1,0 +1,193 @@
+//! Builds, preview, publish, releases and rollback through the binary against a real sited
+//! whose builds run the real `atelier-build` through the real shim: `build start --wait`
+//! exits by the build's outcome, every command's `--json` is the daemon's body, refusals are
+//! sited's problems.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests panic on a broken fixture by design"
+)]
+
+mod support;
+
+use serde_json::Value;
+
+fn json_line(out: &support::Ctl) -> Value {
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.matches('\n').count(), 1, "one line: {out:?}");
+    serde_json::from_str(out.stdout.trim_end()).unwrap()
+}
+
+/// Builds alpha and returns the build's record (the last `--json` line of `--wait`).
+async fn build(instance: &support::Instance) -> Value {
+    let out = instance
+        .ctl(&["--json", "build", "start", "alpha", "--wait"])
+        .await;
+    json_line(&out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_preview_publish_and_rollback_through_the_binary() {
+    support::require_turn_binaries();
+    let instance = support::instance().await;
+    let created = instance
+        .ctl(&[
+            "sites",
+            "create",
+            "alpha",
+            "--name",
+            "Alpha",
+            "--domain",
+            "alpha.example.org",
+        ])
+        .await;
+    assert_eq!(created.code, 0, "{created:?}");
+    assert!(created.stdout.starts_with("created alpha\n"), "{created:?}");
+
+    let nothing = instance.ctl(&["publish", "alpha", "--confirm"]).await;
+    assert_eq!(nothing.code, 1, "{nothing:?}");
+    assert!(
+        nothing.stderr.starts_with("error: no_build (409): "),
+        "{nothing:?}"
+    );
+
+    let waited = instance.ctl(&["build", "start", "alpha", "--wait"]).await;
+    assert_eq!(waited.code, 0, "{waited:?}");
+    let mut lines = waited.stdout.lines();
+    assert!(lines.next().unwrap().starts_with("build "), "{waited:?}");
+    assert!(
+        waited.stdout.contains("\noutcome   success\n"),
+        "{waited:?}"
+    );
+    let first = build(&instance).await;
+    assert_eq!(first["outcome"], "success", "{first}");
+    let first_release = first["release"].as_str().unwrap().to_owned();
+    let build_id = first["id"].as_str().unwrap().to_owned();
+
+    let shown = instance
+        .ctl(&["build", "show", "alpha", &build_id, "--log"])
+        .await;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("\n--- log ---\n"), "{shown:?}");
+    let record = json_line(
+        &instance
+            .ctl(&["--json", "build", "show", "alpha", &build_id])
+            .await,
+    );
+    assert_eq!(record["id"], build_id.as_str());
+    assert!(record["log"].is_string());
+
+    let preview = json_line(&instance.ctl(&["--json", "preview", "alpha"]).await);
+    assert_eq!(preview["release"], first_release.as_str());
+    assert_eq!(preview["url"], "http://pre.alpha.example.org/");
+
+    let published = json_line(
+        &instance
+            .ctl(&[
+                "--json",
+                "publish",
+                "alpha",
+                "--note",
+                "spring",
+                "--confirm",
+            ])
+            .await,
+    );
+    let prod_one = published["release"].as_str().unwrap().to_owned();
+    assert_eq!(published["url"], "https://alpha.example.org/");
+    build(&instance).await;
+    let again = json_line(
+        &instance
+            .ctl(&["--json", "publish", "alpha", "--confirm"])
+            .await,
+    );
+    let prod_two = again["release"].as_str().unwrap().to_owned();
+    assert_ne!(prod_one, prod_two);
+
+    let releases = json_line(&instance.ctl(&["--json", "releases", "alpha"]).await);
+    assert_eq!(releases["current"], prod_two.as_str());
+    assert_eq!(releases["releases"][0], prod_two.as_str(), "newest first");
+    let table = instance.ctl(&["releases", "alpha"]).await;
+    assert_eq!(
+        table.stdout,
+        format!("* {prod_two}\n  {prod_one}\n"),
+        "{table:?}"
+    );
+
+    let rolled = instance.ctl(&["rollback", "alpha", &prod_one]).await;
+    assert_eq!(rolled.code, 0, "{rolled:?}");
+    assert!(
+        rolled.stdout.starts_with(&format!("release  {prod_one}\n")),
+        "{rolled:?}"
+    );
+    let releases = json_line(&instance.ctl(&["--json", "releases", "alpha"]).await);
+    assert_eq!(releases["current"], prod_one.as_str());
+
+    let unknown = instance
+        .ctl(&["rollback", "alpha", "20990101T000000000Z-000000"])
+        .await;
+    assert_eq!(unknown.code, 1, "{unknown:?}");
+    assert!(unknown.stderr.starts_with("error: "), "{unknown:?}");
+
+    let site = json_line(&instance.ctl(&["--json", "sites", "show", "alpha"]).await);
+    assert_eq!(site["published"]["release"], prod_one.as_str());
+    assert_eq!(site["published"]["by"], "ops");
+
+    let audit = json_line(&instance.ctl(&["--json", "audit", "--site", "alpha"]).await);
+    let actions: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    for want in ["create_site", "build", "publish", "rollback"] {
+        assert!(actions.contains(&want), "{want}: {actions:?}");
+    }
+    let table = instance
+        .ctl(&["audit", "--site", "alpha", "--limit", "1"])
+        .await;
+    let rows: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "header and one entry: {table:?}");
+    assert!(
+        rows[1].contains("ops (7)") && rows[1].contains("rollback"),
+        "{table:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_build_exits_4_with_its_error() {
+    support::require_turn_binaries();
+    let instance = support::instance().await;
+    instance
+        .ctl(&[
+            "sites",
+            "create",
+            "alpha",
+            "--name",
+            "Alpha",
+            "--domain",
+            "alpha.example.org",
+        ])
+        .await;
+    let manifest_path = instance.root.join("sites/alpha/site.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    manifest["build"]["build"] = "false".into();
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+    )
+    .unwrap();
+
+    let out = instance.ctl(&["build", "start", "alpha", "--wait"]).await;
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stdout.contains("\noutcome   failed\n"), "{out:?}");
+    assert!(out.stderr.starts_with("error: build_failed: "), "{out:?}");
+    let json = instance
+        .ctl(&["--json", "build", "start", "alpha", "--wait"])
+        .await;
+    assert_eq!(json.code, 4, "{json:?}");
+    let record: Value = serde_json::from_str(json.stdout.trim_end()).unwrap();
+    assert_eq!(record["outcome"], "failed");
+}
