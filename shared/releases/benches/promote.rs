@@ -48,9 +48,12 @@ fn main() {
         ("promote, one file changed", Vec::new()),
         ("publish, one file changed", Vec::new()),
     ];
-    for strategy in Strategy::ALL {
-        let mut samples: [Vec<(Duration, CopyStats)>; 4] = Default::default();
-        for rep in 0..reps {
+    // Strategies interleaved within each run, so a change in the machine's load (the disk is
+    // shared) shifts every strategy alike instead of whichever ran at that time.
+    let mut samples: Vec<[Vec<(Duration, CopyStats)>; 4]> =
+        Strategy::ALL.iter().map(|_| Default::default()).collect();
+    for rep in 0..reps {
+        for (index, strategy) in Strategy::ALL.into_iter().enumerate() {
             let web = tmp.path().join(format!("web-{}-{rep}", strategy.as_str()));
             for surface in ["pre", "web"] {
                 std::fs::create_dir_all(web.join(".releases").join(surface)).unwrap();
@@ -61,28 +64,29 @@ fn main() {
             let prod = Store::open(&web.join(".releases/web"), &web.join("web")).unwrap();
             let site = tmp.path().join(format!("site-{}-{rep}", strategy.as_str()));
             copy_plain(&source, &site);
+            let runs = &mut samples[index];
 
-            let (t, stats) = timed(|| {
+            let promote = || {
                 pre.promote(&Root::open(&site).unwrap(), strategy)
                     .unwrap()
                     .stats
-            });
-            samples[0].push((t, stats));
-            let (t, stats) = timed(|| publish(&pre, &prod, strategy).unwrap().stats);
-            samples[1].push((t, stats));
+            };
+            runs[0].push(timed(promote));
+            runs[1].push(timed(|| publish(&pre, &prod, strategy).unwrap().stats));
             std::fs::write(site.join("d7/f7.html"), b"<p>one changed file</p>\n").unwrap();
-            let (t, stats) = timed(|| {
+            let promote = || {
                 pre.promote(&Root::open(&site).unwrap(), strategy)
                     .unwrap()
                     .stats
-            });
-            samples[2].push((t, stats));
-            let (t, stats) = timed(|| publish(&pre, &prod, strategy).unwrap().stats);
-            samples[3].push((t, stats));
+            };
+            runs[2].push(timed(promote));
+            runs[3].push(timed(|| publish(&pre, &prod, strategy).unwrap().stats));
             std::fs::remove_dir_all(&web).unwrap();
             std::fs::remove_dir_all(&site).unwrap();
         }
-        for (row, mut sample) in rows.iter_mut().zip(samples) {
+    }
+    for (strategy, per_op) in Strategy::ALL.into_iter().zip(samples) {
+        for (row, mut sample) in rows.iter_mut().zip(per_op) {
             sample.sort_by_key(|(t, _)| *t);
             let (t, stats) = sample[sample.len() / 2];
             row.1.push((strategy, t, stats));
