@@ -15,6 +15,8 @@
 //! - [`master_key`]: AES-256-GCM sealing of provider secrets.
 //! - [`credentials`], [`defaults`], [`catalogue`]: the AI settings routes.
 //! - [`pricing`]: the pricing memo and its durable copy.
+//! - [`tools`]: the site and content tool catalogues, their checks and server-side reads.
+//! - [`prompts`]: the per-scope system prompts.
 //! - [`audit`]: usage rollups in the viewer's time zone.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
 
@@ -30,11 +32,13 @@ mod ids;
 pub mod images;
 pub mod master_key;
 pub mod pricing;
+pub mod prompts;
 pub mod providers;
 pub mod router;
 pub mod runtime;
 mod settings;
 pub mod store;
+pub mod tools;
 
 pub use router::{ApiError, Router};
 pub use settings::{
@@ -80,8 +84,12 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         settings.provider_urls.clone(),
         reqwest::Client::new(),
     );
-    let services = Services::new(store, credentials);
-    let runner = LoopRunner::new(Arc::new(StoredProviders::new(services.clone())), Vec::new());
+    let services = Services::new(Arc::clone(&store), credentials);
+    let runner = LoopRunner::new(
+        Arc::new(StoredProviders::new(services.clone())),
+        tools::catalogue(),
+        store,
+    );
     run_with(settings, services, Arc::new(runner), notifier).await
 }
 
@@ -109,4 +117,50 @@ pub async fn run_with(
     )
     .await?;
     Ok(())
+}
+
+/// Why `import-content` stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The export file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a content export.
+    #[error("{path} is not a content export: {source}")]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The export contradicts itself.
+    #[error("{0}")]
+    Invalid(#[from] store::content::ContentImportError),
+    /// The database refused.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// Replaces the content store of the database at `database` with the export in `file`, in
+/// one transaction; a refused export changes nothing.
+pub fn import_content(
+    database: &std::path::Path,
+    file: &std::path::Path,
+) -> Result<store::content::ImportCounts, ImportError> {
+    let text = std::fs::read_to_string(file).map_err(|source| ImportError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let export: store::content::ContentExport =
+        serde_json::from_str(&text).map_err(|source| ImportError::Parse {
+            path: file.to_path_buf(),
+            source,
+        })?;
+    export.validate()?;
+    Ok(Store::open(database)?.replace_content(&export)?)
 }

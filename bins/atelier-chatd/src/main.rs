@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use atelier_chatd::RawSettings;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// The CMS editor's AI chat runtime. systemd starts it from `atelier-chatd.socket`; for
 /// development, `--listen` binds a unix socket instead.
@@ -30,11 +30,34 @@ struct Args {
     /// chatd never reads its key from a file it could be made to write.
     #[arg(long)]
     master_key_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replace the content store (collections, documents, users, media) with a JSON export,
+    /// in one transaction; a refused export changes nothing. Prints what was imported.
+    ImportContent {
+        /// The export file.
+        file: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     atelier_sd::logging::init("info").context("starting logging")?;
+    if let Some(Command::ImportContent { file }) = &args.command {
+        let database = args
+            .database
+            .clone()
+            .or_else(|| std::env::var_os("CHATD_DATABASE").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(atelier_chatd::DEFAULT_DATABASE));
+        let counts = atelier_chatd::import_content(&database, file)
+            .context("importing content; nothing was changed")?;
+        println!("{}", serde_json::to_string(&counts)?);
+        return Ok(());
+    }
     let settings = RawSettings {
         database: args.database,
         listen: args.listen,

@@ -7,15 +7,17 @@ use std::sync::Arc;
 
 use atelier_llm::{
     run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
-    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolDefinition,
-    ToolExecutor, ToolRejection, ToolResult,
+    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolExecutor,
+    ToolRejection, ToolResult,
 };
+use serde_json::Value;
 
-use crate::auth::{Caller, Capability};
+use crate::auth::Caller;
 use crate::bridge::Bridge;
 use crate::chat::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
 use crate::store::history::HistoryEntry;
-use crate::store::{ContentBlock, Conversation, Scope};
+use crate::store::{ContentBlock, Conversation, Scope, Store};
+use crate::tools::{Execution, ToolSpec};
 
 /// Resolves the provider a conversation talks to: its driver and what its model can do.
 /// Production chatd uses [`crate::providers::StoredProviders`] (the conversation's stored
@@ -55,33 +57,27 @@ pub type PrepareFuture =
 /// Runs turns through the shared tool loop.
 pub struct LoopRunner {
     providers: Arc<dyn Providers>,
-    tools: Vec<(Scope, ToolDefinition)>,
+    tools: Vec<ToolSpec>,
+    store: Arc<Store>,
     options: LoopOptions,
 }
 
 impl LoopRunner {
-    /// A runner over `providers` offering each scope its `tools` (all run in the browser).
-    pub fn new(providers: Arc<dyn Providers>, tools: Vec<(Scope, ToolDefinition)>) -> Self {
+    /// A runner over `providers` offering the `tools` of each scope, its server-side tools
+    /// reading `store`.
+    pub fn new(providers: Arc<dyn Providers>, tools: Vec<ToolSpec>, store: Arc<Store>) -> Self {
         Self {
             providers,
             tools,
+            store,
             options: LoopOptions::default(),
         }
     }
 
-    /// The tools a turn in `scope` offers `caller`. Every tool here runs in the browser, and
-    /// posting a browser result takes `ai.tools.write` (§1.3); the reference still offered its
-    /// read-only browser tools without it, so their results were refused and the turn hung for
-    /// 90 s (§0.7). Here a caller without `ai.tools.write` is offered no browser tools at all.
-    pub fn offered_tools(&self, scope: Scope, caller: &Caller) -> Vec<ToolDefinition> {
-        if !caller.has(Capability::ToolsWrite) {
-            return Vec::new();
-        }
-        self.tools
-            .iter()
-            .filter(|(s, _)| *s == scope)
-            .map(|(_, tool)| tool.clone())
-            .collect()
+    /// The tools a turn in `scope` offers `caller`, gated by capabilities (see
+    /// [`crate::tools::offered`]).
+    pub fn offered_tools(&self, scope: Scope, caller: &Caller) -> Vec<ToolSpec> {
+        crate::tools::offered(&self.tools, scope, caller)
     }
 
     /// The same runner with other loop options.
@@ -124,9 +120,12 @@ impl TurnRunner for LoopRunner {
             .ok_or_else(|| "AI runtime error: the turn has no provider.".to_owned());
         let mut options = self.options.clone();
         if let Some(capabilities) = &turn.prepared.capabilities {
-            // Screenshots go back as images only to models that take them in tool results.
-            options.tool_result_images &= capabilities.tool_result_images;
+            // A screenshot is worth capturing only for a model that sees and whose wire takes
+            // images in tool results.
+            options.tool_result_images =
+                capabilities.vision_input && capabilities.tool_result_images;
         }
+        let store = Arc::clone(&self.store);
         Box::pin(async move {
             let driver = match driver {
                 Ok(driver) => driver,
@@ -137,15 +136,17 @@ impl TurnRunner for LoopRunner {
             };
             let request = ChatRequest {
                 model: turn.conversation.model_id.clone(),
-                system: vec![system_prompt(scope)],
+                system: crate::prompts::system_prompt(scope, turn.bridge.snapshot().as_ref()),
                 messages: history_messages(&turn.history),
-                tools,
+                tools: tools.iter().map(ToolSpec::definition).collect(),
                 max_tokens: None,
                 scope: Some(scope.as_str().to_owned()),
             };
-            let executor = BridgeExecutor {
-                offered: request.tools.iter().map(|t| t.name.clone()).collect(),
+            let executor = TurnExecutor {
+                tools,
+                caller: turn.caller.clone(),
                 bridge: Arc::clone(&turn.bridge),
+                store,
             };
             let outcome =
                 run_tool_loop(driver.as_ref(), &executor, request, options, &turn.events).await;
@@ -159,60 +160,110 @@ impl TurnRunner for LoopRunner {
     }
 }
 
-/// The scope's system prompt. The reference's per-scope prompts (§10.7) are not ported yet;
-/// this is the one the reference gives scopes without tools.
-fn system_prompt(scope: Scope) -> String {
-    format!(
-        "You are the AI assistant embedded in the \"{}\" workspace of the CMS editor.",
-        scope.as_str()
-    )
-}
+/// The longest server-side read result the model is sent, in JSON characters; a bigger one
+/// is refused with a hint to narrow it, so one read cannot flood the context.
+pub const MAX_SERVER_RESULT_CHARS: usize = 100_000;
 
-/// Runs the turn's offered tools in the browser through the turn's bridge; a call of any
-/// other tool is answered `Unknown tool: <name>` and never reaches the browser.
-pub struct BridgeExecutor {
-    /// The names of the tools the turn offered.
-    pub offered: std::collections::HashSet<String>,
-    /// The turn's bridge.
+/// Runs one turn's tool calls: checks the input against the tool's schema (cleaned and
+/// coerced), the caller's capabilities again, and the payload (CSS, HTML) before anything
+/// reaches the browser; answers server-side reads in process; runs the rest through the bridge.
+/// A call of a tool the turn did not offer is answered `Unknown tool: <name>`.
+pub struct TurnExecutor {
+    /// The tools the turn offered.
+    pub tools: Vec<ToolSpec>,
+    /// Who is acting.
+    pub caller: Caller,
+    /// The turn's bridge (and the latest snapshot).
     pub bridge: Arc<Bridge>,
+    /// The store the server-side reads use.
+    pub store: Arc<Store>,
 }
 
-impl BridgeExecutor {
-    fn unknown(call: &ToolCall) -> ToolResult {
-        ToolResult {
-            call_id: call.id.clone(),
-            ok: false,
-            data: None,
-            error: Some(format!("Unknown tool: {}", call.name)),
-            images: Vec::new(),
-        }
+fn failed(call: &ToolCall, error: String) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        ok: false,
+        data: None,
+        error: Some(error),
+        images: Vec::new(),
     }
 }
 
-impl ToolExecutor for BridgeExecutor {
+/// The input a tool receives, or the error the model reads instead: the schema's
+/// validation, the capability re-check, then the payload checks.
+pub fn prepare_input(spec: &ToolSpec, caller: &Caller, arguments: &Value) -> Result<Value, String> {
+    let mut arguments = arguments.clone();
+    // The loop adds the screenshot flag, which the tool's schema does not declare: it is
+    // taken out for validation and put back after, so the browser really receives it (the
+    // original lost it in validation, §0.8).
+    let screenshot = match (spec.name, arguments.as_object_mut()) {
+        (atelier_llm::SCREENSHOT_TOOL, Some(map)) => map.remove("captureScreenshot"),
+        _ => None,
+    };
+    let mut input = crate::tools::schema::validate(&spec.input_schema, arguments)
+        .map_err(|error| format!("Invalid input for {}: {error}.", spec.name))?;
+    if !spec.allowed_for(caller) {
+        return Err(format!(
+            "Tool {} is not permitted for this user.",
+            spec.name
+        ));
+    }
+    match spec.name {
+        "site_apply_css" => crate::tools::css::check_apply_css(&input)?,
+        "site_insert_html" | "site_replace_node_html" => {
+            let html = input["html"].as_str().unwrap_or_default();
+            let checked = crate::tools::html::check_html(html)?;
+            input["html"] = Value::String(checked.html);
+        }
+        _ => {}
+    }
+    if let Some(flag) = screenshot {
+        input["captureScreenshot"] = flag;
+    }
+    Ok(input)
+}
+
+impl TurnExecutor {
+    async fn run_server(&self, spec: &ToolSpec, input: Value) -> Result<Value, String> {
+        let store = Arc::clone(&self.store);
+        let snapshot = self.bridge.snapshot();
+        let (name, scope) = (spec.name, spec.scope);
+        let data = tokio::task::spawn_blocking(move || match scope {
+            Scope::Site => {
+                let snapshot = crate::tools::snapshot::SiteSnapshot::read(snapshot.as_ref());
+                crate::tools::site_reads::run(&store, &snapshot, name, &input)
+            }
+            _ => crate::tools::content_reads::run(&store, name, &input),
+        })
+        .await
+        .map_err(|error| format!("Tool {name} failed: {error}"))??;
+        let size = data.to_string().len();
+        if size > MAX_SERVER_RESULT_CHARS {
+            return Err(format!(
+                "The {name} result is too large ({size} characters); narrow it with a filter, limit or offset."
+            ));
+        }
+        Ok(data)
+    }
+}
+
+impl ToolExecutor for TurnExecutor {
     fn execute<'a>(
         &'a self,
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = ToolResult> + Send + 'a>> {
         Box::pin(async move {
-            if !self.offered.contains(&call.name) {
-                return Self::unknown(call);
-            }
-            match self.bridge.execute(call).await {
+            match self.execute_or_reject(call).await {
                 Ok(result) => result,
-                Err(error) => ToolResult {
-                    call_id: call.id.clone(),
-                    ok: false,
-                    data: None,
-                    error: Some(error.to_string()),
-                    images: Vec::new(),
-                },
+                Err(rejection) => failed(call, rejection.reason),
             }
         })
     }
 
     fn is_browser_tool(&self, name: &str) -> bool {
-        self.offered.contains(name)
+        self.tools
+            .iter()
+            .any(|t| t.name == name && t.execution == Execution::Browser)
     }
 
     fn execute_or_reject<'a>(
@@ -220,13 +271,31 @@ impl ToolExecutor for BridgeExecutor {
         call: &'a ToolCall,
     ) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolRejection>> + Send + 'a>> {
         Box::pin(async move {
-            if !self.offered.contains(&call.name) {
-                return Ok(Self::unknown(call));
+            let Some(spec) = self.tools.iter().find(|t| t.name == call.name) else {
+                return Ok(failed(call, format!("Unknown tool: {}", call.name)));
+            };
+            let input = match prepare_input(spec, &self.caller, &call.arguments) {
+                Ok(input) => input,
+                Err(error) => return Ok(failed(call, error)),
+            };
+            match spec.execution {
+                Execution::Server => Ok(match self.run_server(spec, input).await {
+                    Ok(data) => ToolResult {
+                        call_id: call.id.clone(),
+                        ok: true,
+                        data: Some(data),
+                        error: None,
+                        images: Vec::new(),
+                    },
+                    Err(error) => failed(call, error),
+                }),
+                Execution::Browser => self
+                    .bridge
+                    .call_browser(&call.name, input)
+                    .await
+                    .map(|output| output.into_tool_result(&call.id))
+                    .map_err(|error| ToolRejection::new(error.to_string())),
             }
-            self.bridge
-                .execute(call)
-                .await
-                .map_err(|error| ToolRejection::new(error.to_string()))
         })
     }
 }
@@ -306,32 +375,98 @@ mod tests {
         }
     }
 
-    #[test]
-    fn browser_tools_are_offered_per_scope_to_writers_only() {
-        let tool = |name: &str| ToolDefinition {
-            name: name.into(),
-            description: String::new(),
-            input_schema: json!({"type": "object"}),
-        };
-        let runner = LoopRunner::new(
-            Arc::new(NoProviders),
-            vec![(Scope::Site, tool("a")), (Scope::Content, tool("b"))],
-        );
-        let caller = |caps: &[&str]| Caller {
+    fn caller(caps: &[&str]) -> Caller {
+        Caller {
             user_id: "u".into(),
             capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn tools_are_offered_per_scope_and_capability() {
+        let store = Arc::new(
+            Store::open(
+                &std::env::temp_dir().join(format!("chatd-runtime-{}.sqlite3", std::process::id())),
+            )
+            .unwrap(),
+        );
+        let runner = LoopRunner::new(Arc::new(NoProviders), crate::tools::catalogue(), store);
+        let names = |caller: &Caller, scope| -> Vec<&'static str> {
+            runner
+                .offered_tools(scope, caller)
+                .into_iter()
+                .map(|t| t.name)
+                .collect()
         };
-        let writer = caller(&["ai.chat", "ai.tools.write"]);
-        let names: Vec<String> = runner
-            .offered_tools(Scope::Site, &writer)
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        assert_eq!(names, ["a"]);
-        assert!(runner
-            .offered_tools(Scope::Site, &caller(&["ai.chat"]))
-            .is_empty());
-        assert!(runner.offered_tools(Scope::Data, &writer).is_empty());
+        let editor = caller(&[
+            "ai.chat",
+            "ai.tools.write",
+            "site.read",
+            "site.structure.edit",
+            "site.content.edit",
+            "site.style.edit",
+        ]);
+        assert_eq!(names(&editor, Scope::Site).len(), 35);
+        // A reader without ai.tools.write gets the server-side reads only.
+        assert_eq!(
+            names(&caller(&["ai.chat", "site.read"]), Scope::Site),
+            [
+                "site_list_documents",
+                "site_list_modules",
+                "site_list_tokens",
+                "site_list_post_types",
+                "site_list_loop_sources",
+                "site_list_breakpoints",
+            ]
+        );
+        // Style editing without structure editing: no HTML inserts.
+        let stylist = names(&caller(&["ai.tools.write", "site.style.edit"]), Scope::Site);
+        assert!(stylist.contains(&"site_apply_css") && !stylist.contains(&"site_insert_html"));
+        assert!(stylist.contains(&"site_render_snapshot"));
+        assert!(names(&editor, Scope::Data).is_empty());
+        assert!(
+            names(&editor, Scope::Content).is_empty()
+                || !names(&editor, Scope::Content).contains(&"content_list_users")
+        );
+    }
+
+    #[test]
+    fn the_screenshot_flag_survives_validation_and_payloads_are_checked() {
+        let tools = crate::tools::catalogue();
+        let spec = |name: &str| tools.iter().find(|t| t.name == name).unwrap();
+        let editor = caller(&["ai.tools.write", "site.structure.edit", "site.style.edit"]);
+        assert_eq!(
+            prepare_input(
+                spec("site_render_snapshot"),
+                &editor,
+                &json!({"captureScreenshot": true, "stray": 1})
+            ),
+            Ok(json!({"captureScreenshot": true}))
+        );
+        assert_eq!(
+            prepare_input(
+                spec("site_insert_html"),
+                &editor,
+                &json!({"parentId": "n1", "html": "<p onclick=\"x()\">Hi</p><script>x()</script>"})
+            ),
+            Ok(json!({"parentId": "n1", "html": "<p>Hi</p>"}))
+        );
+        assert_eq!(
+            prepare_input(
+                spec("site_apply_css"),
+                &editor,
+                &json!({"operation": "delete"})
+            ),
+            Err("site_apply_css delete needs selectors".to_owned())
+        );
+        assert_eq!(
+            prepare_input(
+                spec("site_insert_html"),
+                &caller(&["ai.tools.write", "site.style.edit"]),
+                &json!({"parentId": "n", "html": "<p/>"})
+            ),
+            Err("Tool site_insert_html is not permitted for this user.".to_owned())
+        );
     }
 
     #[test]

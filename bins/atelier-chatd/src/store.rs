@@ -11,6 +11,7 @@
 //! - [`Leases`]: at most one writer per conversation in this process.
 
 pub mod audit;
+pub mod content;
 pub mod history;
 mod lease;
 pub mod settings;
@@ -108,6 +109,30 @@ CREATE TABLE ai_model_pricing (
 -- the rows' content (which holds the images).
 CREATE INDEX ai_messages_usage ON ai_messages (created_at, conversation_id, prompt_tokens,
     completion_tokens, cost_usd, cache_read_tokens, cache_creation_tokens);
+"#,
+    r#"
+CREATE TABLE content_collections (
+    id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    record_json TEXT NOT NULL
+);
+CREATE TABLE content_documents (
+    id TEXT PRIMARY KEY,
+    collection_id TEXT NOT NULL REFERENCES content_collections (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    record_json TEXT NOT NULL
+);
+CREATE INDEX content_documents_collection ON content_documents (collection_id, position);
+CREATE TABLE content_users (
+    id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    record_json TEXT NOT NULL
+);
+CREATE TABLE content_media (
+    id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    record_json TEXT NOT NULL
+);
 "#,
 ];
 

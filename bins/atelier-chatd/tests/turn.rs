@@ -12,11 +12,10 @@ use std::time::Duration;
 use atelier_chatd::auth::Caller;
 use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Scope, Store};
+use atelier_chatd::tools::{Execution, ToolSpec};
 use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
-use atelier_llm::{
-    AnthropicDriver, CapabilityResolver, Driver, Endpoint, ProviderKind, ToolDefinition,
-};
+use atelier_llm::{AnthropicDriver, CapabilityResolver, Driver, Endpoint, ProviderKind};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -178,19 +177,25 @@ fn start_chatd_with(
     }
     .validate()
     .unwrap();
-    let tool = ToolDefinition {
-        name: "site_find_nodes".into(),
-        description: "Find nodes on the page.".into(),
-        input_schema: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+    // One browser tool the scripted model calls; it declares what the transcripts send.
+    let tool = ToolSpec {
+        name: "site_find_nodes",
+        scope: Scope::Site,
+        execution: Execution::Browser,
+        mutates: false,
+        capabilities: &[],
+        description: "Find nodes on the page.",
+        input_schema: json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}),
     };
+    let store = Arc::new(Store::open(&database).unwrap());
     let runner = LoopRunner::new(
         Arc::new(ScriptedAnthropic {
             base_url: provider.base_url.clone(),
             capabilities,
         }),
-        vec![(Scope::Site, tool)],
+        vec![tool],
+        Arc::clone(&store),
     );
-    let store = Arc::new(Store::open(&database).unwrap());
     let router = Router::new(&settings, store, Arc::new(runner));
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let handler = router.clone();

@@ -278,13 +278,13 @@ fn a_database_from_a_newer_chatd_is_refused() {
         Store::open(&path),
         Err(StoreError::NewerSchema {
             found: 99,
-            known: 2
+            known: 3
         })
     ));
     // Reopening a current database migrates nothing twice.
     Connection::open(&path)
         .unwrap()
-        .pragma_update(None, "user_version", 2)
+        .pragma_update(None, "user_version", 3)
         .unwrap();
     Store::open(&path).unwrap();
 }
