@@ -324,3 +324,15 @@ pub async fn call(
     let status = reply.status;
     (status, reply.json().await)
 }
+
+/// A JSON call as alice with `capabilities` and no body.
+pub async fn call_as(
+    socket: &Path,
+    capabilities: &str,
+    method: Method,
+    path: &str,
+) -> (StatusCode, Value) {
+    let reply = send(socket, "alice", capabilities, method, path, None).await;
+    let status = reply.status;
+    (status, reply.json().await)
+}
