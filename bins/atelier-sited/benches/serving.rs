@@ -67,6 +67,21 @@ fn main() {
         // Replay: one session log of 100,000 events, streamed to one client.
         let id = SessionId::new_v4().unwrap();
         let workspace = Root::open(root.join("sites/site0")).unwrap();
+        atelier_sited::session_log::write_meta(
+            &workspace,
+            &atelier_sited::session_log::SessionMeta {
+                session_id: id.to_string(),
+                slug: "site0".into(),
+                driver: "claude_code".into(),
+                started_at: "2026-12-01T00:00:00.000Z".into(),
+                turns: 1,
+                state: "idle".into(),
+                resume_token: None,
+                identity_epoch: None,
+                recovery_pending: false,
+            },
+        )
+        .unwrap();
         let mut log = SessionLog::open(&workspace, &id).unwrap();
         for i in 0..REPLAY_EVENTS {
             log.append(json!({"type": "text", "text": format!("event number {i} of the replay benchmark")}))

@@ -494,24 +494,50 @@ impl Sites {
     /// Every site's status, sorted by slug; a site whose status cannot be built is left out.
     pub fn list(&self) -> Result<Vec<SiteStatus>, SiteError> {
         let root = self.sites_root()?;
+        // One read of the site table serves every site of the list.
+        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok();
         Ok(self
             .manifests(&root)
             .into_iter()
-            .map(|m| self.status_of(m))
+            .map(|m| self.status_with(m, &root, table.as_ref()))
             .collect())
     }
 
     fn status_of(&self, manifest: SiteManifest) -> SiteStatus {
+        let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok();
+        match self.sites_root() {
+            Ok(root) => self.status_with(manifest, &root, table.as_ref()),
+            Err(_) => self.status_parts(manifest, None, None),
+        }
+    }
+
+    fn status_with(
+        &self,
+        manifest: SiteManifest,
+        root: &Root,
+        table: Option<&SiteTable>,
+    ) -> SiteStatus {
+        let release = table
+            .and_then(|t| t.row(&manifest.slug))
+            .filter(|row| row.domain == manifest.domain)
+            .and_then(preprod_release);
+        let last_build = root
+            .open_dir(&manifest.slug)
+            .ok()
+            .and_then(|ws| crate::builds::latest_record(&ws, &manifest.slug));
+        self.status_parts(manifest, release, last_build)
+    }
+
+    fn status_parts(
+        &self,
+        manifest: SiteManifest,
+        release: Option<String>,
+        last_build: Option<crate::builds::BuildRecord>,
+    ) -> SiteStatus {
         let url = format!(
             "http://{}.{}/",
             self.config.preprod_host_prefix, manifest.domain
         );
-        let release = self.preprod_release(&manifest);
-        let last_build = self
-            .sites_root()
-            .and_then(|root| Ok(root.open_dir(&manifest.slug)?))
-            .ok()
-            .and_then(|ws| crate::builds::latest_record(&ws, &manifest.slug));
         let session = self
             .session_states
             .lock()
@@ -529,18 +555,6 @@ impl Sites {
             last_build,
             preprod: Preprod { url, release },
         }
-    }
-
-    /// The release preproduction's served link names, read off the declared surface without
-    /// proving the webspace; `None` when undeclared, on another domain, or unreadable.
-    fn preprod_release(&self, manifest: &SiteManifest) -> Option<String> {
-        let row = self.table_row(manifest).ok()?;
-        let store = atelier_releases::Store::open(
-            &row.surfaces.preprod.store_dir,
-            &row.surfaces.preprod.link_path,
-        )
-        .ok()?;
-        Some(store.current().ok()??.as_str().to_owned())
     }
 
     /// Deletes site `slug` (§7.5): refused while anything holds it, and then nothing is
@@ -669,6 +683,17 @@ impl Sites {
         }
         Ok(())
     }
+}
+
+/// The release a row's preproduction link serves, read off the declared surface without
+/// proving the webspace; `None` when unreadable.
+fn preprod_release(row: &SiteRow) -> Option<String> {
+    let store = atelier_releases::Store::open(
+        &row.surfaces.preprod.store_dir,
+        &row.surfaces.preprod.link_path,
+    )
+    .ok()?;
+    Some(store.current().ok()??.as_str().to_owned())
 }
 
 fn has_manifest(root: &Root, slug: &Slug) -> bool {
