@@ -212,7 +212,7 @@ pub enum PlanError {
     /// The prompt holds a NUL byte.
     #[error("the prompt contains a NUL byte")]
     PromptHasNul,
-    /// The MCP configuration path is not where the workspace's planned file goes.
+    /// The MCP configuration path is not a file lexically inside the workspace.
     #[error("the MCP configuration path {0} is not inside the workspace")]
     McpPathOutside(PathBuf),
     /// An `OPENCODE_ENV` key is not a provider credential opencode may get.
@@ -321,11 +321,20 @@ fn base_env(request: &TurnRequest<'_>) -> BTreeMap<String, String> {
 }
 
 fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan, PlanError> {
+    let outside = || PlanError::McpPathOutside(request.mcp_config_path.to_path_buf());
     let relative = request
         .mcp_config_path
         .strip_prefix(request.workspace)
-        .map_err(|_| PlanError::McpPathOutside(request.mcp_config_path.to_path_buf()))?
+        .map_err(|_| outside())?
         .to_path_buf();
+    // Lexically inside: `..` or an empty rest would point the file elsewhere.
+    if relative.as_os_str().is_empty()
+        || !relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(outside());
+    }
     let mut server = json!({"type": "http", "url": request.mcp.url});
     if let Some(headers) = request.mcp.headers_json() {
         server["headers"] = headers;

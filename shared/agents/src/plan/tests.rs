@@ -1,3 +1,5 @@
+//! Table tests of turn plans: each driver's argv, exact environment, planned files, and every refusal by name.
+
 use super::*;
 
 const WORKSPACE: &str = "/var/lib/atelier/m/sites/alpha";
@@ -383,6 +385,24 @@ fn refusals_table() {
             PlanError::McpPathOutside(PathBuf::from(
                 "/var/lib/atelier/m/sites/alphabet/.builder/mcp.json",
             )),
+        ),
+        (
+            "mcp.json escaping with ..",
+            TurnRequest {
+                mcp_config_path: Path::new("/var/lib/atelier/m/sites/alpha/../beta/mcp.json"),
+                ..base
+            },
+            PlanError::McpPathOutside(PathBuf::from(
+                "/var/lib/atelier/m/sites/alpha/../beta/mcp.json",
+            )),
+        ),
+        (
+            "mcp.json is the workspace itself",
+            TurnRequest {
+                mcp_config_path: Path::new(WORKSPACE),
+                ..base
+            },
+            PlanError::McpPathOutside(PathBuf::from(WORKSPACE)),
         ),
         (
             "relative binary",
