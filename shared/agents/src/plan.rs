@@ -234,6 +234,17 @@ pub enum PlanError {
     BinNotAbsolute(PathBuf),
 }
 
+impl PlanError {
+    /// The stable machine reason of the turn's error event (§6.6): a driver that runs no
+    /// turn is the confinement's refusal, anything else a failed setup.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PlanError::Unsupported(_) => "confinement.agent_cli_unsupported",
+            _ => "turn_setup_failed",
+        }
+    }
+}
+
 /// The longest resume token a CLI mints that is accepted, in bytes.
 const MAX_RESUME_TOKEN: usize = 128;
 

@@ -42,6 +42,14 @@ pub enum ProbeRefusal {
     },
 }
 
+impl ProbeRefusal {
+    /// The stable machine reason: every refusal of a binary is the contract's
+    /// `confinement.agent_cli_unsupported` (503).
+    pub fn reason(&self) -> &'static str {
+        "confinement.agent_cli_unsupported"
+    }
+}
+
 /// The one flag Claude Code's help may leave out: some versions accept `--max-turns` without
 /// listing it.
 const UNLISTED_CLAUDE_FLAG: &str = "--max-turns";

@@ -440,6 +440,12 @@ fn refusals_table() {
         ),
     ];
     for (name, req, want) in cases {
+        let reason = if want == PlanError::Unsupported(DriverId::Pi) {
+            "confinement.agent_cli_unsupported"
+        } else {
+            "turn_setup_failed"
+        };
+        assert_eq!(want.reason(), reason, "{name}");
         assert_eq!(plan_turn(&req), Err(want), "{name}");
     }
 }
