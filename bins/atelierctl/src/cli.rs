@@ -42,9 +42,9 @@ Examples (connection flags left out):
   atelierctl sites create museo --name 'Museo de Arte' --domain museo.example.org
   atelierctl sites show museo --json
   atelierctl session start museo 'Make the home page list the collections' --follow
-  atelierctl session send 1b2c…-uuid 'Now add a search box' --follow
-  atelierctl session follow 1b2c…-uuid --after 41
-  atelierctl session stop 1b2c…-uuid
+  atelierctl session send 6f1c2a9e-4b7d-4e0a-9c3f-2d8e5b1a7c40 'Now add a search box' --follow
+  atelierctl session follow 6f1c2a9e-4b7d-4e0a-9c3f-2d8e5b1a7c40 --after 41
+  atelierctl session stop 6f1c2a9e-4b7d-4e0a-9c3f-2d8e5b1a7c40
   atelierctl build start museo --wait
   atelierctl build show museo 20260715T102030123Z-000001 --log
   atelierctl publish museo --note 'spring exhibition' --confirm
@@ -66,6 +66,23 @@ Exit status:
      stream_lost
   4  the followed turn ended in error or was interrupted, or the waited build failed";
 
+const FOLLOW_EXAMPLE: &str = "\
+Output, one line per event:
+     0  turn_start         turn 1: Make the home page list the collections
+     1  text               I'll start with src/main.ts
+     2  tool               Edit: src/main.ts
+     3  file_change        1 file(s): src/main.ts
+     4  result             ok, cost $0.0412, 38.2 s
+     5  turn_end           state idle
+
+sited replays every event after --after, then tails a running turn and closes after its
+turn_end; the last turn_end decides the exit status. Text written by the agent is shown
+escaped: no control character reaches the terminal. With --json each line is the stored
+event as sent ({\"seq\":..,\"ts\":..,\"body\":{..}}).
+
+  atelierctl session follow 6f1c2a9e-4b7d-4e0a-9c3f-2d8e5b1a7c40
+  atelierctl session follow 6f1c2a9e-4b7d-4e0a-9c3f-2d8e5b1a7c40 --after 41 --json | jq .body";
+
 /// atelierctl: the operator's client for atelier-sited.
 #[derive(Debug, Parser)]
 #[command(
@@ -80,7 +97,7 @@ pub struct Cli {
     #[command(flatten)]
     pub connection: ConnectionArgs,
     /// Print the daemon's JSON body exactly as sent (one line) instead of tables.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -100,8 +117,9 @@ pub struct ConnectionArgs {
     /// The instance's root-only SERVICE_TOKEN credential file (refused if world-readable).
     #[arg(long, global = true, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
-    /// The engine's env file (the provisioner's engine.env.fragment): DEDALO_SITE_BUILDER_
-    /// INSTANCE, _SOCKET, and _TOKEN or _TIMEOUT_MS if present. Flags win over it.
+    /// The engine's env file, e.g. the provisioner's engine.env.fragment: its
+    /// DEDALO_SITE_BUILDER_{INSTANCE,SOCKET} (and _TOKEN, _TIMEOUT_MS when present) are
+    /// read, other keys ignored, an unknown DEDALO_SITE_BUILDER_* key refused. Flags win.
     #[arg(long, global = true, value_name = "FILE")]
     pub engine_env: Option<PathBuf>,
     /// The mount prefix of sited's routes.
@@ -264,7 +282,8 @@ pub enum SessionCommand {
         /// The agent driver [default: the site's].
         #[arg(long, value_enum)]
         driver: Option<Driver>,
-        /// Then follow the turn to its end (exit status as 'session follow').
+        /// Then follow the turn to its end (exit status as 'session follow'); with --json
+        /// the start's body is the first line, each event's a line after it.
         #[arg(long)]
         follow: bool,
     },
@@ -299,6 +318,7 @@ pub enum SessionCommand {
     /// Render a session's events live, one line each (seq, type, the salient field), until
     /// sited closes the stream. Exit 0 if the last turn ended idle, 4 if in error or
     /// interrupted.
+    #[command(after_long_help = FOLLOW_EXAMPLE)]
     Follow {
         /// The session.
         session: String,
@@ -414,9 +434,9 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
         timeout: c.timeout,
     };
     // Everything that can be refused locally is refused before the first byte is sent.
+    let plan = Plan::of(&cli.command)?;
     let (target, timeout) = config::resolve(&options)?;
     let actor = config::actor(c.actor_id, c.actor_name.as_deref())?;
-    let plan = Plan::of(&cli.command)?;
     let client = Client::new(target, actor).with_timeout(timeout);
     let mut output = Output {
         out,

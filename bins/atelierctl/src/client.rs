@@ -398,8 +398,9 @@ impl Client {
 
     /// An authenticated request for `call`.
     fn request(&self, call: &Call, stream: bool) -> Result<hyper::Request<Full<Bytes>>, Error> {
-        let bearer = HeaderValue::try_from(format!("Bearer {}", self.target.token.expose()))
+        let mut bearer = HeaderValue::try_from(format!("Bearer {}", self.target.token.expose()))
             .map_err(|_| self.unreachable("the token cannot travel in a header".into()))?;
+        bearer.set_sensitive(true);
         let username = HeaderValue::from_bytes(self.actor.username().as_bytes()).map_err(|_| {
             crate::error::Invalid::Actor("the actor's name cannot travel in a header".into())
         })?;

@@ -122,13 +122,20 @@ impl SseParser {
     }
 
     fn end_line(&mut self, items: &mut Vec<SseItem>) -> Result<(), SseError> {
-        let raw = std::mem::take(&mut self.line);
-        let mut line = String::from_utf8_lossy(&raw).into_owned();
+        // The line's buffer is lent out and given back, so its capacity is reused.
+        let mut raw = std::mem::take(&mut self.line);
+        let ended = self.field(&raw, items);
+        raw.clear();
+        self.line = raw;
+        ended
+    }
+
+    fn field(&mut self, raw: &[u8], items: &mut Vec<SseItem>) -> Result<(), SseError> {
+        let decoded = String::from_utf8_lossy(raw);
+        let mut line: &str = &decoded;
         if self.at_start {
             self.at_start = false;
-            if let Some(stripped) = line.strip_prefix('\u{feff}') {
-                line = stripped.to_owned();
-            }
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
         }
         if line.is_empty() {
             self.dispatch(items);
@@ -141,7 +148,7 @@ impl SseParser {
         }
         let (field, value) = match line.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line.as_str(), ""),
+            None => (line, ""),
         };
         match field {
             "data" => {
