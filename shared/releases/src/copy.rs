@@ -8,12 +8,12 @@
 //! the full copy in the same run), on this machine class (2 vCPU, virtio disk shared with
 //! other builds, so ext4 absolute times are noisy):
 //!
-//! | operation | ext4 copy | ext4 link-unchanged | XFS (reflink) copy → link-unchanged | tmpfs copy → link-unchanged |
-//! |---|---|---|---|---|
-//! | promote, full site | 5966 ms | 5960 ms (1.00x) | see report | see report |
-//! | publish, full site | 4348 ms | 209 ms (0.048x) | | |
-//! | promote, one file changed | 5597 ms | 268 ms (0.048x) | | |
-//! | publish, one file changed | 5578 ms | 172 ms (0.031x) | | |
+//! | operation | ext4: copy → link-unchanged | XFS (reflink on): copy → link-unchanged | tmpfs: copy → link-unchanged |
+//! |---|---|---|---|
+//! | promote, full site | 5966 → 5960 ms (1.00x) | 898 → 526 ms (0.59x) | 227 → 179 ms (0.79x) |
+//! | publish, full site | 4348 → 209 ms (0.048x) | 574 → 172 ms (0.30x) | 235 → 50 ms (0.21x) |
+//! | promote, one file changed | 5597 → 268 ms (0.048x) | 639 → 529 ms (0.83x) | 218 → 142 ms (0.65x) |
+//! | publish, one file changed | 5578 → 172 ms (0.031x) | 506 → 217 ms (0.43x) | 252 → 46 ms (0.18x) |
 //!
 //! On ext4 what costs is creating 10,000 inodes and writing their data back; a reflink is
 //! refused there and falls back to the copy (reflink ≈ copy, 0.9–1.2x, noise). On XFS with
