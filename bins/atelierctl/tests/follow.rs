@@ -224,12 +224,17 @@ async fn a_live_stream_is_rendered_as_it_arrives_and_its_last_turn_end_decides_t
         let client = instance.client();
         let mut stream = client.follow(&session, -1).await.unwrap();
         let writer = async {
+            let waited = std::time::Instant::now();
             while instance.seen()[before..]
                 .iter()
                 .filter(|s| s.path.contains(&events_path))
                 .count()
                 < 2
             {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(30),
+                    "the binary never followed"
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let bodies = [
