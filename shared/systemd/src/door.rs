@@ -14,6 +14,8 @@ use atelier_layout::paths::{self, mode_rule, Role};
 use atelier_layout::services::{self, DOOR_ENV, GATE_SOCKET_ENV, MCP_SOCKET_ENV, WORKDIR_ENV};
 use atelier_layout::Layout;
 
+use futures_util::future::join_all;
+
 use crate::client::Systemd;
 use crate::error::Result;
 use crate::property::{Expected, Property, UnitExpectations, UnitKind};
@@ -504,10 +506,15 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
 impl Systemd {
     /// Checks a door's socket, target and service, in that order; the first property PID 1
     /// loaded differently is [`crate::Error::Nonconformant`], naming its unit and property.
+    ///
+    /// The three are read at once and judged in order, so a refusal is the same whichever
+    /// answer arrives first.
     pub async fn conform_door(&self, door: &DoorExpectations) -> Result<()> {
-        for unit in door.units() {
-            self.conform(&unit.unit, &unit.expected).await?;
-        }
-        Ok(())
+        let results = join_all(
+            door.units()
+                .map(|unit| self.conform(&unit.unit, &unit.expected)),
+        )
+        .await;
+        results.into_iter().collect()
     }
 }

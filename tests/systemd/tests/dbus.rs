@@ -29,6 +29,8 @@ for door in turn build git; do
   echo "conform_1_$door=$(conform 1 collection $door)"
   echo "conform_2_$door=$(conform 2 archive $door)"
 done
+# What conformance costs per run, against one round trip to PID 1 (reported, not asserted).
+echo "bench=$(as_service_user bench-conform --declaration $DECL --site 1 --slug collection --door turn --rounds 200)"
 echo "conform_as_service_user=$(as_service_user conform-door --declaration $DECL --site 1 --slug collection --door turn)"
 
 probe properties atelier-example-s1-turn.socket Listen Accept MaxConnections SocketMode SocketUser | sed 's/^/socket| /'
@@ -42,6 +44,13 @@ echo "tampered_network=$(conform 1 collection turn)"
 echo "untampered_build=$(conform 1 collection build)"
 rm -r /etc/systemd/system/atelier-example-s1-turn@.service.d; reload
 echo "restored=$(conform 1 collection turn)"
+
+# A directive this PID 1 does not know is loaded as nothing: expected from 257 on, refused.
+mkdir -p /etc/systemd/system/atelier-example-s1-git@.service.d
+printf '[Service]\nPrivatePIDs=yes\n' > /etc/systemd/system/atelier-example-s1-git@.service.d/50-newer.conf
+reload
+echo "unknown_to_pid1=$(probe conform-door --declaration $DECL --site 1 --slug collection --door git --assume-version 257)"
+rm -r /etc/systemd/system/atelier-example-s1-git@.service.d; reload
 
 # A changed identity.
 mkdir -p /etc/systemd/system/atelier-example-s1-build@.service.d
@@ -188,6 +197,12 @@ fn door_units_as_pid_1_loaded_them_and_the_service_user_stops_and_kills_runs() {
         "conformant",
         "{run:?}"
     );
+    let bench = fact(&run, "bench");
+    assert!(
+        bench.starts_with("version_p50_us=") && bench.contains(" ratio="),
+        "{run:?}"
+    );
+    eprintln!("conformance cost on PID 1: {bench}");
 
     // What PID 1 loaded reads back as the rendered units say.
     for line in [
@@ -230,6 +245,18 @@ fn door_units_as_pid_1_loaded_them_and_the_service_user_stops_and_kills_runs() {
     );
     assert_eq!(fact(&run, "untampered_build"), "conformant", "{run:?}");
     assert_eq!(fact(&run, "restored"), "conformant", "{run:?}");
+    if version < 257 {
+        nonconformant(
+            "unknown_to_pid1",
+            "atelier-example-s1-git@probe.service",
+            "PrivatePIDs",
+        );
+        assert!(
+            fact(&run, "unknown_to_pid1")
+                .ends_with("PrivatePIDs is not known to this PID 1, expected yes"),
+            "{run:?}"
+        );
+    }
     nonconformant(
         "tampered_user",
         "atelier-example-s1-build@probe.service",

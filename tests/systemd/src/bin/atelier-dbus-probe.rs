@@ -52,6 +52,9 @@ enum Question {
         /// turn, build or git.
         #[arg(long)]
         door: String,
+        /// Expect what Atelier expects of this release instead of PID 1's own.
+        #[arg(long)]
+        assume_version: Option<u32>,
     },
     /// StopUnit.
     Stop { unit: String },
@@ -63,6 +66,25 @@ enum Question {
     Connections { socket: String },
     /// StartUnit, which Atelier never calls: prints the D-Bus error name PID 1 answers with.
     Start { unit: String },
+    /// Times conform-door of one door against a baseline of reading PID 1's Version, both
+    /// ROUNDS times in this process; prints the medians and their ratio.
+    BenchConform {
+        /// The instance declaration the door was rendered from.
+        #[arg(long)]
+        declaration: PathBuf,
+        /// The site's ordinal.
+        #[arg(long)]
+        site: u64,
+        /// The site's slug.
+        #[arg(long)]
+        slug: String,
+        /// turn, build or git.
+        #[arg(long)]
+        door: String,
+        /// How many times each.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
     /// Connects to a unix socket and holds the connection until killed.
     Hold { path: PathBuf },
 }
@@ -144,6 +166,7 @@ async fn ask(systemd: &Systemd, question: Question) -> anyhow::Result<String> {
             site,
             slug,
             door: name,
+            assume_version,
         } => {
             let decl = Declaration::load(&declaration)
                 .with_context(|| format!("loading {}", declaration.display()))?;
@@ -154,9 +177,9 @@ async fn ask(systemd: &Systemd, question: Question) -> anyhow::Result<String> {
                 .find(|s| s.slug == slug)
                 .with_context(|| format!("no site {slug}"))?;
             let k = SiteOrdinal::new(site)?;
-            let version = match systemd.version().await {
-                Ok(v) => v,
-                Err(e) => return Ok(refused(&e)),
+            let version = match (assume_version, systemd.version().await) {
+                (Some(v), _) | (None, Ok(v)) => v,
+                (None, Err(e)) => return Ok(refused(&e)),
             };
             let facts = DoorFacts::from_layout(&layout, k, site_decl, door(&name)?, version);
             match systemd.conform_door(&door_expectations(&facts)).await {
@@ -202,6 +225,52 @@ async fn ask(systemd: &Systemd, question: Question) -> anyhow::Result<String> {
                 Err(zbus::Error::MethodError(name, _, _)) => format!("error {}", name.as_str()),
                 Err(other) => format!("error {other}"),
             }
+        }
+        Question::BenchConform {
+            declaration,
+            site,
+            slug,
+            door: name,
+            rounds,
+        } => {
+            let decl = Declaration::load(&declaration)
+                .with_context(|| format!("loading {}", declaration.display()))?;
+            let layout = Layout::new(&decl);
+            let site_decl = decl
+                .sites
+                .iter()
+                .find(|s| s.slug == slug)
+                .with_context(|| format!("no site {slug}"))?;
+            let version = systemd.version().await?;
+            let facts = DoorFacts::from_layout(
+                &layout,
+                SiteOrdinal::new(site)?,
+                site_decl,
+                door(&name)?,
+                version,
+            );
+            let expectations = door_expectations(&facts);
+            let mut baseline = Vec::with_capacity(rounds);
+            let mut conform = Vec::with_capacity(rounds);
+            for _ in 0..rounds.max(1) {
+                let started = Instant::now();
+                systemd.version().await?;
+                baseline.push(started.elapsed());
+                let started = Instant::now();
+                systemd.conform_door(&expectations).await?;
+                conform.push(started.elapsed());
+            }
+            let median = |times: &mut Vec<Duration>| {
+                times.sort();
+                times[times.len() / 2]
+            };
+            let (baseline, conform) = (median(&mut baseline), median(&mut conform));
+            format!(
+                "version_p50_us={} conform_door_p50_us={} ratio={:.1}",
+                baseline.as_micros(),
+                conform.as_micros(),
+                conform.as_secs_f64() / baseline.as_secs_f64().max(1e-9)
+            )
         }
         Question::Hold { path } => {
             let _connection = tokio::net::UnixStream::connect(&path)
