@@ -215,6 +215,14 @@ impl Systemd {
 
     /// Every unit PID 1 has loaded whose name matches one of `patterns` (globs), in any state.
     pub async fn units_matching(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
+        // PID 1 reads no pattern as every unit it has: never what a caller means.
+        if patterns.is_empty() {
+            return Err(NameError::BadPattern {
+                pattern: String::new(),
+                why: "no pattern was given",
+            }
+            .into());
+        }
         for pattern in patterns {
             check_pattern(pattern)?;
         }

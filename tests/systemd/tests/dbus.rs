@@ -128,6 +128,7 @@ echo "never_kill=$(probe kill dbustest-never.service 15)"
 echo "never_gone=$(probe wait-gone dbustest-never.service 1)"
 echo "bad_name=$(probe stop '../../etc/passwd.service')"
 echo "bad_pattern=$(probe units 'dbustest-* ; reboot')"
+echo "no_pattern=$(probe units)"
 probe kill dbustest-sleeper.service 0 >/dev/null 2>&1; echo "bad_signal_status=$?"
 echo "socket_kind=$(probe connections dbustest-sleeper.service)"
 exit 0
@@ -399,6 +400,10 @@ fn stop_wait_gone_and_a_run_that_will_not_die() {
     );
     assert!(
         fact(&run, "bad_pattern").starts_with("refused confinement.unit_refused bad-name"),
+        "{run:?}"
+    );
+    assert!(
+        fact(&run, "no_pattern").starts_with("refused confinement.unit_refused bad-name"),
         "{run:?}"
     );
     assert_eq!(fact(&run, "bad_signal_status"), "2", "{run:?}");
