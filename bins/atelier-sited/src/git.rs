@@ -113,12 +113,18 @@ impl Git {
     /// status.
     pub async fn run(&self, site: &RunTarget, args: &[&str]) -> Result<GitOutput, GitError> {
         // A repository's own config is agent-writable text: never run a hook or a monitor.
+        // The workspace belongs to the service user and git runs as the site's identity, so
+        // the one repository it works in is declared safe on the command line (only
+        // protected configuration can say so).
+        let safe = format!("safe.directory={}", site.workspace.display());
         let argv = [
             "git",
             "-c",
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            "-c",
+            &safe,
         ]
         .iter()
         .chain(args)

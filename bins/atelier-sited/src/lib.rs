@@ -89,6 +89,11 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
     let router = Router::new(&settings)?;
+    if let Some(doors) = router.sessions().runner().systemd_doors() {
+        notifier.status("reconciling the sites' runs with PID 1");
+        let quarantined = doors.reconcile().await;
+        tracing::info!(quarantined, "boot reconciliation with PID 1 done");
+    }
     notifier.status("sweeping sessions left by a previous run");
     let swept = router.sessions().sweep().await;
     let builds = router.builds().clone();

@@ -167,6 +167,9 @@ impl Reason {
             RunRefusal::Unavailable(_) => Reason::ConfinementUnavailable,
             RunRefusal::UnitRefused { .. } => Reason::ConfinementUnitRefused,
             RunRefusal::IdentityMissing(_) => Reason::ConfinementIdentityMissing,
+            RunRefusal::Quarantined { .. } => Reason::ConfinementIdentityQuarantined,
+            RunRefusal::Nonconformant(_) => Reason::ConfinementUnitNonconformant,
+            RunRefusal::Systemd(_) => Reason::ConfinementUnitRefused,
         }
     }
 

@@ -15,12 +15,13 @@ use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
 use crate::problem::ApiError;
 use crate::publishing::{PublishError, PublishRequest};
-use crate::runs::{Mode, NoneSpawner, Runner, SystemdDoors};
+use crate::runs::{DoorSettings, Mode, NoneSpawner, Runner, SystemdDoors};
 use crate::sessions::TurnSettings;
 use crate::sessions::{parse_after, Sessions};
 use crate::settings::Confinement;
 use crate::settings::Settings;
 use crate::sites::{SiteError, Sites};
+use std::path::Path;
 
 /// The `service` name in `/health`, kept from the original daemon because the engine checks it.
 pub const SERVICE_NAME: &str = "dedalo-site-builder";
@@ -109,10 +110,28 @@ impl Router {
                     agents.state_root.join(homes),
                 ))
             }
-            Confinement::SystemdScope => Mode::Systemd(SystemdDoors::new(
-                settings.instance.clone(),
-                agents.site_identities.clone(),
-            )),
+            Confinement::SystemdScope => Mode::Systemd(SystemdDoors::new(DoorSettings {
+                instance: settings.instance.clone(),
+                identities: agents.site_identities.clone(),
+                sites_root: settings.sites.sites_root.clone(),
+                agents_root: agents.state_root.clone(),
+                config_dir: settings
+                    .sites
+                    .site_table_file
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default(),
+                audit_root: settings.audit_dir.clone(),
+                shim: agents.shim_bin.clone(),
+                ceilings_ms: [
+                    u64::try_from(agents.turn_timeout.as_millis()).unwrap_or(u64::MAX),
+                    settings
+                        .builds
+                        .install_timeout_ms
+                        .max(settings.builds.build_timeout_ms),
+                    u64::try_from(settings.sites.git_timeout.as_millis()).unwrap_or(u64::MAX),
+                ],
+            })),
         };
         let runner = Runner::new(mode).map_err(BootError::Netns)?;
         let drivers = Drivers::new(

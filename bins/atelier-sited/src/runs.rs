@@ -24,7 +24,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 pub use none::NoneSpawner;
-pub use systemd::{layout_door, SystemdDoors};
+pub use systemd::{layout_door, DoorSettings, SystemdDoors};
 
 /// How long the shim has to say hello once the connection exists. PID 1 starting a fully
 /// sandboxed unit takes about 100 ms; a shim that has not spoken after this never will.
@@ -47,6 +47,22 @@ pub enum RunRefusal {
     /// The site has no identity: it is not among the declared sites the provisioner made.
     #[error("site '{0}' has no agent identity; declare it and run atelier-provision apply")]
     IdentityMissing(String),
+    /// A run of the site would not die; nothing runs until PID 1 reports it gone.
+    #[error(
+        "a run of site '{slug}' ({unit}) would not die; the site is quarantined until it is gone"
+    )]
+    Quarantined {
+        /// The site.
+        slug: String,
+        /// The unit that lives on.
+        unit: String,
+    },
+    /// PID 1 loaded a door unit differently from what Atelier renders.
+    #[error("{0}")]
+    Nonconformant(String),
+    /// PID 1 refused what was asked of a unit.
+    #[error("PID 1 refused: {0}")]
+    Systemd(String),
     /// The door's unit never said hello, or said something else.
     #[error("the {door} door refused the run: {detail}")]
     UnitRefused {
@@ -151,6 +167,14 @@ impl Runner {
         self.inner.stopping.load(Ordering::SeqCst)
     }
 
+    /// The systemd doors, under systemd confinement.
+    pub fn systemd_doors(&self) -> Option<&SystemdDoors> {
+        match &self.inner.mode {
+            Mode::Systemd(doors) => Some(doors),
+            Mode::None(_) => None,
+        }
+    }
+
     /// Whether runs are unconfined (their turns announce it).
     pub fn is_unconfined(&self) -> bool {
         matches!(self.inner.mode, Mode::None(_))
@@ -163,9 +187,12 @@ impl Runner {
             return Err(RunRefusal::DaemonStopping);
         }
         let door = spec.door;
-        let (stream, shim) = match &self.inner.mode {
-            Mode::None(spawner) => spawner.open(target, door)?,
-            Mode::Systemd(doors) => (doors.open(target, door).await?, None),
+        let (stream, shim, doors) = match &self.inner.mode {
+            Mode::None(spawner) => {
+                let (stream, shim) = spawner.open(target, door)?;
+                (stream, shim, None)
+            }
+            Mode::Systemd(doors) => (doors.open(target, door).await?, None, Some(doors.clone())),
         };
         let refused = |detail: String| RunRefusal::UnitRefused { door, detail };
         let (reader, writer) = stream.into_split();
@@ -174,6 +201,7 @@ impl Runner {
             writer: Some(writer),
             decoder: Decoder::new(),
             shim,
+            unit: None,
             ended: false,
         };
         let hello = match tokio::time::timeout(HELLO_DEADLINE, run.read_hello()).await {
@@ -195,6 +223,7 @@ impl Runner {
             return Err(refused(format!("the unit serves the {} door", hello.door)));
         }
         tracing::debug!(site = %target.slug, %door, unit = %hello.unit, "run opened");
+        run.unit = doors.map(|doors| (doors, target.slug.clone(), hello.unit.clone()));
         let spec = Spec {
             v: PROTOCOL_VERSION,
             door,
@@ -258,6 +287,9 @@ pub struct Run {
     decoder: Decoder,
     /// The shim process under `none`; under systemd PID 1 owns it.
     shim: Option<tokio::process::Child>,
+    /// Under systemd: the doors, the site and the run's unit, which must be gone before the
+    /// site is free.
+    unit: Option<(SystemdDoors, String, String)>,
     ended: bool,
 }
 
@@ -318,6 +350,9 @@ impl Run {
     }
 
     async fn reap(&mut self) {
+        if let Some((doors, slug, unit)) = self.unit.take() {
+            doors.wait_gone(&slug, &unit).await;
+        }
         if let Some(mut shim) = self.shim.take() {
             if tokio::time::timeout(STOP_DEADLINE, shim.wait())
                 .await

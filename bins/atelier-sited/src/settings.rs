@@ -575,7 +575,12 @@ impl RawSettings {
             ("PI_ENV", &self.credentials.pi_env),
         ] {
             if let Some(pairs) = pairs {
-                parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
+                let parsed =
+                    parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
+                if name == "OPENCODE_ENV" {
+                    atelier_agents::validate_opencode_env(&parsed)
+                        .map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
+                }
             }
         }
         let site_identities = match &self.site_identities {
@@ -595,10 +600,27 @@ impl RawSettings {
 }
 
 /// Parses `K=V,K=V` (the format of `OPENCODE_ENV` and `PI_ENV`); names must be environment
-/// names. The values are secrets: an error names the key, never a value.
+/// names. A comma starts a new pair only when `NAME=` follows it, so a value may hold commas
+/// (a JSON `OPENCODE_AUTH_CONTENT`). The values are secrets: an error names the item, never a
+/// value.
 pub fn parse_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+    let starts_pair = |rest: &str| {
+        rest.split_once('=')
+            .is_some_and(|(name, _)| atelier_proto::is_valid_env_key(name.trim()))
+    };
+    let mut items: Vec<String> = Vec::new();
+    for part in text.split(',') {
+        match items.last_mut() {
+            Some(last) if !starts_pair(part) => {
+                last.push(',');
+                last.push_str(part);
+            }
+            _ => items.push(part.to_owned()),
+        }
+    }
     let mut pairs = Vec::new();
-    for (i, item) in text.split(',').map(str::trim).enumerate() {
+    for (i, item) in items.iter().enumerate() {
+        let item = item.trim();
         if item.is_empty() {
             continue;
         }
@@ -836,20 +858,59 @@ mod tests {
                 SettingsError::BadCredential("OPENCODE_ENV", "item 1 has no '='".into()),
             ),
             (
-                "PI_ENV with a bad name",
+                "OPENCODE_ENV naming a key opencode may not get",
                 RawSettings {
                     credentials: AgentCredentials {
-                        pi_env: Some("A=1,9X=secret".into()),
+                        opencode_env: Some("NODE_OPTIONS=--require x".into()),
                         ..AgentCredentials::default()
                     },
                     ..raw()
                 },
-                SettingsError::BadCredential("PI_ENV", "item 2 has an invalid name".into()),
+                SettingsError::BadCredential(
+                    "OPENCODE_ENV",
+                    atelier_agents::validate_opencode_env(&[(
+                        "NODE_OPTIONS".into(),
+                        String::new(),
+                    )])
+                    .unwrap_err()
+                    .to_string(),
+                ),
+            ),
+            (
+                "PI_ENV with a bad name",
+                RawSettings {
+                    credentials: AgentCredentials {
+                        pi_env: Some("9X=secret,A=1".into()),
+                        ..AgentCredentials::default()
+                    },
+                    ..raw()
+                },
+                SettingsError::BadCredential("PI_ENV", "item 1 has an invalid name".into()),
             ),
         ];
         for (name, raw, expected) in cases {
             assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
         }
+    }
+
+    #[test]
+    fn pairs_split_only_where_a_name_follows() {
+        let parsed =
+            parse_pairs(r#"OPENAI_API_KEY=sk-1,OPENCODE_AUTH_CONTENT={"a":1,"b":2}, X_API_KEY=v"#)
+                .unwrap();
+        assert_eq!(
+            parsed,
+            [
+                ("OPENAI_API_KEY".to_owned(), "sk-1".to_owned()),
+                (
+                    "OPENCODE_AUTH_CONTENT".to_owned(),
+                    r#"{"a":1,"b":2}"#.to_owned()
+                ),
+                ("X_API_KEY".to_owned(), "v".to_owned()),
+            ]
+        );
+        assert_eq!(parse_pairs("").unwrap(), []);
+        assert!(parse_pairs("novalue").is_err());
     }
 
     #[test]

@@ -144,9 +144,9 @@ impl Turn {
         )
         .await
         {
-            Err(reason) => {
-                tracing::warn!(session = %id, site = %slug, "turn setup failed: {reason}");
-                Ending::NotOpened("turn_setup_failed")
+            Err((reason, why)) => {
+                tracing::warn!(session = %id, site = %slug, "turn setup failed: {why}");
+                Ending::NotOpened(reason)
             }
             Ok(_) if control.stop_requested() => Ending::NotOpened("turn_interrupted"),
             Ok(plan) => {
@@ -479,7 +479,7 @@ async fn plan(
     target: &RunTarget,
     prompt: &str,
     resume_token: Option<&str>,
-) -> Result<TurnPlan, String> {
+) -> Result<TurnPlan, (&'static str, String)> {
     let brief = {
         let (sessions, slug) = (sessions.clone(), target.slug.clone());
         tokio::task::spawn_blocking(move || {
@@ -491,7 +491,9 @@ async fn plan(
             }
         })
         .await
-        .map_err(|e| e.to_string())??
+        .map_err(|e| e.to_string())
+        .and_then(|read| read)
+        .map_err(|why| ("turn_setup_failed", why))?
     };
     let agents = sessions.agents();
     let mcp = if sessions.runner().is_unconfined() {
@@ -515,5 +517,5 @@ async fn plan(
         path_env: AGENT_PATH,
         credentials: &agents.credentials,
     };
-    atelier_agents::plan_turn(&request).map_err(|e| e.to_string())
+    atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))
 }

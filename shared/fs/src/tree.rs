@@ -186,8 +186,10 @@ fn usage_walk(dir: &Root, depth: usize, total: &mut u64, seen: &mut usize) -> Re
 }
 
 /// Sets `dir_mode` on every directory and `file_mode` on every regular file below `root` (the
-/// root itself included), through descriptors opened without following links; the names in
-/// `skip` (at the top level) are left as they are. Links and special files are never touched.
+/// root itself included) that this process owns, through descriptors opened without following
+/// links; the names in `skip` (at the top level) are left as they are. Links and special files
+/// are never touched, and neither is what another identity made: only its owner could change
+/// its mode, and its unit's `UMask=` already gave it the shared one.
 pub fn apply_modes(
     root: &Root,
     dir_mode: u32,
@@ -216,17 +218,27 @@ fn modes_walk(
         match kind {
             FileKind::Dir => {
                 let child = dir.open_dir(&name)?;
-                set_mode(&child, dir_mode).map_err(|e| io("chmod", &shown, e))?;
+                if owned(&child, &shown)? {
+                    set_mode(&child, dir_mode).map_err(|e| io("chmod", &shown, e))?;
+                }
                 modes_walk(&child, dir_mode, file_mode, &[], depth + 1)?;
             }
             FileKind::File => {
                 let file = dir.open_read(&name)?;
-                set_mode(&file, file_mode).map_err(|e| io("chmod", &shown, e))?;
+                if owned(&file, &shown)? {
+                    set_mode(&file, file_mode).map_err(|e| io("chmod", &shown, e))?;
+                }
             }
             FileKind::Symlink | FileKind::Other => {}
         }
     }
     Ok(())
+}
+
+/// Whether this process owns the open file or directory `fd`.
+fn owned(fd: impl std::os::fd::AsFd, shown: &Path) -> Result<bool, FsError> {
+    let stat = rustix::fs::fstat(fd).map_err(|e| io("stat", shown, e))?;
+    Ok(stat.st_uid == rustix::process::geteuid().as_raw())
 }
 
 /// One regular file of a tree, as [`files_under`] lists it.

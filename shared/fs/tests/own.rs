@@ -32,3 +32,39 @@ fn own_files_are_read_foreign_planted_and_missing_ones_are_not() {
         ));
     }
 }
+
+#[test]
+fn apply_modes_changes_only_what_this_process_owns() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/mine"), b"x").unwrap();
+    std::fs::write(dir.path().join("sub/theirs"), b"x").unwrap();
+    let mode = |p: &str| {
+        std::fs::metadata(dir.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    std::fs::set_permissions(
+        dir.path().join("sub/theirs"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let foreign = rustix::process::geteuid().is_root();
+    if foreign {
+        std::os::unix::fs::chown(dir.path().join("sub/theirs"), Some(65534), Some(65534)).unwrap();
+    }
+    let root = Root::open(dir.path()).unwrap();
+    atelier_fs::tree::apply_modes(&root, 0o750, 0o640, &[]).unwrap();
+    assert_eq!(mode("sub"), 0o750);
+    assert_eq!(mode("sub/mine"), 0o640);
+    if foreign {
+        assert_eq!(
+            mode("sub/theirs"),
+            0o600,
+            "another identity's file is left alone"
+        );
+    }
+}

@@ -1,53 +1,244 @@
 //! systemd confinement: a run is one `connect()` to the site's door socket, and PID 1 starts
 //! the shim as the site's identity, in its own network namespace, with only that site's gate
-//! sockets bound in. Nothing here starts a process.
+//! sockets bound in. Nothing here starts a process; everything asked of PID 1 goes over D-Bus.
+//!
+//! Before the connect: PID 1 is new enough, the site's doors are idle (a leftover run is
+//! stopped, and one that will not die quarantines the site until PID 1 reports it dead), and
+//! what PID 1 LOADED for the door's socket, target and service is what Atelier renders — a
+//! directive systemd ignored or a drop-in changed refuses the run, naming the property. After
+//! the run: the site is free only once PID 1 reports the run's unit gone.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use atelier_layout::names::{Door as LayoutDoor, InstanceName, SiteOrdinal};
+use atelier_layout::names::{self, Door as LayoutDoor, InstanceName, SiteOrdinal};
 use atelier_proto::Door;
+use atelier_systemd::{door_expectations, DoorFacts, Error as SystemdError, Signal, Systemd};
 use tokio::net::UnixStream;
+use tokio::sync::OnceCell;
 
 use super::{RunRefusal, RunTarget};
 
-/// The door sockets of one instance's declared sites.
+/// How long a leftover or finished run may take to be gone before the site is quarantined.
+const GONE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// What the door units of an instance were rendered from, as sited's settings state them.
+#[derive(Debug, Clone)]
+pub struct DoorSettings {
+    /// The instance.
+    pub instance: InstanceName,
+    /// The declared sites' ordinals.
+    pub identities: BTreeMap<String, SiteOrdinal>,
+    /// The workspaces' root.
+    pub sites_root: PathBuf,
+    /// The agents' state root.
+    pub agents_root: PathBuf,
+    /// The instance's config directory (the site table's).
+    pub config_dir: PathBuf,
+    /// The audit root.
+    pub audit_root: PathBuf,
+    /// The shim the door units run.
+    pub shim: PathBuf,
+    /// Each door's ceiling in milliseconds: turn, build, git.
+    pub ceilings_ms: [u64; 3],
+}
+
+/// The door sockets of one instance's declared sites, and PID 1 behind them.
 #[derive(Debug, Clone)]
 pub struct SystemdDoors {
-    instance: InstanceName,
-    identities: BTreeMap<String, SiteOrdinal>,
+    settings: Arc<DoorSettings>,
+    bus: Arc<OnceCell<(Systemd, u32)>>,
 }
 
 impl SystemdDoors {
-    /// The doors of `instance`, whose declared sites have the ordinals in `identities`.
-    pub fn new(instance: InstanceName, identities: BTreeMap<String, SiteOrdinal>) -> SystemdDoors {
+    /// The doors of the instance in `settings`.
+    pub fn new(settings: DoorSettings) -> SystemdDoors {
         SystemdDoors {
-            instance,
-            identities,
+            settings: Arc::new(settings),
+            bus: Arc::new(OnceCell::new()),
         }
     }
 
     /// Site `slug`'s ordinal, or the refusal naming the missing identity.
     pub fn ordinal(&self, slug: &str) -> Result<SiteOrdinal, RunRefusal> {
-        self.identities
+        self.settings
+            .identities
             .get(slug)
             .copied()
             .ok_or_else(|| RunRefusal::IdentityMissing(slug.to_owned()))
     }
 
-    /// One `connect()` to the door's socket, never retried.
+    /// PID 1 on the system bus and its release, checked against the floor once.
+    async fn bus(&self) -> Result<&Systemd, RunRefusal> {
+        let (systemd, _) = self
+            .bus
+            .get_or_try_init(|| async {
+                let systemd = Systemd::system().await?;
+                let version = systemd
+                    .require_version(atelier_layout::paths::SYSTEMD_FLOOR)
+                    .await?;
+                Ok::<_, SystemdError>((systemd, version))
+            })
+            .await
+            .map_err(refusal)?;
+        Ok(systemd)
+    }
+
+    fn version(&self) -> u32 {
+        self.bus.get().map_or(0, |(_, v)| *v)
+    }
+
+    /// The host checks, then one `connect()` to the door's socket, never retried.
     pub(super) async fn open(
         &self,
         target: &RunTarget,
         door: Door,
     ) -> Result<UnixStream, RunRefusal> {
         let k = self.ordinal(&target.slug)?;
-        let path = atelier_layout::paths::door_socket_path(&self.instance, k, layout_door(door));
+        self.ensure_idle(&target.slug, k).await?;
+        self.conform(&target.slug, k, door).await?;
+        let path =
+            atelier_layout::paths::door_socket_path(&self.settings.instance, k, layout_door(door));
         UnixStream::connect(&path)
             .await
             .map_err(|e| RunRefusal::UnitRefused {
                 door,
                 detail: format!("connecting to {}: {e}", path.display()),
             })
+    }
+
+    /// PID 1 reports no run of the site's doors alive; a leftover is stopped and waited for,
+    /// and one that will not die quarantines the site.
+    pub async fn ensure_idle(&self, slug: &str, k: SiteOrdinal) -> Result<(), RunRefusal> {
+        let systemd = self.bus().await?;
+        let patterns: Vec<String> = LayoutDoor::ALL
+            .iter()
+            .map(|&d| {
+                format!(
+                    "{}*.service",
+                    names::door_service_instance_stem(&self.settings.instance, k, d)
+                )
+            })
+            .collect();
+        let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        let units = systemd.units_matching(&patterns).await.map_err(refusal)?;
+        let live: Vec<String> = units
+            .into_iter()
+            .filter(|u| !u.is_stopped())
+            .map(|u| u.name)
+            .collect();
+        for unit in &live {
+            tracing::warn!(site = %slug, unit, "stopping a leftover run of the site");
+            if let Err(e) = systemd.stop(unit).await {
+                tracing::warn!(site = %slug, unit, error = %e, "stopping the leftover failed");
+            }
+        }
+        let deadline = Instant::now() + GONE_DEADLINE;
+        for unit in &live {
+            if let Err(e) = systemd.wait_gone(unit, deadline).await {
+                return Err(self.quarantine(slug, unit, e).await);
+            }
+        }
+        Ok(())
+    }
+
+    async fn quarantine(&self, slug: &str, unit: &str, error: SystemdError) -> RunRefusal {
+        // Every later run of the site asks PID 1 again, so the quarantine lasts exactly as long
+        // as the unit does.
+        tracing::error!(site = %slug, unit, error = %error, "a run of the site will not die; the site is quarantined until PID 1 reports it gone");
+        if let Ok(systemd) = self.bus().await {
+            let _ = systemd.kill(unit, Signal::KILL).await;
+        }
+        RunRefusal::Quarantined {
+            slug: slug.to_owned(),
+            unit: unit.to_owned(),
+        }
+    }
+
+    /// The door's socket, target and service as PID 1 loaded them equal what Atelier renders.
+    async fn conform(&self, slug: &str, k: SiteOrdinal, door: Door) -> Result<(), RunRefusal> {
+        let systemd = self.bus().await?;
+        let s = &self.settings;
+        let facts = DoorFacts {
+            instance: s.instance.clone(),
+            site: k,
+            slug: slug.to_owned(),
+            door: layout_door(door),
+            sites_root: s.sites_root.clone(),
+            agents_root: s.agents_root.clone(),
+            config_dir: s.config_dir.clone(),
+            audit_root: s.audit_root.clone(),
+            shim: s.shim.clone(),
+            ceiling_ms: s.ceilings_ms[door_index(door)],
+            systemd_version: self.version(),
+        };
+        let expectations = door_expectations(&facts);
+        for unit in [
+            &expectations.socket,
+            &expectations.target,
+            &expectations.service,
+        ] {
+            systemd
+                .conform(&unit.unit, &unit.expected)
+                .await
+                .map_err(refusal)?;
+        }
+        Ok(())
+    }
+
+    /// After a run: returns once PID 1 reports the run's unit gone; a unit that will not go
+    /// is killed and its site quarantined.
+    pub(super) async fn wait_gone(&self, slug: &str, unit: &str) {
+        let Ok(systemd) = self.bus().await else {
+            return;
+        };
+        if let Err(e) = systemd
+            .wait_gone(unit, Instant::now() + GONE_DEADLINE)
+            .await
+        {
+            let _ = self.quarantine(slug, unit, e).await;
+        }
+    }
+
+    /// Boot reconciliation: every declared site's leftover runs are stopped before sited
+    /// listens; a site whose leftover will not die stays quarantined.
+    pub async fn reconcile(&self) -> usize {
+        let mut quarantined = 0;
+        for (slug, k) in self.settings.identities.clone() {
+            match self.ensure_idle(&slug, k).await {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::error!(site = %slug, "boot reconciliation: {e}");
+                    quarantined += 1;
+                }
+            }
+        }
+        quarantined
+    }
+}
+
+/// The run refusal a PID 1 failure is.
+fn refusal(error: SystemdError) -> RunRefusal {
+    match error {
+        SystemdError::Nonconformant(n) => RunRefusal::Nonconformant(n.to_string()),
+        SystemdError::StillAlive { unit, .. } => RunRefusal::Quarantined {
+            slug: String::new(),
+            unit,
+        },
+        other => match other.reason() {
+            atelier_systemd::Reason::UnitRefused => RunRefusal::Systemd(other.to_string()),
+            _ => RunRefusal::Unavailable(other.to_string()),
+        },
+    }
+}
+
+fn door_index(door: Door) -> usize {
+    match door {
+        Door::Turn => 0,
+        Door::Build => 1,
+        Door::Git => 2,
     }
 }
 
