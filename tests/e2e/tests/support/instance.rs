@@ -20,8 +20,8 @@ use super::{templates_dir, workspace_bin};
 /// The instance every test declares.
 pub const INSTANCE: &str = "e2e";
 
-/// Releases the declaration keeps per surface: enough that 100 flips never prune the release
-/// a rollback goes back to.
+/// Releases the declaration keeps per surface by default: enough that 100 flips never prune
+/// the release a rollback goes back to.
 pub const RELEASES_RETAINED: u64 = 64;
 
 /// One row of the rendered site table, as sited reads it.
@@ -59,15 +59,21 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// Declares `sites` (slug, domain), renders, installs and starts sited; returns once sited
-    /// accepts connections on its socket.
+    /// Declares `sites` (slug, domain) with the default limits, renders, installs and starts
+    /// sited; returns once sited accepts connections on its socket.
     pub fn start(sites: &[(&str, &str)]) -> Instance {
+        Instance::start_with(sites, json!({"releases_retained": RELEASES_RETAINED}), &[])
+    }
+
+    /// [`Instance::start`] with the declaration's `limits` and development flags of sited's
+    /// own added to the ones every instance gets.
+    pub fn start_with(sites: &[(&str, &str)], limits: Value, sited_flags: &[&str]) -> Instance {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let root = dir.path().to_path_buf();
         let declaration = root.join("instance.json");
         std::fs::write(
             &declaration,
-            serde_json::to_string_pretty(&declare(&root, sites)).expect("JSON"),
+            serde_json::to_string_pretty(&declare(&root, sites, limits)).expect("JSON"),
         )
         .expect("writing the declaration");
         let rendered = root.join("rendered");
@@ -136,11 +142,11 @@ impl Instance {
             sited: None,
             sited_log,
         };
-        instance.spawn_sited(&credentials);
+        instance.spawn_sited(&credentials, sited_flags);
         instance
     }
 
-    fn spawn_sited(&mut self, credentials: &Path) {
+    fn spawn_sited(&mut self, credentials: &Path, flags: &[&str]) {
         let log = std::fs::File::create(&self.sited_log).expect("sited's log");
         let mut command = Command::new(workspace_bin("atelier-sited"));
         command
@@ -160,6 +166,7 @@ impl Instance {
             .arg(workspace_bin("atelier-shim"))
             .arg("--build-bin")
             .arg(workspace_bin("atelier-build"))
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("sited's log"))
             .stderr(log);
@@ -308,7 +315,7 @@ impl Drop for Instance {
 
 /// The declaration: every tree inside `root`, nginx, open preproduction, production without
 /// TLS (so the rendered vhost serves it on plain HTTP), the scripted agent as Claude Code.
-fn declare(root: &Path, sites: &[(&str, &str)]) -> Value {
+fn declare(root: &Path, sites: &[(&str, &str)], limits: Value) -> Value {
     let at = |sub: &str| root.join(sub).display().to_string();
     let rows: Vec<Value> = sites
         .iter()
@@ -332,7 +339,7 @@ fn declare(root: &Path, sites: &[(&str, &str)]) -> Value {
             "driver": "claude_code",
             "bins": {"claude_code": workspace_bin("atelier-test-agent")},
         },
-        "limits": {"releases_retained": RELEASES_RETAINED},
+        "limits": limits,
     })
 }
 
