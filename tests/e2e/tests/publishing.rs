@@ -185,3 +185,55 @@ async fn a_turn_is_built_previewed_published_and_rolled_back_through_nginx() {
         "nginx's own log shows production served: {served:?}"
     );
 }
+
+/// The limits and the production scheme the provisioner renders into sited's env file are the
+/// ones sited applies: the declaration says production has no TLS (so its URL is `http://`),
+/// keeps 2 releases, and gives a build step 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_declared_scheme_retention_and_build_deadline_reach_sited() {
+    let limits = serde_json::json!({"releases_retained": 2, "build_timeout_ms": 1000});
+    let instance = Instance::start_with(&[("alpha", PROD)], limits, &[]);
+    assert_eq!(instance.env("ATELIER_PROD_URL_SCHEME"), "http");
+    assert_eq!(instance.env("ATELIER_RELEASES_RETAINED"), "2");
+    assert_eq!(instance.env("ATELIER_BUILD_TIMEOUT_MS"), "1000");
+    let ana = instance.client(42, "ana");
+    ana.create_site(NewSite {
+        slug: alpha(),
+        name: "Alpha".into(),
+        domain: PROD.into(),
+        template: Some("basic".into()),
+        driver: None,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", instance.sited_log()));
+    let built = build(&ana, &alpha()).await;
+    assert_eq!(built.status.outcome, "success", "{}", built.log);
+
+    let slug = alpha();
+    let mut urls = Vec::new();
+    for _ in 0..4 {
+        urls.push(when_free(|| ana.publish(&slug, None)).await.unwrap().url);
+    }
+    let releases = ana.releases(&alpha()).await.unwrap();
+
+    // A build step past the declared deadline is cut off.
+    let script = instance.workspace("alpha").join("build.sh");
+    std::fs::write(&script, "sleep 4\n").unwrap();
+    let slow = build(&ana, &alpha()).await;
+
+    assert_eq!(
+        (
+            urls[0].as_str(),
+            releases.releases.len(),
+            slow.status.error.as_deref()
+        ),
+        (
+            format!("http://{PROD}/").as_str(),
+            2,
+            Some("build timed out")
+        ),
+        "(publish URL, production releases kept after 4 publishes, a 4 s step's error); \
+         the env file says ATELIER_PROD_URL_SCHEME=http, ATELIER_RELEASES_RETAINED=2, \
+         ATELIER_BUILD_TIMEOUT_MS=1000"
+    );
+}
