@@ -24,7 +24,7 @@ use crate::host::{self, HostState, Observed, ObservedKind};
 use crate::identities::{self, Allocation, IdentityError, LedgerIdentity, NOLOGIN};
 
 /// The systemd release the rendered units need at least.
-pub const MIN_SYSTEMD: u32 = 248;
+pub use atelier_layout::paths::SYSTEMD_FLOOR as MIN_SYSTEMD;
 
 /// How many random bytes a minted credential gets.
 pub const MINTED_BYTES: usize = 32;

@@ -22,11 +22,7 @@ pub mod template;
 pub mod units;
 pub mod vhosts;
 
-/// The oldest PID 1 whose units carry every property the door units need (`PrivateIPC=`).
-pub const SYSTEMD_FLOOR: u32 = 248;
-
-/// The first PID 1 that gives a unit its own PID namespace (`PrivatePIDs=`).
-pub const PRIVATE_PIDS_SINCE: u32 = 257;
+pub use atelier_layout::paths::{PRIVATE_PIDS_SINCE, SYSTEMD_FLOOR};
 
 /// Facts read off the host that the artifacts depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

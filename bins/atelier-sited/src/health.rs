@@ -3,18 +3,8 @@
 use serde::Serialize;
 
 use crate::drivers::{DriverAvailability, Drivers};
-use sha2::{Digest, Sha256};
 
-/// `hex(sha256("dedalo-site-instance:" + instance + "\n" + token))`: lets the engine prove it
-/// reached the instance it was paired with without either side revealing the token.
-pub fn instance_fingerprint(instance: &str, token: &str) -> String {
-    let mut digest = Sha256::new();
-    digest.update(b"dedalo-site-instance:");
-    digest.update(instance.as_bytes());
-    digest.update(b"\n");
-    digest.update(token.as_bytes());
-    hex::encode(digest.finalize())
-}
+pub use atelier_layout::pairing::instance_fingerprint;
 
 /// The `/health` endpoint: the fingerprint, and the drivers as they are now.
 #[derive(Debug, Clone)]
@@ -60,18 +50,6 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fingerprint_matches_the_contract_vectors() {
-        assert_eq!(
-            instance_fingerprint("test", "test-service-token-000000000000000000000000"),
-            "2eca5043adb9e40a704c689d74e9fe6db3270c4559dde3920109fb378fccdc46"
-        );
-        assert_eq!(
-            instance_fingerprint("example", &"x".repeat(32)),
-            "59fec31fb346c03be9ebda43c134328833780832dff864d1578f819fcc7349cb"
-        );
-    }
 
     #[test]
     fn body_names_neither_instance_nor_token() {

@@ -112,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         pi_bin: None,
         session_turn_timeout_ms: args.session_turn_timeout_ms,
         site_identities: None,
+        runtime_dir: None,
         releases_retained: args.releases_retained,
         prod_url_scheme: None,
         install_timeout_ms: None,

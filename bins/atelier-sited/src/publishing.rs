@@ -96,10 +96,19 @@ impl PublishRequest {
 
 /// The site's two stores, after its webspace was proved.
 fn stores(row: &SiteRow) -> Result<(Store, Store), PublishError> {
-    let preprod = Store::open(
+    let preprod = match Store::open(
         &row.surfaces.preprod.store_dir,
         &row.surfaces.preprod.link_path,
-    )?;
+    ) {
+        Ok(store) => store,
+        // A store the first build has not made yet holds nothing to publish.
+        Err(ReleaseError::Fs(atelier_fs::FsError::NotFound { .. })) => {
+            return Err(PublishError::NoBuild(
+                "Nothing to publish — build the site first",
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     let prod = Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path)?;
     Ok((preprod, prod))
 }

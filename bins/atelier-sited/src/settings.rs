@@ -81,6 +81,8 @@ pub struct RawSettings {
     pub session_turn_timeout_ms: Option<u64>,
     /// `ATELIER_SITE_IDENTITIES`: the declared sites' ordinals as JSON.
     pub site_identities: Option<String>,
+    /// `ATELIER_RUNTIME_DIR`, which must be the instance's (door sockets are named from it).
+    pub runtime_dir: Option<PathBuf>,
     /// Releases kept per surface besides the served one.
     pub releases_retained: Option<u64>,
     /// `http` or `https` (the default): production's URL scheme.
@@ -261,6 +263,14 @@ pub enum SettingsError {
     /// `none` confinement was asked for a production deployment.
     #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
     UnconfinedInProduction,
+    /// The env file's runtime dir is not the one the instance's door sockets live in.
+    #[error("the runtime dir {given:?} is not the instance's {derived:?}")]
+    RuntimeDirMismatch {
+        /// What the environment says.
+        given: PathBuf,
+        /// What the layout derives.
+        derived: PathBuf,
+    },
     /// The production URL scheme is neither http nor https.
     #[error("prod URL scheme {0:?} must be http or https")]
     BadScheme(String),
@@ -398,6 +408,15 @@ impl RawSettings {
     /// Validates every setting, reporting the first that cannot be used.
     pub fn validate(self) -> Result<Settings, SettingsError> {
         let instance = InstanceName::new(&self.instance)?;
+        if let Some(dir) = &self.runtime_dir {
+            let derived = atelier_layout::paths::runtime_dir(&instance);
+            if dir != &derived {
+                return Err(SettingsError::RuntimeDirMismatch {
+                    given: dir.clone(),
+                    derived,
+                });
+            }
+        }
         let agents = self.agent_settings()?;
         let builds = self.build_settings()?;
         let development = self.deployment.as_deref() == Some("development");
@@ -796,6 +815,17 @@ mod tests {
                     ..raw()
                 },
                 SettingsError::BadHostPrefix("pre.view".into()),
+            ),
+            (
+                "runtime dir of another instance",
+                RawSettings {
+                    runtime_dir: Some("/run/atelier/other".into()),
+                    ..raw()
+                },
+                SettingsError::RuntimeDirMismatch {
+                    given: "/run/atelier/other".into(),
+                    derived: "/run/atelier/museum".into(),
+                },
             ),
             (
                 "unknown confinement",

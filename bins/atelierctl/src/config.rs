@@ -12,25 +12,17 @@ use atelier_layout::InstanceName;
 use crate::error::Invalid;
 use crate::params::Actor;
 
+pub use atelier_layout::pairing::{
+    ENGINE_INSTANCE_KEY, ENGINE_KEY_PREFIX, ENGINE_SOCKET_KEY, ENGINE_TIMEOUT_KEY,
+    ENGINE_TOKEN_KEY, ENGINE_URL_KEY,
+};
+
 /// Where the engine mounts sited, unless `--base-path` says otherwise.
 pub const DEFAULT_BASE_PATH: &str = "/publication/site_builder";
 /// A control call's deadline unless configured: long enough for a site's create (template
 /// scaffold and the first git commit), short enough that a wedged daemon is noticed.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The engine's instance key.
-pub const ENGINE_INSTANCE_KEY: &str = "DEDALO_SITE_BUILDER_INSTANCE";
-/// The engine's socket key.
-pub const ENGINE_SOCKET_KEY: &str = "DEDALO_SITE_BUILDER_SOCKET";
-/// The engine's token key (never in the provisioner's fragment; an engine's own env may
-/// hold it).
-pub const ENGINE_TOKEN_KEY: &str = "DEDALO_SITE_BUILDER_TOKEN";
-/// The engine's TCP alternative to the socket; atelierctl speaks only over the socket.
-pub const ENGINE_URL_KEY: &str = "DEDALO_SITE_BUILDER_URL";
-/// The engine's control-call timeout in milliseconds.
-pub const ENGINE_TIMEOUT_KEY: &str = "DEDALO_SITE_BUILDER_TIMEOUT_MS";
-/// Every key of the engine's family; any other `DEDALO_SITE_BUILDER_*` key is refused.
-const ENGINE_PREFIX: &str = "DEDALO_SITE_BUILDER_";
 const ENGINE_KEYS: [&str; 5] = [
     ENGINE_INSTANCE_KEY,
     ENGINE_SOCKET_KEY,
@@ -299,7 +291,7 @@ impl EngineEnv {
                 return Err(syntax(&format!("{key:?} is not a variable name")));
             }
             let value = env_value(rest).map_err(syntax)?;
-            if !key.starts_with(ENGINE_PREFIX) {
+            if !key.starts_with(ENGINE_KEY_PREFIX) {
                 continue;
             }
             let Some(&known) = ENGINE_KEYS.iter().find(|k| **k == key) else {

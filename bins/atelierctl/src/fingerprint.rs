@@ -1,18 +1,9 @@
 //! The engine's pairing fingerprint (§2.3): what `/health` must carry for the client to believe
 //! it reached the instance its token belongs to.
 
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// `hex(sha256("dedalo-site-instance:" + instance + "\n" + token))`, lowercase.
-pub fn instance_fingerprint(instance: &str, token: &str) -> String {
-    let mut digest = Sha256::new();
-    digest.update(b"dedalo-site-instance:");
-    digest.update(instance.as_bytes());
-    digest.update(b"\n");
-    digest.update(token.as_bytes());
-    hex::encode(digest.finalize())
-}
+pub use atelier_layout::pairing::instance_fingerprint;
 
 /// Returns true if and only if `received` is exactly `expected`, compared in constant time
 /// (the length is not secret: every fingerprint is 64 characters).

@@ -8,12 +8,14 @@
 //! - [`files`]: the JSON files one binary writes and another reads (`sites.json`, gate plans).
 //! - [`workspace`]: names and modes inside a site's workspace and the sites root.
 //! - [`stamp`]: the first line of every rendered file (instance, kind, sha256 of the body).
+//! - [`pairing`]: the engine's pairing keys and the `/health` fingerprint.
 //!
 //! Nothing here touches the filesystem except [`Declaration::load`].
 
 pub mod declaration;
 pub mod files;
 pub mod names;
+pub mod pairing;
 pub mod paths;
 pub mod services;
 pub mod stamp;

@@ -227,7 +227,7 @@ pub struct EgressPlan {
 impl Layout<'_> {
     /// A site's workspace: `<sites root>/<slug>`.
     pub fn workspace(&self, site: &Site) -> PathBuf {
-        self.sites_root().join(&site.slug)
+        crate::paths::site_workspace(&self.sites_root(), &site.slug)
     }
 
     /// An Atelier binary by its name constant, e.g. [`SHIM_BINARY`].

@@ -10,6 +10,7 @@ use atelier_layout::files::{
     GatePlan, McpRelay, SiteRow, SiteTable, SurfacePaths, Surfaces, FORMAT_VERSION,
 };
 use atelier_layout::names::{self, Door};
+use atelier_layout::pairing::{ENGINE_INSTANCE_KEY, ENGINE_SOCKET_KEY, ENGINE_TOKEN_KEY};
 use atelier_layout::paths::{Role, Surface, PUBLICATION_API_KEY, SERVICE_TOKEN};
 use atelier_layout::services::{self, env, EGRESS_PORT};
 use atelier_layout::{Layout, SiteOrdinal};
@@ -220,16 +221,16 @@ fn engine_fragment(layout: &Layout<'_>) -> Result<String, RenderError> {
     Ok(format!(
         "# The engine's side of the pairing with Atelier instance {inst}. Copy these keys into the\n\
          # engine's private environment. The token is deliberately not here: set\n\
-         # DEDALO_SITE_BUILDER_TOKEN to the content of the root-only file\n\
+         # {ENGINE_TOKEN_KEY} to the content of the root-only file\n\
          #   {token}\n\
          # and keep it out of any file a web server or a site can read.\n\
-         DEDALO_SITE_BUILDER_INSTANCE={instance_value}\n\
-         DEDALO_SITE_BUILDER_SOCKET={socket_value}\n",
+         {ENGINE_INSTANCE_KEY}={instance_value}\n\
+         {ENGINE_SOCKET_KEY}={socket_value}\n",
         inst = layout.instance(),
         token = safe_path(&token_file)?,
-        instance_value = env_value("DEDALO_SITE_BUILDER_INSTANCE", layout.instance().as_str())?,
+        instance_value = env_value(ENGINE_INSTANCE_KEY, layout.instance().as_str())?,
         socket_value = env_value(
-            "DEDALO_SITE_BUILDER_SOCKET",
+            ENGINE_SOCKET_KEY,
             &safe_path(&layout.sited_socket_path())?
         )?,
     ))

@@ -13,12 +13,8 @@ use super::template::{self, fill};
 use super::{artifact, safe_path, RenderError, RenderFacts, PRIVATE_PIDS_SINCE};
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 
-/// The in-unit environment of the git door, which reads no configuration of anyone's.
-const GIT_DOOR_ENV: [(&str, &str); 3] = [
-    ("HOME", "/nonexistent"),
-    ("GIT_CONFIG_GLOBAL", "/dev/null"),
-    ("GIT_CONFIG_NOSYSTEM", "1"),
-];
+// The in-unit environment of the git door, which reads no configuration of anyone's.
+use atelier_layout::services::GIT_DOOR_ENV;
 
 /// The gate's memory and task caps: it pumps bytes, nothing more.
 const GATE_MEMORY_MAX: &str = "256M";
@@ -248,10 +244,7 @@ fn door_target(layout: &Layout<'_>, k: SiteOrdinal, door: Door) -> Result<String
     )
 }
 
-/// `RuntimeMaxSec=`: the door's ceiling rounded up to seconds, plus 15 s for the shim to report.
-pub fn runtime_max_sec(ceiling_ms: u64) -> u64 {
-    ceiling_ms.div_ceil(1000) + 15
-}
+pub use atelier_layout::paths::runtime_max_sec;
 
 fn door_service(
     layout: &Layout<'_>,
