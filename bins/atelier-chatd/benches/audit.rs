@@ -1,8 +1,12 @@
 //! The audit rollup over 1,000,000 stored messages, and the insert rate of messages.
 //!
+//! The messages come as chat turns do: 40,000 conversations of five turns each, a turn being
+//! five messages written within ten seconds (user, tool call, tool result, tool call, reply
+//! with the turn's usage), the turns spread over 60 days.
+//!
 //! Rollup: `audit::report` (totals, by user, scope, model and day in a real time zone) over
 //! the whole table and over its newer half, against a baseline in the same process — one SQL
-//! aggregate over the same rows and index, which is the least any rollup must read.
+//! aggregate over the messages themselves through their covering index.
 //!
 //! Inserts: `Store::append_message` (one durable transaction per message: position, row,
 //! conversation bump) against a bare autocommit `INSERT` with the same durability settings.
@@ -17,7 +21,9 @@ use jiff::Timestamp;
 use rusqlite::params;
 
 const MESSAGES: usize = 1_000_000;
-const CONVERSATIONS: usize = 5_000;
+const CONVERSATIONS: usize = 40_000;
+const TURNS: usize = 5;
+const PER_TURN: usize = 5;
 const USERS: usize = 50;
 const DAYS: i64 = 60;
 const RUNS: usize = 15;
@@ -75,32 +81,56 @@ fn main() {
                 )
                 .unwrap();
             let content = r#"[{"kind":"text","text":"Make the hero section blue and move the call to action under the headline."}]"#;
-            let step_ms = (DAYS * 24 * 3_600_000) / MESSAGES as i64;
-            for n in 0..MESSAGES {
-                let at = start
-                    .checked_add(jiff::SignedDuration::from_millis(n as i64 * step_ms))
-                    .unwrap();
-                let billed = n % 3 == 2;
-                message
-                    .execute(params![
-                        format!("m{n:07}"),
-                        format!("c{:05}", n % CONVERSATIONS),
-                        (n / CONVERSATIONS) as i64,
-                        if n % 3 == 0 { "user" } else { "assistant" },
-                        content,
-                        if billed { 1_200 } else { 0 },
-                        if billed { 300 } else { 0 },
-                        if billed { 0.0123 } else { 0.0 },
-                        if billed { 400 } else { 0 },
-                        if billed { 50 } else { 0 },
-                        iso(at),
-                    ])
-                    .unwrap();
+            let window_ms = DAYS * 24 * 3_600_000;
+            let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut n = 0_usize;
+            for conversation in 0..CONVERSATIONS {
+                for turn in 0..TURNS {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let turn_start = (seed % (window_ms as u64 - 60_000)) as i64;
+                    for k in 0..PER_TURN {
+                        let at = start
+                            .checked_add(jiff::SignedDuration::from_millis(
+                                turn_start + k as i64 * 2_000,
+                            ))
+                            .unwrap();
+                        let billed = k == PER_TURN - 1;
+                        message
+                            .execute(params![
+                                format!("m{n:07}"),
+                                format!("c{conversation:05}"),
+                                (turn * PER_TURN + k) as i64,
+                                ["user", "assistant", "tool", "assistant", "assistant"][k],
+                                content,
+                                if billed { 1_200 } else { 0 },
+                                if billed { 300 } else { 0 },
+                                if billed { 0.0123 } else { 0.0 },
+                                if billed { 400 } else { 0 },
+                                if billed { 50 } else { 0 },
+                                iso(at),
+                            ])
+                            .unwrap();
+                        n += 1;
+                    }
+                }
             }
+            assert_eq!(n, MESSAGES);
         }
         transaction.commit().unwrap();
     }
     let loaded = loading.elapsed();
+    let rebuilding = Instant::now();
+    store.rebuild_usage_slots().unwrap();
+    let slots: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM ai_usage_slots", [], |row| row.get(0))
+        .unwrap();
+    println!(
+        "usage slots rebuilt from the messages in {:.1} s: {slots} (conversation, quarter-hour) rows",
+        rebuilding.elapsed().as_secs_f64()
+    );
     println!(
         "loaded {MESSAGES} messages in {CONVERSATIONS} conversations over {DAYS} days in {:.1} s (one transaction: {:.0} rows/s)",
         loaded.as_secs_f64(),

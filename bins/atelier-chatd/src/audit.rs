@@ -6,7 +6,7 @@
 //! totals per conversation, and per local day with its distinct conversations. Day boundaries
 //! are computed once per day, so each message costs a text comparison, not a time-zone lookup.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use atelier_http::{json_response, Response};
 use hyper::StatusCode;
@@ -17,8 +17,8 @@ use serde_json::json;
 
 use crate::auth::{Caller, Capability};
 use crate::router::{blocking, ApiError, State};
-use crate::store::audit::UsageSample;
-use crate::store::{Scope, Store, StoreError};
+use crate::store::audit::SlotSample;
+use crate::store::{Scope, Store, StoreError, USAGE_SLOT_SECS};
 
 /// The window when `since` is absent or unreadable: the last 30 days.
 const DEFAULT_WINDOW_DAYS: i64 = 30;
@@ -42,7 +42,7 @@ pub struct UsageRow {
 }
 
 impl UsageRow {
-    fn add(&mut self, sample: &UsageSample<'_>) {
+    fn add(&mut self, sample: &SlotSample<'_>) {
         self.prompt_tokens += sample.prompt_tokens;
         self.completion_tokens += sample.completion_tokens;
         self.cost_usd += sample.cost_usd;
@@ -154,12 +154,13 @@ pub fn parse_since(text: &str) -> Option<Timestamp> {
     date.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp())
 }
 
-/// Bins text timestamps, which arrive in order, into local days of `zone`.
+/// Bins usage slots, which arrive in order, into local days of `zone`.
 struct DayBinner {
     zone: TimeZone,
     day: String,
-    /// The first instant (in stored text form) of the next local day.
-    next: String,
+    /// The first slot of the next local day (every zone's midnight is on a slot boundary).
+    next: i64,
+    started: bool,
 }
 
 impl DayBinner {
@@ -167,49 +168,55 @@ impl DayBinner {
         DayBinner {
             zone,
             day: String::new(),
-            next: String::new(),
+            next: i64::MIN,
+            started: false,
         }
     }
 
-    /// Whether `created_at` starts a new day; `day` is then that day.
-    fn advance(&mut self, created_at: &str) -> bool {
-        if !self.day.is_empty() && created_at < self.next.as_str() {
+    /// Whether `slot` starts a new day; `day` is then that day.
+    fn advance(&mut self, slot: i64) -> bool {
+        if self.started && slot < self.next {
             return false;
         }
-        let Ok(ts) = created_at.parse::<Timestamp>() else {
-            // An unreadable stamp joins the current day rather than vanishing.
-            return self.day.is_empty() && {
-                self.day = "unknown".to_owned();
-                self.next = "\u{10FFFF}".to_owned();
-                true
-            };
+        self.started = true;
+        let seconds = slot.saturating_mul(USAGE_SLOT_SECS);
+        let Ok(ts) = Timestamp::from_second(seconds) else {
+            self.day = "unknown".to_owned();
+            self.next = i64::MAX;
+            return true;
         };
-        let local = ts.to_zoned(self.zone.clone());
-        let date = local.date();
+        let date = ts.to_zoned(self.zone.clone()).date();
         self.day = format!("{:04}-{:02}-{:02}", date.year(), date.month(), date.day());
         self.next = date
             .checked_add(1.day())
             .ok()
             .and_then(|tomorrow| tomorrow.to_zoned(self.zone.clone()).ok())
-            .map(|z| iso_millis(z.timestamp()))
-            .unwrap_or_else(|| "\u{10FFFF}".to_owned());
+            .map(|z| z.timestamp().as_second().div_euclid(USAGE_SLOT_SECS))
+            .unwrap_or(i64::MAX);
         true
     }
 }
 
-/// Every rollup over `store`'s messages since `since`, days in `zone`.
+/// One conversation's numbers in the window, and the last day it was counted in.
+struct Seen {
+    usage: UsageRow,
+    last_day: usize,
+}
+
+/// Every rollup over `store`'s usage since `since`, days in `zone`. The quarter-hour that
+/// holds `since` is read message by message (only its messages from `since` on count); every
+/// later one from the usage slots.
 pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditReport, StoreError> {
     let since_text = iso_millis(since);
-    let mut per_conversation: HashMap<String, UsageRow> = HashMap::new();
+    let since_second = since.as_second();
+    let first_slot = since_second.div_euclid(USAGE_SLOT_SECS);
+    let partial = since_second.rem_euclid(USAGE_SLOT_SECS) != 0 || since.subsec_nanosecond() != 0;
+    let full_from = if partial { first_slot + 1 } else { first_slot };
+    let mut per_conversation: HashMap<String, Seen> = HashMap::new();
     let mut days: Vec<Keyed<DayKey>> = Vec::new();
-    let mut day_chats: HashSet<String> = HashSet::new();
     let mut binner = DayBinner::new(zone);
-    store.scan_usage(&since_text, |sample| {
-        if binner.advance(sample.created_at) {
-            if let Some(last) = days.last_mut() {
-                last.usage.chat_count = day_chats.len() as i64;
-            }
-            day_chats.clear();
+    let mut add = |sample: SlotSample<'_>| {
+        if binner.advance(sample.slot) {
             days.push(Keyed {
                 key: DayKey {
                     day: binner.day.clone(),
@@ -217,27 +224,56 @@ pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditRe
                 usage: UsageRow::default(),
             });
         }
-        if let Some(today) = days.last_mut() {
-            today.usage.add(&sample);
-        }
-        if !day_chats.contains(sample.conversation_id) {
-            day_chats.insert(sample.conversation_id.to_owned());
-        }
-        match per_conversation.get_mut(sample.conversation_id) {
-            Some(row) => row.add(&sample),
+        let today = days.len() - 1;
+        let counted_today = match per_conversation.get_mut(sample.conversation_id) {
+            Some(seen) => {
+                seen.usage.add(&sample);
+                std::mem::replace(&mut seen.last_day, today) == today
+            }
             None => {
-                let mut row = UsageRow {
+                let mut usage = UsageRow {
                     chat_count: 1,
                     ..UsageRow::default()
                 };
-                row.add(&sample);
-                per_conversation.insert(sample.conversation_id.to_owned(), row);
+                usage.add(&sample);
+                per_conversation.insert(
+                    sample.conversation_id.to_owned(),
+                    Seen {
+                        usage,
+                        last_day: today,
+                    },
+                );
+                false
             }
+        };
+        let day = &mut days[today].usage;
+        day.add(&sample);
+        if !counted_today {
+            day.chat_count += 1;
         }
-    })?;
-    if let Some(last) = days.last_mut() {
-        last.usage.chat_count = day_chats.len() as i64;
+    };
+    if partial {
+        let until = Timestamp::from_second(full_from.saturating_mul(USAGE_SLOT_SECS))
+            .map(iso_millis)
+            .unwrap_or_default();
+        store.scan_usage(&since_text, &until, |message| {
+            add(SlotSample {
+                slot: first_slot,
+                conversation_id: message.conversation_id,
+                messages: 1,
+                prompt_tokens: message.prompt_tokens,
+                completion_tokens: message.completion_tokens,
+                cost_usd: message.cost_usd,
+                cache_read_tokens: message.cache_read_tokens,
+                cache_creation_tokens: message.cache_creation_tokens,
+            })
+        })?;
     }
+    store.scan_usage_slots(full_from, &mut add)?;
+    let per_conversation: HashMap<String, UsageRow> = per_conversation
+        .into_iter()
+        .map(|(id, seen)| (id, seen.usage))
+        .collect();
 
     let mut totals = UsageRow::default();
     let mut by_user: HashMap<String, UsageRow> = HashMap::new();
@@ -398,18 +434,25 @@ mod tests {
 
     #[test]
     fn days_bin_in_the_zone_across_midnight_and_dst() {
+        let slot = |text: &str| text.parse::<Timestamp>().unwrap().as_second() / USAGE_SLOT_SECS;
         let zone = TimeZone::get("Europe/Bratislava").unwrap();
         let mut binner = DayBinner::new(zone);
-        // 22:30 UTC on 28 March 2026 is already 29 March (CET+1) in Bratislava.
-        assert!(binner.advance("2026-03-28T22:30:00.000Z"));
+        // 22:30 UTC on 28 March 2026 is 23:30 there (CET, UTC+1).
+        assert!(binner.advance(slot("2026-03-28T22:30:00Z")));
         assert_eq!(binner.day, "2026-03-28");
-        assert!(!binner.advance("2026-03-28T22:59:59.999Z"));
-        assert!(binner.advance("2026-03-28T23:00:00.000Z"));
+        assert!(!binner.advance(slot("2026-03-28T22:45:00Z")));
+        assert!(binner.advance(slot("2026-03-28T23:00:00Z")));
         assert_eq!(binner.day, "2026-03-29");
         // Summer time starts that night: the next midnight is 22:00 UTC.
-        assert!(!binner.advance("2026-03-29T21:59:59.999Z"));
-        assert!(binner.advance("2026-03-29T22:00:00.000Z"));
+        assert!(!binner.advance(slot("2026-03-29T21:45:00Z")));
+        assert!(binner.advance(slot("2026-03-29T22:00:00Z")));
         assert_eq!(binner.day, "2026-03-30");
+        // Kathmandu is UTC+5:45: its midnight is still on a quarter-hour.
+        let mut nepal = DayBinner::new(TimeZone::get("Asia/Kathmandu").unwrap());
+        assert!(nepal.advance(slot("2026-03-01T18:00:00Z")));
+        assert_eq!(nepal.day, "2026-03-01");
+        assert!(nepal.advance(slot("2026-03-01T18:15:00Z")));
+        assert_eq!(nepal.day, "2026-03-02");
     }
 
     #[test]

@@ -134,7 +134,39 @@ CREATE TABLE content_media (
     record_json TEXT NOT NULL
 );
 "#,
+    r#"
+-- Usage per conversation per UTC quarter-hour, kept in the same transactions as the
+-- messages: every time zone's midnight falls on a quarter-hour, so the audit bins these
+-- instead of every message.
+CREATE TABLE ai_usage_slots (
+    slot INTEGER NOT NULL,
+    conversation_id TEXT NOT NULL REFERENCES ai_conversations (id) ON DELETE CASCADE,
+    messages INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (slot, conversation_id)
+) WITHOUT ROWID;
+CREATE INDEX ai_usage_slots_conversation ON ai_usage_slots (conversation_id);
+"#,
 ];
+
+/// The seconds of one usage slot: a quarter of an hour, the granularity of every UTC offset.
+pub const USAGE_SLOT_SECS: i64 = 15 * 60; // 15 minutes
+
+/// The slot of a stored timestamp, in SQL.
+const SLOT_OF: &str = "CAST(strftime('%s', ?) AS INTEGER) / 900";
+
+/// Rebuilds every usage slot from the messages (after a migration or a bulk load).
+const REBUILD_SLOTS: &str = "DELETE FROM ai_usage_slots;
+INSERT INTO ai_usage_slots (slot, conversation_id, messages, prompt_tokens, completion_tokens,
+    cost_usd, cache_read_tokens, cache_creation_tokens)
+  SELECT CAST(strftime('%s', created_at) AS INTEGER) / 900, conversation_id, count(*),
+    sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), sum(cache_read_tokens),
+    sum(cache_creation_tokens)
+  FROM ai_messages GROUP BY 1, 2;";
 
 /// The timestamp format of every row: ISO 8601 UTC with milliseconds.
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -522,6 +554,46 @@ impl Store {
         let mut connection = self.connection()?;
         let transaction = connection.transaction()?;
         require_live(&transaction, conversation_id)?;
+        // The slot takes the difference, so booking a row twice cannot count it twice.
+        let before: Option<(String, i64, i64, f64, i64, i64)> = transaction
+            .query_row(
+                "SELECT created_at, prompt_tokens, completion_tokens, cost_usd, cache_read_tokens,
+                        cache_creation_tokens
+                 FROM ai_messages WHERE id = ?1 AND conversation_id = ?2",
+                params![message_id, conversation_id],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                },
+            )
+            .optional()?;
+        if let Some((created_at, prompt, completion, cost, read, creation)) = before {
+            transaction.execute(
+                &format!(
+                    "UPDATE ai_usage_slots SET prompt_tokens = prompt_tokens + ?3,
+                       completion_tokens = completion_tokens + ?4, cost_usd = cost_usd + ?5,
+                       cache_read_tokens = cache_read_tokens + ?6,
+                       cache_creation_tokens = cache_creation_tokens + ?7
+                     WHERE slot = {} AND conversation_id = ?2",
+                    SLOT_OF.replace('?', "?1")
+                ),
+                params![
+                    created_at,
+                    conversation_id,
+                    usage.prompt_tokens - prompt,
+                    usage.completion_tokens - completion,
+                    usage.cost_usd - cost,
+                    usage.cache_read_tokens - read,
+                    usage.cache_creation_tokens - creation
+                ],
+            )?;
+        }
         transaction.execute(
             "UPDATE ai_messages SET prompt_tokens = ?3, completion_tokens = ?4, cost_usd = ?5,
                cache_read_tokens = ?6, cache_creation_tokens = ?7
@@ -623,6 +695,15 @@ impl Store {
             [&id],
             |row| row.get(0),
         )?;
+        transaction.execute(
+            &format!(
+                "INSERT INTO ai_usage_slots (slot, conversation_id, messages)
+                 VALUES ({}, ?2, 1)
+                 ON CONFLICT (slot, conversation_id) DO UPDATE SET messages = messages + 1",
+                SLOT_OF.replace('?', "?1")
+            ),
+            params![created_at, conversation_id],
+        )?;
         transaction.commit()?;
         Ok(Message {
             id,
@@ -671,6 +752,16 @@ impl Store {
             self.append(conversation_id, &row, None)?;
         }
         Ok(open.len())
+    }
+
+    /// Recomputes every usage slot from the messages, in one transaction (for a bulk load,
+    /// or after rewriting message timestamps).
+    pub fn rebuild_usage_slots(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection()?;
+        let transaction = connection.transaction()?;
+        transaction.execute_batch(REBUILD_SLOTS)?;
+        transaction.commit()?;
+        Ok(())
     }
 
     /// Runs SQLite's own consistency check; `Ok(true)` when it reports `ok`.
@@ -801,6 +892,9 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
         .skip(usize::try_from(found).unwrap_or(0))
     {
         transaction.execute_batch(migration)?;
+        if migration.contains("CREATE TABLE ai_usage_slots") {
+            transaction.execute_batch(REBUILD_SLOTS)?;
+        }
         transaction.pragma_update(None, "user_version", index + 1)?;
     }
     transaction.commit()?;

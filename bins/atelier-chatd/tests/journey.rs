@@ -253,6 +253,11 @@ async fn the_settings_journey_from_credential_to_audit() {
                 .unwrap();
         }
     }
+    // The usage slots follow the messages' (rewritten) times.
+    atelier_chatd::store::Store::open(&database)
+        .unwrap()
+        .rebuild_usage_slots()
+        .unwrap();
     let audit = |tz: &str| format!("/admin/api/ai/audit?since=2026-03-01T00:00:00Z&tz={tz}");
     let day = |day: &str, chats: i64, turns: f64| {
         json!({"day": day, "promptTokens": (1000.0 * turns) as i64, "completionTokens": (200.0 * turns) as i64,

@@ -1,6 +1,6 @@
-//! What the audit rollups read: every message since an instant, in time order, through the
-//! covering usage index (never touching message content), and the conversations' owners,
-//! scopes and models.
+//! What the audit rollups read: the usage slots (per conversation and UTC quarter-hour) in
+//! time order, the messages of a partial first slot through the covering usage index (never
+//! touching message content), and the conversations' owners, scopes and models.
 
 use rusqlite::params;
 
@@ -14,6 +14,27 @@ pub struct UsageSample<'a> {
     /// Its conversation.
     pub conversation_id: &'a str,
     /// Prompt tokens booked on it.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Cost in USD.
+    pub cost_usd: f64,
+    /// Cache-read tokens.
+    pub cache_read_tokens: i64,
+    /// Cache-creation tokens.
+    pub cache_creation_tokens: i64,
+}
+
+/// One conversation's usage in one quarter-hour slot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlotSample<'a> {
+    /// The slot: Unix seconds of its start divided by 900.
+    pub slot: i64,
+    /// Its conversation.
+    pub conversation_id: &'a str,
+    /// Messages written in it.
+    pub messages: i64,
+    /// Prompt tokens booked on them.
     pub prompt_tokens: i64,
     /// Completion tokens.
     pub completion_tokens: i64,
@@ -41,11 +62,12 @@ pub struct ConversationFacts {
 }
 
 impl Store {
-    /// Calls `visit` for every message written at or after `since` (ISO 8601 UTC), oldest
-    /// first. Deleted conversations count, as in the reference.
+    /// Calls `visit` for every message written at or after `since` and before `until` (ISO
+    /// 8601 UTC), oldest first. Deleted conversations count, as in the reference.
     pub fn scan_usage(
         &self,
         since: &str,
+        until: &str,
         mut visit: impl FnMut(UsageSample<'_>),
     ) -> Result<(), StoreError> {
         let connection = self.connection()?;
@@ -53,9 +75,9 @@ impl Store {
             "SELECT created_at, conversation_id, prompt_tokens, completion_tokens, cost_usd,
                     cache_read_tokens, cache_creation_tokens
              FROM ai_messages INDEXED BY ai_messages_usage
-             WHERE created_at >= ?1 ORDER BY created_at",
+             WHERE created_at >= ?1 AND created_at < ?2 ORDER BY created_at",
         )?;
-        let mut rows = statement.query(params![since])?;
+        let mut rows = statement.query(params![since, until])?;
         while let Some(row) = rows.next()? {
             visit(UsageSample {
                 created_at: row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?,
@@ -65,6 +87,34 @@ impl Store {
                 cost_usd: row.get(4)?,
                 cache_read_tokens: row.get(5)?,
                 cache_creation_tokens: row.get(6)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` for every usage slot from `from_slot` on, in slot order.
+    pub fn scan_usage_slots(
+        &self,
+        from_slot: i64,
+        mut visit: impl FnMut(SlotSample<'_>),
+    ) -> Result<(), StoreError> {
+        let connection = self.connection()?;
+        let mut statement = connection.prepare_cached(
+            "SELECT slot, conversation_id, messages, prompt_tokens, completion_tokens, cost_usd,
+                    cache_read_tokens, cache_creation_tokens
+             FROM ai_usage_slots WHERE slot >= ?1 ORDER BY slot",
+        )?;
+        let mut rows = statement.query(params![from_slot])?;
+        while let Some(row) = rows.next()? {
+            visit(SlotSample {
+                slot: row.get(0)?,
+                conversation_id: row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?,
+                messages: row.get(2)?,
+                prompt_tokens: row.get(3)?,
+                completion_tokens: row.get(4)?,
+                cost_usd: row.get(5)?,
+                cache_read_tokens: row.get(6)?,
+                cache_creation_tokens: row.get(7)?,
             });
         }
         Ok(())

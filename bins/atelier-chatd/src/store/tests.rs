@@ -278,13 +278,13 @@ fn a_database_from_a_newer_chatd_is_refused() {
         Store::open(&path),
         Err(StoreError::NewerSchema {
             found: 99,
-            known: 3
+            known: 4
         })
     ));
     // Reopening a current database migrates nothing twice.
     Connection::open(&path)
         .unwrap()
-        .pragma_update(None, "user_version", 3)
+        .pragma_update(None, "user_version", 4)
         .unwrap();
     Store::open(&path).unwrap();
 }
@@ -553,4 +553,63 @@ fn a_user_turn_titles_a_new_conversation_in_the_same_commit_but_never_renames() 
         store.conversation(ALICE, &named.id).unwrap().unwrap().title,
         "Mine"
     );
+}
+
+/// A usage slot row: slot, conversation, messages, prompt, completion, cost, cache read, write.
+type SlotRow = (i64, String, i64, i64, i64, f64, i64, i64);
+
+#[test]
+fn usage_slots_follow_every_append_and_booking_exactly() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation("u1", &new_conversation(Scope::Site, None))
+        .unwrap();
+    let usage = TurnUsage {
+        prompt_tokens: 100,
+        completion_tokens: 20,
+        cost_usd: 0.5,
+        cache_read_tokens: 3,
+        cache_creation_tokens: 4,
+        context_tokens: 100,
+    };
+    store
+        .append_message(&conversation.id, &text(Role::User, "hi"))
+        .unwrap();
+    let reply = store
+        .append_message(&conversation.id, &text(Role::Assistant, "hello"))
+        .unwrap();
+    store
+        .record_usage(&conversation.id, &reply.id, &usage)
+        .unwrap();
+    // Booking the same row again replaces its numbers; the slot must not count them twice.
+    store
+        .record_usage(&conversation.id, &reply.id, &usage)
+        .unwrap();
+    let slots = |store: &Store| -> Vec<SlotRow> {
+        let connection = store.connection().unwrap();
+        let mut statement = connection
+            .prepare("SELECT * FROM ai_usage_slots ORDER BY slot, conversation_id")
+            .unwrap();
+        statement
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let incremental = slots(&store);
+    assert_eq!(incremental.iter().map(|s| s.2).sum::<i64>(), 2);
+    assert_eq!(incremental.iter().map(|s| s.3).sum::<i64>(), 100);
+    store.rebuild_usage_slots().unwrap();
+    assert_eq!(slots(&store), incremental);
 }
