@@ -93,6 +93,11 @@ impl Git {
         Self { runner, timeout }
     }
 
+    /// The run seam git goes through.
+    pub fn runner(&self) -> &Runner {
+        &self.runner
+    }
+
     /// The environment git runs with besides what the door fixes; nothing of the daemon's
     /// own is inherited.
     pub fn environment() -> BTreeMap<String, String> {

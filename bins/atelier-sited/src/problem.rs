@@ -7,6 +7,7 @@ use hyper::{Method, StatusCode};
 use crate::actor::BodyRefusal;
 use crate::builds::BuildError;
 use crate::drivers::AdmitError;
+use crate::git::GitError;
 use crate::publishing::PublishError;
 use crate::reservations::Hold;
 use crate::runs::RunRefusal;
@@ -284,6 +285,9 @@ impl From<SiteError> for ApiError {
             SiteError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
             SiteError::MaxSites(_) => ApiError::Refused(Reason::MaxSites, detail),
             SiteError::DiskQuota { .. } => ApiError::Refused(Reason::DiskQuota, detail),
+            SiteError::Git(GitError::Refused(refusal)) => {
+                ApiError::Refused(Reason::of_refusal(&refusal), detail)
+            }
             SiteError::Manifest(_)
             | SiteError::Fs(_)
             | SiteError::Template(_)

@@ -319,7 +319,10 @@ impl Sites {
         }
         // 6: the site table declares this site with this domain, and its webspace is ours.
         self.prove_declared(&slug, &domain)?;
-        // 7: confinement admission for the git door belongs to the confinement issue.
+        // 7: confinement admission for the git door: nothing is made when no run can start.
+        if self.git.runner().is_stopping() {
+            return Err(GitError::Refused(crate::runs::RunRefusal::DaemonStopping).into());
+        }
         // 8: hold the site while it is made.
         let init = self.reservations.reserve(slug.as_str(), Hold::Init)?;
         // 9: the site limit.

@@ -1625,6 +1625,18 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
     let sessions = main.workspace("alpha").join(".builder/sessions");
     let made = std::fs::read_dir(&sessions).map_or(0, |d| d.count());
     assert_eq!(made, 0, "no refused turn left a session behind");
+    let _ = std::fs::remove_dir(main.workspace("beta"));
+    let wire = main.create("beta", "beta.example.org").await;
+    expect_reason(
+        p,
+        "confinement.daemon_stopping",
+        "a create while stopping",
+        &wire,
+    );
+    assert!(
+        !main.workspace("beta").exists(),
+        "a refused create makes nothing"
+    );
 
     let all: BTreeSet<&str> = REASONS.iter().map(|(r, _)| *r).collect();
     let impossible: BTreeSet<&str> = NOT_PRODUCED_IN_NONE_MODE.iter().map(|(r, _)| *r).collect();
