@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# The demo's journey, run by scripts/demo inside a throw-away container whose PID 1 is systemd.
+# An operator provisions the example instance from its declaration; then, with atelierctl as
+# the engine would, a publisher creates a site, has the scripted agent edit its home page
+# through the turn door, builds it through the build door, previews it through nginx,
+# publishes it, publishes a second release and rolls back to the first. Every step is the real
+# binary under the real PID 1 and checks what it claims: the first failure stops the demo,
+# names the step and exits non-zero.
+set -Eeuo pipefail
+
+decl=/root/instance.json
+inst=example
+slug=collection
+domain=www.example.org
+pre_host=pre.$domain
+creds=/etc/atelier/$inst/credentials
+sited=atelier-sited@$inst.service
+ws=/var/lib/atelier/$inst/sites/$slug
+webspace=/srv/www/$domain
+work=$(mktemp -d /tmp/demo.XXXXXX)
+
+step_number=0
+step_name="starting"
+step() {
+  step_number=$((step_number + 1))
+  step_name="$*"
+  printf '\n== %d. %s  [%d s]\n' "$step_number" "$*" "$SECONDS"
+}
+say() { printf '   %s\n' "$*"; }
+# Indents a command's output under its step.
+show() { sed 's/^/   | /'; }
+# A claim the step makes; false stops the demo at this step.
+check() {
+  local claim=$1
+  shift
+  if "$@"; then
+    say "ok: $claim"
+  else
+    say "NOT OK: $claim"
+    return 1
+  fi
+}
+# Runs a command every 0.1 s until it succeeds or $1 seconds have passed.
+eventually() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
+
+on_failure() {
+  local status=$1 line=$2
+  # A failure inside a pipeline's subshell is reported once, by the main shell.
+  [ "$BASH_SUBSHELL" = 0 ] || exit "$status"
+  trap - ERR
+  printf '\nDEMO FAILED at step %d (%s): line %d of journey.sh exited %d\n' \
+    "$step_number" "$step_name" "$line" "$status"
+  printf '\n-- %s, the last 30 lines of its journal:\n' "$sited"
+  journalctl -b -u "$sited" --no-pager -o cat -n 30 2>/dev/null | show || true
+  printf '\n-- the door runs of site %s, the last 30 lines:\n' "$slug"
+  journalctl -b -u "atelier-$inst-s1-*" --no-pager -o short-monotonic -n 30 2>/dev/null \
+    | grep -v -e 'mount_setattr' -e 'Restricting' | show || true
+  exit "$status"
+}
+trap 'on_failure $? $LINENO' ERR
+
+# The engine's side: the provisioner's pairing fragment, the root-only token, one actor.
+ctl() {
+  atelierctl --engine-env /etc/atelier/$inst/engine.env.fragment \
+    --token-file $creds/SERVICE_TOKEN --actor-id 1001 --actor-name ana "$@"
+}
+git_ws() { git -c safe.directory="*" -C $ws "$@"; }
+
+# curl inside nginx's own network namespace (see the operator's step).
+web() {
+  nsenter --target "$(systemctl show -P MainPID nginx.service)" --net -- curl -sS "$@"
+}
+preprod_asks_for_a_password() {
+  test "$(web -o /dev/null -w '%{http_code}' -H "Host: $pre_host" http://127.0.0.1/)" = 401
+}
+# GET / of preproduction by its Host with the declared basic auth; the body to $1.
+get_preprod() {
+  web -o "$1" -w '%{http_code}' -u "preview:$(cat $creds/PREPROD_PASSWORD)" \
+    -H "Host: $pre_host" http://127.0.0.1/
+}
+# GET / of production over TLS, the certificate verified against the operator's own; to $1.
+get_prod() {
+  web -o "$1" -w '%{http_code}' --resolve "$domain:443:127.0.0.1" \
+    --cacert /etc/letsencrypt/live/$domain/fullchain.pem "https://$domain/"
+}
+short_sha() { sha256sum "$1" | cut -c1-16; }
+# The value of a `key  value` line of atelierctl's output on stdin.
+field() { awk -v key="$1" '$1 == key { print $2; exit }'; }
+
+# The door units PID 1 started for site 1's door $1, oldest first (journalctl refuses a unit
+# pattern that matches nothing yet).
+door_runs() {
+  { journalctl -b -o cat --no-pager -u "atelier-$inst-s1-$1@*" 2>/dev/null || true; } \
+    | awk '$1 == "Started" { print $2 }'
+}
+declare -A runs_before
+mark_doors() {
+  local door
+  for door in turn build git; do runs_before[$door]=$(door_runs $door | wc -l); done
+}
+# The runs of door $1 since mark_doors, on one line.
+new_runs() { door_runs "$1" | tail -n +$((runs_before[$1] + 1)) | paste -sd ' '; }
+ran_through() { test -n "$(new_runs "$1")"; }
+show_doors() {
+  local door runs
+  for door in turn build git; do
+    runs=$(new_runs $door)
+    [ -z "$runs" ] || say "PID 1 ran the $door door as User=$(systemctl show -P User "${runs%% *}"): $runs"
+  done
+}
+
+# The scripted agent's prompt (tests/agent-fixture/README.md): one directive per line; `\n`
+# inside a directive's text is a newline in the file.
+home_page_prompt() {
+  local title=$1 line=$2
+  printf '%s\n' \
+    "I will give the collection a home page: $title." \
+    "write src/index.html <!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>$title</title>\n<link rel=\"stylesheet\" href=\"style.css\">\n</head>\n<body>\n<main>\n<h1>$title</h1>\n<p>$line</p>\n</main>\n</body>\n</html>"
+}
+# One turn, its stream followed live to its end; atelierctl fails unless it ends idle.
+turn() {
+  local out=$1 title=$2
+  shift 2
+  mark_doors
+  ctl "$@" --follow | tee "$out" | show
+  check "the agent ran through the turn door" ran_through turn
+  show_doors
+  check "src/index.html now says '$title'" grep -q "<h1>$title</h1>" $ws/src/index.html
+  git_ws show --stat --format='commit %h by %an: %s' HEAD | show
+}
+# A build through the build door, waited for to its terminal record; the log sited wrote from
+# the relayed frames is shown either way. $1 gets the record (its `release` line).
+build_site() {
+  local out=$1 waited=0 id
+  mark_doors
+  ctl build start $slug --wait > "$out" 2>&1 || waited=$?
+  show < "$out"
+  id=$(awk '$1 == "build" && $3 == "started" { print $2 }' "$out")
+  [ -z "$id" ] || ctl build show $slug "$id" --log | sed -n '/--- log ---/,$p' > "$out.log"
+  show < "$out.log"
+  show_doors
+  if [ "$waited" != 0 ] && grep -q 'Operation not permitted' "$out.log"; then
+    say "note: EPERM inside the build door is the door unit's seccomp sandbox refusing a system"
+    say "      call of the build step. One known cause: \`cp -R\` of a directory in the setgid"
+    say "      workspace passes S_ISGID to mkdir, which RestrictSUIDSGID=yes refuses."
+  fi
+  check "the build ran through the build door" ran_through build
+  check "the build succeeded and promoted release $(field release < "$out") into preproduction" \
+    test "$waited/$(field outcome < "$out")" = 0/success
+}
+
+step "the operator's part: the engine's group, credentials, certificates, a running nginx"
+bash /root/operator-setup.sh
+say "credentials: $(ls $creds | paste -sd ' ')"
+say "certificates: $(ls /etc/letsencrypt/live | paste -sd ' ')"
+# The box shares the host's network namespace: nginx gets one of its own, so the demo's web
+# server never listens on the host; curl joins that namespace (web above).
+mkdir -p /etc/systemd/system/nginx.service.d
+printf '[Service]\nPrivateNetwork=yes\n' > /etc/systemd/system/nginx.service.d/demo-own-network.conf
+systemctl daemon-reload
+systemctl start nginx.service
+check "nginx runs, in a network namespace of its own" \
+  test "$(readlink /proc/"$(systemctl show -P MainPID nginx.service)"/ns/net)" \
+  != "$(readlink /proc/self/ns/net)"
+
+step "atelier-provision plan"
+atelier-provision plan --declaration $decl > "$work/plan"
+head -n 12 "$work/plan" | show
+say "… $(wc -l < "$work/plan") lines in all"
+
+step "atelier-provision apply"
+atelier-provision apply --declaration $decl > "$work/apply"
+tail -n 6 "$work/apply" | show
+check "the preproduction password file holds the declared user's bcrypt hash" \
+  grep -q '^preview:\$2y\$' /etc/atelier/$inst/preprod.htpasswd
+# A reload is asynchronous: nginx's new workers take the vhosts shortly after systemctl returns.
+check "nginx took the rendered vhosts (apply reloaded it): $pre_host asks for a password" \
+  eventually 5 preprod_asks_for_a_password
+
+step "a second apply plans nothing"
+atelier-provision apply --declaration $decl > "$work/apply2"
+show < "$work/apply2"
+check "the second apply planned and did nothing" test "$(head -n 1 "$work/apply2")" = '0 actions'
+
+step "atelier-provision check"
+atelier-provision check --declaration $decl | tail -n 3 | show
+
+step "sited starts on the first connection to its socket"
+say "$sited before: $(systemctl is-active $sited || true)"
+ctl health | show
+check "sited is active, started by its socket, as the service user" \
+  test "$(systemctl is-active $sited)/$(ps -o user= -p "$(systemctl show -P MainPID $sited)")" \
+  = active/atelier-$inst
+say "its status: $(systemctl show -P StatusText $sited)"
+
+step "create the site '$slug'"
+mark_doors
+ctl sites create $slug --name 'The collection' --domain $domain | show
+show_doors
+check "its workspace has the template's first commit" \
+  test "$(git_ws log --format=%s | tail -n 1)" = 'scaffold: initial template'
+
+step "a turn: the agent (atelier-test-agent as /usr/local/bin/claude) edits src/index.html"
+turn "$work/turn1" 'The collection' session start $slug \
+  "$(home_page_prompt 'The collection' 'Release one: twelve paintings.')"
+session=$(head -n 1 "$work/turn1")
+
+step "build through the build door (atelier-build)"
+build_site "$work/build1"
+
+step "preview through nginx: $pre_host, basic auth as declared"
+ctl preview $slug | show
+check "without the password preproduction is 401" preprod_asks_for_a_password
+check "with it, 200" test "$(get_preprod "$work/preview1.html")" = 200
+check "the preview is the edited page" grep -q '<h1>The collection</h1>' "$work/preview1.html"
+grep -e '<title>' -e '<p>' "$work/preview1.html" | show
+
+step "publish"
+ctl publish $slug --note 'first release' --confirm | tee "$work/publish1" | show
+release1=$(field release < "$work/publish1")
+
+step "production through nginx: https://$domain/, TLS with the operator's certificate"
+check "production is 200 over verified TLS" test "$(get_prod "$work/prod1.html")" = 200
+check "production serves the very bytes previewed ($(short_sha "$work/prod1.html"))" \
+  cmp -s "$work/preview1.html" "$work/prod1.html"
+check "plain http redirects to https" \
+  test "$(web -o /dev/null -w '%{http_code} %{redirect_url}' -H "Host: $domain" http://127.0.0.1/)" \
+  = "301 https://$domain/"
+
+step "a second turn, build and publish"
+turn "$work/turn2" 'The collection, rehung' session send "$session" \
+  "$(home_page_prompt 'The collection, rehung' 'Release two: the spring rehang.')"
+build_site "$work/build2"
+ctl publish $slug --note 'spring rehang' --confirm | tee "$work/publish2" | show
+release2=$(field release < "$work/publish2")
+check "production serves the second release" test "$(get_prod "$work/prod2.html")" = 200
+check "… whose page is the rehung one" grep -q '<h1>The collection, rehung</h1>' "$work/prod2.html"
+ctl releases $slug | show
+
+step "roll back to the first release"
+ctl rollback $slug "$release1" | show
+check "production is 200" test "$(get_prod "$work/prod3.html")" = 200
+check "production serves the first release's bytes again ($(short_sha "$work/prod3.html"))" \
+  cmp -s "$work/prod1.html" "$work/prod3.html"
+check "preproduction still serves the second build" \
+  test "$(get_preprod "$work/pre3.html")/$(grep -c 'rehung' "$work/pre3.html")" = 200/2
+say "$webspace/web -> $(readlink $webspace/web)"
+say "releases: first $release1, second $release2"
+
+step "the audit log"
+ctl audit --site $slug | show
+
+step "systemctl stop $sited"
+systemctl stop $sited 2>&1 | show
+check "sited exited 0 (STOPPING, drained)" \
+  test "$(systemctl show -P Result $sited)/$(systemctl show -P ExecMainStatus $sited)" = success/0
+check "its socket still listens for the next connection" \
+  test "$(systemctl is-active atelier-sited@$inst.socket)" = active
+
+printf '\n== the whole journey passed in %d s\n' "$SECONDS"
+rm -rf "$work"
