@@ -196,7 +196,7 @@ step "sited starts on the first connection to its socket"
 say "$sited before: $(systemctl is-active $sited || true)"
 ctl health | show
 check "sited is active, started by its socket, as the service user" \
-  test "$(systemctl is-active $sited)/$(ps -o user= -p "$(systemctl show -P MainPID $sited)")" \
+  test "$(systemctl is-active $sited)/$(stat -c %U /proc/"$(systemctl show -P MainPID $sited)")" \
   = active/atelier-$inst
 say "its status: $(systemctl show -P StatusText $sited)"
 
