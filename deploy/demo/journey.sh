@@ -143,6 +143,7 @@ build_site() {
   ctl build start $slug --wait > "$out" 2>&1 || waited=$?
   show < "$out"
   id=$(awk '$1 == "build" && $3 == "started" { print $2 }' "$out")
+  : > "$out.log"
   [ -z "$id" ] || ctl build show $slug "$id" --log | sed -n '/--- log ---/,$p' > "$out.log"
   show < "$out.log"
   show_doors
