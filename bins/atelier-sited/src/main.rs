@@ -113,6 +113,7 @@ fn main() -> anyhow::Result<()> {
         session_turn_timeout_ms: args.session_turn_timeout_ms,
         site_identities: None,
         runtime_dir: None,
+        identity_epoch: None,
         releases_retained: args.releases_retained,
         prod_url_scheme: None,
         install_timeout_ms: None,

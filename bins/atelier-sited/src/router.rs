@@ -145,6 +145,7 @@ impl Router {
             turn_timeout: agents.turn_timeout,
             credentials: agents.driver_credentials(),
             publication_api_key: agents.credentials.publication_api_key.clone(),
+            identity_epoch: agents.identity_epoch,
         };
         let sessions = Sessions::new(
             sites.clone(),

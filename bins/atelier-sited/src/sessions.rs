@@ -167,6 +167,8 @@ pub struct TurnSettings {
     pub credentials: atelier_agents::DriverCredentials,
     /// The Publication API key, attached to the MCP server under `none` only.
     pub publication_api_key: Option<String>,
+    /// The agent identity epoch resume tokens are stamped with.
+    pub identity_epoch: i64,
 }
 
 /// One of the global turn slots; dropping it frees the slot.
@@ -427,7 +429,7 @@ impl Sessions {
             turns: 0,
             state: "running".to_owned(),
             resume_token: None,
-            identity_epoch: None,
+            identity_epoch: Some(self.inner.agents.identity_epoch),
             recovery_pending: false,
         };
         self.launch(admitted, meta, prompt).await?;

@@ -81,6 +81,8 @@ pub struct RawSettings {
     pub session_turn_timeout_ms: Option<u64>,
     /// `ATELIER_SITE_IDENTITIES`: the declared sites' ordinals as JSON.
     pub site_identities: Option<String>,
+    /// The agent identity epoch (`ATELIER_AGENT_IDENTITY_EPOCH`, default 0).
+    pub identity_epoch: Option<i64>,
     /// `ATELIER_RUNTIME_DIR`, which must be the instance's (door sockets are named from it).
     pub runtime_dir: Option<PathBuf>,
     /// Releases kept per surface besides the served one.
@@ -164,6 +166,8 @@ pub struct AgentSettings {
     pub credentials: AgentCredentials,
     /// The declared sites' ordinals: each one's identity and door sockets.
     pub site_identities: std::collections::BTreeMap<String, atelier_layout::names::SiteOrdinal>,
+    /// The identity epoch resume tokens are stamped with.
+    pub identity_epoch: i64,
 }
 
 /// Validated settings.
@@ -398,7 +402,30 @@ impl RawSettings {
                 env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
                 env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
                 env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
-                // Known keys that later parts of sited (confinement, builds, publishing) read.
+                env::RUNTIME_DIR => self.runtime_dir = self.runtime_dir.or_else(path),
+                env::AGENT_IDENTITY_EPOCH => {
+                    self.identity_epoch = self
+                        .identity_epoch
+                        .or(Some(number(&value, "agent_identity_epoch")?))
+                }
+                env::RELEASES_RETAINED => {
+                    self.releases_retained = self
+                        .releases_retained
+                        .or(Some(number(&value, "releases_retained")?))
+                }
+                env::PROD_URL_SCHEME => self.prod_url_scheme = self.prod_url_scheme.or(Some(value)),
+                env::INSTALL_TIMEOUT_MS => {
+                    self.install_timeout_ms = self
+                        .install_timeout_ms
+                        .or(Some(number(&value, "install_timeout_ms")?))
+                }
+                env::BUILD_TIMEOUT_MS => {
+                    self.build_timeout_ms = self
+                        .build_timeout_ms
+                        .or(Some(number(&value, "build_timeout_ms")?))
+                }
+                // The provisioner's own facts (web server, webspace base, unit prefix, systemctl):
+                // sited derives or reads them elsewhere, so they are accepted and unused.
                 _ => {}
             }
         }
@@ -606,7 +633,11 @@ impl RawSettings {
             Some(text) => atelier_layout::services::parse_site_identities(text)?,
             None => Default::default(),
         };
+        if self.identity_epoch.is_some_and(|e| e < 0) {
+            return Err(SettingsError::TooSmall("agent_identity_epoch", 0));
+        }
         Ok(AgentSettings {
+            identity_epoch: self.identity_epoch.unwrap_or(0),
             site_identities,
             confinement,
             state_root,
@@ -1011,6 +1042,12 @@ mod tests {
             ("ATELIER_AGENT_STATE_ROOT", "/var/lib/atelier/museum/agents"),
             ("ATELIER_CLAUDE_CODE_BIN", "/usr/local/bin/claude"),
             ("ATELIER_SESSION_TURN_TIMEOUT_MS", "60000"),
+            ("ATELIER_RELEASES_RETAINED", "2"),
+            ("ATELIER_PROD_URL_SCHEME", "http"),
+            ("ATELIER_INSTALL_TIMEOUT_MS", "2000"),
+            ("ATELIER_BUILD_TIMEOUT_MS", "3000"),
+            ("ATELIER_RUNTIME_DIR", "/run/atelier/museum"),
+            ("ATELIER_AGENT_IDENTITY_EPOCH", "3"),
             ("PATH", "/usr/bin"),
             ("HOME", "/root"),
         ]))
@@ -1023,6 +1060,12 @@ mod tests {
             [(Driver::ClaudeCode, PathBuf::from("/usr/local/bin/claude"))]
         );
         assert_eq!(settings.agents.turn_timeout, Duration::from_secs(60));
+        assert_eq!(settings.sites.releases_retained, 2);
+        assert_eq!(settings.builds.releases_retained, 2);
+        assert_eq!(settings.sites.prod_url_scheme, "http");
+        assert_eq!(settings.builds.install_timeout_ms, 2000);
+        assert_eq!(settings.builds.build_timeout_ms, 3000);
+        assert_eq!(settings.agents.identity_epoch, 3);
         assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
         assert_eq!(
             settings.sites.templates_dir,

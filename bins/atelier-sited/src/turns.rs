@@ -125,7 +125,17 @@ impl Turn {
         let events = Events {
             session: Arc::clone(&session),
         };
-        let resume_token = meta.resume_token.clone();
+        // A token minted under another identity (or before epochs existed) is not replayed:
+        // the agent's own session state lived in the old identity's home.
+        let epoch = sessions.agents().identity_epoch;
+        let mut resume_token = meta.resume_token.clone();
+        if resume_token.is_some() && meta.identity_epoch.unwrap_or(0) != epoch {
+            resume_token = None;
+            events
+                .persist(json!({"type": "resume_unavailable", "reason": "agent identity migrated"}))
+                .await;
+        }
+        meta.identity_epoch = Some(epoch);
         events
             .persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}))
             .await;

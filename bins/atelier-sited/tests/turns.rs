@@ -608,3 +608,46 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
         events.last()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_token_from_another_identity_epoch_is_dropped_with_resume_unavailable() {
+    let instance = instance(|_| {}).await;
+    let id = instance.start("write a.txt one").await;
+    let first = instance.events(&id).await;
+    let token = bodies(&first)
+        .into_iter()
+        .find(|b| b["type"] == "result")
+        .unwrap()["resumeToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    instance.wait_free().await;
+
+    // The same instance after the site's identity moved: a new epoch.
+    let mut raw = raw_settings(&instance.root);
+    raw.identity_epoch = Some(1);
+    let moved = Router::new(&raw.validate().unwrap()).unwrap();
+    let socket = instance.root.join("moved.sock");
+    support::serve(moved, &socket);
+    let sent = call(
+        &socket,
+        Method::POST,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "write b.txt two", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+    let events = follow_events(&socket, &id, -1, WAIT).await;
+    let after: Vec<Value> = bodies(&events[first.len()..]);
+    assert_eq!(
+        after[0],
+        json!({"type": "resume_unavailable", "reason": "agent identity migrated"})
+    );
+    assert_eq!(after[1]["type"], "turn_start");
+    let second = after.iter().find(|b| b["type"] == "result").unwrap();
+    assert_ne!(
+        second["resumeToken"],
+        token.as_str(),
+        "no --resume of the old token"
+    );
+}

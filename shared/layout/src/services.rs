@@ -103,6 +103,8 @@ pub mod env {
     pub const GIT_TIMEOUT_MS: &str = "ATELIER_GIT_TIMEOUT_MS";
     /// Where the site templates are installed, when not the default.
     pub const TEMPLATES_DIR: &str = "ATELIER_TEMPLATES_DIR";
+    /// The agent identity epoch: a resume token minted under another epoch is not replayed.
+    pub const AGENT_IDENTITY_EPOCH: &str = "ATELIER_AGENT_IDENTITY_EPOCH";
     /// `production` (the default, and all the provisioner renders) or `development`, which
     /// alone allows `none` confinement.
     pub const DEPLOYMENT: &str = "ATELIER_DEPLOYMENT";
@@ -138,6 +140,7 @@ pub mod env {
         GIT_TIMEOUT_MS,
         TEMPLATES_DIR,
         DEPLOYMENT,
+        AGENT_IDENTITY_EPOCH,
     ];
 
     /// Returns true if and only if `key` looks like it names a credential, which an env file
