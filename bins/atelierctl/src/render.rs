@@ -362,7 +362,8 @@ pub fn event_line(event: &StoredEvent) -> String {
     let salient = match event.event() {
         Event::TurnStart { turn, prompt } => format!("turn {turn}: {}", cut(&prompt, PROMPT_CHARS)),
         Event::Text { text } => clean(&text),
-        Event::Tool { name, summary } => format!("{}: {}", clean(&name), clean(&summary)),
+        // The contract's summary already leads with the tool's name.
+        Event::Tool { summary, .. } => clean(&summary),
         Event::FileChange { files } => {
             let shown: Vec<String> = files.iter().map(|f| clean(f)).collect();
             format!("{} file(s): {}", files.len(), shown.join(", "))
@@ -436,7 +437,7 @@ mod tests {
                 "tool",
                 stored(
                     2,
-                    json!({"type": "tool", "name": "Edit", "summary": "src/main.ts"}),
+                    json!({"type": "tool", "name": "Edit", "summary": "Edit: src/main.ts"}),
                 ),
                 "     2  tool               Edit: src/main.ts",
             ),
