@@ -240,7 +240,7 @@ async fn a_live_stream_is_rendered_as_it_arrives_and_its_last_turn_end_decides_t
             let bodies = [
                 json!({"type": "turn_start", "turn": 1, "prompt": "make it blue"}),
                 json!({"type": "text", "text": "Working\u{1b}[2J on it\n"}),
-                json!({"type": "tool", "name": "Edit", "summary": "index.html"}),
+                json!({"type": "tool", "name": "Edit", "summary": "Edit: index.html"}),
                 json!({"type": "error", "reason": "turn_timeout", "retriable": true}),
                 json!({"type": "turn_end", "state": state}),
             ];
