@@ -8,6 +8,11 @@
 //! Each test boots its own box; they take turns, so two boxes never share the two cores (and
 //! the latencies are measured on a quiet machine).
 
+#![expect(
+    clippy::expect_used,
+    reason = "test code: a box that cannot boot must fail the test"
+)]
+
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
