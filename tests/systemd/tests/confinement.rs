@@ -261,3 +261,151 @@ fn a_turn_on_real_systemd_runs_as_the_site_identity_and_streams_as_none_mode_doe
     );
     assert_eq!(fact(&run, "none_commit_files"), "src/probe.txt,", "{run:?}");
 }
+
+/// Site 2's turn door holds a `/dev/shm` file and a SysV segment in a long run; site 1's turn
+/// door runs the matrix; site 1's git door tries the gate; then the same matrix runs as root
+/// outside any unit, to prove each target is there to be reached.
+const ISOLATION: &str = r#"
+install -o root -g root -m 4755 /usr/bin/id /usr/local/bin/atelier-suid-id
+echo "suid_as_nobody=$(runuser -u nobody -- /usr/local/bin/atelier-suid-id -u)"
+echo "site1_uid=$(id -u atelier-a-example_1)"
+$probe listen --tcp-port 18081 --abstract-name atelier-iso-host > /tmp/listen.out 2>&1 &
+for _ in $(seq 1 100); do grep -q listening /tmp/listen.out && break; sleep 0.05; done
+create_site collection www.example.org
+create_site archive archive.example.net
+
+client run --socket /run/atelier/example/s2-turn.sock --door turn -- \
+  $probe hold --marker atelier-iso-marker-s2 --shm atelier-iso-shm --ipc-key 1518211408 > /tmp/hold.out 2>/tmp/hold.err &
+holder=$!
+for _ in $(seq 1 200); do grep -q '^held' /tmp/hold.out && break; sleep 0.05; done
+sed 's/^/hold| /' /tmp/hold.out
+other_pid=$(sed -n 's/^pid=//p' /tmp/hold.out)
+echo "other_pid=$other_pid"
+echo "other_pid_user=$(ps -o user= -p "$other_pid")"
+
+args=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $sock
+  --other-gate /run/atelier/example/egress/s2/turn.sock /run/atelier/example/egress/s2/mcp.sock /run/atelier/example/egress/s2/build.sock
+  --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
+    /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
+  --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock
+  --other-workspace $ws2 --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
+  --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
+  --own-forward-port 3128)
+client run --socket /run/atelier/example/s1-turn.sock --door turn -- $probe matrix "${args[@]}" 2>&1 | sed 's/^/turn| /'
+echo "other_workspace_probes=$(ls -a $ws2 | grep -c isolation-probe)"
+client run --socket /run/atelier/example/s1-git.sock --door git -- $probe git-door \
+  --gate-socket /run/atelier-egress/turn.sock /run/atelier-egress/build.sock /run/atelier-egress/mcp.sock \
+    /run/atelier/example/egress/s1/turn.sock /run/atelier/example/egress/s1/build.sock /run/atelier/example/egress/s1/mcp.sock \
+  --forward-port 3128 3129 2>&1 | sed 's/^/git| /'
+echo "hold_still_running=$(ps -o user= -p "$other_pid")"
+
+# Outside any unit, as root: the same targets are there to be reached.
+(cd /tmp && $probe matrix "${args[@]}") 2>&1 | sed 's/^/host| /'
+rm -f $ws2/isolation-probe-*
+kill $holder; wait $holder
+exit 0
+"#;
+
+/// The cases of the matrix, the door that runs them, and whether root outside any unit
+/// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
+/// the refusal inside is the unit's doing).
+const MATRIX: [(&str, &str, bool); 12] = [
+    ("host_loopback_tcp", "turn", true),
+    ("host_abstract_socket", "turn", true),
+    ("sited_socket", "turn", true),
+    ("other_site_gate_socket", "turn", true),
+    ("host_run_sockets", "turn", true),
+    ("other_site_workspace_write", "turn", true),
+    ("other_site_process", "turn", true),
+    // Site 2's /dev/shm and IPC namespace are its unit's own: root outside does not see them
+    // either; the hold's controls prove they exist.
+    ("other_site_shm_file", "turn", false),
+    ("other_site_sysv_ipc", "turn", false),
+    // Root is uid 0 already; `suid_as_nobody` is this case's control.
+    ("setuid_binary", "turn", false),
+    ("git_door_gate_socket", "git", false),
+    ("git_door_gate_forward", "git", false),
+];
+
+/// The controls that must pass inside the units: each proves the probe's attempt can work.
+const CONTROLS: [(&str, &str); 6] = [
+    ("own_forward_tcp", "turn"),
+    ("own_gate_socket", "turn"),
+    ("own_workspace_write", "turn"),
+    ("own_process_visible", "turn"),
+    ("hold_shm_file", "hold"),
+    ("hold_sysv_ipc", "hold"),
+];
+
+/// The outcomes (`blocked`, `OPEN`, `ok`, `FAILED`) printed for `name` under `prefix`.
+fn outcomes<'r>(run: &'r BoxRun, prefix: &str, kind: &str, name: &str) -> Vec<&'r str> {
+    let head = format!("{kind} {name} ");
+    tagged(run, prefix)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix(head.as_str()))
+        .collect()
+}
+
+#[test]
+fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
+    let run = run_in_box(ISOLATION, Duration::from_secs(240));
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    assert_eq!(fact(&run, "create_archive"), "201", "{run:?}");
+    assert_eq!(
+        fact(&run, "suid_as_nobody"),
+        "0",
+        "the planted setuid works: {run:?}"
+    );
+    assert_eq!(
+        fact(&run, "other_pid_user"),
+        "atelier-a-example_2",
+        "site 2's run is live as its own identity: {run:?}"
+    );
+    assert_eq!(
+        fact(&run, "hold_still_running"),
+        "atelier-a-example_2",
+        "site 2's run outlived the matrix: {run:?}"
+    );
+    assert!(
+        tagged(&run, "turn").contains(&format!("uid={}", fact(&run, "site1_uid")).as_str()),
+        "the matrix ran as site 1's identity: {run:?}"
+    );
+
+    let mut failures = Vec::new();
+    for (name, door, reachable_outside) in MATRIX {
+        let inside = outcomes(&run, door, "case", name);
+        if inside.is_empty() || inside.iter().any(|o| !o.starts_with("blocked ")) {
+            failures.push(format!("{name} ({door} door): {inside:?}"));
+        }
+        if reachable_outside {
+            let outside = outcomes(&run, "host", "case", name);
+            if outside.len() != 1 || !outside[0].starts_with("OPEN ") {
+                failures.push(format!(
+                    "{name}: outside any unit it should be reachable: {outside:?}"
+                ));
+            }
+        }
+    }
+    for (name, prefix) in CONTROLS {
+        let seen = outcomes(&run, prefix, "control", name);
+        if seen.is_empty() || seen.iter().any(|o| !o.starts_with("ok ")) {
+            failures.push(format!("control {name} ({prefix}): {seen:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failed cases:\n{}\n{run:?}",
+        failures.join("\n")
+    );
+    assert_eq!(
+        fact(&run, "other_workspace_probes"),
+        "0",
+        "site 2's workspace is unchanged: {run:?}"
+    );
+    for door in ["turn", "git"] {
+        assert!(
+            tagged(&run, door).contains(&"door_exit=0"),
+            "the {door} probe ran to its end: {run:?}"
+        );
+    }
+}
