@@ -409,3 +409,287 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
         );
     }
 }
+
+/// Each tampering is made, a session is asked for, the tampering is undone; PID 1's count of
+/// accepted connections on the door socket and its journal show whether anything started.
+const TAMPER: &str = r#"
+create_site collection www.example.org
+dropin=/etc/systemd/system/atelier-example-s1-turn@.service.d
+turn_starts() { journalctl --sync; journalctl -b -o cat --no-pager | grep -c 'Starting atelier-example-s1-turn@'; }
+accepted() { systemctl show -P NAccepted atelier-example-s1-turn.socket; }
+attempt() { # name
+  local starts log_lines accepted_before
+  starts=$(turn_starts); accepted_before=$(accepted); log_lines=$(sited_log | wc -l)
+  api -o /tmp/t-$1 -w "$1_status=%{http_code}\n" -d "{\"prompt\":\"write src/tampered-$1.txt must not run\",$actor}" $base/v1/sites/collection/sessions
+  echo "$1_body=$(cat /tmp/t-$1)"
+  sleep 0.5
+  echo "$1_runs_started=$(( $(turn_starts) - starts ))"
+  echo "$1_accepted=$(( $(accepted) - accepted_before ))"
+  echo "$1_file=$(test -e $ws1/src/tampered-$1.txt && echo present || echo absent)"
+  sited_log | tail -n +$((log_lines + 1)) | sed "s/^/$1-log| /"
+}
+
+mkdir -p $dropin
+printf '[Service]\nPrivateNetwork=no\n' > $dropin/50-tamper.conf; systemctl daemon-reload
+attempt private_network
+rm -r $dropin; systemctl daemon-reload
+
+mkdir -p $dropin
+printf '[Service]\nUser=atelier-a-example_2\n' > $dropin/50-tamper.conf; systemctl daemon-reload
+attempt user
+rm -r $dropin; systemctl daemon-reload
+
+systemctl stop atelier-example-s1-turn.socket
+mv /etc/systemd/system/atelier-example-s1-turn.socket /root/; systemctl daemon-reload
+attempt missing_socket
+mv /root/atelier-example-s1-turn.socket /etc/systemd/system/; systemctl daemon-reload
+systemctl start atelier-example-s1-turn.socket
+
+# Undone, the same door runs a turn again: the refusals were the tampering's.
+id=$(start_session collection '"write src/restored.txt after the tampering"')
+echo "restored_start=$(cat /tmp/start-status)"
+follow "$id" | tail -n 1 | sed 's/^/restored| /'
+echo "restored_owner=$(stat -c %U $ws1/src/restored.txt)"
+
+# Tampered again after a turn ran: sited has the agent's probe answer by now, so the refusal
+# comes from the turn's own run, before its connect.
+mkdir -p $dropin
+printf '[Service]\nPrivateNetwork=no\n' > $dropin/50-tamper.conf; systemctl daemon-reload
+starts=$(turn_starts); accepted_before=$(accepted); log_lines=$(sited_log | wc -l)
+id=$(start_session collection '"write src/tampered-warm.txt must not run"')
+echo "warm_status=$(cat /tmp/start-status)"
+echo "warm_body=$(cat /tmp/start)"
+[ -n "$id" ] && follow "$id" | sed 's/^/warm| /'
+echo "warm_runs_started=$(( $(turn_starts) - starts ))"
+echo "warm_accepted=$(( $(accepted) - accepted_before ))"
+echo "warm_file=$(test -e $ws1/src/tampered-warm.txt && echo present || echo absent)"
+sited_log | tail -n +$((log_lines + 1)) | sed "s/^/warm-log| /"
+exit 0
+"#;
+
+#[test]
+fn tampered_doors_are_refused_naming_the_property_before_anything_starts() {
+    let run = run_in_box(TAMPER, Duration::from_secs(240));
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    let cases = [
+        ("private_network", "PrivateNetwork"),
+        ("user", "User"),
+        ("missing_socket", "LoadState"),
+    ];
+    let mut failures = Vec::new();
+    for (name, property) in cases {
+        let mut check = |what: &str, ok: bool| {
+            if !ok {
+                failures.push(format!("{name}: {what}"));
+            }
+        };
+        check(
+            "answered 503",
+            fact(&run, &format!("{name}_status")) == "503",
+        );
+        let body: Value =
+            serde_json::from_str(fact(&run, &format!("{name}_body"))).unwrap_or(Value::Null);
+        check(
+            "the reason is confinement.unit_nonconformant",
+            body["reason"] == "confinement.unit_nonconformant",
+        );
+        check(
+            "no run unit started",
+            fact(&run, &format!("{name}_runs_started")) == "0",
+        );
+        if name != "missing_socket" {
+            check(
+                "the door socket accepted nothing",
+                fact(&run, &format!("{name}_accepted")) == "0",
+            );
+        }
+        check(
+            "the agent wrote nothing",
+            fact(&run, &format!("{name}_file")) == "absent",
+        );
+        check(
+            &format!("the refusal names {property}"),
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!(": {property} is "))),
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "failed cases:\n{}\n{run:?}",
+        failures.join("\n")
+    );
+    assert_eq!(fact(&run, "restored_start"), "201", "{run:?}");
+    let restored = tagged(&run, "restored");
+    assert!(
+        restored.len() == 1
+            && restored[0].contains("\"type\":\"turn_end\"")
+            && restored[0].contains("\"state\":\"idle\""),
+        "{run:?}"
+    );
+    assert_eq!(
+        fact(&run, "restored_owner"),
+        "atelier-a-example_1",
+        "{run:?}"
+    );
+
+    // After a turn: refused all the same, either at the session's start or by the turn's run
+    // (then as the turn's error event and in sited's log), and nothing started.
+    let warm = tagged(&run, "warm");
+    eprintln!(
+        "tampered after a turn: the session's start answered {}",
+        fact(&run, "warm_status")
+    );
+    match fact(&run, "warm_status") {
+        "503" => {
+            let body: Value = serde_json::from_str(fact(&run, "warm_body")).unwrap_or(Value::Null);
+            assert_eq!(body["reason"], "confinement.unit_nonconformant", "{run:?}");
+        }
+        "201" => {
+            assert!(
+                warm.iter().any(|l| l.contains("\"type\":\"error\"")
+                    && l.contains("confinement.unit_nonconformant")),
+                "the turn's error names the reason: {run:?}"
+            );
+            assert!(
+                warm.last()
+                    .is_some_and(|l| l.contains("\"type\":\"turn_end\"")
+                        && l.contains("\"state\":\"error\"")),
+                "{run:?}"
+            );
+            assert!(
+                tagged(&run, "warm-log")
+                    .iter()
+                    .any(|l| l.contains("PrivateNetwork")),
+                "sited's log names the property: {run:?}"
+            );
+        }
+        other => panic!("the tampered turn answered {other}: {run:?}"),
+    }
+    assert_eq!(fact(&run, "warm_runs_started"), "0", "{run:?}");
+    assert_eq!(fact(&run, "warm_accepted"), "0", "{run:?}");
+    assert_eq!(fact(&run, "warm_file"), "absent", "{run:?}");
+}
+
+/// A door tampered with before the first turn: the session's start is refused.
+const TAMPER_LOGGED: &str = r#"
+create_site collection www.example.org
+dropin=/etc/systemd/system/atelier-example-s1-turn@.service.d
+mkdir -p $dropin
+printf '[Service]\nPrivateNetwork=no\n' > $dropin/50-tamper.conf; systemctl daemon-reload
+log_lines=$(sited_log | wc -l)
+start_session collection '"write src/tampered.txt must not run"' >/dev/null
+echo "status=$(cat /tmp/start-status)"
+sited_log | tail -n +$((log_lines + 1)) | sed "s/^/log| /"
+exit 0
+"#;
+
+/// FAILS until sited logs the refusals it answers: a `confinement.*` 503 at a session's start
+/// (`bins/atelier-sited/src/problem.rs`, `ApiError::into_response` logs internal errors only)
+/// leaves no journal line; the property is only in the response's `detail`.
+#[test]
+fn a_refused_session_start_is_logged_naming_the_property() {
+    let run = run_in_box(TAMPER_LOGGED, Duration::from_secs(180));
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    assert_eq!(fact(&run, "status"), "503", "{run:?}");
+    assert!(
+        tagged(&run, "log")
+            .iter()
+            .any(|l| l.contains("confinement.unit_nonconformant") || l.contains("PrivateNetwork")),
+        "sited's journal names the refusal and the property: {run:?}"
+    );
+}
+
+/// The shim as the site's identity, started by hand in the box's own network namespace with
+/// the turn unit's environment; then specs that set a key the turn unit fixes, through the
+/// real door.
+const BY_HAND: &str = r#"
+create_site collection www.example.org
+unit_env=(--shim-env ATELIER_DOOR=turn --shim-env ATELIER_UNIT_WORKDIR=$ws1
+  --shim-env HOME=/var/lib/atelier/example/agents/s1/turn
+  --shim-env ATELIER_GATE_SOCKET=/run/atelier-egress/turn.sock --shim-env ATELIER_MCP_SOCKET=/run/atelier-egress/mcp.sock)
+by_hand() { # name, then door-client spec arguments
+  local name=$1; shift
+  runuser -u atelier-a-example_1 -- /usr/local/bin/atelier-door-client shim --shim /usr/local/bin/atelier-shim \
+    "${unit_env[@]}" "$@" -- /usr/bin/touch /tmp/ran-$name > /tmp/$name.out 2>/tmp/$name.err
+  sed "s/^/$name| /" /tmp/$name.out /tmp/$name.err
+  echo "${name}_ran=$(test -e /tmp/ran-$name && echo yes || echo no)"
+}
+by_hand own_namespace
+by_hand other_identity --host-netns 'net:[4026531999]'
+
+through_door() { # name, then door-client spec arguments
+  local name=$1; shift
+  client run --socket /run/atelier/example/s1-turn.sock --door turn "$@" -- /usr/bin/touch $ws1/ran-$name > /tmp/$name.out 2>/tmp/$name.err
+  sed "s/^/$name| /" /tmp/$name.out /tmp/$name.err
+  unit=$(sed -n 's/^door_unit=//p' /tmp/$name.err)
+  for _ in $(seq 1 100); do [ "$(systemctl is-active "$unit")" = active ] || break; sleep 0.05; done
+  journalctl --sync
+  journalctl -b -u "$unit" -o cat --no-pager | sed "s/^/$name-unit| /"
+  echo "${name}_ran=$(test -e $ws1/ran-$name && echo yes || echo no)"
+}
+through_door spec_home --unchecked --env HOME=/tmp
+through_door spec_xdg_config --env XDG_CONFIG_HOME=/tmp
+through_door spec_plain
+exit 0
+"#;
+
+#[test]
+fn a_shim_started_by_hand_exits_78_and_a_spec_setting_a_fixed_key_exits_65() {
+    let run = run_in_box(BY_HAND, Duration::from_secs(180));
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    // Outside a private network namespace: refused after the spec, nothing run, exit 78.
+    for (name, why) in [
+        (
+            "own_namespace",
+            "this unit shares the daemon's network namespace",
+        ),
+        ("other_identity", "this unit can see a host interface"),
+    ] {
+        let lines = tagged(&run, name);
+        assert!(lines.contains(&"shim_exit=78"), "{name}: {run:?}");
+        assert!(
+            lines.iter().any(|l| l.starts_with("door_exit=lost:")),
+            "{name}: no exit record: {run:?}"
+        );
+        assert!(
+            lines.iter().any(
+                |l| l.starts_with("[confinement] network namespace not in effect: ")
+                    && l.contains(why)
+            ),
+            "{name}: {run:?}"
+        );
+        assert_eq!(fact(&run, &format!("{name}_ran")), "no", "{name}: {run:?}");
+    }
+    // Through the real door, as the unit sees it: exit 65, one line naming the key, nothing run.
+    for (name, key) in [
+        ("spec_home", "HOME"),
+        ("spec_xdg_config", "XDG_CONFIG_HOME"),
+    ] {
+        let unit = tagged(&run, &format!("{name}-unit"));
+        assert!(
+            unit.iter().any(|l| l.contains("status=65")),
+            "{name}: the unit's shim exits 65: {run:?}"
+        );
+        assert!(
+            unit.iter()
+                .any(|l| l.starts_with("[confinement] shim: refused")
+                    && l.contains(key)
+                    && l.ends_with("Nothing was run.")),
+            "{name}: {run:?}"
+        );
+        assert!(
+            tagged(&run, name)
+                .iter()
+                .any(|l| l.starts_with("door_exit=lost:")),
+            "{name}: {run:?}"
+        );
+        assert_eq!(fact(&run, &format!("{name}_ran")), "no", "{name}: {run:?}");
+    }
+    // The same door with a spec that sets no fixed key runs the program.
+    assert!(
+        tagged(&run, "spec_plain").contains(&"door_exit=0"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "spec_plain_ran"), "yes", "{run:?}");
+}
