@@ -693,3 +693,91 @@ fn a_shim_started_by_hand_exits_78_and_a_spec_setting_a_fixed_key_exits_65() {
     );
     assert_eq!(fact(&run, "spec_plain_ran"), "yes", "{run:?}");
 }
+
+/// A turn whose agent writes a file and hangs; sited is killed with SIGKILL while it runs.
+const KILLED: &str = r#"
+create_site collection www.example.org
+id=$(start_session collection '"write src/before-kill.txt written before sited died\nhang"')
+echo "start=$(cat /tmp/start-status)"
+for _ in $(seq 1 200); do [ -e $ws1/src/before-kill.txt ] && break; sleep 0.05; done
+run_unit=$(systemctl list-units --no-legend --plain --state=active 'atelier-example-s1-turn@*.service' | awk '{print $1}' | head -n1)
+echo "run_unit=$run_unit"
+echo "agent_before=$(pgrep -u atelier-a-example_1 -c -f /usr/local/bin/claude)"
+sited_pid=$(systemctl show -P MainPID atelier-sited@example.service)
+kill -9 "$sited_pid"
+for _ in $(seq 1 200); do
+  state=$(systemctl show -P ActiveState "$run_unit")
+  [ "$state" = active ] || [ "$state" = deactivating ] || break
+  sleep 0.05
+done
+echo "run_after_kill=$(systemctl show -P ActiveState "$run_unit")"
+echo "agent_after=$(pgrep -u atelier-a-example_1 -c -f /usr/local/bin/claude)"
+echo "sited_after_kill=$(systemctl show -P ActiveState atelier-sited@example.service)"
+# The next boot: the socket starts sited again (PID 1 may already have restarted it).
+for _ in $(seq 1 200); do
+  [ "$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket $sock $base/health)" = 200 ] && break
+  sleep 0.1
+done
+echo "sited_pid_changed=$([ "$(systemctl show -P MainPID atelier-sited@example.service)" != "$sited_pid" ] && echo yes)"
+echo "sessions=$(api $base/v1/sites/collection/sessions)"
+timeout 20 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/events| /'
+echo "recovery_commit=$(git_in $ws1 log -1 --format=%s)"
+echo "recovery_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
+echo "session_id=$id"
+sited_log | grep -E 'reconcil|recover|sweep' | sed 's/^/sited-log| /'
+journalctl -b -u atelier-sited@example.service -o json --no-pager | grep 'recovery failed' | grep -o '"F_ERROR":"[^"]*"' | sed 's/^/sweep-error| /'
+door_log 1 | grep -v 'Reached target\|Stopped target' | tail -n 30 | sed 's/^/door-log| /'
+exit 0
+"#;
+
+/// FAILS until sited's boot sweep can reach a door: the recovery commit is a git-door run made
+/// before READY (`bins/atelier-sited/src/lib.rs`, the sweep before READY), but every door unit
+/// is ordered `After=atelier-sited@<inst>.service` (`units/atelier-door@.service.in`), so PID 1
+/// holds the run's start until sited is up, sited gives up after its 10 s hello deadline
+/// ("no hello within 10 s", printed as `sweep-error`), and the session stays recovery-pending.
+#[test]
+fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recovers_it() {
+    let run = run_in_box(KILLED, Duration::from_secs(240));
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let unit = fact(&run, "run_unit");
+    assert!(unit.starts_with("atelier-example-s1-turn@"), "{run:?}");
+    assert_eq!(fact(&run, "agent_before"), "1", "the agent hangs: {run:?}");
+    // BindsTo=atelier-sited@example.service: PID 1 stops the run with sited.
+    assert!(
+        matches!(fact(&run, "run_after_kill"), "inactive" | "failed"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "agent_after"), "0", "the agent is gone: {run:?}");
+    assert_eq!(fact(&run, "sited_pid_changed"), "yes", "{run:?}");
+
+    let id = fact(&run, "session_id");
+    let sessions: Value = serde_json::from_str(fact(&run, "sessions")).unwrap_or(Value::Null);
+    let session = sessions["data"]
+        .as_array()
+        .and_then(|list| list.iter().find(|s| s["session_id"] == id))
+        .unwrap_or_else(|| panic!("the session is listed: {run:?}"));
+    assert_eq!(session["state"], "interrupted", "{run:?}");
+    let events = tagged(&run, "events");
+    assert!(
+        events.last().is_some_and(
+            |l| l.contains("\"type\":\"turn_end\"") && l.contains("\"state\":\"interrupted\"")
+        ),
+        "{run:?}"
+    );
+    assert_eq!(
+        tagged(&run, "sweep-error"),
+        Vec::<&str>::new(),
+        "the boot sweep's recovery failed: {run:?}"
+    );
+    assert_eq!(
+        fact(&run, "recovery_commit"),
+        format!("agent: recovered after restart (session {id})"),
+        "{run:?}"
+    );
+    assert!(
+        fact(&run, "recovery_files")
+            .split(',')
+            .any(|f| f == "src/before-kill.txt"),
+        "the recovery point holds the agent's file: {run:?}"
+    );
+}
