@@ -95,7 +95,7 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         tracing::info!(quarantined, "boot reconciliation with PID 1 done");
     }
     notifier.status("sweeping sessions left by a previous run");
-    let swept = router.sessions().sweep().await;
+    let (swept, recoveries) = router.sessions().sweep().await;
     let builds = router.builds().clone();
     let interrupted_builds = tokio::task::spawn_blocking(move || builds.sweep())
         .await
@@ -108,6 +108,9 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         "boot sweep done"
     );
     let sessions = router.sessions().clone();
+    // The door a recovery commit goes through is started by PID 1 only once sited is ready;
+    // the sites stay held `site_recovering` until then.
+    tokio::spawn(sessions.clone().commit_recoveries(recoveries));
     let on_signal = {
         let sessions = sessions.clone();
         move || {

@@ -247,6 +247,12 @@ impl ApiError {
             ),
             ApiError::Refused(reason, detail) => {
                 let (status, slug, title) = reason.class();
+                // The detail is prose for the operator: the engine sees only the reason.
+                if status.is_server_error() {
+                    tracing::warn!(reason = reason.as_str(), "refused: {detail}");
+                } else {
+                    tracing::info!(reason = reason.as_str(), "refused: {detail}");
+                }
                 plain(status, &slug, title, detail).with_reason(reason.as_str())
             }
             ApiError::Internal(detail) => {

@@ -614,11 +614,14 @@ impl Sessions {
     }
 
     /// The boot sweep (§6.9), before sited listens: indexes every site's sessions; a session
-    /// left running by a dead process gets its one error and `turn_end` (interrupted), and its
-    /// workspace's uncommitted work becomes a recovery commit. One site's problem never stops
-    /// the sweep; a commit that fails stays pending for the next boot.
-    pub async fn sweep(&self) -> SweepReport {
+    /// left running by a dead process gets its one error and `turn_end` (interrupted) and is
+    /// marked for recovery, its site held `site_recovering`. The recovery commits themselves
+    /// go through the git door, which PID 1 starts only once sited is ready, so they are
+    /// [`Sessions::commit_recoveries`]'s, after READY. One site's problem never stops the
+    /// sweep.
+    pub async fn sweep(&self) -> (SweepReport, Vec<Recovery>) {
         let mut report = SweepReport::default();
+        let mut recoveries = Vec::new();
         let this = self.clone();
         let found = blocking(move || {
             let mut found = Vec::new();
@@ -648,8 +651,8 @@ impl Sessions {
                 .insert(id.clone(), slug.clone());
             report.sessions += 1;
             if meta.state == "running" || meta.recovery_pending {
-                match self.recover(&slug, &id, meta).await {
-                    Ok(()) => report.recovered += 1,
+                match self.mark_for_recovery(&slug, &id, meta).await {
+                    Ok(recovery) => recoveries.push(recovery),
                     Err(e) => {
                         report.pending += 1;
                         tracing::error!(site = %slug, session = %id, error = %e, "sweep: recovery failed; the next boot retries");
@@ -657,15 +660,18 @@ impl Sessions {
                 }
             }
         }
-        report
+        report.recovered = recoveries.len();
+        (report, recoveries)
     }
 
-    async fn recover(
+    /// Holds the site, ends a running session's turn as interrupted and records durably that
+    /// its work is still to be committed.
+    async fn mark_for_recovery(
         &self,
         slug: &str,
         id: &SessionId,
         mut meta: SessionMeta,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Recovery, SessionError> {
         let hold = self
             .inner
             .sites
@@ -687,25 +693,56 @@ impl Sessions {
             session.mark_finished();
             meta.state = "interrupted".to_owned();
         }
-        let target = self.inner.sites.config().run_target(slug);
-        let workspace = self.workspace(slug)?;
-        let committed = self
-            .inner
-            .sites
-            .git()
-            .commit(
-                &target,
-                &workspace,
-                &crate::git::recovery_message(id.as_str()),
-            )
-            .await;
-        meta.recovery_pending = committed.is_err();
-        let written = session_log::write_meta(&workspace, &meta);
-        drop(hold);
-        committed.map_err(|e| SessionError::Site(e.into()))?;
-        written?;
-        tracing::info!(site = %slug, session = %id, "recovered a session left by a dead process");
-        Ok(())
+        meta.recovery_pending = true;
+        session_log::write_meta(&self.workspace(slug)?, &meta)?;
+        Ok(Recovery {
+            slug: slug.to_owned(),
+            id: id.clone(),
+            meta,
+            hold,
+        })
+    }
+
+    /// Commits each recovery point through the site's git door and releases the site; a
+    /// failed commit stays pending for the next boot.
+    pub async fn commit_recoveries(self, recoveries: Vec<Recovery>) {
+        for Recovery {
+            slug,
+            id,
+            mut meta,
+            hold,
+        } in recoveries
+        {
+            let target = self.inner.sites.config().run_target(&slug);
+            let committed = match self.workspace(&slug) {
+                Ok(workspace) => self
+                    .inner
+                    .sites
+                    .git()
+                    .commit(
+                        &target,
+                        &workspace,
+                        &crate::git::recovery_message(id.as_str()),
+                    )
+                    .await
+                    .map(|_| workspace)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match committed {
+                Ok(workspace) => {
+                    meta.recovery_pending = false;
+                    if let Err(e) = session_log::write_meta(&workspace, &meta) {
+                        tracing::error!(site = %slug, session = %id, error = %e, "could not clear the recovery mark");
+                    }
+                    tracing::info!(site = %slug, session = %id, "recovered a session left by a dead process");
+                }
+                Err(e) => {
+                    tracing::error!(site = %slug, session = %id, error = %e, "the recovery commit failed; the next boot retries")
+                }
+            }
+            drop(hold);
+        }
     }
 
     /// `GET /v1/sessions/:id/events?after=N` (§6.7): the stream response, or 404.
@@ -790,10 +827,19 @@ where
 pub struct SweepReport {
     /// Sessions indexed.
     pub sessions: usize,
-    /// Sessions recovered (marked interrupted and committed).
+    /// Sessions marked for recovery (their commits follow once sited is ready).
     pub recovered: usize,
-    /// Sessions whose recovery failed and stays pending.
+    /// Sessions whose marking failed (their site was held or unwritable).
     pub pending: usize,
+}
+
+/// A session marked for recovery whose commit is still to be made; it holds its site.
+#[derive(Debug)]
+pub struct Recovery {
+    slug: String,
+    id: SessionId,
+    meta: SessionMeta,
+    hold: Reservation,
 }
 
 /// A turn admitted and not yet started: what it holds.

@@ -570,19 +570,27 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     )
     .await;
     assert_eq!(list.json()["data"][0]["state"], "interrupted");
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "safe.directory=*",
-            "log",
-            "-1",
-            "--name-only",
-            "--format=%s",
-        ])
-        .current_dir(root.join("sites/alpha"))
-        .output()
-        .unwrap();
-    let out = String::from_utf8(out.stdout).unwrap();
+    // The recovery commit goes through the git door once sited is ready.
+    let mut out = String::new();
+    for _ in 0..500 {
+        let log = Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "log",
+                "-1",
+                "--name-only",
+                "--format=%s",
+            ])
+            .current_dir(root.join("sites/alpha"))
+            .output()
+            .unwrap();
+        out = String::from_utf8(log.stdout).unwrap();
+        if out.starts_with("agent: recovered") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [

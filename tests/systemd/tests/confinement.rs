@@ -721,6 +721,11 @@ done
 echo "sited_pid_changed=$([ "$(systemctl show -P MainPID atelier-sited@example.service)" != "$sited_pid" ] && echo yes)"
 echo "sessions=$(api $base/v1/sites/collection/sessions)"
 timeout 20 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/events| /'
+# The recovery commit goes through the git door once sited is ready: wait for it.
+for _ in $(seq 1 200); do
+  git_in $ws1 log -1 --format=%s | grep -q '^agent: recovered' && break
+  sleep 0.1
+done
 echo "recovery_commit=$(git_in $ws1 log -1 --format=%s)"
 echo "recovery_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
 echo "session_id=$id"
@@ -730,11 +735,9 @@ door_log 1 | grep -v 'Reached target\|Stopped target' | tail -n 30 | sed 's/^/do
 exit 0
 "#;
 
-/// FAILS until sited's boot sweep can reach a door: the recovery commit is a git-door run made
-/// before READY (`bins/atelier-sited/src/lib.rs`, the sweep before READY), but every door unit
-/// is ordered `After=atelier-sited@<inst>.service` (`units/atelier-door@.service.in`), so PID 1
-/// holds the run's start until sited is up, sited gives up after its 10 s hello deadline
-/// ("no hello within 10 s", printed as `sweep-error`), and the session stays recovery-pending.
+/// `kill -9` of sited mid-turn: PID 1 stops the run (BindsTo=), the socket starts sited again,
+/// its boot marks the session interrupted before it listens, and once it is ready (door units
+/// are ordered after sited) the recovery point is committed through the git door.
 #[test]
 fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recovers_it() {
     let run = run_in_box(KILLED, Duration::from_secs(240));
