@@ -584,9 +584,8 @@ sited_log | tail -n +$((log_lines + 1)) | sed "s/^/log| /"
 exit 0
 "#;
 
-/// FAILS until sited logs the refusals it answers: a `confinement.*` 503 at a session's start
-/// (`bins/atelier-sited/src/problem.rs`, `ApiError::into_response` logs internal errors only)
-/// leaves no journal line; the property is only in the response's `detail`.
+/// A `confinement.*` 503 at a session's start is in sited's journal with the property it
+/// names, not only in the response's `detail` (which the engine never shows).
 #[test]
 fn a_refused_session_start_is_logged_naming_the_property() {
     let run = run_in_box(TAMPER_LOGGED, Duration::from_secs(180));
