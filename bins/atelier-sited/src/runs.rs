@@ -7,6 +7,7 @@
 //! the shim. Everything after the connection — the hello, the spec, the relay, the exit record
 //! — is the same code, here.
 
+pub mod host;
 mod none;
 mod systemd;
 

@@ -97,6 +97,7 @@ impl SystemdDoors {
         door: Door,
     ) -> Result<UnixStream, RunRefusal> {
         let k = self.ordinal(&target.slug)?;
+        self.host_checks(k)?;
         self.ensure_idle(&target.slug, k).await?;
         self.conform(&target.slug, k, door).await?;
         let path =
@@ -107,6 +108,28 @@ impl SystemdDoors {
                 door,
                 detail: format!("connecting to {}: {e}", path.display()),
             })
+    }
+
+    /// The site's identity is exactly what the provisioner made, and the shim is root's and
+    /// writable by no one else; read afresh for every run.
+    fn host_checks(&self, k: SiteOrdinal) -> Result<(), RunRefusal> {
+        let inst = &self.settings.instance;
+        let identity = names::site_identity(inst, k);
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .map_err(|e| RunRefusal::Unavailable(format!("reading {path}: {e}")))
+        };
+        let passwd = super::host::parse_passwd(&read("/etc/passwd")?);
+        let groups = super::host::parse_group(&read("/etc/group")?);
+        super::host::check_identity(
+            &passwd,
+            &groups,
+            &identity,
+            &names::service_group(inst),
+            &names::service_user(inst),
+        )
+        .map_err(RunRefusal::Unavailable)?;
+        super::host::check_root_owned(&self.settings.shim).map_err(RunRefusal::Unavailable)
     }
 
     /// PID 1 reports no run of the site's doors alive; a leftover is stopped and waited for,

@@ -1,0 +1,244 @@
+//! The host checks before a confined run: the site's identity is exactly what the provisioner
+//! made, and the shim every door runs is root's and writable by no one else.
+//!
+//! Identities are read from `/etc/passwd` and `/etc/group`, where `atelier-provision` creates
+//! them (`useradd --system`); an identity that exists only in another NSS source is not one it
+//! made, and is refused.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// One `/etc/passwd` entry: name, uid, primary gid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PasswdEntry {
+    /// The user's name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+}
+
+/// One `/etc/group` entry: name, gid, listed members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    /// The group's name.
+    pub name: String,
+    /// Its gid.
+    pub gid: u32,
+    /// The members its line lists.
+    pub members: Vec<String>,
+}
+
+/// Parses `/etc/passwd` text; malformed lines are skipped.
+pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() >= 4).then_some(())?;
+            Some(PasswdEntry {
+                name: fields[0].to_owned(),
+                uid: fields[2].parse().ok()?,
+                gid: fields[3].parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Parses `/etc/group` text; malformed lines are skipped.
+pub fn parse_group(text: &str) -> Vec<GroupEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.len() >= 4).then_some(())?;
+            Some(GroupEntry {
+                name: fields[0].to_owned(),
+                gid: fields[2].parse().ok()?,
+                members: fields[3]
+                    .split(',')
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// Checks that `identity` is what the provisioner made: it exists once, is not root and
+/// shares its uid with no one; its primary group is `instance_group`; its private group (of
+/// the same name) holds exactly it and `service_user`, and is no other account's primary group.
+pub fn check_identity(
+    passwd: &[PasswdEntry],
+    groups: &[GroupEntry],
+    identity: &str,
+    instance_group: &str,
+    service_user: &str,
+) -> Result<(), String> {
+    let users: Vec<&PasswdEntry> = passwd.iter().filter(|u| u.name == identity).collect();
+    let [user] = users.as_slice() else {
+        return Err(format!(
+            "the site identity {identity} is {} in /etc/passwd",
+            if users.is_empty() {
+                "missing"
+            } else {
+                "listed twice"
+            }
+        ));
+    };
+    if user.uid == 0 {
+        return Err(format!("the site identity {identity} has uid 0"));
+    }
+    if passwd.iter().filter(|u| u.uid == user.uid).count() > 1 {
+        return Err(format!(
+            "the site identity {identity} shares uid {} with another account",
+            user.uid
+        ));
+    }
+    let primary = groups
+        .iter()
+        .find(|g| g.gid == user.gid)
+        .map(|g| g.name.as_str());
+    if primary != Some(instance_group) {
+        return Err(format!(
+            "the site identity {identity}'s primary group is {}, not {instance_group}",
+            primary.unwrap_or("unknown")
+        ));
+    }
+    let private = groups
+        .iter()
+        .find(|g| g.name == identity)
+        .ok_or_else(|| format!("the site identity's private group {identity} is missing"))?;
+    let members: BTreeSet<&str> = private.members.iter().map(String::as_str).collect();
+    let wanted: BTreeSet<&str> = [identity, service_user].into_iter().collect();
+    if members != wanted {
+        return Err(format!(
+            "the private group {identity} holds {members:?}, not exactly {wanted:?}"
+        ));
+    }
+    if let Some(other) = passwd
+        .iter()
+        .find(|u| u.gid == private.gid && u.name != identity)
+    {
+        return Err(format!(
+            "the private group {identity} is {}'s primary group",
+            other.name
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `path` and every directory above it are root's and writable by no one else, so
+/// no site identity can replace what a door runs.
+pub fn check_root_owned(path: &Path) -> Result<(), String> {
+    let mut at = Some(path);
+    while let Some(p) = at {
+        let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if meta.uid() != 0 {
+            return Err(format!("{} is not owned by root", p.display()));
+        }
+        // A sticky directory (e.g. /tmp) still lets its users plant names in it.
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by a group or others (mode {:o})",
+                p.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+        at = p.parent();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash
+atelier-example:x:990:990::/nonexistent:/usr/sbin/nologin
+atelier-a-example_1:x:991:990::/nonexistent:/usr/sbin/nologin
+atelier-a-example_2:x:992:990::/nonexistent:/usr/sbin/nologin
+";
+    const GROUP: &str = "root:x:0:
+atelier-example:x:990:
+atelier-a-example_1:x:991:atelier-a-example_1,atelier-example
+atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
+";
+
+    fn check(passwd: &str, group: &str) -> Result<(), String> {
+        check_identity(
+            &parse_passwd(passwd),
+            &parse_group(group),
+            "atelier-a-example_1",
+            "atelier-example",
+            "atelier-example",
+        )
+    }
+
+    #[test]
+    fn identities_as_the_provisioner_makes_them_pass_and_every_drift_is_named() {
+        assert_eq!(check(PASSWD, GROUP), Ok(()));
+        let cases: [(&str, String, String, &str); 7] = [
+            (
+                "missing",
+                PASSWD.replace("atelier-a-example_1:", "someone-else:"),
+                GROUP.into(),
+                "missing",
+            ),
+            (
+                "uid 0",
+                PASSWD.replace(":991:990:", ":0:990:"),
+                GROUP.into(),
+                "uid 0",
+            ),
+            (
+                "shared uid",
+                PASSWD.replace(":992:990:", ":991:990:"),
+                GROUP.into(),
+                "shares uid",
+            ),
+            (
+                "wrong primary group",
+                PASSWD.replace(":991:990:", ":991:0:"),
+                GROUP.into(),
+                "primary group is root",
+            ),
+            (
+                "stranger in the private group",
+                PASSWD.into(),
+                GROUP.replace(
+                    "atelier-a-example_1,atelier-example",
+                    "atelier-a-example_1,atelier-example,mallory",
+                ),
+                "holds",
+            ),
+            (
+                "service user missing from it",
+                PASSWD.into(),
+                GROUP.replace("atelier-a-example_1,atelier-example", "atelier-a-example_1"),
+                "holds",
+            ),
+            (
+                "another account's primary group",
+                format!("{PASSWD}mallory:x:1500:991::/:/bin/sh\n"),
+                GROUP.into(),
+                "mallory's primary group",
+            ),
+        ];
+        for (name, passwd, group, words) in cases {
+            let got = check(&passwd, &group).unwrap_err();
+            assert!(got.contains(words), "{name}: {got}");
+        }
+    }
+
+    #[test]
+    fn the_shim_must_be_roots_all_the_way_up() {
+        assert_eq!(check_root_owned(Path::new("/usr/bin/env")), Ok(()));
+        let dir = tempfile::tempdir().unwrap();
+        let shim = dir.path().join("atelier-shim");
+        std::fs::write(&shim, "").unwrap();
+        // tempdir() lives under /tmp, which others may write (sticky or not).
+        assert!(check_root_owned(&shim).is_err());
+        assert!(check_root_owned(Path::new("/nonexistent/shim")).is_err());
+    }
+}
