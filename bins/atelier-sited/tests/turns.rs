@@ -599,14 +599,28 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
             "unsaved.txt"
         ]
     );
-    // The site is usable again.
-    let again = call(
+    // The site is usable again once the recovery has released it (site_recovering is the
+    // retryable busy the engine waits out).
+    let mut again = call(
         &socket,
         Method::POST,
         &format!("/v1/sessions/{id}/messages"),
         json!({"message": "write after.txt back", "actor": actor()}),
     )
     .await;
+    for _ in 0..250 {
+        if again.status != StatusCode::CONFLICT || again.json()["reason"] != "site_recovering" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        again = call(
+            &socket,
+            Method::POST,
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": "write after.txt back", "actor": actor()}),
+        )
+        .await;
+    }
     assert_eq!(again.status, StatusCode::OK, "{}", again.body);
     let events = follow_events(&socket, &id, -1, WAIT).await;
     assert_eq!(
