@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use atelier_llm::{
     run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
-    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolExecutor,
+    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolChoice, ToolExecutor,
     ToolRejection, ToolResult,
 };
 use serde_json::Value;
@@ -141,6 +141,8 @@ impl TurnRunner for LoopRunner {
                 tools: tools.iter().map(ToolSpec::definition).collect(),
                 max_tokens: None,
                 scope: Some(scope.as_str().to_owned()),
+                // The editor's turns leave the choice to the model, as the original did.
+                tool_choice: ToolChoice::Auto,
             };
             let executor = TurnExecutor {
                 tools,

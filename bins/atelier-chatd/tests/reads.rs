@@ -227,6 +227,7 @@ fn request_for(system: Vec<String>) -> ChatRequest {
             .collect(),
         max_tokens: None,
         scope: Some("site".into()),
+        tool_choice: Default::default(),
     }
 }
 

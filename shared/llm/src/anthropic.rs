@@ -9,7 +9,8 @@ use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
-    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolResult, Usage,
+    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
+    ToolResult, Usage,
 };
 
 /// Anthropic's production base URL.
@@ -65,10 +66,21 @@ impl Driver for AnthropicDriver {
                 })
                 .collect();
         }
+        if let Some(choice) = request.explicit_tool_choice() {
+            body["tool_choice"] = match choice {
+                ToolChoice::Auto => json!({"type": "auto"}),
+                ToolChoice::None => json!({"type": "none"}),
+                ToolChoice::Required => json!({"type": "any"}),
+                ToolChoice::Function(name) => json!({"type": "tool", "name": name}),
+            };
+        }
         body
     }
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
+        if let Some(refusal) = request.tool_choice_refusal() {
+            return config_error(&refusal);
+        }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
             return config_error("Anthropic requires an API key. Add one in /admin/ai/providers.");
         };

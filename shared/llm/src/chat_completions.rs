@@ -13,7 +13,7 @@ use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
-    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, Usage,
+    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
 
 /// Ollama's usual local base URL.
@@ -84,11 +84,24 @@ impl Driver for ChatCompletionsDriver {
                 })
                 .collect();
         }
+        if let Some(choice) = request.explicit_tool_choice() {
+            body["tool_choice"] = match choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Function(name) => {
+                    json!({"type": "function", "function": {"name": name}})
+                }
+            };
+        }
         body
     }
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
         let label = self.label();
+        if let Some(refusal) = request.tool_choice_refusal() {
+            return config_error(&refusal);
+        }
         let base = normalize_openai_base_url(&self.endpoint.base_url);
         if base.is_empty() {
             return config_error(&format!(

@@ -71,7 +71,7 @@ pub use tool_loop::{
 };
 pub use transport::{Endpoint, EventStream, DEFAULT_IDLE_TIMEOUT};
 pub use types::{
-    ChatRequest, ContentBlock, Image, Message, Role, RoundEnd, StreamEvent, ToolCall,
+    ChatRequest, ContentBlock, Image, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
     ToolDefinition, ToolResult, Usage, TOOL_CALL_FAILED,
 };
 

@@ -10,7 +10,7 @@ use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
-    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, Usage,
+    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
 
 /// OpenAI's production base URL (the driver appends `/v1/responses`).
@@ -89,11 +89,22 @@ impl Driver for ResponsesDriver {
                 })
                 .collect();
         }
+        if let Some(choice) = request.explicit_tool_choice() {
+            body["tool_choice"] = match choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Function(name) => json!({"type": "function", "name": name}),
+            };
+        }
         body
     }
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
         let label = self.label();
+        if let Some(refusal) = request.tool_choice_refusal() {
+            return config_error(&refusal);
+        }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
             return config_error(&format!(
                 "{label} requires an API key. Add one in /admin/ai/providers."

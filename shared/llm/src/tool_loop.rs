@@ -36,7 +36,8 @@ use tokio::sync::mpsc;
 use crate::driver::Driver;
 use crate::error::LlmError;
 use crate::types::{
-    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolResult, Usage,
+    ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
+    ToolResult, Usage,
 };
 
 pub use event::{LoopEvent, ToolCallStatus};
@@ -364,6 +365,14 @@ impl Turn<'_> {
             });
             let index = self.request.messages.len() - 1;
             evidence.record(&mut self.request.messages, index, &names);
+            // A forced call has been made and answered; forcing it again would call it every
+            // round until the round limit, so the model chooses from here on.
+            if matches!(
+                self.request.tool_choice,
+                ToolChoice::Required | ToolChoice::Function(_)
+            ) {
+                self.request.tool_choice = ToolChoice::Auto;
+            }
         }
     }
 

@@ -137,6 +137,21 @@ pub struct ToolDefinition {
     pub input_schema: Value,
 }
 
+/// Whether the model may, must or must not call a tool this round. Every provider's API has
+/// the same four choices under its own spelling; each driver maps them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (every provider's default, so nothing is sent).
+    #[default]
+    Auto,
+    /// The model must answer in text, though tools are declared.
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call the named tool.
+    Function(String),
+}
+
 /// One provider round: what to send.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChatRequest {
@@ -153,6 +168,39 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// The chat scope (e.g. `site`), used to build OpenAI's `prompt_cache_key`.
     pub scope: Option<String>,
+    /// Whether the model may, must or must not call a tool.
+    pub tool_choice: ToolChoice,
+}
+
+impl ChatRequest {
+    /// Why this request's tool choice cannot be sent, if it cannot: a choice that forces a
+    /// call needs tools to call, and a named one must name a declared tool. Drivers refuse
+    /// such a request before anything reaches the provider.
+    pub fn tool_choice_refusal(&self) -> Option<String> {
+        match &self.tool_choice {
+            ToolChoice::Auto | ToolChoice::None => None,
+            ToolChoice::Required if self.tools.is_empty() => {
+                Some("A required tool call needs at least one tool.".to_owned())
+            }
+            ToolChoice::Required => None,
+            ToolChoice::Function(name) if !self.tools.iter().any(|tool| &tool.name == name) => {
+                Some(format!(
+                    "The forced tool \"{name}\" is not among the request's tools."
+                ))
+            }
+            ToolChoice::Function(_) => None,
+        }
+    }
+
+    /// The tool choice to send, if any: `Auto` is every provider's default and `None` without
+    /// tools has nothing to refuse, so neither is sent and bodies stay as they were.
+    pub(crate) fn explicit_tool_choice(&self) -> Option<&ToolChoice> {
+        match self.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::None if self.tools.is_empty() => None,
+            _ => Some(&self.tool_choice),
+        }
+    }
 }
 
 /// Token counts a provider reported for one round.

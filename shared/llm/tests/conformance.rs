@@ -161,6 +161,7 @@ fn request() -> ChatRequest {
         }],
         max_tokens: None,
         scope: Some("site".to_owned()),
+        tool_choice: Default::default(),
     }
 }
 

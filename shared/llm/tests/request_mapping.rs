@@ -2,7 +2,7 @@
 
 use atelier_llm::{
     AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver, Endpoint, Image,
-    Message, ResponsesDriver, Role, ToolCall, ToolDefinition, ToolResult,
+    LlmError, Message, ResponsesDriver, Role, ToolCall, ToolChoice, ToolDefinition, ToolResult,
     SYSTEM_PROMPT_DYNAMIC_BOUNDARY,
 };
 use serde_json::json;
@@ -71,6 +71,7 @@ fn request() -> ChatRequest {
         }],
         max_tokens: None,
         scope: Some("site".to_owned()),
+        tool_choice: Default::default(),
     }
 }
 
@@ -202,5 +203,129 @@ async fn keyless_cloud_drivers_fail_before_sending() {
             matches!(items.as_slice(), [Err(atelier_llm::LlmError::Config { message })] if message.contains("requires an API key")),
             "{items:?}"
         );
+    }
+}
+
+/// Every driver, by its label, for the tables below.
+fn drivers() -> Vec<(&'static str, Box<dyn Driver>)> {
+    vec![
+        ("anthropic", Box::new(AnthropicDriver::new(endpoint()))),
+        ("openai", Box::new(ResponsesDriver::openai(endpoint()))),
+        (
+            "openrouter",
+            Box::new(ResponsesDriver::openrouter(endpoint())),
+        ),
+        (
+            "ollama",
+            Box::new(ChatCompletionsDriver::ollama(endpoint())),
+        ),
+        (
+            "custom",
+            Box::new(ChatCompletionsDriver::openai_compatible(endpoint())),
+        ),
+    ]
+}
+
+#[test]
+fn every_driver_spells_each_tool_choice_in_its_own_wire() {
+    let snap = || ToolChoice::Function("snap".to_owned());
+    // (driver, choice, the `tool_choice` field sent; null = no field)
+    let cases = [
+        ("anthropic", ToolChoice::Auto, json!(null)),
+        ("anthropic", ToolChoice::None, json!({"type": "none"})),
+        ("anthropic", ToolChoice::Required, json!({"type": "any"})),
+        ("anthropic", snap(), json!({"type": "tool", "name": "snap"})),
+        ("openai", ToolChoice::Auto, json!(null)),
+        ("openai", ToolChoice::None, json!("none")),
+        ("openai", ToolChoice::Required, json!("required")),
+        (
+            "openai",
+            snap(),
+            json!({"type": "function", "name": "snap"}),
+        ),
+        ("openrouter", ToolChoice::None, json!("none")),
+        ("openrouter", ToolChoice::Required, json!("required")),
+        (
+            "openrouter",
+            snap(),
+            json!({"type": "function", "name": "snap"}),
+        ),
+        ("ollama", ToolChoice::Auto, json!(null)),
+        ("ollama", ToolChoice::Required, json!("required")),
+        (
+            "ollama",
+            snap(),
+            json!({"type": "function", "function": {"name": "snap"}}),
+        ),
+        ("custom", ToolChoice::Auto, json!(null)),
+        ("custom", ToolChoice::None, json!("none")),
+        ("custom", ToolChoice::Required, json!("required")),
+        (
+            "custom",
+            snap(),
+            json!({"type": "function", "function": {"name": "snap"}}),
+        ),
+    ];
+    let drivers = drivers();
+    for (name, choice, expected) in cases {
+        let driver = &drivers.iter().find(|(n, _)| *n == name).unwrap().1;
+        let mut request = request();
+        request.tool_choice = choice.clone();
+        let body = driver.request_body(&request);
+        assert_eq!(body["tool_choice"], expected, "{name} {choice:?}");
+    }
+}
+
+#[test]
+fn a_choice_without_tools_to_refuse_is_not_sent() {
+    for (name, driver) in drivers() {
+        let mut request = request();
+        request.tools.clear();
+        request.tool_choice = ToolChoice::None;
+        let body = driver.request_body(&request);
+        assert!(body.get("tool_choice").is_none(), "{name}: {body}");
+        assert!(request.tool_choice_refusal().is_none());
+    }
+}
+
+#[tokio::test]
+async fn an_impossible_choice_is_refused_before_anything_is_sent() {
+    use futures_util::StreamExt;
+    // (case, tools kept, choice, the refusal's text)
+    let cases = [
+        (
+            "required without tools",
+            false,
+            ToolChoice::Required,
+            "A required tool call needs at least one tool.",
+        ),
+        (
+            "named without tools",
+            false,
+            ToolChoice::Function("snap".to_owned()),
+            "The forced tool \"snap\" is not among the request's tools.",
+        ),
+        (
+            "named tool not declared",
+            true,
+            ToolChoice::Function("paint".to_owned()),
+            "The forced tool \"paint\" is not among the request's tools.",
+        ),
+    ];
+    for (case, keep_tools, choice, text) in cases {
+        for (name, driver) in drivers() {
+            let mut request = request();
+            if !keep_tools {
+                request.tools.clear();
+            }
+            request.tool_choice = choice.clone();
+            // The endpoint is a closed port: any request sent would fail as unreachable, so a
+            // configuration error proves nothing was sent.
+            let items: Vec<_> = driver.stream(&request).collect().await;
+            match items.as_slice() {
+                [Err(LlmError::Config { message })] => assert_eq!(message, text, "{case} {name}"),
+                other => panic!("{case} {name}: {other:?}"),
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use atelier_llm::{
     run_tool_loop, AnthropicDriver, ChatRequest, Driver, Endpoint, EventSink, LlmError, LoopEnd,
-    LoopError, LoopEvent, LoopOptions, LoopOutcome, Message, ResponsesDriver, ToolCall,
+    LoopError, LoopEvent, LoopOptions, LoopOutcome, Message, ResponsesDriver, ToolCall, ToolChoice,
     ToolDefinition, ToolExecutor, ToolRejection, ToolResult, Usage, INTERRUPTED_TOOL_RESULT_ERROR,
 };
 use serde_json::{json, Value};
@@ -133,6 +133,7 @@ fn request() -> ChatRequest {
         }],
         max_tokens: None,
         scope: Some("site".to_owned()),
+        tool_choice: Default::default(),
     }
 }
 
@@ -625,4 +626,33 @@ async fn a_gone_consumer_aborts_a_tool_that_never_answers() {
     .expect("the loop should notice the consumer left while the tool hangs");
     assert_eq!(outcome.end, LoopEnd::Aborted);
     assert_eq!(tools.started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_forced_call_is_forced_once_then_the_model_chooses() {
+    let tools = ServerTools::default();
+    let server = start_sequence(anthropic_scripts(&["tool_call_deltas", "usage_cache"])).await;
+    let mut forced = request();
+    forced.tool_choice = ToolChoice::Function("site_find_nodes".to_owned());
+    let (tx, _rx) = mpsc::channel(256);
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        run_tool_loop(
+            &anthropic(&server),
+            &tools,
+            forced,
+            LoopOptions::default(),
+            &tx,
+        ),
+    )
+    .await
+    .expect("the turn should end");
+    assert_eq!(outcome.end, LoopEnd::Completed);
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(
+        bodies[0]["tool_choice"],
+        json!({"type": "tool", "name": "site_find_nodes"})
+    );
+    assert!(bodies[1].get("tool_choice").is_none(), "{}", bodies[1]);
 }
