@@ -12,7 +12,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use atelier_fs::Root;
@@ -690,8 +690,11 @@ fn a_reader_never_sees_a_missing_file_or_two_releases_mixed_during_100_flips() {
         .collect();
     let link = web.path().join("pre");
     let stop = Arc::new(AtomicBool::new(false));
+    // Rounds the reader has finished: each flip waits for one more, so the reader overlaps
+    // every flip however the machine's load schedules the two threads.
+    let rounds = Arc::new(AtomicU64::new(0));
     let reader = {
-        let (link, stop) = (link.clone(), stop.clone());
+        let (link, stop, rounds) = (link.clone(), stop.clone(), rounds.clone());
         std::thread::spawn(move || {
             let (mut reads, mut snapshots, mut failures, mut mixed) =
                 (0u64, 0u64, Vec::new(), 0u64);
@@ -725,15 +728,23 @@ fn a_reader_never_sees_a_missing_file_or_two_releases_mixed_during_100_flips() {
                     }
                     Err(e) => failures.push(format!("link: {e}")),
                 }
+                rounds.fetch_add(1, Ordering::SeqCst);
             }
             (reads, snapshots, failures, mixed)
         })
     };
+    let wait_for_a_round = || {
+        let seen = rounds.load(Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while rounds.load(Ordering::SeqCst) == seen {
+            assert!(std::time::Instant::now() < deadline, "the reader stopped");
+            std::thread::yield_now();
+        }
+    };
     for flip in 0..100 {
         pre.activate(ids[flip % ids.len()].as_str()).unwrap();
+        wait_for_a_round();
     }
-    // Let the reader overlap the last flip too.
-    std::thread::sleep(std::time::Duration::from_millis(20));
     stop.store(true, Ordering::Relaxed);
     let (reads, snapshots, failures, mixed) = reader.join().unwrap();
     assert!(
@@ -744,7 +755,7 @@ fn a_reader_never_sees_a_missing_file_or_two_releases_mixed_during_100_flips() {
     );
     assert_eq!(mixed, 0);
     assert!(
-        reads > 100 && snapshots > 10,
+        reads >= 300 && snapshots >= 100,
         "the reader barely ran: {reads} reads, {snapshots} snapshots"
     );
     println!("100 flips: {reads} reads, {snapshots} snapshots, 0 failures, 0 mixed");

@@ -300,11 +300,18 @@ pub fn finish_and_echo(
         String::from_utf8_lossy(&greeting),
         format!("hello {host}\n")
     );
-    tls.write_all(payload).unwrap();
-    let mut echoed = vec![0u8; payload.len()];
-    tls.read_exact(&mut echoed).unwrap();
-    assert!(echoed == payload, "the echo differs");
+    // A piece at a time, each echo read before the next piece goes: writing it all before
+    // reading could fill every buffer on the echo path and stall both ends, whatever the gate.
+    let mut echoed = vec![0u8; ECHO_PIECE];
+    for piece in payload.chunks(ECHO_PIECE) {
+        tls.write_all(piece).unwrap();
+        tls.read_exact(&mut echoed[..piece.len()]).unwrap();
+        assert!(&echoed[..piece.len()] == piece, "the echo differs");
+    }
 }
+
+/// How much of an echo payload is in flight at once.
+const ECHO_PIECE: usize = 16 * 1024;
 
 /// Reads until the gate closes the tunnel; what arrived.
 pub fn read_to_close(stream: &mut UnixStream) -> Vec<u8> {
