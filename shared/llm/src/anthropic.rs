@@ -336,7 +336,7 @@ impl Translator for AnthropicTranslator {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> RoundEnd {
+    fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> Result<RoundEnd, LlmError> {
         let mut content = Vec::new();
         let mut tool_calls = Vec::new();
         for (_, block) in &self.blocks {
@@ -364,7 +364,7 @@ impl Translator for AnthropicTranslator {
                 }
             }
         }
-        RoundEnd {
+        Ok(RoundEnd {
             stop: self.stop_reason.as_deref() != Some("tool_use"),
             stop_reason: self.stop_reason.clone(),
             tool_calls,
@@ -379,7 +379,7 @@ impl Translator for AnthropicTranslator {
                 cache_write_tokens: Some(self.usage_count("cache_creation_input_tokens")),
                 cost_usd: None,
             }),
-        }
+        })
     }
 }
 

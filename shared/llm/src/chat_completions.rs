@@ -75,6 +75,9 @@ impl Driver for ChatCompletionsDriver {
             "stream": true,
             "stream_options": {"include_usage": true},
         });
+        if let Some(limit) = request.max_tokens {
+            body["max_tokens"] = json!(limit);
+        }
         if !request.tools.is_empty() {
             body["tools"] = request
                 .tools
@@ -212,6 +215,8 @@ struct ChatCompletionsTranslator {
     finish_reason: Option<String>,
     emitted: bool,
     usage: Option<Usage>,
+    /// Whether any chunk arrived: a clean end before the first one is no answer at all.
+    answered: bool,
 }
 
 impl ChatCompletionsTranslator {
@@ -248,6 +253,7 @@ impl Translator for ChatCompletionsTranslator {
         let Some(Ok(chunk)) = frame.data.as_deref().map(serde_json::from_str::<Value>) else {
             return Ok(());
         };
+        self.answered = true;
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             let detail =
                 extract_error_message(&json!({ "error": error }).to_string()).unwrap_or_default();
@@ -314,7 +320,21 @@ impl Translator for ChatCompletionsTranslator {
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut Vec<StreamEvent>) -> RoundEnd {
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) -> Result<RoundEnd, LlmError> {
+        if !self.answered {
+            // llama.cpp's Python server answers 200 and then ends the body at once when the
+            // request fails after it was accepted (a prompt beyond its context window does
+            // this); an empty "answer" would otherwise end the turn as if the model said
+            // nothing.
+            return Err(LlmError::Provider {
+                message: format!(
+                    "{} ended its answer before sending anything. The server may have failed \
+                     after accepting the request (a prompt longer than its context window \
+                     does this); check its log.",
+                    self.label
+                ),
+            });
+        }
         // Unlike the reference, calls of a stream that ended without a finish_reason are
         // still declared before they are returned, so no call runs undeclared.
         self.complete_calls(out);
@@ -326,7 +346,7 @@ impl Translator for ChatCompletionsTranslator {
             });
         }
         content.extend(tool_calls.iter().cloned().map(ContentBlock::ToolCall));
-        RoundEnd {
+        Ok(RoundEnd {
             stop: tool_calls.is_empty(),
             stop_reason: self.finish_reason.clone(),
             tool_calls,
@@ -335,7 +355,7 @@ impl Translator for ChatCompletionsTranslator {
                 content,
             }),
             usage: self.usage,
-        }
+        })
     }
 }
 

@@ -320,7 +320,7 @@ impl Translator for ResponsesTranslator {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> RoundEnd {
+    fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> Result<RoundEnd, LlmError> {
         let mut content = Vec::new();
         if !self.text.is_empty() {
             content.push(ContentBlock::Text {
@@ -328,7 +328,7 @@ impl Translator for ResponsesTranslator {
             });
         }
         content.extend(self.tool_calls.iter().cloned().map(ContentBlock::ToolCall));
-        RoundEnd {
+        Ok(RoundEnd {
             stop: self.tool_calls.is_empty(),
             stop_reason: self.status.clone(),
             tool_calls: self.tool_calls.clone(),
@@ -337,7 +337,7 @@ impl Translator for ResponsesTranslator {
                 content,
             }),
             usage: self.usage,
-        }
+        })
     }
 }
 

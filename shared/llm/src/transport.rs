@@ -67,8 +67,9 @@ impl Endpoint {
 pub(crate) trait Translator: Send + 'static {
     /// Handles one frame, pushing the events it produces; an `Err` ends the round.
     fn frame(&mut self, frame: &SseFrame, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
-    /// The stream ended cleanly: push any last events and say how the round ended.
-    fn finish(&mut self, out: &mut Vec<StreamEvent>) -> RoundEnd;
+    /// The stream ended cleanly: push any last events and say how the round ended, or why a
+    /// clean end is still a failed round.
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) -> Result<RoundEnd, LlmError>;
 }
 
 /// A prepared provider request.
@@ -221,7 +222,7 @@ async fn next_event(mut reading: Reading) -> Option<(Result<StreamEvent, LlmErro
         if at_end && !reading.queue.iter().any(Result::is_err) {
             let end = reading.translator.finish(&mut events);
             reading.queue.extend(events.into_iter().map(Ok));
-            reading.queue.push_back(Ok(StreamEvent::Finished(end)));
+            reading.queue.push_back(end.map(StreamEvent::Finished));
             reading.ended = true;
         }
     }

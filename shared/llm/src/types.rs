@@ -164,7 +164,8 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// The tools the model may call; none sends no `tools` field.
     pub tools: Vec<ToolDefinition>,
-    /// The output token limit, for wires that require one (Anthropic: 8192 when `None`).
+    /// The output token limit: Anthropic's wire requires one (8192 when `None`);
+    /// chat/completions sends it only when set; the Responses wire does not send it.
     pub max_tokens: Option<u32>,
     /// The chat scope (e.g. `site`), used to build OpenAI's `prompt_cache_key`.
     pub scope: Option<String>,

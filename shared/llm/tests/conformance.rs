@@ -678,3 +678,72 @@ conformance! {
     ollama_chat_completions => ollama,
     openai_compatible_chat_completions => custom,
 }
+
+// ---------------------------------------------------------------------------------------------
+// The wire of a real OpenAI-compatible server (llama-cpp-python 0.3.36, recorded by
+// tests/real_model.rs's server), where it differs from the transcripts above.
+
+#[tokio::test]
+async fn llama_cpp_text_without_a_usage_chunk_reports_no_usage() {
+    let round = replay(&custom(), "llama_cpp_text").await;
+    assert_eq!(
+        round.texts().concat(),
+        "The hero of the story is a character from the novel \""
+    );
+    let end = round.finished();
+    assert!(end.stop && end.tool_calls.is_empty());
+    assert_eq!(end.stop_reason.as_deref(), Some("length"));
+    // The server counted nothing on the stream; no count is invented.
+    assert_eq!(end.usage, None);
+}
+
+#[tokio::test]
+async fn llama_cpp_forced_call_repeating_its_id_and_name_in_every_delta_is_one_call() {
+    let round = replay(&custom(), "llama_cpp_forced_tool_call").await;
+    let id = "call__0_site_find_nodes_cmpl-3f836790-9e2d-4967-a63d-8d7664184a21";
+    let started: Vec<&StreamEvent> = round
+        .events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::ToolCallStarted { .. }))
+        .collect();
+    assert_eq!(
+        started,
+        [&StreamEvent::ToolCallStarted {
+            id: id.to_owned(),
+            name: "site_find_nodes".to_owned()
+        }]
+    );
+    let deltas: String = round
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::ToolCallArgumentsDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Each piece once, though the legacy function_call beside tool_calls repeats it.
+    assert_eq!(deltas, r#"{ "query" : "heroes" }"#);
+    let call = ToolCall {
+        id: id.to_owned(),
+        name: "site_find_nodes".to_owned(),
+        arguments: json!({"query": "heroes"}),
+    };
+    assert_eq!(round.completed(), [&call]);
+    let end = round.finished();
+    assert!(!end.stop);
+    assert_eq!(end.stop_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(end.tool_calls, [call]);
+    assert_eq!(end.usage, None);
+}
+
+#[tokio::test]
+async fn an_ok_answer_whose_stream_ends_before_any_event_is_a_failed_round() {
+    let round = replay(&custom(), "llama_cpp_empty_200").await;
+    match round.error() {
+        LlmError::Provider { message } => assert!(
+            message.starts_with("Custom Provider ended its answer before sending anything."),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}

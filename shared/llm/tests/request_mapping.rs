@@ -186,6 +186,11 @@ fn chat_completions_puts_system_first_and_uses_string_content_without_images() {
             body["tools"],
             json!([{"type": "function", "function": {"name": "snap", "description": "d", "parameters": {"type": "object"}}}])
         );
+        // An output limit is sent only when one is set.
+        assert!(body.get("max_tokens").is_none(), "{body}");
+        let mut limited = request();
+        limited.max_tokens = Some(64);
+        assert_eq!(driver.request_body(&limited)["max_tokens"], 64);
     }
 }
 

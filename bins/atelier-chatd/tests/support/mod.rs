@@ -336,3 +336,20 @@ pub async fn call_as(
     let status = reply.status;
     (status, reply.json().await)
 }
+
+/// A stored "Custom Provider" credential for the OpenAI-compatible server at `base_url` (given
+/// with `/v1`, as editors enter it); its id.
+pub async fn custom_provider_credential(socket: &Path, base_url: &str) -> String {
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(
+            serde_json::json!({"providerId": "openai-compatible", "authMode": "baseUrl",
+                    "displayLabel": "Local llama", "baseUrl": format!("{base_url}/v1")}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["credential"]["id"].as_str().unwrap().to_owned()
+}
