@@ -116,13 +116,24 @@ show_doors() {
   done
 }
 
-# The scripted agent's prompt (tests/agent-fixture/README.md): one directive per line; `\n`
-# inside a directive's text is a newline in the file.
-home_page_prompt() {
+# The agent is the real Claude Code; only its model is scripted: the lab model (a test fixture)
+# answers the first call with a `Write` of the page below and the second with closing words.
+lab_ns=atelier-demo-lab
+home_page_html() {
   local title=$1 line=$2
-  printf '%s\n' \
-    "I will give the collection a home page: $title." \
-    "write src/index.html <!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>$title</title>\n<link rel=\"stylesheet\" href=\"style.css\">\n</head>\n<body>\n<main>\n<h1>$title</h1>\n<p>$line</p>\n</main>\n</body>\n</html>"
+  printf '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>%s</title>\n<link rel="stylesheet" href="style.css">\n</head>\n<body>\n<main>\n<h1>%s</h1>\n<p>%s</p>\n</main>\n</body>\n</html>\n' \
+    "$title" "$title" "$line"
+}
+# (Re)starts the lab model in its namespace, scripted to write the page for $1 and $2.
+lab_model() {
+  [ -z "${lab_pid:-}" ] || { kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true; }
+  rm -f /etc/atelier-lab/ca.pem
+  ip netns exec $lab_ns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 \
+    --host model.lab.example --ca-out /etc/atelier-lab/ca.pem --record "$work/lab-requests" \
+    --write-path $ws/src/index.html --write-content "$(home_page_html "$1" "$2")" \
+    >> "$work/lab-model.log" 2>&1 &
+  lab_pid=$!
+  eventually 10 test -f /etc/atelier-lab/ca.pem
 }
 # One turn, its stream followed live to its end; atelierctl fails unless it ends idle.
 turn() {
@@ -133,6 +144,8 @@ turn() {
   check "the agent ran through the turn door" ran_through turn
   show_doors
   check "src/index.html now says '$title'" grep -q "<h1>$title</h1>" $ws/src/index.html
+  check "the agent reached its model through the site's gate (the session shows the CONNECT)" \
+    grep -q 'CONNECT model.lab.example:443' "$out"
   git_ws show --stat --format='commit %h by %an: %s' HEAD | show
 }
 # A build through the build door, waited for to its terminal record; the log sited wrote from
@@ -156,6 +169,16 @@ build_site() {
   check "the build succeeded and promoted release $(field release < "$out") into preproduction" \
     test "$waited/$(field outcome < "$out")" = 0/success
 }
+
+# The example declaration, with the lab model's host as the turn door's one provider host and
+# Claude Code pointed at it.
+python3 - /root/instance.example.json $decl <<'PY'
+import json, sys
+decl = json.load(open(sys.argv[1]))
+decl["agent"]["provider_hosts"] = ["model.lab.example"]
+decl["agent"]["anthropic_base_url"] = "https://model.lab.example"
+json.dump(decl, open(sys.argv[2], "w"), indent=2)
+PY
 
 step "the operator's part: the engine's group, credentials, certificates, a running nginx"
 bash /root/operator-setup.sh
@@ -193,6 +216,34 @@ check "the second apply planned and did nothing" test "$(head -n 1 "$work/apply2
 step "atelier-provision check"
 atelier-provision check --declaration $decl | tail -n 3 | show
 
+step "the lab: a scripted model at https://model.lab.example, the real Claude Code as the agent"
+say "the declaration names the real Claude Code and the lab model's host (changed from the example):"
+diff /root/instance.example.json $decl | show || true
+ip netns add $lab_ns
+ip link add labd0 type veth peer name labd1
+ip link set labd1 netns $lab_ns
+ip addr add 198.18.77.1/30 dev labd0 && ip link set labd0 up
+ip -n $lab_ns addr add 198.18.77.2/30 dev labd1 && ip -n $lab_ns link set labd1 up
+echo "198.18.77.2 model.lab.example" >> /etc/hosts
+mkdir -p /etc/atelier-lab
+lab_model 'The collection' 'Release one: twelve paintings.'
+check "the lab model listens on 198.18.77.2:443 in a network namespace of its own" \
+  test -f /etc/atelier-lab/ca.pem
+# 198.18.0.0/15 is not public: the gate counts it so only in development, and sited's agents
+# trust the lab's test CA only in development. Both are drop-ins; the door units stay as rendered.
+gate=atelier-$inst-s1-gate.service
+mkdir -p /etc/systemd/system/$gate.d /etc/systemd/system/$sited.d
+printf '[Service]\nEnvironment=ATELIER_DEPLOYMENT=development\nExecStart=\nExecStart=%s --allow-benchmark-range\n' \
+  "$(sed -n 's/^ExecStart=//p' /etc/systemd/system/$gate)" > /etc/systemd/system/$gate.d/50-lab.conf
+printf '[Service]\nEnvironment=ATELIER_DEPLOYMENT=development ATELIER_AGENT_EXTRA_CA_CERTS=/etc/atelier-lab/ca.pem\n' \
+  > /etc/systemd/system/$sited.d/50-lab.conf
+systemctl daemon-reload
+for dropin in /etc/systemd/system/$gate.d/50-lab.conf /etc/systemd/system/$sited.d/50-lab.conf; do
+  say "$dropin:"
+  show < "$dropin"
+done
+say "the agent: $(grep -o '"claude_code": "[^"]*"' $decl) — $("$(sed -n 's/.*"claude_code": "\([^"]*\)".*/\1/p' $decl)" --version)"
+
 step "sited starts on the first connection to its socket"
 say "$sited before: $(systemctl is-active $sited || true)"
 ctl health | show
@@ -208,9 +259,10 @@ show_doors
 check "its workspace has the template's first commit" \
   test "$(git_ws log --format=%s | tail -n 1)" = 'scaffold: initial template'
 
-step "a turn: the agent (atelier-test-agent as /usr/local/bin/claude) edits src/index.html"
+step "a turn: the real Claude Code edits src/index.html in the turn door"
 turn "$work/turn1" 'The collection' session start $slug \
-  "$(home_page_prompt 'The collection' 'Release one: twelve paintings.')"
+  'Give the collection a home page: The collection, release one.'
+say "the lab model saw $(wc -l < "$work/lab-requests") requests; the first carried the prompt: $(head -n 1 "$work/lab-requests" | grep -c 'release one') time(s)"
 session=$(head -n 1 "$work/turn1")
 
 step "build through the build door (atelier-build)"
@@ -236,8 +288,10 @@ check "plain http redirects to https" \
   = "301 https://$domain/"
 
 step "a second turn, build and publish"
+lab_model 'The collection, rehung' 'Release two: the spring rehang.'
 turn "$work/turn2" 'The collection, rehung' session send "$session" \
-  "$(home_page_prompt 'The collection, rehung' 'Release two: the spring rehang.')"
+  'Rehang the home page for the spring: The collection, rehung.'
+
 build_site "$work/build2"
 ctl publish $slug --note 'spring rehang' --confirm | tee "$work/publish2" | show
 release2=$(field release < "$work/publish2")

@@ -10,6 +10,9 @@
 //!   zero-copy tunnels ([`serve::tunnel`]).
 //! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::serve`],
 //!   [`mcp::McpDoor`]).
+//! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for
+//!   one run ([`decisions::serve`]); the decisions themselves are recorded in each door's
+//!   [`serve::DecisionLog`].
 //! - [`service`]: the systemd service around them ([`service::run`]).
 //!
 //! Each refusal is one closed enum with stable snake_case names (`as_str()`), so logs and
@@ -19,6 +22,7 @@
 pub mod address;
 pub mod client_hello;
 pub mod connect;
+pub mod decisions;
 pub mod mcp;
 pub mod plan;
 pub mod serve;

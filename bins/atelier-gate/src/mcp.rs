@@ -6,13 +6,16 @@
 //! credential; the body, for POST only, bounded at [`MAX_REQUEST_BODY`] (else 413). Upstream
 //! redirects are never followed: any 3xx is a 502. The status and the body pass through as
 //! they arrive (SSE streams are not buffered), with response headers by allowlist
-//! ([`RESPONSE_HEADERS`]). Every outcome leaves one line in the relay's [`DecisionLog`].
+//! ([`RESPONSE_HEADERS`]). Every outcome is a decision of the turn door (host [`MCP_HOST`], no
+//! port, the reason `<method> /mcp <status or refusal>`), recorded in the door's
+//! [`DecisionLog`] before the agent gets its answer.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use atelier_http::{read_body, BodyError, BoxError, Listener, Problem, Request, Response};
+use atelier_proto::egress::{Verdict, MCP_HOST};
 use atelier_sd::credentials::Secret;
 use futures_util::TryStreamExt as _;
 use http_body_util::{BodyExt as _, StreamBody};
@@ -136,14 +139,19 @@ pub struct McpDoor {
     /// The key's header value, marked sensitive; `None` when the instance declares no key.
     key: Option<HeaderValue>,
     client: reqwest::Client,
-    /// The relay's decisions.
-    pub log: DecisionLog,
+    /// The decisions of the door the relay serves (the turn door's).
+    pub log: Arc<DecisionLog>,
 }
 
 impl McpDoor {
-    /// A relay to `upstream` adding `key` (when there is one) as [`API_KEY_HEADER`]. The
-    /// client follows no redirect and uses no proxy from the environment.
-    pub fn new(upstream: &str, key: Option<Secret<String>>) -> Result<McpDoor, McpError> {
+    /// A relay to `upstream` adding `key` (when there is one) as [`API_KEY_HEADER`], recording
+    /// its decisions in `log`, the log of the door it serves. The client follows no redirect
+    /// and uses no proxy from the environment.
+    pub fn new(
+        upstream: &str,
+        key: Option<Secret<String>>,
+        log: Arc<DecisionLog>,
+    ) -> Result<McpDoor, McpError> {
         let key = key
             .map(|key| {
                 let mut value =
@@ -162,17 +170,21 @@ impl McpDoor {
             upstream: upstream.to_owned(),
             key,
             client,
-            log: DecisionLog::new(),
+            log,
         })
     }
 
-    fn record(&self, method: &Method, verdict: &str, reason: &str) {
-        self.log
-            .record("mcp", &format!("{method} {MCP_PATH}"), verdict, reason);
+    fn record(&self, method: &Method, verdict: Verdict, outcome: &str) {
+        self.log.record(
+            MCP_HOST,
+            None,
+            verdict,
+            &format!("{method} {MCP_PATH} {outcome}"),
+        );
     }
 
     fn refuse(&self, method: &Method, refusal: McpRefusal) -> Response {
-        self.record(method, "refused", refusal.as_str());
+        self.record(method, Verdict::Refused, refusal.as_str());
         refusal.response()
     }
 }
@@ -238,7 +250,7 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
         // Dropping the answer cancels its body; the Location is not followed, nor shown.
         return door.refuse(&method, McpRefusal::UpstreamRedirect);
     }
-    door.record(&method, "relayed", answer.status().as_str());
+    door.record(&method, Verdict::Relayed, answer.status().as_str());
     let mut response = hyper::Response::builder().status(answer.status().as_u16());
     for name in RESPONSE_HEADERS {
         for value in answer.headers().get_all(name) {

@@ -6,8 +6,12 @@
 //! the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
 //! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
 //! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced
-//! ([`tunnel`]: `splice(2)` through pipes, a copy where the kernel refuses). Every decision
-//! leaves one line in the door's [`DecisionLog`].
+//! ([`tunnel`]: `splice(2)` through pipes, a copy where the kernel refuses).
+//!
+//! Every decision is recorded in the door's [`DecisionLog`] before the client hears of it: a
+//! refusal or failure before its reply, `allowed` (the tunnel's address) before the 200, and a
+//! refused first flight before the tunnel is closed. So a subscriber that ends its subscription
+//! after the client saw its answer has that decision.
 
 use std::future::Future;
 use std::io;
@@ -21,6 +25,9 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::time::{timeout, Instant};
 
+use atelier_proto::egress::Verdict as Decided;
+use atelier_proto::Door as DoorName;
+
 use crate::address::{Policy, Verdict};
 use crate::client_hello::{
     check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
@@ -32,7 +39,9 @@ use crate::connect::{
 mod decision_log;
 pub mod tunnel;
 
-pub use decision_log::{printable, DecisionLog, MAX_LOG_LINES, MAX_LOG_TEXT};
+pub use decision_log::{
+    printable, DecisionLog, Subscription, SubscriptionEnd, MAX_LOG_LINES, MAX_LOG_TEXT,
+};
 pub use tunnel::Mode;
 
 /// The reply that opens a tunnel.
@@ -115,8 +124,6 @@ impl Default for Limits {
 
 /// Everything one door's listener needs.
 pub struct Door {
-    /// The door's name (`turn`, `build`), in every log line.
-    pub name: String,
     /// The hosts on the door's plan.
     pub hosts: Vec<String>,
     /// What counts as a public address.
@@ -127,29 +134,41 @@ pub struct Door {
     pub resolver: Arc<dyn Resolver>,
     /// Dials vetted addresses.
     pub dialer: Arc<dyn Dialer>,
-    /// The door's decisions.
-    pub log: DecisionLog,
+    /// The door's decisions; its door names this one (`turn`, `build`) in every log line.
+    pub log: Arc<DecisionLog>,
     /// How open tunnels move their bytes.
     pub mode: Mode,
 }
 
 impl Door {
-    /// A production door: the system resolver, direct dials, default limits.
-    pub fn new(name: &str, hosts: Vec<String>, policy: Policy) -> Door {
+    /// A production door: the system resolver, direct dials, default limits, a new log.
+    pub fn new(name: DoorName, hosts: Vec<String>, policy: Policy) -> Door {
         Door {
-            name: name.to_owned(),
             hosts,
             policy,
             limits: Limits::default(),
             resolver: Arc::new(SystemResolver),
             dialer: Arc::new(TcpDialer),
-            log: DecisionLog::new(),
+            log: Arc::new(DecisionLog::new(name)),
             mode: Mode::Splice,
         }
     }
 
-    fn record(&self, destination: &str, verdict: &str, reason: &str) {
-        self.log.record(&self.name, destination, verdict, reason);
+    /// The door's name, its log's door.
+    pub fn name(&self) -> DoorName {
+        self.log.door()
+    }
+
+    /// Records a decision about a CONNECT whose head parsed.
+    fn record(&self, target: &ConnectTarget, verdict: Decided, reason: &str) {
+        self.log
+            .record(target.host(), Some(target.port()), verdict, reason);
+    }
+
+    /// Records the refusal of a connection whose head did not parse: `raw` stands for the
+    /// target (as the client wrote it, or `-`).
+    fn refuse_unparsed(&self, raw: &str, reason: &str) {
+        self.log.record(raw, None, Decided::Refused, reason);
     }
 }
 
@@ -162,7 +181,7 @@ pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
             Ok(accepted) => accepted,
             // Out of descriptors or a connection reset before accept: keep serving.
             Err(error) if is_transient(&error) => {
-                tracing::warn!(door = %door.name, %error, "accept failed");
+                tracing::warn!(door = %door.name(), %error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -177,9 +196,8 @@ pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
                 });
             }
             Err(_) => {
-                door.record(
+                door.refuse_unparsed(
                     "-",
-                    "refused",
                     &format!(
                         "over_cap: this door already holds {}",
                         door.limits.max_connections
@@ -191,7 +209,8 @@ pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
     }
 }
 
-fn is_transient(error: &io::Error) -> bool {
+/// Returns true if and only if `error` from `accept` leaves the listener usable.
+pub(crate) fn is_transient(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(libc_errno::EMFILE | libc_errno::ENFILE | libc_errno::ENOBUFS | libc_errno::ENOMEM)
@@ -237,40 +256,45 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
         Ok(Ok(None)) => return,
         Ok(Err(refusal)) => Err(refusal),
     };
-    let (target, head_len) = match head
-        .and_then(|(target, len)| check_plan(&target, &door.hosts).map(|()| (target, len)))
-    {
-        Ok(parsed) => parsed,
+    let (target, head_len) = match head {
+        Ok((target, len)) => match check_plan(&target, &door.hosts) {
+            Ok(()) => (target, len),
+            Err(refusal) => {
+                door.record(&target, Decided::Refused, refusal.as_str());
+                reply(&mut client, &refusal.reply()).await;
+                return;
+            }
+        },
         Err(refusal) => {
-            door.record(&requested_target(&buf), "refused", refusal.as_str());
+            door.refuse_unparsed(&requested_target(&buf), refusal.as_str());
             reply(&mut client, &refusal.reply()).await;
             return;
         }
     };
-    let destination = target.to_string();
     let Some((upstream, address)) = open_upstream(&mut client, door, &target).await else {
         return;
     };
+    // The original daemon's order: the tunnel's address is the decision, recorded before the
+    // 200; a first flight refused later is a second decision, recorded before the close.
+    door.record(&target, Decided::Allowed, &format!("via {address}"));
     if client.write_all(ESTABLISHED).await.is_err() {
         return;
     }
     buf.drain(..head_len);
     match read_first_flight(&mut client, &mut buf, door.limits.first_flight_timeout).await {
         Ok(sni) => match check_server_name(target.host(), &sni) {
-            Ok(()) => {
-                door.record(&destination, "allowed", &format!("via {address}"));
-                pass_through(client, upstream, &buf, door.mode).await;
-            }
-            Err(refusal) => close_tunnel(door, &destination, refusal.as_str()),
+            Ok(()) => pass_through(client, upstream, &buf, door.mode).await,
+            Err(refusal) => close_tunnel(door, &target, refusal.as_str()),
         },
-        Err(why) => close_tunnel(door, &destination, why),
+        Err(why) => close_tunnel(door, &target, why),
     }
 }
 
-fn close_tunnel(door: &Door, destination: &str, why: &str) {
+/// Records why the tunnel is closed unused; the caller then drops both sockets.
+fn close_tunnel(door: &Door, target: &ConnectTarget, why: &str) {
     door.record(
-        destination,
-        "closed",
+        target,
+        Decided::Refused,
         &format!("{why}; nothing was sent upstream"),
     );
 }
@@ -328,17 +352,16 @@ async fn open_upstream(
     door: &Door,
     target: &ConnectTarget,
 ) -> Option<(TcpStream, SocketAddr)> {
-    let destination = target.to_string();
     let answers = match door.resolver.resolve(target.host()).await {
         Ok(answers) => answers,
         Err(error) => {
-            door.record(&destination, "failed", &format!("lookup_failed: {error}"));
+            door.record(target, Decided::Failed, &format!("lookup_failed: {error}"));
             reply(client, BAD_GATEWAY).await;
             return None;
         }
     };
     if answers.is_empty() {
-        door.record(&destination, "refused", "no_address");
+        door.record(target, Decided::Refused, "no_address");
         reply(client, FORBIDDEN).await;
         return None;
     }
@@ -351,8 +374,8 @@ async fn open_upstream(
         .collect();
     if !refused.is_empty() {
         door.record(
-            &destination,
-            "refused",
+            target,
+            Decided::Refused,
             &format!("not_public: {}", refused.join(", ")),
         );
         reply(client, FORBIDDEN).await;
@@ -368,8 +391,8 @@ async fn open_upstream(
         }
     }
     door.record(
-        &destination,
-        "failed",
+        target,
+        Decided::Failed,
         &format!("dial_failed: {}", failures.join(", ")),
     );
     reply(client, BAD_GATEWAY).await;
@@ -417,4 +440,4 @@ async fn pass_through(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,20 +1,29 @@
 //! The gate as a systemd service: settings checked, plans loaded, named listeners taken,
 //! READY, serve until told to stop.
+//!
+//! The listeners, told apart by the file name of the path each is bound to: one per door
+//! (`turn.sock`, `build.sock`), the turn door's MCP relay (`mcp.sock`), and, optionally, the
+//! decisions socket ([`DECISIONS_SOCKET_FILE`]) through which sited subscribes to a door's
+//! decisions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use atelier_layout::files::McpRelay;
+use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
 use atelier_layout::names::GATE_MCP_SOCKET_FILE;
+use atelier_proto::Door as DoorName;
 use atelier_sd::listen::{listeners_from_env, ActivatedSocket, NamedSocket};
 use atelier_sd::notify::Notifier;
 
 use crate::address::Policy;
+use crate::decisions::{self, Subscriptions};
 use crate::mcp::{self, McpDoor};
 use crate::plan::{load_plan, Plan};
-use crate::serve::{serve, Door};
+use crate::serve::{serve, DecisionLog, Door};
 
 /// The env key of the deployment, the one sited reads (defined once, in layout).
 pub use atelier_layout::services::env::DEPLOYMENT as DEPLOYMENT_ENV;
@@ -94,9 +103,10 @@ pub fn parse_plan_arg(value: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// Checks the settings, loads every plan, takes each door's listener from systemd (the one
-/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay), signals READY and
-/// serves until SIGTERM or SIGINT. Fails before READY if a setting or a plan is bad, a
-/// listener or the relay's credential is missing.
+/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay) and the decisions
+/// socket when one was passed, signals READY and serves until SIGTERM or SIGINT. Fails before
+/// READY if a setting or a plan is bad, a door's listener or the relay's credential is
+/// missing.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let policy = settings.check()?;
     if policy.allow_benchmark_range {
@@ -106,22 +116,42 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let sockets = listeners_from_env().context("reading the sockets systemd passed")?;
     let mut sockets = by_file_name(sockets)?;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut logs = HashMap::new();
     for (door, path) in &settings.plans {
         let plan = load_plan(path, &settings.instance, settings.site, door)
             .with_context(|| format!("loading the {door} plan {}", path.display()))?;
-        let listener = tokio_listener(&mut sockets, &plan.socket_file)?;
-        if let Some(relay) = relay_of(&plan)? {
+        let Plan {
+            door: name,
+            socket_file,
+            hosts,
+            mcp,
+        } = plan;
+        let name = door_name(&name)?;
+        let listener = tokio_listener(&mut sockets, &socket_file)?;
+        let door = Arc::new(Door::new(name, hosts, policy));
+        // The relay's decisions are the door's: one log, one subscription for both.
+        if let Some(relay) = relay_of(mcp.as_ref(), Arc::clone(&door.log))? {
             let mcp_listener = tokio_listener(&mut sockets, GATE_MCP_SOCKET_FILE)?;
             let relay = Arc::new(relay);
             tracing::info!(upstream = %relay.upstream, "serving the MCP relay");
             tasks.spawn(async move { ("mcp".to_owned(), mcp::serve(mcp_listener, relay).await) });
         }
-        let door = Arc::new(Door::new(&plan.door, plan.hosts, policy));
-        tracing::info!(door = %door.name, hosts = door.hosts.len(), "serving");
-        tasks.spawn(async move {
-            let name = door.name.clone();
-            (name, serve(listener, door).await)
-        });
+        logs.insert(name, Arc::clone(&door.log));
+        tracing::info!(door = %name, hosts = door.hosts.len(), "serving");
+        tasks.spawn(async move { (name.to_string(), serve(listener, door).await) });
+    }
+    match optional_listener(&mut sockets, DECISIONS_SOCKET_FILE)? {
+        Some(listener) => {
+            let subscriptions = Arc::new(Subscriptions::new(logs));
+            tracing::info!("serving the decisions socket");
+            tasks.spawn(async move {
+                let served = decisions::serve(listener, subscriptions).await;
+                ("decisions".to_owned(), served)
+            });
+        }
+        None => tracing::info!(
+            "no {DECISIONS_SOCKET_FILE} was passed: decisions go to the journal only"
+        ),
     }
     for unused in sockets.keys() {
         tracing::warn!(socket = %unused, "a passed socket no door uses");
@@ -172,24 +202,46 @@ fn by_file_name(sockets: Vec<NamedSocket>) -> anyhow::Result<BTreeMap<String, Un
     Ok(listeners)
 }
 
+/// The passed listener bound to `file`, which must have been passed.
 fn tokio_listener(
     sockets: &mut BTreeMap<String, UnixListener>,
     file: &str,
 ) -> anyhow::Result<tokio::net::UnixListener> {
-    let listener = sockets.remove(file).with_context(|| {
+    optional_listener(sockets, file)?.with_context(|| {
         let passed: Vec<&String> = sockets.keys().collect();
         format!("no listener bound to {file} was passed (passed: {passed:?})")
-    })?;
+    })
+}
+
+/// The passed listener bound to `file`, if one was passed, ready for tokio.
+fn optional_listener(
+    sockets: &mut BTreeMap<String, UnixListener>,
+    file: &str,
+) -> anyhow::Result<Option<tokio::net::UnixListener>> {
+    let Some(listener) = sockets.remove(file) else {
+        return Ok(None);
+    };
     listener
         .set_nonblocking(true)
         .context("making the listener non-blocking")?;
-    tokio::net::UnixListener::from_std(listener).context("registering the listener")
+    let listener =
+        tokio::net::UnixListener::from_std(listener).context("registering the listener")?;
+    Ok(Some(listener))
 }
 
-/// The MCP relay of a plan that has one, with its credential read from
+/// The door a plan is for; the git door has no way out, so no gate serves it.
+fn door_name(name: &str) -> anyhow::Result<DoorName> {
+    let door: DoorName = name.parse().context("the plan's door")?;
+    if door == DoorName::Git {
+        anyhow::bail!("a plan for the git door: it has no way out, so no gate serves it");
+    }
+    Ok(door)
+}
+
+/// The MCP relay of a plan that has one, recording into `log`, with its credential read from
 /// `$CREDENTIALS_DIRECTORY` (`LoadCredential=`): the key lives in the gate alone.
-fn relay_of(plan: &Plan) -> anyhow::Result<Option<McpDoor>> {
-    let Some(relay) = &plan.mcp else {
+fn relay_of(relay: Option<&McpRelay>, log: Arc<DecisionLog>) -> anyhow::Result<Option<McpDoor>> {
+    let Some(relay) = relay else {
         return Ok(None);
     };
     let key = match &relay.credential {
@@ -199,7 +251,7 @@ fn relay_of(plan: &Plan) -> anyhow::Result<Option<McpDoor>> {
         ),
         None => None,
     };
-    let door = McpDoor::new(&relay.upstream, key).context("setting up the MCP relay")?;
+    let door = McpDoor::new(&relay.upstream, key, log).context("setting up the MCP relay")?;
     Ok(Some(door))
 }
 

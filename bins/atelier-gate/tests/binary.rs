@@ -1,6 +1,6 @@
-//! The built binary, socket-activated by `systemd-socket-activate` with two named listeners
-//! and stamped plan files: READY is sent, each door serves its own plan, a bad plan stops the
-//! gate before READY.
+//! The built binary, socket-activated by `systemd-socket-activate` with named listeners and
+//! stamped plan files: READY is sent, each door serves its own plan, the decisions socket is
+//! optional and streams a run's decisions, a bad plan stops the gate before READY.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
 use atelier_layout::stamp::{stamped, CommentStyle};
+use atelier_proto::egress::{Decision, Subscribe, Verdict};
+use atelier_proto::Door;
+
+mod support;
 
 const GATE: &str = env!("CARGO_BIN_EXE_atelier-gate");
 const WAIT: Duration = Duration::from_secs(20);
@@ -76,6 +81,7 @@ fn a_socket_activated_gate_signals_ready_and_serves_each_door_its_plan() {
     notify.set_read_timeout(Some(WAIT)).unwrap();
     let turn = dir.path().join("turn.sock");
     let build = dir.path().join("build.sock");
+    let log = dir.path().join("gate.log");
     let child = Command::new("systemd-socket-activate")
         .arg(format!("--listen={}", turn.display()))
         .arg(format!("--listen={}", build.display()))
@@ -85,6 +91,7 @@ fn a_socket_activated_gate_signals_ready_and_serves_each_door_its_plan() {
         .arg(format!("--plan=turn={}", turn_plan.display()))
         .arg(format!("--plan=build={}", build_plan.display()))
         .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let _gate = Gate { child };
@@ -108,6 +115,103 @@ fn a_socket_activated_gate_signals_ready_and_serves_each_door_its_plan() {
         exchange(&build, b"CONNECT api.example.com:443 HTTP/1.1\r\n\r\n"),
         FORBIDDEN
     );
+    // No decisions socket was passed: the gate serves without one, and says so.
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log.contains("no decisions.sock was passed: decisions go to the journal only"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_subscription_that_starts_the_gate_has_every_decision_of_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let turn_plan = write_plan(dir.path(), "turn", &["api.example.com"]);
+    let build_plan = write_plan(dir.path(), "build", &[]);
+    let turn = dir.path().join("turn.sock");
+    let build = dir.path().join("build.sock");
+    let decisions = dir.path().join(DECISIONS_SOCKET_FILE);
+    let log = dir.path().join("gate.log");
+    let child = Command::new("systemd-socket-activate")
+        .arg(format!("--listen={}", turn.display()))
+        .arg(format!("--listen={}", build.display()))
+        .arg(format!("--listen={}", decisions.display()))
+        .arg("--fdname=turn:build:decisions")
+        .args([GATE, "--instance", "example", "--site", "1"])
+        .arg(format!("--plan=turn={}", turn_plan.display()))
+        .arg(format!("--plan=build={}", build_plan.display()))
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _gate = Gate { child };
+    wait_for(&decisions);
+
+    // As sited does before a build: the subscription is the gate's first connection; it
+    // records once the gate is up and has read the line, which the gate logs.
+    let mut subscriber = connect_when_listening(&decisions);
+    subscriber.set_read_timeout(Some(WAIT)).unwrap();
+    let line = Subscribe::new(Door::Build).to_line().unwrap();
+    subscriber.write_all(line.as_bytes()).unwrap();
+    assert_eq!(
+        support::lab::read_line(&mut subscriber),
+        line,
+        "the gate confirms by echoing the line"
+    );
+
+    // The run: two refusals on the build door, one of them twice, and one on the turn door.
+    for request in [
+        &b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\n\r\n"[..],
+        b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\n\r\n",
+        b"CONNECT registry.npmjs.org:80 HTTP/1.1\r\n\r\n",
+    ] {
+        assert_eq!(exchange(&build, request), FORBIDDEN);
+    }
+    assert_eq!(
+        exchange(&turn, b"CONNECT other.example.com:443 HTTP/1.1\r\n\r\n"),
+        FORBIDDEN
+    );
+    // The program has exited: sited half-closes and reads to the end.
+    subscriber.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    subscriber.read_to_end(&mut rest).unwrap();
+    let got: Vec<Decision> = rest
+        .split_inclusive(|&byte| byte == b'\n')
+        .map(|line| Decision::parse_line(line).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            Decision::new(
+                Door::Build,
+                "registry.npmjs.org",
+                Some(443),
+                Verdict::Refused,
+                "not_in_plan"
+            ),
+            Decision::new(
+                Door::Build,
+                "registry.npmjs.org:80",
+                None,
+                Verdict::Refused,
+                "port_not_allowed"
+            ),
+        ]
+    );
+}
+
+/// Connects to `socket`, retrying while it is bound but not yet listening.
+fn connect_when_listening(socket: &Path) -> UnixStream {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(stream) => return stream,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{}: {error}", socket.display());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
 }
 
 #[test]

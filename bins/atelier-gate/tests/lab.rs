@@ -11,6 +11,8 @@ use std::io::Write;
 use std::thread::sleep;
 use std::time::Duration;
 
+use atelier_proto::egress::{Decision, Verdict};
+use atelier_proto::Door;
 use support::lab::{GateDoor, Lab};
 use support::mcp::{send, Upstream};
 use support::tls::{
@@ -98,7 +100,7 @@ impl Tunnels {
         assert_eq!(ended[0].bytes_in, 0, "nothing was sent upstream");
         assert_eq!(ended[0].handshake_sni, None);
         self.gate.wait_for_log(&format!(
-            "door=turn destination={HOST}:443 verdict=closed reason={reason}; nothing was sent upstream"
+            "door=turn host={HOST} port=443 verdict=refused reason={reason}; nothing was sent upstream"
         ));
     }
 }
@@ -120,10 +122,57 @@ fn an_allowed_host_passes_bytes_both_ways() {
     let ended = lab.servers[0].wait_ended(1);
     assert_eq!(ended[0].handshake_sni.as_deref(), Some(HOST));
     lab.gate.wait_for_log(&format!(
-        "door=turn destination={HOST}:443 verdict=allowed reason=via {HOST_ADDR}:443"
+        "door=turn host={HOST} port=443 verdict=allowed reason=via {HOST_ADDR}:443"
     ));
     // One lookup for the one tunnel: the gate resolves once and pins the answer.
     assert_eq!(lab.lab.queries("A", HOST), 1);
+}
+
+#[test]
+fn a_subscriber_has_the_runs_allowed_and_refused_decisions_from_the_real_gate() {
+    let lab = one_host();
+    // The activation probe's refusal came before the subscription: not this run's.
+    let subscriber = lab.gate.subscribe(Door::Turn);
+    let (connection, flight) = client_hello(&lab.ca.client_config(true), HOST);
+    let (mut stream, reply) = connect(lab.turn(), HOST);
+    assert_eq!(reply, ESTABLISHED);
+    stream.write_all(&flight).unwrap();
+    finish_and_echo(connection, stream, HOST, b"through the gate");
+    let (_refused, reply) = connect(lab.turn(), "other.example.com");
+    assert_eq!(reply, FORBIDDEN);
+    // The program has its answers; sited ends the subscription.
+    let decisions = subscriber.finish();
+    assert_eq!(
+        decisions,
+        [
+            Decision::new(
+                Door::Turn,
+                HOST,
+                Some(443),
+                Verdict::Allowed,
+                &format!("via {HOST_ADDR}:443")
+            ),
+            Decision::new(
+                Door::Turn,
+                "other.example.com",
+                Some(443),
+                Verdict::Refused,
+                "not_in_plan"
+            ),
+        ]
+    );
+    let lines: Vec<String> = decisions.iter().map(Decision::line).collect();
+    assert_eq!(
+        lines,
+        [
+            format!("[egress] CONNECT {HOST}:443 → {HOST_ADDR}:443 (allowed)"),
+            "[egress] refused CONNECT other.example.com:443 — not_in_plan".to_owned(),
+        ]
+    );
+    // The journal has them too, with their fields.
+    lab.gate.wait_for_log(
+        "[egress] refused CONNECT other.example.com:443 — not_in_plan door=turn host=other.example.com port=443 verdict=refused reason=not_in_plan",
+    );
 }
 
 #[test]
@@ -143,12 +192,12 @@ fn a_dns_answer_with_one_private_address_among_public_ones_is_refused() {
     let (_stream, reply) = connect(lab.turn(), "mixed.example.com");
     assert_eq!(reply, FORBIDDEN);
     lab.gate.wait_for_log(
-        "door=turn destination=mixed.example.com:443 verdict=refused reason=not_public: 10.1.2.3 private",
+        "door=turn host=mixed.example.com port=443 verdict=refused reason=not_public: 10.1.2.3 private",
     );
     let (_stream, reply) = connect(lab.turn(), "mixed6.example.com");
     assert_eq!(reply, FORBIDDEN);
     lab.gate.wait_for_log(
-        "door=turn destination=mixed6.example.com:443 verdict=refused reason=not_public: fd00::10 unique_local",
+        "door=turn host=mixed6.example.com port=443 verdict=refused reason=not_public: fd00::10 unique_local",
     );
     // Nothing was dialled: the public answers' servers never saw a connection.
     sleep(Duration::from_millis(200));
@@ -248,7 +297,7 @@ fn the_129th_concurrent_tunnel_is_refused_and_a_freed_slot_serves_again() {
     let (_stream, reply) = connect(lab.turn(), HOST);
     assert_eq!(reply, OVER_CAP);
     lab.gate.wait_for_log(
-        "door=turn destination=- verdict=refused reason=over_cap: this door already holds 128",
+        "door=turn host=- verdict=refused reason=over_cap: this door already holds 128",
     );
     drop(open.pop());
     let deadline = std::time::Instant::now() + support::lab::WAIT;
@@ -292,7 +341,7 @@ fn a_dead_address_among_the_answers_is_skipped() {
         b"through the live one",
     );
     lab.gate
-        .wait_for_log("destination=two.example.com:443 verdict=allowed reason=via 198.18.0.10:443");
+        .wait_for_log("host=two.example.com port=443 verdict=allowed reason=via 198.18.0.10:443");
     let ended = lab.servers[0].wait_ended(1);
     assert_eq!(ended[0].handshake_sni.as_deref(), Some("two.example.com"));
 }
@@ -439,5 +488,5 @@ fn the_relay_refuses_an_upstream_redirect() {
     assert_eq!(seen.len(), 1, "the redirect was not followed: {seen:?}");
     relay
         .gate
-        .wait_for_log("door=mcp destination=POST /mcp verdict=refused reason=upstream_redirect");
+        .wait_for_log("door=turn host=mcp verdict=refused reason=POST /mcp upstream_redirect");
 }

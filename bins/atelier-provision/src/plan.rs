@@ -438,6 +438,7 @@ pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<
             units.push(names::door_socket_unit(inst, k, door));
         }
         units.push(names::gate_socket_unit(inst, k));
+        units.push(names::gate_decisions_socket_unit(inst, k));
     }
     units
 }
@@ -452,6 +453,7 @@ fn made_at_run_time(role: Role) -> bool {
             | Role::SitedSocket
             | Role::DoorSocket
             | Role::GateSocket
+            | Role::GateDecisionsSocket
     )
 }
 
@@ -557,6 +559,7 @@ impl RetiredPaths {
             units.push(layout.unit_path(&names::door_service_template(inst, k, door)));
         }
         units.push(layout.unit_path(&names::gate_socket_unit(inst, k)));
+        units.push(layout.unit_path(&names::gate_decisions_socket_unit(inst, k)));
         units.push(layout.unit_path(&names::gate_service_unit(inst, k)));
         let mut files: Vec<PathBuf> = Door::ALL
             .into_iter()
@@ -1868,7 +1871,7 @@ mod tests {
             [
                 "systemctl daemon-reload",
                 "systemd-tmpfiles --create /etc/tmpfiles.d/atelier-example.conf",
-                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket",
+                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s1-gate-decisions.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket atelier-example-s2-gate-decisions.socket",
                 "nginx -t",
                 "systemctl try-reload-or-restart nginx.service",
             ]
@@ -1879,7 +1882,10 @@ mod tests {
             "dir /var/lib/atelier/example/sites atelier-example:atelier-example 2770 (create)",
             "dir /srv/www/blog.example.org atelier-example:www-data 2750 (create)",
             "dir /srv/www/blog.example.org/.releases/web atelier-example:www-data 2750 (create)",
-            "dir /var/lib/atelier/example/agents/s2/turn atelier-a-example_2:atelier-example 0700 (create)",
+            "dir /var/lib/atelier/example/agents/s2/turn root:root 0755 (create)",
+            "dir /var/lib/atelier/example/agents/s2/turn/state atelier-a-example_2:atelier-example 0700 (create)",
+            "dir /var/lib/atelier/example/agents/s2/turn/.config root:root 0755 (create)",
+            "dir /var/lib/atelier/example/agents/s2/build atelier-a-example_2:atelier-example 0700 (create)",
             "create /srv/www/blog.example.org/.atelier_instance root:root 0644",
             "create /srv/atelier_audit/example/audit.jsonl atelier-example:atelier-example 0600",
             "create /etc/atelier/example/credentials/SERVICE_TOKEN root:root 0600",

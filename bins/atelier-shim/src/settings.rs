@@ -14,15 +14,9 @@ use atelier_proto::{is_fixed_env_key, Door, FIXED_ENV_KEYS, FIXED_ENV_KEY_PREFIX
 use crate::{procfs, ShimError};
 
 /// Keys the turn unit fixes on top of [`FIXED_ENV_KEYS`]: where the agent CLI keeps its
-/// configuration and state. A spec setting one could point the agent at a configuration the
-/// site wrote. `atelier-proto`'s fixed-key list is door-independent, so this list lives here.
-pub const TURN_DOOR_FIXED_ENV_KEYS: [&str; 5] = [
-    "XDG_CONFIG_HOME",
-    "CLAUDE_CONFIG_DIR",
-    "XDG_DATA_HOME",
-    "XDG_STATE_HOME",
-    "XDG_CACHE_HOME",
-];
+/// configuration and state (derived in layout, with their values). A spec setting one could
+/// point the agent at a configuration the site wrote.
+pub use atelier_layout::paths::TURN_DOOR_FIXED_ENV_KEYS;
 
 /// The unit name sent in the hello when the shim runs unconfined or outside a service.
 pub const UNCONFINED_UNIT: &str = "unconfined";

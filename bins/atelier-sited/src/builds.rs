@@ -223,10 +223,15 @@ impl Builds {
         })?;
         let log = |bytes: &[u8]| append_log(&workspace, id, bytes);
         let target = self.sites.config().run_target(slug);
+        let mut env = base_env(BUILD_PATH);
+        // Confined, the build's only way out is the shim's forward to the site's gate.
+        if !self.runner.is_unconfined() {
+            env.extend(atelier_agents::proxy_env());
+        }
         let spec = RunSpec {
             door: Door::Build,
             argv: plan.to_argv(self.settings.build_bin.to_string_lossy()),
-            env: base_env(BUILD_PATH),
+            env,
         };
         let mut run = match self.runner.open(&target, spec).await {
             Ok(run) => run,
@@ -257,6 +262,7 @@ impl Builds {
                         }
                     }
                     RunItem::Stderr(bytes) => log(&bytes),
+                    RunItem::Egress(decision) => log(format!("{}\n", decision.line()).as_bytes()),
                     RunItem::Exit(_) => return reader.finish().map_err(|e| e.to_string()),
                     RunItem::Lost(why) => return Err(why),
                 }

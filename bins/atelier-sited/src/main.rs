@@ -73,6 +73,14 @@ struct Args {
     /// Claude Code's binary (absolute path).
     #[arg(long)]
     claude_code_bin: Option<PathBuf>,
+    /// Where Claude Code sends its model requests (an https:// LLM gateway whose host is on the
+    /// turn door's plan), when not Anthropic's own API.
+    #[arg(long)]
+    anthropic_base_url: Option<String>,
+    /// Development only: a PEM file of extra certificate authorities a turn's agent trusts
+    /// (a lab model server's test CA); refused unless --deployment development.
+    #[arg(long)]
+    agent_extra_ca_certs: Option<PathBuf>,
     /// A turn's wall-clock limit in milliseconds (default 20 minutes).
     #[arg(long)]
     session_turn_timeout_ms: Option<u64>,
@@ -108,6 +116,8 @@ fn main() -> anyhow::Result<()> {
         agent_state_root: args.agent_state_root,
         shim_bin: args.shim_bin,
         claude_code_bin: args.claude_code_bin,
+        anthropic_base_url: args.anthropic_base_url,
+        agent_extra_ca_certs: args.agent_extra_ca_certs,
         opencode_bin: None,
         pi_bin: None,
         session_turn_timeout_ms: args.session_turn_timeout_ms,

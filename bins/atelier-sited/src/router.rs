@@ -146,6 +146,7 @@ impl Router {
             credentials: agents.driver_credentials(),
             publication_api_key: agents.credentials.publication_api_key.clone(),
             identity_epoch: agents.identity_epoch,
+            endpoint: agents.endpoint.clone(),
         };
         let sessions = Sessions::new(
             sites.clone(),

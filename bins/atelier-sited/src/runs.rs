@@ -7,6 +7,7 @@
 //! the shim. Everything after the connection — the hello, the spec, the relay, the exit record
 //! — is the same code, here.
 
+mod decisions;
 pub mod host;
 mod none;
 mod systemd;
@@ -24,6 +25,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+pub use decisions::Decisions;
 pub use none::NoneSpawner;
 pub use systemd::{layout_door, DoorSettings, SystemdDoors};
 
@@ -102,6 +104,9 @@ pub enum RunItem {
     Stdout(Bytes),
     /// Bytes the program wrote to stderr.
     Stderr(Bytes),
+    /// What the site's gate decided about a request of the program. All of a run's come
+    /// before its [`Exit`](Self::Exit) or [`Lost`](Self::Lost).
+    Egress(atelier_proto::egress::Decision),
     /// The program ended; nothing follows.
     Exit(ExitRecord),
     /// The connection ended, or broke the protocol, without an exit record: a failed run,
@@ -188,12 +193,15 @@ impl Runner {
             return Err(RunRefusal::DaemonStopping);
         }
         let door = spec.door;
-        let (stream, shim, doors) = match &self.inner.mode {
+        let (stream, shim, doors, decisions) = match &self.inner.mode {
             Mode::None(spawner) => {
                 let (stream, shim) = spawner.open(target, door)?;
-                (stream, shim, None)
+                (stream, shim, None, None)
             }
-            Mode::Systemd(doors) => (doors.open(target, door).await?, None, Some(doors.clone())),
+            Mode::Systemd(doors) => {
+                let (stream, decisions) = doors.open(target, door).await?;
+                (stream, None, Some(doors.clone()), decisions)
+            }
         };
         let refused = |detail: String| RunRefusal::UnitRefused { door, detail };
         let (reader, writer) = stream.into_split();
@@ -204,6 +212,8 @@ impl Runner {
             shim,
             unit: None,
             ended: false,
+            decisions,
+            pending_end: None,
         };
         let hello = match tokio::time::timeout(HELLO_DEADLINE, run.read_hello()).await {
             Ok(Ok(hello)) => hello,
@@ -259,6 +269,7 @@ impl Runner {
                 match run.next().await {
                     RunItem::Stdout(bytes) => keep(&mut output.stdout, &bytes, limit),
                     RunItem::Stderr(bytes) => keep(&mut output.stderr, &bytes, limit),
+                    RunItem::Egress(_) => {}
                     RunItem::Exit(exit) => return Ok(exit),
                     RunItem::Lost(why) => return Err(why),
                 }
@@ -292,6 +303,10 @@ pub struct Run {
     /// site is free.
     unit: Option<(SystemdDoors, String, String)>,
     ended: bool,
+    /// The gate's decisions about this run (doors with a way out, under systemd).
+    decisions: Option<Decisions>,
+    /// The run's end, held back until the gate has handed over the rest of its decisions.
+    pending_end: Option<RunItem>,
 }
 
 impl Run {
@@ -316,10 +331,67 @@ impl Run {
     /// The next thing the run reports. After an [`RunItem::Exit`] or [`RunItem::Lost`] every
     /// call answers `Lost`. Cancel safe: a dropped call loses no bytes.
     pub async fn next(&mut self) -> RunItem {
-        let Some(reader) = self.reader.as_mut().filter(|_| !self.ended) else {
-            return RunItem::Lost("the run has ended".to_owned());
-        };
-        let item = match read_frame(reader, &mut self.decoder).await {
+        loop {
+            if let Some(end) = self.pending_end.take() {
+                return match self.drain_decision().await {
+                    Some(decision) => {
+                        self.pending_end = Some(end);
+                        RunItem::Egress(decision)
+                    }
+                    None => end,
+                };
+            }
+            let Some(reader) = self.reader.as_mut().filter(|_| !self.ended) else {
+                return RunItem::Lost("the run has ended".to_owned());
+            };
+            let item = match self.decisions.as_mut() {
+                Some(decisions) => tokio::select! {
+                    frame = read_frame(reader, &mut self.decoder) => Self::item(frame),
+                    decision = decisions.next() => match decision {
+                        Some(decision) => return RunItem::Egress(decision),
+                        None => {
+                            // The gate went away mid-run: its later decisions are lost, the
+                            // run itself goes on.
+                            tracing::warn!("the gate closed its decision stream during a run");
+                            self.decisions = None;
+                            continue;
+                        }
+                    },
+                },
+                None => Self::item(read_frame(reader, &mut self.decoder).await),
+            };
+            if matches!(item, RunItem::Exit(_) | RunItem::Lost(_)) {
+                self.ended = true;
+                if let Some(decisions) = self.decisions.as_mut() {
+                    decisions.finish().await;
+                    self.pending_end = Some(item);
+                    continue;
+                }
+            }
+            return item;
+        }
+    }
+
+    /// The next of the decisions the gate still holds for this ended run; `None` when it has
+    /// sent them all (or fails to within [`decisions::DRAIN_DEADLINE`]).
+    async fn drain_decision(&mut self) -> Option<atelier_proto::egress::Decision> {
+        let decisions = self.decisions.as_mut()?;
+        match tokio::time::timeout(decisions::DRAIN_DEADLINE, decisions.next()).await {
+            Ok(Some(decision)) => Some(decision),
+            Ok(None) => {
+                self.decisions = None;
+                None
+            }
+            Err(_) => {
+                tracing::warn!("the gate did not finish its decision stream after the run");
+                self.decisions = None;
+                None
+            }
+        }
+    }
+
+    fn item(frame: Result<Option<atelier_proto::Frame>, atelier_proto::FrameError>) -> RunItem {
+        match frame {
             Ok(Some(frame)) => match frame.kind {
                 FrameKind::Stdout => RunItem::Stdout(frame.payload),
                 FrameKind::Stderr => RunItem::Stderr(frame.payload),
@@ -331,11 +403,7 @@ impl Run {
             },
             Ok(None) => RunItem::Lost("the run's connection ended without an exit record".into()),
             Err(e) => RunItem::Lost(format!("the run's connection broke: {e}")),
-        };
-        if matches!(item, RunItem::Exit(_) | RunItem::Lost(_)) {
-            self.ended = true;
         }
-        item
     }
 
     /// Ends the run (closing the connection makes the shim stop the program) and waits until

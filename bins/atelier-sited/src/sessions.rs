@@ -169,6 +169,8 @@ pub struct TurnSettings {
     pub publication_api_key: Option<String>,
     /// The agent identity epoch resume tokens are stamped with.
     pub identity_epoch: i64,
+    /// Where the model is, beyond the driver's default.
+    pub endpoint: atelier_agents::ModelEndpoint,
 }
 
 /// One of the global turn slots; dropping it frees the slot.

@@ -73,6 +73,10 @@ pub struct RawSettings {
     pub shim_bin: Option<PathBuf>,
     /// Claude Code's binary; absent means the driver is unavailable.
     pub claude_code_bin: Option<PathBuf>,
+    /// Claude Code's model endpoint, when not Anthropic's own.
+    pub anthropic_base_url: Option<String>,
+    /// Development only: extra certificate authorities a turn's agent trusts.
+    pub agent_extra_ca_certs: Option<PathBuf>,
     /// opencode's binary.
     pub opencode_bin: Option<PathBuf>,
     /// pi's binary.
@@ -168,6 +172,8 @@ pub struct AgentSettings {
     pub site_identities: std::collections::BTreeMap<String, atelier_layout::names::SiteOrdinal>,
     /// The identity epoch resume tokens are stamped with.
     pub identity_epoch: i64,
+    /// Where the model is, beyond the driver's default.
+    pub endpoint: atelier_agents::ModelEndpoint,
 }
 
 /// Validated settings.
@@ -264,6 +270,12 @@ pub enum SettingsError {
     /// The deployment is not one sited knows.
     #[error("unknown deployment {0:?}: expected production or development")]
     UnknownDeployment(String),
+    /// Extra certificate authorities for agents were configured on a production host.
+    #[error("ATELIER_AGENT_EXTRA_CA_CERTS makes agents trust another certificate authority and is for lab tests only; it is refused unless ATELIER_DEPLOYMENT=development")]
+    ExtraCaInProduction,
+    /// The Anthropic base URL is not an https URL.
+    #[error("ATELIER_AGENT_ANTHROPIC_BASE_URL {0:?} is not an https:// URL (the gate tunnels TLS on port 443 only)")]
+    BadAnthropicBaseUrl(String),
     /// `none` confinement was asked for a production deployment.
     #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
     UnconfinedInProduction,
@@ -399,6 +411,12 @@ impl RawSettings {
                     self.agent_state_root = self.agent_state_root.or_else(path)
                 }
                 env::CLAUDE_CODE_BIN => self.claude_code_bin = self.claude_code_bin.or_else(path),
+                env::AGENT_ANTHROPIC_BASE_URL => {
+                    self.anthropic_base_url = self.anthropic_base_url.or(Some(value))
+                }
+                env::AGENT_EXTRA_CA_CERTS => {
+                    self.agent_extra_ca_certs = self.agent_extra_ca_certs.or_else(path)
+                }
                 env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
                 env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
                 env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
@@ -591,6 +609,19 @@ impl RawSettings {
         if confinement == Confinement::None && !development {
             return Err(SettingsError::UnconfinedInProduction);
         }
+        if self.agent_extra_ca_certs.is_some() && !development {
+            return Err(SettingsError::ExtraCaInProduction);
+        }
+        let extra_ca_certs = match &self.agent_extra_ca_certs {
+            Some(path) => Some(required_path(Some(path.clone()), "agent_extra_ca_certs")?),
+            None => None,
+        };
+        if let Some(url) = &self.anthropic_base_url {
+            let host = url.strip_prefix("https://").unwrap_or_default();
+            if host.is_empty() || host.starts_with('/') || url.chars().any(char::is_whitespace) {
+                return Err(SettingsError::BadAnthropicBaseUrl(url.clone()));
+            }
+        }
         let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
         let shim_bin = required_path(
             Some(self.shim_bin.clone().unwrap_or_else(|| {
@@ -645,6 +676,10 @@ impl RawSettings {
             bins,
             turn_timeout: Duration::from_millis(turn_timeout_ms),
             credentials: self.credentials.clone(),
+            endpoint: atelier_agents::ModelEndpoint {
+                anthropic_base_url: self.anthropic_base_url.clone(),
+                extra_ca_certs,
+            },
         })
     }
 }
@@ -873,6 +908,31 @@ mod tests {
                     ..raw()
                 },
                 SettingsError::UnconfinedInProduction,
+            ),
+            (
+                "an agent CA outside development",
+                RawSettings {
+                    agent_extra_ca_certs: Some("/etc/atelier-lab/ca.pem".into()),
+                    ..raw()
+                },
+                SettingsError::ExtraCaInProduction,
+            ),
+            (
+                "an agent CA that is not an absolute path",
+                RawSettings {
+                    agent_extra_ca_certs: Some("ca.pem".into()),
+                    deployment: Some("development".into()),
+                    ..raw()
+                },
+                SettingsError::BadPath("agent_extra_ca_certs", "ca.pem".into()),
+            ),
+            (
+                "a model URL over plain http",
+                RawSettings {
+                    anthropic_base_url: Some("http://api.anthropic.com".into()),
+                    ..raw()
+                },
+                SettingsError::BadAnthropicBaseUrl("http://api.anthropic.com".into()),
             ),
             (
                 "unconfined in a deployment nobody knows",

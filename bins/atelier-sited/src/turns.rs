@@ -338,6 +338,7 @@ impl Relay<'_> {
                         }
                     }
                     RunItem::Stderr(bytes) => keep_tail(&mut self.stderr_tail, &bytes),
+                    RunItem::Egress(decision) => self.events.persist(egress_event(&decision)).await,
                     RunItem::Exit(exit) => break Ending::Exit(exit),
                     RunItem::Lost(why) => break Ending::Lost(why),
                 },
@@ -376,6 +377,21 @@ impl Relay<'_> {
             self.persist_all(events).await;
         }
     }
+}
+
+/// A gate decision as the session shows it: a `text` event in the original's words, with the
+/// decision's fields beside it for a client that reads them.
+fn egress_event(decision: &atelier_proto::egress::Decision) -> Value {
+    json!({
+        "type": "text",
+        "text": decision.line(),
+        "egress": {
+            "host": decision.host,
+            "port": decision.port,
+            "verdict": decision.verdict.as_str(),
+            "reason": decision.reason,
+        },
+    })
 }
 
 /// Resolves once a stop is asked for (the watch's guard never outlives this call).
@@ -526,6 +542,10 @@ async fn plan(
         mcp_config_path: &mcp_config_path,
         path_env: AGENT_PATH,
         credentials: &agents.credentials,
+        // Confined, the shim forwards loopback to the site's gate; unconfined, nothing listens
+        // there and the agent uses the host's network as the development mode states.
+        proxied: !sessions.runner().is_unconfined(),
+        endpoint: &agents.endpoint,
     };
     atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))
 }

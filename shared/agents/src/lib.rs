@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 pub use parse::{line_parser, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson};
 pub use plan::{
-    is_resume_token, plan_turn, turn_flags, validate_opencode_env, DriverCredentials,
-    McpAttachment, PlanError, PlannedFile, TurnPlan, TurnRequest, CONFINED_MCP_URL,
+    is_resume_token, plan_turn, proxy_env, turn_flags, validate_opencode_env, DriverCredentials,
+    McpAttachment, ModelEndpoint, PlanError, PlannedFile, TurnPlan, TurnRequest, CONFINED_MCP_URL,
     MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_BRIEF_FILE,
 };
 pub use probe::{help_argv, judge_help, judge_version, version_argv, ProbeRefusal};

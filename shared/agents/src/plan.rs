@@ -49,6 +49,40 @@ const OPENCODE_SWITCHES: [(&str, &str); 8] = [
     ("OPENCODE_DISABLE_SHARE", "true"),
 ];
 
+/// The keys that tell a child of a door with a way out (turn, build) where it is: the shim's
+/// loopback forward to the site's gate, for every HTTP client that honours the standard proxy
+/// variables (Node's own `fetch` only with `NODE_USE_ENV_PROXY`). Loopback itself is not
+/// proxied: the MCP relay is a plain forward on another port. The git door gets none of them.
+pub fn proxy_env() -> BTreeMap<String, String> {
+    let proxy = format!("http://127.0.0.1:{}", atelier_layout::services::PROXY_PORT);
+    let mut env = BTreeMap::new();
+    for key in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+        env.insert(key.to_owned(), proxy.clone());
+    }
+    for key in ["NO_PROXY", "no_proxy"] {
+        env.insert(key.to_owned(), "127.0.0.1,localhost".to_owned());
+    }
+    env.insert("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned());
+    env
+}
+
+/// Claude Code's switches for the traffic a turn did not ask for (telemetry, error reports,
+/// update checks) and for its self-updater, which would write a new binary.
+const CLAUDE_QUIET_ENV: [(&str, &str); 2] = [
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+];
+
+/// Where a turn's model is, beyond the driver's own default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelEndpoint {
+    /// Claude Code's `ANTHROPIC_BASE_URL` (an LLM gateway); its host must be on the plan.
+    pub anthropic_base_url: Option<String>,
+    /// Development only: extra certificate authorities the agent trusts
+    /// (`NODE_EXTRA_CA_CERTS`), e.g. a lab model server's test CA.
+    pub extra_ca_certs: Option<PathBuf>,
+}
+
 /// Where the MCP server of a turn is and what it is told.
 #[derive(Clone, PartialEq, Eq)]
 pub struct McpAttachment {
@@ -156,6 +190,11 @@ pub struct TurnRequest<'a> {
     pub path_env: &'a str,
     /// The credentials.
     pub credentials: &'a DriverCredentials,
+    /// Whether the run's door has a gate behind the shim's loopback forward (every confined
+    /// turn); its child then gets [`proxy_env`].
+    pub proxied: bool,
+    /// Where the model is.
+    pub endpoint: &'a ModelEndpoint,
 }
 
 /// The planned run. `Debug` shows the environment's keys only: its values include keys.
@@ -275,11 +314,21 @@ pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
         return Err(PlanError::BadResumeToken);
     }
     let brief = request.brief.map(prepare_brief).transpose()?;
-    match request.driver {
+    let mut plan = match request.driver {
         DriverId::ClaudeCode => plan_claude(request, brief),
         DriverId::Opencode => plan_opencode(request, brief),
         DriverId::Pi => Err(PlanError::Unsupported(DriverId::Pi)),
+    }?;
+    if request.proxied {
+        plan.env.extend(proxy_env());
     }
+    if let Some(ca) = &request.endpoint.extra_ca_certs {
+        plan.env.insert(
+            "NODE_EXTRA_CA_CERTS".to_owned(),
+            ca.to_string_lossy().into_owned(),
+        );
+    }
+    Ok(plan)
 }
 
 /// Every option a turn of `driver` can pass (a turn with a brief and a resume token), in argv
@@ -298,6 +347,8 @@ pub fn turn_flags(driver: DriverId) -> Vec<String> {
         mcp_config_path: Path::new("/probe/.builder/mcp.json"),
         path_env: "/usr/bin:/bin",
         credentials: &credentials,
+        proxied: true,
+        endpoint: &ModelEndpoint::default(),
     };
     let Ok(plan) = plan_turn(&request) else {
         return Vec::new();
@@ -384,8 +435,14 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
     }
     argv.extend(["--".to_owned(), request.prompt.to_owned()]);
     let mut env = base_env(request);
+    for (key, value) in CLAUDE_QUIET_ENV {
+        env.insert(key.to_owned(), value.to_owned());
+    }
     if let Some(key) = &request.credentials.anthropic_api_key {
         env.insert("ANTHROPIC_API_KEY".to_owned(), key.clone());
+    }
+    if let Some(url) = &request.endpoint.anthropic_base_url {
+        env.insert("ANTHROPIC_BASE_URL".to_owned(), url.clone());
     }
     Ok(TurnPlan {
         argv,

@@ -126,6 +126,9 @@ reasons! {
     MissingAgentBin => "missing_agent_bin",
     /// A driver other than claude_code with no provider host to reach.
     MissingProviderHosts => "missing_provider_hosts",
+    /// `agent.anthropic_base_url` names a host the turn door's plan does not hold, so every
+    /// model request would be refused by the gate.
+    UnplannedProviderUrl => "unplanned_provider_url",
     /// Preproduction basic auth with no user and no password file: nobody could log in.
     EmptyPasswordFile => "empty_password_file",
     /// Basic-auth users declared while auth is off.
@@ -530,6 +533,9 @@ pub struct Agent {
     pub provider_hosts: Option<Vec<String>>,
     /// The package registry hosts a build may reach.
     pub registry_hosts: Option<Vec<String>>,
+    /// Where Claude Code sends its model requests, when not Anthropic's own API (an LLM
+    /// gateway): `https://<host>[/path]`, its host one of the turn door's provider hosts.
+    pub anthropic_base_url: Option<String>,
     /// systemctl, when not `/usr/bin/systemctl`.
     pub systemctl_bin: Option<PathBuf>,
 }

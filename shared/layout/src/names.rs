@@ -276,6 +276,16 @@ pub fn gate_socket_unit(inst: &InstanceName, k: SiteOrdinal) -> String {
     format!("{}{k}-gate.socket", site_unit_prefix(inst))
 }
 
+/// Site `k`'s gate decisions socket, sited's subscription to the decisions of its runs:
+/// `atelier-<inst>-s<k>-gate-decisions.socket`. A unit of its own, because every listener of
+/// one socket unit has the same owner and this one is the service user's, not the site's.
+pub fn gate_decisions_socket_unit(inst: &InstanceName, k: SiteOrdinal) -> String {
+    format!("{}{k}-gate-decisions.socket", site_unit_prefix(inst))
+}
+
+/// The file name of the gate's decisions listener; the gate tells it from the others by it.
+pub const GATE_DECISIONS_SOCKET_FILE: &str = "decisions.sock";
+
 /// Site `k`'s gate service: `atelier-<inst>-s<k>-gate.service`.
 pub fn gate_service_unit(inst: &InstanceName, k: SiteOrdinal) -> String {
     format!("{}{k}-gate.service", site_unit_prefix(inst))

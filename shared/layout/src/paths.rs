@@ -113,6 +113,14 @@ pub fn gate_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> Opti
         .then(|| egress_dir(inst, k).join(names::gate_socket_file(door)))
 }
 
+/// Site `k`'s gate decisions socket, outside the egress dir a run sees:
+/// `/run/atelier/<inst>/gate-s<k>/decisions.sock`.
+pub fn gate_decisions_socket_path(inst: &InstanceName, k: SiteOrdinal) -> PathBuf {
+    runtime_dir(inst)
+        .join(format!("gate-s{k}"))
+        .join(names::GATE_DECISIONS_SOCKET_FILE)
+}
+
 /// Site `k`'s MCP relay socket, for a door with the relay (the turn door):
 /// `/run/atelier/<inst>/egress/s<k>/mcp.sock`.
 pub fn gate_mcp_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
@@ -149,6 +157,38 @@ pub fn agent_home(agents_root: &Path, k: SiteOrdinal, door: Door) -> Option<Path
 pub fn turn_gitconfig_path(agents_root: &Path) -> PathBuf {
     agents_root.join(TURN_GITCONFIG_FILE)
 }
+
+/// The turn HOME's one writable directory, the identity's: the agent CLI's state (its session
+/// transcripts, which a resumed turn reads back) and caches.
+pub const TURN_HOME_STATE_DIR: &str = "state";
+/// The turn HOME's configuration directory: root's and empty, so nothing a turn writes is
+/// configuration a later turn reads.
+pub const TURN_HOME_CONFIG_DIR: &str = ".config";
+/// The turn HOME's git configuration, root's (git reads `~/.gitconfig` as global).
+pub const TURN_HOME_GITCONFIG: &str = ".gitconfig";
+
+/// What the turn unit fixes in its environment beside HOME, below the turn HOME: configuration
+/// in the empty root-owned directory, the CLI's own state and caches in the writable one. The
+/// shim lets no spec set these keys on the turn door.
+pub fn turn_home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
+    let state = home.join(TURN_HOME_STATE_DIR);
+    [
+        ("XDG_CONFIG_HOME", home.join(TURN_HOME_CONFIG_DIR)),
+        ("CLAUDE_CONFIG_DIR", state.join("claude")),
+        ("XDG_DATA_HOME", state.join("data")),
+        ("XDG_STATE_HOME", state.join("state")),
+        ("XDG_CACHE_HOME", state.join("cache")),
+    ]
+}
+
+/// The keys of [`turn_home_env`].
+pub const TURN_DOOR_FIXED_ENV_KEYS: [&str; 5] = [
+    "XDG_CONFIG_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+];
 
 /// A site's workspace below the sites root: `<sites root>/<slug>`.
 pub fn site_workspace(sites_root: &Path, slug: &str) -> PathBuf {
@@ -253,8 +293,16 @@ pub enum Role {
     AgentsRoot,
     /// One site's agent state dir.
     AgentSiteDir,
-    /// One site door's HOME.
+    /// One site door's HOME (the build door's: the identity's own).
     AgentHome,
+    /// The turn door's HOME: root's, holding exactly the three entries below.
+    TurnHome,
+    /// The turn HOME's `state/`, the identity's.
+    TurnHomeState,
+    /// The turn HOME's `.config/`, root's and empty.
+    TurnHomeConfig,
+    /// The turn HOME's `.gitconfig`, root's.
+    TurnHomeGitconfig,
     /// The turn door's gitconfig.
     TurnGitconfig,
     /// Where removed sites' trees are archived.
@@ -271,6 +319,8 @@ pub enum Role {
     EgressSiteDir,
     /// A site door's gate socket.
     GateSocket,
+    /// A site's gate decisions socket (sited subscribes to its runs' egress decisions).
+    GateDecisionsSocket,
     /// A site's webspace.
     Webspace,
     /// A site's release store (and its parent).
@@ -341,6 +391,10 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::AgentsRoot, Root, Root, 0o755, D),
     rule(Role::AgentSiteDir, Root, Root, 0o755, D),
     rule(Role::AgentHome, SiteIdentity, ServiceGroup, 0o700, D),
+    rule(Role::TurnHome, Root, Root, 0o755, D),
+    rule(Role::TurnHomeState, SiteIdentity, ServiceGroup, 0o700, D),
+    rule(Role::TurnHomeConfig, Root, Root, 0o755, D),
+    rule(Role::TurnHomeGitconfig, Root, Root, 0o644, F),
     rule(Role::TurnGitconfig, Root, Root, 0o644, F),
     rule(Role::RetiredDir, Root, Root, 0o700, D),
     // Root's: PID 1 creates every socket in it, and the engine must traverse to sited.sock.
@@ -351,6 +405,14 @@ pub const MODES: &[ModeRule] = &[
     // Only the site's identity (and the service user, a member) may even traverse to its gate.
     rule(Role::EgressSiteDir, Root, SitePrivateGroup, 0o750, D),
     rule(Role::GateSocket, SiteIdentity, SitePrivateGroup, 0o600, S),
+    // sited's alone: a run must not read, or hold open, the decisions about itself.
+    rule(
+        Role::GateDecisionsSocket,
+        ServiceUser,
+        ServiceGroup,
+        0o600,
+        S,
+    ),
     rule(Role::Webspace, ServiceUser, WebGroup, 0o2750, D),
     rule(Role::ReleaseStore, ServiceUser, WebGroup, 0o2750, D),
     rule(Role::UnitFile, Root, Root, 0o644, F),
@@ -548,6 +610,11 @@ impl<'d> Layout<'d> {
     /// `/run/atelier/<inst>`.
     pub fn runtime_dir(&self) -> PathBuf {
         runtime_dir(self.instance())
+    }
+
+    /// `/run/atelier/<inst>/gate-s<k>/decisions.sock`.
+    pub fn gate_decisions_socket_path(&self, k: SiteOrdinal) -> PathBuf {
+        gate_decisions_socket_path(self.instance(), k)
     }
 
     /// `/run/atelier/<inst>/sited.sock`.
@@ -791,7 +858,19 @@ impl<'d> Layout<'d> {
         for &(k, _) in sites {
             out.push(self.entry(Role::AgentSiteDir, self.agent_site_dir(k), Some(k)));
             for door in Door::ALL {
-                if let Some(home) = self.agent_home(k, door) {
+                let Some(home) = self.agent_home(k, door) else {
+                    continue;
+                };
+                if door == Door::Turn {
+                    out.push(self.entry(Role::TurnHome, home.clone(), Some(k)));
+                    for (role, name) in [
+                        (Role::TurnHomeState, TURN_HOME_STATE_DIR),
+                        (Role::TurnHomeConfig, TURN_HOME_CONFIG_DIR),
+                        (Role::TurnHomeGitconfig, TURN_HOME_GITCONFIG),
+                    ] {
+                        out.push(self.entry(role, home.join(name), Some(k)));
+                    }
+                } else {
                     out.push(self.entry(Role::AgentHome, home, Some(k)));
                 }
             }
@@ -816,6 +895,11 @@ impl<'d> Layout<'d> {
                     out.push(self.entry(Role::GateSocket, path, Some(k)));
                 }
             }
+            out.push(self.entry(
+                Role::GateDecisionsSocket,
+                self.gate_decisions_socket_path(k),
+                Some(k),
+            ));
         }
         for &(k, site) in sites {
             out.push(self.entry(Role::Webspace, self.webspace(site), Some(k)));
@@ -850,6 +934,7 @@ impl<'d> Layout<'d> {
             }
             for unit in [
                 names::gate_socket_unit(inst, k),
+                names::gate_decisions_socket_unit(inst, k),
                 names::gate_service_unit(inst, k),
             ] {
                 out.push(self.entry(Role::UnitFile, self.unit_path(&unit), Some(k)));

@@ -85,6 +85,11 @@ pub mod env {
     pub const OPENCODE_BIN: &str = "ATELIER_OPENCODE_BIN";
     /// pi's binary, when declared.
     pub const PI_BIN: &str = "ATELIER_PI_BIN";
+    /// Where Claude Code sends its model requests, when declared (`agent.anthropic_base_url`).
+    pub const AGENT_ANTHROPIC_BASE_URL: &str = "ATELIER_AGENT_ANTHROPIC_BASE_URL";
+    /// Development only, never rendered: a PEM file of extra certificate authorities a turn's
+    /// agent trusts (a lab model server's test CA).
+    pub const AGENT_EXTRA_CA_CERTS: &str = "ATELIER_AGENT_EXTRA_CA_CERTS";
     /// Each declared limit, named after its declaration key.
     pub const MAX_SITES: &str = "ATELIER_MAX_SITES";
     /// See [`MAX_SITES`].
@@ -130,6 +135,8 @@ pub mod env {
         CLAUDE_CODE_BIN,
         OPENCODE_BIN,
         PI_BIN,
+        AGENT_ANTHROPIC_BASE_URL,
+        AGENT_EXTRA_CA_CERTS,
         MAX_SITES,
         MAX_CONCURRENT_SESSIONS,
         SITE_DISK_QUOTA_MB,

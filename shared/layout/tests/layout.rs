@@ -287,8 +287,26 @@ fn mode_matrix_golden_rows() {
         find("/var/lib/atelier/example/sites"),
         ("atelier-example", "atelier-example", 0o2770, D)
     );
+    // The turn HOME is root's skeleton; only its state/ is the identity's. The build HOME is
+    // the identity's own.
     assert_eq!(
         find("/var/lib/atelier/example/agents/s2/turn"),
+        ("root", "root", 0o755, D)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn/state"),
+        ("atelier-a-example_2", "atelier-example", 0o700, D)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn/.config"),
+        ("root", "root", 0o755, D)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn/.gitconfig"),
+        ("root", "root", 0o644, F)
+    );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/build"),
         ("atelier-a-example_2", "atelier-example", 0o700, D)
     );
     assert_eq!(
@@ -338,9 +356,14 @@ fn mode_matrix_golden_rows() {
             );
         }
     }
-    // 11 units per site (3 doors × socket, target, template + gate socket and service) + sited's 2.
+    // 12 units per site (3 doors × socket, target, template + the gate's two sockets and its
+    // service) + sited's 2.
     let units = matrix.iter().filter(|e| e.role == Role::UnitFile).count();
-    assert_eq!(units, 2 + 2 * 11);
+    assert_eq!(units, 2 + 2 * 12);
+    assert_eq!(
+        find("/run/atelier/example/gate-s1/decisions.sock"),
+        ("atelier-example", "atelier-example", 0o600, S)
+    );
     assert_eq!(
         paths::mode_rule(Role::AgentHome).owner,
         Principal::SiteIdentity

@@ -11,13 +11,17 @@
 //! - [`io`]: [`read_frame`] and [`write_frame`] over tokio's `AsyncRead`/`AsyncWrite`.
 //! - [`message`]: the typed JSON messages carried in `H`, `S`, `X` and `T` frames, each with a
 //!   closed key set and validation after parsing.
+//! - [`egress`]: the gate's decisions socket, in JSON lines rather than frames: sited's
+//!   [`Subscribe`] and the gate's [`Decision`]s.
 
 pub mod decoder;
+pub mod egress;
 pub mod frame;
 pub mod io;
 pub mod message;
 
 pub use decoder::Decoder;
+pub use egress::{Decision, EgressError, Subscribe, Verdict};
 pub use frame::{encode, Frame, FrameError, FrameKind, FramePart, HEADER_LEN};
 pub use io::{read_frame, write_frame};
 pub use message::{

@@ -394,14 +394,18 @@ framed_message!(BuildEvent, FrameKind::Event, "build event");
 /// array of its values (and an internally tagged enum as `[tag, ...]`), which is not our wire
 /// form.
 fn parse_json<T: DeserializeOwned>(message: &'static str, json: &[u8]) -> Result<T, MessageError> {
+    parse_object(json).map_err(|source| MessageError::Json { message, source })
+}
+
+/// Parses `json`, which must be a JSON object (see [`parse_json`] for why this is checked).
+pub(crate) fn parse_object<T: DeserializeOwned>(json: &[u8]) -> Result<T, serde_json::Error> {
     let first = json
         .iter()
         .find(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r'));
     if first.is_some_and(|&byte| byte != b'{') {
-        let source = serde::de::Error::custom("expected a JSON object");
-        return Err(MessageError::Json { message, source });
+        return Err(serde::de::Error::custom("expected a JSON object"));
     }
-    serde_json::from_slice(json).map_err(|source| MessageError::Json { message, source })
+    serde_json::from_slice(json)
 }
 
 fn check_version(message: &'static str, found: u32) -> Result<(), MessageError> {
@@ -433,7 +437,7 @@ fn check_argv(argv: &[String]) -> Result<(), MessageError> {
 
 /// Deserializes an `Option` whose key must be present (serde would default a missing one to
 /// `None`); `null` is still `None`.
-fn deserialize_present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn deserialize_present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,

@@ -327,7 +327,14 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     ];
     let home = paths::agent_home(&facts.agents_root, k, door);
     match &home {
-        Some(home) => environment.push(format!("HOME={}", text(home))),
+        Some(home) => {
+            if door == Door::Turn {
+                for (key, value) in paths::turn_home_env(home) {
+                    environment.push(format!("{key}={}", text(&value)));
+                }
+            }
+            environment.push(format!("HOME={}", text(home)));
+        }
         None => environment.extend(
             services::GIT_DOOR_ENV
                 .iter()

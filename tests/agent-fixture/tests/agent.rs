@@ -37,6 +37,8 @@ fn planned(workspace: &Path, prompt: &str, resume: Option<&str>, brief: Option<&
         mcp_config_path: &mcp_config_path,
         path_env: "/usr/bin:/bin",
         credentials: &credentials,
+        proxied: false,
+        endpoint: &atelier_agents::ModelEndpoint::default(),
     })
     .unwrap();
     for file in &plan.files {

@@ -61,12 +61,25 @@ pub struct Install {
 }
 
 impl Install {
-    /// The install inside this checkout's `target/local-model`, if it is complete.
+    /// The install `scripts/local-model` made (it alone knows where), if it is complete.
     pub fn find() -> Result<Install, StartError> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/local-model");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/local-model");
+        let listed = std::process::Command::new("bash")
+            .arg(&script)
+            .arg("paths")
+            .output()
+            .map_err(|_| StartError::NotInstalled(script.clone()))?;
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        let path_of = |key: &str| {
+            listed
+                .lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+                .map(PathBuf::from)
+                .ok_or_else(|| StartError::NotInstalled(script.clone()))
+        };
         let install = Install {
-            python: root.join("venv/bin/python"),
-            model: root.join("smollm2-135m-instruct.gguf"),
+            python: path_of("python")?,
+            model: path_of("model")?,
         };
         for path in [&install.python, &install.model] {
             if !path.exists() {

@@ -16,7 +16,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use atelier_systemd_tests::{built_binaries_dir, repo_root, BoxRun, SystemdBox};
+use atelier_systemd_tests::{built_binaries_dir, real_claude, repo_root, BoxRun, SystemdBox};
 use serde_json::Value;
 
 /// One box at a time.
@@ -445,6 +445,15 @@ attempt missing_socket
 mv /root/atelier-example-s1-turn.socket /etc/systemd/system/; systemctl daemon-reload
 systemctl start atelier-example-s1-turn.socket
 
+# The turn HOME is a closed world: a file planted at its top is configuration a turn would read.
+home=/var/lib/atelier/example/agents/s1/turn
+echo "[credential]" > $home/.bashrc
+attempt home_planted
+rm $home/.bashrc
+chmod 0777 $home/.config
+attempt home_config_writable
+chmod 0755 $home/.config
+
 # Undone, the same door runs a turn again: the refusals were the tampering's.
 id=$(start_session collection '"write src/restored.txt after the tampering"')
 echo "restored_start=$(cat /tmp/start-status)"
@@ -471,10 +480,13 @@ exit 0
 fn tampered_doors_are_refused_naming_the_property_before_anything_starts() {
     let run = run_in_box(TAMPER, Duration::from_secs(240));
     assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    // Each case and what its refusal's detail must name.
     let cases = [
-        ("private_network", "PrivateNetwork"),
-        ("user", "User"),
-        ("missing_socket", "LoadState"),
+        ("private_network", ": PrivateNetwork is "),
+        ("user", ": User is "),
+        ("missing_socket", ": LoadState is "),
+        ("home_planted", "the turn HOME: "),
+        ("home_config_writable", "turn/.config is uid 0 mode 777"),
     ];
     let mut failures = Vec::new();
     for (name, property) in cases {
@@ -508,10 +520,10 @@ fn tampered_doors_are_refused_naming_the_property_before_anything_starts() {
             fact(&run, &format!("{name}_file")) == "absent",
         );
         check(
-            &format!("the refusal names {property}"),
+            &format!("the refusal names {property:?}"),
             body["detail"]
                 .as_str()
-                .is_some_and(|d| d.contains(&format!(": {property} is "))),
+                .is_some_and(|d| d.contains(property)),
         );
     }
     assert!(
@@ -867,5 +879,328 @@ fn start_latency_of_a_door_against_its_twin_unit_and_the_unconfined_shim() {
         ratio(&door, &twin, "p50_us"),
         ratio(&door, &twin, "p95_us"),
         ratio(&door, &none, "p50_us"),
+    );
+}
+
+/// The lab model's name, on the lab range the gate counts as public only in development.
+const LAB_HOST: &str = "model.lab.example";
+/// What the lab model's scripted `Write` puts in `src/index.html`.
+const LAB_PAGE: &str = "<h1>Written by the real Claude Code</h1>";
+
+/// The example declaration with the real Claude Code as its agent and `hosts` as the turn
+/// door's provider hosts; `base_url` declared when given.
+fn lab_declaration(hosts: &[&str], base_url: Option<&str>, turn_timeout_ms: u64) -> String {
+    let text = std::fs::read_to_string(repo_root().join("deploy/examples/instance.json"))
+        .expect("reading the example declaration");
+    let mut decl: Value = serde_json::from_str(&text).expect("the example is JSON");
+    decl["agent"]["bins"]["claude_code"] = real_claude().expect("the real Claude Code").into();
+    decl["agent"]["provider_hosts"] = serde_json::json!(hosts);
+    if let Some(url) = base_url {
+        decl["agent"]["anthropic_base_url"] = url.into();
+    }
+    decl["limits"]["session_turn_timeout_ms"] = turn_timeout_ms.into();
+    serde_json::to_string_pretty(&decl).expect("serializing the declaration")
+}
+
+/// After `apply`: the lab network (a namespace of its own joined by veth, the lab model in
+/// it on 198.18.77.2:443 with a fresh test CA), the lab name in the box's /etc/hosts, and the
+/// two development drop-ins — the gate counts the lab range as public, sited's agents trust
+/// the test CA. The door units stay exactly as rendered.
+const LAB: &str = r#"
+sed 's/^/apply| /' /tmp/apply
+labns=atlab$$
+ip netns add $labns
+ip link add labh$$ type veth peer name labm$$
+ip link set labm$$ netns $labns
+ip addr add 198.18.77.1/30 dev labh$$ && ip link set labh$$ up
+ip -n $labns addr add 198.18.77.2/30 dev labm$$ && ip -n $labns link set labm$$ up && ip -n $labns link set lo up
+echo "198.18.77.2 model.lab.example" >> /etc/hosts
+mkdir -p /etc/atelier-lab
+ip netns exec $labns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 --host model.lab.example \
+  --ca-out /etc/atelier-lab/ca.pem --record /root/lab-requests.jsonl \
+  --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
+for _ in $(seq 100); do [ -f /etc/atelier-lab/ca.pem ] && break; sleep 0.1; done
+echo "lab_ready=$([ -f /etc/atelier-lab/ca.pem ] && echo yes || echo no)"
+gate=atelier-example-s1-gate.service
+mkdir -p /etc/systemd/system/$gate.d
+cat > /etc/systemd/system/$gate.d/50-lab.conf <<UNIT
+[Service]
+Environment=ATELIER_DEPLOYMENT=development
+ExecStart=
+ExecStart=$(sed -n 's/^ExecStart=//p' /etc/systemd/system/$gate) --allow-benchmark-range
+UNIT
+mkdir -p /etc/systemd/system/atelier-sited@example.service.d
+cat > /etc/systemd/system/atelier-sited@example.service.d/50-lab.conf <<UNIT
+[Service]
+Environment=ATELIER_DEPLOYMENT=development ATELIER_AGENT_EXTRA_CA_CERTS=/etc/atelier-lab/ca.pem $SITED_EXTRA
+UNIT
+systemctl daemon-reload
+lab_down() { kill %1 2>/dev/null; wait; ip link del labh$$ 2>/dev/null; ip netns del $labns 2>/dev/null; }
+requests() { cat /root/lab-requests.jsonl 2>/dev/null | sed 's/^/request| /'; }
+"#;
+
+/// The real Claude Code runs a turn in the turn door as the site's identity: its only way
+/// to the (lab) model is the shim's forward and the site's gate, whose allowed CONNECT is an
+/// event of the session; the scripted `Write` lands in the turn's commit; the prompt and
+/// AGENTS.md reach the model. A second turn resumes the first with the CLI's session id.
+const REAL_TURN: &str = r#"
+create_site collection www.example.org
+printf '# Brief\nThe museum prefers plain HTML. brief-canary-7f3a\n' > /tmp/agents.md
+install -o atelier-example -g atelier-example -m 0660 /tmp/agents.md $ws1/AGENTS.md
+id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn1| /'
+echo "page=$(cat $ws1/src/index.html)"
+echo "page_owner=$(stat -c %U $ws1/src/index.html)"
+echo "commit1_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
+echo "commit1_page=$(git_in $ws1 show HEAD:src/index.html)"
+echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
+timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
+requests
+door_log 1 | grep -i -e egress -e refused | tail -n 20 | sed 's/^/door-log| /'
+journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | tail -n 20 | sed 's/^/gate-log| /'
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+lab_down
+exit 0
+"#;
+
+fn real_agent_box(declaration: String) -> SystemdBox {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    confined_box()
+        .copy(
+            bins.join("atelier-lab-model"),
+            "/usr/local/bin/atelier-lab-model",
+        )
+        .write("/root/instance.json", declaration, 0o644)
+}
+
+fn run_real_agent(declaration: String, script: &str, sited_extra: &str) -> BoxRun {
+    let _turn = one_box();
+    let lab = LAB
+        .replace("$LAB_PAGE", LAB_PAGE)
+        .replace("$SITED_EXTRA", sited_extra);
+    let run = real_agent_box(declaration)
+        .timeout(Duration::from_secs(300))
+        .run(&format!("{PREAMBLE}\n{lab}\n{script}"))
+        .expect("booting systemd in a container");
+    run.assert_success();
+    assert_eq!(run.fact("apply"), Some("0"), "{run:?}");
+    assert_eq!(run.fact("lab_ready"), Some("yes"), "{run:?}");
+    run
+}
+
+/// Every event a script printed under `prefix`, parsed.
+fn events(run: &BoxRun, prefix: &str) -> Vec<Value> {
+    tagged(run, prefix)
+        .into_iter()
+        .map(|line| {
+            serde_json::from_str::<Value>(line)
+                .unwrap_or_else(|e| panic!("{prefix}: {line:?}: {e}\n{run:?}"))["body"]
+                .clone()
+        })
+        .collect()
+}
+
+#[test]
+fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 120_000);
+    let run = run_real_agent(declaration, REAL_TURN, "");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+
+    let turn1 = events(&run, "turn1");
+    let types: Vec<&str> = turn1
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("<none>"))
+        .collect();
+    // The CLI's real events, mapped as for the stand-in, with the gate's decision among them.
+    for wanted in [
+        "turn_start",
+        "text",
+        "tool",
+        "result",
+        "file_change",
+        "turn_end",
+    ] {
+        assert!(types.contains(&wanted), "no {wanted} in {types:?}\n{run:?}");
+    }
+    assert_eq!(types.first(), Some(&"turn_start"), "{run:?}");
+    assert_eq!(types.last(), Some(&"turn_end"), "{run:?}");
+    assert_eq!(
+        turn1.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    let allowed: Vec<&Value> = turn1
+        .iter()
+        .filter(|e| e["egress"]["verdict"] == "allowed")
+        .collect();
+    assert!(
+        !allowed.is_empty(),
+        "no allowed CONNECT in the session: {run:?}"
+    );
+    for decision in &allowed {
+        assert_eq!(decision["egress"]["host"], LAB_HOST, "{run:?}");
+        assert_eq!(decision["egress"]["port"], 443, "{run:?}");
+        assert!(
+            decision["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("model.lab.example:443")),
+            "{run:?}"
+        );
+    }
+    // No CONNECT of this turn was refused. (The MCP relay's requests are decisions too: the
+    // box has no Publication API behind the relay, so those are refused as unreachable.)
+    assert!(
+        turn1
+            .iter()
+            .filter(|e| e["egress"]["host"] != "mcp")
+            .all(|e| e["egress"]["verdict"] != "refused"),
+        "{run:?}"
+    );
+    assert!(
+        turn1.iter().any(|e| e["egress"]["host"] == "mcp"),
+        "the agent reached for the MCP relay, and that is in the session too: {run:?}"
+    );
+    let tool = turn1
+        .iter()
+        .find(|e| e["type"] == "tool")
+        .expect("a tool event");
+    assert_eq!(tool["name"], "Write", "{run:?}");
+    let change = turn1
+        .iter()
+        .find(|e| e["type"] == "file_change")
+        .expect("a file change");
+    // The brief the test wrote before the turn is new to git too.
+    assert_eq!(
+        change["files"],
+        serde_json::json!(["AGENTS.md", "src/index.html"]),
+        "{run:?}"
+    );
+
+    // The file, written by the site's identity, is in the turn's commit.
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    assert_eq!(fact(&run, "page_owner"), "atelier-a-example_1", "{run:?}");
+    assert!(
+        fact(&run, "commit1_files").contains("src/index.html,"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "commit1_page"), LAB_PAGE, "{run:?}");
+
+    // What reached the model: the prompt sited sent and the AGENTS.md brief; then the tool's
+    // result; the key never in the record.
+    let requests: Vec<Value> = tagged(&run, "request")
+        .into_iter()
+        .map(|l| serde_json::from_str(l).expect("a recorded request"))
+        .collect();
+    let messages: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["path"] == "/v1/messages")
+        .collect();
+    let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
+    assert!(messages.len() >= 2, "two model calls at least: {run:?}");
+    let first = messages[0]["body"].to_string();
+    assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
+    assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+    assert!(
+        messages[1]["body"].to_string().contains("tool_result"),
+        "the second call carries the tool's result: {run:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["headers"]["x-api-key"] == "[redacted]"
+                || r["headers"]["x-api-key"].is_null()),
+        "{run:?}"
+    );
+
+    // The second turn resumed the first: the model sees the earlier conversation.
+    assert_eq!(fact(&run, "message"), "200", "{run:?}");
+    let all = events(&run, "all");
+    let ends: Vec<&Value> = all.iter().filter(|e| e["type"] == "turn_end").collect();
+    assert_eq!(ends.len(), 2, "{run:?}");
+    assert_eq!(ends[1]["state"], "idle", "{run:?}");
+    let later: Vec<&Value> = requests[turn1_calls..]
+        .iter()
+        .filter(|r| r["path"] == "/v1/messages")
+        .collect();
+    let resumed = later
+        .first()
+        .map(|r| r["body"].to_string())
+        .unwrap_or_default();
+    assert!(
+        resumed.contains("second-canary-55d0"),
+        "the follow-up: {run:?}"
+    );
+    assert!(
+        resumed.contains("prompt-canary-91c2"),
+        "the follow-up carries the first turn's conversation: {run:?}"
+    );
+}
+
+/// The same agent with the model's host missing from the door's plan: the declaration keeps
+/// Anthropic's own host and sited is pointed at the lab model by a drop-in, so the gate
+/// refuses; the refusal is an event of the session, the turn ends with an error inside the
+/// turn timeout and the site is free again.
+const REFUSED_TURN: &str = r#"
+create_site collection www.example.org
+id=$(start_session collection '"Write the home page."')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/refused| /'
+echo "site_state=$(api $base/v1/sites/collection | grep -o '"session":{[^}]*}')"
+echo "live_after=$(systemctl list-units --all --no-legend --plain 'atelier-example-s1-*@*.service' | wc -l)"
+echo "lab_requests=$(cat /root/lab-requests.jsonl 2>/dev/null | wc -l)"
+id2=$(start_session collection '"Again."')
+echo "second_start=$(cat /tmp/start-status)"
+lab_down
+exit 0
+"#;
+
+#[test]
+fn a_model_host_off_the_plan_is_refused_in_the_session_and_the_turn_ends() {
+    let declaration = lab_declaration(&["api.anthropic.com"], None, 45_000);
+    let run = run_real_agent(
+        declaration,
+        REFUSED_TURN,
+        "ATELIER_AGENT_ANTHROPIC_BASE_URL=https://model.lab.example",
+    );
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn = events(&run, "refused");
+    let refused: Vec<&Value> = turn
+        .iter()
+        .filter(|e| e["egress"]["verdict"] == "refused" && e["egress"]["host"] != "mcp")
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "the refusal is in the session: {run:?}"
+    );
+    assert_eq!(refused[0]["egress"]["host"], LAB_HOST, "{run:?}");
+    assert_eq!(refused[0]["egress"]["reason"], "not_in_plan", "{run:?}");
+    assert!(
+        refused[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("model.lab.example")),
+        "{run:?}"
+    );
+    let end = turn.last().expect("the stream ends");
+    assert_eq!(end["type"], "turn_end", "{run:?}");
+    // The CLI retries a refused tunnel by itself; the turn's deadline ends it, by name.
+    assert!(
+        turn.iter()
+            .any(|e| e["type"] == "error" && e["reason"] == "turn_timeout"),
+        "the turn ends with a stated error: {run:?}"
+    );
+    assert_eq!(end["state"], "error", "{run:?}");
+    assert_eq!(
+        fact(&run, "lab_requests"),
+        "0",
+        "nothing reached the model: {run:?}"
+    );
+    assert_eq!(fact(&run, "live_after"), "0", "{run:?}");
+    assert!(!fact(&run, "site_state").contains("running"), "{run:?}");
+    assert_eq!(
+        fact(&run, "second_start"),
+        "201",
+        "the site is free again: {run:?}"
     );
 }

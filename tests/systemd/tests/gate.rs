@@ -41,6 +41,8 @@ as_site curl -s -o /dev/null -w '%{http_code}' --max-time 20 --unix-socket $egre
   -X CONNECT --request-target not-planned.example.com:443 http://gate/ > /tmp/connect 2>/dev/null
 echo "connect_status=$(cat /tmp/connect)"
 echo "gate_after=$(systemctl is-active atelier-example-s1-gate.service)"
+# The decision is a structured journal entry, not only text.
+echo "journal_fields=$(journalctl -b -u atelier-example-s1-gate.service -o verbose --no-pager | grep -e 'F_HOST=not-planned.example.com' -e 'F_VERDICT=refused' -e 'F_REASON=not_in_plan' -e 'F_DOOR=turn' | sort -u | wc -l)"
 echo "gate_user=$(systemctl show -P DynamicUser atelier-example-s1-gate.service)"
 
 # The MCP relay, as the agent would call it: a forged key and an Authorization header.
@@ -99,11 +101,14 @@ fn the_provisioned_gate_starts_on_demand_relays_mcp_with_its_own_key_and_refuses
     assert_eq!(fact("gate_after"), "active", "{run:?}");
     assert_eq!(fact("gate_user"), "yes", "{run:?}");
     assert!(
-        !run.journal_lines(
-            "destination=not-planned.example.com:443 verdict=refused reason=not_in_plan"
-        )
-        .is_empty(),
+        !run.journal_lines("[egress] refused CONNECT not-planned.example.com:443 — not_in_plan")
+            .is_empty(),
         "{run:?}"
+    );
+    assert_eq!(
+        fact("journal_fields"),
+        "4",
+        "host, verdict, reason and door as fields\n{run:?}"
     );
 
     assert_eq!(fact("mcp_status"), "HTTP/1.1 200 OK", "{run:?}");

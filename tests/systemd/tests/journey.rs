@@ -3,7 +3,7 @@
 //! through the rendered nginx vhost, publish, production over TLS, rollback, a clean stop.
 //! Each of its steps checks what it claims; the script fails at the first that does not hold.
 
-use atelier_systemd_tests::{built_binaries_dir, repo_root, SystemdBox};
+use atelier_systemd_tests::{built_binaries_dir, real_claude, repo_root, SystemdBox};
 
 #[test]
 fn the_demo_journey_passes_every_step_on_real_systemd() {
@@ -18,11 +18,16 @@ fn the_demo_journey_passes_every_step_on_real_systemd() {
         ("atelier-gate", "atelier-gate"),
         ("atelier-build", "atelier-build"),
         ("atelierctl", "atelierctl"),
-        // The TEST FIXTURE standing in for Claude Code, where the declaration says it is.
-        ("atelier-test-agent", "claude"),
+        // The TEST FIXTURE standing in for the model provider.
+        ("atelier-lab-model", "atelier-lab-model"),
     ] {
         sandbox = sandbox.copy(bins.join(bin), format!("/usr/local/bin/{dest}"));
     }
+    // The real Claude Code, where the declaration says it is.
+    sandbox = sandbox.copy(
+        real_claude().expect("the real Claude Code"),
+        "/usr/local/bin/claude",
+    );
     let run = sandbox
         .copy(
             repo_root().join("templates"),
@@ -30,7 +35,7 @@ fn the_demo_journey_passes_every_step_on_real_systemd() {
         )
         .copy(
             repo_root().join("deploy/examples/instance.json"),
-            "/root/instance.json",
+            "/root/instance.example.json",
         )
         .copy(
             repo_root().join("deploy/examples/operator-setup.sh"),

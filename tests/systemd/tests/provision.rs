@@ -42,6 +42,10 @@ echo "stat_sites=$(st /var/lib/atelier/example/sites)"
 echo "stat_audit_root=$(st /srv/atelier_audit/example)"
 echo "stat_audit=$(st /srv/atelier_audit/example/audit.jsonl)"
 echo "stat_home=$(st /var/lib/atelier/example/agents/s2/turn)"
+echo "stat_home_state=$(st /var/lib/atelier/example/agents/s2/turn/state)"
+echo "stat_home_config=$(st /var/lib/atelier/example/agents/s2/turn/.config)"
+echo "stat_home_gitconfig=$(st /var/lib/atelier/example/agents/s2/turn/.gitconfig)"
+echo "stat_build_home=$(st /var/lib/atelier/example/agents/s2/build)"
 echo "stat_retired=$(st /var/lib/atelier/example/retired)"
 echo "stat_webspace=$(st /srv/www/www.example.org)"
 echo "stat_store=$(st /srv/legacy-www/archive-example/.releases/web)"
@@ -149,7 +153,11 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
         ("stat_sites", "atelier-example:atelier-example 2770"),
         ("stat_audit_root", "root:atelier-example 750"),
         ("stat_audit", "atelier-example:atelier-example 600"),
-        ("stat_home", "atelier-a-example_2:atelier-example 700"),
+        ("stat_home", "root:root 755"),
+        ("stat_home_state", "atelier-a-example_2:atelier-example 700"),
+        ("stat_home_config", "root:root 755"),
+        ("stat_home_gitconfig", "root:root 644"),
+        ("stat_build_home", "atelier-a-example_2:atelier-example 700"),
         ("stat_retired", "root:root 700"),
         ("stat_webspace", "atelier-example:www-data 2750"),
         ("stat_store", "atelier-example:www-data 2750"),

@@ -3,6 +3,8 @@
 //! arrives, redirects refused, and every refusal by name with nothing sent upstream.
 
 use super::*;
+use atelier_proto::egress::Decision;
+use atelier_proto::Door as DoorName;
 use std::path::PathBuf;
 use tokio::time::timeout;
 
@@ -24,8 +26,14 @@ fn start(upstream_url: &str, key: Option<&str>) -> Relay {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mcp.sock");
     let listener = UnixListener::bind(&socket).unwrap();
-    let door =
-        Arc::new(McpDoor::new(upstream_url, key.map(|key| Secret::new(key.to_owned()))).unwrap());
+    let door = Arc::new(
+        McpDoor::new(
+            upstream_url,
+            key.map(|key| Secret::new(key.to_owned())),
+            turn_log(),
+        )
+        .unwrap(),
+    );
     tokio::spawn(serve(listener, Arc::clone(&door)));
     Relay {
         _dir: dir,
@@ -36,6 +44,10 @@ fn start(upstream_url: &str, key: Option<&str>) -> Relay {
 
 fn url(upstream: &Upstream) -> String {
     format!("http://{}/publication/server_api/v2/mcp", upstream.addr)
+}
+
+fn turn_log() -> Arc<DecisionLog> {
+    Arc::new(DecisionLog::new(DoorName::Turn))
 }
 
 fn has_line(door: &McpDoor, needle: &str) -> bool {
@@ -98,7 +110,7 @@ async fn a_post_is_relayed_with_the_key_added_and_headers_by_allowlist() {
     );
     assert!(has_line(
         &relay.door,
-        "door=mcp destination=POST /mcp verdict=relayed reason=200"
+        "door=turn host=mcp verdict=relayed reason=POST /mcp 200"
     ));
     assert!(!relay.door.log.lines().iter().any(|line| line.contains(KEY)));
 }
@@ -146,7 +158,7 @@ async fn a_redirect_is_refused_and_not_followed() {
     assert_eq!(upstream.seen().len(), 1, "only the redirecting request");
     assert!(has_line(
         &relay.door,
-        "destination=POST /mcp verdict=refused reason=upstream_redirect"
+        "door=turn host=mcp verdict=refused reason=POST /mcp upstream_redirect"
     ));
 }
 
@@ -218,10 +230,55 @@ fn a_key_no_header_can_carry_is_refused_without_showing_it() {
     let error = McpDoor::new(
         "http://127.0.0.1:1/mcp",
         Some(Secret::new("line\nbreak".to_owned())),
+        turn_log(),
     )
     .unwrap_err();
     assert!(matches!(error, McpError::BadKey));
     assert!(!error.to_string().contains("line"));
-    let door = McpDoor::new("http://127.0.0.1:1/mcp", Some(Secret::new(KEY.to_owned()))).unwrap();
+    let door = McpDoor::new(
+        "http://127.0.0.1:1/mcp",
+        Some(Secret::new(KEY.to_owned())),
+        turn_log(),
+    )
+    .unwrap();
     assert!(!format!("{door:?}").contains(KEY));
+}
+
+#[tokio::test]
+async fn a_turn_subscription_has_each_relay_decision_once_the_agent_has_its_answer() {
+    let upstream = Upstream::on_loopback().await;
+    let relay = start(&url(&upstream), Some(KEY));
+    let mut subscription = relay.door.log.subscribe();
+    let cases = [
+        ("POST", "/mcp", 200, Verdict::Relayed, "POST /mcp 200"),
+        (
+            "PUT",
+            "/mcp",
+            405,
+            Verdict::Refused,
+            "PUT /mcp method_not_allowed",
+        ),
+    ];
+    for (method, target, status, verdict, reason) in cases {
+        let response = send(&relay.socket, method, target, &[], b"{}").await;
+        assert_eq!(response.status.as_u16(), status, "{method}");
+        // The answer's head has arrived: its decision is already queued.
+        subscription.end();
+        let mut got = Vec::new();
+        while let Some(decision) = subscription.next().await {
+            got.push(decision);
+        }
+        assert_eq!(
+            got,
+            [Decision::new(
+                DoorName::Turn,
+                MCP_HOST,
+                None,
+                verdict,
+                reason
+            )],
+            "{method}"
+        );
+        subscription = relay.door.log.subscribe();
+    }
 }

@@ -1,19 +1,21 @@
 //! The serving half through real sockets: a unix listener in a temp dir, upstream TCP servers
-//! on loopback reached through a lab dialer, and real ClientHello bytes.
+//! on loopback reached through a lab dialer, and real ClientHello bytes. The lab is shared with
+//! the decisions socket's tests.
 
 use super::*;
 use crate::client_hello::tests::{records, sni, Hello};
+use atelier_proto::egress::Decision;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-const HOST: &str = "api.example.com";
+pub(crate) const HOST: &str = "api.example.com";
 /// The "public" address the classifier sees (benchmark range allowed); the lab dialer routes it
 /// to a loopback server.
-const LAB_ADDR: &str = "198.18.0.10";
-const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const LAB_ADDR: &str = "198.18.0.10";
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 /// A static DNS: hostnames to answers, unknown names fail.
 struct StaticResolver(HashMap<String, Vec<IpAddr>>);
@@ -60,7 +62,7 @@ fn lab_addr(ip_text: &str) -> SocketAddr {
 }
 
 /// One upstream connection: echoes what it reads; the handle yields every byte received.
-async fn echo_upstream() -> (SocketAddr, JoinHandle<Vec<u8>>) {
+pub(crate) async fn echo_upstream() -> (SocketAddr, JoinHandle<Vec<u8>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -83,10 +85,10 @@ async fn echo_upstream() -> (SocketAddr, JoinHandle<Vec<u8>>) {
     (addr, task)
 }
 
-struct Lab {
+pub(crate) struct Lab {
     _dir: tempfile::TempDir,
     path: PathBuf,
-    door: Arc<Door>,
+    pub(crate) door: Arc<Door>,
     dials: Arc<Mutex<Vec<SocketAddr>>>,
     server: JoinHandle<io::Result<()>>,
 }
@@ -97,7 +99,7 @@ impl Drop for Lab {
     }
 }
 
-struct LabConfig {
+pub(crate) struct LabConfig {
     answers: Vec<(&'static str, Vec<IpAddr>)>,
     routes: Vec<(SocketAddr, SocketAddr)>,
     policy: Policy,
@@ -107,7 +109,7 @@ struct LabConfig {
 
 impl LabConfig {
     /// `HOST` resolves to `LAB_ADDR`, routed to `upstream`; the benchmark range is allowed.
-    fn to(upstream: SocketAddr) -> LabConfig {
+    pub(crate) fn to(upstream: SocketAddr) -> LabConfig {
         LabConfig {
             answers: vec![(HOST, vec![ip(LAB_ADDR)])],
             routes: vec![(lab_addr(LAB_ADDR), upstream)],
@@ -119,13 +121,12 @@ impl LabConfig {
         }
     }
 
-    fn start(self) -> Lab {
+    pub(crate) fn start(self) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("turn.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let dials = Arc::new(Mutex::new(Vec::new()));
         let door = Arc::new(Door {
-            name: "turn".to_owned(),
             hosts: vec![HOST.to_owned(), "unresolvable.example.com".to_owned()],
             policy: self.policy,
             limits: self.limits,
@@ -139,7 +140,7 @@ impl LabConfig {
                 routes: self.routes.into_iter().collect(),
                 dials: Arc::clone(&dials),
             }),
-            log: DecisionLog::new(),
+            log: Arc::new(DecisionLog::new(DoorName::Turn)),
             mode: self.mode,
         });
         let server = tokio::spawn(serve(listener, Arc::clone(&door)));
@@ -154,7 +155,7 @@ impl LabConfig {
 }
 
 impl Lab {
-    async fn client(&self) -> UnixStream {
+    pub(crate) async fn client(&self) -> UnixStream {
         UnixStream::connect(&self.path).await.unwrap()
     }
 
@@ -171,14 +172,14 @@ impl Lab {
     }
 
     /// Sends `bytes` on a fresh connection; everything the gate sends until it closes.
-    async fn exchange(&self, bytes: &[u8]) -> Vec<u8> {
+    pub(crate) async fn exchange(&self, bytes: &[u8]) -> Vec<u8> {
         let mut client = self.client().await;
         client.write_all(bytes).await.unwrap();
         read_all(&mut client).await
     }
 
     /// Opens a tunnel to `HOST`, asserting the 200.
-    async fn tunnel(&self) -> UnixStream {
+    pub(crate) async fn tunnel(&self) -> UnixStream {
         let mut client = self.client().await;
         client
             .write_all(
@@ -196,7 +197,7 @@ impl Lab {
     }
 }
 
-async fn read_all(stream: &mut UnixStream) -> Vec<u8> {
+pub(crate) async fn read_all(stream: &mut UnixStream) -> Vec<u8> {
     let mut out = Vec::new();
     let _ = timeout(WAIT, stream.read_to_end(&mut out)).await.unwrap();
     out
@@ -206,7 +207,7 @@ async fn upstream_received(task: JoinHandle<Vec<u8>>) -> Vec<u8> {
     timeout(WAIT, task).await.unwrap().unwrap()
 }
 
-fn head(target: &str) -> Vec<u8> {
+pub(crate) fn head(target: &str) -> Vec<u8> {
     format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes()
 }
 
@@ -245,7 +246,7 @@ async fn an_allowed_host_passes_bytes_both_ways() {
     assert_eq!(&received[flight.len()..], b"application data");
     assert_eq!(lab.dials(), vec![lab_addr(LAB_ADDR)]);
     assert!(lab.log_has(&format!(
-        "door=turn destination={HOST}:443 verdict=allowed reason=via {LAB_ADDR}:443"
+        "door=turn host={HOST} port=443 verdict=allowed reason=via {LAB_ADDR}:443"
     )));
 }
 
@@ -312,7 +313,7 @@ async fn a_refused_first_flight_closes_the_tunnel_with_nothing_sent_upstream() {
         assert_eq!(upstream_received(received).await, b"", "{what}");
         assert!(
             lab.log_has(&format!(
-                "destination={HOST}:443 verdict=closed reason={reason}; nothing was sent upstream"
+                "host={HOST} port=443 verdict=refused reason={reason}; nothing was sent upstream"
             )),
             "{what}: {:?}",
             lab.door.log.lines()
@@ -331,7 +332,7 @@ async fn a_first_flight_that_never_completes_times_out() {
     client.write_all(&flight[..100]).await.unwrap();
     assert_eq!(read_all(&mut client).await, b"");
     assert_eq!(upstream_received(received).await, b"");
-    assert!(lab.log_has("verdict=closed reason=timeout"));
+    assert!(lab.log_has("verdict=refused reason=timeout; nothing was sent upstream"));
 }
 
 #[tokio::test]
@@ -398,7 +399,7 @@ async fn every_dial_failing_or_a_failed_lookup_is_a_bad_gateway() {
         BAD_GATEWAY
     );
     assert!(
-        lab.log_has("destination=unresolvable.example.com:443 verdict=failed reason=lookup_failed")
+        lab.log_has("host=unresolvable.example.com port=443 verdict=failed reason=lookup_failed")
     );
 }
 
@@ -410,27 +411,27 @@ async fn head_refusals_get_their_exact_replies_and_nothing_is_resolved() {
         (
             b"GET http://api.example.com/ HTTP/1.1\r\n\r\n".to_vec(),
             b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=http://api.example.com/ verdict=refused reason=method_not_allowed",
+            "host=http://api.example.com/ verdict=refused reason=method_not_allowed",
         ),
         (
             head("api.example.com:80"),
             b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=api.example.com:80 verdict=refused reason=port_not_allowed",
+            "host=api.example.com:80 verdict=refused reason=port_not_allowed",
         ),
         (
             head("198.18.0.10:443"),
             b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=198.18.0.10:443 verdict=refused reason=ip_literal",
+            "host=198.18.0.10:443 verdict=refused reason=ip_literal",
         ),
         (
             head("[2001:4860::1]:443"),
             b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=[2001:4860::1]:443 verdict=refused reason=ip_literal",
+            "host=[2001:4860::1]:443 verdict=refused reason=ip_literal",
         ),
         (
             head("other.example.com:443"),
             b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=other.example.com:443 verdict=refused reason=not_in_plan",
+            "host=other.example.com port=443 verdict=refused reason=not_in_plan",
         ),
         (
             b"CONNECT api.example.com:443\r\n\r\n".to_vec(),
@@ -440,7 +441,7 @@ async fn head_refusals_get_their_exact_replies_and_nothing_is_resolved() {
         (
             vec![b'a'; MAX_HEAD + 10],
             b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            "destination=- verdict=refused reason=head_too_large",
+            "host=- verdict=refused reason=head_too_large",
         ),
     ];
     for (request, want, line) in cases {
@@ -466,7 +467,7 @@ async fn a_slow_head_gets_408() {
             .await,
         b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     );
-    assert!(lab.log_has("destination=api.example.com:443 verdict=refused reason=head_timeout"));
+    assert!(lab.log_has("host=api.example.com:443 verdict=refused reason=head_timeout"));
 }
 
 #[tokio::test]
@@ -491,9 +492,7 @@ async fn the_129th_connection_gets_503_and_one_log_line() {
         .collect();
     assert_eq!(
         over_cap,
-        vec![
-            "door=turn destination=- verdict=refused reason=over_cap: this door already holds 128"
-        ]
+        vec!["door=turn host=- verdict=refused reason=over_cap: this door already holds 128"]
     );
     // A closed connection frees its slot.
     drop(held.pop());
@@ -538,7 +537,7 @@ async fn log_lines_are_deduplicated_printable_and_bounded() {
         .split(" verdict=")
         .next()
         .unwrap()
-        .strip_prefix("door=turn destination=")
+        .strip_prefix("door=turn host=")
         .unwrap();
     assert_eq!(destination.len(), MAX_LOG_TEXT);
     assert!(destination.starts_with("?[31maaa"), "{destination}");
@@ -552,21 +551,16 @@ fn printable_replaces_controls_and_cuts() {
 
 #[test]
 fn the_log_keeps_at_most_its_bound_of_distinct_lines() {
-    let log = DecisionLog::new();
+    let log = DecisionLog::new(DoorName::Build);
     for i in 0..MAX_LOG_LINES + 50 {
-        log.record(
-            "build",
-            &format!("h{i}.example.com:443"),
-            "refused",
-            "not_in_plan",
-        );
+        refuse_host(&log, i);
     }
-    log.record("build", "h0.example.com:443", "refused", "not_in_plan");
+    refuse_host(&log, 0);
     let lines = log.lines();
     assert_eq!(lines.len(), MAX_LOG_LINES);
     assert_eq!(
         lines[0],
-        "door=build destination=h0.example.com:443 verdict=refused reason=not_in_plan"
+        "door=build host=h0.example.com port=443 verdict=refused reason=not_in_plan"
     );
 }
 
@@ -598,4 +592,104 @@ async fn a_megabyte_each_way_passes_and_half_close_reaches_upstream() {
     assert_eq!(echoed.len(), sent.len());
     assert!(echoed == sent);
     assert!(upstream_received(received).await == sent);
+}
+
+// === Decision logs and their subscriptions ===
+
+fn refuse_host(log: &DecisionLog, i: usize) {
+    log.record(
+        &format!("h{i}.example.com"),
+        Some(443),
+        Decided::Refused,
+        "not_in_plan",
+    );
+}
+
+fn refused(door: DoorName, i: usize) -> Decision {
+    Decision::new(
+        door,
+        &format!("h{i}.example.com"),
+        Some(443),
+        Decided::Refused,
+        "not_in_plan",
+    )
+}
+
+/// Ends `subscription` and takes everything it holds.
+async fn drain(mut subscription: Subscription) -> Vec<Decision> {
+    subscription.end();
+    let mut got = Vec::new();
+    while let Some(decision) = timeout(WAIT, subscription.next()).await.unwrap() {
+        got.push(decision);
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_subscription_holds_the_decisions_recorded_while_it_records() {
+    let log = Arc::new(DecisionLog::new(DoorName::Turn));
+    refuse_host(&log, 0);
+    let subscription = log.subscribe();
+    assert_eq!(log.subscriptions(), 1);
+    refuse_host(&log, 1);
+    refuse_host(&log, 1);
+    refuse_host(&log, 2);
+    subscription.end();
+    assert_eq!(log.subscriptions(), 0);
+    refuse_host(&log, 3);
+    assert_eq!(
+        drain(subscription).await,
+        [refused(DoorName::Turn, 1), refused(DoorName::Turn, 2)],
+        "not before it began, not after it ended, each once"
+    );
+    drop(log.subscribe());
+    assert_eq!(log.subscriptions(), 0, "a dropped subscription ends");
+}
+
+#[tokio::test]
+async fn each_subscription_deduplicates_and_stops_at_its_own_cap() {
+    let log = Arc::new(DecisionLog::new(DoorName::Build));
+    let first = log.subscribe();
+    for i in 0..MAX_LOG_LINES + 50 {
+        refuse_host(&log, i);
+        refuse_host(&log, i);
+    }
+    // A second run's subscription counts from nothing.
+    let second = log.subscribe();
+    refuse_host(&log, 0);
+    refuse_host(&log, MAX_LOG_LINES + 49);
+    let first = drain(first).await;
+    let want: Vec<Decision> = (0..MAX_LOG_LINES)
+        .map(|i| refused(DoorName::Build, i))
+        .collect();
+    assert_eq!(first, want);
+    assert_eq!(
+        drain(second).await,
+        [
+            refused(DoorName::Build, 0),
+            refused(DoorName::Build, MAX_LOG_LINES + 49)
+        ]
+    );
+}
+
+#[test]
+fn a_new_subscription_restarts_the_journal_window() {
+    let log = Arc::new(DecisionLog::new(DoorName::Turn));
+    for i in 0..=MAX_LOG_LINES {
+        refuse_host(&log, i);
+    }
+    let over = format!("door=turn host=h{MAX_LOG_LINES}.example.com port=443");
+    let first = "door=turn host=h0.example.com port=443 verdict=refused reason=not_in_plan";
+    let lines = log.lines();
+    assert_eq!(lines.len(), MAX_LOG_LINES);
+    assert!(!lines.iter().any(|line| line.starts_with(&over)));
+
+    let _run = log.subscribe();
+    assert!(log.lines().is_empty(), "a new run, a new window");
+    refuse_host(&log, MAX_LOG_LINES);
+    refuse_host(&log, 0);
+    let lines = log.lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with(&over), "{lines:?}");
+    assert_eq!(lines[1], first, "logged again in the new window");
 }

@@ -16,7 +16,8 @@
 //!
 //! The gate is socket-activated by `systemd-socket-activate` (real `LISTEN_FDS`,
 //! `LISTEN_FDNAMES` and `NOTIFY_SOCKET`), which starts it on the first connection; the lab makes
-//! that connection and waits for `READY=1`. Everything is torn down on drop; namespaces a
+//! that connection and waits for `READY=1`. Besides each door's listener (and the relay's), the
+//! gate gets a decisions listener (`decisions.sock`), which a test subscribes to as sited does. Everything is torn down on drop; namespaces a
 //! crashed earlier run left behind are removed when the next lab starts.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -30,7 +31,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
 use atelier_layout::stamp::{stamped, CommentStyle};
+use atelier_proto::egress::{Decision, Subscribe};
+use atelier_proto::Door;
 
 /// How long anything in the lab may take to happen.
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -288,6 +292,10 @@ impl Lab {
                 names.push("mcp".to_owned());
             }
         }
+        // Last, so that the first listener, which the lab's first connection starts the gate
+        // through, stays a door.
+        listeners.push(self.path(DECISIONS_SOCKET_FILE));
+        names.push("decisions".to_owned());
         let notify_path = self.path("notify");
         let _ = std::fs::remove_file(&notify_path);
         let notify = UnixDatagram::bind(&notify_path).unwrap();
@@ -418,14 +426,15 @@ impl<'a> GateDoor<'a> {
 pub struct Gate {
     child: Child,
     log: PathBuf,
-    /// The listeners, in the order given (each door, then `mcp` after the turn door).
+    /// The listeners, in the order given (each door, then `mcp` after the turn door, then
+    /// `decisions`).
     pub sockets: Vec<PathBuf>,
     /// Whether the gate sent `READY=1`.
     pub ready: bool,
 }
 
 impl Gate {
-    /// The listener for `name` (`turn`, `build` or `mcp`).
+    /// The listener for `name` (`turn`, `build`, `mcp` or `decisions`).
     pub fn socket(&self, name: &str) -> &Path {
         self.sockets
             .iter()
@@ -434,6 +443,17 @@ impl Gate {
                     .is_some_and(|f| f == format!("{name}.sock").as_str())
             })
             .unwrap()
+    }
+
+    /// Subscribes to `door`'s decisions as sited does; returns once the gate has confirmed
+    /// (echoed the line): it records for the subscription from then on.
+    pub fn subscribe(&self, door: Door) -> Subscriber {
+        let mut stream = UnixStream::connect(self.socket("decisions")).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        let line = Subscribe::new(door).to_line().unwrap();
+        stream.write_all(line.as_bytes()).unwrap();
+        assert_eq!(read_line(&mut stream), line, "the gate confirms by echoing");
+        Subscriber { stream }
     }
 
     /// Everything the gate wrote to stderr so far.
@@ -472,4 +492,38 @@ impl Drop for Gate {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A subscriber of the gate's decisions socket.
+pub struct Subscriber {
+    stream: UnixStream,
+}
+
+impl Subscriber {
+    /// Half-closes, as sited does when the run's program has exited; every decision the gate
+    /// then writes before it closes.
+    pub fn finish(mut self) -> Vec<Decision> {
+        self.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).unwrap();
+        rest.split_inclusive(|&byte| byte == b'\n')
+            .map(|line| Decision::parse_line(line).unwrap())
+            .collect()
+    }
+}
+
+/// One line read from `stream`, its `\n` included; a byte at a time, so nothing after it is
+/// consumed.
+pub fn read_line(stream: &mut UnixStream) -> String {
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "the stream ended inside a line"
+        );
+        line.push(byte[0]);
+    }
+    String::from_utf8(line).unwrap()
 }

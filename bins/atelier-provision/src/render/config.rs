@@ -117,6 +117,9 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
     if let Some(systemctl) = &decl.agent.systemctl_bin {
         keys.insert(env::SYSTEMCTL_BIN, path_value(systemctl)?);
     }
+    if let Some(url) = &decl.agent.anthropic_base_url {
+        keys.insert(env::AGENT_ANTHROPIC_BASE_URL, url.clone());
+    }
     for (driver, bin) in &decl.agent.bins {
         keys.insert(services::driver_bin_env(*driver), path_value(bin)?);
     }

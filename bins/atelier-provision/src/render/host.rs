@@ -50,6 +50,19 @@ pub(super) fn render(
         CommentStyle::Hash,
         TURN_GITCONFIG,
     ));
+    // Each turn HOME's global git configuration: root's, the same directives.
+    for &(k, _) in sites {
+        if let Some(home) = layout.agent_home(k, Door::Turn) {
+            out.push(artifact(
+                layout,
+                home.join(atelier_layout::paths::TURN_HOME_GITCONFIG),
+                Role::TurnHomeGitconfig,
+                ArtifactKind::AgentUnits,
+                CommentStyle::Hash,
+                TURN_GITCONFIG,
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -30,11 +30,16 @@ template!(DOOR_TARGET, "units", "atelier-door.target.in");
 template!(DOOR_SERVICE, "units", "atelier-door@.service.in");
 template!(GATE_SOCKET, "units", "atelier-gate.socket.in");
 template!(GATE_SERVICE, "units", "atelier-gate.service.in");
+template!(
+    GATE_DECISIONS_SOCKET,
+    "units",
+    "atelier-gate-decisions.socket.in"
+);
 template!(TMPFILES, "tmpfiles", "atelier.conf.in");
 template!(POLKIT_RULE, "polkit", "atelier.rules.in");
 
 /// Every template, for the test that each one's placeholders are filled.
-pub const ALL: [Template; 9] = [
+pub const ALL: [Template; 10] = [
     SITED_SOCKET,
     SITED_SERVICE,
     DOOR_SOCKET,
@@ -42,6 +47,7 @@ pub const ALL: [Template; 9] = [
     DOOR_SERVICE,
     GATE_SOCKET,
     GATE_SERVICE,
+    GATE_DECISIONS_SOCKET,
     TMPFILES,
     POLKIT_RULE,
 ];

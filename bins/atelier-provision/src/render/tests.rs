@@ -456,7 +456,7 @@ fn five_hundred_sites_render_every_unit() {
         .iter()
         .filter(|a| a.path.starts_with("/etc/systemd/system"))
         .count();
-    assert_eq!(units, 2 + 500 * 11);
+    assert_eq!(units, 2 + 500 * 12);
     let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
     assert!(rule.contains("-s(1|2|3|") && rule.contains("|499|500)-("));
     eprintln!("rendered {} artifacts for 500 sites in {took:?}", all.len());

@@ -88,6 +88,11 @@ pub(super) fn render(
             &gate_socket(layout, k)?,
         ));
         out.push(unit(
+            &names::gate_decisions_socket_unit(inst, k),
+            ArtifactKind::Gate,
+            &gate_decisions_socket(layout, k)?,
+        ));
+        out.push(unit(
             &names::gate_service_unit(inst, k),
             ArtifactKind::Gate,
             &gate_service(layout, k)?,
@@ -123,6 +128,7 @@ fn sited_service(
             sockets.push(names::door_socket_unit(inst, k, door));
         }
         sockets.push(names::gate_socket_unit(inst, k));
+        sockets.push(names::gate_decisions_socket_unit(inst, k));
     }
     let socket_dependencies = if sockets.is_empty() {
         String::new()
@@ -260,6 +266,12 @@ fn door_service(
     let mut home_bind = String::new();
     match layout.agent_home(k, door) {
         Some(home) => {
+            // The unit, not the spec, says where the agent's configuration and state live.
+            if door == Door::Turn {
+                for (key, value) in atelier_layout::paths::turn_home_env(&home) {
+                    writeln!(environment, "Environment={key}={}", safe_path(&value)?).ok();
+                }
+            }
             let home = safe_path(&home)?;
             writeln!(environment, "Environment=HOME={home}").ok();
             writeln!(home_bind, "BindPaths={home}").ok();
@@ -382,6 +394,28 @@ fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErro
     )
 }
 
+fn gate_decisions_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let (user, group, mode) = owned(layout, Role::GateDecisionsSocket, Some(k));
+    fill(
+        template::GATE_DECISIONS_SOCKET,
+        &[
+            ("INSTANCE", inst.to_string()),
+            ("ORDINAL", k.to_string()),
+            ("SITED_SERVICE_UNIT", names::sited_service_unit(inst)),
+            (
+                "DECISIONS_SOCKET",
+                safe_path(&layout.gate_decisions_socket_path(k))?,
+            ),
+            ("GATE_SERVICE_UNIT", names::gate_service_unit(inst, k)),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::RuntimeDir)),
+        ],
+    )
+}
+
 fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {
     let inst = layout.instance();
     let mut plan_args = Vec::new();
@@ -411,7 +445,14 @@ fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErr
         &[
             ("INSTANCE", inst.to_string()),
             ("ORDINAL", k.to_string()),
-            ("GATE_SOCKET_UNIT", names::gate_socket_unit(inst, k)),
+            (
+                "GATE_SOCKET_UNITS",
+                format!(
+                    "{} {}",
+                    names::gate_socket_unit(inst, k),
+                    names::gate_decisions_socket_unit(inst, k)
+                ),
+            ),
             (
                 "GATE_BIN",
                 safe_path(&layout.binary(services::GATE_BINARY))?,

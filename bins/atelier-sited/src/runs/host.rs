@@ -1,5 +1,6 @@
 //! The host checks before a confined run: the site's identity is exactly what the provisioner
-//! made, and the shim every door runs is root's and writable by no one else.
+//! made, the shim every door runs is root's and writable by no one else, and a turn's HOME has
+//! the provisioner's shape.
 //!
 //! Identities are read from `/etc/passwd` and `/etc/group`, where `atelier-provision` creates
 //! them (`useradd --system`); an identity that exists only in another NSS source is not one it
@@ -150,6 +151,61 @@ pub fn check_root_owned(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks the turn HOME as a closed world: root's `0755` directory holding exactly `state/`
+/// (the identity's, `0700`), `.config/` (root's, `0755`, empty) and `.gitconfig` (root's
+/// `0644` file); nothing is followed. What a turn writes at HOME level would otherwise be
+/// configuration the next turn reads.
+pub fn check_turn_home(home: &Path, identity_uid: u32) -> Result<(), String> {
+    use atelier_layout::paths::{TURN_HOME_CONFIG_DIR, TURN_HOME_GITCONFIG, TURN_HOME_STATE_DIR};
+    let shape = |path: &Path, dir: bool, uid: u32, mode: u32| -> Result<(), String> {
+        let meta =
+            std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let kind_ok = if dir { meta.is_dir() } else { meta.is_file() };
+        if !kind_ok {
+            let want = if dir { "a directory" } else { "a regular file" };
+            return Err(format!("{} is not {want}", path.display()));
+        }
+        if meta.uid() != uid || meta.mode() & 0o7777 != mode {
+            return Err(format!(
+                "{} is uid {} mode {:o}, not uid {uid} mode {mode:o}",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+        Ok(())
+    };
+    shape(home, true, 0, 0o755)?;
+    let expected = [
+        TURN_HOME_CONFIG_DIR,
+        TURN_HOME_GITCONFIG,
+        TURN_HOME_STATE_DIR,
+    ];
+    let mut found: Vec<String> = std::fs::read_dir(home)
+        .map_err(|e| format!("{}: {e}", home.display()))?
+        .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", home.display()))?;
+    found.sort();
+    if found != expected {
+        return Err(format!(
+            "{} holds {found:?}, not exactly {expected:?}",
+            home.display()
+        ));
+    }
+    shape(&home.join(TURN_HOME_STATE_DIR), true, identity_uid, 0o700)?;
+    let config = home.join(TURN_HOME_CONFIG_DIR);
+    shape(&config, true, 0, 0o755)?;
+    if std::fs::read_dir(&config)
+        .map_err(|e| format!("{}: {e}", config.display()))?
+        .next()
+        .is_some()
+    {
+        return Err(format!("{} is not empty", config.display()));
+    }
+    shape(&home.join(TURN_HOME_GITCONFIG), false, 0, 0o644)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +296,100 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
         // tempdir() lives under /tmp, which others may write (sticky or not).
         assert!(check_root_owned(&shim).is_err());
         assert!(check_root_owned(Path::new("/nonexistent/shim")).is_err());
+    }
+
+    /// A turn HOME as the provisioner makes it, in a fresh folder; the tests run as root.
+    fn good_home(identity: u32) -> tempfile::TempDir {
+        use std::os::unix::fs::{chown, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(home.join("state")).unwrap();
+        std::fs::set_permissions(home.join("state"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        chown(home.join("state"), Some(identity), None).unwrap();
+        std::fs::create_dir(home.join(".config")).unwrap();
+        std::fs::set_permissions(home.join(".config"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(home.join(".gitconfig"), "[safe]\n").unwrap();
+        std::fs::set_permissions(
+            home.join(".gitconfig"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_turn_home_is_checked_as_a_closed_world() {
+        use std::os::unix::fs::{chown, symlink, PermissionsExt};
+        assert_eq!(
+            rustix::process::geteuid().as_raw(),
+            0,
+            "these cases need root"
+        );
+        const ID: u32 = 991;
+        fn mode(p: &Path, m: u32) {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        }
+        type Case = (&'static str, fn(&Path), Option<&'static str>);
+        let cases: [Case; 9] = [
+            ("as provisioned", |_| {}, None),
+            (
+                "a HOME the identity may write",
+                |h| mode(h, 0o775),
+                Some("mode 775"),
+            ),
+            (
+                "a HOME not root's",
+                |h| chown(h, Some(ID), None).unwrap(),
+                Some("uid 991"),
+            ),
+            (
+                "a planted entry",
+                |h| std::fs::write(h.join(".bashrc"), "x").unwrap(),
+                Some(".bashrc"),
+            ),
+            (
+                "state/ root's",
+                |h| chown(h.join("state"), Some(0), None).unwrap(),
+                Some("state is uid 0"),
+            ),
+            (
+                "a non-empty .config/",
+                |h| std::fs::create_dir(h.join(".config/git")).unwrap(),
+                Some("not empty"),
+            ),
+            (
+                ".config/ writable",
+                |h| mode(&h.join(".config"), 0o777),
+                Some("mode 777"),
+            ),
+            (
+                ".gitconfig a link",
+                |h| {
+                    std::fs::remove_file(h.join(".gitconfig")).unwrap();
+                    symlink("/etc/passwd", h.join(".gitconfig")).unwrap();
+                },
+                Some("not a regular file"),
+            ),
+            (
+                "state/ a link",
+                |h| {
+                    std::fs::remove_dir(h.join("state")).unwrap();
+                    symlink("/tmp", h.join("state")).unwrap();
+                },
+                Some("not a directory"),
+            ),
+        ];
+        for (name, spoil, refused) in cases {
+            let dir = good_home(ID);
+            spoil(dir.path());
+            match (check_turn_home(dir.path(), ID), refused) {
+                (Ok(()), None) => {}
+                (Err(why), Some(needle)) => assert!(why.contains(needle), "{name}: {why}"),
+                (got, want) => panic!("{name}: got {got:?}, wanted a refusal naming {want:?}"),
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use atelier_systemd::{door_expectations, DoorFacts, Error as SystemdError, Signa
 use tokio::net::UnixStream;
 use tokio::sync::OnceCell;
 
-use super::{RunRefusal, RunTarget};
+use super::{Decisions, RunRefusal, RunTarget};
 
 /// How long a leftover or finished run may take to be gone before the site is quarantined.
 const GONE_DEADLINE: Duration = Duration::from_secs(20);
@@ -90,29 +90,42 @@ impl SystemdDoors {
         self.bus.get().map_or(0, |(_, v)| *v)
     }
 
-    /// The host checks, then one `connect()` to the door's socket, never retried.
+    /// The host checks, the subscription to the gate's decisions for a door with a way out,
+    /// then one `connect()` to the door's socket, never retried.
     pub(super) async fn open(
         &self,
         target: &RunTarget,
         door: Door,
-    ) -> Result<UnixStream, RunRefusal> {
+    ) -> Result<(UnixStream, Option<Decisions>), RunRefusal> {
         let k = self.ordinal(&target.slug)?;
-        self.host_checks(k)?;
+        self.host_checks(k, door)?;
         self.ensure_idle(&target.slug, k).await?;
         self.conform(&target.slug, k, door).await?;
+        // Before the connect: the program must not make a decision nobody is listening for.
+        let decisions = if layout_door(door).has_way_out() {
+            let path =
+                atelier_layout::paths::gate_decisions_socket_path(&self.settings.instance, k);
+            let decisions = Decisions::subscribe(&path, door)
+                .await
+                .map_err(|why| RunRefusal::Unavailable(format!("the site's gate: {why}")))?;
+            Some(decisions)
+        } else {
+            None
+        };
         let path =
             atelier_layout::paths::door_socket_path(&self.settings.instance, k, layout_door(door));
-        UnixStream::connect(&path)
+        let stream = UnixStream::connect(&path)
             .await
             .map_err(|e| RunRefusal::UnitRefused {
                 door,
                 detail: format!("connecting to {}: {e}", path.display()),
-            })
+            })?;
+        Ok((stream, decisions))
     }
 
     /// The site's identity is exactly what the provisioner made, and the shim is root's and
     /// writable by no one else; read afresh for every run.
-    fn host_checks(&self, k: SiteOrdinal) -> Result<(), RunRefusal> {
+    fn host_checks(&self, k: SiteOrdinal, door: Door) -> Result<(), RunRefusal> {
         let inst = &self.settings.instance;
         let identity = names::site_identity(inst, k);
         let read = |path: &str| {
@@ -129,7 +142,23 @@ impl SystemdDoors {
             &names::service_user(inst),
         )
         .map_err(RunRefusal::Unavailable)?;
-        super::host::check_root_owned(&self.settings.shim).map_err(RunRefusal::Unavailable)
+        super::host::check_root_owned(&self.settings.shim).map_err(RunRefusal::Unavailable)?;
+        if door == Door::Turn {
+            let uid = passwd
+                .iter()
+                .find(|entry| entry.name == identity)
+                .map(|entry| entry.uid)
+                .ok_or_else(|| {
+                    RunRefusal::Unavailable(format!("{identity} is not in /etc/passwd"))
+                })?;
+            if let Some(home) =
+                atelier_layout::paths::agent_home(&self.settings.agents_root, k, LayoutDoor::Turn)
+            {
+                super::host::check_turn_home(&home, uid)
+                    .map_err(|why| RunRefusal::Nonconformant(format!("the turn HOME: {why}")))?;
+            }
+        }
+        Ok(())
     }
 
     /// PID 1 reports no run of the site's doors alive; a leftover is stopped and waited for,

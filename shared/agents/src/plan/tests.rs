@@ -23,8 +23,16 @@ fn request<'a>(
         mcp_config_path: Path::new(MCP_JSON),
         path_env: "/usr/bin:/bin",
         credentials,
+        proxied: false,
+        endpoint: &NO_ENDPOINT,
     }
 }
+
+/// The driver's own default model endpoint.
+static NO_ENDPOINT: ModelEndpoint = ModelEndpoint {
+    anthropic_base_url: None,
+    extra_ca_certs: None,
+};
 
 /// Every credential set, each with a canary value that must reach its own driver only.
 fn credentials() -> DriverCredentials {
@@ -147,13 +155,22 @@ fn child_environment_is_an_exact_allowlist() {
             "claude with a key",
             DriverId::ClaudeCode,
             &all,
-            vec!["ANTHROPIC_API_KEY", "PATH"],
+            vec![
+                "ANTHROPIC_API_KEY",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                "DISABLE_AUTOUPDATER",
+                "PATH",
+            ],
         ),
         (
             "claude without a key",
             DriverId::ClaudeCode,
             &none,
-            vec!["PATH"],
+            vec![
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                "DISABLE_AUTOUPDATER",
+                "PATH",
+            ],
         ),
         (
             "opencode with provider pairs",
@@ -663,5 +680,108 @@ fn debug_output_names_no_secret() {
     assert!(
         shown.contains("ANTHROPIC_API_KEY"),
         "keys are named: {shown}"
+    );
+}
+
+#[test]
+fn egress_environment_per_door_and_driver() {
+    let mcp = McpAttachment::confined();
+    let creds = DriverCredentials::default();
+    let proxy_keys = [
+        ("HTTPS_PROXY", "http://127.0.0.1:3128"),
+        ("https_proxy", "http://127.0.0.1:3128"),
+        ("HTTP_PROXY", "http://127.0.0.1:3128"),
+        ("http_proxy", "http://127.0.0.1:3128"),
+        ("NO_PROXY", "127.0.0.1,localhost"),
+        ("no_proxy", "127.0.0.1,localhost"),
+        ("NODE_USE_ENV_PROXY", "1"),
+    ];
+    let quiet = [
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+    ];
+    let lab = ModelEndpoint {
+        anthropic_base_url: Some("https://model.lab.example".into()),
+        extra_ca_certs: Some(PathBuf::from("/etc/atelier-lab/ca.pem")),
+    };
+    // (name, driver, proxied, endpoint, keys that must be there, keys that must not)
+    type Case<'a> = (
+        &'static str,
+        DriverId,
+        bool,
+        &'a ModelEndpoint,
+        Vec<(&'static str, &'static str)>,
+        Vec<&'static str>,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "confined claude: the proxy and the quiet switches",
+            DriverId::ClaudeCode,
+            true,
+            &NO_ENDPOINT,
+            proxy_keys.iter().chain(&quiet).copied().collect(),
+            vec!["ANTHROPIC_BASE_URL", "NODE_EXTRA_CA_CERTS"],
+        ),
+        (
+            "unconfined claude: no gate behind loopback, so no proxy; still quiet",
+            DriverId::ClaudeCode,
+            false,
+            &NO_ENDPOINT,
+            quiet.to_vec(),
+            proxy_keys.iter().map(|(k, _)| *k).collect(),
+        ),
+        (
+            "confined opencode: the proxy, no claude switch",
+            DriverId::Opencode,
+            true,
+            &NO_ENDPOINT,
+            proxy_keys.to_vec(),
+            vec![
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                "DISABLE_AUTOUPDATER",
+            ],
+        ),
+        (
+            "claude with a gateway and a lab CA",
+            DriverId::ClaudeCode,
+            true,
+            &lab,
+            vec![
+                ("ANTHROPIC_BASE_URL", "https://model.lab.example"),
+                ("NODE_EXTRA_CA_CERTS", "/etc/atelier-lab/ca.pem"),
+            ],
+            vec![],
+        ),
+        (
+            "opencode never gets claude's base URL",
+            DriverId::Opencode,
+            true,
+            &lab,
+            vec![("NODE_EXTRA_CA_CERTS", "/etc/atelier-lab/ca.pem")],
+            vec!["ANTHROPIC_BASE_URL"],
+        ),
+    ];
+    for (name, driver, proxied, endpoint, present, absent) in cases {
+        let plan = plan_turn(&TurnRequest {
+            proxied,
+            endpoint,
+            ..request(driver, &mcp, &creds, None, None)
+        })
+        .unwrap();
+        for (key, value) in present {
+            assert_eq!(
+                plan.env.get(key).map(String::as_str),
+                Some(value),
+                "{name}: {key}"
+            );
+        }
+        for key in absent {
+            assert!(!plan.env.contains_key(key), "{name}: {key} must be absent");
+        }
+    }
+    assert_eq!(
+        proxy_env().len(),
+        proxy_keys.len(),
+        "proxy_env is exactly these keys"
     );
 }

@@ -193,6 +193,28 @@ pub(crate) fn url(value: &str) -> Result<String, Refusal> {
     }
 }
 
+/// A model provider's base URL as a confined agent reaches it: `https://` on the only port the
+/// gate opens (443, implied), a hostname the gate could plan, an optional path.
+pub(crate) fn provider_url(value: &str) -> Result<String, Refusal> {
+    let refuse = |why: &str| Err((Reason::BadUrl, format!("{value:?} {why}")));
+    let Some(rest) = value.strip_prefix("https://") else {
+        return refuse("must be an https:// URL: the gate tunnels TLS on port 443 only");
+    };
+    url(value)?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains(':') {
+        return refuse("must not name a port: the gate reaches port 443 only");
+    }
+    egress_host(authority)?;
+    Ok(value.to_owned())
+}
+
+/// The host of a URL [`provider_url`] accepted.
+pub(crate) fn url_host(value: &str) -> &str {
+    let rest = value.split_once("://").map_or(value, |(_, rest)| rest);
+    rest.split(['/', ':']).next().unwrap_or_default()
+}
+
 /// The operator's free text: 1-200 characters after trimming, no control characters.
 pub(crate) fn description(value: &str) -> Result<String, Refusal> {
     let trimmed = value.trim();

@@ -128,6 +128,7 @@ pub(crate) struct RawAgent {
     pub bins: Option<BTreeMap<String, String>>,
     pub provider_hosts: Option<Vec<String>>,
     pub registry_hosts: Option<Vec<String>>,
+    pub anthropic_base_url: Option<String>,
     pub systemctl_bin: Option<String>,
 }
 

@@ -107,6 +107,21 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         );
     }
 
+    if let Some(url) = &decl.agent.anthropic_base_url {
+        let host = super::grammar::url_host(url);
+        let planned = match &decl.agent.provider_hosts {
+            Some(hosts) => hosts.iter().any(|h| h == host),
+            None => host == crate::services::ANTHROPIC_API_HOST,
+        };
+        if !planned {
+            refuse(
+                &agent_at.key("anthropic_base_url"),
+                Reason::UnplannedProviderUrl,
+                format!("names {host}, which is not in agent.provider_hosts: the gate would refuse every model request"),
+            );
+        }
+    }
+
     // Preproduction auth.
     let auth = &decl.serving.preprod.auth;
     let auth_at = root.key("serving").key("preprod").key("auth");

@@ -426,6 +426,56 @@ const CASES: &[Case] = &[
         &[("agent.provider_hosts", Reason::MissingProviderHosts)],
     ),
     (
+        "a model URL over plain http",
+        |d| {
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("http://api.anthropic.com"),
+            )
+        },
+        &[("agent.anthropic_base_url", Reason::BadUrl)],
+    ),
+    (
+        "a model URL naming a port the gate never opens",
+        |d| {
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://api.anthropic.com:8443"),
+            )
+        },
+        &[("agent.anthropic_base_url", Reason::BadUrl)],
+    ),
+    (
+        "a model URL on an IP address",
+        |d| set(d, "/agent/anthropic_base_url", json!("https://203.0.113.9")),
+        &[("agent.anthropic_base_url", Reason::BadHost)],
+    ),
+    (
+        "a model URL whose host is not a provider host",
+        |d| {
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://llm.example.com/anthropic"),
+            )
+        },
+        &[("agent.anthropic_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "a model URL off the declared provider hosts",
+        |d| {
+            set(d, "/agent/provider_hosts", json!(["llm.example.com"]));
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://api.anthropic.com"),
+            );
+        },
+        &[("agent.anthropic_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
         "basic auth with nobody to log in",
         |d| set(d, "/serving/preprod/auth/users", json!([])),
         &[("serving.preprod.auth.users", Reason::EmptyPasswordFile)],

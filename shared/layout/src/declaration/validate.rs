@@ -473,6 +473,11 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
     }
     let provider_hosts = hosts(v, raw.provider_hosts, &at.key("provider_hosts"));
     let registry_hosts = hosts(v, raw.registry_hosts, &at.key("registry_hosts"));
+    let anthropic_base_url = v.optional(
+        raw.anthropic_base_url,
+        &at.key("anthropic_base_url"),
+        grammar::provider_url,
+    );
     let systemctl_bin = v.optional(
         raw.systemctl_bin,
         &at.key("systemctl_bin"),
@@ -483,6 +488,7 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
         bins: bins?,
         provider_hosts: provider_hosts?,
         registry_hosts: registry_hosts?,
+        anthropic_base_url: anthropic_base_url?,
         systemctl_bin: systemctl_bin?,
     })
 }
