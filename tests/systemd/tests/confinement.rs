@@ -69,6 +69,8 @@ fn confined_box() -> SystemdBox {
         .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
         .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
         .copy(bins.join("atelier-gate"), "/usr/local/bin/atelier-gate")
+        // The scripted stand-in, for what no real CLI shows on demand: a hang to kill -9, the
+        // same exact edits in two modes, a turn that must not start (the real CLI: below).
         .copy(bins.join("atelier-test-agent"), "/usr/local/bin/claude")
         .copy(
             env!("CARGO_BIN_EXE_atelier-isolation-probe"),

@@ -50,6 +50,8 @@ pub fn raw_settings(root: &Path) -> RawSettings {
         deployment: Some("development".into()),
         agent_state_root: Some(root.join("agents")),
         shim_bin: Some(workspace_bin("atelier-shim")),
+        // The scripted stand-in: the contract needs every ending on demand (hang, crash, a
+        // given output size, no result line), which no real CLI can be made to show.
         claude_code_bin: Some(workspace_bin("atelier-test-agent")),
         build_bin: Some(workspace_bin("atelier-build")),
         ..RawSettings::default()
@@ -243,6 +245,7 @@ pub fn sited_args(root: &Path, socket: &Path) -> Vec<std::ffi::OsString> {
     flag("--templates-dir", templates_dir().as_os_str());
     flag("--agent-state-root", root.join("agents").as_os_str());
     flag("--shim-bin", workspace_bin("atelier-shim").as_os_str());
+    // The same scripted stand-in, for the same reason, as the binary's flag.
     flag(
         "--claude-code-bin",
         workspace_bin("atelier-test-agent").as_os_str(),

@@ -104,6 +104,7 @@ pub fn settings(root: &Path, token: &str) -> atelier_sited::Settings {
         deployment: Some("development".into()),
         agent_state_root: Some(root.join("agents")),
         shim_bin: Some(workspace_bin("atelier-shim")),
+        // The scripted stand-in: the client's tests need turns that end, hang or fail on demand.
         claude_code_bin: Some(workspace_bin("atelier-test-agent")),
         build_bin: Some(workspace_bin("atelier-build")),
         ..RawSettings::default()

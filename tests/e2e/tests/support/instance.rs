@@ -337,6 +337,7 @@ fn declare(root: &Path, sites: &[(&str, &str)], limits: Value) -> Value {
         },
         "agent": {
             "driver": "claude_code",
+            // The scripted stand-in: the journeys need exact edits per turn and hangs to stop.
             "bins": {"claude_code": workspace_bin("atelier-test-agent")},
         },
         "limits": limits,
