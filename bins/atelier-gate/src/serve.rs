@@ -316,18 +316,20 @@ async fn read_head(
     }
 }
 
-/// Reads at most `limit - buf.len()` more bytes (and at least one) onto `buf`.
-async fn read_some<R: AsyncRead + Unpin>(
+/// Reads at most `limit - buf.len()` more bytes (and at least one) onto `buf`. Cancel safe:
+/// `buf` only ever grows by bytes received, so a deadline that drops this read mid-way leaves
+/// nothing but what the client sent (the head-timeout log line shows exactly that).
+pub(crate) async fn read_some<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
     limit: usize,
 ) -> io::Result<usize> {
     let want = limit.saturating_sub(buf.len()).clamp(1, 16 * 1024);
-    let start = buf.len();
-    buf.resize(start + want, 0);
-    let read = reader.read(&mut buf[start..]).await;
-    buf.truncate(start + *read.as_ref().unwrap_or(&0));
-    read
+    buf.reserve(want);
+    (&mut *reader)
+        .take(u64::try_from(want).unwrap_or(u64::MAX))
+        .read_buf(buf)
+        .await
 }
 
 /// The request target as the client wrote it, printable and bounded, for the log.

@@ -309,6 +309,9 @@ impl Builds {
                 .sites
                 .declared_row(&status.manifest)
                 .map_err(|e| e.to_string())?;
+            this.sites
+                .ensure_store(&row, "preprod")
+                .map_err(|e| e.to_string())?;
             let store = Store::open(
                 &row.surfaces.preprod.store_dir,
                 &row.surfaces.preprod.link_path,

@@ -109,8 +109,19 @@ fn stores(row: &SiteRow) -> Result<(Store, Store), PublishError> {
         }
         Err(e) => return Err(e.into()),
     };
-    let prod = Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path)?;
-    Ok((preprod, prod))
+    Ok((preprod, prod_store(row)?))
+}
+
+/// The site's production store, after its webspace was proved.
+fn prod_store(row: &SiteRow) -> Result<Store, PublishError> {
+    match Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path) {
+        Ok(store) => Ok(store),
+        // Purged with its site: nothing was published since.
+        Err(ReleaseError::Fs(atelier_fs::FsError::NotFound { .. })) => Err(PublishError::NoBuild(
+            "Nothing is published — publish the site first",
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl Sites {
@@ -128,6 +139,7 @@ impl Sites {
     pub fn publish(&self, slug: &str, actor: &Actor) -> Result<Served, PublishError> {
         let status = self.get(slug)?;
         let row = self.declared_row(&status.manifest)?;
+        self.ensure_store(&row, "prod")?;
         let (preprod, prod) = stores(&row)?;
         let current = preprod.current()?.ok_or(PublishError::NoBuild(
             "Nothing to publish — build the site first",
@@ -193,7 +205,7 @@ impl Sites {
         }
         let status = self.get(slug)?;
         let row = self.declared_row(&status.manifest)?;
-        let (_, prod) = stores(&row)?;
+        let prod = prod_store(&row)?;
         let unknown = || PublishError::UnknownRelease {
             slug: slug.to_owned(),
             release: release.to_owned(),

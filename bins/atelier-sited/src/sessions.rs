@@ -685,9 +685,7 @@ impl Sessions {
             let session = blocking(move || this.begin_turn(&slug, &id)).await?;
             let session2 = Arc::clone(&session);
             blocking(move || {
-                session2.append(
-                    json!({"type": "error", "reason": "turn_interrupted", "retriable": true}),
-                )?;
+                session2.append(crate::turns::error_event("turn_interrupted", true))?;
                 session2.append(json!({"type": "turn_end", "state": "interrupted"}))?;
                 Ok(())
             })

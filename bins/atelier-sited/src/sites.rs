@@ -607,6 +607,20 @@ impl Sites {
         })
     }
 
+    /// Makes a surface's release store again when it is missing, with the provisioner's mode in
+    /// the proved webspace (whose setgid bit gives it the web group): a delete without purge
+    /// took preproduction's, a purge production's, and a site created again under the same
+    /// slug builds and publishes without another `apply`. An existing store is left as it is.
+    pub fn ensure_store(&self, row: &SiteRow, surface: &'static str) -> Result<(), SiteError> {
+        let webspace = site_table::prove_webspace(row, &self.config.instance)?;
+        let store = &surface_paths(row, surface).store_dir;
+        let rel = site_table::inside(&row.webspace, store)
+            .ok_or_else(|| WebspaceError(format!("{} is outside the webspace", store.display())))?;
+        let mode = atelier_layout::paths::mode_rule(atelier_layout::paths::Role::ReleaseStore).mode;
+        webspace.create_dir_all(&rel, mode)?;
+        Ok(())
+    }
+
     /// Removes a surface's served link, then its release store; never the webspace itself.
     fn remove_surface(
         &self,
@@ -624,11 +638,7 @@ impl Sites {
             return Err(format!("the site table declares the domain {}", row.domain));
         }
         let webspace = site_table::prove_webspace(row, &self.config.instance).map_err(|e| e.0)?;
-        let paths = if surface == "prod" {
-            &row.surfaces.prod
-        } else {
-            &row.surfaces.preprod
-        };
+        let paths = surface_paths(row, surface);
         for path in [&paths.link_path, &paths.store_dir] {
             let rel = site_table::inside(&row.webspace, path)
                 .ok_or_else(|| format!("{} is outside the webspace", path.display()))?;
@@ -685,6 +695,15 @@ impl Sites {
             });
         }
         Ok(())
+    }
+}
+
+/// A row's paths of `surface` (`prod` or `preprod`).
+fn surface_paths<'r>(row: &'r SiteRow, surface: &str) -> &'r atelier_layout::files::SurfacePaths {
+    if surface == "prod" {
+        &row.surfaces.prod
+    } else {
+        &row.surfaces.preprod
     }
 }
 

@@ -197,9 +197,7 @@ impl Turn {
         };
         if let Ending::NotOpened(reason) = &ending {
             let retriable = *reason == "turn_interrupted";
-            events
-                .persist(json!({"type": "error", "reason": reason, "retriable": retriable}))
-                .await;
+            events.persist(error_event(reason, retriable)).await;
             saw_error = true;
         }
         control.mark_run_gone();
@@ -401,7 +399,7 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
 
 /// Writes the terminal events of an opened run; returns whether one was an error.
 async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail: &[u8]) -> bool {
-    let fault = |reason: &str, retriable: bool| json!({"type": "error", "reason": reason, "retriable": retriable});
+    let fault = error_event;
     let output = || {
         let text = String::from_utf8_lossy(tail).trim().to_owned();
         (!text.is_empty()).then(|| {
@@ -439,6 +437,44 @@ async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail:
     };
     events.persist(error).await;
     true
+}
+
+/// A turn's terminal fault as its session shows it: the machine `reason`, whether trying again
+/// may work, and a fixed sentence for the engine's UI to show (never the agent's own words,
+/// which an `agent_output` event carries).
+pub(crate) fn error_event(reason: &str, retriable: bool) -> Value {
+    json!({
+        "type": "error",
+        "reason": reason,
+        "retriable": retriable,
+        "message": error_message(reason),
+    })
+}
+
+/// The sentence of each turn-ending reason.
+pub(crate) fn error_message(reason: &str) -> &'static str {
+    match reason {
+        "turn_agent_exited" => "The agent stopped with an error before it finished the turn.",
+        "turn_agent_killed" => "The agent was ended before it finished the turn.",
+        "turn_unit_lost" => {
+            "The agent's run was lost before it finished; the turn can be tried again."
+        }
+        "turn_interrupted" => "The turn was stopped before it finished.",
+        "turn_timeout" => "The turn ran past its time limit and was stopped.",
+        "turn_setup_failed" => "The turn could not be prepared, so the agent was not started.",
+        "confinement.agent_cli_unsupported" => {
+            "The configured agent cannot run turns on this host."
+        }
+        "confinement.agent_cli_unproved" => {
+            "The configured agent could not be checked, so the turn was not started."
+        }
+        "confinement.daemon_stopping" => "The site daemon is shutting down; try again in a moment.",
+        "confinement.site_busy" => "The site is busy with another run; try again in a moment.",
+        reason if reason.starts_with("confinement") => {
+            "The host refused to run the agent for this site; its operator's log says why."
+        }
+        _ => "The turn ended with an error.",
+    }
 }
 
 /// The `reason` of the error event a refused run leaves.
@@ -548,4 +584,39 @@ async fn plan(
         endpoint: &agents.endpoint,
     };
     atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every reason a turn can end with has its own sentence, which the engine's UI shows.
+    #[test]
+    fn every_turn_ending_reason_has_its_own_message() {
+        let generic = error_message("no such reason");
+        let mut reasons = vec![
+            "turn_agent_exited",
+            "turn_agent_killed",
+            "turn_unit_lost",
+            "turn_interrupted",
+            "turn_timeout",
+            "turn_setup_failed",
+        ];
+        reasons.extend(
+            crate::problem::Reason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .filter(|r| r.starts_with("confinement")),
+        );
+        for reason in reasons {
+            let event = error_event(reason, true);
+            let message = event["message"].as_str().unwrap_or_default();
+            assert_ne!(message, generic, "{reason}");
+            assert!(
+                message.ends_with('.') && message.len() > 20,
+                "{reason}: {message}"
+            );
+            assert_eq!(event["reason"], reason);
+        }
+    }
 }

@@ -264,6 +264,103 @@ async fn build_preview_publish_and_roll_back_the_exact_bytes() {
     );
 }
 
+/// A site deleted (its preproduction store goes with it) and created again under the same slug
+/// builds, previews and publishes without another `apply`; after a purge, production is made
+/// again on publish, and a rollback before that is `no_build`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
+    let instance = instance(|_| {}).await;
+    let create = || {
+        instance.post(
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+        )
+    };
+    let delete = |query: &'static str| {
+        call(
+            &instance.socket,
+            Method::DELETE,
+            query,
+            json!({"actor": actor()}),
+        )
+    };
+    let publish = || {
+        instance.post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "actor": actor()}),
+        )
+    };
+    assert_eq!(instance.build().await["outcome"], "success");
+    assert_eq!(publish().await.status, StatusCode::OK);
+
+    for (round, query) in [
+        ("kept production", "/v1/sites/alpha"),
+        ("purged production", "/v1/sites/alpha?purge_prod=true"),
+    ] {
+        let deleted = delete(query).await;
+        assert_eq!(deleted.status, StatusCode::OK, "{round}: {}", deleted.body);
+        assert!(
+            !instance.webspace().join(".releases/pre").exists(),
+            "{round}: the delete took preproduction's store"
+        );
+        let created = create().await;
+        assert_eq!(
+            created.status,
+            StatusCode::CREATED,
+            "{round}: {}",
+            created.body
+        );
+        if round == "purged production" {
+            let rollback = instance
+                .post(
+                    "/v1/sites/alpha/rollback",
+                    json!({"release": "20990101T000000000Z-000000", "actor": actor()}),
+                )
+                .await;
+            assert_eq!(
+                rollback.status,
+                StatusCode::CONFLICT,
+                "{round}: {}",
+                rollback.body
+            );
+            assert_eq!(rollback.json()["reason"], "no_build", "{round}");
+            assert_eq!(
+                rollback.json()["detail"],
+                "Nothing is published — publish the site first",
+                "{round}"
+            );
+        }
+        let built = instance.build().await;
+        assert_eq!(built["outcome"], "success", "{round}: {built}");
+        let release = built["release"].as_str().unwrap().to_owned();
+        let preview = instance.get("/v1/sites/alpha/preview").await.json();
+        assert_eq!(preview["release"], release.as_str(), "{round}");
+        let page = instance.served("pre", "index.html").unwrap();
+        let published = publish().await;
+        assert_eq!(
+            published.status,
+            StatusCode::OK,
+            "{round}: {}",
+            published.body
+        );
+        assert_eq!(
+            instance.served("web", "index.html").unwrap(),
+            page,
+            "{round}"
+        );
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(instance.webspace().join(".releases/pre"))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(
+            mode & 0o7777,
+            0o2750,
+            "{round}: the store made again as provisioned"
+        );
+    }
+}
+
 /// Processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")

@@ -387,7 +387,25 @@ const EVENT_BODY: Shape = Shape::Named(
                 "turn_start",
                 &[req("turn", Shape::Int), req("prompt", Shape::Str)],
             ),
-            ("text", &[req("text", Shape::Str)]),
+            // `egress`: Atelier's, beside the line, on a gate decision of a confined run.
+            (
+                "text",
+                &[
+                    req("text", Shape::Str),
+                    opt(
+                        "egress",
+                        Shape::Object(&[
+                            req("host", Shape::Str),
+                            req("port", Shape::OrNull(&Shape::Int)),
+                            req(
+                                "verdict",
+                                Shape::OneOf(&["allowed", "refused", "failed", "relayed"]),
+                            ),
+                            req("reason", Shape::Str),
+                        ]),
+                    ),
+                ],
+            ),
             (
                 "tool",
                 &[req("name", Shape::Str), req("summary", Shape::Str)],
@@ -407,6 +425,8 @@ const EVENT_BODY: Shape = Shape::Named(
                 &[
                     req("reason", Shape::OneOf(TURN_ERROR_REASONS)),
                     req("retriable", Shape::Bool),
+                    // The engine's UI shows it: a fixed sentence per reason.
+                    req("message", Shape::Str),
                 ],
             ),
             // The contract leaves this one's fields open (§6.5 "UNVERIFIED shape"); these are
@@ -445,11 +465,18 @@ const STORED_EVENT: Shape = Shape::Named(
 );
 
 /// Optional parts of the shapes no successful request of `none` mode fills, and why.
-const NEVER_FILLED: &[(&str, &str)] = &[(
-    "SessionEventBody<resume_unavailable>",
-    "only a change of the agent identity epoch drops a resume token, and identities belong \
-     to systemd confinement",
-)];
+const NEVER_FILLED: &[(&str, &str)] = &[
+    (
+        "SessionEventBody<resume_unavailable>",
+        "only a change of the agent identity epoch drops a resume token, and identities belong \
+         to systemd confinement",
+    ),
+    (
+        "SessionEventBody<text>.egress?",
+        "a gate decision exists only under systemd confinement (tests/systemd checks its fields \
+         on a real turn)",
+    ),
+];
 
 // === The route table (§3) ===
 

@@ -271,19 +271,19 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
         (
             "non-zero exit",
             "stderr the agent broke\nexit 3",
-            json!({"type": "error", "reason": "turn_agent_exited", "retriable": false}),
+            json!({"type": "error", "reason": "turn_agent_exited", "retriable": false, "message": "The agent stopped with an error before it finished the turn."}),
             "error",
         ),
         (
             "killed by a signal",
             "kill-self",
-            json!({"type": "error", "reason": "turn_agent_killed", "retriable": true}),
+            json!({"type": "error", "reason": "turn_agent_killed", "retriable": true, "message": "The agent was ended before it finished the turn."}),
             "error",
         ),
         (
             "deadline",
             "hang",
-            json!({"type": "error", "reason": "turn_timeout", "retriable": true}),
+            json!({"type": "error", "reason": "turn_timeout", "retriable": true, "message": "The turn ran past its time limit and was stopped."}),
             "error",
         ),
         (
@@ -365,7 +365,9 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
     let events = instance.events(&id).await;
     assert_eq!(
         errors(&events),
-        [json!({"type": "error", "reason": "turn_interrupted", "retriable": true})]
+        [
+            json!({"type": "error", "reason": "turn_interrupted", "retriable": true, "message": "The turn was stopped before it finished."})
+        ]
     );
     assert_eq!(
         bodies(&events).last().unwrap(),
@@ -558,7 +560,7 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     assert_eq!(
         bodies(&events[before.len()..]),
         [
-            json!({"type": "error", "reason": "turn_interrupted", "retriable": true}),
+            json!({"type": "error", "reason": "turn_interrupted", "retriable": true, "message": "The turn was stopped before it finished."}),
             json!({"type": "turn_end", "state": "interrupted"}),
         ]
     );

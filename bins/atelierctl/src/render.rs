@@ -387,7 +387,10 @@ pub fn event_line(event: &StoredEvent) -> String {
             message,
             retriable,
         } => {
-            let mut text = or_none(reason.as_deref().or(message.as_deref()));
+            let mut text = match (reason.as_deref(), message.as_deref()) {
+                (Some(reason), Some(message)) => format!("{}: {}", clean(reason), clean(message)),
+                (reason, message) => or_none(reason.or(message)),
+            };
             if retriable == Some(true) {
                 text.push_str(" (retriable)");
             }
@@ -464,6 +467,14 @@ mod tests {
                     json!({"type": "error", "reason": "turn_timeout", "retriable": true}),
                 ),
                 "     5  error              turn_timeout (retriable)",
+            ),
+            (
+                "error with its message",
+                stored(
+                    5,
+                    json!({"type": "error", "reason": "turn_timeout", "retriable": true, "message": "The turn ran past its time limit and was stopped."}),
+                ),
+                "     5  error              turn_timeout: The turn ran past its time limit and was stopped. (retriable)",
             ),
             (
                 "old error",

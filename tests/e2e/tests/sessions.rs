@@ -346,7 +346,9 @@ async fn stop_ends_a_hanging_turn(
         .collect();
     assert_eq!(
         errors,
-        [json!({"type": "error", "reason": "turn_interrupted", "retriable": true})]
+        [
+            json!({"type": "error", "reason": "turn_interrupted", "retriable": true, "message": "The turn was stopped before it finished."})
+        ]
     );
     assert_eq!(
         events.last().unwrap().event(),

@@ -470,6 +470,27 @@ async fn a_slow_head_gets_408() {
     assert!(lab.log_has("host=api.example.com:443 verdict=refused reason=head_timeout"));
 }
 
+/// A head the deadline cuts off while a read is waiting: the line names only the bytes the
+/// client sent, never the read buffer's unfilled room.
+#[tokio::test]
+async fn a_head_cut_off_by_its_timeout_is_logged_as_received() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.limits.head_timeout = Duration::from_millis(200);
+    let lab = config.start();
+    assert_eq!(
+        lab.exchange(b"CONNECT api.exa").await,
+        b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    let lines = lab.door.log.lines();
+    let line = lines
+        .iter()
+        .find(|line| line.contains("reason=head_timeout"))
+        .unwrap_or_else(|| panic!("no head_timeout line in {lines:?}"));
+    assert!(line.contains("host=api.exa "), "{line}");
+    assert!(!line.contains('?'), "only the received bytes: {line}");
+}
+
 #[tokio::test]
 async fn the_129th_connection_gets_503_and_one_log_line() {
     let (upstream, _received) = echo_upstream().await;
