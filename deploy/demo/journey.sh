@@ -217,8 +217,8 @@ step "atelier-provision check"
 atelier-provision check --declaration $decl | tail -n 3 | show
 
 step "the lab: a scripted model at https://model.lab.example, the real Claude Code as the agent"
-say "the declaration names the real Claude Code and the lab model's host (changed from the example):"
-diff /root/instance.example.json $decl | show || true
+say "the declaration is the example's, with the lab model's host as the agent's provider:"
+python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["agent"], indent=2))' $decl | show
 ip netns add $lab_ns
 ip link add labd0 type veth peer name labd1
 ip link set labd1 netns $lab_ns
