@@ -960,6 +960,18 @@ echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
 api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
 timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 requests
+# A build whose step reaches for the network: the build door's plan holds no host (the example
+# declares no registry), so the gate refuses, and the refusal is a line of the build's log.
+printf 'curl -sS -o /dev/null --max-time 20 https://model.lab.example/ || echo "the build went on without it"\n' >> $ws1/build.sh
+api -o /tmp/build -w 'build_start=%{http_code}\n' -d "{$actor}" $base/v1/sites/collection/build
+build=$(sed -n 's/.*"build_id":"\([^"]*\)".*/\1/p' /tmp/build)
+for _ in $(seq 300); do
+  api -o /tmp/build-record $base/v1/sites/collection/builds/$build
+  grep -q '"outcome":"running"' /tmp/build-record || break
+  sleep 0.2
+done
+echo "build_outcome=$(sed -n 's/.*"outcome":"\([a-z_]*\)".*/\1/p' /tmp/build-record)"
+python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["log"])' /tmp/build-record | sed 's/^/build-log| /'
 door_log 1 | grep -i -e egress -e refused | tail -n 20 | sed 's/^/door-log| /'
 journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | tail -n 20 | sed 's/^/gate-log| /'
 sited_log | tail -n 20 | sed 's/^/sited-log| /'
@@ -974,6 +986,7 @@ fn real_agent_box(declaration: String) -> SystemdBox {
             bins.join("atelier-lab-model"),
             "/usr/local/bin/atelier-lab-model",
         )
+        .copy(bins.join("atelier-build"), "/usr/local/bin/atelier-build")
         .write("/root/instance.json", declaration, 0o644)
 }
 
@@ -1138,6 +1151,16 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         resumed.contains("prompt-canary-91c2"),
         "the follow-up carries the first turn's conversation: {run:?}"
     );
+
+    // The build door's decisions are its log's: the refused CONNECT, by name.
+    assert_eq!(fact(&run, "build_start"), "202", "{run:?}");
+    assert_eq!(fact(&run, "build_outcome"), "success", "{run:?}");
+    let log = tagged(&run, "build-log");
+    assert!(
+        log.contains(&"[egress] refused CONNECT model.lab.example:443 — not_in_plan"),
+        "{log:#?}\n{run:?}"
+    );
+    assert!(log.contains(&"the build went on without it"), "{run:?}");
 }
 
 /// The same agent with the model's host missing from the door's plan: the declaration keeps
