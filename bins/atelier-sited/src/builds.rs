@@ -263,7 +263,20 @@ impl Builds {
                     }
                     RunItem::Stderr(bytes) => log(&bytes),
                     RunItem::Egress(decision) => log(format!("{}\n", decision.line()).as_bytes()),
-                    RunItem::Exit(_) => return reader.finish().map_err(|e| e.to_string()),
+                    RunItem::Exit(exit) => {
+                        // A program that never started (or died) leaves no step events: the
+                        // log says how it ended, so a failed build never has an empty log.
+                        let ended = match (exit.code, &exit.signal) {
+                            (Some(0), _) => None,
+                            (Some(code), _) => Some(format!("exited {code}")),
+                            (None, Some(signal)) => Some(format!("was ended by {signal}")),
+                            (None, None) => Some("ended without a status".to_owned()),
+                        };
+                        if let Some(ended) = ended {
+                            log(format!("\n# the build program {ended}\n").as_bytes());
+                        }
+                        return reader.finish().map_err(|e| e.to_string());
+                    }
                     RunItem::Lost(why) => return Err(why),
                 }
             }

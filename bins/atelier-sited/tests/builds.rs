@@ -361,6 +361,21 @@ async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
     }
 }
 
+/// A build program that cannot even start leaves no step event; its log still says how the run
+/// ended, so a failed build never shows an empty log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_program_that_never_starts_is_named_in_the_log() {
+    let instance = instance(|raw| raw.build_bin = Some("/nonexistent/atelier-build".into())).await;
+    let record = instance.build().await;
+    assert_eq!(record["outcome"], "failed", "{record}");
+    let log = record["log"].as_str().unwrap();
+    assert!(log.contains("# the build program exited 127"), "{log}");
+    assert!(
+        !instance.webspace().join("pre").exists(),
+        "nothing promoted"
+    );
+}
+
 /// Processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
