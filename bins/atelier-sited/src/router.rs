@@ -420,7 +420,15 @@ impl Router {
             }
             (["v1", "sessions", _, "events"], _) => {
                 let id = param(&segments[2])?;
-                let after = parse_after(query_value(request.uri().query(), "after").as_deref())?;
+                // The standard SSE reconnect names the last `id:` seen; it means what `after`
+                // means, and an explicit `?after=` wins.
+                let last_event_id = request
+                    .headers()
+                    .get("last-event-id")
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                let after = query_value(request.uri().query(), "after").or(last_event_id);
+                let after = parse_after(after.as_deref())?;
                 Ok(self.inner.sessions.follow(&id, after).await?)
             }
             _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),

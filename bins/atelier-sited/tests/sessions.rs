@@ -61,16 +61,31 @@ async fn open(
     path: &str,
     body: &str,
 ) -> hyper::Response<hyper::body::Incoming> {
+    open_with(socket, method, path, body, &[]).await
+}
+
+/// [`open`] with extra request headers.
+async fn open_with(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> hyper::Response<hyper::body::Incoming> {
     let stream = UnixStream::connect(socket).await.expect("connect");
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("handshake");
     tokio::spawn(connection);
-    let request = hyper::Request::builder()
+    let mut request = hyper::Request::builder()
         .method(method)
         .uri(format!("{BASE}{path}"))
         .header("host", "sited")
-        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("authorization", format!("Bearer {TOKEN}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
         .body(Full::new(Bytes::from(body.to_owned())))
         .unwrap();
     sender.send_request(request).await.expect("response")
@@ -95,13 +110,21 @@ async fn call(instance: &Instance, method: Method, path: &str, body: Value) -> R
 
 /// Follows `/v1/sessions/<id>/events?after=<after>` until the server closes the stream.
 async fn follow(socket: &Path, id: &str, after: i64) -> (hyper::HeaderMap, Vec<Frame>) {
-    let response = open(
+    follow_at(
         socket,
-        Method::GET,
         &format!("/v1/sessions/{id}/events?after={after}"),
-        "",
+        &[],
     )
-    .await;
+    .await
+}
+
+/// Follows the events at `path`, sent with `headers`, until the server closes the stream.
+async fn follow_at(
+    socket: &Path,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (hyper::HeaderMap, Vec<Frame>) {
+    let response = open_with(socket, Method::GET, path, "", headers).await;
     assert_eq!(response.status(), StatusCode::OK);
     let headers = response.headers().clone();
     let body = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
@@ -367,6 +390,25 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
     assert_eq!(seqs(&tail), [n - 1]);
     let (_, none) = follow(&instance.socket, &id, last).await;
     assert!(none.is_empty());
+    // The standard SSE reconnect: `Last-Event-ID` means what `after` means; `?after=` wins.
+    let events = format!("/v1/sessions/{id}/events");
+    let last_seen = (last - 1).to_string();
+    let (_, resumed) = follow_at(
+        &instance.socket,
+        &events,
+        &[("last-event-id", last_seen.as_str())],
+    )
+    .await;
+    assert_eq!(seqs(&resumed), [n - 1], "replayed after the last id seen");
+    let (_, query_wins) = follow_at(
+        &instance.socket,
+        &format!("{events}?after=-1"),
+        &[("last-event-id", last_seen.as_str())],
+    )
+    .await;
+    assert_eq!(seqs(&query_wins), (0..n).collect::<Vec<_>>());
+    let (_, everything) = follow_at(&instance.socket, &events, &[]).await;
+    assert_eq!(seqs(&everything), (0..n).collect::<Vec<_>>());
 
     // The site is freed just after the turn_end, and the list shows the finished session.
     for _ in 0..200 {
