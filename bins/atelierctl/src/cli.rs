@@ -790,49 +790,98 @@ async fn last_seq(client: &Client, session: &Id) -> Result<i64, Failure> {
     Ok(last)
 }
 
+/// How long a broken stream is tried again before the follow gives up: enough for sited to be
+/// restarted by PID 1 (its socket keeps listening meanwhile).
+const RECONNECT_BUDGET: Duration = Duration::from_secs(60);
+/// The waits between attempts to open the stream again, the last one repeated.
+const RECONNECT_BACKOFF_MS: [u64; 5] = [100, 250, 500, 1000, 2000];
+
 /// Follows a session's stream to its end; the last `turn_end` decides the exit status.
+///
+/// A stream that breaks (a dropped connection, a restarted sited) is opened again after the
+/// last event shown, so no event is shown twice and none is missed. A stream that ends cleanly
+/// while a turn is still open (its last event is not a `turn_end`) is opened again once too:
+/// sited closes its streams when it stops, and its next boot ends the turn.
 async fn follow_session(
     client: &Client,
     session: &Id,
     after: i64,
     out: &mut Output<'_>,
 ) -> Result<(), Failure> {
-    let mut stream = client.follow(session, after).await?;
+    let mut cursor = after;
     let mut last_end: Option<TurnState> = None;
-    let mut last_seq: Option<u64> = None;
-    while let Some(item) = stream.next().await {
-        match item? {
-            StreamItem::Event { event, raw } => {
-                if out.json {
-                    out.write(&format!("{raw}\n"))?;
-                } else {
-                    out.write(&format!("{}\n", render::event_line(&event)))?;
+    let mut turn_open = false;
+    let mut retry: Option<(std::time::Instant, usize)> = None;
+    loop {
+        let opened = client.follow(session, cursor).await;
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(error) if reconnectable(&error) && retry_again(&mut retry).await => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let mut progressed = false;
+        let mut broke = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(StreamItem::Event { event, raw }) => {
+                    if out.json {
+                        out.write(&format!("{raw}\n"))?;
+                    } else {
+                        out.write(&format!("{}\n", render::event_line(&event)))?;
+                    }
+                    cursor = i64::try_from(event.seq).unwrap_or(i64::MAX);
+                    progressed = true;
+                    turn_open = match event.event() {
+                        Event::TurnEnd { state } => {
+                            last_end = Some(state);
+                            false
+                        }
+                        _ => true,
+                    };
                 }
-                last_seq = Some(event.seq);
-                if let Event::TurnEnd { state } = event.event() {
-                    last_end = Some(state);
+                Ok(StreamItem::Error { raw, payload }) => {
+                    if out.json {
+                        out.write(&format!("{raw}\n"))?;
+                    }
+                    let reason = payload
+                        .get("reason")
+                        .or_else(|| payload.get("code"))
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("stream_error")
+                        .to_owned();
+                    return Err(Failure::new(
+                        1,
+                        anyhow::anyhow!("{reason}: sited ended the session's stream with an error"),
+                    ));
                 }
-            }
-            StreamItem::Error { raw, payload } => {
-                if out.json {
-                    out.write(&format!("{raw}\n"))?;
+                Err(error) if reconnectable(&error) => {
+                    broke = Some(error);
+                    break;
                 }
-                let reason = payload
-                    .get("reason")
-                    .or_else(|| payload.get("code"))
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("stream_error")
-                    .to_owned();
-                return Err(Failure::new(
-                    1,
-                    anyhow::anyhow!("{reason}: sited ended the session's stream with an error"),
-                ));
+                Err(error) => return Err(error.into()),
             }
         }
+        if progressed {
+            retry = None;
+        }
+        match broke {
+            Some(error) => {
+                eprintln!("note: {error}; following again after seq {cursor}");
+                if !retry_again(&mut retry).await {
+                    return Err(error.into());
+                }
+            }
+            // Ended cleanly mid-turn: once more, in case sited was stopping; a stream that
+            // then brings nothing new is the end.
+            None if turn_open && progressed => {
+                eprintln!("note: the stream closed mid-turn after seq {cursor}; following again");
+            }
+            None => break,
+        }
     }
-    match last_end {
-        Some(TurnState::Idle) => Ok(()),
-        Some(state) => Err(Failure::new(
+    match (turn_open, last_end) {
+        (false, Some(TurnState::Idle)) => Ok(()),
+        (false, Some(state)) => Err(Failure::new(
             4,
             anyhow::anyhow!(
                 "turn_{}: the session's last turn ended {}",
@@ -840,14 +889,35 @@ async fn follow_session(
                 state.as_str()
             ),
         )),
-        None => {
-            let at = last_seq.map_or(after, |s| i64::try_from(s).unwrap_or(i64::MAX));
+        _ => {
             eprintln!(
-                "note: the stream closed after seq {at} with no turn_end: no turn is running"
+                "note: the stream closed after seq {cursor} with no turn_end: no turn is running"
             );
             Ok(())
         }
     }
+}
+
+/// Whether following again may help: the stream broke or sited could not be reached (it may
+/// be restarting), as opposed to a refusal or an answer outside the contract.
+fn reconnectable(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::StreamLost(_) | Error::Unreachable { .. } | Error::Timeout { .. }
+    )
+}
+
+/// Waits before the next attempt; false once [`RECONNECT_BUDGET`] is spent. `retry` holds when
+/// the current run of failures began and how many there were.
+async fn retry_again(retry: &mut Option<(std::time::Instant, usize)>) -> bool {
+    let (since, attempts) = retry.get_or_insert_with(|| (std::time::Instant::now(), 0));
+    if since.elapsed() >= RECONNECT_BUDGET {
+        return false;
+    }
+    let wait = RECONNECT_BACKOFF_MS[(*attempts).min(RECONNECT_BACKOFF_MS.len() - 1)];
+    *attempts += 1;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    true
 }
 
 /// Polls a build until it is no longer running.
