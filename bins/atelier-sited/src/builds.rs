@@ -283,6 +283,9 @@ impl Builds {
         })
         .await;
         run.stop().await;
+        for decision in run.take_decisions().await {
+            log(format!("{}\n", decision.line()).as_bytes());
+        }
         match ended {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {

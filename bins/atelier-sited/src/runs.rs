@@ -406,6 +406,21 @@ impl Run {
         }
     }
 
+    /// The gate decisions of a run its caller stopped following before its end (a deadline, a
+    /// stop): the subscription is ended and what the gate holds for it is handed over. Empty for
+    /// a run followed to its end, whose decisions all came before its end.
+    pub async fn take_decisions(&mut self) -> Vec<atelier_proto::egress::Decision> {
+        let Some(decisions) = self.decisions.as_mut() else {
+            return Vec::new();
+        };
+        decisions.finish().await;
+        let mut taken = Vec::new();
+        while let Some(decision) = self.drain_decision().await {
+            taken.push(decision);
+        }
+        taken
+    }
+
     /// Ends the run (closing the connection makes the shim stop the program) and waits until
     /// it is gone: only then may the site be given to anything else.
     pub async fn stop(&mut self) {

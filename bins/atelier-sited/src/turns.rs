@@ -345,6 +345,10 @@ impl Relay<'_> {
             }
         };
         run.stop().await;
+        // A stopped or timed-out run's last decisions are the session's too.
+        for decision in run.take_decisions().await {
+            self.events.persist(egress_event(&decision)).await;
+        }
         ending
     }
 
