@@ -1,10 +1,11 @@
 //! atelier-sited's entry point: parse arguments, read the service token, call the library.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use atelier_sd::credentials::CredentialError;
-use atelier_sited::{AgentCredentials, RawSettings, DEFAULT_BASE_PATH};
+use atelier_sited::{AgentCredentials, RawSettings, Settings, DEFAULT_BASE_PATH};
 use clap::Parser;
 
 /// The site daemon of one Atelier instance. systemd starts it from `atelier-sited@<inst>.socket`
@@ -92,9 +93,35 @@ struct Args {
     releases_retained: Option<u64>,
 }
 
-fn main() -> anyhow::Result<()> {
+/// The exit status of a configuration sited cannot run with (sysexits' `EX_CONFIG`): its unit
+/// does not restart on it (`RestartPreventExitStatus=`), as only an operator's change helps.
+const EXIT_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
     let args = Args::parse();
-    atelier_sd::logging::init("info").context("starting logging")?;
+    if let Err(error) = atelier_sd::logging::init("info") {
+        eprintln!("atelier-sited: starting logging: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    // Logged at error priority (`journalctl -p err`), not only printed to stderr.
+    let settings = match settings(args) {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!("invalid configuration; nothing was started: {error:#}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match serve(settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("atelier-sited failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The settings from the flags, the environment and the credentials, validated.
+fn settings(args: Args) -> anyhow::Result<Settings> {
     let settings = RawSettings {
         instance: args.instance,
         service_token: service_token(args.token_file.as_deref())?,
@@ -137,9 +164,12 @@ fn main() -> anyhow::Result<()> {
         },
     }
     .with_environment(std::env::vars())
-    .and_then(RawSettings::validate)
-    .context("invalid configuration; nothing was started")?;
+    .and_then(RawSettings::validate)?;
+    Ok(settings)
+}
 
+/// Runs the daemon until it is told to stop.
+fn serve(settings: Settings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -330,7 +330,7 @@ fn the_binary_refuses_bad_configuration_by_name() {
         .env_remove("LISTEN_FDS")
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(78), "EX_CONFIG");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("nothing was started"), "{stderr}");
 }

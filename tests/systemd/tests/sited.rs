@@ -113,6 +113,61 @@ fn provisioned_sited_is_socket_activated_ready_creates_a_site_and_stops_cleanly(
     assert_eq!(fact("socket_after_stop"), "active", "{run:?}");
 }
 
+/// A setting sited cannot run with: a drop-in adds a key no sited knows.
+const BROKEN: &str = r#"
+set -uo pipefail
+bash /root/operator-setup.sh
+atelier-provision apply --declaration /root/instance.json > /tmp/apply 2>&1
+echo "apply=$?"
+unit=atelier-sited@example.service
+mkdir -p /etc/systemd/system/$unit.d
+printf '[Service]\nEnvironment=ATELIER_SITE_COLOUR=blue\n' > /etc/systemd/system/$unit.d/50-broken.conf
+systemctl daemon-reload
+curl -sS -o /dev/null --max-time 5 --unix-socket /run/atelier/example/sited.sock http://sited/publication/site_builder/health
+# RestartSec= is 3 s: a unit that would restart has done so well within 8.
+sleep 8
+echo "state=$(systemctl show -P ActiveState $unit)/$(systemctl show -P SubState $unit)"
+echo "status=$(systemctl show -P ExecMainStatus $unit)"
+echo "restarts=$(systemctl show -P NRestarts $unit)"
+echo "err_lines=$(journalctl -b -p err -u $unit -o cat --no-pager | grep -c ATELIER_SITE_COLOUR)"
+journalctl -b -u $unit -o cat --no-pager | tail -n 10 | sed 's/^/sited| /'
+exit 0
+"#;
+
+#[test]
+fn a_sited_with_a_broken_setting_fails_with_78_names_it_at_error_priority_and_stays_down() {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    let run = SystemdBox::new()
+        .copy(
+            bins.join("atelier-provision"),
+            "/usr/local/bin/atelier-provision",
+        )
+        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
+        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
+        .copy(
+            repo_root().join("deploy/examples/instance.json"),
+            "/root/instance.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
+        )
+        .run(BROKEN)
+        .expect("booting systemd in a container");
+    run.assert_success();
+    let fact = |key: &str| run.fact(key).unwrap_or("<missing>");
+    assert_eq!(fact("apply"), "0", "{run:?}");
+    assert_eq!(fact("state"), "failed/failed", "{run:?}");
+    assert_eq!(fact("status"), "78", "{run:?}");
+    // PID 1 never restarted it; the queued connection re-triggers its socket until the start
+    // limit, and every attempt names the setting at error priority.
+    assert_eq!(fact("restarts"), "0", "{run:?}");
+    assert!(
+        fact("err_lines").parse::<u32>().is_ok_and(|n| n >= 1),
+        "{run:?}"
+    );
+}
+
 #[test]
 fn harness_boots_systemd_and_reports_a_failing_script_with_its_journal() {
     let run = SystemdBox::new()
