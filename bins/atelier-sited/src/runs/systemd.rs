@@ -123,8 +123,9 @@ impl SystemdDoors {
         Ok((stream, decisions))
     }
 
-    /// The site's identity is exactly what the provisioner made, and the shim is root's and
-    /// writable by no one else; read afresh for every run.
+    /// The site's identity is exactly what the provisioner made, the shim is root's and
+    /// writable by no one else, and a turn's HOME has the provisioner's shape; read afresh for
+    /// every run.
     fn host_checks(&self, k: SiteOrdinal, door: Door) -> Result<(), RunRefusal> {
         let inst = &self.settings.instance;
         let identity = names::site_identity(inst, k);
