@@ -1,6 +1,7 @@
 //! atelier-gate's entry point: parse arguments, start logging, call the library.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use atelier_gate::service::{parse_plan_arg, run, Deployment, Settings};
@@ -32,16 +33,38 @@ struct Args {
     deployment: Deployment,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The exit status of settings the gate must not run with (sysexits' `EX_CONFIG`): its unit
+/// does not restart on it, as only an operator's change helps.
+const EXIT_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
     let args = Args::parse();
-    atelier_sd::logging::init("info").context("starting logging")?;
-    run(Settings {
+    if let Err(error) = atelier_sd::logging::init("info") {
+        eprintln!("atelier-gate: starting logging: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    let settings = Settings {
         instance: args.instance,
         site: args.site,
         plans: args.plans,
         allow_benchmark_range: args.allow_benchmark_range,
         deployment: args.deployment,
-    })
-    .await
+    };
+    // Logged at error priority (`journalctl -p err`), not only printed to stderr.
+    if let Err(error) = settings.check() {
+        tracing::error!("{error}; nothing was started");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| runtime.block_on(run(settings)));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("atelier-gate failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -280,6 +280,9 @@ fn the_benchmark_flag_is_refused_before_ready_unless_the_deployment_is_developme
         }
         let output = command.output().unwrap();
         assert!(!output.status.success(), "{what}");
+        if reason == "benchmark_range_in_production" {
+            assert_eq!(output.status.code(), Some(78), "{what}: EX_CONFIG");
+        }
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(reason), "{what}: {stderr}");
         let mut datagram = [0u8; 512];

@@ -67,6 +67,9 @@ printf '[Service]\nExecStart=\n%s --allow-benchmark-range\nRestart=no\n' "$exec_
 systemctl daemon-reload
 systemctl restart atelier-example-s1-gate.service; echo "restart_with_flag=$?"
 echo "gate_with_flag=$(systemctl is-active atelier-example-s1-gate.service)"
+echo "gate_status=$(systemctl show -P ExecMainStatus atelier-example-s1-gate.service)"
+echo "gate_restarts=$(systemctl show -P NRestarts atelier-example-s1-gate.service)"
+echo "gate_err=$(journalctl -b -p err -u atelier-example-s1-gate.service -o cat --no-pager | grep -c benchmark_range_in_production)"
 exit 0
 "#;
 
@@ -129,6 +132,10 @@ fn the_provisioned_gate_starts_on_demand_relays_mcp_with_its_own_key_and_refuses
 
     assert_ne!(fact("restart_with_flag"), "0", "{run:?}");
     assert_ne!(fact("gate_with_flag"), "active", "{run:?}");
+    // A setting the gate must not run with: 78, named at error priority, never restarted.
+    assert_eq!(fact("gate_status"), "78", "{run:?}");
+    assert_eq!(fact("gate_restarts"), "0", "{run:?}");
+    assert_ne!(fact("gate_err"), "0", "{run:?}");
     assert!(
         !run.journal_lines("benchmark_range_in_production")
             .is_empty(),
