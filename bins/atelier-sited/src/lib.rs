@@ -59,6 +59,9 @@ use std::time::Duration;
 use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
 
+/// How often `STATUS=` is brought up to date with the runs in progress.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
 /// How long shutdown waits for interrupted turns to commit and write their `turn_end`.
 const TURN_WIND_DOWN: Duration = Duration::from_secs(20);
 
@@ -111,9 +114,15 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
     // The door a recovery commit goes through is started by PID 1 only once sited is ready;
     // the sites stay held `site_recovering` until then.
     tokio::spawn(sessions.clone().commit_recoveries(recoveries));
+    let reservations = router.sites().reservations().clone();
+    let instance = settings.instance.as_str().to_owned();
+    let serving = live_status(&instance, &reservations);
+    let status = tokio::spawn(report_status(notifier.clone(), reservations, instance));
     let on_signal = {
         let sessions = sessions.clone();
         move || {
+            // From here on STATUS= tells of the shutdown.
+            status.abort();
             sessions.runner().refuse_new_runs();
             sessions.interrupt_all();
         }
@@ -122,18 +131,42 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         let router = router.clone();
         async move { router.handle(request).await }
     };
-    atelier_daemon::serve_with_stop_hook(
-        listener,
-        handler,
-        notifier,
-        &format!("serving instance {}", settings.instance),
-        on_signal,
-    )
-    .await?;
+    atelier_daemon::serve_with_stop_hook(listener, handler, notifier, &serving, on_signal).await?;
     if !sessions.wait_idle(TURN_WIND_DOWN).await {
         tracing::warn!("some turns had not ended when sited stopped; the next boot recovers them");
     }
     Ok(())
+}
+
+/// What `systemctl status` shows while sited serves: the turns and builds running now.
+pub fn live_status(instance: &str, reservations: &reservations::Reservations) -> String {
+    let count = |hold, one: &str, many: &str| match reservations.count(hold) {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    };
+    format!(
+        "serving instance {instance}: {} and {} running",
+        count(reservations::Hold::Session, "turn", "turns"),
+        count(reservations::Hold::Build, "build", "builds"),
+    )
+}
+
+/// Keeps `STATUS=` up to date, sending it only when it changed.
+async fn report_status(
+    notifier: Notifier,
+    reservations: reservations::Reservations,
+    instance: String,
+) {
+    let mut shown = live_status(&instance, &reservations);
+    let mut every = tokio::time::interval(STATUS_EVERY);
+    loop {
+        every.tick().await;
+        let now = live_status(&instance, &reservations);
+        if now != shown {
+            notifier.status(&now);
+            shown = now;
+        }
+    }
 }
 
 /// The boot preflight: not root (outside development), the sites root marked for this
@@ -169,4 +202,32 @@ fn preflight(settings: &Settings) -> Result<(), RunError> {
         return refuse(format!("the site table: {e}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reservations::{Hold, Reservations};
+
+    #[test]
+    fn the_live_status_counts_the_turns_and_builds_running() {
+        let reservations = Reservations::new();
+        assert_eq!(
+            live_status("example", &reservations),
+            "serving instance example: 0 turns and 0 builds running"
+        );
+        let turn = reservations.reserve("alpha", Hold::Session);
+        let build = reservations.reserve("beta", Hold::Build);
+        let other = reservations.reserve("gamma", Hold::Session);
+        let _git = reservations.reserve("delta", Hold::Git);
+        assert_eq!(
+            live_status("example", &reservations),
+            "serving instance example: 2 turns and 1 build running"
+        );
+        drop((turn, build, other));
+        assert_eq!(
+            live_status("example", &reservations),
+            "serving instance example: 0 turns and 0 builds running"
+        );
+    }
 }

@@ -77,6 +77,12 @@ impl Reservations {
         })
     }
 
+    /// How many sites are held for `hold` now.
+    pub fn count(&self, hold: Hold) -> usize {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.values().filter(|h| **h == hold).count()
+    }
+
     /// Who holds `slug`, if anyone.
     pub fn holder(&self, slug: &str) -> Option<Hold> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);

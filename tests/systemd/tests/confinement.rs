@@ -716,6 +716,11 @@ for _ in $(seq 1 200); do [ -e $ws1/src/before-kill.txt ] && break; sleep 0.05; 
 run_unit=$(systemctl list-units --no-legend --plain --state=active 'atelier-example-s1-turn@*.service' | awk '{print $1}' | head -n1)
 echo "run_unit=$run_unit"
 echo "agent_before=$(pgrep -u atelier-a-example_1 -c -f /usr/local/bin/claude)"
+for _ in $(seq 1 100); do
+  systemctl show -P StatusText atelier-sited@example.service | grep -q '1 turn' && break
+  sleep 0.05
+done
+echo "status_during=$(systemctl show -P StatusText atelier-sited@example.service)"
 sited_pid=$(systemctl show -P MainPID atelier-sited@example.service)
 kill -9 "$sited_pid"
 for _ in $(seq 1 200); do
@@ -758,6 +763,11 @@ fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recove
     let unit = fact(&run, "run_unit");
     assert!(unit.starts_with("atelier-example-s1-turn@"), "{run:?}");
     assert_eq!(fact(&run, "agent_before"), "1", "the agent hangs: {run:?}");
+    assert_eq!(
+        fact(&run, "status_during"),
+        "serving instance example: 1 turn and 0 builds running",
+        "systemctl status tells of the turn: {run:?}"
+    );
     // BindsTo=atelier-sited@example.service: PID 1 stops the run with sited.
     assert!(
         matches!(fact(&run, "run_after_kill"), "inactive" | "failed"),
