@@ -24,7 +24,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::time::timeout;
 
-use crate::serve::{is_transient, DecisionLog, Subscription};
+use crate::serve::{accept, DecisionLog, Subscription};
 
 /// How long the subscribe line may take to arrive (the CONNECT head's bound).
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -101,15 +101,7 @@ impl Subscriptions {
 pub async fn serve(listener: UnixListener, subscriptions: Arc<Subscriptions>) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(subscriptions.max_subscribers));
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) if is_transient(&error) => {
-                tracing::warn!(%error, "accepting a decisions subscriber failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
+        let stream = accept(&listener, "a decisions subscriber").await?;
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(slot) => {
                 let subscriptions = Arc::clone(&subscriptions);

@@ -176,17 +176,9 @@ impl Door {
 /// [`Limits::max_connections`] at once. Returns only if accepting fails for good.
 pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(door.limits.max_connections));
+    let what = format!("a {} door connection", door.name());
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            // Out of descriptors or a connection reset before accept: keep serving.
-            Err(error) if is_transient(&error) => {
-                tracing::warn!(door = %door.name(), %error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
+        let stream = accept(&listener, &what).await?;
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(slot) => {
                 let door = Arc::clone(&door);
@@ -209,8 +201,24 @@ pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
     }
 }
 
+/// The next connection on `listener`. A failure that leaves the listener usable (out of
+/// descriptors, a connection reset before accept) is logged and waited out; any other ends
+/// the listener.
+pub(crate) async fn accept(listener: &UnixListener, what: &str) -> io::Result<UnixStream> {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => return Ok(stream),
+            Err(error) if is_transient(&error) => {
+                tracing::warn!(%error, "accepting {what} failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Returns true if and only if `error` from `accept` leaves the listener usable.
-pub(crate) fn is_transient(error: &io::Error) -> bool {
+fn is_transient(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(libc_errno::EMFILE | libc_errno::ENFILE | libc_errno::ENOBUFS | libc_errno::ENOMEM)

@@ -222,10 +222,12 @@ impl Builds {
             build_error()
         })?;
         let log = |bytes: &[u8]| append_log(&workspace, id, bytes);
+        let log_decision = |decision: &atelier_proto::egress::Decision| {
+            log(format!("{}\n", decision.line()).as_bytes());
+        };
         let target = self.sites.config().run_target(slug);
         let mut env = base_env(BUILD_PATH);
-        // Confined, the build's only way out is the shim's forward to the site's gate.
-        if !self.runner.is_unconfined() {
+        if self.runner.has_gate(Door::Build) {
             env.extend(atelier_agents::proxy_env());
         }
         let spec = RunSpec {
@@ -262,7 +264,7 @@ impl Builds {
                         }
                     }
                     RunItem::Stderr(bytes) => log(&bytes),
-                    RunItem::Egress(decision) => log(format!("{}\n", decision.line()).as_bytes()),
+                    RunItem::Egress(decision) => log_decision(&decision),
                     RunItem::Exit(exit) => {
                         // A program that never started (or died) leaves no step events: the
                         // log says how it ended, so a failed build never has an empty log.
@@ -283,9 +285,7 @@ impl Builds {
         })
         .await;
         run.stop().await;
-        for decision in run.take_decisions().await {
-            log(format!("{}\n", decision.line()).as_bytes());
-        }
+        run.take_decisions().await.iter().for_each(log_decision);
         match ended {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {

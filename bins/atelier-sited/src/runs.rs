@@ -186,6 +186,13 @@ impl Runner {
         matches!(self.inner.mode, Mode::None(_))
     }
 
+    /// Whether a run through `door` has its site's gate behind the shim's loopback forward,
+    /// so its program is given the proxy environment: every door with a way out under systemd;
+    /// nothing under `none`, where no gate listens.
+    pub fn has_gate(&self, door: Door) -> bool {
+        matches!(self.inner.mode, Mode::Systemd(_)) && layout_door(door).has_way_out()
+    }
+
     /// Opens one run: the connection, the hello (which must name `spec.door`), then the spec.
     /// Never retried: a refusal is the answer.
     pub async fn open(&self, target: &RunTarget, spec: RunSpec) -> Result<Run, RunRefusal> {

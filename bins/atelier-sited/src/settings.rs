@@ -273,8 +273,8 @@ pub enum SettingsError {
     /// Extra certificate authorities for agents were configured on a production host.
     #[error("ATELIER_AGENT_EXTRA_CA_CERTS makes agents trust another certificate authority and is for lab tests only; it is refused unless ATELIER_DEPLOYMENT=development")]
     ExtraCaInProduction,
-    /// The Anthropic base URL is not an https URL.
-    #[error("ATELIER_AGENT_ANTHROPIC_BASE_URL {0:?} is not an https:// URL (the gate tunnels TLS on port 443 only)")]
+    /// The Anthropic base URL is not one the declaration allows.
+    #[error("ATELIER_AGENT_ANTHROPIC_BASE_URL {0:?} is not https://<a public hostname>[/path] (the gate tunnels TLS to hostnames on port 443 only)")]
     BadAnthropicBaseUrl(String),
     /// `none` confinement was asked for a production deployment.
     #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
@@ -617,10 +617,8 @@ impl RawSettings {
             None => None,
         };
         if let Some(url) = &self.anthropic_base_url {
-            let host = url.strip_prefix("https://").unwrap_or_default();
-            if host.is_empty() || host.starts_with('/') || url.chars().any(char::is_whitespace) {
-                return Err(SettingsError::BadAnthropicBaseUrl(url.clone()));
-            }
+            atelier_layout::declaration::check_provider_url(url)
+                .map_err(|_| SettingsError::BadAnthropicBaseUrl(url.clone()))?;
         }
         let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
         let shim_bin = required_path(

@@ -403,7 +403,6 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
 
 /// Writes the terminal events of an opened run; returns whether one was an error.
 async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail: &[u8]) -> bool {
-    let fault = error_event;
     let output = || {
         let text = String::from_utf8_lossy(tail).trim().to_owned();
         (!text.is_empty()).then(|| {
@@ -423,20 +422,20 @@ async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail:
             if let Some(output) = output() {
                 events.persist(output).await;
             }
-            fault("turn_agent_exited", false)
+            error_event("turn_agent_exited", false)
         }
         Ending::Exit(ExitRecord { code: None, .. }) => {
             if let Some(output) = output() {
                 events.persist(output).await;
             }
-            fault("turn_agent_killed", true)
+            error_event("turn_agent_killed", true)
         }
         Ending::Lost(why) => {
             tracing::warn!("the turn's run ended without an exit record: {why}");
-            fault("turn_unit_lost", true)
+            error_event("turn_unit_lost", true)
         }
-        Ending::Stopped => fault("turn_interrupted", true),
-        Ending::TimedOut => fault("turn_timeout", true),
+        Ending::Stopped => error_event("turn_interrupted", true),
+        Ending::TimedOut => error_event("turn_timeout", true),
         Ending::NotOpened(_) => return false,
     };
     events.persist(error).await;
@@ -582,9 +581,7 @@ async fn plan(
         mcp_config_path: &mcp_config_path,
         path_env: AGENT_PATH,
         credentials: &agents.credentials,
-        // Confined, the shim forwards loopback to the site's gate; unconfined, nothing listens
-        // there and the agent uses the host's network as the development mode states.
-        proxied: !sessions.runner().is_unconfined(),
+        proxied: sessions.runner().has_gate(Door::Turn),
         endpoint: &agents.endpoint,
     };
     atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))

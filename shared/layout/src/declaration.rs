@@ -25,6 +25,13 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+/// Checks a model provider's base URL as `agent.anthropic_base_url` must be (`https://`, port
+/// 443 implied, a hostname a gate plan can hold, an optional path); why not, when not. For a
+/// reader of the rendered value (sited) to hold it to the declaration's own rule.
+pub fn check_provider_url(value: &str) -> Result<(), (Reason, String)> {
+    grammar::provider_url(value).map(|_| ())
+}
+
 macro_rules! reasons {
     ($( $(#[$doc:meta])* $variant:ident => $code:literal, )*) => {
         /// Why a declaration was refused: a stable machine name, one per rule.

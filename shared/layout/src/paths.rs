@@ -167,21 +167,8 @@ pub const TURN_HOME_CONFIG_DIR: &str = ".config";
 /// The turn HOME's git configuration, root's (git reads `~/.gitconfig` as global).
 pub const TURN_HOME_GITCONFIG: &str = ".gitconfig";
 
-/// What the turn unit fixes in its environment beside HOME, below the turn HOME: configuration
-/// in the empty root-owned directory, the CLI's own state and caches in the writable one. The
-/// shim lets no spec set these keys on the turn door.
-pub fn turn_home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
-    let state = home.join(TURN_HOME_STATE_DIR);
-    [
-        ("XDG_CONFIG_HOME", home.join(TURN_HOME_CONFIG_DIR)),
-        ("CLAUDE_CONFIG_DIR", state.join("claude")),
-        ("XDG_DATA_HOME", state.join("data")),
-        ("XDG_STATE_HOME", state.join("state")),
-        ("XDG_CACHE_HOME", state.join("cache")),
-    ]
-}
-
-/// The keys of [`turn_home_env`].
+/// The keys the turn unit fixes in its environment beside HOME, in [`turn_home_env`]'s order;
+/// the shim lets no spec set them on the turn door.
 pub const TURN_DOOR_FIXED_ENV_KEYS: [&str; 5] = [
     "XDG_CONFIG_HOME",
     "CLAUDE_CONFIG_DIR",
@@ -189,6 +176,20 @@ pub const TURN_DOOR_FIXED_ENV_KEYS: [&str; 5] = [
     "XDG_STATE_HOME",
     "XDG_CACHE_HOME",
 ];
+
+/// The values of [`TURN_DOOR_FIXED_ENV_KEYS`] below the turn HOME `home`: configuration in the
+/// empty root-owned directory, the CLI's own state and caches in the writable one.
+pub fn turn_home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
+    let state = home.join(TURN_HOME_STATE_DIR);
+    let values = [
+        home.join(TURN_HOME_CONFIG_DIR),
+        state.join("claude"),
+        state.join("data"),
+        state.join("state"),
+        state.join("cache"),
+    ];
+    std::array::from_fn(|i| (TURN_DOOR_FIXED_ENV_KEYS[i], values[i].clone()))
+}
 
 /// A site's workspace below the sites root: `<sites root>/<slug>`.
 pub fn site_workspace(sites_root: &Path, slug: &str) -> PathBuf {

@@ -72,33 +72,13 @@ pub fn issue(hosts: &[String]) -> Result<Certificates, TlsError> {
     })
 }
 
-/// `der` as PEM (RFC 7468): base64 in lines of 64 between the BEGIN and END lines.
+/// `der` as PEM (RFC 7468): base64 in lines of 64 between the BEGIN and END lines, `\n`
+/// line ends (Node reads either; files on this host use `\n`).
 fn pem(label: &str, der: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut base64 = String::with_capacity(der.len().div_ceil(3) * 4);
-    for group in der.chunks(3) {
-        let bytes = [
-            group[0],
-            *group.get(1).unwrap_or(&0),
-            *group.get(2).unwrap_or(&0),
-        ];
-        let bits = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
-        for sextet in 0..=group.len() {
-            base64.push(char::from(
-                ALPHABET[(bits >> (18 - 6 * sextet) & 0x3f) as usize],
-            ));
-        }
-        for _ in group.len()..3 {
-            base64.push('=');
-        }
-    }
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in base64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(line));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    pem::encode_config(
+        &pem::Pem::new(label, der),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
 }
 
 #[cfg(test)]

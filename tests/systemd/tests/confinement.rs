@@ -121,12 +121,9 @@ fn tagged<'r>(run: &'r BoxRun, prefix: &str) -> Vec<&'r str> {
 /// The session events a script printed under `prefix`, each body with what differs between
 /// two runs of the same prompt (times, the driver's token, the workspace's path) replaced.
 fn normalized_events(run: &BoxRun, prefix: &str, workspace: &str) -> Vec<Value> {
-    tagged(run, prefix)
+    events(run, prefix)
         .into_iter()
-        .map(|line| {
-            let event: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{prefix}: {line:?} is not an event: {e}\n{run:?}"));
-            let mut body = event["body"].clone();
+        .map(|mut body| {
             if let Some(object) = body.as_object_mut() {
                 for (key, stand_in) in [("resumeToken", "<token>"), ("durationMs", "<ms>")] {
                     if object.contains_key(key) {
@@ -138,6 +135,18 @@ fn normalized_events(run: &BoxRun, prefix: &str, workspace: &str) -> Vec<Value> 
                 }
             }
             body
+        })
+        .collect()
+}
+
+/// The bodies of the session events a script printed under `prefix`, in order.
+fn events(run: &BoxRun, prefix: &str) -> Vec<Value> {
+    tagged(run, prefix)
+        .into_iter()
+        .map(|line| {
+            let event: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{prefix}: {line:?} is not an event: {e}\n{run:?}"));
+            event["body"].clone()
         })
         .collect()
 }
@@ -1013,18 +1022,6 @@ fn run_real_agent(declaration: String, script: &str, sited_extra: &str) -> BoxRu
     assert_eq!(run.fact("apply"), Some("0"), "{run:?}");
     assert_eq!(run.fact("lab_ready"), Some("yes"), "{run:?}");
     run
-}
-
-/// Every event a script printed under `prefix`, parsed.
-fn events(run: &BoxRun, prefix: &str) -> Vec<Value> {
-    tagged(run, prefix)
-        .into_iter()
-        .map(|line| {
-            serde_json::from_str::<Value>(line)
-                .unwrap_or_else(|e| panic!("{prefix}: {line:?}: {e}\n{run:?}"))["body"]
-                .clone()
-        })
-        .collect()
 }
 
 #[test]

@@ -2,9 +2,40 @@
 //! apply` of the example declaration, then the rendered socket starts the daemon on the first
 //! connection; it reaches READY under `Type=notify`, pairs through `/health`, creates a site
 //! (site table, webspace proof, git) as the service user, and on `systemctl stop` sends
-//! STOPPING and exits 0.
+//! STOPPING and exits 0. A setting it cannot run with leaves it failed with 78, named at error
+//! priority, never restarted.
+
+#![expect(
+    clippy::expect_used,
+    reason = "test code: a box that cannot be put together must fail the test"
+)]
 
 use atelier_systemd_tests::{built_binaries_dir, repo_root, SystemdBox};
+
+/// A box holding the provisioner, sited, the shim, the site templates, the example
+/// declaration and the operator's part, as a host is before `apply`.
+fn provisioning_box() -> SystemdBox {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    SystemdBox::new()
+        .copy(
+            bins.join("atelier-provision"),
+            "/usr/local/bin/atelier-provision",
+        )
+        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
+        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
+        .copy(
+            repo_root().join("templates"),
+            "/usr/local/share/atelier/templates",
+        )
+        .copy(
+            repo_root().join("deploy/examples/instance.json"),
+            "/root/instance.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
+        )
+}
 
 /// Runs inside the box. Prints `KEY=value` facts for the test to check.
 const SCRIPT: &str = r#"
@@ -48,26 +79,7 @@ exit 0
 
 #[test]
 fn provisioned_sited_is_socket_activated_ready_creates_a_site_and_stops_cleanly() {
-    let bins = built_binaries_dir().expect("locating the built binaries");
-    let run = SystemdBox::new()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
-        )
-        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
-        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
-        .copy(
-            repo_root().join("templates"),
-            "/usr/local/share/atelier/templates",
-        )
-        .copy(
-            repo_root().join("deploy/examples/instance.json"),
-            "/root/instance.json",
-        )
-        .copy(
-            repo_root().join("deploy/examples/operator-setup.sh"),
-            "/root/operator-setup.sh",
-        )
+    let run = provisioning_box()
         .run(SCRIPT)
         .expect("booting systemd in a container");
     run.assert_success();
@@ -136,22 +148,7 @@ exit 0
 
 #[test]
 fn a_sited_with_a_broken_setting_fails_with_78_names_it_at_error_priority_and_stays_down() {
-    let bins = built_binaries_dir().expect("locating the built binaries");
-    let run = SystemdBox::new()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
-        )
-        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
-        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
-        .copy(
-            repo_root().join("deploy/examples/instance.json"),
-            "/root/instance.json",
-        )
-        .copy(
-            repo_root().join("deploy/examples/operator-setup.sh"),
-            "/root/operator-setup.sh",
-        )
+    let run = provisioning_box()
         .run(BROKEN)
         .expect("booting systemd in a container");
     run.assert_success();
