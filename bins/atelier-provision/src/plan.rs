@@ -1885,6 +1885,7 @@ mod tests {
             "dir /var/lib/atelier/example/agents/s2/turn root:root 0755 (create)",
             "dir /var/lib/atelier/example/agents/s2/turn/state atelier-a-example_2:atelier-example 0700 (create)",
             "dir /var/lib/atelier/example/agents/s2/turn/.config root:root 0755 (create)",
+            "dir /var/lib/atelier/example/agents/s2/turn/stated atelier-example:atelier-a-example_2 0750 (create)",
             "dir /var/lib/atelier/example/agents/s2/build atelier-a-example_2:atelier-example 0700 (create)",
             "create /srv/www/blog.example.org/.atelier_instance root:root 0644",
             "create /srv/atelier_audit/example/audit.jsonl atelier-example:atelier-example 0600",

@@ -43,6 +43,9 @@ pub struct BuildSettings {
     pub build_timeout_ms: u64,
     /// Preproduction releases kept besides the served one.
     pub releases_retained: usize,
+    /// Development only: extra certificate authorities the build's steps trust
+    /// (`NODE_EXTRA_CA_CERTS`, which npm and Node read), e.g. a lab registry's test CA.
+    pub extra_ca_certs: Option<PathBuf>,
 }
 
 /// `BuildStatus` (§4.3), the record in `.builder/builds/<id>.json`.
@@ -229,6 +232,12 @@ impl Builds {
         let mut env = base_env(BUILD_PATH);
         if self.runner.has_gate(Door::Build) {
             env.extend(atelier_agents::proxy_env());
+        }
+        if let Some(ca) = &self.settings.extra_ca_certs {
+            env.insert(
+                "NODE_EXTRA_CA_CERTS".to_owned(),
+                ca.to_string_lossy().into_owned(),
+            );
         }
         let spec = RunSpec {
             door: Door::Build,

@@ -243,10 +243,13 @@ async fn ask(
     driver: DriverId,
     argv: Vec<String>,
 ) -> Result<String, AdmitError> {
+    let state = runner.turn_dirs(&target.slug)?.state;
+    let mut env = base_env(AGENT_PATH);
+    env.extend(atelier_agents::probe_env(driver, &state));
     let spec = RunSpec {
         door: Door::Turn,
         argv,
-        env: base_env(AGENT_PATH),
+        env,
     };
     let output = runner
         .collect(target, spec, PROBE_OUTPUT_LIMIT, PROBE_DEADLINE)

@@ -78,6 +78,13 @@ struct Args {
     /// turn door's plan), when not Anthropic's own API.
     #[arg(long)]
     anthropic_base_url: Option<String>,
+    /// The OpenAI-compatible API a pi turn talks to (https://<host on the plan>[/path], the
+    /// part before /chat/completions).
+    #[arg(long, requires = "openai_model")]
+    openai_base_url: Option<String>,
+    /// The model id a pi turn names.
+    #[arg(long, requires = "openai_base_url")]
+    openai_model: Option<String>,
     /// Development only: a PEM file of extra certificate authorities a turn's agent trusts
     /// (a lab model server's test CA); refused unless --deployment development.
     #[arg(long)]
@@ -145,6 +152,8 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
         claude_code_bin: args.claude_code_bin,
         anthropic_base_url: args.anthropic_base_url,
         agent_extra_ca_certs: args.agent_extra_ca_certs,
+        openai_base_url: args.openai_base_url,
+        openai_model: args.openai_model,
         opencode_bin: None,
         pi_bin: None,
         session_turn_timeout_ms: args.session_turn_timeout_ms,

@@ -97,6 +97,16 @@ pub struct RunTarget {
     pub workspace: PathBuf,
 }
 
+/// Where a turn's agent CLI finds the daemon's statement of its configuration and keeps its
+/// own state, as the CLI sees them (the same paths sited writes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnDirs {
+    /// Written by sited before each turn, read-only to the turn.
+    pub stated: PathBuf,
+    /// The CLI's own writable state (its sessions).
+    pub state: PathBuf,
+}
+
 /// One thing a run reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunItem {
@@ -191,6 +201,16 @@ impl Runner {
     /// nothing under `none`, where no gate listens.
     pub fn has_gate(&self, door: Door) -> bool {
         matches!(self.inner.mode, Mode::Systemd(_)) && layout_door(door).has_way_out()
+    }
+
+    /// Where a turn of `slug` finds the daemon's statement and keeps its state: the turn HOME's
+    /// `stated/` and `state/` under systemd (the provisioner made them), the unconfined HOME's
+    /// under `none` (made on first use).
+    pub fn turn_dirs(&self, slug: &str) -> Result<TurnDirs, RunRefusal> {
+        match &self.inner.mode {
+            Mode::None(spawner) => spawner.turn_dirs(slug),
+            Mode::Systemd(doors) => doors.turn_dirs(slug),
+        }
     }
 
     /// Opens one run: the connection, the hello (which must name `spec.door`), then the spec.

@@ -77,6 +77,10 @@ pub struct RawSettings {
     pub anthropic_base_url: Option<String>,
     /// Development only: extra certificate authorities a turn's agent trusts.
     pub agent_extra_ca_certs: Option<PathBuf>,
+    /// The OpenAI-compatible API a pi turn talks to.
+    pub openai_base_url: Option<String>,
+    /// The model a pi turn names.
+    pub openai_model: Option<String>,
     /// opencode's binary.
     pub opencode_bin: Option<PathBuf>,
     /// pi's binary.
@@ -276,6 +280,12 @@ pub enum SettingsError {
     /// The Anthropic base URL is not one the declaration allows.
     #[error("ATELIER_AGENT_ANTHROPIC_BASE_URL {0:?} is not https://<a public hostname>[/path] (the gate tunnels TLS to hostnames on port 443 only)")]
     BadAnthropicBaseUrl(String),
+    /// The OpenAI-compatible base URL is not one the declaration allows.
+    #[error("ATELIER_AGENT_OPENAI_BASE_URL {0:?} is not https://<a public hostname>[/path] (the gate tunnels TLS to hostnames on port 443 only)")]
+    BadOpenAiBaseUrl(String),
+    /// Only one of the OpenAI-compatible base URL and model is set, or the model is empty.
+    #[error("ATELIER_AGENT_OPENAI_BASE_URL and ATELIER_AGENT_OPENAI_MODEL go together, and the model is not empty")]
+    IncompleteOpenAiModel,
     /// `none` confinement was asked for a production deployment.
     #[error("agent confinement 'none' runs agents unconfined and is refused in production; declare the deployment 'development' to use it")]
     UnconfinedInProduction,
@@ -417,6 +427,10 @@ impl RawSettings {
                 env::AGENT_EXTRA_CA_CERTS => {
                     self.agent_extra_ca_certs = self.agent_extra_ca_certs.or_else(path)
                 }
+                env::AGENT_OPENAI_BASE_URL => {
+                    self.openai_base_url = self.openai_base_url.or(Some(value))
+                }
+                env::AGENT_OPENAI_MODEL => self.openai_model = self.openai_model.or(Some(value)),
                 env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
                 env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
                 env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
@@ -463,7 +477,11 @@ impl RawSettings {
             }
         }
         let agents = self.agent_settings()?;
-        let builds = self.build_settings()?;
+        let builds = crate::builds::BuildSettings {
+            // A build's package manager trusts what a turn's agent trusts (development only).
+            extra_ca_certs: agents.endpoint.extra_ca_certs.clone(),
+            ..self.build_settings()?
+        };
         let development = self.deployment.as_deref() == Some("development");
         let releases_retained = at_least(
             self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
@@ -592,6 +610,7 @@ impl RawSettings {
                 self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
             )
             .unwrap_or(usize::MAX),
+            extra_ca_certs: None,
         })
     }
 
@@ -620,6 +639,18 @@ impl RawSettings {
             atelier_layout::declaration::check_provider_url(url)
                 .map_err(|_| SettingsError::BadAnthropicBaseUrl(url.clone()))?;
         }
+        let openai = match (&self.openai_base_url, &self.openai_model) {
+            (None, None) => None,
+            (Some(url), Some(model)) if !model.trim().is_empty() => {
+                atelier_layout::declaration::check_provider_url(url)
+                    .map_err(|_| SettingsError::BadOpenAiBaseUrl(url.clone()))?;
+                Some(atelier_agents::OpenAiModel {
+                    base_url: url.clone(),
+                    model: model.clone(),
+                })
+            }
+            _ => return Err(SettingsError::IncompleteOpenAiModel),
+        };
         let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
         let shim_bin = required_path(
             Some(self.shim_bin.clone().unwrap_or_else(|| {
@@ -652,10 +683,12 @@ impl RawSettings {
             if let Some(pairs) = pairs {
                 let parsed =
                     parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
-                if name == "OPENCODE_ENV" {
+                let checked = if name == "OPENCODE_ENV" {
                     atelier_agents::validate_opencode_env(&parsed)
-                        .map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
-                }
+                } else {
+                    atelier_agents::validate_pi_env(&parsed)
+                };
+                checked.map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
             }
         }
         let site_identities = match &self.site_identities {
@@ -676,6 +709,7 @@ impl RawSettings {
             credentials: self.credentials.clone(),
             endpoint: atelier_agents::ModelEndpoint {
                 anthropic_base_url: self.anthropic_base_url.clone(),
+                openai,
                 extra_ca_certs,
             },
         })
@@ -931,6 +965,46 @@ mod tests {
                     ..raw()
                 },
                 SettingsError::BadAnthropicBaseUrl("http://api.anthropic.com".into()),
+            ),
+            (
+                "an OpenAI-compatible URL on a port the gate does not tunnel",
+                RawSettings {
+                    openai_base_url: Some("https://llm.example.org:8443/v1".into()),
+                    openai_model: Some("coder".into()),
+                    ..raw()
+                },
+                SettingsError::BadOpenAiBaseUrl("https://llm.example.org:8443/v1".into()),
+            ),
+            (
+                "an OpenAI-compatible URL without a model",
+                RawSettings {
+                    openai_base_url: Some("https://llm.example.org/v1".into()),
+                    ..raw()
+                },
+                SettingsError::IncompleteOpenAiModel,
+            ),
+            (
+                "an empty model",
+                RawSettings {
+                    openai_base_url: Some("https://llm.example.org/v1".into()),
+                    openai_model: Some(" ".into()),
+                    ..raw()
+                },
+                SettingsError::IncompleteOpenAiModel,
+            ),
+            (
+                "PI_ENV setting what pi loads",
+                RawSettings {
+                    credentials: AgentCredentials {
+                        pi_env: Some("PI_CODING_AGENT_DIR=/tmp/x".into()),
+                        ..AgentCredentials::default()
+                    },
+                    ..raw()
+                },
+                SettingsError::BadCredential(
+                    "PI_ENV",
+                    "PI_ENV may not set PI_CODING_AGENT_DIR: only provider credentials (…_API_KEY, …_AUTH_TOKEN, …_ACCESS_KEY_ID, …_SECRET_ACCESS_KEY, …_SESSION_TOKEN)".into(),
+                ),
             ),
             (
                 "unconfined in a deployment nobody knows",

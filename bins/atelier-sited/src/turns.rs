@@ -34,6 +34,9 @@ const STDERR_TAIL_BYTES: usize = 4096;
 const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// The largest brief read from `AGENTS.md` (the driver cuts what it passes on further).
 const MAX_BRIEF_BYTES: u64 = 1024 * 1024;
+/// The mode of a directory sited makes in a turn's stated directory: the turn reads it
+/// through its group, nobody writes it but sited.
+const STATED_DIR_MODE: u32 = 0o750;
 
 /// What stopping a turn looks like from outside: the request, and the moment its run is gone.
 #[derive(Debug)]
@@ -159,9 +162,13 @@ impl Turn {
                 Ending::NotOpened(reason)
             }
             Ok(_) if control.stop_requested() => Ending::NotOpened("turn_interrupted"),
-            Ok(plan) => {
+            Ok((plan, stated_dir)) => {
                 planned = plan.files.clone();
-                match write_planned(&sessions, &slug, &plan.files).await {
+                let written = match write_stated(&stated_dir, &plan.stated).await {
+                    Ok(()) => write_planned(&sessions, &slug, &plan.files).await,
+                    Err(e) => Err(e),
+                };
+                match written {
                     Err(e) => {
                         tracing::warn!(session = %id, site = %slug, error = %e, "could not write the turn's files");
                         Ending::NotOpened("turn_setup_failed")
@@ -187,9 +194,11 @@ impl Turn {
                             matches!(&ending, Ending::Exit(ExitRecord { code: Some(0), .. }));
                         relay.flush(clean).await;
                         let saw_result = relay.saw_result;
+                        let failed = relay.parser.failure().is_some();
                         let tail = std::mem::take(&mut relay.stderr_tail);
                         drop(relay);
-                        saw_error |= report_ending(&events, &ending, saw_result, &tail).await;
+                        saw_error |=
+                            report_ending(&events, &ending, saw_result, failed, &tail).await;
                         ending
                     }
                 }
@@ -401,8 +410,15 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// Writes the terminal events of an opened run; returns whether one was an error.
-async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail: &[u8]) -> bool {
+/// Writes the terminal events of an opened run; returns whether one was an error. `failed`:
+/// the agent's own output said the turn failed although it exited 0.
+async fn report_ending(
+    events: &Events,
+    ending: &Ending,
+    saw_result: bool,
+    failed: bool,
+    tail: &[u8],
+) -> bool {
     let output = || {
         let text = String::from_utf8_lossy(tail).trim().to_owned();
         (!text.is_empty()).then(|| {
@@ -410,6 +426,9 @@ async fn report_ending(events: &Events, ending: &Ending, saw_result: bool, tail:
         })
     };
     let error = match ending {
+        Ending::Exit(ExitRecord { code: Some(0), .. }) if failed && !saw_result => {
+            error_event("turn_agent_exited", false)
+        }
         Ending::Exit(ExitRecord { code: Some(0), .. }) => {
             if !saw_result {
                 events
@@ -535,8 +554,31 @@ async fn remove_planned(sessions: &Sessions, slug: &str, files: &[PlannedFile]) 
     }
 }
 
+/// Writes the driver's configuration into the turn's stated directory, emptied first: it is
+/// sited's alone, so what is there is what an earlier turn was told, never what a turn wrote.
+async fn write_stated(dir: &Path, files: &[PlannedFile]) -> Result<(), String> {
+    let (owned, files) = (dir.to_path_buf(), files.to_vec());
+    tokio::task::spawn_blocking(move || -> Result<(), atelier_fs::FsError> {
+        let root = atelier_fs::Root::open(&owned)?;
+        for (name, _) in atelier_fs::tree::list_dir(&root, None)? {
+            atelier_fs::tree::remove_tree(&root, &name)?;
+        }
+        for file in &files {
+            if let Some(parent) = file.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                root.create_dir_all(parent, STATED_DIR_MODE)?;
+            }
+            root.write_atomic(&file.path, &file.contents, file.mode)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("the turn's stated configuration in {}: {e}", dir.display()))
+}
+
 /// Plans the driver's run: the brief from `AGENTS.md` (bounded, a regular file, no link
-/// followed), the MCP attachment of this confinement, the driver's argv, environment and files.
+/// followed), the MCP attachment of this confinement, the driver's argv, environment and files;
+/// with the directory its stated files go to.
 async fn plan(
     sessions: &Sessions,
     driver: DriverId,
@@ -544,7 +586,7 @@ async fn plan(
     target: &RunTarget,
     prompt: &str,
     resume_token: Option<&str>,
-) -> Result<TurnPlan, (&'static str, String)> {
+) -> Result<(TurnPlan, PathBuf), (&'static str, String)> {
     let brief = {
         let (sessions, slug) = (sessions.clone(), target.slug.clone());
         tokio::task::spawn_blocking(move || {
@@ -570,6 +612,10 @@ async fn plan(
         McpAttachment::confined()
     };
     let mcp_config_path = target.workspace.join(MCP_CONFIG_FILE);
+    let dirs = sessions
+        .runner()
+        .turn_dirs(&target.slug)
+        .map_err(|refusal| (refusal_reason(&refusal), refusal.to_string()))?;
     let request = TurnRequest {
         driver,
         bin,
@@ -583,8 +629,11 @@ async fn plan(
         credentials: &agents.credentials,
         proxied: sessions.runner().has_gate(Door::Turn),
         endpoint: &agents.endpoint,
+        stated_dir: &dirs.stated,
+        state_dir: &dirs.state,
     };
-    atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))
+    let plan = atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))?;
+    Ok((plan, dirs.stated))
 }
 
 #[cfg(test)]

@@ -20,11 +20,11 @@ use serde_json::{json, Value};
 
 pub use parse::{line_parser, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson};
 pub use plan::{
-    is_resume_token, plan_turn, proxy_env, turn_flags, validate_opencode_env, DriverCredentials,
-    McpAttachment, ModelEndpoint, PlanError, PlannedFile, TurnPlan, TurnRequest, CONFINED_MCP_URL,
-    MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_BRIEF_FILE,
+    is_resume_token, plan_turn, proxy_env, turn_flags, validate_opencode_env, validate_pi_env,
+    DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError, PlannedFile, TurnPlan,
+    TurnRequest, CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_BRIEF_FILE,
 };
-pub use probe::{help_argv, judge_help, judge_version, version_argv, ProbeRefusal};
+pub use probe::{help_argv, judge_help, judge_version, probe_env, version_argv, ProbeRefusal};
 
 /// The agent CLIs the contract knows, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ pub enum DriverId {
     ClaudeCode,
     /// OpenCode (`opencode run --format json`).
     Opencode,
-    /// pi: detectable, refuses every turn.
+    /// pi (`pi --mode json --print`), speaking to an OpenAI-compatible model.
     Pi,
 }
 
@@ -79,7 +79,8 @@ pub fn capabilities(driver: DriverId) -> Capabilities {
     let (resume, mcp_http, reports_file_changes) = match driver {
         DriverId::ClaudeCode => (true, true, true),
         DriverId::Opencode => (true, true, false),
-        DriverId::Pi => (false, true, false),
+        // pi resumes its own session file; it speaks no MCP.
+        DriverId::Pi => (true, false, false),
     };
     Capabilities {
         resume,
@@ -88,11 +89,10 @@ pub fn capabilities(driver: DriverId) -> Capabilities {
     }
 }
 
-/// Whether `driver` may run under systemd confinement. opencode needs a root-owned per-run
-/// mount for its configuration directory and a decided home for its provider-SDK cache, which
-/// no door has yet; pi runs no turn at all.
+/// Whether `driver` may run under systemd confinement. opencode is refused until its
+/// configuration directory, provider-SDK cache and canary probe are the daemon's.
 pub fn runs_confined(driver: DriverId) -> bool {
-    driver == DriverId::ClaudeCode
+    matches!(driver, DriverId::ClaudeCode | DriverId::Pi)
 }
 
 /// A normalized agent event: the driver half of the session event union (the daemon adds
@@ -170,7 +170,7 @@ mod tests {
         }
         assert_eq!(DriverId::parse("gpt"), None);
         assert!(capabilities(DriverId::ClaudeCode).reports_file_changes);
-        assert!(!capabilities(DriverId::Pi).resume);
+        assert!(!capabilities(DriverId::Pi).mcp_http);
         assert!(runs_confined(DriverId::ClaudeCode));
         assert!(!runs_confined(DriverId::Opencode));
     }

@@ -97,13 +97,20 @@ pub trait LineParser: Send {
     fn finish(&mut self) -> Vec<AgentEvent> {
         Vec::new()
     }
+
+    /// Why the agent failed its turn although it exited 0, if its output said so (pi ends a
+    /// turn whose model calls all failed with a clean exit and no result).
+    fn failure(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The parser of `driver`'s output.
 pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
     match driver {
         DriverId::ClaudeCode => Box::new(ClaudeStreamJson),
-        DriverId::Opencode | DriverId::Pi => Box::new(OpencodeJson::default()),
+        DriverId::Opencode => Box::new(OpencodeJson::default()),
+        DriverId::Pi => Box::new(PiJson::default()),
     }
 }
 
@@ -172,14 +179,10 @@ fn tool_event(name: &str, input: Option<&Value>, keys: &[&str]) -> AgentEvent {
     }
 }
 
-/// opencode's `run --format json`. Each line is `{type, timestamp, sessionID, part…}`:
-/// `text` and `tool_use` parts become events, `step_finish` costs add up, `error` is said
-/// as text (opencode writes it to stdout, so no stderr tail would carry it), and `done` (or,
-/// for a version without it, [`LineParser::finish`]) is the result: the session to resume,
-/// the summed cost and the span of the timestamps. The reference's flat frames (a string
-/// `text` or `tool`, `{type: "session", id}`) map as §10.5 says.
+/// What a driver whose output has no result line knows of its run at the end: the session to
+/// resume, the summed cost and the span of the timestamps; made into the one result.
 #[derive(Debug, Default)]
-pub struct OpencodeJson {
+struct RunTally {
     session: Option<String>,
     cost_usd: Option<f64>,
     first_ms: Option<u64>,
@@ -187,7 +190,27 @@ pub struct OpencodeJson {
     finished: bool,
 }
 
-impl OpencodeJson {
+impl RunTally {
+    fn saw_session(&mut self, value: Option<&Value>) {
+        if let Some(session) = resume_token(value) {
+            self.session = Some(session);
+        }
+    }
+
+    fn saw_time(&mut self, value: Option<&Value>) {
+        if let Some(at) = value.and_then(Value::as_u64) {
+            self.first_ms.get_or_insert(at);
+            self.last_ms = Some(at);
+        }
+    }
+
+    fn add_cost(&mut self, value: Option<&Value>) {
+        if let Some(cost) = value.and_then(finite) {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+
+    /// The result, once.
     fn result(&mut self) -> Vec<AgentEvent> {
         if self.finished {
             return Vec::new();
@@ -205,18 +228,126 @@ impl OpencodeJson {
     }
 }
 
+/// pi's `--mode json`. The first line, `{type: "session", id}`, names the session to resume;
+/// each `message_end` of the assistant says its text blocks and tool calls (the streamed
+/// `message_update` deltas repeat them piecemeal and are skipped) and adds its cost;
+/// `agent_end` is the result, unless the last assistant message stopped on an error — pi
+/// exits 0 then too — which is said as text and makes the turn a failure.
+#[derive(Debug, Default)]
+pub struct PiJson {
+    tally: RunTally,
+    /// The last assistant message's error, while it is the last.
+    error: Option<String>,
+}
+
+impl PiJson {
+    fn assistant(&mut self, message: &Value) -> Vec<AgentEvent> {
+        self.tally.add_cost(
+            message
+                .get("usage")
+                .and_then(|u| u.get("cost"))
+                .and_then(|c| c.get("total")),
+        );
+        let mut events: Vec<AgentEvent> = message
+            .get("content")
+            .and_then(Value::as_array)
+            .map(|blocks| blocks.iter().filter_map(pi_block).collect())
+            .unwrap_or_default();
+        self.error = match message.get("stopReason").and_then(Value::as_str) {
+            Some("error" | "aborted") => Some(
+                message
+                    .get("errorMessage")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the model call failed")
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        if let Some(error) = &self.error {
+            events.push(AgentEvent::Text {
+                text: format!("pi error: {error}"),
+            });
+        }
+        events
+    }
+
+    fn result(&mut self) -> Vec<AgentEvent> {
+        if self.error.is_some() {
+            return Vec::new();
+        }
+        self.tally.result()
+    }
+}
+
+impl LineParser for PiJson {
+    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+        let Some(frame) = json_object(line) else {
+            return Vec::new();
+        };
+        match frame.get("type").and_then(Value::as_str) {
+            Some("session") => {
+                self.tally.saw_session(frame.get("id"));
+                Vec::new()
+            }
+            Some("message_end") => {
+                let Some(message) = frame.get("message").filter(|m| m.is_object()) else {
+                    return Vec::new();
+                };
+                self.tally.saw_time(message.get("timestamp"));
+                match message.get("role").and_then(Value::as_str) {
+                    Some("assistant") => self.assistant(message),
+                    _ => Vec::new(),
+                }
+            }
+            Some("agent_end") => self.result(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn finish(&mut self) -> Vec<AgentEvent> {
+        self.result()
+    }
+
+    fn failure(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}
+
+fn pi_block(block: &Value) -> Option<AgentEvent> {
+    match block.get("type").and_then(Value::as_str)? {
+        "text" => {
+            let text = block.get("text")?.as_str()?;
+            (!text.trim().is_empty()).then(|| AgentEvent::Text {
+                text: text.to_owned(),
+            })
+        }
+        "toolCall" => Some(tool_event(
+            block.get("name")?.as_str()?,
+            block.get("arguments"),
+            &["path", "file_path", "pattern", "command"],
+        )),
+        _ => None,
+    }
+}
+
+/// opencode's `run --format json`. Each line is `{type, timestamp, sessionID, part…}`:
+/// `text` and `tool_use` parts become events, `step_finish` costs add up, `error` is said
+/// as text (opencode writes it to stdout, so no stderr tail would carry it), and `done` (or,
+/// for a version without it, [`LineParser::finish`]) is the result: the session to resume,
+/// the summed cost and the span of the timestamps. The reference's flat frames (a string
+/// `text` or `tool`, `{type: "session", id}`) map as §10.5 says.
+#[derive(Debug, Default)]
+pub struct OpencodeJson {
+    tally: RunTally,
+}
+
 impl LineParser for OpencodeJson {
     fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
-        if let Some(session) = resume_token(frame.get("sessionID")) {
-            self.session = Some(session);
-        }
-        if let Some(at) = frame.get("timestamp").and_then(Value::as_u64) {
-            self.first_ms.get_or_insert(at);
-            self.last_ms = Some(at);
-        }
+        self.tally.saw_session(frame.get("sessionID"));
+        self.tally.saw_time(frame.get("timestamp"));
         let mut events = Vec::new();
         let part = frame.get("part").filter(|p| p.is_object());
         if part.is_none() {
@@ -254,11 +385,7 @@ impl LineParser for OpencodeJson {
                     ));
                 }
             }
-            Some("step_finish") => {
-                if let Some(cost) = part.and_then(|p| p.get("cost")).and_then(finite) {
-                    *self.cost_usd.get_or_insert(0.0) += cost;
-                }
-            }
+            Some("step_finish") => self.tally.add_cost(part.and_then(|p| p.get("cost"))),
             Some("error") => {
                 if let Some(message) = frame.get("error").and_then(error_message) {
                     events.push(AgentEvent::Text {
@@ -266,11 +393,11 @@ impl LineParser for OpencodeJson {
                     });
                 }
             }
-            Some("done") => events.extend(self.result()),
+            Some("done") => events.extend(self.tally.result()),
             Some("session") => {
-                if let Some(id) = resume_token(frame.get("id")) {
-                    self.session = Some(id);
-                    events.extend(self.result());
+                if resume_token(frame.get("id")).is_some() {
+                    self.tally.saw_session(frame.get("id"));
+                    events.extend(self.tally.result());
                 }
             }
             _ => {}
@@ -279,10 +406,10 @@ impl LineParser for OpencodeJson {
     }
 
     fn finish(&mut self) -> Vec<AgentEvent> {
-        if self.session.is_none() {
+        if self.tally.session.is_none() {
             return Vec::new();
         }
-        self.result()
+        self.tally.result()
     }
 }
 

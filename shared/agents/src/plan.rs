@@ -78,9 +78,21 @@ const CLAUDE_QUIET_ENV: [(&str, &str); 2] = [
 pub struct ModelEndpoint {
     /// Claude Code's `ANTHROPIC_BASE_URL` (an LLM gateway); its host must be on the plan.
     pub anthropic_base_url: Option<String>,
+    /// The OpenAI-compatible model a pi turn talks to; pi has no default of its own.
+    pub openai: Option<OpenAiModel>,
     /// Development only: extra certificate authorities the agent trusts
     /// (`NODE_EXTRA_CA_CERTS`), e.g. a lab model server's test CA.
     pub extra_ca_certs: Option<PathBuf>,
+}
+
+/// An OpenAI-compatible chat-completions model: where it is and which one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiModel {
+    /// The API's base URL, the part before `/chat/completions` (`https://<host>[/path]`; its
+    /// host must be on the turn door's plan).
+    pub base_url: String,
+    /// The model id the requests name.
+    pub model: String,
 }
 
 /// Where the MCP server of a turn is and what it is told.
@@ -195,6 +207,13 @@ pub struct TurnRequest<'a> {
     pub proxied: bool,
     /// Where the model is.
     pub endpoint: &'a ModelEndpoint,
+    /// The directory the daemon writes the driver's configuration into before the run
+    /// ([`TurnPlan::stated`]), as the child sees it: readable by the turn, writable only by the
+    /// daemon, so nothing the agent writes is configuration it or a later turn loads.
+    pub stated_dir: &'a Path,
+    /// The CLI's own writable state (its sessions, which a resumed turn reads back), as the
+    /// child sees it.
+    pub state_dir: &'a Path,
 }
 
 /// The planned run. `Debug` shows the environment's keys only: its values include keys.
@@ -206,6 +225,9 @@ pub struct TurnPlan {
     pub env: BTreeMap<String, String>,
     /// Files to write before the run and remove after it.
     pub files: Vec<PlannedFile>,
+    /// The driver's configuration, relative to [`TurnRequest::stated_dir`]: the directory is
+    /// emptied and these written before the run.
+    pub stated: Vec<PlannedFile>,
 }
 
 impl fmt::Debug for TurnPlan {
@@ -214,14 +236,16 @@ impl fmt::Debug for TurnPlan {
             .field("argv", &self.argv)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("files", &self.files)
+            .field("stated", &self.stated)
             .finish()
     }
 }
 
-/// A file a turn reads, written by the daemon.
+/// A file a turn reads, written by the daemon (relative to the workspace, or for
+/// [`TurnPlan::stated`] to the stated directory).
 #[derive(Clone, PartialEq, Eq)]
 pub struct PlannedFile {
-    /// Relative to the workspace.
+    /// Relative to its directory.
     pub path: PathBuf,
     /// Its bytes (they may carry the Publication API key: never logged).
     pub contents: Vec<u8>,
@@ -242,9 +266,6 @@ impl fmt::Debug for PlannedFile {
 /// Why a turn cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    /// The driver runs no turn.
-    #[error("the {0} driver does not run turns")]
-    Unsupported(DriverId),
     /// `AGENTS.md` holds a NUL byte, which no argv can carry.
     #[error("AGENTS.md contains a NUL byte")]
     BriefHasNul,
@@ -267,6 +288,12 @@ pub enum PlanError {
     /// one starting with `-` would be read as an option).
     #[error("the resume token is not a CLI session id")]
     BadResumeToken,
+    /// The driver speaks to an OpenAI-compatible model and none is configured.
+    #[error("the {0} driver needs an OpenAI-compatible model (agent.openai_base_url and agent.openai_model in the declaration)")]
+    NoModel(DriverId),
+    /// A `PI_ENV` key is not a provider credential pi may get.
+    #[error("PI_ENV may not set {0}: only provider credentials (…_API_KEY, …_AUTH_TOKEN, …_ACCESS_KEY_ID, …_SECRET_ACCESS_KEY, …_SESSION_TOKEN)")]
+    PiEnvKey(String),
     /// The binary is not an absolute path (a bare name would be resolved through a search
     /// path another principal may write).
     #[error("the agent binary {0} is not an absolute path")]
@@ -274,13 +301,11 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// The stable machine reason of the turn's error event (§6.6): a driver that runs no
-    /// turn is the confinement's refusal, anything else a failed setup.
+    /// The stable machine reason of the turn's error event (§6.6): every plan that cannot
+    /// be made is a failed setup (a driver refused by its confinement or its probe is refused
+    /// at admission, before any plan).
     pub fn reason(&self) -> &'static str {
-        match self {
-            PlanError::Unsupported(_) => "confinement.agent_cli_unsupported",
-            _ => "turn_setup_failed",
-        }
+        "turn_setup_failed"
     }
 }
 
@@ -301,9 +326,6 @@ pub fn is_resume_token(token: &str) -> bool {
 
 /// Plans one turn of `request.driver`.
 pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
-    if request.driver == DriverId::Pi {
-        return Err(PlanError::Unsupported(DriverId::Pi));
-    }
     if !request.bin.is_absolute() {
         return Err(PlanError::BinNotAbsolute(request.bin.to_path_buf()));
     }
@@ -317,7 +339,7 @@ pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
     let mut plan = match request.driver {
         DriverId::ClaudeCode => plan_claude(request, brief),
         DriverId::Opencode => plan_opencode(request, brief),
-        DriverId::Pi => Err(PlanError::Unsupported(DriverId::Pi)),
+        DriverId::Pi => plan_pi(request, brief),
     }?;
     if request.proxied {
         plan.env.extend(proxy_env());
@@ -348,7 +370,15 @@ pub fn turn_flags(driver: DriverId) -> Vec<String> {
         path_env: "/usr/bin:/bin",
         credentials: &credentials,
         proxied: true,
-        endpoint: &ModelEndpoint::default(),
+        endpoint: &ModelEndpoint {
+            openai: Some(OpenAiModel {
+                base_url: "https://probe.example/v1".to_owned(),
+                model: "probe".to_owned(),
+            }),
+            ..ModelEndpoint::default()
+        },
+        stated_dir: Path::new("/probe/stated"),
+        state_dir: Path::new("/probe/state"),
     };
     let Ok(plan) = plan_turn(&request) else {
         return Vec::new();
@@ -452,6 +482,7 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
             contents: format!("{config}\n").into_bytes(),
             mode: TURN_FILE_MODE,
         }],
+        stated: Vec::new(),
     })
 }
 
@@ -518,28 +549,158 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     for (key, value) in &request.credentials.opencode_env {
         env.insert(key.clone(), value.clone());
     }
-    Ok(TurnPlan { argv, env, files })
+    Ok(TurnPlan {
+        argv,
+        env,
+        files,
+        stated: Vec::new(),
+    })
+}
+
+/// The provider name pi's stated models file gives the turn's model.
+const PI_PROVIDER: &str = "atelier";
+/// The tools a pi turn may use: files only, no bash.
+const PI_TOOLS: &str = "read,write,edit,grep,find,ls";
+/// The credential pi's stated provider reads its key from, when `PI_ENV` has it.
+const PI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+/// pi's key when `PI_ENV` has none (a local server that asks for no key).
+const PI_NO_API_KEY: &str = "no-key";
+/// Where pi's configuration directory is below the stated directory.
+const PI_AGENT_DIR: &str = "pi";
+/// The brief's file in pi's configuration directory.
+const PI_BRIEF_FILE: &str = "brief.md";
+/// Where pi keeps its sessions below the CLI's state directory.
+const PI_SESSIONS_DIR: &str = "pi-sessions";
+/// pi's switches for the traffic a turn did not ask for: startup network work (update and
+/// package checks) and the install telemetry.
+const PI_QUIET_ENV: [(&str, &str); 3] = [
+    ("PI_OFFLINE", "1"),
+    ("PI_TELEMETRY", "0"),
+    ("PI_SKIP_VERSION_CHECK", "1"),
+];
+/// [`PI_QUIET_ENV`] as environment entries.
+pub(crate) fn pi_quiet_env() -> impl Iterator<Item = (String, String)> {
+    PI_QUIET_ENV
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+}
+
+/// pi's system prompt, stated: otherwise a `.pi/SYSTEM.md` in the workspace would be it.
+const PI_SYSTEM_PROMPT: &str = "You are a coding agent editing a website. The website's files are in the current working directory; read, write and edit them with your tools, keep to the request, and say briefly what you changed when you are done.";
+/// pi's global settings, stated: no install telemetry, a quiet start.
+const PI_SETTINGS: &str = r#"{"enableInstallTelemetry":false,"quietStartup":true}"#;
+
+/// pi (`pi --mode json --print`): every source it would discover is switched off on the argv
+/// (extensions, skills, prompt templates, themes, context files) or stated (the system
+/// prompt, the appended prompt, the provider, the model and the tools); its configuration
+/// directory, holding the models file that names the model, is the daemon's stated
+/// directory. The brief is a stated file whose path is the appended prompt (pi reads a value
+/// naming an existing file as that file, so the brief's text itself could name another);
+/// without one the appended prompt is stated empty. pi has no `--`: a prompt starting with
+/// `-` or `@` would be an option or a file to attach, so it is given a leading space.
+fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan, PlanError> {
+    validate_pi_env(&request.credentials.pi_env)?;
+    let model = request
+        .endpoint
+        .openai
+        .as_ref()
+        .ok_or(PlanError::NoModel(DriverId::Pi))?;
+    let has_key = request
+        .credentials
+        .pi_env
+        .iter()
+        .any(|(key, _)| key == PI_API_KEY_ENV);
+    let models = json!({
+        "providers": {
+            PI_PROVIDER: {
+                "baseUrl": model.base_url,
+                "api": "openai-completions",
+                // The name of the variable holding the key, or the literal when there is none.
+                "apiKey": if has_key { PI_API_KEY_ENV } else { PI_NO_API_KEY },
+                "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+                "models": [{"id": model.model}],
+            }
+        }
+    });
+    let agent_dir = request.stated_dir.join(PI_AGENT_DIR);
+    let mut stated = vec![
+        ("models.json", models.to_string() + "\n"),
+        ("settings.json", format!("{PI_SETTINGS}\n")),
+    ];
+    let append = match brief {
+        Some(brief) => {
+            stated.push((PI_BRIEF_FILE, brief));
+            agent_dir.join(PI_BRIEF_FILE).to_string_lossy().into_owned()
+        }
+        None => String::new(),
+    };
+    let mut argv: Vec<String> = [
+        &*request.bin.to_string_lossy(),
+        "--mode",
+        "json",
+        "--print",
+        "--provider",
+        PI_PROVIDER,
+        "--model",
+        &model.model,
+        "--tools",
+        PI_TOOLS,
+        "--no-extensions",
+        "--no-skills",
+        "--no-prompt-templates",
+        "--no-themes",
+        "--no-context-files",
+        "--system-prompt",
+        PI_SYSTEM_PROMPT,
+        "--append-system-prompt",
+        &append,
+        "--session-dir",
+        &request.state_dir.join(PI_SESSIONS_DIR).to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(token) = request.resume_token {
+        argv.extend(["--session".to_owned(), token.to_owned()]);
+    }
+    let prompt = if request.prompt.starts_with(['-', '@']) {
+        format!(" {}", request.prompt)
+    } else {
+        request.prompt.to_owned()
+    };
+    argv.push(prompt);
+    let mut env = base_env(request);
+    env.extend(pi_quiet_env());
+    env.insert(
+        "PI_CODING_AGENT_DIR".to_owned(),
+        agent_dir.to_string_lossy().into_owned(),
+    );
+    for (key, value) in &request.credentials.pi_env {
+        env.insert(key.clone(), value.clone());
+    }
+    let stated = stated
+        .into_iter()
+        .map(|(name, text)| PlannedFile {
+            path: Path::new(PI_AGENT_DIR).join(name),
+            contents: text.into_bytes(),
+            mode: TURN_FILE_MODE,
+        })
+        .collect();
+    Ok(TurnPlan {
+        argv,
+        env,
+        files: Vec::new(),
+        stated,
+    })
 }
 
 /// Refuses `OPENCODE_ENV` unless every key is a provider credential (naming the first that is
 /// not) and `OPENCODE_AUTH_CONTENT`, when given, holds `api`/`oauth` entries only. Meant for
 /// config parsing, so a bad value stops the daemon at boot; [`plan_turn`] asks again.
 pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
-    const SUFFIXES: [&str; 5] = [
-        "_API_KEY",
-        "_AUTH_TOKEN",
-        "_ACCESS_KEY_ID",
-        "_SECRET_ACCESS_KEY",
-        "_SESSION_TOKEN",
-    ];
     for (key, value) in pairs {
         let named = key == "OPENCODE_API_KEY" || key == "OPENCODE_AUTH_CONTENT";
-        let provider = is_env_name(key)
-            && !key.starts_with("OPENCODE_")
-            && SUFFIXES
-                .iter()
-                .any(|s| key.len() > s.len() && key.ends_with(s));
-        if !(named || provider) {
+        if !(named || is_provider_credential(key) && !key.starts_with("OPENCODE_")) {
             return Err(PlanError::OpencodeEnvKey(key.clone()));
         }
         if key == "OPENCODE_AUTH_CONTENT" && !is_plain_auth_store(value) {
@@ -547,6 +708,34 @@ pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError
         }
     }
     Ok(())
+}
+
+/// Refuses `PI_ENV` unless every key is a provider credential (naming the first that is not):
+/// anything else (`NODE_OPTIONS`, `PI_CODING_AGENT_DIR`) would change what pi loads. Meant for
+/// config parsing; [`plan_turn`] asks again.
+pub fn validate_pi_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
+    match pairs.iter().find(|(key, _)| {
+        !is_provider_credential(key) || key.starts_with("PI_") || key.starts_with("ATELIER_")
+    }) {
+        Some((key, _)) => Err(PlanError::PiEnvKey(key.clone())),
+        None => Ok(()),
+    }
+}
+
+/// A provider's credential by its name: `…_API_KEY`, `…_AUTH_TOKEN`, `…_ACCESS_KEY_ID`,
+/// `…_SECRET_ACCESS_KEY` or `…_SESSION_TOKEN`.
+fn is_provider_credential(key: &str) -> bool {
+    const SUFFIXES: [&str; 5] = [
+        "_API_KEY",
+        "_AUTH_TOKEN",
+        "_ACCESS_KEY_ID",
+        "_SECRET_ACCESS_KEY",
+        "_SESSION_TOKEN",
+    ];
+    is_env_name(key)
+        && SUFFIXES
+            .iter()
+            .any(|s| key.len() > s.len() && key.ends_with(s))
 }
 
 /// `[A-Z][A-Z0-9_]*`: what a provider's key is called.

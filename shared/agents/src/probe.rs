@@ -2,6 +2,7 @@
 //! answers. A binary whose version is not one the argv was written for, or whose help lacks a
 //! flag the argv passes, is refused before any turn runs rather than failing mid-turn.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::plan::turn_flags;
@@ -34,12 +35,6 @@ pub enum ProbeRefusal {
         /// The flags not found.
         missing: Vec<String>,
     },
-    /// The driver runs no turn.
-    #[error("the {driver} driver does not run turns")]
-    Unsupported {
-        /// The driver.
-        driver: DriverId,
-    },
 }
 
 impl ProbeRefusal {
@@ -62,6 +57,26 @@ fn max_option_indent(driver: DriverId) -> usize {
         DriverId::Opencode => 6,
         DriverId::ClaudeCode | DriverId::Pi => 4,
     }
+}
+
+/// What a probe question's environment adds to `PATH`, `state_dir` being the CLI's writable
+/// state as the child sees it: pi opens its session store even to print its help, so it gets a
+/// place of its own there (never what a turn loads), and its quiet switches.
+pub fn probe_env(driver: DriverId, state_dir: &Path) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    if driver == DriverId::Pi {
+        let dir = state_dir.join("pi-probe");
+        env.insert(
+            "PI_CODING_AGENT_SESSION_DIR".to_owned(),
+            dir.join("sessions").to_string_lossy().into_owned(),
+        );
+        env.insert(
+            "PI_CODING_AGENT_DIR".to_owned(),
+            dir.to_string_lossy().into_owned(),
+        );
+        env.extend(crate::plan::pi_quiet_env());
+    }
+    env
 }
 
 /// The argv asking `bin` its version.
@@ -114,9 +129,6 @@ fn is_semver(word: &str) -> bool {
 
 /// Accepts `help` when it lists every flag `driver`'s argv passes on an option line.
 pub fn judge_help(driver: DriverId, help: &str) -> Result<(), ProbeRefusal> {
-    if driver == DriverId::Pi {
-        return Err(ProbeRefusal::Unsupported { driver });
-    }
     let max_indent = max_option_indent(driver);
     let listed: Vec<&str> = help
         .lines()
@@ -150,6 +162,9 @@ fn option_names(line: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// pi 0.73.1's help, as it prints it.
+    const PI_HELP: &str = include_str!("../tests/fixtures/pi/help.txt");
 
     /// Claude Code 2.x's help, abridged to the shape commander prints.
     const CLAUDE_HELP: &str = "\
@@ -395,12 +410,12 @@ Options:
             });
             assert_eq!(got, want, "{name}");
         }
-        assert_eq!(
+        // pi's help (0.73) lists every flag its argv passes; Claude Code's lacks most of them.
+        assert_eq!(judge_help(DriverId::Pi, PI_HELP), Ok(()));
+        assert!(matches!(
             judge_help(DriverId::Pi, CLAUDE_HELP),
-            Err(ProbeRefusal::Unsupported {
-                driver: DriverId::Pi
-            })
-        );
+            Err(ProbeRefusal::MissingFlags { .. })
+        ));
     }
 
     #[test]
@@ -419,7 +434,14 @@ Options:
             turn_flags(DriverId::Opencode),
             ["--pure", "--format", "--session"]
         );
-        assert!(turn_flags(DriverId::Pi).is_empty());
+        let pi = turn_flags(DriverId::Pi);
+        for flag in ["--mode", "--no-extensions", "--system-prompt", "--session"] {
+            assert!(pi.iter().any(|f| f == flag), "{flag} in {pi:?}");
+        }
+        assert!(
+            pi.iter().all(|f| f.starts_with("--")),
+            "values are not flags: {pi:?}"
+        );
         let bin = Path::new("/opt/claude/bin/claude");
         assert_eq!(
             version_argv(DriverId::ClaudeCode, bin),

@@ -65,6 +65,37 @@ fn opencode_transcripts() {
     check(DriverId::Opencode, 3);
 }
 
+#[test]
+fn pi_transcripts() {
+    check(DriverId::Pi, 2);
+}
+
+/// pi exits 0 after a turn whose model call failed: its parser gives no result and names the
+/// failure, so the daemon ends the turn with an error instead of a made-up success.
+#[test]
+fn a_failed_pi_turn_is_a_failure_not_a_result() {
+    for (name, failure) in [
+        ("provider_error", Some("Connection error.")),
+        ("site_edit", None),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pi")
+            .join(format!("{name}.jsonl"));
+        let bytes = std::fs::read(path).unwrap();
+        let mut splitter = LineSplitter::new(MAX_LINE);
+        let mut parser = line_parser(DriverId::Pi);
+        for line in splitter.push(&bytes) {
+            parser.parse_line(&line);
+        }
+        let finished = parser.finish();
+        assert_eq!(parser.failure(), failure, "{name}");
+        assert!(
+            finished.is_empty(),
+            "{name}: the result came with agent_end"
+        );
+    }
+}
+
 /// Without `finish` (a run that did not exit cleanly) an opencode run without a `done` line
 /// reports no result: the daemon's own fault stands alone.
 #[test]

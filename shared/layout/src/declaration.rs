@@ -25,11 +25,19 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-/// Checks a model provider's base URL as `agent.anthropic_base_url` must be (`https://`, port
-/// 443 implied, a hostname a gate plan can hold, an optional path); why not, when not. For a
-/// reader of the rendered value (sited) to hold it to the declaration's own rule.
+/// Checks a model provider's base URL as `agent.anthropic_base_url` and `agent.openai_base_url`
+/// must be (`https://`, port 443 implied, a hostname a gate plan can hold, an optional path);
+/// why not, when not. For a reader of the rendered value (sited) to hold it to the declaration's
+/// own rule.
 pub fn check_provider_url(value: &str) -> Result<(), (Reason, String)> {
     grammar::provider_url(value).map(|_| ())
+}
+
+/// Checks a model id as `agent.openai_model` must be (1-200 characters, no control character,
+/// no whitespace at either end, neither `$` nor `` ` ``); why not, when not. For a reader of the
+/// rendered value (sited) to hold it to the declaration's own rule.
+pub fn check_model_id(value: &str) -> Result<(), (Reason, String)> {
+    grammar::model_id(value).map(|_| ())
 }
 
 macro_rules! reasons {
@@ -133,9 +141,16 @@ reasons! {
     MissingAgentBin => "missing_agent_bin",
     /// A driver other than claude_code with no provider host to reach.
     MissingProviderHosts => "missing_provider_hosts",
-    /// `agent.anthropic_base_url` names a host the turn door's plan does not hold, so every
-    /// model request would be refused by the gate.
+    /// `agent.anthropic_base_url` or `agent.openai_base_url` names a host the turn door's plan
+    /// does not hold, so every model request would be refused by the gate.
     UnplannedProviderUrl => "unplanned_provider_url",
+    /// `agent.openai_model` is empty, longer than 200 characters, has whitespace at an end or
+    /// holds a character sited's env file cannot carry.
+    BadModelId => "bad_model_id",
+    /// Half of an OpenAI-compatible model (`agent.openai_base_url` without
+    /// `agent.openai_model`, or the reverse), or neither for the driver pi, which has no default
+    /// model.
+    MissingOpenaiModel => "missing_openai_model",
     /// Preproduction basic auth with no user and no password file: nobody could log in.
     EmptyPasswordFile => "empty_password_file",
     /// Basic-auth users declared while auth is off.
@@ -543,6 +558,13 @@ pub struct Agent {
     /// Where Claude Code sends its model requests, when not Anthropic's own API (an LLM
     /// gateway): `https://<host>[/path]`, its host one of the turn door's provider hosts.
     pub anthropic_base_url: Option<String>,
+    /// The OpenAI-compatible API a pi turn talks to, the part before `/chat/completions`
+    /// (`https://<host>[/path]`, e.g. `https://llm.example.org/v1`), its host one of the turn
+    /// door's provider hosts. Declared with [`Agent::openai_model`] or not at all; required for
+    /// the driver pi, kept (and rendered) for the others so a switch needs no other change.
+    pub openai_base_url: Option<String>,
+    /// The model id a pi turn asks [`Agent::openai_base_url`] for (pi has no default model).
+    pub openai_model: Option<String>,
     /// systemctl, when not `/usr/bin/systemctl`.
     pub systemctl_bin: Option<PathBuf>,
 }

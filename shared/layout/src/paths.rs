@@ -148,9 +148,21 @@ pub fn agent_site_dir(agents_root: &Path, k: SiteOrdinal) -> PathBuf {
 /// A door's HOME below the agents root, `<agents root>/s<k>/<door>`; the git door has none.
 pub fn agent_home(agents_root: &Path, k: SiteOrdinal, door: Door) -> Option<PathBuf> {
     match door {
-        Door::Turn | Door::Build => Some(agent_site_dir(agents_root, k).join(door.as_str())),
+        Door::Turn => Some(turn_home(agents_root, k)),
+        Door::Build => Some(agent_site_dir(agents_root, k).join(door.as_str())),
         Door::Git => None,
     }
+}
+
+/// The turn door's HOME below the agents root: `<agents root>/s<k>/turn`.
+pub fn turn_home(agents_root: &Path, k: SiteOrdinal) -> PathBuf {
+    agent_site_dir(agents_root, k).join(Door::Turn.as_str())
+}
+
+/// The turn HOME's `stated/` below the agents root: `<agents root>/s<k>/turn/stated`, the one
+/// directory there sited writes.
+pub fn turn_stated_dir(agents_root: &Path, k: SiteOrdinal) -> PathBuf {
+    turn_home(agents_root, k).join(TURN_HOME_STATED_DIR)
 }
 
 /// The turn door's system gitconfig below the agents root: `<agents root>/turn.gitconfig`.
@@ -166,6 +178,11 @@ pub const TURN_HOME_STATE_DIR: &str = "state";
 pub const TURN_HOME_CONFIG_DIR: &str = ".config";
 /// The turn HOME's git configuration, root's (git reads `~/.gitconfig` as global).
 pub const TURN_HOME_GITCONFIG: &str = ".gitconfig";
+/// The daemon's statement of the agent CLI's configuration for the next turn (a models file, a
+/// brief): written by sited (the service user) before each turn, readable by the site's
+/// identity through its private group, writable by nobody else, so nothing a turn writes is
+/// configuration a turn loads.
+pub const TURN_HOME_STATED_DIR: &str = "stated";
 
 /// The keys the turn unit fixes in its environment beside HOME, in [`turn_home_env`]'s order;
 /// the shim lets no spec set them on the turn door.
@@ -296,7 +313,7 @@ pub enum Role {
     AgentSiteDir,
     /// One site door's HOME (the build door's: the identity's own).
     AgentHome,
-    /// The turn door's HOME: root's, holding exactly the three entries below.
+    /// The turn door's HOME: root's, holding exactly the four entries below.
     TurnHome,
     /// The turn HOME's `state/`, the identity's.
     TurnHomeState,
@@ -304,6 +321,8 @@ pub enum Role {
     TurnHomeConfig,
     /// The turn HOME's `.gitconfig`, root's.
     TurnHomeGitconfig,
+    /// The turn HOME's `stated/`: sited's, read by the site's identity through its private group.
+    TurnHomeStated,
     /// The turn door's gitconfig.
     TurnGitconfig,
     /// Where removed sites' trees are archived.
@@ -396,6 +415,14 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::TurnHomeState, SiteIdentity, ServiceGroup, 0o700, D),
     rule(Role::TurnHomeConfig, Root, Root, 0o755, D),
     rule(Role::TurnHomeGitconfig, Root, Root, 0o644, F),
+    // sited states the next turn's CLI configuration here; the turn may only read it.
+    rule(
+        Role::TurnHomeStated,
+        ServiceUser,
+        SitePrivateGroup,
+        0o750,
+        D,
+    ),
     rule(Role::TurnGitconfig, Root, Root, 0o644, F),
     rule(Role::RetiredDir, Root, Root, 0o700, D),
     // Root's: PID 1 creates every socket in it, and the engine must traverse to sited.sock.
@@ -598,6 +625,12 @@ impl<'d> Layout<'d> {
         agent_home(&self.agents_root(), k, door)
     }
 
+    /// The turn HOME's `stated/`, `…/agents/s<k>/turn/stated`: sited writes there before each
+    /// turn, so it is one of sited's `ReadWritePaths=`.
+    pub fn turn_stated_dir(&self, k: SiteOrdinal) -> PathBuf {
+        turn_stated_dir(&self.agents_root(), k)
+    }
+
     /// `/var/lib/atelier/<inst>/agents/turn.gitconfig`.
     pub fn turn_gitconfig_path(&self) -> PathBuf {
         turn_gitconfig_path(&self.agents_root())
@@ -771,10 +804,15 @@ impl<'d> Layout<'d> {
         sources
     }
 
-    /// sited's `ReadWritePaths=`, sorted: the workspaces, the audit root and every webspace.
-    pub fn sited_read_write_paths(&self) -> Vec<PathBuf> {
+    /// sited's `ReadWritePaths=`, sorted: the workspaces, the audit root, every webspace and
+    /// every turn HOME's `stated/`. `sites` pairs each declared site with its ordinal from the
+    /// ledger (a `stated/` is named by ordinal, not slug).
+    pub fn sited_read_write_paths(&self, sites: &[(SiteOrdinal, &Site)]) -> Vec<PathBuf> {
         let mut paths = vec![self.sites_root(), self.audit_root()];
-        paths.extend(self.decl.sites.iter().map(|site| self.webspace(site)));
+        for &(k, site) in sites {
+            paths.push(self.webspace(site));
+            paths.push(self.turn_stated_dir(k));
+        }
         paths.sort();
         paths.dedup();
         paths
@@ -868,6 +906,7 @@ impl<'d> Layout<'d> {
                         (Role::TurnHomeState, TURN_HOME_STATE_DIR),
                         (Role::TurnHomeConfig, TURN_HOME_CONFIG_DIR),
                         (Role::TurnHomeGitconfig, TURN_HOME_GITCONFIG),
+                        (Role::TurnHomeStated, TURN_HOME_STATED_DIR),
                     ] {
                         out.push(self.entry(role, home.join(name), Some(k)));
                     }

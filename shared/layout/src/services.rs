@@ -87,6 +87,11 @@ pub mod env {
     pub const PI_BIN: &str = "ATELIER_PI_BIN";
     /// Where Claude Code sends its model requests, when declared (`agent.anthropic_base_url`).
     pub const AGENT_ANTHROPIC_BASE_URL: &str = "ATELIER_AGENT_ANTHROPIC_BASE_URL";
+    /// The OpenAI-compatible API a pi turn talks to, the part before `/chat/completions`, when
+    /// declared (`agent.openai_base_url`).
+    pub const AGENT_OPENAI_BASE_URL: &str = "ATELIER_AGENT_OPENAI_BASE_URL";
+    /// The model id a pi turn asks that API for, when declared (`agent.openai_model`).
+    pub const AGENT_OPENAI_MODEL: &str = "ATELIER_AGENT_OPENAI_MODEL";
     /// Development only, never rendered: a PEM file of extra certificate authorities a turn's
     /// agent trusts (a lab model server's test CA).
     pub const AGENT_EXTRA_CA_CERTS: &str = "ATELIER_AGENT_EXTRA_CA_CERTS";
@@ -136,6 +141,8 @@ pub mod env {
         OPENCODE_BIN,
         PI_BIN,
         AGENT_ANTHROPIC_BASE_URL,
+        AGENT_OPENAI_BASE_URL,
+        AGENT_OPENAI_MODEL,
         AGENT_EXTRA_CA_CERTS,
         MAX_SITES,
         MAX_CONCURRENT_SESSIONS,

@@ -215,12 +215,23 @@ fn credentials_and_writable_paths() {
             ),
         ]
     );
+    let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
     assert_eq!(
-        layout.sited_read_write_paths(),
+        layout.sited_read_write_paths(&sites),
         [
             p("/srv/atelier_audit/example"),
             p("/srv/legacy-www/archive-example"),
             p("/srv/www/www.example.org"),
+            p("/var/lib/atelier/example/agents/s1/turn/stated"),
+            p("/var/lib/atelier/example/agents/s2/turn/stated"),
+            p("/var/lib/atelier/example/sites"),
+        ]
+    );
+    // Without sites, only the instance's own roots.
+    assert_eq!(
+        layout.sited_read_write_paths(&[]),
+        [
+            p("/srv/atelier_audit/example"),
             p("/var/lib/atelier/example/sites"),
         ]
     );
@@ -287,8 +298,9 @@ fn mode_matrix_golden_rows() {
         find("/var/lib/atelier/example/sites"),
         ("atelier-example", "atelier-example", 0o2770, D)
     );
-    // The turn HOME is root's skeleton; only its state/ is the identity's. The build HOME is
-    // the identity's own.
+    // The turn HOME is root's skeleton; only its state/ is the identity's, and its stated/ is
+    // sited's, readable by the identity through its private group. The build HOME is the
+    // identity's own.
     assert_eq!(
         find("/var/lib/atelier/example/agents/s2/turn"),
         ("root", "root", 0o755, D)
@@ -305,6 +317,40 @@ fn mode_matrix_golden_rows() {
         find("/var/lib/atelier/example/agents/s2/turn/.gitconfig"),
         ("root", "root", 0o644, F)
     );
+    assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn/stated"),
+        ("atelier-example", "atelier-a-example_2", 0o750, D)
+    );
+    // The turn HOME holds exactly its four entries, each the matrix's.
+    let home = p("/var/lib/atelier/example/agents/s2/turn");
+    let mut inside: Vec<(String, Role)> = matrix
+        .iter()
+        .filter(|e| e.path.parent() == Some(home.as_path()))
+        .map(|e| {
+            (
+                e.path.file_name().unwrap().to_string_lossy().into_owned(),
+                e.role,
+            )
+        })
+        .collect();
+    inside.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        inside,
+        [
+            (paths::TURN_HOME_CONFIG_DIR.to_owned(), Role::TurnHomeConfig),
+            (
+                paths::TURN_HOME_GITCONFIG.to_owned(),
+                Role::TurnHomeGitconfig
+            ),
+            (paths::TURN_HOME_STATE_DIR.to_owned(), Role::TurnHomeState),
+            (paths::TURN_HOME_STATED_DIR.to_owned(), Role::TurnHomeStated),
+        ]
+    );
+    for n in [1, 2] {
+        assert!(matrix
+            .iter()
+            .any(|e| e.role == Role::TurnHomeStated && e.path == layout.turn_stated_dir(k(n))));
+    }
     assert_eq!(
         find("/var/lib/atelier/example/agents/s2/build"),
         ("atelier-a-example_2", "atelier-example", 0o700, D)
@@ -425,10 +471,22 @@ fn declaration_free_derivations_agree_with_the_layout() {
             paths::agent_site_dir(&agents, k(n)),
             layout.agent_site_dir(k(n))
         );
+        assert_eq!(
+            paths::turn_stated_dir(&agents, k(n)),
+            layout.turn_stated_dir(k(n))
+        );
+        assert_eq!(
+            Some(paths::turn_home(&agents, k(n))),
+            layout.agent_home(k(n), Door::Turn)
+        );
     }
     assert_eq!(
         paths::turn_gitconfig_path(&agents),
         layout.turn_gitconfig_path()
+    );
+    assert_eq!(
+        paths::turn_stated_dir(&agents, k(2)),
+        p("/var/lib/atelier/example/agents/s2/turn/stated")
     );
     for site in &decl.sites {
         assert_eq!(

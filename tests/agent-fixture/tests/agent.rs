@@ -39,6 +39,8 @@ fn planned(workspace: &Path, prompt: &str, resume: Option<&str>, brief: Option<&
         credentials: &credentials,
         proxied: false,
         endpoint: &atelier_agents::ModelEndpoint::default(),
+        stated_dir: &workspace.join(".stated"),
+        state_dir: &workspace.join(".state"),
     })
     .unwrap();
     for file in &plan.files {

@@ -1,17 +1,32 @@
 //! TEST FIXTURE, not a model: a scripted stand-in for a model provider on the internet, for the
 //! tests that run a real agent CLI (Claude Code) confined under systemd and reaching the
-//! provider through the egress gate. Only the model is scripted; the agent is real.
+//! provider through the egress gate. Only the model is scripted; the agent is real. The same
+//! server is also a minimal npm registry ([`registry`]), so a site's build can run a real
+//! `npm install` through the gate against a lab hostname instead of the internet.
 //!
 //! It serves HTTPS (HTTP/1.1 only) with a certificate for `--host`, signed by a CA made at
 //! start and written to `--ca-out` once the listener is bound (the file appearing is the
 //! ready signal). Every request is appended to `--record` as one JSON line, credentials
 //! redacted. The answers are decided from each request alone ([`script`]): until the last
 //! message carries a tool result the model calls its write tool with `--write-path` and
-//! `--write-content`; after it, the model says `--final-text` and ends its turn.
+//! `--write-content`; after it, the model says `--final-text` and ends its turn. Each
+//! `--package NAME@VERSION` is a tiny package the registry makes at start and serves at
+//! `GET /NAME` (its packument) and `GET /NAME/-/NAME-VERSION.tgz` (its tarball).
+//!
+//! With `--upstream http://127.0.0.1:PORT` ([`upstream`]) the model is real instead: the lab
+//! keeps its TLS name, CA and record, and forwards `POST /v1/chat/completions` (and
+//! `GET /v1/models`) to a plain-HTTP OpenAI-compatible server on loopback, such as
+//! `scripts/local-model serve PORT`, streaming its answer back as it arrives. The body goes
+//! unchanged (the model name too), the client's credentials do not; an upstream that cannot be
+//! reached is a 502 in OpenAI's error shape. Only a loopback IP literal with a port is
+//! accepted, so the fixture never forwards off the machine. `--write-path` and
+//! `--write-content` are then optional; without them the Anthropic route has no script and
+//! answers not found. The npm registry is unchanged.
 //!
 //! Parts: [`tls`] (the CA and the server configuration), [`record`] (the request log),
 //! [`script`] (the stateless decision), [`anthropic`] and [`openai`] (the two wires),
-//! [`server`] (routing and serving until SIGTERM).
+//! [`upstream`] (the forwarding to a real model), [`registry`] (the npm packages and their
+//! documents), [`server`] (routing and serving until SIGTERM).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,9 +36,11 @@ use clap::Parser;
 pub mod anthropic;
 pub mod openai;
 pub mod record;
+pub mod registry;
 pub mod script;
 pub mod server;
 pub mod tls;
+pub mod upstream;
 
 /// What the model says once the tool result is back, unless `--final-text` says otherwise.
 pub const DEFAULT_FINAL_TEXT: &str = "Done: the home page is written.";
@@ -33,14 +50,18 @@ pub const DEFAULT_FINAL_TEXT: &str = "Done: the home page is written.";
 #[command(
     name = "atelier-lab-model",
     about = "TEST FIXTURE: a scripted model provider over HTTPS (Anthropic Messages, OpenAI chat \
-             completions). It writes one file through the agent's write tool, then says its \
-             final text."
+             completions), and a minimal npm registry on the same server. The model writes one \
+             file through the agent's write tool, then says its final text; the registry serves \
+             a tiny package made at start for each --package. With --upstream, OpenAI chat \
+             completions go to a real model on loopback instead (plain HTTP, streamed back \
+             under the lab's TLS name)."
 )]
 pub struct Cli {
     /// The address to listen on, e.g. 198.18.7.2:443.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
-    /// A name the server certificate carries (repeatable); the lab hostname.
+    /// A name the server certificate carries (repeatable); the lab hostname. An IP address
+    /// (e.g. 127.0.0.1) is carried as an IP address, for clients that dial one.
     #[arg(long = "host", value_name = "NAME", required = true)]
     pub hosts: Vec<String>,
     /// Where the test CA certificate (PEM) is written, atomically, once the listener is bound.
@@ -49,15 +70,54 @@ pub struct Cli {
     /// Appends one JSON line per request received (credentials redacted).
     #[arg(long, value_name = "PATH")]
     pub record: Option<PathBuf>,
-    /// The absolute path the scripted tool call writes.
-    #[arg(long, value_name = "PATH", value_parser = absolute)]
-    pub write_path: String,
-    /// The content the scripted tool call writes.
-    #[arg(long, value_name = "TEXT")]
-    pub write_content: String,
+    /// The absolute path the scripted tool call writes (required unless --upstream; given,
+    /// --write-content is too).
+    #[arg(
+        long,
+        value_name = "PATH",
+        value_parser = absolute,
+        required_unless_present = "upstream",
+        requires = "write_content"
+    )]
+    pub write_path: Option<String>,
+    /// The content the scripted tool call writes (required unless --upstream; given,
+    /// --write-path is too).
+    #[arg(
+        long,
+        value_name = "TEXT",
+        required_unless_present = "upstream",
+        requires = "write_path"
+    )]
+    pub write_content: Option<String>,
     /// What the model says once the tool result is back.
     #[arg(long, value_name = "TEXT", default_value = DEFAULT_FINAL_TEXT)]
     pub final_text: String,
+    /// A package the npm registry serves (repeatable), e.g. escape-html@1.0.3: an unscoped
+    /// name and a plain MAJOR.MINOR.PATCH version. It is made at start for the test: for
+    /// escape-html a working HTML escaper, for any other name a function returning where it
+    /// came from.
+    #[arg(long = "package", value_name = "NAME@VERSION")]
+    pub packages: Vec<registry::PackageSpec>,
+    /// A real OpenAI-compatible model to forward chat completions to, e.g.
+    /// http://127.0.0.1:8081 (`scripts/local-model serve 8081`): http:// with a loopback IP
+    /// address (127.0.0.0/8 or ::1) and a port, nothing else, so nothing leaves the machine.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<upstream::Upstream>,
+}
+
+impl Cli {
+    /// The script, if `--write-path` and `--write-content` were given (clap sees to both or
+    /// neither, and to both without `--upstream`).
+    pub fn script(&self) -> Option<script::Script> {
+        match (&self.write_path, &self.write_content) {
+            (Some(write_path), Some(write_content)) => Some(script::Script {
+                write_path: write_path.clone(),
+                write_content: write_content.clone(),
+                final_text: self.final_text.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Why the lab model could not start or keep serving.
@@ -66,6 +126,9 @@ pub enum LabError {
     /// The certificates could not be made.
     #[error("cannot make the lab certificates: {0}")]
     Tls(#[from] tls::TlsError),
+    /// The registry's packages could not be made.
+    #[error("cannot make the registry's packages: {0}")]
+    Registry(#[from] registry::RegistryError),
     /// The record file could not be opened.
     #[error("cannot open the record file {path}: {source}")]
     Record {
@@ -116,6 +179,8 @@ fn absolute(path: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
     use super::*;
 
     #[test]
@@ -136,6 +201,122 @@ mod tests {
         assert!(relative.is_err());
         let cli = Cli::try_parse_from(base.iter().copied().chain(["/srv/site/index.html"]));
         assert!(cli.is_ok_and(|cli| cli.final_text == DEFAULT_FINAL_TEXT));
+    }
+
+    #[test]
+    fn packages_are_repeatable_and_checked_at_parse() {
+        let base = [
+            "atelier-lab-model",
+            "--listen",
+            "127.0.0.1:8443",
+            "--host",
+            "registry.lab.example",
+            "--ca-out",
+            "/tmp/ca.pem",
+            "--write-path",
+            "/a",
+            "--write-content",
+            "hi",
+        ];
+        let cli = Cli::try_parse_from(base).unwrap();
+        assert!(cli.packages.is_empty());
+        let cli = Cli::try_parse_from(base.iter().copied().chain([
+            "--package",
+            "escape-html@1.0.3",
+            "--package",
+            "left-pad@0.1.0",
+        ]))
+        .unwrap();
+        let packages: Vec<String> = cli.packages.iter().map(ToString::to_string).collect();
+        assert_eq!(packages, ["escape-html@1.0.3", "left-pad@0.1.0"]);
+        let scoped = Cli::try_parse_from(
+            base.iter()
+                .copied()
+                .chain(["--package", "@lab/escape-html@1.0.3"]),
+        )
+        .unwrap_err();
+        assert!(
+            scoped.to_string().contains("scoped package names"),
+            "{scoped}"
+        );
+    }
+
+    #[test]
+    fn the_registry_role_keeps_the_model_s_arguments_required() {
+        let cli = Cli::try_parse_from([
+            "atelier-lab-model",
+            "--listen",
+            "127.0.0.1:8443",
+            "--host",
+            "registry.lab.example",
+            "--ca-out",
+            "/tmp/ca.pem",
+            "--package",
+            "escape-html@1.0.3",
+        ]);
+        assert!(cli.is_err());
+    }
+
+    #[test]
+    fn upstream_makes_the_script_optional_but_whole() {
+        let base = [
+            "atelier-lab-model",
+            "--listen",
+            "127.0.0.1:8443",
+            "--host",
+            "model.lab.test",
+            "--ca-out",
+            "/tmp/ca.pem",
+        ];
+        for (name, extra, script) in [
+            (
+                "upstream alone",
+                &["--upstream", "http://127.0.0.1:8081"][..],
+                Some(false),
+            ),
+            (
+                "upstream and a script",
+                &[
+                    "--upstream",
+                    "http://127.0.0.1:8081",
+                    "--write-path",
+                    "/a",
+                    "--write-content",
+                    "hi",
+                ][..],
+                Some(true),
+            ),
+            ("neither", &[][..], None),
+            (
+                "a path without content",
+                &["--upstream", "http://127.0.0.1:8081", "--write-path", "/a"][..],
+                None,
+            ),
+            (
+                "content without a path",
+                &[
+                    "--upstream",
+                    "http://127.0.0.1:8081",
+                    "--write-content",
+                    "hi",
+                ][..],
+                None,
+            ),
+        ] {
+            let cli = Cli::try_parse_from(base.iter().chain(extra));
+            match script {
+                Some(scripted) => {
+                    let cli = cli.unwrap_or_else(|error| panic!("{name}: {error}"));
+                    assert_eq!(cli.script().is_some(), scripted, "{name}");
+                    assert_eq!(
+                        cli.upstream.map(|upstream| upstream.to_string()).as_deref(),
+                        Some("http://127.0.0.1:8081"),
+                        "{name}"
+                    );
+                }
+                None => assert!(cli.is_err(), "{name}"),
+            }
+        }
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Serving: bind, write the CA (the ready signal), then TLS and HTTP/1.1 on every connection,
-//! each request recorded and routed, until SIGTERM or SIGINT.
+//! each request recorded and routed (with `--upstream`, chat completions and the model list
+//! forwarded; else to the model's scripted routes, else to the npm registry's), until SIGTERM
+//! or SIGINT.
 
 use std::convert::Infallible;
 use std::io::Write as _;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt as _, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -20,28 +23,55 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_rustls::TlsAcceptor;
 
 use crate::record::Recorder;
+use crate::registry::{self, Registry, Reply};
 use crate::script::Script;
+use crate::upstream::Forwarder;
 use crate::{anthropic, openai, tls, Cli, LabError};
 
 /// The largest request body read: far above an agent's prompt with its tool list.
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024; // 32 MiB
 
-/// A response body: whole, or a stream of server-sent events.
-pub type Body = BoxBody<Bytes, Infallible>;
+/// A response body: whole, a stream of server-sent events, or the upstream's as it arrives.
+/// Only the upstream's can fail; hyper then cuts the client's connection, so a broken stream
+/// never looks complete.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// The chat completions route, scripted or forwarded.
+const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+
+/// The model list, forwarded with `--upstream` (the script has none).
+const MODELS: &str = "/v1/models";
 
 /// What every request shares.
 #[derive(Debug)]
 pub struct State {
-    script: Script,
+    /// None with `--upstream` and no `--write-path`: the scripted routes have nothing to say.
+    script: Option<Script>,
+    /// With `--upstream`: where chat completions go.
+    forwarder: Option<Forwarder>,
+    registry: Registry,
+    /// What tarball URLs name when the request names no usable `Host`.
+    authority: String,
     recorder: Option<Recorder>,
     answered: AtomicU64,
 }
 
 impl State {
-    /// The state of a lab model following `script`, logging to `recorder` if any.
-    pub fn new(script: Script, recorder: Option<Recorder>) -> State {
+    /// The state of a lab model following `script` if any, forwarding through `forwarder` if
+    /// any, and serving `registry`, whose tarball URLs name `authority` (`host[:port]`) when a
+    /// request has no `Host`; logging to `recorder` if any.
+    pub fn new(
+        script: Option<Script>,
+        forwarder: Option<Forwarder>,
+        registry: Registry,
+        authority: String,
+        recorder: Option<Recorder>,
+    ) -> State {
         State {
             script,
+            forwarder,
+            registry,
+            authority,
             recorder,
             answered: AtomicU64::new(0),
         }
@@ -56,6 +86,8 @@ impl State {
 /// Binds `--listen`, writes `--ca-out`, and serves until SIGTERM or SIGINT.
 pub async fn serve(cli: Cli) -> Result<(), LabError> {
     let certificates = tls::issue(&cli.hosts)?;
+    // Made before the listener, so the ready signal means the packages are there too.
+    let registry = Registry::new(&cli.packages)?;
     let recorder = match &cli.record {
         Some(path) => Some(Recorder::open(path).map_err(|source| LabError::Record {
             path: path.clone(),
@@ -77,12 +109,12 @@ pub async fn serve(cli: Cli) -> Result<(), LabError> {
             source,
         }
     })?;
+    let authority = default_authority(cli.hosts.first(), cli.listen);
     let state = Arc::new(State::new(
-        Script {
-            write_path: cli.write_path,
-            write_content: cli.write_content,
-            final_text: cli.final_text,
-        },
+        cli.script(),
+        cli.upstream.map(Forwarder::new),
+        registry,
+        authority,
         recorder,
     ));
     let acceptor = TlsAcceptor::from(certificates.server);
@@ -100,6 +132,21 @@ pub async fn serve(cli: Cli) -> Result<(), LabError> {
         }
     }
     Ok(())
+}
+
+/// The authority a client would dial for the first `--host` (else the listen address's IP)
+/// on the listen port: `host`, `host:port`, `[v6]:port`.
+fn default_authority(host: Option<&String>, listen: SocketAddr) -> String {
+    let host = host.map_or_else(|| listen.ip().to_string(), String::clone);
+    let host = if host.parse::<Ipv6Addr>().is_ok() {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    match listen.port() {
+        443 => host,
+        port => format!("{host}:{port}"),
+    }
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it into place, so a reader
@@ -165,8 +212,19 @@ async fn handle(
             ));
         }
     }
+    let host = parts.headers.get(HOST).and_then(|host| host.to_str().ok());
     Ok(match body {
-        Ok(_) => route(&state, &parts.method, parts.uri.path(), &recorded_body),
+        Ok(body) => match (&state.forwarder, &parts.method, parts.uri.path()) {
+            (Some(forwarder), &Method::POST, CHAT_COMPLETIONS) => {
+                forwarder
+                    .forward(Method::POST, CHAT_COMPLETIONS, body)
+                    .await
+            }
+            (Some(forwarder), &Method::GET, MODELS) => {
+                forwarder.forward(Method::GET, MODELS, Bytes::new()).await
+            }
+            _ => route(&state, &parts.method, parts.uri.path(), host, &body),
+        },
         Err(_) => json(
             StatusCode::PAYLOAD_TOO_LARGE,
             &anthropic::error("request_too_large", "the request body is too large"),
@@ -174,25 +232,72 @@ async fn handle(
     })
 }
 
-/// The answer to one request (the query string plays no part).
-pub fn route(state: &State, method: &Method, path: &str, body: &[u8]) -> Response<Body> {
+/// The scripted answer to one request (the query string plays no part); `host` is its `Host`
+/// header. What `--upstream` forwards never comes here. The model's routes first; then a GET the registry recognizes as its own (`/<name>`,
+/// `/<name>/-/<file>`); anything else is the model's not-found error.
+pub fn route(
+    state: &State,
+    method: &Method,
+    path: &str,
+    host: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
     match (method, path) {
         (&Method::POST, "/v1/messages") => messages(state, body),
         (&Method::POST, "/v1/messages/count_tokens") => {
             json(StatusCode::OK, &anthropic::count_tokens())
         }
-        (&Method::POST, "/v1/chat/completions") => chat_completions(state, body),
-        _ => json(
-            StatusCode::NOT_FOUND,
-            &anthropic::error(
-                "not_found_error",
-                &format!("the lab model has no {method} {path}"),
-            ),
+        (&Method::POST, CHAT_COMPLETIONS) => chat_completions(state, body),
+        (&Method::GET, _) => match state.registry.answer(path, authority(state, host)) {
+            Some(reply) => package(reply),
+            None => not_found(method, path),
+        },
+        _ => not_found(method, path),
+    }
+}
+
+fn not_found(method: &Method, path: &str) -> Response<Body> {
+    json(
+        StatusCode::NOT_FOUND,
+        &anthropic::error(
+            "not_found_error",
+            &format!("the lab model has no {method} {path}"),
         ),
+    )
+}
+
+/// The authority tarball URLs name: the `Host` the client sent, so it fetches them as it
+/// fetched the packument, unless it is no plain `host[:port]` (it lands in a URL), then
+/// the default.
+fn authority<'a>(state: &'a State, host: Option<&'a str>) -> &'a str {
+    host.filter(|host| {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b".-_:[]".contains(&byte))
+    })
+    .unwrap_or(&state.authority)
+}
+
+fn package(reply: Reply) -> Response<Body> {
+    match reply {
+        Reply::Packument(document) => json(StatusCode::OK, &document),
+        Reply::Tarball(bytes) => {
+            let mut response = Response::new(whole(bytes));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            response
+        }
+        Reply::NotFound => json(StatusCode::NOT_FOUND, &registry::not_found()),
     }
 }
 
 fn messages(state: &State, body: &[u8]) -> Response<Body> {
+    let Some(script) = &state.script else {
+        return unscripted(&Method::POST, "/v1/messages");
+    };
     let request: anthropic::Request = match serde_json::from_slice(body) {
         Ok(request) => request,
         Err(error) => {
@@ -204,17 +309,17 @@ fn messages(state: &State, body: &[u8]) -> Response<Body> {
     };
     let n = state.next();
     if request.stream {
-        let events = anthropic::events(&request, &state.script, n);
+        let events = anthropic::events(&request, script, n);
         event_stream(events.iter().map(anthropic::Event::frame).collect())
     } else {
-        json(
-            StatusCode::OK,
-            &anthropic::message(&request, &state.script, n),
-        )
+        json(StatusCode::OK, &anthropic::message(&request, script, n))
     }
 }
 
 fn chat_completions(state: &State, body: &[u8]) -> Response<Body> {
+    let Some(script) = &state.script else {
+        return unscripted(&Method::POST, CHAT_COMPLETIONS);
+    };
     let request: openai::Request = match serde_json::from_slice(body) {
         Ok(request) => request,
         Err(error) => {
@@ -226,19 +331,37 @@ fn chat_completions(state: &State, body: &[u8]) -> Response<Body> {
     };
     let n = state.next();
     if request.stream {
-        let mut chunks = openai::chunks(&request, &state.script, n);
+        let mut chunks = openai::chunks(&request, script, n);
         chunks.push(openai::DONE.to_owned());
         event_stream(chunks)
     } else {
-        json(
-            StatusCode::OK,
-            &openai::completion(&request, &state.script, n),
-        )
+        json(StatusCode::OK, &openai::completion(&request, script, n))
     }
 }
 
-fn json(status: StatusCode, body: &Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+/// The answer of a scripted route when there is no script (`--upstream` without
+/// `--write-path`): not served, saying why.
+fn unscripted(method: &Method, path: &str) -> Response<Body> {
+    json(
+        StatusCode::NOT_FOUND,
+        &anthropic::error(
+            "not_found_error",
+            &format!(
+                "the lab model has no script for {method} {path}: it was started with \
+                 --upstream and no --write-path"
+            ),
+        ),
+    )
+}
+
+/// A body sent whole.
+fn whole(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// A JSON response.
+pub(crate) fn json(status: StatusCode, body: &Value) -> Response<Body> {
+    let mut response = Response::new(whole(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response
         .headers_mut()
@@ -252,7 +375,7 @@ fn event_stream(events: Vec<String>) -> Response<Body> {
     let frames = futures_util::stream::iter(
         events
             .into_iter()
-            .map(|event| Ok::<_, Infallible>(Frame::data(Bytes::from(event)))),
+            .map(|event| Ok::<_, hyper::Error>(Frame::data(Bytes::from(event)))),
     );
     let mut response = Response::new(StreamBody::new(frames).boxed());
     let headers = response.headers_mut();
@@ -270,14 +393,22 @@ mod tests {
     use super::*;
 
     fn state() -> State {
+        let packages = ["escape-html@1.0.3".parse().unwrap()];
         State::new(
-            Script {
+            Some(Script {
                 write_path: "/a.html".to_owned(),
                 write_content: "a".to_owned(),
                 final_text: "b".to_owned(),
-            },
+            }),
+            None,
+            Registry::new(&packages).unwrap(),
+            "registry.lab.example".to_owned(),
             None,
         )
+    }
+
+    async fn bytes(response: Response<Body>) -> Bytes {
+        response.into_body().collect().await.unwrap().to_bytes()
     }
 
     async fn body(response: Response<Body>) -> String {
@@ -292,7 +423,7 @@ mod tests {
             (Method::POST, "/v1/complete"),
             (Method::GET, "/"),
         ] {
-            let response = route(&state(), &method, path, b"");
+            let response = route(&state(), &method, path, None, b"");
             assert_eq!(response.status(), StatusCode::NOT_FOUND);
             let body: Value = serde_json::from_str(&body(response).await).unwrap();
             assert_eq!(body["type"], "error");
@@ -302,11 +433,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_is_no_request_is_refused() {
-        let response = route(&state(), &Method::POST, "/v1/messages", b"{\"model\":1}");
+        let response = route(
+            &state(),
+            &Method::POST,
+            "/v1/messages",
+            None,
+            b"{\"model\":1}",
+        );
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         let body: Value = serde_json::from_str(&body(response).await).unwrap();
         assert_eq!(body["error"]["type"], "invalid_request_error");
-        let response = route(&state(), &Method::POST, "/v1/chat/completions", b"[]");
+        let response = route(&state(), &Method::POST, "/v1/chat/completions", None, b"[]");
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     }
 
@@ -319,6 +456,7 @@ mod tests {
                 &state,
                 &Method::POST,
                 "/v1/messages",
+                None,
                 request.to_string().as_bytes(),
             );
             let body: Value = serde_json::from_str(&body(response).await).unwrap();
@@ -333,10 +471,103 @@ mod tests {
             &state(),
             &Method::POST,
             "/v1/chat/completions",
+            None,
             request.to_string().as_bytes(),
         );
         assert_eq!(response.headers()[CONTENT_TYPE], "text/event-stream");
         assert!(body(response).await.ends_with("}\n\ndata: [DONE]\n\n"));
+    }
+
+    /// The packument of escape-html as served with `host`.
+    async fn packument(host: Option<&str>) -> Value {
+        let response = route(&state(), &Method::GET, "/escape-html", host, b"");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+        serde_json::from_str(&body(response).await).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_packument_names_the_tarball_at_the_host_asked() {
+        let document = packument(Some("127.0.0.1:8443")).await;
+        assert_eq!(document["name"], "escape-html");
+        assert_eq!(document["dist-tags"]["latest"], "1.0.3");
+        assert_eq!(
+            document["versions"]["1.0.3"]["dist"]["tarball"],
+            "https://127.0.0.1:8443/escape-html/-/escape-html-1.0.3.tgz"
+        );
+        // No Host, or one that is no plain host[:port]: the first --host.
+        for host in [None, Some(""), Some("a/b"), Some("x@evil.example")] {
+            let document = packument(host).await;
+            assert_eq!(
+                document["versions"]["1.0.3"]["dist"]["tarball"],
+                "https://registry.lab.example/escape-html/-/escape-html-1.0.3.tgz",
+                "{host:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_tarball_is_served_as_bytes_matching_its_integrity() {
+        let document = packument(Some("registry.lab.example")).await;
+        let response = route(
+            &state(),
+            &Method::GET,
+            "/escape-html/-/escape-html-1.0.3.tgz",
+            Some("registry.lab.example"),
+            b"",
+        );
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/octet-stream");
+        let tarball = bytes(response).await;
+        let package = registry::Package::make(&"escape-html@1.0.3".parse().unwrap()).unwrap();
+        assert_eq!(tarball, package.tarball);
+        let dist = &document["versions"]["1.0.3"]["dist"];
+        assert_eq!(dist["integrity"], package.integrity);
+        assert_eq!(dist["shasum"], package.shasum);
+    }
+
+    #[tokio::test]
+    async fn unknown_packages_are_npm_not_found_errors() {
+        for path in [
+            "/left-pad",
+            "/left-pad/-/left-pad-1.0.0.tgz",
+            "/escape-html/-/escape-html-9.9.9.tgz",
+        ] {
+            let response = route(&state(), &Method::GET, path, None, b"");
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+            assert_eq!(body(response).await, r#"{"error":"not found"}"#);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_registry_answers_gets_only() {
+        let response = route(&state(), &Method::POST, "/escape-html", None, b"{}");
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body: Value = serde_json::from_str(&body(response).await).unwrap();
+        assert_eq!(body["error"]["type"], "not_found_error");
+    }
+
+    #[test]
+    fn the_default_authority_is_the_first_host_on_the_listen_port() {
+        let listen = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let host = "registry.lab.example".to_owned();
+        assert_eq!(
+            default_authority(Some(&host), listen("198.18.7.2:443")),
+            "registry.lab.example"
+        );
+        assert_eq!(
+            default_authority(Some(&host), listen("127.0.0.1:8443")),
+            "registry.lab.example:8443"
+        );
+        assert_eq!(
+            default_authority(Some(&"::1".to_owned()), listen("[::1]:8443")),
+            "[::1]:8443"
+        );
+        assert_eq!(
+            default_authority(None, listen("127.0.0.1:8443")),
+            "127.0.0.1:8443"
+        );
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! The lab model as the agent tests use it: its binary started on loopback, the CA it writes
 //! trusted, the lab hostname resolved to it, the Anthropic and OpenAI conversations spoken
-//! over TLS, the record file read back, and SIGTERM stopping it.
+//! over TLS, the record file read back, and SIGTERM stopping it. Its npm registry as a build
+//! uses it: the real `npm install` of a package it serves, and the real `node` running it.
+//! With `--upstream`: chat completions forwarded to a stand-in upstream on loopback and
+//! streamed back, and a dead upstream answered with a 502.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,6 +17,12 @@ use serde_json::{json, Value};
 
 /// The lab hostname: the certificate's name and the SNI the client sends.
 const HOST: &str = "model.lab.test";
+
+/// The registry's lab hostname, for the tests of the npm registry.
+const REGISTRY_HOST: &str = "registry.lab.example";
+
+/// The package the shipped site template depends on, as the registry tests ask for it.
+const PACKAGE: &str = "escape-html@1.0.3";
 
 /// How long the lab model may take to get ready or to stop: a deadline, not a pace.
 const WAIT: Duration = Duration::from_secs(60);
@@ -36,19 +46,34 @@ struct Lab {
 impl Lab {
     /// Starts the binary on a free loopback port with `extra` arguments and waits for its CA.
     fn start(extra: &[&str]) -> Lab {
+        Lab::start_as(&[HOST], extra)
+    }
+
+    /// [`Lab::start`] with a certificate for `hosts` (names or addresses) instead of [`HOST`].
+    fn start_as(hosts: &[&str], extra: &[&str]) -> Lab {
+        let script = ["--write-path", WRITE_PATH, "--write-content", WRITE_CONTENT];
+        Lab::launch(hosts, &[&script[..], extra].concat())
+    }
+
+    /// Starts the binary forwarding to `upstream`, with no script.
+    fn start_forwarding(upstream: &str) -> Lab {
+        Lab::launch(&[HOST], &["--upstream", upstream])
+    }
+
+    /// Starts the binary for `hosts` with `args` beyond the listener, CA and record.
+    fn launch(hosts: &[&str], args: &[&str]) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         let addr = free_port();
         let ca_out = dir.path().join("ca.pem");
         let child = Command::new(env!("CARGO_BIN_EXE_atelier-lab-model"))
             .arg("--listen")
             .arg(addr.to_string())
-            .args(["--host", HOST])
+            .args(hosts.iter().flat_map(|host| ["--host", host]))
             .arg("--ca-out")
             .arg(&ca_out)
             .arg("--record")
             .arg(dir.path().join("record.jsonl"))
-            .args(["--write-path", WRITE_PATH, "--write-content", WRITE_CONTENT])
-            .args(extra)
+            .args(args)
             .stdin(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
             .spawn()
@@ -73,11 +98,16 @@ impl Lab {
 
     /// A client that trusts the lab CA alone and resolves the lab hostname to the lab model.
     fn client(&self) -> reqwest::Client {
+        self.client_for(HOST)
+    }
+
+    /// [`Lab::client`] resolving `host` instead.
+    fn client_for(&self, host: &str) -> reqwest::Client {
         reqwest::Client::builder()
             .use_rustls_tls()
             .tls_built_in_root_certs(false)
             .add_root_certificate(reqwest::Certificate::from_pem(&self.ca_pem).unwrap())
-            .resolve(HOST, self.addr)
+            .resolve(host, self.addr)
             .build()
             .unwrap()
     }
@@ -493,4 +523,418 @@ fn a_taken_address_fails_with_its_reason() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot listen on"), "{stderr}");
     assert!(!ca_out.exists(), "the ready signal came without a listener");
+}
+
+#[tokio::test]
+async fn the_registry_serves_a_package_at_the_host_asked() {
+    let lab = Lab::start_as(&[REGISTRY_HOST], &["--package", PACKAGE]);
+    let client = lab.client_for(REGISTRY_HOST);
+    let base = format!("https://{REGISTRY_HOST}:{}", lab.addr.port());
+    let response = client
+        .get(format!("{base}/escape-html"))
+        .header(
+            "accept",
+            "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8, */*",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let document: Value = response.json().await.unwrap();
+    let tarball_url = format!("{base}/escape-html/-/escape-html-1.0.3.tgz");
+    assert_eq!(document["dist-tags"]["latest"], "1.0.3");
+    assert_eq!(
+        document["versions"]["1.0.3"]["dist"]["tarball"],
+        tarball_url
+    );
+    let response = client.get(&tarball_url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/octet-stream"
+    );
+    assert!(
+        response.bytes().await.unwrap().starts_with(&[0x1f, 0x8b]),
+        "not gzip"
+    );
+    let missing = client.get(format!("{base}/left-pad")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        missing.json::<Value>().await.unwrap(),
+        json!({ "error": "not found" })
+    );
+    let seen: Vec<Value> = lab
+        .records()
+        .iter()
+        .map(|entry| entry["path"].clone())
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "/escape-html",
+            "/escape-html/-/escape-html-1.0.3.tgz",
+            "/left-pad",
+        ]
+    );
+}
+
+/// Runs `program` with `args` in `dir`, panicking with its output unless it succeeds; a
+/// program not on PATH fails the test, saying so (the CI machines have Node.js and npm).
+fn run(program: &str, args: &[&str], dir: &Path, env: &[(&str, &OsStr)]) -> String {
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir).stdin(Stdio::null());
+    // Straight to the lab: no proxy of the machine's.
+    for variable in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env_remove(variable);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
+            "{program} is not on PATH: this test runs the real {program} against the lab \
+             registry; install Node.js and npm"
+        ),
+        Err(error) => panic!("cannot run {program}: {error}"),
+    };
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn npm_installs_a_package_from_the_lab_registry() {
+    // npm dials the registry's address, so the certificate carries it as an IP address too.
+    let mut lab = Lab::start_as(&[REGISTRY_HOST, "127.0.0.1"], &["--package", PACKAGE]);
+    let work = tempfile::tempdir().unwrap();
+    let project = work.path().join("site");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(
+        project.join("package.json"),
+        r#"{"private":true,"dependencies":{"escape-html":"^1.0.3"}}"#,
+    )
+    .unwrap();
+    let registry = format!("https://127.0.0.1:{}/", lab.addr.port());
+    std::fs::write(project.join(".npmrc"), format!("registry={registry}\n")).unwrap();
+    // No npm configuration but the project's: a machine's global npmrc may set `cafile`,
+    // which replaces Node's trust store and so hides NODE_EXTRA_CA_CERTS from npm.
+    let user_config = work.path().join("user.npmrc");
+    let global_config = work.path().join("global.npmrc");
+    for config in [&user_config, &global_config] {
+        std::fs::write(config, "").unwrap();
+    }
+    let cache = work.path().join("npm-cache");
+    let ca = lab.dir.path().join("ca.pem");
+    let env: [(&str, &OsStr); 5] = [
+        ("NODE_EXTRA_CA_CERTS", ca.as_os_str()),
+        ("npm_config_userconfig", user_config.as_os_str()),
+        ("npm_config_globalconfig", global_config.as_os_str()),
+        ("npm_config_update_notifier", OsStr::new("false")),
+        // Loopback does not fail now and then: a failure is the answer, not worth a retry.
+        ("npm_config_fetch_retries", OsStr::new("0")),
+    ];
+    run(
+        "npm",
+        &[
+            "install",
+            "--ignore-scripts",
+            "--no-audit",
+            "--no-fund",
+            "--cache",
+            cache.to_str().unwrap(),
+        ],
+        &project,
+        &env,
+    );
+
+    let printed = run(
+        "node",
+        &[
+            "-e",
+            r#"const e=require("escape-html"); console.log(e("<a>"), e.LAB_MARKER)"#,
+        ],
+        &project,
+        &[],
+    );
+    assert_eq!(
+        printed,
+        "&lt;a&gt; escape-html@1.0.3 from the lab registry\n"
+    );
+    let printed = run(
+        "node",
+        &["-e", r#"console.log(require("escape-html")(`&<>"'x`))"#],
+        &project,
+        &[],
+    );
+    assert_eq!(printed, "&amp;&lt;&gt;&quot;&#39;x\n");
+
+    // The lock names the lab's tarball and its integrity; the lab saw npm fetch both.
+    let lock: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join("package-lock.json")).unwrap())
+            .unwrap();
+    let locked = &lock["packages"]["node_modules/escape-html"];
+    assert_eq!(
+        locked["resolved"],
+        format!("{registry}escape-html/-/escape-html-1.0.3.tgz")
+    );
+    assert!(locked["integrity"].as_str().unwrap().starts_with("sha512-"));
+    let records = lab.records();
+    let paths: Vec<&str> = records
+        .iter()
+        .map(|entry| entry["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"/escape-html"), "{paths:?}");
+    assert!(
+        paths.contains(&"/escape-html/-/escape-html-1.0.3.tgz"),
+        "{paths:?}"
+    );
+    let status = lab.terminate();
+    assert!(status.success(), "{status}: {}", lab.stderr());
+}
+
+/// What the stand-in upstream received: its header lines as `(lowercase name, value)`, and the
+/// body.
+struct Received {
+    request_line: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(have, _)| have == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// The two SSE chunks the stand-in upstream answers with, as llama.cpp's server frames them.
+const UPSTREAM_FIRST: &str = "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"model\":\"SmolLM2-135M-Instruct\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Bon\"},\"finish_reason\":null}]}\n\n";
+const UPSTREAM_SECOND: &str = "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"model\":\"SmolLM2-135M-Instruct\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"jour\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+/// A stand-in for llama.cpp's server on a free loopback port: it answers one HTTP/1.1 request
+/// with [`UPSTREAM_FIRST`], then, once `release` fires (the client has the first chunk) and a
+/// short pause after, [`UPSTREAM_SECOND`], each as its own chunk. Returns its URL and what it
+/// will have received.
+async fn stand_in_upstream(
+    release: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<Received>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut read = Vec::new();
+        let head_end = loop {
+            if let Some(at) = read.windows(4).position(|window| window == b"\r\n\r\n") {
+                break at;
+            }
+            let mut buffer = [0; 4096];
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the lab closed before the request's head");
+            read.extend_from_slice(&buffer[..n]);
+        };
+        let head = String::from_utf8(read[..head_end].to_vec()).unwrap();
+        let mut lines = head.split("\r\n");
+        let request_line = lines.next().unwrap().to_owned();
+        let headers: Vec<(String, String)> = lines
+            .map(|line| {
+                let (name, value) = line.split_once(':').unwrap();
+                (name.trim().to_ascii_lowercase(), value.trim().to_owned())
+            })
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, value)| value.parse().unwrap());
+        let mut body = read[head_end + 4..].to_vec();
+        while body.len() < length {
+            let mut buffer = [0; 4096];
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the lab closed before the request's body");
+            body.extend_from_slice(&buffer[..n]);
+        }
+        let chunk = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+        stream
+            .write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                     transfer-encoding: chunked\r\nconnection: close\r\n\r\n{}",
+                    chunk(UPSTREAM_FIRST)
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        stream.flush().await.unwrap();
+        // A dropped sender means the test gave up; the test says why.
+        let _ = release.await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream
+            .write_all(format!("{}0\r\n\r\n", chunk(UPSTREAM_SECOND)).as_bytes())
+            .await
+            .unwrap();
+        stream.shutdown().await.unwrap();
+        Received {
+            request_line,
+            headers,
+            body,
+        }
+    });
+    (url, served)
+}
+
+#[tokio::test]
+async fn upstream_chat_completions_are_forwarded_and_streamed_back() {
+    let (release, released) = tokio::sync::oneshot::channel();
+    let (upstream, served) = stand_in_upstream(released).await;
+    let lab = Lab::start_forwarding(&upstream);
+    // The exact bytes, in an order and spacing serde would not produce, so a re-encoding shows.
+    let sent = r#"{"stream": true, "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "Say bonjour."}]}"#;
+    // The answer's head and first event reach the client while the upstream holds the second
+    // back: streamed, not buffered (a buffering lab would wait forever, hence the deadline).
+    let mut body = Vec::new();
+    let mut response = tokio::time::timeout(WAIT, async {
+        let mut response = lab
+            .client()
+            .post(lab.url("/v1/chat/completions"))
+            .header("authorization", BEARER)
+            .header("x-api-key", API_KEY)
+            .header("content-type", "application/json")
+            .body(sent)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        while body.len() < UPSTREAM_FIRST.len() {
+            let chunk = response.chunk().await.unwrap();
+            body.extend_from_slice(&chunk.expect("the stream ended after the first event"));
+        }
+        response
+    })
+    .await
+    .expect("the first event did not arrive before the upstream sent the second");
+    assert_eq!(body, UPSTREAM_FIRST.as_bytes());
+    release.send(()).unwrap();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        body.extend_from_slice(&chunk);
+    }
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        format!("{UPSTREAM_FIRST}{UPSTREAM_SECOND}")
+    );
+
+    let received = served.await.unwrap();
+    assert_eq!(received.request_line, "POST /v1/chat/completions HTTP/1.1");
+    assert_eq!(received.body, sent.as_bytes(), "the body went unchanged");
+    assert_eq!(received.header("content-type"), Some("application/json"));
+    assert_eq!(received.header("authorization"), None);
+    assert_eq!(received.header("x-api-key"), None);
+    let wire = received
+        .headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !wire.contains("secret"),
+        "a credential went upstream:\n{wire}"
+    );
+
+    let records = lab.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["method"], "POST");
+    assert_eq!(records[0]["path"], "/v1/chat/completions");
+    assert_eq!(
+        records[0]["body"],
+        serde_json::from_str::<Value>(sent).unwrap()
+    );
+    assert_eq!(records[0]["headers"]["authorization"], "[redacted]");
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_a_bad_gateway_in_openai_s_shape() {
+    // A port just freed: nothing listens there, so the connection is refused.
+    let dead = free_port();
+    let lab = Lab::start_forwarding(&format!("http://{dead}"));
+    let client = lab.client();
+    let request = json!({ "model": "SmolLM2-135M-Instruct", "stream": true, "messages": [
+        { "role": "user", "content": "Say bonjour." },
+    ] });
+    let (status, headers, _, body) =
+        post(&client, &lab.url("/v1/chat/completions"), &request).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(headers["content-type"], "application/json");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("http://{dead}")), "{message}");
+    assert!(error["error"]["type"].is_string(), "{error}");
+    assert!(error["error"]["code"].is_null(), "{error}");
+
+    // The model list is forwarded too; the Anthropic route has no script to follow.
+    let models = client.get(lab.url("/v1/models")).send().await.unwrap();
+    assert_eq!(models.status(), 502);
+    let (status, _, _, body) = post(
+        &client,
+        &lab.url("/v1/messages"),
+        &messages_body(json!([{ "role": "user", "content": "go" }]), true),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--upstream"), "{body}");
+
+    let paths: Vec<Value> = lab
+        .records()
+        .iter()
+        .map(|entry| entry["path"].clone())
+        .collect();
+    assert_eq!(
+        paths,
+        ["/v1/chat/completions", "/v1/models", "/v1/messages"]
+    );
+}
+
+#[test]
+fn an_upstream_off_loopback_is_refused_at_parse() {
+    for (name, url, reason) in [
+        ("not http", "https://127.0.0.1:1", "is not http://"),
+        ("a name", "http://example.com:80", "is not an IP address"),
+        (
+            "off loopback",
+            "http://10.0.0.1:80",
+            "is not a loopback address",
+        ),
+        ("no port", "http://127.0.0.1", "names no port"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_out = dir.path().join("ca.pem");
+        let output = Command::new(env!("CARGO_BIN_EXE_atelier-lab-model"))
+            .arg("--listen")
+            .arg(free_port().to_string())
+            .args(["--host", HOST, "--upstream", url, "--ca-out"])
+            .arg(&ca_out)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{name}: a usage error");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(reason), "{name}: {stderr}");
+        assert!(!ca_out.exists(), "{name}: it started");
+    }
 }

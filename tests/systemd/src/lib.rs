@@ -430,19 +430,25 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The real Claude Code that `scripts/agents install` put in its cache (outside the checkout,
-/// keyed by its pin). A test that runs it fails when it is missing; it never skips.
-pub fn real_claude() -> Result<String, String> {
+/// The real agent CLI `name` (`claude`, `opencode`, `pi`) that `scripts/agents install` put in
+/// its cache (outside the checkout, keyed by its pin). A test that runs it fails when it is
+/// missing; it never skips.
+pub fn real_agent(name: &str) -> Result<String, String> {
     let output = Command::new("bash")
         .arg(repo_root().join("scripts/agents"))
-        .args(["path", "claude"])
+        .args(["path", name])
         .output()
         .map_err(|e| format!("running scripts/agents: {e}"))?;
     if !output.status.success() {
         return Err(format!(
-            "the real Claude Code is not installed; run: bash scripts/agents install ({})",
+            "the real {name} is not installed; run: bash scripts/agents install ({})",
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// The real Claude Code (see [`real_agent`]).
+pub fn real_claude() -> Result<String, String> {
+    real_agent("claude")
 }

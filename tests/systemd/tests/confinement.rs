@@ -16,7 +16,9 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use atelier_systemd_tests::{built_binaries_dir, real_claude, repo_root, BoxRun, SystemdBox};
+use atelier_systemd_tests::{
+    built_binaries_dir, real_agent, real_claude, repo_root, BoxRun, SystemdBox,
+};
 use serde_json::Value;
 
 /// One box at a time.
@@ -42,8 +44,8 @@ ws1=/var/lib/atelier/example/sites/collection
 ws2=/var/lib/atelier/example/sites/archive
 api() { curl -sS --unix-socket $sock -H "Authorization: Bearer $token" -H 'Content-Type: application/json' "$@"; }
 client() { runuser -u atelier-example -- /usr/local/bin/atelier-door-client "$@"; }
-create_site() { # slug domain
-  api -o /tmp/create-$1 -w "create_$1=%{http_code}\n" -d "{\"slug\":\"$1\",\"name\":\"$1\",\"domain\":\"$2\",$actor}" $base/v1/sites
+create_site() { # slug domain [template]
+  api -o /tmp/create-$1 -w "create_$1=%{http_code}\n" -d "{\"slug\":\"$1\",\"name\":\"$1\",\"domain\":\"$2\",\"template\":\"${3:-basic}\",$actor}" $base/v1/sites
 }
 start_session() { # slug prompt-json-string -> prints the id
   api -o /tmp/start -w '%{http_code}' -d "{\"prompt\":$2,$actor}" $base/v1/sites/$1/sessions > /tmp/start-status
@@ -905,8 +907,8 @@ fn start_latency_of_a_door_against_its_twin_unit_and_the_unconfined_shim() {
 
 /// The lab model's name, on the lab range the gate counts as public only in development.
 const LAB_HOST: &str = "model.lab.example";
-/// What the lab model's scripted `Write` puts in `src/index.html`.
-const LAB_PAGE: &str = "<h1>Written by the real Claude Code</h1>";
+/// What the lab model's scripted write puts in `src/index.html`.
+const LAB_PAGE: &str = "<h1>Written by the real agent</h1>";
 
 /// The example declaration with the real Claude Code as its agent and `hosts` as the turn
 /// door's provider hosts; `base_url` declared when given.
@@ -937,7 +939,9 @@ ip addr add 198.18.77.1/30 dev labh$$ && ip link set labh$$ up
 ip -n $labns addr add 198.18.77.2/30 dev labm$$ && ip -n $labns link set labm$$ up && ip -n $labns link set lo up
 echo "198.18.77.2 model.lab.example" >> /etc/hosts
 mkdir -p /etc/atelier-lab
+echo "198.18.77.2 registry.lab.example" >> /etc/hosts
 ip netns exec $labns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 --host model.lab.example \
+  --host registry.lab.example --package escape-html@1.0.3 \
   --ca-out /etc/atelier-lab/ca.pem --record /root/lab-requests.jsonl \
   --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
 for _ in $(seq 100); do [ -f /etc/atelier-lab/ca.pem ] && break; sleep 0.1; done
@@ -998,6 +1002,24 @@ lab_down
 exit 0
 "#;
 
+/// Waits for build `$1` of site `$2` to end; prints its outcome, error and log under `$3`.
+const WAIT_BUILD: &str = r#"
+wait_build() { # build-id slug prefix
+  for _ in $(seq 600); do
+    api -o /tmp/build-record $base/v1/sites/$2/builds/$1
+    grep -q '"outcome":"running"' /tmp/build-record || break
+    sleep 0.2
+  done
+  echo "$3_outcome=$(sed -n 's/.*"outcome":"\([a-z_]*\)".*/\1/p' /tmp/build-record)"
+  echo "$3_error=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("error") or "")' /tmp/build-record)"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["log"])' /tmp/build-record | sed "s/^/$3-log| /"
+}
+start_build() { # slug -> prints the build id
+  api -o /tmp/build -w '%{http_code}' -d "{$actor}" $base/v1/sites/$1/build > /tmp/build-status
+  sed -n 's/.*"build_id":"\([^"]*\)".*/\1/p' /tmp/build
+}
+"#;
+
 fn real_agent_box(declaration: String) -> SystemdBox {
     let bins = built_binaries_dir().expect("locating the built binaries");
     confined_box()
@@ -1016,7 +1038,7 @@ fn run_real_agent(declaration: String, script: &str, sited_extra: &str) -> BoxRu
         .replace("$SITED_EXTRA", sited_extra);
     let run = real_agent_box(declaration)
         .timeout(Duration::from_secs(300))
-        .run(&format!("{PREAMBLE}\n{lab}\n{script}"))
+        .run(&format!("{PREAMBLE}\n{WAIT_BUILD}\n{lab}\n{script}"))
         .expect("booting systemd in a container");
     run.assert_success();
     assert_eq!(run.fact("apply"), Some("0"), "{run:?}");
@@ -1235,4 +1257,264 @@ fn a_model_host_off_the_plan_is_refused_in_the_session_and_the_turn_ends() {
         "201",
         "the site is free again: {run:?}"
     );
+}
+
+/// The example declaration with the real pi as its agent, talking to the lab model's OpenAI
+/// chat completions through the gate.
+fn pi_declaration() -> String {
+    let text = std::fs::read_to_string(repo_root().join("deploy/examples/instance.json"))
+        .expect("reading the example declaration");
+    let mut decl: Value = serde_json::from_str(&text).expect("the example is JSON");
+    decl["agent"] = serde_json::json!({
+        "driver": "pi",
+        "bins": { "pi": real_agent("pi").expect("the real pi") },
+        "provider_hosts": [LAB_HOST],
+        "openai_base_url": "https://model.lab.example/v1",
+        "openai_model": "lab-model",
+    });
+    decl["limits"]["session_turn_timeout_ms"] = 120_000.into();
+    serde_json::to_string_pretty(&decl).expect("serializing the declaration")
+}
+
+/// The real pi runs a turn as the site's identity with every configuration source a workspace
+/// can hold planted in it: pi's project settings, system prompt files and an extension, a
+/// Claude skill tree and context files. The model sees only what the driver states.
+const PI_TURN: &str = r#"
+create_site collection www.example.org
+plant() { # path content
+  install -D -o atelier-example -g atelier-example -m 0660 /dev/stdin "$ws1/$1" <<<"$2"
+}
+plant AGENTS.md '# Brief. brief-canary-7f3a'
+plant .pi/settings.json '{"defaultProvider":"planted","extensions":["./planted.ts"],"shellPath":"/bin/false"}'
+plant .pi/SYSTEM.md 'planted-system-canary'
+plant .pi/APPEND_SYSTEM.md 'planted-append-canary'
+plant .pi/extensions/planted.ts 'export default function (pi) { pi.registerTool({ name: "planted_tool", label: "p", description: "planted-extension-canary", parameters: { type: "object", properties: {} }, execute: async () => ({ content: [] }) }); }'
+plant .pi/planted.ts "$(cat $ws1/.pi/extensions/planted.ts)"
+plant .claude/skills/planted/SKILL.md $'---\nname: planted\ndescription: planted-skill-canary\n---\nplanted'
+plant .agents/skills/planted/SKILL.md $'---\nname: planted2\ndescription: planted-agents-skill-canary\n---\nplanted'
+plant CLAUDE.md 'planted-claude-md-canary'
+plant .pi/prompts/planted.md 'planted-prompt-canary'
+id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn1| /'
+echo "page=$(cat $ws1/src/index.html)"
+echo "stated=$(ls /var/lib/atelier/example/agents/s1/turn/stated/pi | tr '\n' ',')"
+echo "stated_owner=$(stat -c %U:%G:%a /var/lib/atelier/example/agents/s1/turn/stated/pi/models.json)"
+echo "sessions=$(ls /var/lib/atelier/example/agents/s1/turn/state/pi-sessions | wc -l)"
+echo "session_owner=$(stat -c %U /var/lib/atelier/example/agents/s1/turn/state/pi-sessions/*.jsonl)"
+echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
+timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
+requests
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | tail -n 20 | sed 's/^/gate-log| /'
+sed 's/^/lab-log| /' /root/lab-model.log
+lab_down
+exit 0
+"#;
+
+#[test]
+fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_nothing_planted() {
+    let run = run_real_agent(pi_declaration(), PI_TURN, "");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn1 = events(&run, "turn1");
+    let types: Vec<&str> = turn1
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("<none>"))
+        .collect();
+    for wanted in [
+        "turn_start",
+        "tool",
+        "text",
+        "result",
+        "file_change",
+        "turn_end",
+    ] {
+        assert!(types.contains(&wanted), "no {wanted} in {types:?}\n{run:?}");
+    }
+    assert_eq!(
+        turn1.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    let tool = turn1
+        .iter()
+        .find(|e| e["type"] == "tool")
+        .expect("a tool event");
+    assert_eq!(tool["name"], "write", "{run:?}");
+    assert!(
+        turn1
+            .iter()
+            .filter(|e| e["egress"]["host"] != "mcp")
+            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
+        "the model was reached through the gate: {run:?}"
+    );
+    assert!(
+        turn1
+            .iter()
+            .filter(|e| e["egress"]["host"] != "mcp")
+            .all(|e| e["egress"]["verdict"] != "refused"),
+        "pi reached for nothing else: {run:?}"
+    );
+    let result = turn1
+        .iter()
+        .find(|e| e["type"] == "result")
+        .expect("a result");
+    assert!(result["resumeToken"].is_string(), "{run:?}");
+    // pi writes the template's page in place (it stays the file sited made); what pi itself
+    // creates, its session, is the site identity's.
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    assert_eq!(
+        fact(&run, "session_owner"),
+        "atelier-a-example_1",
+        "{run:?}"
+    );
+    // The statement is sited's, read-only to the turn; the sessions are the CLI's own.
+    assert_eq!(
+        fact(&run, "stated"),
+        "brief.md,models.json,settings.json,",
+        "{run:?}"
+    );
+    assert_eq!(
+        fact(&run, "stated_owner"),
+        "atelier-example:atelier-example:640",
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "sessions"), "1", "{run:?}");
+
+    // What reached the model is the driver's statement and nothing planted.
+    let requests: Vec<Value> = tagged(&run, "request")
+        .into_iter()
+        .map(|l| serde_json::from_str(l).expect("a recorded request"))
+        .collect();
+    let calls: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .collect();
+    assert!(calls.len() >= 2, "two model calls at least: {run:?}");
+    for call in &calls {
+        let body = call["body"].to_string();
+        for planted in [
+            "planted-system-canary",
+            "planted-append-canary",
+            "planted-extension-canary",
+            "planted_tool",
+            "planted-skill-canary",
+            "planted-agents-skill-canary",
+            "planted-claude-md-canary",
+            "planted-prompt-canary",
+        ] {
+            assert!(
+                !body.contains(planted),
+                "{planted} reached the model: {body}"
+            );
+        }
+        assert_eq!(call["body"]["model"], "lab-model", "{run:?}");
+        let tools: Vec<&str> = call["body"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            tools,
+            ["read", "write", "edit", "grep", "find", "ls"],
+            "{run:?}"
+        );
+    }
+    let first = calls[0]["body"].to_string();
+    assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
+    assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+    assert!(
+        first.contains("You are a coding agent editing a website"),
+        "the stated system prompt: {first}"
+    );
+
+    // The second turn resumed pi's own session.
+    assert_eq!(fact(&run, "message"), "200", "{run:?}");
+    let all = events(&run, "all");
+    let ends: Vec<&Value> = all.iter().filter(|e| e["type"] == "turn_end").collect();
+    assert_eq!(ends.len(), 2, "{run:?}");
+    assert_eq!(ends[1]["state"], "idle", "{run:?}");
+    let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
+    let resumed = requests[turn1_calls..]
+        .iter()
+        .find(|r| r["path"] == "/v1/chat/completions")
+        .map(|r| r["body"].to_string())
+        .unwrap_or_default();
+    assert!(
+        resumed.contains("second-canary-55d0") && resumed.contains("prompt-canary-91c2"),
+        "the follow-up carries the first turn's conversation: {run:?}"
+    );
+}
+
+/// A build of the npm-basic template: with the lab registry's host declared, the install
+/// fetches the package through the build door's gate and the build uses it; with the host
+/// left out (the same box before the operator declares it), the gate refuses and the build
+/// fails, the refusal in its log.
+const DEPENDENCY_BUILD: &str = r#"
+create_site collection www.example.org npm-basic
+# The site's own choice of registry, as a site states it (with the lab's CA: a host's npm may
+# name its own CA file, and then NODE_EXTRA_CA_CERTS is not read).
+printf 'registry=https://registry.lab.example/\ncafile=/etc/atelier-lab/ca.pem\nfetch-retries=0\n' | install -o atelier-example -g atelier-example -m 0660 /dev/stdin $ws1/.npmrc
+build=$(start_build collection)
+echo "refused_start=$(cat /tmp/build-status)"
+wait_build "$build" collection refused
+# The operator declares the registry host: apply, and the site's gate takes the new plan.
+python3 - <<'PY'
+import json
+d = json.load(open("/root/instance.json"))
+d["agent"]["registry_hosts"] = ["registry.lab.example"]
+json.dump(d, open("/root/instance.json", "w"))
+PY
+atelier-provision apply --declaration /root/instance.json > /tmp/apply2 2>&1
+echo "apply2=$?"
+systemctl restart atelier-example-s1-gate.service
+build=$(start_build collection)
+echo "allowed_start=$(cat /tmp/build-status)"
+wait_build "$build" collection allowed
+echo "notes=$(grep -c '&lt;, &gt; and &amp;' $ws1/dist/notes.html)"
+echo "package=$(grep -c 'from the lab registry' $ws1/node_modules/escape-html/index.js)"
+echo "registry_requests=$(grep -c '"path":"/escape-html' /root/lab-requests.jsonl)"
+lab_down
+exit 0
+"#;
+
+#[test]
+fn a_build_installs_its_dependency_from_a_declared_registry_through_the_gate_and_not_otherwise() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 60_000);
+    let run = run_real_agent(declaration, DEPENDENCY_BUILD, "");
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+
+    assert_eq!(fact(&run, "refused_start"), "202", "{run:?}");
+    assert_eq!(fact(&run, "refused_outcome"), "failed", "{run:?}");
+    assert_eq!(fact(&run, "refused_error"), "install failed", "{run:?}");
+    let refused_log = tagged(&run, "refused-log");
+    assert!(
+        refused_log.contains(&"[egress] refused CONNECT registry.lab.example:443 — not_in_plan"),
+        "{refused_log:#?}\n{run:?}"
+    );
+
+    assert_eq!(fact(&run, "apply2"), "0", "{run:?}");
+    assert_eq!(fact(&run, "allowed_start"), "202", "{run:?}");
+    assert_eq!(fact(&run, "allowed_outcome"), "success", "{run:?}");
+    let allowed_log = tagged(&run, "allowed-log");
+    assert!(
+        allowed_log.iter().any(
+            |l| l.starts_with("[egress] CONNECT registry.lab.example:443 →")
+                && l.ends_with("(allowed)")
+        ),
+        "{allowed_log:#?}\n{run:?}"
+    );
+    assert!(
+        allowed_log.contains(&"rendered notes.txt -> notes.html"),
+        "{allowed_log:#?}"
+    );
+    // The page was rendered with the package, which came from the lab registry.
+    assert_eq!(fact(&run, "notes"), "1", "the note, escaped: {run:?}");
+    assert_eq!(fact(&run, "package"), "1", "{run:?}");
+    assert_ne!(fact(&run, "registry_requests"), "0", "{run:?}");
 }

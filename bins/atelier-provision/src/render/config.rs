@@ -117,8 +117,19 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
     if let Some(systemctl) = &decl.agent.systemctl_bin {
         keys.insert(env::SYSTEMCTL_BIN, path_value(systemctl)?);
     }
-    if let Some(url) = &decl.agent.anthropic_base_url {
-        keys.insert(env::AGENT_ANTHROPIC_BASE_URL, url.clone());
+    // Each declared model setting is rendered whatever the driver: switching the driver is then
+    // one change to the declaration, not two.
+    for (key, value) in [
+        (
+            env::AGENT_ANTHROPIC_BASE_URL,
+            &decl.agent.anthropic_base_url,
+        ),
+        (env::AGENT_OPENAI_BASE_URL, &decl.agent.openai_base_url),
+        (env::AGENT_OPENAI_MODEL, &decl.agent.openai_model),
+    ] {
+        if let Some(value) = value {
+            keys.insert(key, value.clone());
+        }
     }
     for (driver, bin) in &decl.agent.bins {
         keys.insert(services::driver_bin_env(*driver), path_value(bin)?);

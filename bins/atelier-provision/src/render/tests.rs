@@ -206,9 +206,17 @@ fn sited_loads_every_credential_and_writes_only_its_roots() {
         .filter(|l| l.starts_with("ReadWritePaths="))
         .map(|l| &l["ReadWritePaths=".len()..])
         .collect();
-    let expected = Layout::new(&decl).sited_read_write_paths();
+    let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
+    let expected = Layout::new(&decl).sited_read_write_paths(&sites);
     let expected: Vec<String> = expected.iter().map(|p| p.display().to_string()).collect();
     assert_eq!(rw, expected);
+    // sited writes each turn's statement under ProtectSystem=strict: one line per site.
+    for stated in [
+        "/var/lib/atelier/example/agents/s1/turn/stated",
+        "/var/lib/atelier/example/agents/s2/turn/stated",
+    ] {
+        assert!(rw.contains(&stated), "{stated} not in {rw:?}");
+    }
     assert!(sited.lines().any(|l| l == "Type=notify"));
 }
 
@@ -477,6 +485,55 @@ fn every_env_key_is_one_sited_reads() {
         assert!(
             atelier_layout::services::env::ALL.contains(&key),
             "sited would refuse to boot on {key}"
+        );
+    }
+}
+
+#[test]
+fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let claude = "\"driver\": \"claude_code\",\n    \"bins\": { \"claude_code\": \"/usr/local/bin/claude\" }";
+    assert!(example.contains(claude), "the example's agent block moved");
+    let model = "\"provider_hosts\": [\"llm.example.org\"],\n    \
+                 \"openai_base_url\": \"https://llm.example.org/v1\",\n    \
+                 \"openai_model\": \"qwen3-coder-30b\"";
+    // (name, the agent block, whether the two keys are rendered)
+    let cases = [
+        ("nothing declared", claude.to_owned(), false),
+        (
+            "pi with its model",
+            format!(
+                "\"driver\": \"pi\",\n    \"bins\": {{ \"pi\": \"/usr/local/bin/pi\" }},\n    {model}"
+            ),
+            true,
+        ),
+        (
+            "claude_code keeping a model for a switch",
+            format!("{claude},\n    {model}"),
+            true,
+        ),
+    ];
+    for (name, agent, rendered) in cases {
+        let decl = Declaration::parse(&example.replace(claude, &agent))
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        let all = render(&decl, &FACTS).unwrap();
+        let env = text_of(&all, "/etc/atelier/example/env");
+        for line in [
+            "ATELIER_AGENT_OPENAI_BASE_URL=\"https://llm.example.org/v1\"",
+            "ATELIER_AGENT_OPENAI_MODEL=\"qwen3-coder-30b\"",
+        ] {
+            assert_eq!(
+                env.lines().any(|l| l == line),
+                rendered,
+                "{name}: {line}\n{env}"
+            );
+        }
+        assert!(
+            !env.contains("OPENAI") || rendered,
+            "{name}: a key nobody declared\n{env}"
         );
     }
 }

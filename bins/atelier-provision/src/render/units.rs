@@ -142,7 +142,7 @@ fn sited_service(
         writeln!(credentials, "LoadCredential={id}:{}", safe_path(&source)?).ok();
     }
     let mut read_write = String::new();
-    for path in layout.sited_read_write_paths() {
+    for path in layout.sited_read_write_paths(sites) {
         writeln!(read_write, "ReadWritePaths={}", safe_path(&path)?).ok();
     }
     let mut resources = String::new();

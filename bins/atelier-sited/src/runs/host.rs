@@ -152,11 +152,14 @@ pub fn check_root_owned(path: &Path) -> Result<(), String> {
 }
 
 /// Checks the turn HOME as a closed world: root's `0755` directory holding exactly `state/`
-/// (the identity's, `0700`), `.config/` (root's, `0755`, empty) and `.gitconfig` (root's
-/// `0644` file); nothing is followed. What a turn writes at HOME level would otherwise be
-/// configuration the next turn reads.
-pub fn check_turn_home(home: &Path, identity_uid: u32) -> Result<(), String> {
-    use atelier_layout::paths::{TURN_HOME_CONFIG_DIR, TURN_HOME_GITCONFIG, TURN_HOME_STATE_DIR};
+/// (the identity's, `0700`), `stated/` (sited's, `daemon_uid`, `0750`: what sited writes there
+/// before each turn is the CLI's configuration), `.config/` (root's, `0755`, empty) and
+/// `.gitconfig` (root's `0644` file); nothing is followed. What a turn writes at HOME level
+/// would otherwise be configuration the next turn reads.
+pub fn check_turn_home(home: &Path, identity_uid: u32, daemon_uid: u32) -> Result<(), String> {
+    use atelier_layout::paths::{
+        TURN_HOME_CONFIG_DIR, TURN_HOME_GITCONFIG, TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR,
+    };
     let shape = |path: &Path, dir: bool, uid: u32, mode: u32| -> Result<(), String> {
         let meta =
             std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -180,6 +183,7 @@ pub fn check_turn_home(home: &Path, identity_uid: u32) -> Result<(), String> {
         TURN_HOME_CONFIG_DIR,
         TURN_HOME_GITCONFIG,
         TURN_HOME_STATE_DIR,
+        TURN_HOME_STATED_DIR,
     ];
     let mut found: Vec<String> = std::fs::read_dir(home)
         .map_err(|e| format!("{}: {e}", home.display()))?
@@ -194,6 +198,7 @@ pub fn check_turn_home(home: &Path, identity_uid: u32) -> Result<(), String> {
         ));
     }
     shape(&home.join(TURN_HOME_STATE_DIR), true, identity_uid, 0o700)?;
+    shape(&home.join(TURN_HOME_STATED_DIR), true, daemon_uid, 0o750)?;
     let config = home.join(TURN_HOME_CONFIG_DIR);
     shape(&config, true, 0, 0o755)?;
     if std::fs::read_dir(&config)
@@ -298,6 +303,10 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
         assert!(check_root_owned(Path::new("/nonexistent/shim")).is_err());
     }
 
+    /// The site identity's and sited's uids in the turn HOME cases.
+    const ID: u32 = 991;
+    const DAEMON: u32 = 990;
+
     /// A turn HOME as the provisioner makes it, in a fresh folder; the tests run as root.
     fn good_home(identity: u32) -> tempfile::TempDir {
         use std::os::unix::fs::{chown, PermissionsExt};
@@ -308,6 +317,10 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
         std::fs::set_permissions(home.join("state"), std::fs::Permissions::from_mode(0o700))
             .unwrap();
         chown(home.join("state"), Some(identity), None).unwrap();
+        std::fs::create_dir(home.join("stated")).unwrap();
+        std::fs::set_permissions(home.join("stated"), std::fs::Permissions::from_mode(0o750))
+            .unwrap();
+        chown(home.join("stated"), Some(DAEMON), None).unwrap();
         std::fs::create_dir(home.join(".config")).unwrap();
         std::fs::set_permissions(home.join(".config"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
@@ -328,12 +341,11 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
             0,
             "these cases need root"
         );
-        const ID: u32 = 991;
         fn mode(p: &Path, m: u32) {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
         }
         type Case = (&'static str, fn(&Path), Option<&'static str>);
-        let cases: [Case; 9] = [
+        let cases: [Case; 12] = [
             ("as provisioned", |_| {}, None),
             (
                 "a HOME the identity may write",
@@ -374,6 +386,21 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
                 Some("not a regular file"),
             ),
             (
+                "stated/ the identity's",
+                |h| chown(h.join("stated"), Some(ID), None).unwrap(),
+                Some("stated is uid 991"),
+            ),
+            (
+                "stated/ missing (a host provisioned before it existed)",
+                |h| std::fs::remove_dir(h.join("stated")).unwrap(),
+                Some("not exactly"),
+            ),
+            (
+                "stated/ open to others",
+                |h| mode(&h.join("stated"), 0o755),
+                Some("mode 755"),
+            ),
+            (
                 "state/ a link",
                 |h| {
                     std::fs::remove_dir(h.join("state")).unwrap();
@@ -385,7 +412,7 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
         for (name, spoil, refused) in cases {
             let dir = good_home(ID);
             spoil(dir.path());
-            match (check_turn_home(dir.path(), ID), refused) {
+            match (check_turn_home(dir.path(), ID, DAEMON), refused) {
                 (Ok(()), None) => {}
                 (Err(why), Some(needle)) => assert!(why.contains(needle), "{name}: {why}"),
                 (got, want) => panic!("{name}: got {got:?}, wanted a refusal naming {want:?}"),

@@ -12,7 +12,7 @@ use atelier_layout::services::{DOOR_ENV, GIT_DOOR_ENV, WORKDIR_ENV};
 use atelier_proto::Door;
 use tokio::net::UnixStream;
 
-use super::{RunRefusal, RunTarget};
+use super::{RunRefusal, RunTarget, TurnDirs};
 
 /// The mode of an unconfined door's HOME: the daemon's own, nobody else's.
 const HOME_MODE: u32 = 0o700;
@@ -88,6 +88,24 @@ impl NoneSpawner {
             .map_err(|e| unavailable("a socketpair", &e))?;
         let ours = UnixStream::from_std(ours).map_err(|e| unavailable("a socketpair", &e))?;
         Ok((ours, Some(shim)))
+    }
+
+    /// The turn HOME's `stated/` and `state/`, made on first use (the daemon's own: under
+    /// `none` the agent runs as the daemon's user, so no uid keeps it out of either).
+    pub(super) fn turn_dirs(&self, slug: &str) -> Result<TurnDirs, RunRefusal> {
+        use atelier_layout::paths::{TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR};
+        let unavailable = |e: atelier_fs::FsError| {
+            RunRefusal::Unavailable(format!("the unconfined turn HOME: {e}"))
+        };
+        let home = self.home(slug, Door::Turn).map_err(unavailable)?;
+        let root = Root::open(&home).map_err(unavailable)?;
+        for dir in [TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR] {
+            root.create_dir_all(dir, HOME_MODE).map_err(unavailable)?;
+        }
+        Ok(TurnDirs {
+            stated: home.join(TURN_HOME_STATED_DIR),
+            state: home.join(TURN_HOME_STATE_DIR),
+        })
     }
 
     /// `<homes>/<slug>/<door>`, made on first use.

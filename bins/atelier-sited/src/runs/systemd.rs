@@ -19,7 +19,7 @@ use atelier_systemd::{door_expectations, DoorFacts, Error as SystemdError, Signa
 use tokio::net::UnixStream;
 use tokio::sync::OnceCell;
 
-use super::{Decisions, RunRefusal, RunTarget};
+use super::{Decisions, RunRefusal, RunTarget, TurnDirs};
 
 /// How long a leftover or finished run may take to be gone before the site is quarantined.
 const GONE_DEADLINE: Duration = Duration::from_secs(20);
@@ -68,6 +68,20 @@ impl SystemdDoors {
             .get(slug)
             .copied()
             .ok_or_else(|| RunRefusal::IdentityMissing(slug.to_owned()))
+    }
+
+    /// Site `slug`'s turn HOME's `stated/` and `state/`, bound into its turn unit at the same
+    /// paths.
+    pub(super) fn turn_dirs(&self, slug: &str) -> Result<TurnDirs, RunRefusal> {
+        use atelier_layout::paths::{TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR};
+        let k = self.ordinal(slug)?;
+        let home =
+            atelier_layout::paths::agent_home(&self.settings.agents_root, k, LayoutDoor::Turn)
+                .ok_or_else(|| RunRefusal::Unavailable("the turn door has no HOME".to_owned()))?;
+        Ok(TurnDirs {
+            stated: home.join(TURN_HOME_STATED_DIR),
+            state: home.join(TURN_HOME_STATE_DIR),
+        })
     }
 
     /// PID 1 on the system bus and its release, checked against the floor once.
@@ -155,7 +169,8 @@ impl SystemdDoors {
             if let Some(home) =
                 atelier_layout::paths::agent_home(&self.settings.agents_root, k, LayoutDoor::Turn)
             {
-                super::host::check_turn_home(&home, uid)
+                let daemon = rustix::process::geteuid().as_raw();
+                super::host::check_turn_home(&home, uid, daemon)
                     .map_err(|why| RunRefusal::Nonconformant(format!("the turn HOME: {why}")))?;
             }
         }

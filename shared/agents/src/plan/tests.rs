@@ -24,15 +24,24 @@ fn request<'a>(
         path_env: "/usr/bin:/bin",
         credentials,
         proxied: false,
-        endpoint: &NO_ENDPOINT,
+        endpoint: &ENDPOINT,
+        stated_dir: Path::new(STATED),
+        state_dir: Path::new(STATE),
     }
 }
 
-/// The driver's own default model endpoint.
-static NO_ENDPOINT: ModelEndpoint = ModelEndpoint {
-    anthropic_base_url: None,
-    extra_ca_certs: None,
-};
+/// The daemon's statement directory and the CLI's state, as the child sees them.
+const STATED: &str = "/var/lib/atelier/m/agents/s1/turn/stated";
+const STATE: &str = "/var/lib/atelier/m/agents/s1/turn/state";
+
+/// Claude Code's own default endpoint; an OpenAI-compatible model for pi.
+static ENDPOINT: std::sync::LazyLock<ModelEndpoint> = std::sync::LazyLock::new(|| ModelEndpoint {
+    openai: Some(OpenAiModel {
+        base_url: "https://llm.example.org/v1".into(),
+        model: "coder-7b".into(),
+    }),
+    ..ModelEndpoint::default()
+});
 
 /// Every credential set, each with a canary value that must reach its own driver only.
 fn credentials() -> DriverCredentials {
@@ -45,7 +54,7 @@ fn credentials() -> DriverCredentials {
                 r#"{"openai":{"type":"api","key":"auth-canary"}}"#.into(),
             ),
         ],
-        pi_env: vec![("PI_TOKEN".into(), "pi-canary".into())],
+        pi_env: vec![("OPENAI_API_KEY".into(), "pi-canary".into())],
     }
 }
 
@@ -139,6 +148,13 @@ fn child_environment_is_an_exact_allowlist() {
         "OPENCODE_PURE",
         "PATH",
     ];
+    let pi_keys = [
+        "PATH",
+        "PI_CODING_AGENT_DIR",
+        "PI_OFFLINE",
+        "PI_SKIP_VERSION_CHECK",
+        "PI_TELEMETRY",
+    ];
     let with_openai: Vec<&str> = {
         let mut keys = opencode_keys.to_vec();
         keys.insert(0, "OPENAI_API_KEY");
@@ -184,6 +200,13 @@ fn child_environment_is_an_exact_allowlist() {
             &none,
             opencode_keys.to_vec(),
         ),
+        (
+            "pi with its key",
+            DriverId::Pi,
+            &all,
+            [&["OPENAI_API_KEY"], &pi_keys[..]].concat(),
+        ),
+        ("pi without a key", DriverId::Pi, &none, pi_keys.to_vec()),
     ];
     for (name, driver, creds, keys) in cases {
         let plan = plan_turn(&request(driver, &mcp, creds, Some(b"brief"), None)).unwrap();
@@ -199,20 +222,18 @@ fn child_environment_is_an_exact_allowlist() {
             "SERVICE_TOKEN",
             "CREDENTIALS_DIRECTORY",
             "PUBLICATION_API_KEY",
-            "pi-canary",
         ] {
             assert!(!everything.contains(foreign), "{name}: {foreign}");
         }
-        if driver == DriverId::Opencode {
-            assert!(
-                !everything.contains("sk-ant-canary"),
-                "{name}: claude's key stays claude's"
-            );
-        } else {
-            assert!(
-                !everything.contains("sk-openai-canary"),
-                "{name}: opencode's pairs stay opencode's"
-            );
+        // Each driver's credentials reach that driver only.
+        for (owner, canary) in [
+            (DriverId::ClaudeCode, "sk-ant-canary"),
+            (DriverId::Opencode, "sk-openai-canary"),
+            (DriverId::Pi, "pi-canary"),
+        ] {
+            if owner != driver {
+                assert!(!everything.contains(canary), "{name}: {canary}");
+            }
         }
     }
     let plan = plan_turn(&request(DriverId::ClaudeCode, &mcp, &all, None, None)).unwrap();
@@ -349,16 +370,31 @@ fn refusals_table() {
         opencode_env: vec![("NODE_OPTIONS".into(), "--require /tmp/x.js".into())],
         ..DriverCredentials::default()
     };
+    let bad_pi_env = DriverCredentials {
+        pi_env: vec![("PI_CODING_AGENT_DIR".into(), "/tmp/planted".into())],
+        ..DriverCredentials::default()
+    };
+    let no_model = ModelEndpoint::default();
     let base = request(DriverId::ClaudeCode, &mcp, &creds, None, None);
     type Case<'a> = (&'static str, TurnRequest<'a>, PlanError);
     let cases: Vec<Case<'_>> = vec![
         (
-            "pi runs no turn",
+            "pi without a model",
             TurnRequest {
                 driver: DriverId::Pi,
+                endpoint: &no_model,
                 ..base
             },
-            PlanError::Unsupported(DriverId::Pi),
+            PlanError::NoModel(DriverId::Pi),
+        ),
+        (
+            "pi env that is not a credential",
+            TurnRequest {
+                driver: DriverId::Pi,
+                credentials: &bad_pi_env,
+                ..base
+            },
+            PlanError::PiEnvKey("PI_CODING_AGENT_DIR".into()),
         ),
         (
             "brief with a NUL",
@@ -457,12 +493,7 @@ fn refusals_table() {
         ),
     ];
     for (name, req, want) in cases {
-        let reason = if want == PlanError::Unsupported(DriverId::Pi) {
-            "confinement.agent_cli_unsupported"
-        } else {
-            "turn_setup_failed"
-        };
-        assert_eq!(want.reason(), reason, "{name}");
+        assert_eq!(want.reason(), "turn_setup_failed", "{name}");
         assert_eq!(plan_turn(&req), Err(want), "{name}");
     }
 }
@@ -703,6 +734,7 @@ fn egress_environment_per_door_and_driver() {
     let lab = ModelEndpoint {
         anthropic_base_url: Some("https://model.lab.example".into()),
         extra_ca_certs: Some(PathBuf::from("/etc/atelier-lab/ca.pem")),
+        ..ENDPOINT.clone()
     };
     // (name, driver, proxied, endpoint, keys that must be there, keys that must not)
     type Case<'a> = (
@@ -718,7 +750,7 @@ fn egress_environment_per_door_and_driver() {
             "confined claude: the proxy and the quiet switches",
             DriverId::ClaudeCode,
             true,
-            &NO_ENDPOINT,
+            &ENDPOINT,
             proxy_keys.iter().chain(&quiet).copied().collect(),
             vec!["ANTHROPIC_BASE_URL", "NODE_EXTRA_CA_CERTS"],
         ),
@@ -726,7 +758,7 @@ fn egress_environment_per_door_and_driver() {
             "unconfined claude: no gate behind loopback, so no proxy; still quiet",
             DriverId::ClaudeCode,
             false,
-            &NO_ENDPOINT,
+            &ENDPOINT,
             quiet.to_vec(),
             proxy_keys.iter().map(|(k, _)| *k).collect(),
         ),
@@ -734,7 +766,7 @@ fn egress_environment_per_door_and_driver() {
             "confined opencode: the proxy, no claude switch",
             DriverId::Opencode,
             true,
-            &NO_ENDPOINT,
+            &ENDPOINT,
             proxy_keys.to_vec(),
             vec![
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
@@ -751,6 +783,23 @@ fn egress_environment_per_door_and_driver() {
                 ("NODE_EXTRA_CA_CERTS", "/etc/atelier-lab/ca.pem"),
             ],
             vec![],
+        ),
+        (
+            "confined pi: the proxy and its own quiet switches, no claude switch",
+            DriverId::Pi,
+            true,
+            &lab,
+            proxy_keys
+                .iter()
+                .copied()
+                .chain([
+                    ("PI_OFFLINE", "1"),
+                    ("PI_TELEMETRY", "0"),
+                    ("PI_SKIP_VERSION_CHECK", "1"),
+                    ("NODE_EXTRA_CA_CERTS", "/etc/atelier-lab/ca.pem"),
+                ])
+                .collect(),
+            vec!["ANTHROPIC_BASE_URL", "DISABLE_AUTOUPDATER"],
         ),
         (
             "opencode never gets claude's base URL",
@@ -784,4 +833,123 @@ fn egress_environment_per_door_and_driver() {
         proxy_keys.len(),
         "proxy_env is exactly these keys"
     );
+}
+
+#[test]
+fn pi_states_its_model_tools_and_prompts_and_discovers_nothing() {
+    let mcp = McpAttachment::confined();
+    let creds = credentials();
+    let plan = plan_turn(&request(
+        DriverId::Pi,
+        &mcp,
+        &creds,
+        Some(b"# Brief\nUse plain HTML.\n"),
+        Some("01a23c28-4509-718b-a52a-005e5c4b4409"),
+    ))
+    .unwrap();
+    let brief_path = format!("{STATED}/pi/brief.md");
+    let sessions = format!("{STATE}/pi-sessions");
+    assert_eq!(
+        plan.argv,
+        strings(&[
+            "/usr/local/bin/agent",
+            "--mode",
+            "json",
+            "--print",
+            "--provider",
+            "atelier",
+            "--model",
+            "coder-7b",
+            "--tools",
+            "read,write,edit,grep,find,ls",
+            "--no-extensions",
+            "--no-skills",
+            "--no-prompt-templates",
+            "--no-themes",
+            "--no-context-files",
+            "--system-prompt",
+            PI_SYSTEM_PROMPT,
+            "--append-system-prompt",
+            &brief_path,
+            "--session-dir",
+            &sessions,
+            "--session",
+            "01a23c28-4509-718b-a52a-005e5c4b4409",
+            "Make a page",
+        ])
+    );
+    assert_eq!(plan.env["PI_CODING_AGENT_DIR"], format!("{STATED}/pi"));
+    assert!(
+        plan.files.is_empty(),
+        "pi writes nothing into the workspace"
+    );
+    let stated: BTreeMap<String, String> = plan
+        .stated
+        .iter()
+        .map(|f| {
+            assert_eq!(f.mode, 0o640);
+            (
+                f.path.to_string_lossy().into_owned(),
+                String::from_utf8(f.contents.clone()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        stated.keys().collect::<Vec<_>>(),
+        ["pi/brief.md", "pi/models.json", "pi/settings.json"]
+    );
+    assert_eq!(stated["pi/brief.md"], "# Brief\nUse plain HTML.\n");
+    let models: Value = serde_json::from_str(&stated["pi/models.json"]).unwrap();
+    assert_eq!(
+        models,
+        json!({"providers": {"atelier": {
+            "baseUrl": "https://llm.example.org/v1",
+            "api": "openai-completions",
+            "apiKey": "OPENAI_API_KEY",
+            "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+            "models": [{"id": "coder-7b"}],
+        }}})
+    );
+    let settings: Value = serde_json::from_str(&stated["pi/settings.json"]).unwrap();
+    assert_eq!(settings["enableInstallTelemetry"], false);
+
+    // No brief: the appended prompt is stated empty, so no `.pi/APPEND_SYSTEM.md` is read;
+    // no key: the models file carries a literal, never the name of a variable pi lacks.
+    let none = DriverCredentials::default();
+    let bare = plan_turn(&request(DriverId::Pi, &mcp, &none, None, None)).unwrap();
+    let at = bare
+        .argv
+        .iter()
+        .position(|a| a == "--append-system-prompt")
+        .unwrap();
+    assert_eq!(bare.argv[at + 1], "");
+    assert!(!bare.argv.contains(&"--session".to_owned()));
+    assert_eq!(bare.stated.len(), 2);
+    let models: Value = serde_json::from_slice(&bare.stated[0].contents).unwrap();
+    assert_eq!(models["providers"]["atelier"]["apiKey"], "no-key");
+}
+
+#[test]
+fn a_pi_prompt_is_never_an_option_or_a_file() {
+    let mcp = McpAttachment::confined();
+    let creds = DriverCredentials::default();
+    for (prompt, passed) in [
+        ("Make a page", "Make a page"),
+        ("--version", " --version"),
+        ("-p", " -p"),
+        ("@/etc/passwd", " @/etc/passwd"),
+        ("---", " ---"),
+        (" -already spaced", " -already spaced"),
+    ] {
+        let plan = plan_turn(&TurnRequest {
+            prompt,
+            ..request(DriverId::Pi, &mcp, &creds, None, None)
+        })
+        .unwrap();
+        assert_eq!(
+            plan.argv.last().map(String::as_str),
+            Some(passed),
+            "{prompt}"
+        );
+    }
 }

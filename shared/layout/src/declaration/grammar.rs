@@ -215,6 +215,28 @@ pub(crate) fn url_host(value: &str) -> &str {
     rest.split(['/', ':']).next().unwrap_or_default()
 }
 
+/// A model id as an OpenAI-compatible API names it (`gpt-4o`, `org/model:tag`): 1-200
+/// characters, no control character, no whitespace at either end (a model id is matched
+/// exactly, so a stray space would name another model), and neither `$` nor `` ` ``, which
+/// sited's env file refuses to carry: a declaration that validates must render.
+pub(crate) fn model_id(value: &str) -> Result<String, Refusal> {
+    let refuse = |why: &str| Err((Reason::BadModelId, why.to_owned()));
+    let count = value.chars().count();
+    if !(1..=200).contains(&count) {
+        return refuse("must be 1-200 characters");
+    }
+    if value.chars().any(char::is_control) {
+        return refuse("must not hold a control character");
+    }
+    if value.trim() != value {
+        return refuse("must not begin or end with whitespace");
+    }
+    if value.contains(['$', '`']) {
+        return refuse("must not hold '$' or '`', which an env file cannot carry");
+    }
+    Ok(value.to_owned())
+}
+
 /// The operator's free text: 1-200 characters after trimming, no control characters.
 pub(crate) fn description(value: &str) -> Result<String, Refusal> {
     let trimmed = value.trim();

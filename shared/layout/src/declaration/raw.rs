@@ -129,6 +129,8 @@ pub(crate) struct RawAgent {
     pub provider_hosts: Option<Vec<String>>,
     pub registry_hosts: Option<Vec<String>>,
     pub anthropic_base_url: Option<String>,
+    pub openai_base_url: Option<String>,
+    pub openai_model: Option<String>,
     pub systemctl_bin: Option<String>,
 }
 

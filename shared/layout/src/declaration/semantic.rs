@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode};
-use crate::names::{self, parse_site_identity};
+use crate::names::{self, parse_site_identity, Door};
 use crate::paths::{overlaps, Layout};
 
 /// Adds an issue for every cross-field rule the declaration breaks.
@@ -107,17 +107,54 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         );
     }
 
-    if let Some(url) = &decl.agent.anthropic_base_url {
+    // A model URL is reached through the turn door's gate, which tunnels to its plan's hosts
+    // only: the plan is read off the same derivation that renders it.
+    let turn_plan = Layout::new(decl)
+        .egress_plan(Door::Turn)
+        .map(|plan| plan.hosts)
+        .unwrap_or_default();
+    for (key, url) in [
+        ("anthropic_base_url", &decl.agent.anthropic_base_url),
+        ("openai_base_url", &decl.agent.openai_base_url),
+    ] {
+        let Some(url) = url else { continue };
         let host = super::grammar::url_host(url);
-        let planned = match &decl.agent.provider_hosts {
-            Some(hosts) => hosts.iter().any(|h| h == host),
-            None => host == crate::services::ANTHROPIC_API_HOST,
-        };
-        if !planned {
+        if !turn_plan.iter().any(|h| h == host) {
             refuse(
-                &agent_at.key("anthropic_base_url"),
+                &agent_at.key(key),
                 Reason::UnplannedProviderUrl,
                 format!("names {host}, which is not in agent.provider_hosts: the gate would refuse every model request"),
+            );
+        }
+    }
+
+    // An OpenAI-compatible model is a base URL and a model id together: half of one names no
+    // model a turn could ask for. pi has no default model, so it needs both.
+    let has_url = decl.agent.openai_base_url.is_some();
+    let has_model = decl.agent.openai_model.is_some();
+    for (key, declared, other, other_declared) in [
+        ("openai_base_url", has_url, "openai_model", has_model),
+        ("openai_model", has_model, "openai_base_url", has_url),
+    ] {
+        if declared {
+            continue;
+        }
+        if decl.agent.driver == AgentDriver::Pi {
+            refuse(
+                &agent_at.key(key),
+                Reason::MissingOpenaiModel,
+                "is required for the driver pi: pi has no default model and needs \
+                 agent.openai_base_url and agent.openai_model"
+                    .to_owned(),
+            );
+        } else if other_declared {
+            refuse(
+                &agent_at.key(key),
+                Reason::MissingOpenaiModel,
+                format!(
+                    "is required with agent.{other}: an OpenAI-compatible model is a base URL \
+                     and a model id together"
+                ),
             );
         }
     }

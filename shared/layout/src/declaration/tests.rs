@@ -59,6 +59,25 @@ fn remove(doc: &mut Value, pointer: &str) {
         .unwrap();
 }
 
+/// Declares an OpenAI-compatible model on the base (still driven by claude_code), its host
+/// planned.
+fn openai(doc: &mut Value) {
+    set(doc, "/agent/provider_hosts", json!(["llm.example.org"]));
+    set(
+        doc,
+        "/agent/openai_base_url",
+        json!("https://llm.example.org/v1"),
+    );
+    set(doc, "/agent/openai_model", json!("qwen3-coder-30b"));
+}
+
+/// Switches the base to the driver pi with an OpenAI-compatible model.
+fn pi(doc: &mut Value) {
+    openai(doc);
+    set(doc, "/agent/driver", json!("pi"));
+    set(doc, "/agent/bins", json!({ "pi": "/usr/local/bin/pi" }));
+}
+
 type Mutation = fn(&mut Value);
 
 /// A named bad declaration: its name, its change to the valid base, its exact refusals.
@@ -475,6 +494,195 @@ const CASES: &[Case] = &[
         },
         &[("agent.anthropic_base_url", Reason::UnplannedProviderUrl)],
     ),
+    // An OpenAI-compatible model (pi's).
+    (
+        "an openai URL over plain http",
+        |d| {
+            openai(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("http://llm.example.org/v1"),
+            );
+        },
+        &[("agent.openai_base_url", Reason::BadUrl)],
+    ),
+    (
+        "an openai URL naming a port the gate never opens",
+        |d| {
+            openai(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://llm.example.org:8443/v1"),
+            );
+        },
+        &[("agent.openai_base_url", Reason::BadUrl)],
+    ),
+    (
+        "an openai URL with a query",
+        |d| {
+            openai(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://llm.example.org/v1?key=1"),
+            );
+        },
+        &[("agent.openai_base_url", Reason::BadUrl)],
+    ),
+    (
+        "an openai URL on an IP address",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_base_url", json!("https://203.0.113.9/v1"));
+        },
+        &[("agent.openai_base_url", Reason::BadHost)],
+    ),
+    (
+        "an openai URL on a local name",
+        |d| {
+            openai(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://llm.internal/v1"),
+            );
+        },
+        &[("agent.openai_base_url", Reason::BadHost)],
+    ),
+    (
+        "an openai URL whose host is not a provider host",
+        |d| {
+            openai(d);
+            remove(d, "/agent/provider_hosts");
+        },
+        &[("agent.openai_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an openai URL off the declared provider hosts",
+        |d| {
+            openai(d);
+            set(d, "/agent/provider_hosts", json!(["api.anthropic.com"]));
+        },
+        &[("agent.openai_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an openai URL without a model",
+        |d| {
+            openai(d);
+            remove(d, "/agent/openai_model");
+        },
+        &[("agent.openai_model", Reason::MissingOpenaiModel)],
+    ),
+    (
+        "an openai model without a URL",
+        |d| {
+            openai(d);
+            remove(d, "/agent/openai_base_url");
+        },
+        &[("agent.openai_base_url", Reason::MissingOpenaiModel)],
+    ),
+    (
+        "pi without an openai model",
+        |d| {
+            pi(d);
+            remove(d, "/agent/openai_base_url");
+            remove(d, "/agent/openai_model");
+        },
+        &[
+            ("agent.openai_base_url", Reason::MissingOpenaiModel),
+            ("agent.openai_model", Reason::MissingOpenaiModel),
+        ],
+    ),
+    (
+        "pi with a URL and no model",
+        |d| {
+            pi(d);
+            remove(d, "/agent/openai_model");
+        },
+        &[("agent.openai_model", Reason::MissingOpenaiModel)],
+    ),
+    (
+        "pi with an openai URL its plan does not hold",
+        |d| {
+            pi(d);
+            set(d, "/agent/provider_hosts", json!(["api.openai.com"]));
+        },
+        &[("agent.openai_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an empty model id",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!(""));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id over 200 characters",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!("m".repeat(201)));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id with a control character",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!("qwen\u{7}3"));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id with a newline",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!("qwen3\nATELIER_X=1"));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id with leading whitespace",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!(" qwen3"));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id with trailing whitespace",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!("qwen3\u{a0}"));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id an env file cannot carry",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!("qwen$HOME"));
+        },
+        &[("agent.openai_model", Reason::BadModelId)],
+    ),
+    (
+        "a model id that is not a string",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_model", json!(3));
+        },
+        &[("agent.openai_model", Reason::WrongType)],
+    ),
+    (
+        "a misspelt openai key",
+        |d| {
+            openai(d);
+            set(d, "/agent/openai_models", json!("qwen3"));
+        },
+        &[("agent.openai_models", Reason::UnknownKey)],
+    ),
     (
         "basic auth with nobody to log in",
         |d| set(d, "/serving/preprod/auth/users", json!([])),
@@ -562,6 +770,79 @@ fn bad_declarations_are_refused_by_name() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Declarations of an OpenAI-compatible model that are accepted: each comes out with its base
+/// URL and model id exactly as written.
+const ACCEPTED_OPENAI: &[(&str, Mutation)] = &[
+    ("pi with its model", pi),
+    ("claude_code keeping a model for a switch", openai),
+    (
+        "a URL with no path and a model id with inner spaces, slashes and a tag",
+        |d| {
+            pi(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://llm.example.org"),
+            );
+            set(d, "/agent/openai_model", json!("org/Model Name:q4_K_M"));
+        },
+    ),
+    ("a model id of exactly 200 characters", |d| {
+        pi(d);
+        set(d, "/agent/openai_model", json!("m".repeat(200)));
+    }),
+];
+
+#[test]
+fn openai_models_are_accepted_whole() {
+    let mut failures = Vec::new();
+    for (name, mutate) in ACCEPTED_OPENAI {
+        let mut doc = base();
+        mutate(&mut doc);
+        let written = (
+            doc.pointer("/agent/openai_base_url")
+                .and_then(Value::as_str),
+            doc.pointer("/agent/openai_model").and_then(Value::as_str),
+        );
+        match Declaration::parse(&doc.to_string()) {
+            Ok(decl) => {
+                let got = (
+                    decl.agent.openai_base_url.as_deref(),
+                    decl.agent.openai_model.as_deref(),
+                );
+                if got != written || got.0.is_none() || got.1.is_none() {
+                    failures.push(format!("{name}: {written:?} came out as {got:?}"));
+                }
+            }
+            Err(err) => failures.push(format!("{name}: refused\n{err}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Neither is declared by the base, and a claude_code declaration needs neither.
+    let decl = Declaration::parse(&base().to_string()).unwrap();
+    assert_eq!(
+        (decl.agent.openai_base_url, decl.agent.openai_model),
+        (None, None)
+    );
+}
+
+#[test]
+fn the_model_id_check_is_the_declarations() {
+    assert!(super::check_model_id("qwen3-coder-30b").is_ok());
+    for (name, bad) in [
+        ("empty", ""),
+        ("a newline", "a\nb"),
+        ("a trailing space", "a "),
+        ("a backtick", "a`b`"),
+    ] {
+        assert_eq!(
+            super::check_model_id(bad).map_err(|(reason, _)| reason),
+            Err(Reason::BadModelId),
+            "{name}"
+        );
+    }
 }
 
 #[test]

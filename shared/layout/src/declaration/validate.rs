@@ -478,6 +478,12 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
         &at.key("anthropic_base_url"),
         grammar::provider_url,
     );
+    let openai_base_url = v.optional(
+        raw.openai_base_url,
+        &at.key("openai_base_url"),
+        grammar::provider_url,
+    );
+    let openai_model = v.optional(raw.openai_model, &at.key("openai_model"), grammar::model_id);
     let systemctl_bin = v.optional(
         raw.systemctl_bin,
         &at.key("systemctl_bin"),
@@ -489,6 +495,8 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
         provider_hosts: provider_hosts?,
         registry_hosts: registry_hosts?,
         anthropic_base_url: anthropic_base_url?,
+        openai_base_url: openai_base_url?,
+        openai_model: openai_model?,
         systemctl_bin: systemctl_bin?,
     })
 }
