@@ -394,11 +394,9 @@ impl LineParser for OpencodeJson {
                 }
             }
             Some("done") => events.extend(self.tally.result()),
-            Some("session") => {
-                if resume_token(frame.get("id")).is_some() {
-                    self.tally.saw_session(frame.get("id"));
-                    events.extend(self.tally.result());
-                }
+            Some("session") if resume_token(frame.get("id")).is_some() => {
+                self.tally.saw_session(frame.get("id"));
+                events.extend(self.tally.result());
             }
             _ => {}
         }

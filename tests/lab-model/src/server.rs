@@ -216,6 +216,7 @@ async fn handle(
     Ok(match body {
         Ok(body) => match (&state.forwarder, &parts.method, parts.uri.path()) {
             (Some(forwarder), &Method::POST, CHAT_COMPLETIONS) => {
+                let body = crate::upstream::flatten_text_parts(&body).unwrap_or(body);
                 forwarder
                     .forward(Method::POST, CHAT_COMPLETIONS, body)
                     .await

@@ -240,11 +240,74 @@ impl Forwarder {
     }
 }
 
+/// A chat completion whose message contents are arrays of text parts, with each such content
+/// joined into one string; `None` when there is nothing to join (or the body is not JSON).
+/// OpenAI's API takes both shapes, and agents send the array; llama.cpp's server renders the
+/// model's chat template with the content concatenated as a string and fails on an array. Parts
+/// other than text (an image) are left as they are, and so is the message.
+pub fn flatten_text_parts(body: &[u8]) -> Option<Bytes> {
+    let mut request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut changed = false;
+    for message in request.get_mut("messages")?.as_array_mut()? {
+        let Some(parts) = message.get("content").and_then(serde_json::Value::as_array) else {
+            continue;
+        };
+        let texts: Option<Vec<&str>> = parts
+            .iter()
+            .map(|part| {
+                (part.get("type")? == "text")
+                    .then(|| part.get("text")?.as_str())
+                    .flatten()
+            })
+            .collect();
+        if let Some(texts) = texts {
+            let joined = texts.concat();
+            message["content"] = serde_json::Value::String(joined);
+            changed = true;
+        }
+    }
+    changed.then(|| Bytes::from(request.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn text_part_arrays_are_joined_and_nothing_else_changes() {
+        use serde_json::json;
+        let flat = |body: serde_json::Value| {
+            flatten_text_parts(body.to_string().as_bytes())
+                .map(|b| serde_json::from_slice::<serde_json::Value>(&b).unwrap())
+        };
+        let parts = json!({"model": "m", "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        ]});
+        assert_eq!(
+            flat(parts),
+            Some(json!({"model": "m", "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "ab"},
+            ]}))
+        );
+        for (name, body) in [
+            (
+                "strings already",
+                json!({"messages": [{"role": "user", "content": "a"}]}),
+            ),
+            (
+                "an image part",
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            ),
+            ("no messages", json!({"model": "m"})),
+        ] {
+            assert_eq!(flat(body), None, "{name}");
+        }
+        assert_eq!(flatten_text_parts(b"not json"), None);
+    }
 
     #[test]
     fn loopback_http_urls_with_a_port_are_accepted() {

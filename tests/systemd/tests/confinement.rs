@@ -941,7 +941,7 @@ echo "198.18.77.2 model.lab.example" >> /etc/hosts
 mkdir -p /etc/atelier-lab
 echo "198.18.77.2 registry.lab.example" >> /etc/hosts
 ip netns exec $labns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 --host model.lab.example \
-  --host registry.lab.example --package escape-html@1.0.3 \
+  --host registry.lab.example --package escape-html@1.0.3 $LAB_ARGS \
   --ca-out /etc/atelier-lab/ca.pem --record /root/lab-requests.jsonl \
   --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
 for _ in $(seq 100); do [ -f /etc/atelier-lab/ca.pem ] && break; sleep 0.1; done
@@ -1032,10 +1032,21 @@ fn real_agent_box(declaration: String) -> SystemdBox {
 }
 
 fn run_real_agent(declaration: String, script: &str, sited_extra: &str) -> BoxRun {
+    run_real_agent_with_lab(declaration, script, sited_extra, "")
+}
+
+/// [`run_real_agent`] with `lab_args` added to the lab model's command line.
+fn run_real_agent_with_lab(
+    declaration: String,
+    script: &str,
+    sited_extra: &str,
+    lab_args: &str,
+) -> BoxRun {
     let _turn = one_box();
     let lab = LAB
         .replace("$LAB_PAGE", LAB_PAGE)
-        .replace("$SITED_EXTRA", sited_extra);
+        .replace("$SITED_EXTRA", sited_extra)
+        .replace("$LAB_ARGS", lab_args);
     let run = real_agent_box(declaration)
         .timeout(Duration::from_secs(300))
         .run(&format!("{PREAMBLE}\n{WAIT_BUILD}\n{lab}\n{script}"))
@@ -1517,4 +1528,66 @@ fn a_build_installs_its_dependency_from_a_declared_registry_through_the_gate_and
     assert_eq!(fact(&run, "notes"), "1", "the note, escaped: {run:?}");
     assert_eq!(fact(&run, "package"), "1", "{run:?}");
     assert_ne!(fact(&run, "registry_requests"), "0", "{run:?}");
+}
+
+/// The real pi against the real local model (llama.cpp serving SmolLM2, from
+/// `scripts/local-model`) on the lab network's loopback, fronted by the lab model under the
+/// lab's TLS name: the session carries what the model really said.
+const LOCAL_MODEL_TURN: &str = r#"
+create_site collection www.example.org
+ip netns exec $labns $LLAMA_PYTHON -m llama_cpp.server --model $LLAMA_MODEL --host 127.0.0.1 \
+  --port 8081 --n_ctx 2048 > /root/llama.log 2>&1 &
+for _ in $(seq 240); do
+  ip netns exec $labns curl -sf -o /dev/null http://127.0.0.1:8081/v1/models && break
+  sleep 0.5
+done
+echo "llama_ready=$(ip netns exec $labns curl -sf -o /dev/null http://127.0.0.1:8081/v1/models && echo yes || echo no)"
+id=$(start_session collection '"Say hello to the visitors of the museum in one sentence."')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/local| /'
+echo "forwarded=$(grep -c '"path":"/v1/chat/completions"' /root/lab-requests.jsonl)"
+tail -n 5 /root/llama.log | sed 's/^/llama-log| /'
+kill %2 2>/dev/null
+lab_down
+exit 0
+"#;
+
+#[test]
+fn the_real_pi_talks_to_the_real_local_model_through_the_gate() {
+    let install = atelier_local_model::Install::find().expect("the real local model");
+    let script = LOCAL_MODEL_TURN
+        .replace("$LLAMA_PYTHON", &install.python.to_string_lossy())
+        .replace("$LLAMA_MODEL", &install.model.to_string_lossy());
+    let run = run_real_agent_with_lab(
+        pi_declaration(),
+        &script,
+        "",
+        "--upstream http://127.0.0.1:8081",
+    );
+    assert_eq!(fact(&run, "llama_ready"), "yes", "{run:?}");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn = events(&run, "local");
+    assert_eq!(
+        turn.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    assert!(
+        turn.iter()
+            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
+        "{run:?}"
+    );
+    // The model's own words: a text event that is neither a gate decision nor an error.
+    let said: Vec<&str> = turn
+        .iter()
+        .filter(|e| e["type"] == "text" && e["egress"].is_null())
+        .filter_map(|e| e["text"].as_str())
+        .filter(|t| !t.starts_with("pi error"))
+        .collect();
+    assert!(
+        said.iter().any(|t| t.split_whitespace().count() >= 3),
+        "the model said something: {said:?}\n{run:?}"
+    );
+    assert!(turn.iter().any(|e| e["type"] == "result"), "{run:?}");
+    assert_ne!(fact(&run, "forwarded"), "0", "{run:?}");
 }
