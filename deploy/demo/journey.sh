@@ -118,7 +118,14 @@ show_doors() {
 
 # The agent is the real Claude Code; only its model is scripted: the lab model (a test fixture)
 # answers the first call with a `Write` of the page below and the second with closing words.
-lab_ns=atelier-demo-lab
+# A /30 of the lab range taken at random: the demo's box shares the host's network, and a test
+# box beside it must not answer for it.
+lab_id=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+lab_prefix=198.18.$(( lab_id / 64 % 256 ))
+lab_base=$(( lab_id % 64 * 4 ))
+lab_ip=$lab_prefix.$(( lab_base + 2 ))
+lab_ns=atelier-demo-lab$lab_id
+lab_link=labd$lab_id
 home_page_html() {
   local title=$1 line=$2
   printf '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>%s</title>\n<link rel="stylesheet" href="style.css">\n</head>\n<body>\n<main>\n<h1>%s</h1>\n<p>%s</p>\n</main>\n</body>\n</html>\n' \
@@ -128,7 +135,7 @@ home_page_html() {
 lab_model() {
   [ -z "${lab_pid:-}" ] || { kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true; }
   rm -f /etc/atelier-lab/ca.pem
-  ip netns exec $lab_ns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 \
+  ip netns exec $lab_ns /usr/local/bin/atelier-lab-model --listen $lab_ip:443 \
     --host model.lab.example --ca-out /etc/atelier-lab/ca.pem --record "$work/lab-requests" \
     --write-path $ws/src/index.html --write-content "$(home_page_html "$1" "$2")" \
     >> "$work/lab-model.log" 2>&1 &
@@ -220,14 +227,14 @@ step "the lab: a scripted model at https://model.lab.example, the real Claude Co
 say "the declaration is the example's, with the lab model's host as the agent's provider:"
 python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["agent"], indent=2))' $decl | show
 ip netns add $lab_ns
-ip link add labd0 type veth peer name labd1
-ip link set labd1 netns $lab_ns
-ip addr add 198.18.77.1/30 dev labd0 && ip link set labd0 up
-ip -n $lab_ns addr add 198.18.77.2/30 dev labd1 && ip -n $lab_ns link set labd1 up
-echo "198.18.77.2 model.lab.example" >> /etc/hosts
+ip link add $lab_link type veth peer name ${lab_link}p
+ip link set ${lab_link}p netns $lab_ns
+ip addr add $lab_prefix.$(( lab_base + 1 ))/30 dev $lab_link && ip link set $lab_link up
+ip -n $lab_ns addr add $lab_ip/30 dev ${lab_link}p && ip -n $lab_ns link set ${lab_link}p up
+echo "$lab_ip model.lab.example" >> /etc/hosts
 mkdir -p /etc/atelier-lab
 lab_model 'The collection' 'Release one: twelve paintings.'
-check "the lab model listens on 198.18.77.2:443 in a network namespace of its own" \
+check "the lab model listens on $lab_ip:443 in a network namespace of its own" \
   test -f /etc/atelier-lab/ca.pem
 # 198.18.0.0/15 is not public: the gate counts it so only in development, and sited's agents
 # trust the lab's test CA only in development. Both are drop-ins; the door units stay as rendered.

@@ -16,7 +16,6 @@ use atelier_proto::Door;
 use serde::Serialize;
 
 use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
-use crate::settings::Confinement;
 
 /// How long one probe question may take before the answer is "unproved".
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
@@ -37,8 +36,8 @@ pub struct DriverAvailability {
 /// Why a driver may not run a turn; each is a `confinement.*` refusal.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmitError {
-    /// The CLI is missing, not configured, refused under this confinement, or lacks a flag the
-    /// turn needs.
+    /// The CLI is missing, not configured, or lacks a flag the turn needs; or (opencode) its
+    /// database holds a console account.
     #[error("the {driver} driver cannot run a turn: {why}")]
     Unsupported {
         /// The driver.
@@ -85,22 +84,16 @@ pub struct Drivers {
 struct DriversState {
     bins: HashMap<DriverId, PathBuf>,
     default: DriverId,
-    confinement: Confinement,
     probes: Mutex<HashMap<PathBuf, Probe>>,
 }
 
 impl Drivers {
     /// The drivers whose binaries are `bins`, with `default` the instance's default.
-    pub fn new(
-        bins: impl IntoIterator<Item = (DriverId, PathBuf)>,
-        default: DriverId,
-        confinement: Confinement,
-    ) -> Drivers {
+    pub fn new(bins: impl IntoIterator<Item = (DriverId, PathBuf)>, default: DriverId) -> Drivers {
         Drivers {
             inner: Arc::new(DriversState {
                 bins: bins.into_iter().collect(),
                 default,
-                confinement,
                 probes: Mutex::new(HashMap::new()),
             }),
         }
@@ -112,20 +105,18 @@ impl Drivers {
     }
 
     /// Every driver the contract knows, in its order, as `/health` reports them: available
-    /// when the binary is configured, is an executable file, may run under this confinement
-    /// and no probe of this very file refused it.
+    /// when the binary is configured, is an executable file and no probe of this very file
+    /// refused it.
     pub fn availability(&self) -> Vec<DriverAvailability> {
         DriverId::ALL
             .iter()
             .map(|&driver| {
                 let (available, version) = match self.bin(driver) {
-                    Some(bin) if self.allowed(driver) && is_executable_file(bin) => {
-                        match self.cached(bin) {
-                            Some(Err(_)) => (false, None),
-                            Some(Ok(version)) => (true, Some(version)),
-                            None => (true, None),
-                        }
-                    }
+                    Some(bin) if is_executable_file(bin) => match self.cached(bin) {
+                        Some(Err(_)) => (false, None),
+                        Some(Ok(version)) => (true, Some(version)),
+                        None => (true, None),
+                    },
                     _ => (false, None),
                 };
                 DriverAvailability {
@@ -136,10 +127,6 @@ impl Drivers {
                 }
             })
             .collect()
-    }
-
-    fn allowed(&self, driver: DriverId) -> bool {
-        self.inner.confinement == Confinement::None || atelier_agents::runs_confined(driver)
     }
 
     fn cached(&self, bin: &Path) -> Option<Result<String, String>> {
@@ -156,8 +143,9 @@ impl Drivers {
     }
 
     /// Admits `driver` for a turn of `target`'s site, which the caller holds: the binary must
-    /// be configured and allowed under this confinement, and its probe (cached per binary
-    /// file) must find the version and every flag the turn uses. Returns the binary.
+    /// be configured, and its probe (cached per binary file) must find the version and every
+    /// flag the turn uses; for opencode, the turn's database must hold no console account (asked
+    /// every time: it is the turn's own state). Returns the binary.
     pub async fn admit(
         &self,
         runner: &Runner,
@@ -168,11 +156,6 @@ impl Drivers {
             driver: driver.as_str(),
             why,
         };
-        if !self.allowed(driver) {
-            return Err(unsupported(
-                "it does not run under systemd confinement".to_owned(),
-            ));
-        }
         let bin = self
             .bin(driver)
             .ok_or_else(|| unsupported("no binary is configured".to_owned()))?
@@ -180,22 +163,37 @@ impl Drivers {
         let file = file_id(&bin)
             .filter(|_| is_executable_file(&bin))
             .ok_or_else(|| unsupported(format!("{} is not an executable file", bin.display())))?;
-        if let Some(answer) = self.cached(&bin) {
-            return answer.map(|_| bin).map_err(unsupported);
+        let answer = match self.cached(&bin) {
+            Some(answer) => answer,
+            None => {
+                let answer = self.probe(runner, target, driver, &bin).await?;
+                self.inner
+                    .probes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(
+                        bin.clone(),
+                        Probe {
+                            file,
+                            answer: answer.clone(),
+                        },
+                    );
+                answer
+            }
+        };
+        answer.map_err(unsupported)?;
+        if driver == DriverId::Opencode {
+            let (stdout, _) = ask(
+                runner,
+                target,
+                driver,
+                atelier_agents::opencode_accounts_argv(&bin),
+            )
+            .await?;
+            atelier_agents::judge_opencode_accounts(&stdout)
+                .map_err(|refusal| unsupported(describe(&refusal)))?;
         }
-        let answer = self.probe(runner, target, driver, &bin).await?;
-        self.inner
-            .probes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                bin.clone(),
-                Probe {
-                    file,
-                    answer: answer.clone(),
-                },
-            );
-        answer.map(|_| bin).map_err(unsupported)
+        Ok(bin)
     }
 
     /// Asks the binary its version and its help through the turn door. `Ok(Err)` is a
@@ -207,24 +205,27 @@ impl Drivers {
         driver: DriverId,
         bin: &Path,
     ) -> Result<Result<String, String>, AdmitError> {
-        let version = ask(
+        // Some CLIs print their version (pi) or help (yargs) on stderr.
+        let (stdout, stderr) = ask(
             runner,
             target,
             driver,
             atelier_agents::version_argv(driver, bin),
         )
         .await?;
+        let version = format!("{stdout}\n{stderr}");
         let version = match atelier_agents::judge_version(driver, &version) {
             Ok(version) => version,
             Err(refusal) => return Ok(Err(describe(&refusal))),
         };
-        let help = ask(
+        let (stdout, stderr) = ask(
             runner,
             target,
             driver,
             atelier_agents::help_argv(driver, bin),
         )
         .await?;
+        let help = format!("{stdout}\n{stderr}");
         Ok(atelier_agents::judge_help(driver, &help)
             .map(|()| version)
             .map_err(|refusal| describe(&refusal)))
@@ -235,14 +236,13 @@ fn describe(refusal: &ProbeRefusal) -> String {
     refusal.to_string()
 }
 
-/// Runs one probe question and returns what it printed (stdout, then stderr: some CLIs write
-/// their help to stderr).
+/// Runs one probe question and returns what it printed: stdout and stderr.
 async fn ask(
     runner: &Runner,
     target: &RunTarget,
     driver: DriverId,
     argv: Vec<String>,
-) -> Result<String, AdmitError> {
+) -> Result<(String, String), AdmitError> {
     let state = runner.turn_dirs(&target.slug)?.state;
     let mut env = base_env(AGENT_PATH);
     env.extend(atelier_agents::probe_env(driver, &state));
@@ -255,12 +255,10 @@ async fn ask(
         .collect(target, spec, PROBE_OUTPUT_LIMIT, PROBE_DEADLINE)
         .await?;
     match output.end {
-        Ok(_) => {
-            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-            text.push('\n');
-            text.push_str(&String::from_utf8_lossy(&output.stderr));
-            Ok(text)
-        }
+        Ok(_) => Ok((
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )),
         Err(why) => Err(AdmitError::Unproved {
             driver: driver.as_str(),
             why,

@@ -54,11 +54,7 @@ mod tests {
     #[test]
     fn body_names_neither_instance_nor_token() {
         let token = "a-token-that-must-never-leak-000000000";
-        let drivers = Drivers::new(
-            [],
-            atelier_agents::DriverId::ClaudeCode,
-            crate::settings::Confinement::None,
-        );
+        let drivers = Drivers::new([], atelier_agents::DriverId::ClaudeCode);
         let health = Health::new(instance_fingerprint("museum", token), drivers);
         let body = serde_json::to_string(&health.body()).unwrap();
         assert!(!body.contains(token));

@@ -134,11 +134,7 @@ impl Router {
             })),
         };
         let runner = Runner::new(mode).map_err(BootError::Netns)?;
-        let drivers = Drivers::new(
-            agents.bins.iter().cloned(),
-            settings.sites.default_driver,
-            agents.confinement,
-        );
+        let drivers = Drivers::new(agents.bins.iter().cloned(), settings.sites.default_driver);
         let sites = Sites::new(settings.sites.clone(), runner.clone());
         let builds = Builds::new(sites.clone(), runner.clone(), settings.builds.clone());
         let turn_settings = TurnSettings {

@@ -20,11 +20,15 @@ use serde_json::{json, Value};
 
 pub use parse::{line_parser, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson};
 pub use plan::{
-    is_resume_token, plan_turn, proxy_env, turn_flags, validate_opencode_env, validate_pi_env,
-    DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError, PlannedFile, TurnPlan,
-    TurnRequest, CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_BRIEF_FILE,
+    is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,
+    validate_pi_env, DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError,
+    PlannedFile, TurnPlan, TurnRequest, CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME,
+    OPENCODE_DB_FILE,
 };
-pub use probe::{help_argv, judge_help, judge_version, probe_env, version_argv, ProbeRefusal};
+pub use probe::{
+    help_argv, judge_help, judge_opencode_accounts, judge_version, opencode_accounts_argv,
+    probe_env, version_argv, ProbeRefusal,
+};
 
 /// The agent CLIs the contract knows, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,12 +91,6 @@ pub fn capabilities(driver: DriverId) -> Capabilities {
         mcp_http,
         reports_file_changes,
     }
-}
-
-/// Whether `driver` may run under systemd confinement. opencode is refused until its
-/// configuration directory, provider-SDK cache and canary probe are the daemon's.
-pub fn runs_confined(driver: DriverId) -> bool {
-    matches!(driver, DriverId::ClaudeCode | DriverId::Pi)
 }
 
 /// A normalized agent event: the driver half of the session event union (the daemon adds
@@ -171,8 +169,6 @@ mod tests {
         assert_eq!(DriverId::parse("gpt"), None);
         assert!(capabilities(DriverId::ClaudeCode).reports_file_changes);
         assert!(!capabilities(DriverId::Pi).mcp_http);
-        assert!(runs_confined(DriverId::ClaudeCode));
-        assert!(!runs_confined(DriverId::Opencode));
     }
 
     #[test]

@@ -28,8 +28,17 @@ const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,TodoWrite,mcp__ded
 const CLAUDE_DISALLOWED_TOOLS: &str = "Bash,WebFetch,WebSearch";
 /// Claude Code's settings: no hooks, no project MCP servers.
 const CLAUDE_SETTINGS: &str = r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false}"#;
-/// Where opencode's brief is written for a turn, relative to the workspace.
-pub const OPENCODE_BRIEF_FILE: &str = ".builder/opencode-brief.md";
+/// opencode's directory below the stated directory: the brief it is told to read.
+const OPENCODE_STATED_DIR: &str = "opencode";
+/// The brief's file there.
+const OPENCODE_BRIEF_FILE: &str = "brief.md";
+/// opencode's database below the CLI's state directory: named, so the admission reads the very
+/// file a turn opens (a console account in it is configuration no switch closes).
+pub const OPENCODE_DB_FILE: &str = "opencode.db";
+/// The provider name opencode's stated configuration gives an OpenAI-compatible model.
+const OPENCODE_PROVIDER: &str = "atelier";
+/// The AI SDK package opencode speaks an OpenAI-compatible API with (bundled in the CLI).
+const OPENCODE_OPENAI_SDK: &str = "@ai-sdk/openai-compatible";
 /// The mode of a file the agent reads during its turn.
 const TURN_FILE_MODE: u32 = 0o640;
 /// The notice that ends a brief cut to [`MAX_BRIEF_BYTES`].
@@ -38,8 +47,9 @@ const BRIEF_CUT_NOTICE: &str =
 
 /// The switches that make opencode load only what the daemon states, and send nothing the
 /// turn did not ask for (updates, the models catalogue, LSP downloads, shares).
-const OPENCODE_SWITCHES: [(&str, &str); 8] = [
+const OPENCODE_SWITCHES: [(&str, &str); 9] = [
     ("OPENCODE_DISABLE_PROJECT_CONFIG", "true"),
+    ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "true"),
     ("OPENCODE_PURE", "true"),
     ("OPENCODE_DISABLE_CLAUDE_CODE", "true"),
     ("OPENCODE_DISABLE_EXTERNAL_SKILLS", "true"),
@@ -512,13 +522,28 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
         "share": "disabled",
         "autoupdate": false,
     });
-    let mut files = Vec::new();
+    if let Some(model) = &request.endpoint.openai {
+        let mut options = json!({"baseURL": model.base_url});
+        if has_credential(&request.credentials.opencode_env, OPENAI_API_KEY_ENV) {
+            options["apiKey"] = json!(format!("{{env:{OPENAI_API_KEY_ENV}}}"));
+        }
+        config["provider"] = json!({OPENCODE_PROVIDER: {
+            "npm": OPENCODE_OPENAI_SDK,
+            "options": options,
+            "models": {model.model.clone(): {}},
+        }});
+        config["model"] = json!(format!("{OPENCODE_PROVIDER}/{}", model.model));
+    }
+    let mut stated = Vec::new();
     if let Some(brief) = brief {
         // Absolute: a relative instruction is searched for upwards from the working directory.
-        let path = request.workspace.join(OPENCODE_BRIEF_FILE);
+        let path = request
+            .stated_dir
+            .join(OPENCODE_STATED_DIR)
+            .join(OPENCODE_BRIEF_FILE);
         config["instructions"] = json!([path.to_string_lossy()]);
-        files.push(PlannedFile {
-            path: PathBuf::from(OPENCODE_BRIEF_FILE),
+        stated.push(PlannedFile {
+            path: Path::new(OPENCODE_STATED_DIR).join(OPENCODE_BRIEF_FILE),
             contents: brief.into_bytes(),
             mode: TURN_FILE_MODE,
         });
@@ -535,25 +560,22 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     }
     argv.extend(["--".to_owned(), request.prompt.to_owned()]);
     let mut env = base_env(request);
-    for (key, value) in OPENCODE_SWITCHES {
-        env.insert(key.to_owned(), value.to_owned());
-    }
+    env.extend(opencode_restriction());
     env.insert("OPENCODE_CONFIG_CONTENT".to_owned(), config.to_string());
     env.insert(
-        "OPENCODE_PERMISSION".to_owned(),
-        opencode_permission().to_string(),
+        "OPENCODE_DB".to_owned(),
+        opencode_db(request.state_dir)
+            .to_string_lossy()
+            .into_owned(),
     );
-    // The credential store is a configuration source too: every turn states it (the
-    // operator's, which the pairs below carry when configured).
-    env.insert("OPENCODE_AUTH_CONTENT".to_owned(), "{}".to_owned());
     for (key, value) in &request.credentials.opencode_env {
         env.insert(key.clone(), value.clone());
     }
     Ok(TurnPlan {
         argv,
         env,
-        files,
-        stated: Vec::new(),
+        files: Vec::new(),
+        stated,
     })
 }
 
@@ -561,8 +583,9 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
 const PI_PROVIDER: &str = "atelier";
 /// The tools a pi turn may use: files only, no bash.
 const PI_TOOLS: &str = "read,write,edit,grep,find,ls";
-/// The credential pi's stated provider reads its key from, when `PI_ENV` has it.
-const PI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+/// The credential an OpenAI-compatible provider's key is read from (pi's `PI_ENV`, opencode's
+/// `OPENCODE_ENV`), when the driver's credentials have it.
+const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
 /// pi's key when `PI_ENV` has none (a local server that asks for no key).
 const PI_NO_API_KEY: &str = "no-key";
 /// Where pi's configuration directory is below the stated directory.
@@ -605,18 +628,14 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
         .openai
         .as_ref()
         .ok_or(PlanError::NoModel(DriverId::Pi))?;
-    let has_key = request
-        .credentials
-        .pi_env
-        .iter()
-        .any(|(key, _)| key == PI_API_KEY_ENV);
+    let has_key = has_credential(&request.credentials.pi_env, OPENAI_API_KEY_ENV);
     let models = json!({
         "providers": {
             PI_PROVIDER: {
                 "baseUrl": model.base_url,
                 "api": "openai-completions",
                 // The name of the variable holding the key, or the literal when there is none.
-                "apiKey": if has_key { PI_API_KEY_ENV } else { PI_NO_API_KEY },
+                "apiKey": if has_key { OPENAI_API_KEY_ENV } else { PI_NO_API_KEY },
                 "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
                 "models": [{"id": model.model}],
             }
@@ -692,6 +711,33 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
         files: Vec::new(),
         stated,
     })
+}
+
+/// What makes opencode load only what the daemon states, for a turn and for every question
+/// asked of the binary: the switches, the permission override and the credential store — a
+/// configuration source too, stated empty (a turn's `OPENCODE_ENV` may replace it with the
+/// operator's).
+pub(crate) fn opencode_restriction() -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = OPENCODE_SWITCHES
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.insert(
+        "OPENCODE_PERMISSION".to_owned(),
+        opencode_permission().to_string(),
+    );
+    env.insert("OPENCODE_AUTH_CONTENT".to_owned(), "{}".to_owned());
+    env
+}
+
+/// The database opencode opens, below the CLI's state directory `state_dir`.
+pub fn opencode_db(state_dir: &Path) -> PathBuf {
+    state_dir.join(OPENCODE_DB_FILE)
+}
+
+/// Whether `pairs` sets `key`.
+fn has_credential(pairs: &[(String, String)], key: &str) -> bool {
+    pairs.iter().any(|(k, _)| k == key)
 }
 
 /// Refuses `OPENCODE_ENV` unless every key is a provider credential (naming the first that is

@@ -27,6 +27,17 @@ pub enum ProbeRefusal {
         /// What is supported.
         supported: &'static str,
     },
+    /// opencode's database holds a console account (or another stored credential): an
+    /// account's organisation configuration is fetched and merged after the daemon's on every
+    /// start, which no switch closes.
+    #[error("the turn's opencode database holds {count} console account(s) or stored credential(s), whose remote configuration opencode would load; log them out (opencode account logout) or remove the database")]
+    ConsoleAccount {
+        /// Accounts and credentials found.
+        count: u64,
+    },
+    /// opencode's database could not be read, so it cannot be proved free of an account.
+    #[error("the turn's opencode database could not be read ({0}), so it cannot be proved free of a console account")]
+    UnreadableDatabase(String),
     /// The help lists no option line for flags the argv passes.
     #[error("the {driver} CLI lacks {}", .missing.join(", "))]
     MissingFlags {
@@ -60,10 +71,22 @@ fn max_option_indent(driver: DriverId) -> usize {
 }
 
 /// What a probe question's environment adds to `PATH`, `state_dir` being the CLI's writable
-/// state as the child sees it: pi opens its session store even to print its help, so it gets a
-/// place of its own there (never what a turn loads), and its quiet switches.
+/// state as the child sees it: opencode gets a turn's restriction and its database; pi opens its session store
+/// even to print its help, so it gets a place of its own there (never what a turn loads), and
+/// its quiet switches.
 pub fn probe_env(driver: DriverId, state_dir: &Path) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
+    if driver == DriverId::Opencode {
+        // Every question runs as restricted as a turn: opencode loads a project's plugins,
+        // and runs them, for any command it is asked.
+        env.extend(crate::plan::opencode_restriction());
+        env.insert(
+            "OPENCODE_DB".to_owned(),
+            crate::plan::opencode_db(state_dir)
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
     if driver == DriverId::Pi {
         let dir = state_dir.join("pi-probe");
         env.insert(
@@ -77,6 +100,42 @@ pub fn probe_env(driver: DriverId, state_dir: &Path) -> BTreeMap<String, String>
         env.extend(crate::plan::pi_quiet_env());
     }
     env
+}
+
+/// The query counting what in opencode's database would load a configuration the daemon did
+/// not state: console accounts (current and legacy tables) and stored credentials.
+const OPENCODE_ACCOUNTS_QUERY: &str = "select (select count(*) from account) + (select count(*) from control_account) + (select count(*) from credential) as n";
+
+/// The argv asking opencode's database, at the turn's `OPENCODE_DB`, what it holds; asked
+/// before every opencode turn (the database is the turn's own state and may change).
+pub fn opencode_accounts_argv(bin: &Path) -> Vec<String> {
+    [
+        &*bin.to_string_lossy(),
+        "db",
+        "--pure",
+        "--format",
+        "json",
+        OPENCODE_ACCOUNTS_QUERY,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// Accepts the answer to [`opencode_accounts_argv`] when it says there is nothing.
+pub fn judge_opencode_accounts(stdout: &str) -> Result<(), ProbeRefusal> {
+    let rows: Vec<serde_json::Value> = serde_json::from_str(stdout.trim())
+        .map_err(|e| ProbeRefusal::UnreadableDatabase(format!("its answer is not JSON: {e}")))?;
+    let count = match rows.as_slice() {
+        [row] => row.get("n").and_then(serde_json::Value::as_u64),
+        _ => None,
+    }
+    .ok_or_else(|| ProbeRefusal::UnreadableDatabase("its answer is not one count".to_owned()))?;
+    if count == 0 {
+        Ok(())
+    } else {
+        Err(ProbeRefusal::ConsoleAccount { count })
+    }
 }
 
 /// The argv asking `bin` its version.

@@ -173,9 +173,13 @@ pub fn turn_gitconfig_path(agents_root: &Path) -> PathBuf {
 /// The turn HOME's one writable directory, the identity's: the agent CLI's state (its session
 /// transcripts, which a resumed turn reads back) and caches.
 pub const TURN_HOME_STATE_DIR: &str = "state";
-/// The turn HOME's configuration directory: root's and empty, so nothing a turn writes is
-/// configuration a later turn reads.
+/// The turn HOME's configuration directory: root's, holding only [`TURN_HOME_OPENCODE_DIR`],
+/// so nothing a turn writes is configuration a later turn reads.
 pub const TURN_HOME_CONFIG_DIR: &str = ".config";
+/// opencode's global configuration directory inside `.config/`: root's and empty. opencode
+/// makes it at every start and cannot run where it cannot; made by the provisioner, it exists
+/// and holds nothing opencode would load.
+pub const TURN_HOME_OPENCODE_DIR: &str = "opencode";
 /// The turn HOME's git configuration, root's (git reads `~/.gitconfig` as global).
 pub const TURN_HOME_GITCONFIG: &str = ".gitconfig";
 /// The daemon's statement of the agent CLI's configuration for the next turn (a models file, a
@@ -183,6 +187,13 @@ pub const TURN_HOME_GITCONFIG: &str = ".gitconfig";
 /// identity through its private group, writable by nobody else, so nothing a turn writes is
 /// configuration a turn loads.
 pub const TURN_HOME_STATED_DIR: &str = "stated";
+
+/// Workspace directories the turn door masks when they exist (`InaccessiblePaths=-…`): an agent
+/// CLI's project configuration that no switch of the CLI closes. opencode runs the plugins in
+/// a project's `.opencode/` even when told to load no project configuration (measured on
+/// 1.18.33), so a turn never sees the directory at all; a turn that makes one writes to it
+/// unseen by every later turn.
+pub const TURN_MASKED_WORKSPACE_DIRS: [&str; 1] = [".opencode"];
 
 /// The keys the turn unit fixes in its environment beside HOME, in [`turn_home_env`]'s order;
 /// the shim lets no spec set them on the turn door.
@@ -317,8 +328,10 @@ pub enum Role {
     TurnHome,
     /// The turn HOME's `state/`, the identity's.
     TurnHomeState,
-    /// The turn HOME's `.config/`, root's and empty.
+    /// The turn HOME's `.config/`, root's, holding only `opencode/`.
     TurnHomeConfig,
+    /// The turn HOME's `.config/opencode/`, root's and empty.
+    TurnHomeOpencodeConfig,
     /// The turn HOME's `.gitconfig`, root's.
     TurnHomeGitconfig,
     /// The turn HOME's `stated/`: sited's, read by the site's identity through its private group.
@@ -414,6 +427,7 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::TurnHome, Root, Root, 0o755, D),
     rule(Role::TurnHomeState, SiteIdentity, ServiceGroup, 0o700, D),
     rule(Role::TurnHomeConfig, Root, Root, 0o755, D),
+    rule(Role::TurnHomeOpencodeConfig, Root, Root, 0o755, D),
     rule(Role::TurnHomeGitconfig, Root, Root, 0o644, F),
     // sited states the next turn's CLI configuration here; the turn may only read it.
     rule(
@@ -910,6 +924,11 @@ impl<'d> Layout<'d> {
                     ] {
                         out.push(self.entry(role, home.join(name), Some(k)));
                     }
+                    out.push(self.entry(
+                        Role::TurnHomeOpencodeConfig,
+                        home.join(TURN_HOME_CONFIG_DIR).join(TURN_HOME_OPENCODE_DIR),
+                        Some(k),
+                    ));
                 } else {
                     out.push(self.entry(Role::AgentHome, home, Some(k)));
                 }

@@ -352,6 +352,10 @@ fn mode_matrix_golden_rows() {
             .any(|e| e.role == Role::TurnHomeStated && e.path == layout.turn_stated_dir(k(n))));
     }
     assert_eq!(
+        find("/var/lib/atelier/example/agents/s2/turn/.config/opencode"),
+        ("root", "root", 0o755, D)
+    );
+    assert_eq!(
         find("/var/lib/atelier/example/agents/s2/build"),
         ("atelier-a-example_2", "atelier-example", 0o700, D)
     );

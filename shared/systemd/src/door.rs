@@ -368,6 +368,11 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
         inaccessible.push(format!("{workspace}/.git"));
+        inaccessible.extend(
+            paths::TURN_MASKED_WORKSPACE_DIRS
+                .iter()
+                .map(|dir| format!("-{workspace}/{dir}")),
+        );
         read_only_binds.push(format!(
             "{}:{TURN_GITCONFIG_IN_UNIT}",
             text(&paths::turn_gitconfig_path(&facts.agents_root))

@@ -30,6 +30,26 @@ pub struct Request {
     pub stream: bool,
     /// The conversation so far.
     pub messages: Vec<Message>,
+    /// The tools offered, by the parts the script reads.
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+}
+
+/// One offered tool: its name and the names of its parameters.
+#[derive(Debug, Deserialize)]
+pub struct Tool {
+    /// The function.
+    pub function: Function,
+}
+
+/// A tool's function.
+#[derive(Debug, Deserialize)]
+pub struct Function {
+    /// Its name.
+    pub name: String,
+    /// Its JSON schema; only the property names are read.
+    #[serde(default)]
+    pub parameters: Value,
 }
 
 /// One message, by its role alone.
@@ -49,16 +69,32 @@ impl Request {
     }
 }
 
-/// The write tool's arguments, as the JSON string the wire carries.
-pub fn write_arguments(script: &Script) -> String {
-    json!({ "path": script.write_path, "content": script.write_content }).to_string()
+/// The write tool's arguments, as the JSON string the wire carries. The path goes under the
+/// name the offered write tool's schema uses (opencode's `filePath`, Claude Code's
+/// `file_path`); `path` when the request offers no such tool (pi's name).
+pub fn write_arguments(request: &Request, script: &Script) -> String {
+    let path_key = request
+        .tools
+        .iter()
+        .find(|tool| tool.function.name == WRITE_TOOL)
+        .and_then(|tool| tool.function.parameters.get("properties"))
+        .and_then(|properties| {
+            ["filePath", "file_path", "path"]
+                .into_iter()
+                .find(|key| properties.get(key).is_some())
+        })
+        .unwrap_or("path");
+    let mut arguments = serde_json::Map::new();
+    arguments.insert(path_key.to_owned(), json!(script.write_path));
+    arguments.insert("content".to_owned(), json!(script.write_content));
+    Value::Object(arguments).to_string()
 }
 
 /// The answer as stream chunks, each framed `data: <json>\n\n`, without the final [`DONE`].
 pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
     let (first, deltas, finish_reason) = match request.turn() {
         Turn::Write => {
-            let arguments = write_arguments(script);
+            let arguments = write_arguments(request, script);
             let first = json!({
                 "role": "assistant",
                 "content": null,
@@ -104,7 +140,7 @@ pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
 pub fn completion(request: &Request, script: &Script, n: u64) -> Value {
     let (message, finish_reason, completion_tokens) = match request.turn() {
         Turn::Write => {
-            let arguments = write_arguments(script);
+            let arguments = write_arguments(request, script);
             let completion_tokens = tokens(&arguments);
             let message = json!({
                 "role": "assistant",
@@ -167,6 +203,49 @@ mod tests {
             .and_then(|rest| rest.strip_suffix("\n\n"))
             .unwrap();
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_path_goes_under_the_name_the_write_tool_takes() {
+        let with_tool = |properties: Value| -> Request {
+            serde_json::from_value(json!({
+                "model": "m",
+                "messages": [{ "role": "user", "content": "go" }],
+                "tools": [
+                    { "type": "function", "function": { "name": "read", "parameters": { "properties": { "filePath": {} } } } },
+                    { "type": "function", "function": { "name": "write", "parameters": { "properties": properties } } },
+                ],
+            }))
+            .unwrap()
+        };
+        for (name, request, key) in [
+            (
+                "opencode",
+                with_tool(json!({ "filePath": {}, "content": {} })),
+                "filePath",
+            ),
+            (
+                "claude-style",
+                with_tool(json!({ "file_path": {}, "content": {} })),
+                "file_path",
+            ),
+            (
+                "pi",
+                with_tool(json!({ "path": {}, "content": {} })),
+                "path",
+            ),
+            (
+                "no tools",
+                request(json!([{ "role": "user", "content": "go" }])),
+                "path",
+            ),
+        ] {
+            let arguments: Value =
+                serde_json::from_str(&write_arguments(&request, &script())).unwrap();
+            assert_eq!(arguments[key], "/srv/a.html", "{name}");
+            assert_eq!(arguments["content"], "<p>é</p>", "{name}");
+            assert_eq!(arguments.as_object().unwrap().len(), 2, "{name}");
+        }
     }
 
     #[test]

@@ -926,21 +926,27 @@ fn lab_declaration(hosts: &[&str], base_url: Option<&str>, turn_timeout_ms: u64)
 }
 
 /// After `apply`: the lab network (a namespace of its own joined by veth, the lab model in
-/// it on 198.18.77.2:443 with a fresh test CA), the lab name in the box's /etc/hosts, and the
+/// it on port 443 of a random address of the lab range, with a fresh test CA), the lab name in the box's /etc/hosts, and the
 /// two development drop-ins — the gate counts the lab range as public, sited's agents trust
 /// the test CA. The door units stay exactly as rendered.
 const LAB: &str = r#"
 sed 's/^/apply| /' /tmp/apply
-labns=atlab$$
+# The box shares the host's network, so each box takes a /30 of the lab range at random: two
+# boxes at once (two test binaries, a demo beside a test) never answer for each other.
+lab_id=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+lab_prefix=198.18.$(( lab_id / 64 % 256 ))
+lab_base=$(( lab_id % 64 * 4 ))
+lab_ip=$lab_prefix.$(( lab_base + 2 ))
+labns=atlab$lab_id
 ip netns add $labns
-ip link add labh$$ type veth peer name labm$$
-ip link set labm$$ netns $labns
-ip addr add 198.18.77.1/30 dev labh$$ && ip link set labh$$ up
-ip -n $labns addr add 198.18.77.2/30 dev labm$$ && ip -n $labns link set labm$$ up && ip -n $labns link set lo up
-echo "198.18.77.2 model.lab.example" >> /etc/hosts
+ip link add labh$lab_id type veth peer name labm$lab_id
+ip link set labm$lab_id netns $labns
+ip addr add $lab_prefix.$(( lab_base + 1 ))/30 dev labh$lab_id && ip link set labh$lab_id up
+ip -n $labns addr add $lab_ip/30 dev labm$lab_id && ip -n $labns link set labm$lab_id up && ip -n $labns link set lo up
+echo "$lab_ip model.lab.example" >> /etc/hosts
 mkdir -p /etc/atelier-lab
-echo "198.18.77.2 registry.lab.example" >> /etc/hosts
-ip netns exec $labns /usr/local/bin/atelier-lab-model --listen 198.18.77.2:443 --host model.lab.example \
+echo "$lab_ip registry.lab.example" >> /etc/hosts
+ip netns exec $labns /usr/local/bin/atelier-lab-model --listen $lab_ip:443 --host model.lab.example \
   --host registry.lab.example --package escape-html@1.0.3 $LAB_ARGS \
   --ca-out /etc/atelier-lab/ca.pem --record /root/lab-requests.jsonl \
   --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
@@ -960,7 +966,7 @@ cat > /etc/systemd/system/atelier-sited@example.service.d/50-lab.conf <<UNIT
 Environment=ATELIER_DEPLOYMENT=development ATELIER_AGENT_EXTRA_CA_CERTS=/etc/atelier-lab/ca.pem $SITED_EXTRA
 UNIT
 systemctl daemon-reload
-lab_down() { kill %1 2>/dev/null; wait; ip link del labh$$ 2>/dev/null; ip netns del $labns 2>/dev/null; }
+lab_down() { kill %1 2>/dev/null; wait; ip link del labh$lab_id 2>/dev/null; ip netns del $labns 2>/dev/null; }
 requests() { cat /root/lab-requests.jsonl 2>/dev/null | sed 's/^/request| /'; }
 "#;
 
@@ -1270,15 +1276,45 @@ fn a_model_host_off_the_plan_is_refused_in_the_session_and_the_turn_ends() {
     );
 }
 
+/// `/health` (printed as `health=`) reports `driver` available with the version its probe of
+/// the real binary read: the pin `scripts/agents` installed for `cli`.
+fn assert_health_reports(run: &BoxRun, driver: &str, cli: &str) {
+    let pins = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/agents"))
+        .arg("pins")
+        .output()
+        .expect("scripts/agents pins");
+    let pins = String::from_utf8_lossy(&pins.stdout);
+    let version = pins
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{cli} ")))
+        .and_then(|pin| pin.rsplit('@').next())
+        .expect("the CLI's pin");
+    let health: Value = serde_json::from_str(fact(run, "health")).expect("/health is JSON");
+    let entry = health["drivers"]
+        .as_array()
+        .and_then(|drivers| drivers.iter().find(|d| d["id"] == driver))
+        .expect("the driver in /health");
+    assert_eq!(entry["available"], true, "{health}");
+    assert_eq!(entry["version"], version, "{health}");
+    assert_eq!(entry["is_default"], true, "{health}");
+}
+
 /// The example declaration with the real pi as its agent, talking to the lab model's OpenAI
 /// chat completions through the gate.
 fn pi_declaration() -> String {
+    openai_declaration("pi")
+}
+
+/// The example declaration with the real `driver` (`pi`, `opencode`) as its agent, talking to
+/// the lab model's OpenAI chat completions through the gate.
+fn openai_declaration(driver: &str) -> String {
     let text = std::fs::read_to_string(repo_root().join("deploy/examples/instance.json"))
         .expect("reading the example declaration");
     let mut decl: Value = serde_json::from_str(&text).expect("the example is JSON");
     decl["agent"] = serde_json::json!({
-        "driver": "pi",
-        "bins": { "pi": real_agent("pi").expect("the real pi") },
+        "driver": driver,
+        "bins": { driver: real_agent(driver).expect("the real CLI") },
         "provider_hosts": [LAB_HOST],
         "openai_base_url": "https://model.lab.example/v1",
         "openai_model": "lab-model",
@@ -1314,6 +1350,7 @@ echo "stated_owner=$(stat -c %U:%G:%a /var/lib/atelier/example/agents/s1/turn/st
 echo "sessions=$(ls /var/lib/atelier/example/agents/s1/turn/state/pi-sessions | wc -l)"
 echo "session_owner=$(stat -c %U /var/lib/atelier/example/agents/s1/turn/state/pi-sessions/*.jsonl)"
 echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+echo "health=$(curl -sS --unix-socket $sock $base/health)"
 api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
 timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 requests
@@ -1392,6 +1429,7 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
         "{run:?}"
     );
     assert_eq!(fact(&run, "sessions"), "1", "{run:?}");
+    assert_health_reports(&run, "pi", "pi");
 
     // What reached the model is the driver's statement and nothing planted.
     let requests: Vec<Value> = tagged(&run, "request")
@@ -1590,4 +1628,162 @@ fn the_real_pi_talks_to_the_real_local_model_through_the_gate() {
     );
     assert!(turn.iter().any(|e| e["type"] == "result"), "{run:?}");
     assert_ne!(fact(&run, "forwarded"), "0", "{run:?}");
+}
+
+/// The real opencode runs a turn as the site's identity with every configuration source a
+/// workspace or its own state can hold planted: a project `opencode.json` (an instruction
+/// file, a local MCP server), `.opencode/` agents, commands and a plugin, Claude Code's files
+/// and skill trees, a credential store with a `wellknown` entry and a provider SDK in its
+/// cache. The model sees only the driver's statement, and nothing planted runs. Then a console
+/// account in the turn's database refuses the driver by name.
+const OPENCODE_TURN: &str = r#"
+create_site collection www.example.org
+plant() { # path content
+  install -D -o atelier-example -g atelier-example -m 0660 /dev/stdin "$ws1/$1" <<<"$2"
+}
+state=/var/lib/atelier/example/agents/s1/turn/state
+plant_state() { # path content
+  install -D -o atelier-a-example_1 -g atelier-example -m 0600 /dev/stdin "$state/$1" <<<"$2"
+  chown -R atelier-a-example_1 "$state"
+}
+plant AGENTS.md '# Brief. brief-canary-7f3a'
+plant opencode.json '{"instructions":["planted-instructions.md"],"mcp":{"planted":{"type":"local","command":["/usr/bin/touch","/tmp/planted-mcp-ran"]}}}'
+plant planted-instructions.md 'planted-instructions-canary'
+plant .opencode/agent/planted.md $'---\ndescription: planted-agent-canary\n---\nplanted'
+plant .opencode/command/planted.md $'---\ndescription: planted-command-canary\n---\nplanted'
+plant .opencode/plugin/planted.js 'require("fs").writeFileSync("/var/lib/atelier/example/sites/collection/planted-plugin-ran", "yes"); export const Planted = async () => ({});'
+plant CLAUDE.md 'planted-claude-md-canary'
+plant .claude/skills/planted/SKILL.md $'---\nname: planted\ndescription: planted-skill-canary\n---\nplanted'
+plant .agents/skills/planted/SKILL.md $'---\nname: planted2\ndescription: planted-agents-skill-canary\n---\nplanted'
+plant_state data/opencode/auth.json '{"planted":{"type":"wellknown","key":"k","token":"planted-wellknown-canary"}}'
+plant_state cache/opencode/package.json '{"dependencies":{"@ai-sdk/openai-compatible":"9.9.9"}}'
+plant_state cache/opencode/node_modules/@ai-sdk/openai-compatible/package.json '{"name":"@ai-sdk/openai-compatible","version":"9.9.9","main":"index.js"}'
+plant_state cache/opencode/node_modules/@ai-sdk/openai-compatible/index.js 'require("fs").writeFileSync("/var/lib/atelier/example/sites/collection/planted-sdk-ran", "yes"); throw new Error("planted sdk");'
+id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn1| /'
+echo "page=$(cat $ws1/src/index.html)"
+echo "ran=$(ls $ws1/planted-plugin-ran $ws1/planted-sdk-ran /tmp/planted-mcp-ran 2>/dev/null | wc -l)"
+echo "stated=$(ls /var/lib/atelier/example/agents/s1/turn/stated/opencode | tr '\n' ',')"
+echo "db_owner=$(stat -c %U $state/opencode.db)"
+echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+echo "health=$(curl -sS --unix-socket $sock $base/health)"
+# A console account in the turn's database: the next session is refused, naming it.
+python3 - "$state/opencode.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("insert into account values ('acc_planted', 'someone@example.org', 'https://console.example.org', 'a', 'r', null, 0, 0)")
+db.commit()
+PY
+id2=$(start_session collection '"Again."')
+echo "account_start=$(cat /tmp/start-status)"
+echo "account_body=$(cat /tmp/start)"
+requests
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | grep egress | tail -n 20 | sed 's/^/gate-log| /'
+sed 's/^/lab-log| /' /root/lab-model.log
+lab_down
+exit 0
+"#;
+
+#[test]
+fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_refuses_it() {
+    let run = run_real_agent(openai_declaration("opencode"), OPENCODE_TURN, "");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn1 = events(&run, "turn1");
+    let types: Vec<&str> = turn1
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("<none>"))
+        .collect();
+    for wanted in ["turn_start", "tool", "text", "result", "turn_end"] {
+        assert!(types.contains(&wanted), "no {wanted} in {types:?}\n{run:?}");
+    }
+    assert_eq!(
+        turn1.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    assert!(
+        turn1
+            .iter()
+            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
+        "the model was reached through the gate: {run:?}"
+    );
+    assert!(
+        turn1
+            .iter()
+            .filter(|e| e["egress"]["host"] != "mcp")
+            .all(|e| e["egress"]["verdict"] != "refused"),
+        "opencode reached for nothing else (no registry, no update, no console): {run:?}"
+    );
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    assert_eq!(fact(&run, "ran"), "0", "no planted code ran: {run:?}");
+    assert_eq!(fact(&run, "stated"), "brief.md,", "{run:?}");
+    assert_eq!(fact(&run, "db_owner"), "atelier-a-example_1", "{run:?}");
+    assert_health_reports(&run, "opencode", "opencode");
+
+    let requests: Vec<Value> = tagged(&run, "request")
+        .into_iter()
+        .map(|l| serde_json::from_str(l).expect("a recorded request"))
+        .collect();
+    let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
+    let calls: Vec<&Value> = requests[..turn1_calls]
+        .iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .collect();
+    assert!(calls.len() >= 2, "two model calls at least: {run:?}");
+    for call in &calls {
+        let body = call["body"].to_string();
+        for planted in [
+            "planted-instructions-canary",
+            "planted-agent-canary",
+            "planted-command-canary",
+            "planted-claude-md-canary",
+            "planted-skill-canary",
+            "planted-agents-skill-canary",
+            "planted-wellknown-canary",
+            "planted_",
+        ] {
+            assert!(
+                !body.contains(planted),
+                "{planted} reached the model: {body}"
+            );
+        }
+        let tools: Vec<&str> = call["body"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for denied in ["bash", "webfetch", "websearch"] {
+            assert!(!tools.contains(&denied), "{denied} offered: {tools:?}");
+        }
+    }
+    let with_tools: Vec<&&Value> = calls
+        .iter()
+        .filter(|c| c["body"]["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect();
+    let first = with_tools
+        .first()
+        .map(|c| c["body"].to_string())
+        .unwrap_or_default();
+    assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
+    assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+
+    // The planted console account refuses the driver before anything runs.
+    assert_eq!(fact(&run, "account_start"), "503", "{run:?}");
+    let body = fact(&run, "account_body");
+    assert!(
+        body.contains("confinement.agent_cli_unsupported"),
+        "{body}\n{run:?}"
+    );
+    assert!(
+        tagged(&run, "sited-log")
+            .iter()
+            .any(|l| l.contains("console account")),
+        "the log names the account: {run:?}"
+    );
 }

@@ -316,6 +316,10 @@ fn door_service(
                      BindReadOnlyPaths={gitconfig}:/etc/gitconfig"
                 )
                 .ok();
+                // A CLI's project configuration that no switch of the CLI closes.
+                for dir in atelier_layout::paths::TURN_MASKED_WORKSPACE_DIRS {
+                    write!(tail, "\nInaccessiblePaths=-{workspace}/{dir}").ok();
+                }
             }
             tail
         }

@@ -153,12 +153,14 @@ pub fn check_root_owned(path: &Path) -> Result<(), String> {
 
 /// Checks the turn HOME as a closed world: root's `0755` directory holding exactly `state/`
 /// (the identity's, `0700`), `stated/` (sited's, `daemon_uid`, `0750`: what sited writes there
-/// before each turn is the CLI's configuration), `.config/` (root's, `0755`, empty) and
-/// `.gitconfig` (root's `0644` file); nothing is followed. What a turn writes at HOME level
+/// before each turn is the CLI's configuration), `.config/` (root's, `0755`, holding only
+/// `opencode/`, root's, `0755`, empty) and `.gitconfig` (root's `0644` file); nothing is
+/// followed. What a turn writes at HOME level
 /// would otherwise be configuration the next turn reads.
 pub fn check_turn_home(home: &Path, identity_uid: u32, daemon_uid: u32) -> Result<(), String> {
     use atelier_layout::paths::{
-        TURN_HOME_CONFIG_DIR, TURN_HOME_GITCONFIG, TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR,
+        TURN_HOME_CONFIG_DIR, TURN_HOME_GITCONFIG, TURN_HOME_OPENCODE_DIR, TURN_HOME_STATED_DIR,
+        TURN_HOME_STATE_DIR,
     };
     let shape = |path: &Path, dir: bool, uid: u32, mode: u32| -> Result<(), String> {
         let meta =
@@ -185,29 +187,30 @@ pub fn check_turn_home(home: &Path, identity_uid: u32, daemon_uid: u32) -> Resul
         TURN_HOME_STATE_DIR,
         TURN_HOME_STATED_DIR,
     ];
-    let mut found: Vec<String> = std::fs::read_dir(home)
-        .map_err(|e| format!("{}: {e}", home.display()))?
-        .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", home.display()))?;
-    found.sort();
-    if found != expected {
-        return Err(format!(
-            "{} holds {found:?}, not exactly {expected:?}",
-            home.display()
-        ));
-    }
+    let exactly = |dir: &Path, expected: &[&str]| -> Result<(), String> {
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        found.sort();
+        if found != expected {
+            return Err(format!(
+                "{} holds {found:?}, not exactly {expected:?}",
+                dir.display()
+            ));
+        }
+        Ok(())
+    };
+    exactly(home, &expected)?;
     shape(&home.join(TURN_HOME_STATE_DIR), true, identity_uid, 0o700)?;
     shape(&home.join(TURN_HOME_STATED_DIR), true, daemon_uid, 0o750)?;
     let config = home.join(TURN_HOME_CONFIG_DIR);
     shape(&config, true, 0, 0o755)?;
-    if std::fs::read_dir(&config)
-        .map_err(|e| format!("{}: {e}", config.display()))?
-        .next()
-        .is_some()
-    {
-        return Err(format!("{} is not empty", config.display()));
-    }
+    exactly(&config, &[TURN_HOME_OPENCODE_DIR])?;
+    let opencode = config.join(TURN_HOME_OPENCODE_DIR);
+    shape(&opencode, true, 0, 0o755)?;
+    exactly(&opencode, &[])?;
     shape(&home.join(TURN_HOME_GITCONFIG), false, 0, 0o644)
 }
 
@@ -324,6 +327,12 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
         std::fs::create_dir(home.join(".config")).unwrap();
         std::fs::set_permissions(home.join(".config"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
+        std::fs::create_dir(home.join(".config/opencode")).unwrap();
+        std::fs::set_permissions(
+            home.join(".config/opencode"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         std::fs::write(home.join(".gitconfig"), "[safe]\n").unwrap();
         std::fs::set_permissions(
             home.join(".gitconfig"),
@@ -345,7 +354,7 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
         }
         type Case = (&'static str, fn(&Path), Option<&'static str>);
-        let cases: [Case; 12] = [
+        let cases: [Case; 14] = [
             ("as provisioned", |_| {}, None),
             (
                 "a HOME the identity may write",
@@ -368,9 +377,19 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
                 Some("state is uid 0"),
             ),
             (
-                "a non-empty .config/",
+                "more than opencode/ in .config/",
                 |h| std::fs::create_dir(h.join(".config/git")).unwrap(),
-                Some("not empty"),
+                Some("not exactly"),
+            ),
+            (
+                "a non-empty .config/opencode/",
+                |h| std::fs::write(h.join(".config/opencode/opencode.json"), "{}").unwrap(),
+                Some("not exactly"),
+            ),
+            (
+                ".config/opencode/ the identity's",
+                |h| chown(h.join(".config/opencode"), Some(ID), None).unwrap(),
+                Some("opencode is uid 991"),
             ),
             (
                 ".config/ writable",

@@ -137,8 +137,10 @@ fn child_environment_is_an_exact_allowlist() {
     let opencode_keys = [
         "OPENCODE_AUTH_CONTENT",
         "OPENCODE_CONFIG_CONTENT",
+        "OPENCODE_DB",
         "OPENCODE_DISABLE_AUTOUPDATE",
         "OPENCODE_DISABLE_CLAUDE_CODE",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS",
         "OPENCODE_DISABLE_EXTERNAL_SKILLS",
         "OPENCODE_DISABLE_LSP_DOWNLOAD",
         "OPENCODE_DISABLE_MODELS_FETCH",
@@ -333,16 +335,31 @@ fn opencode_gets_its_whole_configuration_from_the_daemon() {
     assert_eq!(config["autoupdate"], false);
     assert_eq!(
         config["instructions"],
-        json!([format!("{WORKSPACE}/.builder/opencode-brief.md")])
+        json!([format!("{STATED}/opencode/brief.md")])
+    );
+    assert!(
+        plan.files.is_empty(),
+        "nothing is written into the workspace"
     );
     assert_eq!(
-        plan.files,
+        plan.stated,
         [PlannedFile {
-            path: PathBuf::from(".builder/opencode-brief.md"),
+            path: PathBuf::from("opencode/brief.md"),
             contents: b"brief".to_vec(),
             mode: 0o640
         }]
     );
+    assert_eq!(plan.env["OPENCODE_DB"], format!("{STATE}/opencode.db"));
+    // The stated model: an OpenAI-compatible provider whose key is the operator's credential.
+    assert_eq!(
+        config["provider"]["atelier"],
+        json!({
+            "npm": "@ai-sdk/openai-compatible",
+            "options": {"baseURL": "https://llm.example.org/v1", "apiKey": "{env:OPENAI_API_KEY}"},
+            "models": {"coder-7b": {}},
+        })
+    );
+    assert_eq!(config["model"], "atelier/coder-7b");
     for switch in [
         "OPENCODE_PURE",
         "OPENCODE_DISABLE_PROJECT_CONFIG",
@@ -591,7 +608,7 @@ fn brief_bounds() {
         ))
         .unwrap();
         assert_eq!(
-            opencode.files[0].contents,
+            opencode.stated[0].contents,
             plan.argv[at + 1].as_bytes(),
             "{name}: both drivers get the same brief"
         );
