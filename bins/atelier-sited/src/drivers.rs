@@ -19,6 +19,10 @@ use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
 
 /// How long one probe question may take before the answer is "unproved".
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
+/// How long the canary probe (four questions of opencode and the scratch tree) may take.
+const CANARY_DEADLINE: Duration = Duration::from_secs(60);
+/// The canary probe's scratch tree below the CLI's state.
+const CANARY_SCRATCH: &str = "canary-probe";
 /// The most of a probe's output read.
 const PROBE_OUTPUT_LIMIT: usize = 1024 * 1024;
 /// The `PATH` every agent run gets.
@@ -188,6 +192,7 @@ impl Drivers {
                 target,
                 driver,
                 atelier_agents::opencode_accounts_argv(&bin),
+                PROBE_DEADLINE,
             )
             .await?;
             atelier_agents::judge_opencode_accounts(&stdout)
@@ -196,8 +201,9 @@ impl Drivers {
         Ok(bin)
     }
 
-    /// Asks the binary its version and its help through the turn door. `Ok(Err)` is a
-    /// definitive refusal (cached); `Err` means nothing was proved.
+    /// Asks the binary its version and its help through the turn door, and for opencode runs
+    /// the canary probe. `Ok(Err)` is a definitive refusal (cached); `Err` means nothing was
+    /// proved.
     async fn probe(
         &self,
         runner: &Runner,
@@ -211,6 +217,7 @@ impl Drivers {
             target,
             driver,
             atelier_agents::version_argv(driver, bin),
+            PROBE_DEADLINE,
         )
         .await?;
         let version = format!("{stdout}\n{stderr}");
@@ -223,13 +230,70 @@ impl Drivers {
             target,
             driver,
             atelier_agents::help_argv(driver, bin),
+            PROBE_DEADLINE,
         )
         .await?;
         let help = format!("{stdout}\n{stderr}");
-        Ok(atelier_agents::judge_help(driver, &help)
-            .map(|()| version)
-            .map_err(|refusal| describe(&refusal)))
+        if let Err(refusal) = atelier_agents::judge_help(driver, &help) {
+            return Ok(Err(describe(&refusal)));
+        }
+        if driver == DriverId::Opencode {
+            if let Err(refusal) = canary_probe(runner, target, bin).await? {
+                return Ok(Err(describe(&refusal)));
+            }
+        }
+        Ok(Ok(version))
     }
+}
+
+/// opencode's canary probe through the turn door, in a scratch tree under the CLI's state:
+/// `Ok(Err)` names the source the turn's switches do not close (or that the control could not
+/// see); a probe that did not finish is unproved.
+async fn canary_probe(
+    runner: &Runner,
+    target: &RunTarget,
+    bin: &Path,
+) -> Result<Result<(), ProbeRefusal>, AdmitError> {
+    let unproved = |why: String| AdmitError::Unproved {
+        driver: DriverId::Opencode.as_str(),
+        why,
+    };
+    let tokens = random_tokens().map_err(|e| unproved(format!("random tokens: {e}")))?;
+    let probe = atelier_agents::CanaryProbe::new(tokens);
+    let scratch = runner.turn_dirs(&target.slug)?.state.join(CANARY_SCRATCH);
+    let (stdout, _) = ask(
+        runner,
+        target,
+        DriverId::Opencode,
+        probe.argv(bin, &scratch),
+        CANARY_DEADLINE,
+    )
+    .await?;
+    match probe.judge(&stdout) {
+        Err(ProbeRefusal::CanaryUnproved(why)) => Err(unproved(why)),
+        Err(refusal) => {
+            tracing::warn!(site = %target.slug, bin = %bin.display(), "the opencode canary probe refused the binary: {refusal}");
+            Ok(Err(refusal))
+        }
+        Ok(()) => {
+            let sources: Vec<&str> = atelier_agents::canary::Source::ALL
+                .iter()
+                .map(|s| s.as_str())
+                .collect();
+            tracing::info!(site = %target.slug, bin = %bin.display(), "the opencode canary probe passed: the control saw a canary in each of {}; a turn's restriction saw none", sources.join(", "));
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// Four distinct random tokens from the kernel's generator.
+fn random_tokens() -> std::io::Result<[String; 4]> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(std::array::from_fn(|i| {
+        format!("canary{}", hex::encode(&bytes[i * 8..(i + 1) * 8]))
+    }))
 }
 
 fn describe(refusal: &ProbeRefusal) -> String {
@@ -242,6 +306,7 @@ async fn ask(
     target: &RunTarget,
     driver: DriverId,
     argv: Vec<String>,
+    deadline: Duration,
 ) -> Result<(String, String), AdmitError> {
     let state = runner.turn_dirs(&target.slug)?.state;
     let mut env = base_env(AGENT_PATH);
@@ -252,7 +317,7 @@ async fn ask(
         env,
     };
     let output = runner
-        .collect(target, spec, PROBE_OUTPUT_LIMIT, PROBE_DEADLINE)
+        .collect(target, spec, PROBE_OUTPUT_LIMIT, deadline)
         .await?;
     match output.end {
         Ok(_) => Ok((

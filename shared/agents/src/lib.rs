@@ -7,8 +7,10 @@
 //!
 //! Parts: [`DriverId`] and [`Capabilities`]; [`AgentEvent`]; [`plan`] (a turn's argv,
 //! environment and files); [`parse`] (line splitting and the per-driver parsers); [`probe`]
-//! (what to ask a binary and how to judge its answers).
+//! (what to ask a binary and how to judge its answers); [`canary`] (opencode's proof that its
+//! switches close its configuration sources).
 
+pub mod canary;
 pub mod parse;
 pub mod plan;
 pub mod probe;
@@ -18,6 +20,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use canary::CanaryProbe;
 pub use parse::{line_parser, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson};
 pub use plan::{
     is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,

@@ -35,6 +35,23 @@ pub enum ProbeRefusal {
         /// Accounts and credentials found.
         count: u64,
     },
+    /// A canary planted in `source` surfaced under the turn's restriction: the switches do not
+    /// close it for this binary.
+    #[error("the {driver} CLI loads {planted_in} even under a turn's switches (its canary surfaced)", driver = DriverId::Opencode)]
+    CanarySurfaced {
+        /// The source.
+        planted_in: crate::canary::Source,
+    },
+    /// The control did not see the canary in `source`: the probe proves nothing about it, and
+    /// a binary that reads its sources elsewhere is not one the switches were written for.
+    #[error("the {driver} CLI's probe could not see {planted_in} in its control run, so it proves nothing about it", driver = DriverId::Opencode)]
+    CanaryUnseen {
+        /// The source.
+        planted_in: crate::canary::Source,
+    },
+    /// The canary probe did not answer (asked again next time).
+    #[error("the canary probe did not finish: {0}")]
+    CanaryUnproved(String),
     /// opencode's database could not be read, so it cannot be proved free of an account.
     #[error("the turn's opencode database could not be read ({0}), so it cannot be proved free of a console account")]
     UnreadableDatabase(String),

@@ -1,5 +1,6 @@
 //! Recorded-format transcripts through the real splitter and parsers: every chunking of a
-//! transcript gives exactly its golden events (`tests/fixtures/README.md`).
+//! transcript gives exactly its golden events (`tests/fixtures/README.md`); and opencode's
+//! canary probe run against the real opencode (`scripts/agents install`).
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail the test")]
 
@@ -143,5 +144,83 @@ fn every_prefix_of_a_transcript_parses() {
                 assert!(results <= 1, "{}: {cut}", transcript.display());
             }
         }
+    }
+}
+
+/// The real opencode that `scripts/agents install` put in its cache; a missing install fails.
+fn real_opencode() -> PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/agents"))
+        .args(["path", "opencode"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the real opencode is not installed; run: bash scripts/agents install"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Runs the canary probe of the real opencode as a turn door would, with `drop` taken out of
+/// the turn's restriction, in a HOME shaped like the turn HOME.
+fn run_canary_probe(drop: &[&str]) -> Result<(), atelier_agents::ProbeRefusal> {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join(".config");
+    std::fs::create_dir_all(config.join("opencode")).unwrap();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mut env = atelier_agents::probe_env(DriverId::Opencode, &state);
+    for key in drop {
+        env.remove(*key);
+    }
+    let tokens = std::array::from_fn(|i| format!("canary{i}x{}", std::process::id()));
+    let probe = atelier_agents::CanaryProbe::new(tokens);
+    let argv = probe.argv(&real_opencode(), &state.join("probe"));
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(&env)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", &config)
+        .env("XDG_DATA_HOME", state.join("data"))
+        .env("XDG_STATE_HOME", state.join("state"))
+        .env("XDG_CACHE_HOME", state.join("cache"))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        !state.join("probe").exists(),
+        "the probe removes its scratch tree"
+    );
+    probe.judge(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Every source's canary surfaces in the control and none under a turn's restriction; with a
+/// switch left out, the source it closes is named.
+#[test]
+fn the_real_opencode_passes_the_canary_probe_and_a_missing_switch_is_named() {
+    use atelier_agents::canary::Source;
+    use atelier_agents::ProbeRefusal;
+    assert_eq!(run_canary_probe(&[]), Ok(()));
+    for (switches, source) in [
+        (
+            &["OPENCODE_DISABLE_PROJECT_CONFIG"][..],
+            Source::ProjectConfig,
+        ),
+        // Either switch closes the skill trees; without both they load.
+        (
+            &[
+                "OPENCODE_DISABLE_CLAUDE_CODE",
+                "OPENCODE_DISABLE_EXTERNAL_SKILLS",
+            ][..],
+            Source::ClaudeSkills,
+        ),
+    ] {
+        assert_eq!(
+            run_canary_probe(switches),
+            Err(ProbeRefusal::CanarySurfaced { planted_in: source }),
+            "{switches:?}"
+        );
     }
 }

@@ -1666,6 +1666,8 @@ echo "page=$(cat $ws1/src/index.html)"
 echo "ran=$(ls $ws1/planted-plugin-ran $ws1/planted-sdk-ran /tmp/planted-mcp-ran 2>/dev/null | wc -l)"
 echo "stated=$(ls /var/lib/atelier/example/agents/s1/turn/stated/opencode | tr '\n' ',')"
 echo "db_owner=$(stat -c %U $state/opencode.db)"
+echo "canary=$(sited_log | grep -c 'the opencode canary probe passed')"
+echo "canary_scratch_left=$(ls $state | grep -c canary-probe)"
 echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
 echo "health=$(curl -sS --unix-socket $sock $base/health)"
 # A console account in the turn's database: the next session is refused, naming it.
@@ -1721,6 +1723,11 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
     assert_eq!(fact(&run, "stated"), "brief.md,", "{run:?}");
     assert_eq!(fact(&run, "db_owner"), "atelier-a-example_1", "{run:?}");
     assert_health_reports(&run, "opencode", "opencode");
+    // Before the first turn the probe planted a canary in each source in a scratch tree: the
+    // control saw every one, the turn's restriction none (`shared/agents`' test runs the same
+    // probe with a switch missing and names the source).
+    assert_eq!(fact(&run, "canary"), "1", "{run:?}");
+    assert_eq!(fact(&run, "canary_scratch_left"), "0", "{run:?}");
 
     let requests: Vec<Value> = tagged(&run, "request")
         .into_iter()
