@@ -986,6 +986,7 @@ echo "page_owner=$(stat -c %U $ws1/src/index.html)"
 echo "commit1_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
 echo "commit1_page=$(git_in $ws1 show HEAD:src/index.html)"
 echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+echo "health=$(curl -sS --unix-socket $sock $base/health)"
 api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
 timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 requests
@@ -1147,6 +1148,7 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         "{run:?}"
     );
     assert_eq!(fact(&run, "commit1_page"), LAB_PAGE, "{run:?}");
+    assert_health_reports(&run, "claude_code", "claude");
 
     // What reached the model: the prompt sited sent and the AGENTS.md brief; then the tool's
     // result; the key never in the record.
