@@ -495,6 +495,63 @@ Options:
     }
 
     #[test]
+    fn probe_questions_run_in_each_drivers_turn_restriction() {
+        let state = Path::new("/h/state");
+        assert!(probe_env(DriverId::ClaudeCode, state).is_empty());
+        let opencode = probe_env(DriverId::Opencode, state);
+        assert_eq!(opencode["OPENCODE_DB"], "/h/state/opencode.db");
+        for switch in [
+            "OPENCODE_DISABLE_PROJECT_CONFIG",
+            "OPENCODE_PURE",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+        ] {
+            assert_eq!(opencode[switch], "true", "{switch}");
+        }
+        assert_eq!(opencode["OPENCODE_AUTH_CONTENT"], "{}");
+        let pi = probe_env(DriverId::Pi, state);
+        assert_eq!(pi["PI_CODING_AGENT_DIR"], "/h/state/pi-probe");
+        assert_eq!(
+            pi["PI_CODING_AGENT_SESSION_DIR"],
+            "/h/state/pi-probe/sessions"
+        );
+        assert_eq!(pi["PI_OFFLINE"], "1");
+    }
+
+    #[test]
+    fn opencode_accounts_table() {
+        for (name, answer, want) in [
+            ("none", "[{\"n\": 0}]", Ok(())),
+            (
+                "an account",
+                "[\n  {\n    \"n\": 2\n  }\n]\n",
+                Err(ProbeRefusal::ConsoleAccount { count: 2 }),
+            ),
+            (
+                "not JSON (a database that would not open)",
+                "Error: database is locked",
+                Err(ProbeRefusal::UnreadableDatabase(String::new())),
+            ),
+            (
+                "two rows",
+                "[{\"n\": 0}, {\"n\": 0}]",
+                Err(ProbeRefusal::UnreadableDatabase(String::new())),
+            ),
+        ] {
+            let got = judge_opencode_accounts(answer).map_err(|refusal| match refusal {
+                ProbeRefusal::UnreadableDatabase(_) => {
+                    ProbeRefusal::UnreadableDatabase(String::new())
+                }
+                other => other,
+            });
+            assert_eq!(got, want, "{name}");
+        }
+        assert_eq!(
+            opencode_accounts_argv(Path::new("/b/opencode"))[..4],
+            ["/b/opencode", "db", "--pure", "--format"]
+        );
+    }
+
+    #[test]
     fn the_probe_asks_about_what_the_argv_passes() {
         let claude = turn_flags(DriverId::ClaudeCode);
         for flag in [
