@@ -273,7 +273,7 @@ echo "sites_archived=$(ls /var/lib/atelier/example | grep -c '^sites.retired-')"
 echo "credential_left=$(cat /etc/atelier/example/credentials/ANTHROPIC_API_KEY)"
 echo "identities_kept=$(getent passwd | grep -c '^atelier-a-example_')"
 echo "locked=$(expiry atelier-a-example_1),$(expiry atelier-a-example_2),$(expiry atelier-a-example_4)"
-for a in /tmp/a1 /tmp/a2 /tmp/a3 /tmp/a4; do sed "s|^|$a| |" $a | grep -v '^/tmp/a[0-9]| done' | grep -v '^/tmp/a[0-9]| unchanged' ; done
+for a in /tmp/a1 /tmp/a2 /tmp/a3 /tmp/a4; do sed "s#^#$a| #" $a | grep -v '^/tmp/a[0-9]| done' | grep -v '^/tmp/a[0-9]| unchanged' ; done
 exit 0
 "#;
 
