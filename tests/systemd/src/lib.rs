@@ -195,6 +195,10 @@ impl SystemdBox {
     /// off and reports.
     pub fn run(self, script: &str) -> Result<BoxRun, BoxError> {
         preflight()?;
+        // One box at a time on this machine, across test threads and test processes: a box
+        // shares the host's network, so two at once would fight over the same ports (each
+        // box's nginx on :80) and lab addresses.
+        let _one_box = one_box_on_this_machine()?;
         let scratch = Scratch::mount()?;
         let root = scratch.root();
         // nspawn populates /dev itself and refuses a non-empty one.
@@ -284,6 +288,24 @@ impl Install {
             } => write_file(&root.join(dest.trim_start_matches('/')), contents, *mode),
         }
     }
+}
+
+/// Where the machine-wide box lock lives.
+const BOX_LOCK: &str = "/run/lock/atelier-systemd-box.lock";
+
+/// Takes the machine-wide box lock, waiting for a box another thread or process runs; it is
+/// released when the returned file is dropped (or the process dies).
+fn one_box_on_this_machine() -> Result<fs::File, BoxError> {
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(BOX_LOCK)
+        .map_err(io_err("opening the box lock"))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(std::io::Error::from)
+        .map_err(io_err("taking the box lock"))?;
+    Ok(lock)
 }
 
 /// The tmpfs that holds the overlay's upper layer, the merged root and the result folder.

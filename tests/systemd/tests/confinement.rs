@@ -5,28 +5,21 @@
 //! turn recovered on the next boot; and the start latency of a door against its twin unit and
 //! the unconfined shim, measured and printed.
 //!
-//! Each test boots its own box; they take turns, so two boxes never share the two cores (and
-//! the latencies are measured on a quiet machine).
+//! Each test boots its own box; boxes take turns machine-wide (`SystemdBox` holds a lock), so
+//! two never share the two cores or the host's network (and the latencies are measured on a
+//! quiet machine).
 
 #![expect(
     clippy::expect_used,
     reason = "test code: a box that cannot boot must fail the test"
 )]
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use atelier_systemd_tests::{
     built_binaries_dir, real_agent, real_claude, repo_root, BoxRun, SystemdBox,
 };
 use serde_json::Value;
-
-/// One box at a time.
-static ONE_BOX: Mutex<()> = Mutex::new(());
-
-fn one_box() -> MutexGuard<'static, ()> {
-    ONE_BOX.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Every script starts with the operator's part, `apply`, and helpers for sited's API and
 /// the door client run as the service user.
@@ -97,7 +90,6 @@ fn confined_box() -> SystemdBox {
 }
 
 fn run_in_box(script: &str, timeout: Duration) -> BoxRun {
-    let _turn = one_box();
     let run = confined_box()
         .timeout(timeout)
         .run(&format!("{PREAMBLE}\n{script}"))
@@ -1049,7 +1041,6 @@ fn run_real_agent_with_lab(
     sited_extra: &str,
     lab_args: &str,
 ) -> BoxRun {
-    let _turn = one_box();
     let lab = LAB
         .replace("$LAB_PAGE", LAB_PAGE)
         .replace("$SITED_EXTRA", sited_extra)
