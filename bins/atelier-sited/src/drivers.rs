@@ -19,6 +19,10 @@ use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
 
 /// How long one probe question may take before the answer is "unproved".
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
+/// The same for opencode: a single-file Bun binary of ~150 MB that opens (and on first use
+/// creates and migrates) its database for every question, in a freshly started unit — seen
+/// past 10 s once on a loaded 2-core CI host, where a refusal "unproved" only delays the turn.
+const OPENCODE_PROBE_DEADLINE: Duration = Duration::from_secs(30);
 /// How long the canary probe (four questions of opencode and the scratch tree) may take.
 const CANARY_DEADLINE: Duration = Duration::from_secs(60);
 /// The canary probe's scratch tree below the CLI's state.
@@ -308,6 +312,11 @@ async fn ask(
     argv: Vec<String>,
     deadline: Duration,
 ) -> Result<(String, String), AdmitError> {
+    let deadline = if driver == DriverId::Opencode {
+        deadline.max(OPENCODE_PROBE_DEADLINE)
+    } else {
+        deadline
+    };
     let state = runner.turn_dirs(&target.slug)?.state;
     let mut env = base_env(AGENT_PATH);
     env.extend(atelier_agents::probe_env(driver, &state));

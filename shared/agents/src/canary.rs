@@ -80,13 +80,17 @@ control() {
     XDG_CONFIG_HOME="$scratch/config" "$bin" "$@"
 }
 echo "== atelier canary probe: control"
-control debug config
-control debug skill
+control debug config; echo "== atelier canary probe: exit $?"
+control debug skill; echo "== atelier canary probe: exit $?"
 echo "== atelier canary probe: turn"
-"$bin" debug config --pure
-"$bin" debug skill --pure
+"$bin" debug config --pure; echo "== atelier canary probe: exit $?"
+"$bin" debug skill --pure; echo "== atelier canary probe: exit $?"
 cd / && rm -rf "$scratch"
 "#;
+
+/// How the script reports a question's exit status; a control question that failed proves
+/// nothing (it could not ASK), so the probe is unproved rather than a refusal.
+const EXIT_MARKER: &str = "== atelier canary probe: exit ";
 
 /// One run of the probe: a token per source.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +131,15 @@ impl CanaryProbe {
         let (control, turn) = rest
             .split_once(TURN_MARKER)
             .ok_or_else(|| unproved("the turn's restriction never answered"))?;
+        let failed = |answers: &str| {
+            answers
+                .lines()
+                .filter_map(|line| line.strip_prefix(EXIT_MARKER))
+                .any(|code| code.trim() != "0")
+        };
+        if failed(control) || failed(turn) {
+            return Err(unproved("an opencode question failed"));
+        }
         for (source, token) in Source::ALL.into_iter().zip(&self.tokens) {
             if !control.contains(token.as_str()) {
                 return Err(ProbeRefusal::CanaryUnseen { planted_in: source });
@@ -154,7 +167,7 @@ mod tests {
 
     #[test]
     fn judging_table() {
-        let control_all = "{\"instructions\":[\"tok1aaaa.md\",\"tok2bbbb.md\"]}\ncanary-claude tok3cccc\ncanary-agents tok4dddd\n";
+        let control_all = "{\"instructions\":[\"tok1aaaa.md\",\"tok2bbbb.md\"]}\n== atelier canary probe: exit 0\ncanary-claude tok3cccc\ncanary-agents tok4dddd\n== atelier canary probe: exit 0\n";
         let cases: Vec<(&str, String, Result<(), ProbeRefusal>)> = vec![
             (
                 "closed",
@@ -181,6 +194,15 @@ mod tests {
                 Err(ProbeRefusal::CanaryUnseen {
                     planted_in: Source::GlobalConfig,
                 }),
+            ),
+            (
+                "a control question failed (it could not ask: unproved, not refused)",
+                format!(
+                    "{CONTROL_MARKER}\nError: database is locked\n{EXIT_MARKER}1\n{TURN_MARKER}\n"
+                ),
+                Err(ProbeRefusal::CanaryUnproved(
+                    "an opencode question failed".into(),
+                )),
             ),
             (
                 "no markers (the script never ran)",
