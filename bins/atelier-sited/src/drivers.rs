@@ -19,7 +19,7 @@ use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
 
 /// How long one probe question may take before the answer is "unproved".
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
-/// The same for opencode: a single-file Bun binary of ~150 MB that opens (and on first use
+/// [`PROBE_DEADLINE`] for opencode: a single-file Bun binary of ~150 MB that opens (and on first use
 /// creates and migrates) its database for every question, in a freshly started unit — seen
 /// past 10 s once on a loaded 2-core CI host, where a refusal "unproved" only delays the turn.
 const OPENCODE_PROBE_DEADLINE: Duration = Duration::from_secs(30);
@@ -196,7 +196,7 @@ impl Drivers {
                 target,
                 driver,
                 atelier_agents::opencode_accounts_argv(&bin),
-                PROBE_DEADLINE,
+                question_deadline(driver),
             )
             .await?;
             atelier_agents::judge_opencode_accounts(&stdout)
@@ -221,7 +221,7 @@ impl Drivers {
             target,
             driver,
             atelier_agents::version_argv(driver, bin),
-            PROBE_DEADLINE,
+            question_deadline(driver),
         )
         .await?;
         let version = format!("{stdout}\n{stderr}");
@@ -234,7 +234,7 @@ impl Drivers {
             target,
             driver,
             atelier_agents::help_argv(driver, bin),
-            PROBE_DEADLINE,
+            question_deadline(driver),
         )
         .await?;
         let help = format!("{stdout}\n{stderr}");
@@ -290,18 +290,28 @@ async fn canary_probe(
     }
 }
 
-/// Four distinct random tokens from the kernel's generator.
+/// Four distinct random tokens, each a fresh random id.
 fn random_tokens() -> std::io::Result<[String; 4]> {
-    use std::io::Read as _;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(std::array::from_fn(|i| {
-        format!("canary{}", hex::encode(&bytes[i * 8..(i + 1) * 8]))
-    }))
+    let mut tokens: [String; 4] = Default::default();
+    for token in &mut tokens {
+        *token = format!(
+            "canary-{}",
+            crate::session_log::SessionId::new_v4()?.as_str()
+        );
+    }
+    Ok(tokens)
 }
 
 fn describe(refusal: &ProbeRefusal) -> String {
     refusal.to_string()
+}
+
+/// How long one question of `driver` (its version, its help, opencode's database) may take.
+fn question_deadline(driver: DriverId) -> Duration {
+    match driver {
+        DriverId::Opencode => OPENCODE_PROBE_DEADLINE,
+        DriverId::ClaudeCode | DriverId::Pi => PROBE_DEADLINE,
+    }
 }
 
 /// Runs one probe question and returns what it printed: stdout and stderr.
@@ -312,11 +322,6 @@ async fn ask(
     argv: Vec<String>,
     deadline: Duration,
 ) -> Result<(String, String), AdmitError> {
-    let deadline = if driver == DriverId::Opencode {
-        deadline.max(OPENCODE_PROBE_DEADLINE)
-    } else {
-        deadline
-    };
     let state = runner.turn_dirs(&target.slug)?.state;
     let mut env = base_env(AGENT_PATH);
     env.extend(atelier_agents::probe_env(driver, &state));

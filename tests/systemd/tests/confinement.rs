@@ -112,6 +112,27 @@ fn tagged<'r>(run: &'r BoxRun, prefix: &str) -> Vec<&'r str> {
         .collect()
 }
 
+/// The lab model's record of the requests it received (printed under `request`), in order.
+fn recorded_requests(run: &BoxRun) -> Vec<Value> {
+    tagged(run, "request")
+        .into_iter()
+        .map(|l| serde_json::from_str(l).expect("a recorded request"))
+        .collect()
+}
+
+/// The names of the tools a recorded chat completion offered the model.
+fn offered_tools(call: &Value) -> Vec<&str> {
+    call["body"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The session events a script printed under `prefix`, each body with what differs between
 /// two runs of the same prompt (times, the driver's token, the workspace's path) replaced.
 fn normalized_events(run: &BoxRun, prefix: &str, workspace: &str) -> Vec<Value> {
@@ -1143,10 +1164,7 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
 
     // What reached the model: the prompt sited sent and the AGENTS.md brief; then the tool's
     // result; the key never in the record.
-    let requests: Vec<Value> = tagged(&run, "request")
-        .into_iter()
-        .map(|l| serde_json::from_str(l).expect("a recorded request"))
-        .collect();
+    let requests = recorded_requests(&run);
     let messages: Vec<&Value> = requests
         .iter()
         .filter(|r| r["path"] == "/v1/messages")
@@ -1425,10 +1443,7 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
     assert_health_reports(&run, "pi", "pi");
 
     // What reached the model is the driver's statement and nothing planted.
-    let requests: Vec<Value> = tagged(&run, "request")
-        .into_iter()
-        .map(|l| serde_json::from_str(l).expect("a recorded request"))
-        .collect();
+    let requests = recorded_requests(&run);
     let calls: Vec<&Value> = requests
         .iter()
         .filter(|r| r["path"] == "/v1/chat/completions")
@@ -1452,15 +1467,7 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
             );
         }
         assert_eq!(call["body"]["model"], "lab-model", "{run:?}");
-        let tools: Vec<&str> = call["body"]["tools"]
-            .as_array()
-            .map(|tools| {
-                tools
-                    .iter()
-                    .filter_map(|t| t["function"]["name"].as_str())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tools = offered_tools(call);
         assert_eq!(
             tools,
             ["read", "write", "edit", "grep", "find", "ls"],
@@ -1722,10 +1729,7 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
     assert_eq!(fact(&run, "canary"), "1", "{run:?}");
     assert_eq!(fact(&run, "canary_scratch_left"), "0", "{run:?}");
 
-    let requests: Vec<Value> = tagged(&run, "request")
-        .into_iter()
-        .map(|l| serde_json::from_str(l).expect("a recorded request"))
-        .collect();
+    let requests = recorded_requests(&run);
     let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
     let calls: Vec<&Value> = requests[..turn1_calls]
         .iter()
@@ -1749,15 +1753,7 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
                 "{planted} reached the model: {body}"
             );
         }
-        let tools: Vec<&str> = call["body"]["tools"]
-            .as_array()
-            .map(|tools| {
-                tools
-                    .iter()
-                    .filter_map(|t| t["function"]["name"].as_str())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tools = offered_tools(call);
         for denied in ["bash", "webfetch", "websearch"] {
             assert!(!tools.contains(&denied), "{denied} offered: {tools:?}");
         }
