@@ -73,14 +73,12 @@ impl SystemdDoors {
     /// Site `slug`'s turn HOME's `stated/` and `state/`, bound into its turn unit at the same
     /// paths.
     pub(super) fn turn_dirs(&self, slug: &str) -> Result<TurnDirs, RunRefusal> {
-        use atelier_layout::paths::{TURN_HOME_STATED_DIR, TURN_HOME_STATE_DIR};
+        use atelier_layout::paths::{turn_home, turn_stated_dir, TURN_HOME_STATE_DIR};
         let k = self.ordinal(slug)?;
-        let home =
-            atelier_layout::paths::agent_home(&self.settings.agents_root, k, LayoutDoor::Turn)
-                .ok_or_else(|| RunRefusal::Unavailable("the turn door has no HOME".to_owned()))?;
+        let root = &self.settings.agents_root;
         Ok(TurnDirs {
-            stated: home.join(TURN_HOME_STATED_DIR),
-            state: home.join(TURN_HOME_STATE_DIR),
+            stated: turn_stated_dir(root, k),
+            state: turn_home(root, k).join(TURN_HOME_STATE_DIR),
         })
     }
 
