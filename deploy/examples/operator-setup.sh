@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # What an operator provides before `atelier-provision apply` of deploy/examples/instance.json:
-# the engine's group, the credential files the declaration names, and TLS certificates
-# (self-signed here). Used by the demo and the systemd tests.
+# the engine's group, the credential files the declaration names, TLS certificates
+# (self-signed here) and, for the Apache twin, the Apache modules its vhosts use. Used by the
+# demo and the systemd tests.
 #   CREDENTIAL_VALUE  written into every credential file (random when unset)
+#   CERTIFICATES      self-signed (default), or none: no certificate at all, as on a fresh host
+#                     where certbot has not run yet (the letsencrypt vhosts then serve only the
+#                     ACME challenge until one is there)
+#   WEB_SERVER        nginx (default), or apache: enable mod_ssl (TLS) and mod_headers (the
+#                     preproduction X-Robots-Tag); Debian's Apache ships with both disabled
 #   arguments         extra domains to make certificates for
 set -euo pipefail
 groupadd --system dedalo-example
@@ -12,9 +18,14 @@ for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
   printf '%s' "$value" > /etc/atelier/example/credentials/$id
   chmod 0600 /etc/atelier/example/credentials/$id
 done
-for domain in www.example.org archive.example.net "$@"; do
-  mkdir -p /etc/letsencrypt/live/$domain
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
-    -keyout /etc/letsencrypt/live/$domain/privkey.pem \
-    -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
-done
+if [ "${WEB_SERVER:-nginx}" = apache ]; then
+  a2enmod -q ssl headers
+fi
+if [ "${CERTIFICATES:-self-signed}" = self-signed ]; then
+  for domain in www.example.org archive.example.net "$@"; do
+    mkdir -p /etc/letsencrypt/live/$domain
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
+      -keyout /etc/letsencrypt/live/$domain/privkey.pem \
+      -out /etc/letsencrypt/live/$domain/fullchain.pem 2>/dev/null
+  done
+fi

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 /// Runs a site's install and build steps in the current directory (the workspace) and proves
 /// the output directory. Started by atelier-shim in the site's build door with the plan sited
@@ -22,6 +22,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    if let Some(done) =
+        atelier_clidocs::generate_if_asked(Args::command, atelier_clidocs::Docs::Manual)
+    {
+        return atelier_clidocs::exit_code(done);
+    }
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {

@@ -1,10 +1,11 @@
 //! atelier-chatd's entry point: parse arguments, read the service token, call the library.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use atelier_chatd::RawSettings;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// The CMS editor's AI chat runtime. systemd starts it from `atelier-chatd.socket`; for
 /// development, `--listen` binds a unix socket instead.
@@ -44,21 +45,71 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    atelier_sd::logging::init("info").context("starting logging")?;
-    if let Some(Command::ImportContent { file }) = &args.command {
-        let database = args
-            .database
-            .clone()
-            .or_else(|| std::env::var_os("CHATD_DATABASE").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(atelier_chatd::DEFAULT_DATABASE));
-        let counts = atelier_chatd::import_content(&database, file)
-            .context("importing content; nothing was changed")?;
-        println!("{}", serde_json::to_string(&counts)?);
-        return Ok(());
+/// The exit status of settings chatd must not run with (sysexits' `EX_CONFIG`): its unit does
+/// not restart on it, as only an operator's change helps.
+const EXIT_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
+    if let Some(done) =
+        atelier_clidocs::generate_if_asked(Args::command, atelier_clidocs::Docs::Manual)
+    {
+        return atelier_clidocs::exit_code(done);
     }
-    let settings = RawSettings {
+    let args = Args::parse();
+    if let Err(error) = atelier_sd::logging::init("info") {
+        eprintln!("atelier-chatd: starting logging: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(Command::ImportContent { file }) = &args.command {
+        return match import(&args, file) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!("{error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Logged at error priority (`journalctl -p err`), not only printed to stderr.
+    let settings = match settings(args) {
+        Ok(settings) => settings,
+        Err(error) => {
+            tracing::error!("{error:#}; nothing was started");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            let notifier = atelier_sd::notify::Notifier::from_env();
+            Ok(runtime.block_on(atelier_chatd::run(settings, notifier))?)
+        });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("atelier-chatd failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `import-content`: the whole export in one transaction.
+fn import(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
+    let database = args
+        .database
+        .clone()
+        .or_else(|| std::env::var_os("CHATD_DATABASE").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(atelier_chatd::DEFAULT_DATABASE));
+    let counts = atelier_chatd::import_content(&database, file)
+        .context("importing content; nothing was changed")?;
+    println!("{}", serde_json::to_string(&counts)?);
+    Ok(())
+}
+
+/// The validated settings: the arguments, the environment and the credentials.
+fn settings(args: Args) -> anyhow::Result<atelier_chatd::Settings> {
+    RawSettings {
         database: args.database,
         listen: args.listen,
         public_origins: args.public_origins,
@@ -68,16 +119,7 @@ fn main() -> anyhow::Result<()> {
     }
     .with_variables(std::env::vars())
     .and_then(RawSettings::validate)
-    .context("invalid configuration; nothing was started")?;
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let notifier = atelier_sd::notify::Notifier::from_env();
-    runtime
-        .block_on(atelier_chatd::run(settings, notifier))
-        .context("atelier-chatd failed")
+    .context("invalid configuration")
 }
 
 fn service_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {

@@ -102,14 +102,15 @@ async fn call(socket: &Path, method: Method, path: &str, body: Value) -> (Status
 }
 
 #[test]
-fn an_unknown_setting_is_refused_by_name() {
+fn an_unknown_setting_is_refused_by_name_with_the_configuration_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), TOKEN).unwrap();
     let output = command(dir.path())
         .env("CHATD_PUBLIC_ORIGN", "https://cms.example")
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    // 78: the unit's RestartPreventExitStatus=, so a bad setting is not restarted in a loop.
+    assert_eq!(output.status.code(), Some(78), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("nothing was started"), "{stderr}");
     assert!(stderr.contains("CHATD_PUBLIC_ORIGN"), "{stderr}");

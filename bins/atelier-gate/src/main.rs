@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use atelier_gate::service::{parse_plan_arg, run, Deployment, Settings};
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 /// One site's egress gate. systemd starts it from `atelier-<inst>-s<k>-gate.socket`, which
 /// passes one unix listener per door (`turn.sock`, `build.sock`) and the turn door's MCP relay
@@ -38,6 +38,11 @@ struct Args {
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
+    if let Some(done) =
+        atelier_clidocs::generate_if_asked(Args::command, atelier_clidocs::Docs::Manual)
+    {
+        return atelier_clidocs::exit_code(done);
+    }
     let args = Args::parse();
     if let Err(error) = atelier_sd::logging::init("info") {
         eprintln!("atelier-gate: starting logging: {error:#}");

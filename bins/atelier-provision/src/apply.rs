@@ -27,6 +27,8 @@ pub enum Status {
     Unchanged,
     /// It records an operator file still missing; nothing was written.
     Awaiting,
+    /// A restart put off while the runs it would cut off are live; nothing was done.
+    Deferred,
     /// It failed; the run stopped here.
     Failed,
     /// Not attempted, because an earlier action failed.
@@ -116,6 +118,7 @@ pub fn apply(actions: &[Action], root: &Path) -> Report {
 fn execute(action: &Action, root: &Path) -> Result<Status, StepError> {
     match action {
         Action::Account { argv, .. } | Action::Exec { argv, .. } => run(argv),
+        Action::DeferRestart { .. } => Ok(Status::Deferred),
         Action::Dir {
             path,
             owner,

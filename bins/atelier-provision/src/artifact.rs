@@ -28,11 +28,13 @@ pub enum ArtifactKind {
     ApacheVhost,
     /// The engine's pairing fragment.
     EngineFragment,
+    /// certbot's deploy hook that applies the declaration again.
+    RenewalHook,
 }
 
 impl ArtifactKind {
     /// Every kind, in stamp order.
-    pub const ALL: [ArtifactKind; 9] = [
+    pub const ALL: [ArtifactKind; 10] = [
         ArtifactKind::Unit,
         ArtifactKind::AgentUnits,
         ArtifactKind::AgentAuthorization,
@@ -42,6 +44,7 @@ impl ArtifactKind {
         ArtifactKind::NginxVhost,
         ArtifactKind::ApacheVhost,
         ArtifactKind::EngineFragment,
+        ArtifactKind::RenewalHook,
     ];
 
     /// The kind as a stamp names it.
@@ -56,6 +59,7 @@ impl ArtifactKind {
             ArtifactKind::NginxVhost => "nginx_vhost",
             ArtifactKind::ApacheVhost => "apache_vhost",
             ArtifactKind::EngineFragment => "engine_fragment",
+            ArtifactKind::RenewalHook => "renewal_hook",
         }
     }
 
@@ -88,6 +92,20 @@ pub struct Artifact {
     pub mode: u32,
     /// The whole file: stamp line, then the body.
     pub bytes: Vec<u8>,
+    /// What is written instead while a file the artifact names is not on the host yet.
+    pub stand_in: Option<StandIn>,
+}
+
+/// The file that stands in for an artifact until the files it names exist: a letsencrypt
+/// site's vhost that serves only the ACME challenge until certbot has put its certificate in
+/// place (a server told to load a missing certificate would refuse its whole configuration).
+/// The plan observes `requires` (never reading them) and picks which bytes to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandIn {
+    /// The files the artifact names: a certificate chain and its key.
+    pub requires: Vec<PathBuf>,
+    /// The whole stand-in file: stamp line (same instance and kind), then its body.
+    pub bytes: Vec<u8>,
 }
 
 impl Artifact {
@@ -107,7 +125,24 @@ impl Artifact {
             group: group.to_owned(),
             mode,
             bytes: stamp::stamped(instance, kind.as_str(), style, body.as_bytes()),
+            stand_in: None,
         }
+    }
+
+    /// The same artifact with a stand-in: `body`, stamped for `instance` in `style` like the
+    /// artifact, written instead while any file of `requires` is missing from the host.
+    pub fn with_stand_in(
+        mut self,
+        instance: &str,
+        style: CommentStyle,
+        requires: Vec<PathBuf>,
+        body: &str,
+    ) -> Self {
+        self.stand_in = Some(StandIn {
+            requires,
+            bytes: stamp::stamped(instance, self.kind.as_str(), style, body.as_bytes()),
+        });
+        self
     }
 
     /// The body after the stamp line.

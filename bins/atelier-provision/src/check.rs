@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::plan::{AccountStep, Action, DirChange, Disposition};
+use crate::plan::{AccountStep, Action, DirChange, Disposition, ExecStep};
 
 /// One thing on the host that does not match the declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -13,7 +13,10 @@ pub struct DriftItem {
     /// The path or account it is about.
     pub subject: String,
     /// The class: `missing`, `owner`, `mode`, `metadata`, `unstamped`, `foreign`,
-    /// `hand_edited`, `stale`, `identity`, `retire`, `awaiting`, `pending`.
+    /// `hand_edited`, `stale`, `identity`, `retire`, `awaiting`, `awaiting_certificate` (a
+    /// letsencrypt site serves only the ACME challenge until its certificate, the subject,
+    /// exists), `pending`, `restart_pending` (a running daemon has not read what changed since
+    /// it started).
     pub class: &'static str,
     /// The action `apply` would take, in one line.
     pub action: String,
@@ -67,7 +70,11 @@ pub fn check(actions: &[Action]) -> DriftReport {
                     match disposition {
                         Disposition::Create => "missing",
                         Disposition::Metadata => "metadata",
-                        Disposition::Awaiting => "awaiting",
+                        // A site waiting for its certificate is drift like any awaited file, so
+                        // `check` exits 1 until certbot has run: production is declared over
+                        // TLS and is not served, which whoever watches `check` must see, even
+                        // though `apply` (which cannot fetch it) succeeds.
+                        Disposition::Awaiting => drift.unwrap_or("awaiting"),
                         Disposition::Rewrite => drift.unwrap_or("stale"),
                     },
                 ),
@@ -75,7 +82,12 @@ pub fn check(actions: &[Action]) -> DriftReport {
                 Action::Unlink { path } | Action::Archive { from: path, .. } => {
                     (display(path), "retire")
                 }
+                Action::Exec {
+                    step: ExecStep::RestartServices,
+                    argv,
+                } => (argv.join(" "), "restart_pending"),
                 Action::Exec { argv, .. } => (argv.join(" "), "pending"),
+                Action::DeferRestart { unit, .. } => (unit.clone(), "restart_pending"),
             };
             DriftItem {
                 subject,

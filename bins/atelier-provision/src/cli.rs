@@ -1,20 +1,34 @@
 //! The command line, `atelier-provision <render DIR|plan|apply|check|verify|remove>
-//! --declaration PATH [--json]`, with the shared exit codes (0 ok, 1 drift, 2 usage,
-//! 3 refused, 4 failed).
+//! --declaration PATH [--json]`, its exit codes ([`Exit`]) and the stable reason every run that
+//! does not end in 0 names ([`Reason`]).
+//!
+//! With `--json`, stdout carries one JSON object per run: the verb's report, or the failure
+//! that stopped it. Either, when its exit is not 0, names a `reason`; [`Failure::reason`] and
+//! [`unfinished`] are where every failure gets it, and [`Reason::as_str`] is the only place a
+//! reason is spelled. Human sentences keep going to stderr.
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use atelier_layout::declaration::DeclarationError;
 use atelier_layout::Declaration;
 use clap::{Parser, Subcommand};
+use serde::Serialize;
 use serde_json::json;
 
+use crate::plan::{Holdback, Refusal};
 use crate::verbs::{self, Exit, Renderer, VerbError};
 
 /// Renders and applies a whole Atelier instance from one declaration.
 #[derive(Debug, Parser)]
-#[command(name = "atelier-provision", version)]
+#[command(
+    name = "atelier-provision",
+    version,
+    after_help = "Run 'atelier-provision --help' for exit codes, reasons and examples.",
+    after_long_help = long_help()
+)]
 pub struct Cli {
     /// The verb.
     #[command(subcommand)]
@@ -22,7 +36,7 @@ pub struct Cli {
     /// The instance declaration (`instance.json`).
     #[arg(long, global = true)]
     pub declaration: Option<PathBuf>,
-    /// Print JSON instead of lines.
+    /// Print one JSON object instead of lines (a failure too, with its reason).
     #[arg(long, global = true)]
     pub json: bool,
     /// The host root every host path is read and written below (tests only).
@@ -50,6 +64,315 @@ pub enum Verb {
     Remove,
 }
 
+// === impl Verb ===
+
+impl Verb {
+    /// The verb's name, as typed and as `--json` reports it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verb::Render { .. } => "render",
+            Verb::Plan => "plan",
+            Verb::Apply => "apply",
+            Verb::Check => "check",
+            Verb::Verify => "verify",
+            Verb::Remove => "remove",
+        }
+    }
+}
+
+/// How the long help shows a verb being run; one line each.
+const EXAMPLES: &str = "\
+Examples:
+  atelier-provision plan --declaration instance.json
+  atelier-provision render review/ --declaration instance.json
+  atelier-provision apply --declaration instance.json
+  atelier-provision check --declaration instance.json --json | jq -r .reason
+  atelier-provision verify --declaration instance.json
+  atelier-provision remove --declaration instance.json";
+
+/// The long help's tail: every exit code with its meaning and the reasons that end in it,
+/// built from [`Exit`] and [`Reason`] so neither is written twice, then the examples.
+pub fn long_help() -> String {
+    let mut text = String::from(
+        "Exit status. With --json, a run that does not exit 0 prints one JSON object on stdout\n\
+         whose \"reason\" is one listed under its code, and a \"message\"; declaration_invalid\n\
+         adds \"problems\" and refused \"refusals\", each with its own path or subject and reason.\n",
+    );
+    for exit in Exit::ALL {
+        let _ = writeln!(
+            text,
+            "  {}  {:<8} {}",
+            exit.code(),
+            exit.name(),
+            exit.meaning()
+        );
+        let reasons: Vec<&str> = Reason::ALL
+            .iter()
+            .filter(|r| r.exit() == exit)
+            .map(|r| r.as_str())
+            .collect();
+        if !reasons.is_empty() {
+            let _ = writeln!(text, "              reasons: {}", reasons.join(", "));
+        }
+    }
+    text.push('\n');
+    text.push_str(EXAMPLES);
+    text
+}
+
+/// Why a run did not end in 0: the stable names a script keys on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `check` found drift.
+    Drift,
+    /// The arguments do not parse.
+    Usage,
+    /// `--root` given to a verb that acts on the real host.
+    RootNotAllowed,
+    /// No `--declaration`.
+    DeclarationRequired,
+    /// The declaration file could not be read, or is not UTF-8.
+    DeclarationUnreadable,
+    /// The declaration was read and refused; `problems` names each issue.
+    DeclarationInvalid,
+    /// The plan refused to touch the host; `refusals` names each reason.
+    Refused,
+    /// `apply` did everything else and awaits an operator file.
+    AwaitingOperatorFile,
+    /// `apply` did everything else; a running daemon's restart waits for the runs it serves.
+    RestartDeferred,
+    /// The host's account files could not be read.
+    HostUnreadable,
+    /// A rendered artifact could not be written below the review folder.
+    WriteFailed,
+    /// The output itself could not be written.
+    OutputFailed,
+    /// The output looked like it carried a credential, so none was printed.
+    OutputWithheld,
+    /// An `apply` action failed; the run stopped there.
+    ActionFailed,
+    /// `verify` found a surface not provably served.
+    NotServed,
+    /// A `remove` step failed; the removal stopped there.
+    RemovalStopped,
+}
+
+// === impl Reason ===
+
+impl Reason {
+    /// Every reason, grouped by exit code.
+    pub const ALL: [Reason; 16] = [
+        Reason::Drift,
+        Reason::Usage,
+        Reason::RootNotAllowed,
+        Reason::DeclarationRequired,
+        Reason::DeclarationUnreadable,
+        Reason::DeclarationInvalid,
+        Reason::Refused,
+        Reason::AwaitingOperatorFile,
+        Reason::RestartDeferred,
+        Reason::HostUnreadable,
+        Reason::WriteFailed,
+        Reason::OutputFailed,
+        Reason::OutputWithheld,
+        Reason::ActionFailed,
+        Reason::NotServed,
+        Reason::RemovalStopped,
+    ];
+
+    /// The wire string, and its exit code.
+    fn spec(self) -> (&'static str, Exit) {
+        match self {
+            Reason::Drift => ("drift", Exit::Drift),
+            Reason::Usage => ("usage", Exit::Usage),
+            Reason::RootNotAllowed => ("root_not_allowed", Exit::Usage),
+            Reason::DeclarationRequired => ("declaration_required", Exit::Usage),
+            Reason::DeclarationUnreadable => ("declaration_unreadable", Exit::Refused),
+            Reason::DeclarationInvalid => ("declaration_invalid", Exit::Refused),
+            Reason::Refused => ("refused", Exit::Refused),
+            Reason::AwaitingOperatorFile => ("awaiting_operator_file", Exit::Refused),
+            Reason::RestartDeferred => ("restart_deferred", Exit::Refused),
+            Reason::HostUnreadable => ("host_unreadable", Exit::Failed),
+            Reason::WriteFailed => ("write_failed", Exit::Failed),
+            Reason::OutputFailed => ("output_failed", Exit::Failed),
+            Reason::OutputWithheld => ("output_withheld", Exit::Failed),
+            Reason::ActionFailed => ("action_failed", Exit::Failed),
+            Reason::NotServed => ("not_served", Exit::Failed),
+            Reason::RemovalStopped => ("removal_stopped", Exit::Failed),
+        }
+    }
+
+    /// The stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        self.spec().0
+    }
+
+    /// The exit code it ends the run with.
+    pub fn exit(self) -> Exit {
+        self.spec().1
+    }
+}
+
+/// Everything that stops a run before its verb's report.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The arguments do not parse.
+    #[error("{}", first_line(&.0.to_string()).trim_start_matches("error: "))]
+    Usage(clap::Error),
+    /// `--root` given to `apply` or `remove`.
+    #[error("--root is for read-only verbs")]
+    RootNotAllowed,
+    /// No `--declaration`.
+    #[error("--declaration PATH is required")]
+    DeclarationRequired,
+    /// The declaration file could not be read.
+    #[error("{}: {source}", .path.display())]
+    DeclarationUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The declaration file is not UTF-8.
+    #[error("{}: not UTF-8", .path.display())]
+    DeclarationNotUtf8 {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The declaration was read and refused.
+    #[error("{}: {source}", .path.display())]
+    DeclarationInvalid {
+        /// The file.
+        path: PathBuf,
+        /// Every issue.
+        #[source]
+        source: DeclarationError,
+    },
+    /// A line of the output looked like it carried a credential.
+    #[error("output line {line} looks like it carries a credential; nothing printed")]
+    OutputWithheld {
+        /// The 1-based line.
+        line: usize,
+    },
+    /// The verb stopped before acting.
+    #[error(transparent)]
+    Verb(#[from] VerbError),
+}
+
+// === impl Failure ===
+
+impl Failure {
+    /// The one mapping from every failure to its reason (and so to its exit code).
+    pub fn reason(&self) -> Reason {
+        match self {
+            Failure::Usage(_) => Reason::Usage,
+            Failure::RootNotAllowed => Reason::RootNotAllowed,
+            Failure::DeclarationRequired => Reason::DeclarationRequired,
+            Failure::DeclarationUnreadable { .. } | Failure::DeclarationNotUtf8 { .. } => {
+                Reason::DeclarationUnreadable
+            }
+            Failure::DeclarationInvalid { .. } => Reason::DeclarationInvalid,
+            Failure::OutputWithheld { .. } => Reason::OutputWithheld,
+            Failure::Verb(VerbError::Refused(_)) => Reason::Refused,
+            Failure::Verb(VerbError::Host(_)) => Reason::HostUnreadable,
+            Failure::Verb(VerbError::Write { .. }) => Reason::WriteFailed,
+            Failure::Verb(VerbError::Output(_)) => Reason::OutputFailed,
+        }
+    }
+
+    /// The exit code.
+    pub fn exit(&self) -> Exit {
+        self.reason().exit()
+    }
+}
+
+/// The reason a verb's report names when its exit is not 0; `held` is what an apply's plan
+/// left unmet.
+pub fn unfinished(verb: &Verb, exit: Exit, held: Option<Holdback>) -> Option<Reason> {
+    match (verb, exit) {
+        (_, Exit::Ok) => None,
+        (Verb::Check, _) => Some(Reason::Drift),
+        (Verb::Apply, Exit::Refused) => Some(match held {
+            Some(Holdback::DeferredRestart) => Reason::RestartDeferred,
+            Some(Holdback::OperatorFile) | None => Reason::AwaitingOperatorFile,
+        }),
+        (Verb::Apply, _) => Some(Reason::ActionFailed),
+        (Verb::Verify, _) => Some(Reason::NotServed),
+        (Verb::Remove, _) => Some(Reason::RemovalStopped),
+        // `render` and `plan` end in 0 or in a failure.
+        (Verb::Render { .. } | Verb::Plan, _) => None,
+    }
+}
+
+/// A failure as `--json` prints it: one object on stdout.
+#[derive(Debug, Serialize)]
+struct FailureJson<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verb: Option<&'static str>,
+    exit: Exit,
+    reason: &'static str,
+    message: String,
+    /// A refused declaration's issues.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<ProblemJson<'a>>,
+    /// A refused plan's reasons.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    refusals: &'a [Refusal],
+}
+
+/// One issue of a refused declaration.
+#[derive(Debug, Serialize)]
+struct ProblemJson<'a> {
+    /// The JSON path of the value, e.g. `sites[1].domain`; empty for the document.
+    path: &'a str,
+    reason: &'static str,
+    message: &'a str,
+}
+
+impl<'a> FailureJson<'a> {
+    fn of(failure: &'a Failure, verb: Option<&Verb>) -> Self {
+        let problems = match failure {
+            Failure::DeclarationInvalid { source, .. } => source
+                .issues
+                .iter()
+                .map(|issue| ProblemJson {
+                    path: &issue.path,
+                    reason: issue.reason.as_str(),
+                    message: &issue.message,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let refusals: &[Refusal] = match failure {
+            Failure::Verb(VerbError::Refused(plan)) => &plan.refusals,
+            _ => &[],
+        };
+        let reason = failure.reason();
+        FailureJson {
+            verb: verb.map(Verb::name),
+            exit: reason.exit(),
+            reason: reason.as_str(),
+            message: first_line(&failure.to_string()).to_owned(),
+            problems,
+            refusals,
+        }
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// Whether `--json` is among the arguments (before a `--`), so that a command line clap refuses
+/// is answered in JSON too.
+fn wants_json(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
 /// Runs the command line `args` (program name first), printing to `out` and `err`.
 pub fn run(
     args: impl IntoIterator<Item = OsString>,
@@ -57,73 +380,106 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Exit {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let json = wants_json(&args);
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
-            let usage = e.use_stderr();
-            let _ = if usage {
-                write!(err, "{e}")
-            } else {
-                write!(out, "{e}")
-            };
-            return if usage { Exit::Usage } else { Exit::Ok };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = write!(out, "{e}");
+            return Exit::Ok;
         }
-    };
-    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove);
-    if mutates && cli.root != Path::new("/") {
-        // Their commands (useradd, systemctl) act on the real host whatever the root.
-        let _ = writeln!(err, "atelier-provision: --root is for read-only verbs");
-        return Exit::Usage;
-    }
-    let Some(path) = cli.declaration.clone() else {
-        let _ = writeln!(err, "atelier-provision: --declaration PATH is required");
-        return Exit::Usage;
-    };
-    let (decl, bytes) = match load(&path) {
-        Ok(loaded) => loaded,
-        Err(message) => {
-            let _ = writeln!(err, "atelier-provision: {message}");
-            return Exit::Refused;
+        Err(e) => {
+            let _ = write!(err, "{e}");
+            let failure = Failure::Usage(e);
+            if json {
+                print_json(out, &FailureJson::of(&failure, None));
+            }
+            return failure.exit();
         }
     };
     // Everything is printed only after the secret guard has read it.
     let mut buffer = Vec::new();
-    let result = execute(&cli, &decl, &bytes, render, &mut buffer);
+    let exit = match prepare_and_execute(&cli, render, &mut buffer) {
+        Ok(exit) => exit,
+        Err(failure) => {
+            let _ = writeln!(err, "atelier-provision: {failure}");
+            if cli.json {
+                let json = FailureJson::of(&failure, Some(&cli.verb));
+                let _ = serde_json::to_writer(&mut buffer, &json);
+                buffer.push(b'\n');
+            }
+            failure.exit()
+        }
+    };
     let text = String::from_utf8_lossy(&buffer);
     if let Some(line) = text.lines().position(looks_like_a_secret) {
-        let _ = writeln!(
-            err,
-            "atelier-provision: output line {} looks like it carries a credential; nothing printed",
-            line + 1
-        );
-        return Exit::Failed;
+        let failure = Failure::OutputWithheld { line: line + 1 };
+        let _ = writeln!(err, "atelier-provision: {failure}");
+        if cli.json {
+            print_json(out, &FailureJson::of(&failure, Some(&cli.verb)));
+        }
+        return failure.exit();
     }
     let _ = out.write_all(&buffer);
-    match result {
-        Ok(exit) => exit,
-        Err(e) => {
-            if cli.json {
-                let refusals = match &e {
-                    VerbError::Refused(p) => serde_json::to_value(&p.refusals).unwrap_or_default(),
-                    VerbError::Failed(_) => json!([]),
-                };
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    json!({ "exit": e.exit(), "error": e.to_string(), "refusals": refusals })
-                );
-            }
-            let _ = writeln!(err, "atelier-provision: {e}");
-            e.exit()
-        }
+    exit
+}
+
+fn print_json(out: &mut dyn Write, json: &FailureJson<'_>) {
+    if serde_json::to_writer(&mut *out, json).is_ok() {
+        let _ = writeln!(out);
     }
 }
 
-fn load(path: &Path) -> Result<(Declaration, Vec<u8>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
-    let decl = Declaration::parse(text).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Checks the arguments, loads the declaration and runs the verb into `out`.
+fn prepare_and_execute(
+    cli: &Cli,
+    render: Renderer<'_>,
+    out: &mut dyn Write,
+) -> Result<Exit, Failure> {
+    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove);
+    if mutates && cli.root != Path::new("/") {
+        // Their commands (useradd, systemctl) act on the real host whatever the root.
+        return Err(Failure::RootNotAllowed);
+    }
+    let path = cli
+        .declaration
+        .clone()
+        .ok_or(Failure::DeclarationRequired)?;
+    let (decl, bytes) = load(&path)?;
+    Ok(execute(cli, &decl, &bytes, render, out)?)
+}
+
+fn load(path: &Path) -> Result<(Declaration, Vec<u8>), Failure> {
+    let bytes = std::fs::read(path).map_err(|source| Failure::DeclarationUnreadable {
+        path: path.to_owned(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| Failure::DeclarationNotUtf8 {
+        path: path.to_owned(),
+    })?;
+    let decl = Declaration::parse(text).map_err(|source| Failure::DeclarationInvalid {
+        path: path.to_owned(),
+        source,
+    })?;
     Ok((decl, bytes))
+}
+
+/// A verb's `--json` report, with the reason it names when its exit is not 0.
+fn report(
+    verb: &Verb,
+    exit: Exit,
+    held: Option<Holdback>,
+    mut body: serde_json::Value,
+) -> serde_json::Value {
+    if let serde_json::Value::Object(map) = &mut body {
+        map.insert("verb".into(), verb.name().into());
+        map.insert("exit".into(), json!(exit));
+        if let Some(reason) = unfinished(verb, exit, held) {
+            map.insert("reason".into(), reason.as_str().into());
+        }
+    }
+    body
 }
 
 fn execute(
@@ -134,12 +490,13 @@ fn execute(
     out: &mut dyn Write,
 ) -> Result<Exit, VerbError> {
     let root = cli.root.as_path();
-    let io = |e: std::io::Error| VerbError::Failed(format!("writing output: {e}"));
+    let io = VerbError::Output;
     match &cli.verb {
         Verb::Render { dir } => {
             let written = verbs::render_verb(decl, root, dir, render)?;
             if cli.json {
-                writeln!(out, "{}", json!({ "verb": "render", "written": written })).map_err(io)?;
+                let body = report(&cli.verb, Exit::Ok, None, json!({ "written": written }));
+                writeln!(out, "{body}").map_err(io)?;
             } else {
                 for path in &written {
                     writeln!(out, "{}", path.display()).map_err(io)?;
@@ -150,7 +507,8 @@ fn execute(
         Verb::Plan => {
             let actions = verbs::plan_verb(decl, Some(bytes), root, render)?;
             if cli.json {
-                writeln!(out, "{}", json!({ "verb": "plan", "actions": actions })).map_err(io)?;
+                let body = report(&cli.verb, Exit::Ok, None, json!({ "actions": actions }));
+                writeln!(out, "{body}").map_err(io)?;
             } else {
                 writeln!(out, "{} actions", actions.len()).map_err(io)?;
                 for action in &actions {
@@ -160,17 +518,13 @@ fn execute(
             Ok(Exit::Ok)
         }
         Verb::Check => {
-            let (report, exit) = verbs::check_verb(decl, Some(bytes), root, render)?;
+            let (drift, exit) = verbs::check_verb(decl, Some(bytes), root, render)?;
             if cli.json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({ "verb": "check", "exit": exit, "drift": report.items })
-                )
-                .map_err(io)?;
+                let body = report(&cli.verb, exit, None, json!({ "drift": drift.items }));
+                writeln!(out, "{body}").map_err(io)?;
             } else {
-                writeln!(out, "{} drifted", report.items.len()).map_err(io)?;
-                for item in &report.items {
+                writeln!(out, "{} drifted", drift.items.len()).map_err(io)?;
+                for item in &drift.items {
                     writeln!(out, "{:<12} {}", item.class, item.subject).map_err(io)?;
                 }
             }
@@ -179,12 +533,8 @@ fn execute(
         Verb::Verify => {
             let (proofs, exit) = verbs::verify_verb(decl, root);
             if cli.json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({ "verb": "verify", "exit": exit, "surfaces": proofs })
-                )
-                .map_err(io)?;
+                let body = report(&cli.verb, exit, None, json!({ "surfaces": proofs }));
+                writeln!(out, "{body}").map_err(io)?;
             } else {
                 for p in &proofs {
                     let state = match (&p.problem, &p.release) {
@@ -200,8 +550,13 @@ fn execute(
         Verb::Remove => {
             let (removed, exit) = verbs::remove_verb(decl, root, render)?;
             if cli.json {
-                writeln!(out, "{}", json!({ "verb": "remove", "exit": exit, "actions": removed.actions, "outcomes": removed.outcomes }))
-                    .map_err(io)?;
+                let body = report(
+                    &cli.verb,
+                    exit,
+                    None,
+                    json!({ "actions": removed.actions, "outcomes": removed.outcomes }),
+                );
+                writeln!(out, "{body}").map_err(io)?;
             } else {
                 for o in &removed.outcomes {
                     let status = serde_json::to_value(o.status).unwrap_or_default();
@@ -218,12 +573,13 @@ fn execute(
         Verb::Apply => {
             let (applied, exit) = verbs::apply_verb(decl, Some(bytes), root, render)?;
             if cli.json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({ "verb": "apply", "exit": exit, "actions": applied.actions, "outcomes": applied.report.outcomes })
-                )
-                .map_err(io)?;
+                let body = report(
+                    &cli.verb,
+                    exit,
+                    applied.held,
+                    json!({ "actions": applied.actions, "outcomes": applied.report.outcomes }),
+                );
+                writeln!(out, "{body}").map_err(io)?;
             } else {
                 writeln!(out, "{} actions", applied.actions.len()).map_err(io)?;
                 if applied.report.outcomes.is_empty() {

@@ -5,7 +5,7 @@
 //! Paths are host paths (`/etc/...`) read below a configurable root, `/` in production and a
 //! temp dir in tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,6 +83,23 @@ pub struct HostState {
     /// systemd's view of the instance's sockets, by unit name; a unit absent from the map was
     /// not looked at.
     pub units: BTreeMap<String, UnitState>,
+    /// The daemons that read their inputs once, at start (sited, the gates), by unit name; a
+    /// unit absent from the map is not running.
+    pub services: BTreeMap<String, ServiceState>,
+    /// The instance's door runs (turns, builds, git) running now, by unit name: a daemon
+    /// restarted under them would cut them off.
+    pub live_runs: Vec<String>,
+}
+
+/// A running daemon as systemd and `/proc` show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ServiceState {
+    /// When its main process started, in nanoseconds since the epoch: an input changed later
+    /// is one it has not read.
+    pub started_ns: Option<i128>,
+    /// Its main process's groups (`Groups:` of `/proc/<pid>/status`): a membership given
+    /// since it started is not among them.
+    pub groups: Option<BTreeSet<u32>>,
 }
 
 /// What systemd says about one unit.
@@ -129,6 +146,130 @@ pub fn parse_unit_states(text: &str) -> BTreeMap<String, UnitState> {
         }
     }
     out
+}
+
+/// The running ones of `units`, each with its start time and groups, from one `systemctl
+/// show` call; `None` when systemctl could not be run.
+pub fn service_states(units: &[String]) -> Option<BTreeMap<String, ServiceState>> {
+    if units.is_empty() {
+        return Some(BTreeMap::new());
+    }
+    let out = Command::new("systemctl")
+        .args([
+            "show",
+            "--property=Id,ActiveState,MainPID,ExecMainStartTimestampMonotonic",
+            "--",
+        ])
+        .args(units)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    // systemd gives the start on the monotonic clock; the inputs' mtimes are wall-clock.
+    let now_real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    let now_mono = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let now_mono = i128::from(now_mono.tv_sec) * 1_000_000_000 + i128::from(now_mono.tv_nsec);
+    let clocks = Clocks {
+        real_minus_mono_ns: i128::try_from(now_real).ok()? - now_mono,
+    };
+    Some(
+        parse_service_states(&String::from_utf8_lossy(&out.stdout), clocks)
+            .into_iter()
+            .map(|(unit, (state, pid))| {
+                let groups = pid.and_then(|pid| {
+                    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                    parse_proc_groups(&status)
+                });
+                (unit, ServiceState { groups, ..state })
+            })
+            .collect(),
+    )
+}
+
+/// The offset of the wall clock from the monotonic one, read once.
+#[derive(Debug, Clone, Copy)]
+pub struct Clocks {
+    /// Wall-clock nanoseconds minus monotonic nanoseconds.
+    pub real_minus_mono_ns: i128,
+}
+
+/// Parses `systemctl show -p Id,ActiveState,MainPID,ExecMainStartTimestampMonotonic`: the
+/// active units, each with its start on the wall clock and its main PID.
+pub fn parse_service_states(
+    text: &str,
+    clocks: Clocks,
+) -> BTreeMap<String, (ServiceState, Option<u32>)> {
+    let mut out = BTreeMap::new();
+    for block in text.split("\n\n") {
+        let (mut id, mut active, mut pid, mut started_ns) = (None, false, None, None);
+        for line in block.lines() {
+            match line.split_once('=') {
+                Some(("Id", v)) => id = Some(v.to_owned()),
+                Some(("ActiveState", v)) => active = matches!(v, "active" | "reloading"),
+                Some(("MainPID", v)) => pid = v.parse::<u32>().ok().filter(|&p| p != 0),
+                Some(("ExecMainStartTimestampMonotonic", v)) => {
+                    started_ns = v
+                        .parse::<i128>()
+                        .ok()
+                        .filter(|&us| us != 0)
+                        .map(|us| us * 1000 + clocks.real_minus_mono_ns);
+                }
+                _ => {}
+            }
+        }
+        if let (Some(id), true) = (id, active) {
+            let state = ServiceState {
+                started_ns,
+                groups: None,
+            };
+            out.insert(id, (state, pid));
+        }
+    }
+    out
+}
+
+/// The `Groups:` line of a `/proc/<pid>/status`.
+pub fn parse_proc_groups(status: &str) -> Option<BTreeSet<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    line.split_whitespace().map(|g| g.parse().ok()).collect()
+}
+
+/// The instance's door runs running now: the active instances of `templates`
+/// (`atelier-<inst>-s<k>-<door>@.service`). `None` when systemctl could not be run.
+pub fn live_runs(templates: &[String]) -> Option<Vec<String>> {
+    if templates.is_empty() {
+        return Some(Vec::new());
+    }
+    let patterns: Vec<String> = templates.iter().map(|t| t.replace("@.", "@*.")).collect();
+    let out = Command::new("systemctl")
+        .args([
+            "list-units",
+            "--plain",
+            "--no-legend",
+            "--state=active",
+            "--",
+        ])
+        .args(&patterns)
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|unit| {
+                templates.iter().any(|t| {
+                    let (stem, _) = t.split_once("@.").unwrap_or((t, ""));
+                    unit.strip_prefix(stem)
+                        .is_some_and(|rest| rest.starts_with('@'))
+                })
+            })
+            .map(str::to_owned)
+            .collect()
+    })
 }
 
 /// `host_path` (absolute) below `root`.
@@ -258,6 +399,37 @@ mod tests {
             }
         );
         assert_eq!(states["b.socket"], UnitState::default());
+    }
+
+    #[test]
+    fn reads_service_states_on_the_wall_clock_and_skips_what_is_not_running() {
+        let text = "Id=atelier-sited@example.service\nActiveState=active\nMainPID=42\n\
+                    ExecMainStartTimestampMonotonic=5000000\n\n\
+                    Id=atelier-example-s1-gate.service\nActiveState=inactive\nMainPID=0\n\
+                    ExecMainStartTimestampMonotonic=0\n";
+        let clocks = Clocks {
+            real_minus_mono_ns: 1_000_000_000_000,
+        };
+        let states = parse_service_states(text, clocks);
+        assert_eq!(states.len(), 1);
+        let (state, pid) = &states["atelier-sited@example.service"];
+        assert_eq!(*pid, Some(42));
+        assert_eq!(state.started_ns, Some(1_005_000_000_000));
+    }
+
+    #[test]
+    fn reads_a_process_s_groups() {
+        let status = "Name:\tatelier-sited\nGid:\t900\t900\t900\t900\nGroups:\t900 901 905 \n";
+        assert_eq!(
+            parse_proc_groups(status),
+            Some([900, 901, 905].into_iter().collect())
+        );
+        assert_eq!(
+            parse_proc_groups("Groups:\n"),
+            Some(BTreeSet::new()),
+            "no supplementary groups"
+        );
+        assert_eq!(parse_proc_groups("Name:\tx\n"), None);
     }
 
     #[test]

@@ -3,8 +3,15 @@
 use std::process::ExitCode;
 
 use atelier_provision::{cli, verbs};
+use clap::CommandFactory as _;
 
 fn main() -> ExitCode {
+    if let Some(done) = atelier_clidocs::generate_if_asked(
+        cli::Cli::command,
+        atelier_clidocs::Docs::ManualAndCompletions,
+    ) {
+        return atelier_clidocs::exit_code(done);
+    }
     let exit = cli::run(
         std::env::args_os(),
         &verbs::render_artifacts,

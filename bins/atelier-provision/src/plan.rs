@@ -23,6 +23,10 @@ use crate::artifact::{classify, parse_stamp, Artifact, ArtifactKind, Drift};
 use crate::host::{self, HostState, Observed, ObservedKind};
 use crate::identities::{self, Allocation, IdentityError, LedgerIdentity, NOLOGIN};
 
+mod restarts;
+
+pub use restarts::{daemon_inputs, daemon_units, run_templates};
+
 /// The systemd release the rendered units need at least.
 pub use atelier_layout::paths::SYSTEMD_FLOOR as MIN_SYSTEMD;
 
@@ -107,6 +111,10 @@ pub enum Disposition {
     Awaiting,
 }
 
+/// The class of an awaited file that is a letsencrypt certificate: its site's vhost is written
+/// in its waiting form (the ACME challenge only) until certbot puts the file in place.
+pub const AWAITING_CERTIFICATE: &str = "awaiting_certificate";
+
 /// Where a file's bytes come from. No variant ever carries a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
@@ -153,6 +161,8 @@ pub enum ExecStep {
     StartSockets,
     /// `systemctl restart` listening sockets whose unit file changed.
     RestartSockets,
+    /// `systemctl try-restart` running daemons whose inputs changed since they started.
+    RestartServices,
     /// The web server's configuration test.
     WebConfigtest,
     /// The web server's reload, only after a passing test.
@@ -238,6 +248,16 @@ pub enum Action {
         /// The command.
         argv: Vec<String>,
     },
+    /// A running daemon's restart, put off because runs it serves are live; nothing is done
+    /// until an apply finds them ended.
+    DeferRestart {
+        /// The daemon's service unit.
+        unit: String,
+        /// What changed since it started.
+        because: String,
+        /// The live runs a restart would cut off.
+        live: Vec<String>,
+    },
 }
 
 fn octal<S: Serializer>(mode: &u32, s: S) -> Result<S::Ok, S::Error> {
@@ -266,22 +286,57 @@ impl Action {
                 | ExecStep::TmpfilesCreate
                 | ExecStep::EnableSockets
                 | ExecStep::StartSockets
-                | ExecStep::RestartSockets => Phase::Service,
+                | ExecStep::RestartSockets
+                | ExecStep::RestartServices => Phase::Service,
                 ExecStep::WebConfigtest | ExecStep::WebReload => Phase::Web,
             },
+            Action::DeferRestart { .. } => Phase::Service,
         }
     }
 
-    /// Whether executing it changes the host (an awaited operator file does not).
+    /// Whether executing it changes the host (an awaited operator file and a deferred restart
+    /// do not).
+    ///
+    /// An awaited certificate counts as a change, so `apply` reports it and still succeeds: the
+    /// host is as the declaration can make it before certbot runs (and certbot needs the ACME
+    /// challenge it serves), whereas a missing operator file leaves the instance unable to run.
     pub fn changes_host(&self) -> bool {
         !matches!(
             self,
             Action::File {
                 disposition: Disposition::Awaiting,
                 ..
-            }
+            } | Action::DeferRestart { .. }
         )
     }
+
+    /// What this action leaves unmet once the plan ran, if anything. An awaited certificate
+    /// leaves nothing: its site is served for the ACME challenge, the certificate comes from
+    /// outside, and `check` names it.
+    pub fn holdback(&self) -> Option<Holdback> {
+        match self {
+            Action::File {
+                disposition: Disposition::Awaiting,
+                drift: Some(AWAITING_CERTIFICATE),
+                ..
+            } => None,
+            Action::File {
+                disposition: Disposition::Awaiting,
+                ..
+            } => Some(Holdback::OperatorFile),
+            Action::DeferRestart { .. } => Some(Holdback::DeferredRestart),
+            _ => None,
+        }
+    }
+}
+
+/// What keeps a plan that ran from meeting the declaration; `apply` exits 3 naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Holdback {
+    /// An operator file is still missing.
+    OperatorFile,
+    /// A running daemon's restart waits for the runs it serves.
+    DeferredRestart,
 }
 
 impl fmt::Display for Action {
@@ -323,6 +378,14 @@ impl fmt::Display for Action {
                 mode,
                 ..
             } => {
+                if *disposition == Disposition::Awaiting && *drift == Some(AWAITING_CERTIFICATE) {
+                    return write!(
+                        f,
+                        "awaiting certificate {} (its site serves only the ACME challenge until \
+                         certbot puts it there)",
+                        path.display()
+                    );
+                }
                 let verb = match disposition {
                     Disposition::Create => "create",
                     Disposition::Rewrite => "rewrite",
@@ -339,6 +402,15 @@ impl fmt::Display for Action {
             Action::Archive { from, to } => {
                 write!(f, "archive {} -> {}", from.display(), to.display())
             }
+            Action::DeferRestart {
+                unit,
+                because,
+                live,
+            } => write!(
+                f,
+                "restart {unit} deferred: {because}; live runs it serves: {}; apply again once they end",
+                live.join(", ")
+            ),
             Action::Symlink {
                 path,
                 target,
@@ -500,6 +572,10 @@ pub fn observed_paths(
         if let Some(link) = enabling_link(layout, artifact) {
             add(link.0, false);
         }
+        // A letsencrypt certificate's files: only whether they exist, never a key's bytes.
+        for path in artifact.stand_in.iter().flat_map(|s| &s.requires) {
+            add(path.clone(), false);
+        }
     }
     for id in removed {
         let paths = RetiredPaths::of(layout, id);
@@ -510,6 +586,10 @@ pub fn observed_paths(
             add(link, false);
         }
         add(layout.agent_site_dir(id.k), false);
+    }
+    // When each daemon's inputs last changed (its binary among them: an upgraded package).
+    for path in restarts::daemon_inputs(layout, sites) {
+        add(path, false);
     }
     out.into_iter().collect()
 }
@@ -640,7 +720,9 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     let written = p.artifacts(&matrix);
     p.service(&written);
     p.sockets(&written);
+    p.restarts(&written);
     p.web(&written);
+    p.certificates();
     p.retire();
     if p.refusals.is_empty() {
         Ok(p.actions)
@@ -1104,7 +1186,7 @@ impl Planner<'_> {
             }
             files.push(Some(WantedFile {
                 path: a.path.clone(),
-                bytes: a.bytes.clone(),
+                bytes: self.wanted_bytes(a).to_vec(),
                 meta: (a.owner.clone(), a.group.clone(), a.mode),
                 stamped: true,
             }));
@@ -1385,6 +1467,48 @@ impl Planner<'_> {
         }
     }
 
+    /// The first file an artifact's stand-in waits for that is not on the host.
+    fn awaited<'a>(&self, a: &'a Artifact) -> Option<&'a Path> {
+        let stand_in = a.stand_in.as_ref()?;
+        stand_in
+            .requires
+            .iter()
+            .find(|path| self.observed(path).is_none())
+            .map(PathBuf::as_path)
+    }
+
+    /// What is written for an artifact: its stand-in while a file it names is missing.
+    fn wanted_bytes<'a>(&self, a: &'a Artifact) -> &'a [u8] {
+        match (&a.stand_in, self.awaited(a)) {
+            (Some(stand_in), Some(_)) => &stand_in.bytes,
+            _ => &a.bytes,
+        }
+    }
+
+    /// Each certificate a vhost is waiting for, by name, so `plan`, `apply` and `check` say
+    /// which site serves only the ACME challenge.
+    fn certificates(&mut self) {
+        let awaited: Vec<PathBuf> = self
+            .input
+            .artifacts
+            .iter()
+            .filter_map(|a| self.awaited(a))
+            .map(Path::to_path_buf)
+            .collect();
+        for path in awaited {
+            self.actions.push(Action::File {
+                phase: Phase::Web,
+                path,
+                disposition: Disposition::Awaiting,
+                drift: Some(AWAITING_CERTIFICATE),
+                content: Content::Operator,
+                owner: "root".into(),
+                group: "root".into(),
+                mode: 0o644,
+            });
+        }
+    }
+
     fn retire(&mut self) {
         let input = self.input;
         for id in &input.allocation.removed {
@@ -1463,6 +1587,7 @@ pub fn assert_coherent(actions: &[Action]) -> Result<(), PlanError> {
                     });
                 }
             }
+            Action::DeferRestart { .. } => {}
         }
         if let Action::Exec { step, argv } = action {
             match step {
@@ -1497,10 +1622,10 @@ mod tests {
 
     /// A declaration, hand-built artifacts standing in for the renderer, and an in-memory host
     /// that plans can be "applied" to.
-    struct Fixture {
-        decl: Declaration,
-        host: HostState,
-        extra_artifacts: Vec<Artifact>,
+    pub(super) struct Fixture {
+        pub(super) decl: Declaration,
+        pub(super) host: HostState,
+        pub(super) extra_artifacts: Vec<Artifact>,
     }
 
     fn base_accounts() -> Accounts {
@@ -1529,7 +1654,7 @@ mod tests {
     }
 
     impl Fixture {
-        fn new(slugs: &[&str]) -> Fixture {
+        pub(super) fn new(slugs: &[&str]) -> Fixture {
             Fixture {
                 decl: crate::test_support::declaration(slugs),
                 host: HostState {
@@ -1537,13 +1662,13 @@ mod tests {
                     entries: BTreeMap::new(),
                     systemd_version: Some(252),
                     web_server_present: true,
-                    units: BTreeMap::new(),
+                    ..HostState::default()
                 },
                 extra_artifacts: vec![],
             }
         }
 
-        fn redeclare(&mut self, slugs: &[&str]) {
+        pub(super) fn redeclare(&mut self, slugs: &[&str]) {
             self.decl = crate::test_support::declaration(slugs);
         }
 
@@ -1605,7 +1730,7 @@ mod tests {
             out
         }
 
-        fn plan(&self) -> Result<Vec<Action>, PlanError> {
+        pub(super) fn plan(&self) -> Result<Vec<Action>, PlanError> {
             let allocation = self.allocation();
             let artifacts = self.artifacts(&allocation);
             let layout = Layout::new(&self.decl);
@@ -1630,7 +1755,7 @@ mod tests {
         }
 
         /// Does to the in-memory host what `apply` would do to a real one.
-        fn simulate(&mut self, actions: &[Action]) {
+        pub(super) fn simulate(&mut self, actions: &[Action]) {
             for action in actions {
                 match action {
                     Action::Unlink { path } => {
@@ -1720,7 +1845,7 @@ mod tests {
                             self.host.units.insert(unit.clone(), state);
                         }
                     }
-                    Action::Exec { .. } => {}
+                    Action::Exec { .. } | Action::DeferRestart { .. } => {}
                 }
             }
         }
@@ -1808,7 +1933,7 @@ mod tests {
         }
 
         /// Plants the operator's credentials and passwords, then plans and simulates.
-        fn converge(&mut self) {
+        pub(super) fn converge(&mut self) {
             let layout = Layout::new(&self.decl);
             let mut operator: Vec<PathBuf> = layout
                 .credential_sources()
@@ -1838,7 +1963,7 @@ mod tests {
         actions.iter().map(ToString::to_string).collect()
     }
 
-    fn argvs(actions: &[Action]) -> Vec<String> {
+    pub(super) fn argvs(actions: &[Action]) -> Vec<String> {
         actions
             .iter()
             .filter_map(|a| match a {
@@ -2310,5 +2435,91 @@ mod tests {
         assert!(json.contains(r#""content":"literal""#), "{json}");
         assert!(json.contains(r#""mode":"2750""#), "{json}");
         assert!(!json.contains("Type=notify"), "{json}");
+    }
+
+    /// A vhost with a stand-in (a letsencrypt site's) is written in its waiting form while its
+    /// certificate is missing, the wait is named (and `check` classes it) without refusing
+    /// apply, and the certificate's arrival brings the vhost proper and a tested reload.
+    #[test]
+    fn a_vhost_waits_for_its_certificate_then_takes_it_in() {
+        let mut f = Fixture::new(&["blog"]);
+        let vhost = Layout::new(&f.decl).vhost_dir().join("tls.conf");
+        let cert = PathBuf::from("/etc/letsencrypt/live/blog.example.org/fullchain.pem");
+        let key = PathBuf::from("/etc/letsencrypt/live/blog.example.org/privkey.pem");
+        let ready = Artifact::new(
+            vhost.clone(),
+            INST,
+            ArtifactKind::NginxVhost,
+            CommentStyle::Hash,
+            ("root", "root", 0o644),
+            "server { listen 443 ssl; }\n",
+        )
+        .with_stand_in(
+            INST,
+            CommentStyle::Hash,
+            vec![cert.clone(), key.clone()],
+            "server { listen 80; }\n",
+        );
+        let waiting = ready.stand_in.clone().unwrap().bytes;
+        f.extra_artifacts.push(ready.clone());
+        let layout = Layout::new(&f.decl);
+        let allocation = f.allocation();
+        let observed = observed_paths(
+            &layout,
+            &sites_of(&layout, &allocation),
+            std::slice::from_ref(&ready),
+            &[],
+        );
+        assert!(
+            observed.contains(&(key.clone(), false)),
+            "a key is observed, never read"
+        );
+
+        f.converge();
+        assert_eq!(
+            f.host.entries[&vhost].content.as_deref(),
+            Some(&waiting[..])
+        );
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            [format!(
+                "web      awaiting certificate {} (its site serves only the ACME challenge until \
+                 certbot puts it there)",
+                cert.display()
+            )]
+        );
+        assert!(!actions[0].changes_host());
+        assert_eq!(
+            actions[0].holdback(),
+            None,
+            "an awaited certificate does not refuse apply"
+        );
+        let report = crate::check::check(&actions);
+        assert_eq!(report.items[0].class, AWAITING_CERTIFICATE);
+        assert_eq!(report.items[0].subject, cert.display().to_string());
+
+        for path in [&cert, &key] {
+            let seen = f.observed(ObservedKind::Symlink, "root", "root", 0o777, None);
+            f.host.entries.insert(path.clone(), seen);
+        }
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            [
+                format!(
+                    "artifact rewrite {} root:root 0644 (drift: stale)",
+                    vhost.display()
+                ),
+                "web      run nginx -t".to_owned(),
+                "web      run systemctl try-reload-or-restart nginx.service".to_owned(),
+            ]
+        );
+        f.simulate(&actions);
+        assert_eq!(
+            f.host.entries[&vhost].content.as_deref(),
+            Some(&ready.bytes[..])
+        );
+        assert!(f.plan().unwrap().is_empty());
     }
 }

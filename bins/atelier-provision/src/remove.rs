@@ -450,7 +450,7 @@ mod tests {
             entries,
             systemd_version: Some(252),
             web_server_present: false,
-            units: BTreeMap::new(),
+            ..HostState::default()
         };
         let plan = removal_plan(
             &layout,

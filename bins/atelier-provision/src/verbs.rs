@@ -10,9 +10,9 @@ use serde::Serialize;
 use crate::apply::{self, Report};
 use crate::artifact::Artifact;
 use crate::check::{self, DriftReport};
-use crate::host::{self, HostState};
+use crate::host::{self, HostError, HostState};
 use crate::identities::{self, Allocation};
-use crate::plan::{self, Action, PlanError, PlanInput, Refusal};
+use crate::plan::{self, Action, Holdback, PlanError, PlanInput, Refusal};
 use crate::remove::{self, RemoveAction, RemoveOutcome};
 use crate::render::{render_all, RenderFacts};
 use crate::verify::{self, SurfaceProof};
@@ -36,8 +36,7 @@ pub fn render_artifacts(
 }
 
 /// The process exit codes every verb shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Exit {
     /// Done, or nothing to do.
     Ok = 0,
@@ -45,8 +44,8 @@ pub enum Exit {
     Drift = 1,
     /// The command line was wrong.
     Usage = 2,
-    /// The declaration or the host state forbids acting (nothing was written), or an operator
-    /// file is still awaited.
+    /// The declaration or the host state forbids acting (nothing was written), an operator
+    /// file is still awaited, or a daemon's restart waits for live runs.
     Refused = 3,
     /// Observation or execution failed.
     Failed = 4,
@@ -55,9 +54,50 @@ pub enum Exit {
 // === impl Exit ===
 
 impl Exit {
+    /// Every exit code, in numeric order.
+    pub const ALL: [Exit; 5] = [
+        Exit::Ok,
+        Exit::Drift,
+        Exit::Usage,
+        Exit::Refused,
+        Exit::Failed,
+    ];
+
     /// The numeric code.
     pub fn code(self) -> u8 {
         self as u8
+    }
+
+    /// Its name, as `--json` prints it and `--help` lists it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Ok => "ok",
+            Exit::Drift => "drift",
+            Exit::Usage => "usage",
+            Exit::Refused => "refused",
+            Exit::Failed => "failed",
+        }
+    }
+
+    /// What it means, in a few words for `--help`.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => "done, or nothing to do",
+            Exit::Drift => "check found drift",
+            Exit::Usage => "the command line was wrong; nothing was read or written",
+            Exit::Refused => {
+                "the declaration or host forbids acting, an operator file is awaited, or a \
+                 restart waits for live runs"
+            }
+            Exit::Failed => "observing or acting failed, or a surface is not provably served",
+        }
+    }
+}
+
+/// `--json` names an exit as [`Exit::name`] does.
+impl Serialize for Exit {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
@@ -67,9 +107,21 @@ pub enum VerbError {
     /// Refused with named reasons; nothing was written.
     #[error(transparent)]
     Refused(#[from] PlanError),
-    /// The host could not be observed or the artifacts rendered.
-    #[error("{0}")]
-    Failed(String),
+    /// The host's account files could not be read.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// A rendered artifact could not be written below the review folder.
+    #[error("{}: {source}", .path.display())]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The verb's own output could not be written.
+    #[error("writing output: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 // === impl VerbError ===
@@ -79,7 +131,7 @@ impl VerbError {
     pub fn exit(&self) -> Exit {
         match self {
             VerbError::Refused(_) => Exit::Refused,
-            VerbError::Failed(_) => Exit::Failed,
+            VerbError::Host(_) | VerbError::Write { .. } | VerbError::Output(_) => Exit::Failed,
         }
     }
 }
@@ -102,7 +154,7 @@ pub fn prepare(
     render: Renderer<'_>,
 ) -> Result<Prepared, VerbError> {
     let layout = Layout::new(decl);
-    let accounts = host::read_accounts(root).map_err(|e| VerbError::Failed(e.to_string()))?;
+    let accounts = host::read_accounts(root)?;
     let allocation = identities::allocate(decl, &accounts).map_err(PlanError::from)?;
     let sites = plan::sites_of(&layout, &allocation);
     let systemd_version = host::systemd_version();
@@ -127,6 +179,8 @@ pub fn prepare(
         systemd_version,
         web_server_present: host::web_server_present(root, decl.web.server),
         units: host::unit_states(&plan::socket_units(&layout, &sites)).unwrap_or_default(),
+        services: host::service_states(&plan::daemon_units(&layout, &sites)).unwrap_or_default(),
+        live_runs: host::live_runs(&plan::run_templates(&layout, &sites)).unwrap_or_default(),
     };
     Ok(Prepared {
         allocation,
@@ -190,6 +244,9 @@ pub struct Applied {
     pub actions: Vec<Action>,
     /// Each action's outcome.
     pub report: Report,
+    /// What the plan left unmet, the most pressing first.
+    #[serde(skip)]
+    pub held: Option<Holdback>,
 }
 
 /// `apply`: plans and executes. A plan that changes nothing executes nothing.
@@ -205,14 +262,22 @@ pub fn apply_verb(
     } else {
         Report::default()
     };
+    let held = actions.iter().filter_map(Action::holdback).min();
     let exit = if report.failed() {
         Exit::Failed
-    } else if actions.iter().any(|a| !a.changes_host()) {
+    } else if held.is_some() {
         Exit::Refused
     } else {
         Exit::Ok
     };
-    Ok((Applied { actions, report }, exit))
+    Ok((
+        Applied {
+            actions,
+            report,
+            held,
+        },
+        exit,
+    ))
 }
 
 /// `render DIR`: writes every artifact below `dir` at its host path, for review.
@@ -227,11 +292,15 @@ pub fn render_verb(
     for artifact in &prepared.artifacts {
         let path = host::under_root(dir, &artifact.path);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| VerbError::Failed(format!("{}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(|source| VerbError::Write {
+                path: parent.to_owned(),
+                source,
+            })?;
         }
-        std::fs::write(&path, &artifact.bytes)
-            .map_err(|e| VerbError::Failed(format!("{}: {e}", path.display())))?;
+        std::fs::write(&path, &artifact.bytes).map_err(|source| VerbError::Write {
+            path: path.clone(),
+            source,
+        })?;
         written.push(path);
     }
     Ok(written)

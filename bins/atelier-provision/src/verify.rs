@@ -21,7 +21,57 @@ pub struct SurfaceProof {
     /// The release served, or `None` when nothing is published yet.
     pub release: Option<String>,
     /// What is wrong, if anything.
-    pub problem: Option<String>,
+    pub problem: Option<Unproved>,
+}
+
+/// Why a served surface is not provably served, each with a stable reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unproved {
+    /// Nothing stands at the served path.
+    #[error("the served link is missing")]
+    LinkMissing,
+    /// Something other than a symlink stands at the served path.
+    #[error("the served path is not a symlink")]
+    NotASymlink,
+    /// The symlink could not be read.
+    #[error("unreadable link: {0}")]
+    LinkUnreadable(String),
+    /// The link resolves to nothing, or to something other than a directory.
+    #[error("its target {} is missing or not a directory", .0.display())]
+    TargetMissing(PathBuf),
+    /// The link resolves outside the surface's release store.
+    #[error("it points outside its store: {}", .0.display())]
+    OutsideStore(PathBuf),
+    /// The served release directory is empty.
+    #[error("release {0} holds no bytes")]
+    EmptyRelease(String),
+}
+
+// === impl Unproved ===
+
+impl Unproved {
+    /// The stable snake_case reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unproved::LinkMissing => "link_missing",
+            Unproved::NotASymlink => "not_a_symlink",
+            Unproved::LinkUnreadable(_) => "link_unreadable",
+            Unproved::TargetMissing(_) => "target_missing",
+            Unproved::OutsideStore(_) => "outside_store",
+            Unproved::EmptyRelease(_) => "empty_release",
+        }
+    }
+}
+
+/// `--json` shows a problem as its reason and its sentence, as it does a plan's refusal.
+impl Serialize for Unproved {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut s = serializer.serialize_struct("Unproved", 2)?;
+        s.serialize_field("reason", self.reason())?;
+        s.serialize_field("message", &self.to_string())?;
+        s.end()
+    }
 }
 
 /// Proves every declared site's served links below `root`.
@@ -47,22 +97,19 @@ pub fn verify(layout: &Layout<'_>, root: &Path) -> Vec<SurfaceProof> {
     out
 }
 
-fn prove(root: &Path, link: &Path, store: &Path) -> Result<Option<String>, String> {
+fn prove(root: &Path, link: &Path, store: &Path) -> Result<Option<String>, Unproved> {
     let real_link = under_root(root, link);
-    let meta = std::fs::symlink_metadata(&real_link)
-        .map_err(|_| "the served link is missing".to_owned())?;
+    let meta = std::fs::symlink_metadata(&real_link).map_err(|_| Unproved::LinkMissing)?;
     if !meta.file_type().is_symlink() {
-        return Err("the served path is not a symlink".into());
+        return Err(Unproved::NotASymlink);
     }
-    let target = std::fs::read_link(&real_link).map_err(|e| format!("unreadable link: {e}"))?;
+    let target =
+        std::fs::read_link(&real_link).map_err(|e| Unproved::LinkUnreadable(e.to_string()))?;
     let parent = link.parent().unwrap_or(Path::new("/"));
     let resolved = normalize(&parent.join(target));
     let real = under_root(root, &resolved);
     if !real.is_dir() {
-        return Err(format!(
-            "its target {} is missing or not a directory",
-            resolved.display()
-        ));
+        return Err(Unproved::TargetMissing(resolved));
     }
     if resolved == store {
         return Ok(None);
@@ -72,16 +119,13 @@ fn prove(root: &Path, link: &Path, store: &Path) -> Result<Option<String>, Strin
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     if resolved.parent() != Some(store) || name.starts_with('.') || name.is_empty() {
-        return Err(format!(
-            "it points outside its store: {}",
-            resolved.display()
-        ));
+        return Err(Unproved::OutsideStore(resolved));
     }
     let empty = std::fs::read_dir(&real)
         .map(|mut d| d.next().is_none())
         .unwrap_or(true);
     if empty {
-        return Err(format!("release {name} holds no bytes"));
+        return Err(Unproved::EmptyRelease(name));
     }
     Ok(Some(name))
 }
@@ -135,21 +179,30 @@ mod tests {
                     p.slug.clone(),
                     p.surface.dir_name(),
                     p.release.as_deref(),
-                    p.problem.as_deref(),
+                    p.problem.as_ref().map(Unproved::reason),
                 )
             })
             .collect();
         assert_eq!(summary[0], ("blog".into(), "pre", None, None));
         assert_eq!(summary[1], ("blog".into(), "web", Some("r1"), None));
-        assert_eq!(summary[2].3, Some("the served link is missing"));
-        assert_eq!(summary[3].3, Some("release r1 holds no bytes"));
-        assert_eq!(summary[4].3, Some("the served path is not a symlink"));
+        assert_eq!(summary[2].3, Some("link_missing"));
+        assert_eq!(summary[3].3, Some("empty_release"));
+        assert_eq!(summary[4].3, Some("not_a_symlink"));
+        assert_eq!(summary[5].3, Some("outside_store"), "{summary:?}");
+        let shown: Vec<String> = proofs
+            .iter()
+            .filter_map(|p| p.problem.as_ref().map(ToString::to_string))
+            .collect();
+        assert_eq!(shown[0], "the served link is missing");
+        assert_eq!(shown[1], "release r1 holds no bytes");
+        assert_eq!(shown[2], "the served path is not a symlink");
         assert!(
-            summary[5]
-                .3
-                .unwrap()
-                .starts_with("it points outside its store"),
-            "{summary:?}"
+            shown[3].starts_with("it points outside its store"),
+            "{shown:?}"
+        );
+        assert_eq!(
+            serde_json::to_value(&proofs[2].problem).unwrap(),
+            serde_json::json!({"reason": "link_missing", "message": "the served link is missing"})
         );
     }
 }

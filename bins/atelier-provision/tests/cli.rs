@@ -179,3 +179,392 @@ fn render_writes_every_artifact_below_the_folder() {
     );
     assert!(out.lines().count() > 10, "{out}");
 }
+
+/// The one JSON object a `--json` run printed on stdout.
+fn json_of(out: &str) -> serde_json::Value {
+    assert_eq!(out.lines().count(), 1, "one line: {out}");
+    serde_json::from_str(out.trim_end()).unwrap()
+}
+
+#[test]
+fn every_failure_names_its_reason_under_json() {
+    let tmp = host(true);
+    let root = tmp.path().to_str().unwrap();
+    let missing = tmp.path().join("absent.json");
+    let not_utf8 = tmp.path().join("latin1.json");
+    std::fs::write(&not_utf8, b"{\"instance\": \"caf\xe9\"}").unwrap();
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, r#"{"instance":"x"}"#).unwrap();
+    let blocked = tmp.path().join("a-file");
+    std::fs::write(&blocked, "").unwrap();
+    let no_accounts = tempfile::tempdir().unwrap();
+    let no_engine_group = host(false);
+
+    let cases: &[(&str, Vec<&str>, Exit, &str)] = &[
+        (
+            "unknown verb",
+            vec!["frobnicate", "--json"],
+            Exit::Usage,
+            "usage",
+        ),
+        (
+            "unknown flag",
+            vec!["plan", "--json", "--frob", "--declaration", EXAMPLE],
+            Exit::Usage,
+            "usage",
+        ),
+        (
+            "no declaration",
+            vec!["plan", "--json", "--root", root],
+            Exit::Usage,
+            "declaration_required",
+        ),
+        (
+            "root for apply",
+            vec!["apply", "--json", "--declaration", EXAMPLE, "--root", root],
+            Exit::Usage,
+            "root_not_allowed",
+        ),
+        (
+            "root for remove",
+            vec!["remove", "--json", "--declaration", EXAMPLE, "--root", root],
+            Exit::Usage,
+            "root_not_allowed",
+        ),
+        (
+            "missing declaration file",
+            vec![
+                "plan",
+                "--json",
+                "--root",
+                root,
+                "--declaration",
+                missing.to_str().unwrap(),
+            ],
+            Exit::Refused,
+            "declaration_unreadable",
+        ),
+        (
+            "declaration not UTF-8",
+            vec![
+                "plan",
+                "--json",
+                "--root",
+                root,
+                "--declaration",
+                not_utf8.to_str().unwrap(),
+            ],
+            Exit::Refused,
+            "declaration_unreadable",
+        ),
+        (
+            "invalid declaration",
+            vec![
+                "check",
+                "--json",
+                "--root",
+                root,
+                "--declaration",
+                bad.to_str().unwrap(),
+            ],
+            Exit::Refused,
+            "declaration_invalid",
+        ),
+        (
+            "plan refused",
+            vec![
+                "plan",
+                "--json",
+                "--root",
+                no_engine_group.path().to_str().unwrap(),
+                "--declaration",
+                EXAMPLE,
+            ],
+            Exit::Refused,
+            "refused",
+        ),
+        (
+            "account files unreadable",
+            vec![
+                "plan",
+                "--json",
+                "--root",
+                no_accounts.path().to_str().unwrap(),
+                "--declaration",
+                EXAMPLE,
+            ],
+            Exit::Failed,
+            "host_unreadable",
+        ),
+        (
+            "review folder blocked",
+            vec![
+                "render",
+                blocked.to_str().unwrap(),
+                "--json",
+                "--root",
+                root,
+                "--declaration",
+                EXAMPLE,
+            ],
+            Exit::Failed,
+            "write_failed",
+        ),
+        (
+            "drift",
+            vec!["check", "--json", "--root", root, "--declaration", EXAMPLE],
+            Exit::Drift,
+            "drift",
+        ),
+        (
+            "nothing served",
+            vec!["verify", "--json", "--root", root, "--declaration", EXAMPLE],
+            Exit::Failed,
+            "not_served",
+        ),
+    ];
+    for (name, args, exit, reason) in cases {
+        let (got, out, err) = run(args, None);
+        assert_eq!(got, *exit, "{name}: {out} {err}");
+        let json = json_of(&out);
+        assert_eq!(json["reason"], *reason, "{name}: {out}");
+        assert_eq!(json["exit"], exit_name(*exit), "{name}: {out}");
+        // A verb's report ends in its reason too; a failure also tells a person on stderr.
+        let is_report = ["drift", "not_served"].contains(reason);
+        if !is_report {
+            assert!(!err.is_empty(), "{name}: a person still reads why");
+            assert!(
+                json["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "{name}: {out}"
+            );
+        }
+    }
+}
+
+fn exit_name(exit: Exit) -> String {
+    serde_json::to_value(exit)
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_refused_declaration_lists_each_problem_with_its_path_and_reason() {
+    let tmp = host(true);
+    let text = std::fs::read_to_string(EXAMPLE).unwrap().replacen(
+        "\"instance\": \"example\"",
+        "\"instance\": \"Bad Name\"",
+        1,
+    );
+    let decl = tmp.path().join("instance.json");
+    std::fs::write(&decl, &text).unwrap();
+    let (exit, out, _) = run(
+        &["plan", "--json", "--declaration", decl.to_str().unwrap()],
+        Some(tmp.path()),
+    );
+    assert_eq!(exit, Exit::Refused, "{out}");
+    let json = json_of(&out);
+    assert_eq!(json["reason"], "declaration_invalid");
+    assert_eq!(json["verb"], "plan");
+    let problems = json["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["path"] == "instance" && p["reason"] == "bad_instance_name"),
+        "{out}"
+    );
+    for p in problems {
+        assert!(p["message"].as_str().is_some_and(|m| !m.is_empty()), "{p}");
+    }
+}
+
+#[test]
+fn a_refused_plan_lists_each_refusal_with_its_reason() {
+    let tmp = host(false);
+    let (_, out, _) = run(
+        &["plan", "--declaration", EXAMPLE, "--json"],
+        Some(tmp.path()),
+    );
+    let json = json_of(&out);
+    assert_eq!(json["reason"], "refused");
+    let refusals = json["refusals"].as_array().unwrap();
+    assert!(!refusals.is_empty(), "{out}");
+    for r in refusals {
+        assert!(r["reason"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+        assert!(r["subject"].is_string() && r["message"].is_string(), "{r}");
+    }
+}
+
+#[test]
+fn reports_that_do_not_exit_0_name_their_reason_and_surfaces_theirs() {
+    let tmp = host(true);
+    let (_, out, _) = run(
+        &["verify", "--json", "--declaration", EXAMPLE],
+        Some(tmp.path()),
+    );
+    let json = json_of(&out);
+    assert_eq!(json["reason"], "not_served");
+    assert_eq!(
+        json["surfaces"][0]["problem"],
+        serde_json::json!({"reason": "link_missing", "message": "the served link is missing"}),
+        "{out}"
+    );
+    let (exit, out, _) = run(
+        &["plan", "--json", "--declaration", EXAMPLE],
+        Some(tmp.path()),
+    );
+    assert_eq!(exit, Exit::Ok);
+    assert!(json_of(&out).get("reason").is_none(), "{out}");
+    // The verbs that act on the real host are mapped as the rest.
+    use atelier_provision::plan::Holdback;
+    use cli::{unfinished, Reason, Verb};
+    for (verb, exit, held, want) in [
+        (
+            Verb::Apply,
+            Exit::Refused,
+            Some(Holdback::OperatorFile),
+            Some(Reason::AwaitingOperatorFile),
+        ),
+        (
+            Verb::Apply,
+            Exit::Refused,
+            Some(Holdback::DeferredRestart),
+            Some(Reason::RestartDeferred),
+        ),
+        (Verb::Apply, Exit::Failed, None, Some(Reason::ActionFailed)),
+        (Verb::Apply, Exit::Ok, None, None),
+        (
+            Verb::Remove,
+            Exit::Failed,
+            None,
+            Some(Reason::RemovalStopped),
+        ),
+        (Verb::Check, Exit::Drift, None, Some(Reason::Drift)),
+        (Verb::Verify, Exit::Failed, None, Some(Reason::NotServed)),
+    ] {
+        assert_eq!(unfinished(&verb, exit, held), want, "{verb:?} {exit:?}");
+        if let Some(reason) = want {
+            assert_eq!(reason.exit(), exit, "{reason:?}");
+        }
+    }
+}
+
+#[test]
+fn output_that_looks_like_a_credential_is_withheld_with_its_reason() {
+    use atelier_layout::stamp::CommentStyle;
+    use atelier_provision::artifact::{Artifact, ArtifactKind};
+    let leaky: verbs::Renderer<'_> = &|_, _, _, _| {
+        Ok(vec![Artifact::new(
+            "/etc/atelier/example/SERVICE_TOKEN=abcdefgh12345",
+            "example",
+            ArtifactKind::Unit,
+            CommentStyle::Hash,
+            ("root", "root", 0o600),
+            "x",
+        )])
+    };
+    let tmp = host(true);
+    let dir = tmp.path().join("review");
+    let argv: Vec<OsString> = [
+        "atelier-provision",
+        "render",
+        dir.to_str().unwrap(),
+        "--json",
+        "--declaration",
+        EXAMPLE,
+        "--root",
+        tmp.path().to_str().unwrap(),
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli::run(argv, leaky, &mut out, &mut err);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(exit, Exit::Failed, "{out}");
+    let json = json_of(&out);
+    assert_eq!(json["reason"], "output_withheld");
+    assert!(!out.contains("abcdefgh12345"), "{out}");
+}
+
+#[test]
+fn without_json_failures_print_nothing_on_stdout() {
+    let tmp = host(false);
+    let (exit, out, err) = run(&["plan", "--declaration", EXAMPLE], Some(tmp.path()));
+    assert_eq!(exit, Exit::Refused);
+    assert_eq!(out, "");
+    assert!(err.contains("group_absent"), "{err}");
+}
+
+#[test]
+fn the_long_help_lists_every_exit_code_its_reasons_and_examples() {
+    let (exit, help, _) = run(&["--help"], None);
+    assert_eq!(exit, Exit::Ok);
+    for exit in Exit::ALL {
+        let line = format!("  {}  {:<8} {}", exit.code(), exit.name(), exit.meaning());
+        assert!(help.contains(&line), "{line:?} in\n{help}");
+    }
+    for reason in cli::Reason::ALL {
+        assert!(help.contains(reason.as_str()), "{reason:?} in\n{help}");
+    }
+    for verb in ["render", "plan", "apply", "check", "verify", "remove"] {
+        assert!(
+            help.contains(&format!("atelier-provision {verb} ")),
+            "an example of {verb} in\n{help}"
+        );
+    }
+    let (_, short, _) = run(&["-h"], None);
+    assert!(short.contains("--help' for exit codes"), "{short}");
+}
+
+#[test]
+fn every_exit_code_and_reason_is_listed_once() {
+    // A new variant fails to compile here until it is added to its ALL.
+    let position = |exit: Exit| match exit {
+        Exit::Ok => 0,
+        Exit::Drift => 1,
+        Exit::Usage => 2,
+        Exit::Refused => 3,
+        Exit::Failed => 4,
+    };
+    for (i, exit) in Exit::ALL.into_iter().enumerate() {
+        assert_eq!(position(exit), i);
+        assert_eq!(usize::from(exit.code()), i);
+        assert_eq!(exit.name(), exit_name(exit));
+    }
+    use cli::Reason;
+    let listed = |reason: Reason| match reason {
+        Reason::Drift
+        | Reason::Usage
+        | Reason::RootNotAllowed
+        | Reason::DeclarationRequired
+        | Reason::DeclarationUnreadable
+        | Reason::DeclarationInvalid
+        | Reason::Refused
+        | Reason::AwaitingOperatorFile
+        | Reason::RestartDeferred
+        | Reason::HostUnreadable
+        | Reason::WriteFailed
+        | Reason::OutputFailed
+        | Reason::OutputWithheld
+        | Reason::ActionFailed
+        | Reason::NotServed
+        | Reason::RemovalStopped => Reason::ALL.contains(&reason),
+    };
+    let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    for reason in Reason::ALL {
+        assert!(listed(reason));
+        assert_ne!(reason.exit(), Exit::Ok, "{reason:?}");
+        assert!(
+            reason
+                .as_str()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{reason:?}"
+        );
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), Reason::ALL.len(), "reasons are unique");
+}

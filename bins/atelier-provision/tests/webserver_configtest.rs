@@ -1,6 +1,8 @@
 //! The rendered vhosts pass the real web servers' configuration tests: `nginx -t` and
 //! `apache2 -t`, each with a minimal main configuration that includes only our vhosts.
-//! Every TLS mode and both preproduction auth modes are exercised.
+//! Every TLS mode and both preproduction auth modes are exercised, and letsencrypt's vhosts
+//! both before their certificates exist (the stand-ins, tested with no certificate anywhere)
+//! and after.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -67,16 +69,37 @@ fn variants(server: &str, dir: &Path) -> Vec<(String, String)> {
     ]
 }
 
+/// Which form of a vhost with a stand-in is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Certificates {
+    /// The vhost proper, with certificates made for it.
+    Present,
+    /// The stand-in, and no certificate at all.
+    Awaited,
+}
+
 /// Writes the vhosts of one variant into `dir`; letsencrypt's live folder is moved under
-/// `dir` (the only change to the rendered text) and given certificates.
-fn write_vhosts(artifacts: &[Artifact], kind: ArtifactKind, dir: &Path) -> usize {
+/// `dir` (the only change to the rendered text) and given certificates, unless they are
+/// awaited: then each vhost's stand-in is written instead, and no certificate is made.
+fn write_vhosts(
+    artifacts: &[Artifact],
+    kind: ArtifactKind,
+    dir: &Path,
+    certificates: Certificates,
+) -> usize {
     std::fs::create_dir_all(dir).unwrap();
     let live = dir.join("letsencrypt-live");
     let mut count = 0;
     for artifact in artifacts.iter().filter(|a| a.kind == kind) {
-        let text = String::from_utf8(artifact.bytes.clone()).unwrap();
+        let bytes = match (&artifact.stand_in, certificates) {
+            (Some(stand_in), Certificates::Awaited) => &stand_in.bytes,
+            _ => &artifact.bytes,
+        };
+        let text = String::from_utf8(bytes.clone()).unwrap();
         for domain in ["www.example.org", "archive.example.net"] {
-            if text.contains(&format!("/etc/letsencrypt/live/{domain}/")) {
+            if certificates == Certificates::Present
+                && text.contains(&format!("/etc/letsencrypt/live/{domain}/"))
+            {
                 certificate(&live.join(domain), domain);
             }
         }
@@ -160,19 +183,30 @@ type ConfigTest = fn(&Path, &Path) -> (bool, String);
 
 fn check(server: &str, kind: ArtifactKind, test: ConfigTest) {
     let dir = tempfile::tempdir().unwrap();
+    let mut stand_ins = 0;
     for (name, text) in variants(server, dir.path()) {
         let artifacts = common::render_text(&text);
-        let root = dir.path().join(format!("{server}-{name}"));
-        let vhosts = root.join("vhosts");
-        let count = write_vhosts(&artifacts, kind, &vhosts);
-        assert_eq!(count, 4, "{name}: prod and preprod for two sites");
-        let (ok, out) = test(&root, &vhosts);
-        assert!(ok, "{server} refuses the {name} vhosts:\n{out}");
-        assert!(
-            out.contains("test is successful") || out.contains("Syntax OK"),
-            "{server} said nothing of success for {name}:\n{out}"
-        );
+        stand_ins += artifacts.iter().filter(|a| a.stand_in.is_some()).count();
+        for (form, certificates) in [
+            ("", Certificates::Present),
+            ("-awaiting-certificates", Certificates::Awaited),
+        ] {
+            let root = dir.path().join(format!("{server}-{name}{form}"));
+            let vhosts = root.join("vhosts");
+            let count = write_vhosts(&artifacts, kind, &vhosts, certificates);
+            assert_eq!(count, 4, "{name}: prod and preprod for two sites");
+            let (ok, out) = test(&root, &vhosts);
+            assert!(ok, "{server} refuses the {name}{form} vhosts:\n{out}");
+            assert!(
+                out.contains("test is successful") || out.contains("Syntax OK"),
+                "{server} said nothing of success for {name}{form}:\n{out}"
+            );
+        }
     }
+    assert_eq!(
+        stand_ins, 2,
+        "letsencrypt's two production vhosts wait for certificates"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 /// The shim of every Atelier door run.
 ///
@@ -31,6 +31,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    if let Some(done) =
+        atelier_clidocs::generate_if_asked(Args::command, atelier_clidocs::Docs::Manual)
+    {
+        return atelier_clidocs::exit_code(done);
+    }
     let args = Args::parse();
     ExitCode::from(atelier_shim::run_on_stdio(args.unconfined))
 }

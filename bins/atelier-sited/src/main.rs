@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use atelier_sd::credentials::CredentialError;
 use atelier_sited::{AgentCredentials, RawSettings, Settings, DEFAULT_BASE_PATH};
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 /// The site daemon of one Atelier instance. systemd starts it from `atelier-sited@<inst>.socket`
 /// with the provisioner's env file (`ATELIER_*` keys) in its environment; for development,
@@ -39,7 +39,8 @@ struct Args {
     /// The Publication API's base URL.
     #[arg(long)]
     publication_api_url: Option<String>,
-    /// The site templates' directory (default /usr/local/share/atelier/templates).
+    /// The site templates' directory (else ATELIER_TEMPLATES_DIR; default
+    /// /usr/share/atelier/templates).
     #[arg(long)]
     templates_dir: Option<PathBuf>,
     /// The most sites this instance may have (default 20).
@@ -68,7 +69,8 @@ struct Args {
     /// The agents' state root (unconfined door HOMEs live under it).
     #[arg(long)]
     agent_state_root: Option<PathBuf>,
-    /// The shim spawned under --agent-confinement none (default /usr/local/bin/atelier-shim).
+    /// The shim every door unit runs, and that sited spawns under --agent-confinement none
+    /// (else ATELIER_SHIM_BIN; default /usr/bin/atelier-shim).
     #[arg(long)]
     shim_bin: Option<PathBuf>,
     /// Claude Code's binary (absolute path).
@@ -92,7 +94,8 @@ struct Args {
     /// A turn's wall-clock limit in milliseconds (default 20 minutes).
     #[arg(long)]
     session_turn_timeout_ms: Option<u64>,
-    /// atelier-build as the build door runs it (default /usr/local/bin/atelier-build).
+    /// atelier-build as the build door runs it (else ATELIER_BUILD_BIN; default
+    /// /usr/bin/atelier-build).
     #[arg(long)]
     build_bin: Option<PathBuf>,
     /// Releases kept per surface besides the served one (default 5).
@@ -105,6 +108,11 @@ struct Args {
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
+    if let Some(done) =
+        atelier_clidocs::generate_if_asked(Args::command, atelier_clidocs::Docs::Manual)
+    {
+        return atelier_clidocs::exit_code(done);
+    }
     let args = Args::parse();
     if let Err(error) = atelier_sd::logging::init("info") {
         eprintln!("atelier-sited: starting logging: {error:#}");

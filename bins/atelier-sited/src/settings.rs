@@ -69,7 +69,8 @@ pub struct RawSettings {
     pub deployment: Option<String>,
     /// Where unconfined door HOMEs and the agents' state live.
     pub agent_state_root: Option<PathBuf>,
-    /// The shim sited spawns under `none` (default: the installed `atelier-shim`).
+    /// The shim door units run and sited spawns under `none` (`ATELIER_SHIM_BIN`; default: the
+    /// layout's default install of `atelier-shim`).
     pub shim_bin: Option<PathBuf>,
     /// Claude Code's binary; absent means the driver is unavailable.
     pub claude_code_bin: Option<PathBuf>,
@@ -101,7 +102,8 @@ pub struct RawSettings {
     pub install_timeout_ms: Option<u64>,
     /// The build step's deadline in milliseconds.
     pub build_timeout_ms: Option<u64>,
-    /// `atelier-build` as the build door runs it (default: the installed one).
+    /// `atelier-build` as the build door runs it (`ATELIER_BUILD_BIN`; default: the layout's
+    /// default install).
     pub build_bin: Option<PathBuf>,
     /// Credentials from `$CREDENTIALS_DIRECTORY`, for the one child each is meant for.
     pub credentials: AgentCredentials,
@@ -383,6 +385,8 @@ impl RawSettings {
                 env::AUDIT_DIR => self.audit_dir = self.audit_dir.or_else(path),
                 env::SITE_TABLE_FILE => self.site_table_file = self.site_table_file.or_else(path),
                 env::TEMPLATES_DIR => self.templates_dir = self.templates_dir.or_else(path),
+                env::SHIM_BIN => self.shim_bin = self.shim_bin.or_else(path),
+                env::BUILD_BIN => self.build_bin = self.build_bin.or_else(path),
                 env::PUBLICATION_API_URL => {
                     self.publication_api_url = self.publication_api_url.or(Some(value))
                 }
@@ -1117,9 +1121,24 @@ mod tests {
         assert!(!format!("{settings:?}").contains(&"t".repeat(32)));
         assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
         assert!(!settings.development);
+        // Without the env file's paths, the layout's default install (the Debian package's).
         assert_eq!(
             settings.agents.shim_bin,
-            PathBuf::from("/usr/local/bin/atelier-shim")
+            PathBuf::from("/usr/bin/atelier-shim")
+        );
+        assert_eq!(
+            settings.builds.build_bin,
+            PathBuf::from("/usr/bin/atelier-build")
+        );
+        let no_templates = RawSettings {
+            templates_dir: None,
+            ..raw()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(
+            no_templates.sites.templates_dir,
+            PathBuf::from("/usr/share/atelier/templates")
         );
         assert_eq!(settings.agents.turn_timeout, Duration::from_secs(1200));
         let unconfined = RawSettings {
@@ -1180,6 +1199,9 @@ mod tests {
             ("ATELIER_BUILD_TIMEOUT_MS", "3000"),
             ("ATELIER_RUNTIME_DIR", "/run/atelier/museum"),
             ("ATELIER_AGENT_IDENTITY_EPOCH", "3"),
+            ("ATELIER_SHIM_BIN", "/opt/atelier/bin/atelier-shim"),
+            ("ATELIER_BUILD_BIN", "/opt/atelier/bin/atelier-build"),
+            ("ATELIER_TEMPLATES_DIR", "/opt/atelier/templates"),
             ("PATH", "/usr/bin"),
             ("HOME", "/root"),
         ]))
@@ -1199,9 +1221,19 @@ mod tests {
         assert_eq!(settings.builds.build_timeout_ms, 3000);
         assert_eq!(settings.agents.identity_epoch, 3);
         assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
+        // A moved install reaches every consumer: the shim a door runs (and the one spawned
+        // under `none`), the build door's binary and the templates.
+        assert_eq!(
+            settings.agents.shim_bin,
+            PathBuf::from("/opt/atelier/bin/atelier-shim")
+        );
+        assert_eq!(
+            settings.builds.build_bin,
+            PathBuf::from("/opt/atelier/bin/atelier-build")
+        );
         assert_eq!(
             settings.sites.templates_dir,
-            PathBuf::from(atelier_layout::paths::TEMPLATES_DIR)
+            PathBuf::from("/opt/atelier/templates")
         );
 
         let flagged = RawSettings {

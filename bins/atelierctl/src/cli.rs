@@ -1,18 +1,25 @@
-//! The command line: arguments, the commands over a [`Client`], their output, and the exit
-//! codes (0 ok, 1 refused by sited, 2 usage or configuration, 3 pairing or transport, 4 the
-//! followed turn or build did not succeed).
+//! The command line: arguments, the commands over a [`Client`], their output, the exit codes
+//! ([`Exit`]) and the one [`Failure`] every command can end in.
+//!
+//! A failure is told on stderr as `error: <reason>: <what>`; with `--json` it is also one JSON
+//! object on stdout ([`FailureJson`]) whose `reason` is stable: sited's problem reason passed
+//! through, or the client's own. [`Failure::verdict`] is the one place a failure gets its
+//! reason and its exit code.
 
+use std::borrow::Cow;
+use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
+use serde::Serialize;
 
 use crate::client::{Client, Reply};
-use crate::config::{self, TargetOptions};
+use crate::config::{self, ConfigError, TargetOptions};
 use crate::error::{Error, Invalid};
 use crate::model::{
     AuditEntry, BuildRecord, BuildStarted, Capabilities, DataList, DeleteReport, Event, Health,
@@ -56,15 +63,11 @@ Examples (connection flags left out):
 Output:
   Tables and lines for people; with --json, the daemon's JSON body exactly as sent, one line
   (a stream prints each stored event's JSON line as received). Errors go to stderr as
-  'error: <reason or title> (<status>): <detail>' for sited's refusals.
+  'error: <reason or title> (<status>): <detail>' for sited's refusals. With --json a failure
+  is also one JSON object on stdout: {\"exit\", \"reason\", \"message\"}, and sited's
+  \"status\" and \"type\" when it refused with a problem.
 
-Exit status:
-  0  success (a followed turn ended idle, a waited build succeeded)
-  1  sited refused the call (a problem answer) or its stream reported an error
-  2  usage or configuration error; nothing was sent
-  3  pairing or transport failure: instance_mismatch, unreachable, timeout, bad_response,
-     stream_lost
-  4  the followed turn ended in error or was interrupted, or the waited build failed";
+  atelierctl --json sites show museo | jq -r '.reason // .manifest.domain'";
 
 const FOLLOW_EXAMPLE: &str = "\
 Output, one line per event:
@@ -89,7 +92,7 @@ event as sent ({\"seq\":..,\"ts\":..,\"body\":{..}}).
     name = "atelierctl",
     version,
     about = "The operator's client for atelier-sited: pairs through /health, then drives every route",
-    after_long_help = EXAMPLES,
+    after_long_help = long_help(),
     after_help = "Run 'atelierctl --help' for examples and exit codes."
 )]
 pub struct Cli {
@@ -351,73 +354,361 @@ pub enum BuildCommand {
     },
 }
 
-/// A failed command: what to print and the exit status.
-#[derive(Debug)]
-pub struct Failure {
-    /// The exit status.
-    pub status: u8,
-    /// What went wrong; printed as `error: {error:#}`.
-    pub error: anyhow::Error,
+/// The exit statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// Success.
+    Ok = 0,
+    /// sited refused.
+    Refused = 1,
+    /// Usage or configuration.
+    Usage = 2,
+    /// Pairing or transport.
+    Transport = 3,
+    /// The followed turn or the waited build did not succeed.
+    Unsuccessful = 4,
 }
 
-impl Failure {
-    fn new(status: u8, error: impl Into<anyhow::Error>) -> Failure {
-        Failure {
-            status,
-            error: error.into(),
+// === impl Exit ===
+
+impl Exit {
+    /// Every exit status, in numeric order.
+    pub const ALL: [Exit; 5] = [
+        Exit::Ok,
+        Exit::Refused,
+        Exit::Usage,
+        Exit::Transport,
+        Exit::Unsuccessful,
+    ];
+
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// What it means, and the reasons a failure with it names, for `--help`.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => "success (a followed turn ended idle, a waited build succeeded)",
+            Exit::Refused => {
+                "sited refused the call (a problem answer) or its stream reported an error\n\
+                 reason: sited's problem reason, else its type (not_found, unauthorized,\n\
+                 validation_error, ...); a stream's own reason, else stream_error"
+            }
+            Exit::Usage => {
+                "usage or configuration error; nothing was sent\n\
+                 reason: usage, invalid_slug, invalid_id, text_required, text_too_long,\n\
+                 confirmation_required, invalid_actor, invalid_cursor, invalid_limit,\n\
+                 input_unreadable, setting_missing, invalid_instance, invalid_base_path,\n\
+                 config_unreadable, not_a_config_file, config_syntax, unknown_config_key,\n\
+                 duplicate_config_key, bad_config_value, token_exposed, bad_token,\n\
+                 socket_required"
+            }
+            Exit::Transport => {
+                "pairing or transport failure\n\
+                 reason: instance_mismatch, unreachable, timeout, bad_response, stream_lost,\n\
+                 output_failed, runtime_failed"
+            }
+            Exit::Unsuccessful => {
+                "the followed turn ended in error or was interrupted, or the waited build failed\n\
+                 reason: turn_error, turn_interrupted, build_failed"
+            }
         }
     }
 }
 
-impl From<Error> for Failure {
-    fn from(error: Error) -> Self {
-        let status = match &error {
-            Error::Problem(_) => 1,
-            Error::Invalid(_) => 2,
-            _ => 3,
-        };
-        Failure::new(status, error)
+/// The long help's tail: the examples, then every exit status from [`Exit`].
+fn long_help() -> String {
+    let mut text = format!("{EXAMPLES}\n\nExit status:\n");
+    for exit in Exit::ALL {
+        let mut lines = exit.meaning().lines();
+        let _ = writeln!(
+            text,
+            "  {}  {}",
+            exit.code(),
+            lines.next().unwrap_or_default()
+        );
+        for line in lines {
+            let _ = writeln!(text, "     {line}");
+        }
+    }
+    text
+}
+
+/// Why a command failed. Printed as `error: {failure}`; [`Failure::verdict`] names its reason
+/// and exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The command line does not parse.
+    #[error("{}", usage_message(.0))]
+    Usage(clap::Error),
+    /// A call failed or was refused before anything was sent.
+    #[error(transparent)]
+    Call(#[from] Error),
+    /// The configuration is refused; nothing was sent.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A prompt or message file (or standard input) could not be read.
+    #[error("reading the {what} from {}: {source}", input_name(.path))]
+    Input {
+        /// Which text.
+        what: &'static str,
+        /// The file; `-` for standard input.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The output could not be written.
+    #[error("writing the output: {0}")]
+    Output(#[source] std::io::Error),
+    /// sited ended a session's stream with an error frame.
+    #[error("{reason}: sited ended the session's stream with an error")]
+    Stream {
+        /// The frame's reason (or code), else `stream_error`.
+        reason: String,
+    },
+    /// The followed session's last turn did not end idle.
+    #[error("turn_{0}: the session's last turn ended {0}")]
+    Turn(String),
+    /// The waited build did not succeed.
+    #[error("build_{outcome}: {error}")]
+    Build {
+        /// The build's outcome as sited recorded it.
+        outcome: String,
+        /// Its error, or `no error recorded`.
+        error: String,
+    },
+    /// The async runtime could not start.
+    #[error("runtime_failed: starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+fn input_name(path: &std::path::Path) -> String {
+    if path == std::path::Path::new("-") {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+fn usage_message(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.trim_start_matches("error: ").to_owned()
+}
+
+// === impl Failure ===
+
+impl Failure {
+    /// The one mapping from every failure to its exit status and its stable reason.
+    pub fn verdict(&self) -> (Exit, Cow<'_, str>) {
+        match self {
+            Failure::Usage(_) => (Exit::Usage, "usage".into()),
+            Failure::Call(error) => {
+                let exit = match error {
+                    Error::Problem(_) => Exit::Refused,
+                    Error::Invalid(_) => Exit::Usage,
+                    Error::InstanceMismatch { .. }
+                    | Error::Unreachable { .. }
+                    | Error::Timeout { .. }
+                    | Error::BadResponse { .. }
+                    | Error::StreamLost(_) => Exit::Transport,
+                };
+                let reason = match error {
+                    Error::Problem(problem) => match &problem.reason {
+                        Some(reason) => Cow::Borrowed(reason.as_str()),
+                        None => Cow::Owned(snake(problem.type_name(), "problem")),
+                    },
+                    other => Cow::Borrowed(other.code()),
+                };
+                (exit, reason)
+            }
+            Failure::Config(error) => {
+                let reason = match error {
+                    ConfigError::Read { .. } => "config_unreadable",
+                    ConfigError::NotAConfigFile { .. } => "not_a_config_file",
+                    ConfigError::Syntax { .. } => "config_syntax",
+                    ConfigError::UnknownKey { .. } => "unknown_config_key",
+                    ConfigError::DuplicateKey { .. } => "duplicate_config_key",
+                    ConfigError::BadValue { .. } => "bad_config_value",
+                    ConfigError::TokenExposed { .. } => "token_exposed",
+                    ConfigError::BadToken { .. } => "bad_token",
+                    ConfigError::UrlOnly { .. } => "socket_required",
+                    ConfigError::Missing { .. } => "setting_missing",
+                    ConfigError::BadInstance(_) => "invalid_instance",
+                    ConfigError::BadBasePath(_) => "invalid_base_path",
+                    ConfigError::Actor(invalid) => invalid.reason(),
+                };
+                (Exit::Usage, reason.into())
+            }
+            Failure::Input { .. } => (Exit::Usage, "input_unreadable".into()),
+            Failure::Output(_) => (Exit::Transport, "output_failed".into()),
+            Failure::Stream { reason } => (Exit::Refused, Cow::Borrowed(reason)),
+            Failure::Turn(state) => (
+                Exit::Unsuccessful,
+                format!("turn_{}", snake(state, "ended")).into(),
+            ),
+            Failure::Build { outcome, .. } => (
+                Exit::Unsuccessful,
+                format!("build_{}", snake(outcome, "unsuccessful")).into(),
+            ),
+            Failure::Runtime(_) => (Exit::Transport, "runtime_failed".into()),
+        }
+    }
+
+    /// The exit status.
+    pub fn exit(&self) -> Exit {
+        self.verdict().0
+    }
+
+    /// The stable snake_case reason.
+    pub fn reason(&self) -> Cow<'_, str> {
+        self.verdict().1
+    }
+
+    /// Words for a person, without the reason the text form leads with.
+    pub fn message(&self) -> String {
+        if let Failure::Call(Error::Problem(problem)) = self {
+            return if problem.detail.is_empty() {
+                problem.title.clone()
+            } else {
+                problem.detail.clone()
+            };
+        }
+        let text = self.to_string();
+        let reason = self.reason();
+        match text
+            .strip_prefix(reason.as_ref())
+            .and_then(|t| t.strip_prefix(": "))
+        {
+            Some(rest) => rest.to_owned(),
+            None => text,
+        }
+    }
+
+    /// Whether the reader of the output went away (`| head`): nothing more to say to anyone.
+    fn reader_gone(&self) -> bool {
+        matches!(self, Failure::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// `text` as a reason: lowercase, `-` and anything else outside `[a-z0-9_.]` made `_`;
+/// `fallback` when empty.
+fn snake(text: &str, fallback: &str) -> String {
+    let out: String = text
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_' | '.') => c,
+            _ => '_',
+        })
+        .collect();
+    if out.is_empty() {
+        fallback.to_owned()
+    } else {
+        out
     }
 }
 
 impl From<Invalid> for Failure {
     fn from(invalid: Invalid) -> Self {
-        Failure::new(2, invalid)
+        Failure::Call(Error::Invalid(invalid))
     }
 }
 
-impl From<config::ConfigError> for Failure {
-    fn from(error: config::ConfigError) -> Self {
-        Failure::new(2, error)
+/// A failure as `--json` prints it: one object, one line, on stdout.
+#[derive(Debug, Serialize)]
+pub struct FailureJson<'a> {
+    /// The exit status's name.
+    pub exit: Exit,
+    /// The stable reason.
+    pub reason: Cow<'a, str>,
+    /// Words for a person.
+    pub message: String,
+    /// sited's HTTP status, when it refused with a problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// sited's problem `type`, when it refused with one.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub r#type: Option<&'a str>,
+}
+
+impl<'a> FailureJson<'a> {
+    /// The object for `failure`.
+    pub fn of(failure: &'a Failure) -> Self {
+        let (exit, reason) = failure.verdict();
+        let problem = match failure {
+            Failure::Call(error) => error.problem(),
+            _ => None,
+        };
+        FailureJson {
+            exit,
+            reason,
+            message: failure.message(),
+            status: problem.map(|p| p.status),
+            r#type: problem.map(|p| p.r#type.as_str()),
+        }
+    }
+}
+
+/// Whether `--json` is among the arguments (before a `--`), so that a command line clap refuses
+/// is answered in JSON too.
+fn wants_json(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Parses `args` (program name first) and runs them; a command line clap refuses is a
+/// [`Failure::Usage`], in JSON too under `--json`.
+pub fn run_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => run(cli),
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = e.print();
+            let failure = Failure::Usage(e);
+            if wants_json(&args) {
+                print_json(&failure);
+            }
+            ExitCode::from(failure.exit().code())
+        }
+    }
+}
+
+fn print_json(failure: &Failure) {
+    if let Ok(line) = serde_json::to_string(&FailureJson::of(failure)) {
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
     }
 }
 
 /// Runs the command line, printing to stdout and stderr, and returns the exit status.
 pub fn run(cli: Cli) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let json = cli.json;
+    let result = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::from(3);
-        }
+        Ok(runtime) => runtime.block_on(execute(cli, &mut std::io::stdout())),
+        Err(e) => Err(Failure::Runtime(e)),
     };
-    let mut stdout = std::io::stdout();
-    match runtime.block_on(execute(cli, &mut stdout)) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if failure.reader_gone() => ExitCode::SUCCESS,
         Err(failure) => {
-            let closed = failure
-                .error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
-            if closed {
-                // The reader stopped reading (`| head`): nothing more to say to anyone.
-                return ExitCode::SUCCESS;
+            eprintln!("error: {}", render::clean(&failure.to_string()));
+            if json {
+                print_json(&failure);
             }
-            eprintln!("error: {}", render::clean(&format!("{:#}", failure.error)));
-            ExitCode::from(failure.status)
+            ExitCode::from(failure.exit().code())
         }
     }
 }
@@ -456,7 +747,7 @@ impl Output<'_> {
         self.out
             .write_all(text.as_bytes())
             .and_then(|()| self.out.flush())
-            .map_err(|e| Failure::new(3, anyhow::Error::new(e).context("writing the output")))
+            .map_err(Failure::Output)
     }
 
     /// The body as sent (one line), or the rendering of its shape.
@@ -751,14 +1042,20 @@ fn text_argument(
         (Some(text), _) => text.to_owned(),
         (None, Some(path)) if path == std::path::Path::new("-") => {
             let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .context("reading standard input")
-                .map_err(|e| Failure::new(2, e))?;
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|source| {
+                Failure::Input {
+                    what,
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
             text
         }
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the {what} from {}", path.display()))
-            .map_err(|e| Failure::new(2, e))?,
+        (None, Some(path)) => std::fs::read_to_string(path).map_err(|source| Failure::Input {
+            what,
+            path: path.to_owned(),
+            source,
+        })?,
         (None, None) => return Err(Invalid::TextRequired(what).into()),
     };
     check_text(what, &text)?;
@@ -849,10 +1146,7 @@ async fn follow_session(
                         .and_then(serde_json::Value::as_str)
                         .unwrap_or("stream_error")
                         .to_owned();
-                    return Err(Failure::new(
-                        1,
-                        anyhow::anyhow!("{reason}: sited ended the session's stream with an error"),
-                    ));
+                    return Err(Failure::Stream { reason });
                 }
                 Err(error) if reconnectable(&error) => {
                     broke = Some(error);
@@ -881,14 +1175,7 @@ async fn follow_session(
     }
     match (turn_open, last_end) {
         (false, Some(TurnState::Idle)) => Ok(()),
-        (false, Some(state)) => Err(Failure::new(
-            4,
-            anyhow::anyhow!(
-                "turn_{}: the session's last turn ended {}",
-                state.as_str(),
-                state.as_str()
-            ),
-        )),
+        (false, Some(state)) => Err(Failure::Turn(state.as_str().to_owned())),
         _ => {
             eprintln!(
                 "note: the stream closed after seq {cursor} with no turn_end: no turn is running"
@@ -936,20 +1223,14 @@ async fn wait_for_build(
             return if record.status.outcome == "success" {
                 Ok(())
             } else {
-                Err(Failure::new(
-                    4,
-                    anyhow::anyhow!(
-                        "build_{}: {}",
-                        render::clean(&record.status.outcome),
-                        render::clean(
-                            record
-                                .status
-                                .error
-                                .as_deref()
-                                .unwrap_or("no error recorded")
-                        )
-                    ),
-                ))
+                Err(Failure::Build {
+                    outcome: record.status.outcome.clone(),
+                    error: record
+                        .status
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| "no error recorded".to_owned()),
+                })
             };
         }
         tokio::time::sleep(BUILD_POLL).await;
@@ -963,7 +1244,7 @@ mod tests {
     fn plan(args: &[&str]) -> Result<Plan, Failure> {
         let mut argv = vec!["atelierctl"];
         argv.extend_from_slice(args);
-        let cli = Cli::try_parse_from(argv).map_err(|e| Failure::new(2, anyhow::anyhow!("{e}")))?;
+        let cli = Cli::try_parse_from(argv).map_err(Failure::Usage)?;
         Plan::of(&cli.command)
     }
 
@@ -971,8 +1252,8 @@ mod tests {
         match plan(args) {
             Ok(_) => panic!("{args:?} was accepted"),
             Err(f) => {
-                assert_eq!(f.status, 2, "{args:?}");
-                format!("{:#}", f.error)
+                assert_eq!(f.exit(), Exit::Usage, "{args:?}");
+                f.to_string()
             }
         }
     }
@@ -1088,7 +1369,7 @@ mod tests {
         let route = |args: &[&str]| match plan(args) {
             Ok(Plan::Call(route)) => route,
             Ok(_) => panic!("{args:?}: not a plain call"),
-            Err(f) => panic!("{args:?}: {:#}", f.error),
+            Err(f) => panic!("{args:?}: {f}"),
         };
         assert_eq!(
             route(&["sites", "delete", "museo", "--purge-prod", "--confirm"]),
@@ -1132,6 +1413,183 @@ mod tests {
                 }
             })
         ));
+    }
+
+    /// One failure of every class the client can end in (sited's problems and stream frames
+    /// aside: their reasons are sited's).
+    fn one_of_each() -> Vec<Failure> {
+        use crate::error::Mismatch;
+        use std::path::PathBuf;
+        let path = || PathBuf::from("/x");
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let invalid = [
+            Invalid::Slug("A".into()),
+            Invalid::Id {
+                what: "session",
+                value: "..".into(),
+            },
+            Invalid::TextRequired("prompt"),
+            Invalid::TextTooLong {
+                what: "prompt",
+                len: 2,
+                limit: 1,
+            },
+            Invalid::ConfirmationRequired("publishing"),
+            Invalid::Actor("x".into()),
+            Invalid::Cursor(-2),
+            Invalid::Limit,
+        ];
+        let mut all: Vec<Failure> = invalid.into_iter().map(Failure::from).collect();
+        all.extend([
+            Failure::Usage(Cli::try_parse_from(["atelierctl", "frob"]).unwrap_err()),
+            Failure::Call(Error::InstanceMismatch {
+                socket: path(),
+                instance: "x".into(),
+                why: Mismatch::Different,
+            }),
+            Failure::Call(Error::Unreachable {
+                socket: path(),
+                why: "gone".into(),
+            }),
+            Failure::Call(Error::Timeout {
+                socket: path(),
+                after: Duration::from_secs(1),
+            }),
+            Failure::Call(Error::BadResponse {
+                status: 200,
+                why: "x".into(),
+            }),
+            Failure::Call(Error::StreamLost("x".into())),
+            Failure::Config(ConfigError::Read {
+                path: path(),
+                source: io(),
+            }),
+            Failure::Config(ConfigError::NotAConfigFile {
+                path: path(),
+                why: "x",
+            }),
+            Failure::Config(ConfigError::Syntax {
+                path: path(),
+                line: 1,
+                why: "x".into(),
+            }),
+            Failure::Config(ConfigError::UnknownKey {
+                path: path(),
+                line: 1,
+                key: "K".into(),
+            }),
+            Failure::Config(ConfigError::DuplicateKey {
+                path: path(),
+                line: 1,
+                key: "K".into(),
+            }),
+            Failure::Config(ConfigError::BadValue {
+                path: path(),
+                key: "K",
+                why: "x".into(),
+            }),
+            Failure::Config(ConfigError::TokenExposed {
+                path: path(),
+                mode: 0o644,
+            }),
+            Failure::Config(ConfigError::BadToken {
+                source_name: "x".into(),
+                why: "is empty",
+            }),
+            Failure::Config(ConfigError::UrlOnly { path: path() }),
+            Failure::Config(ConfigError::Missing {
+                what: "instance",
+                hint: "x",
+            }),
+            Failure::Config(ConfigError::BadInstance(
+                atelier_layout::InstanceName::new("Bad Name").unwrap_err(),
+            )),
+            Failure::Config(ConfigError::BadBasePath("x".into())),
+            Failure::Config(ConfigError::Actor(Invalid::Actor("x".into()))),
+            Failure::Input {
+                what: "prompt",
+                path: path(),
+                source: io(),
+            },
+            Failure::Output(io()),
+            Failure::Turn("error".into()),
+            Failure::Turn("interrupted".into()),
+            Failure::Build {
+                outcome: "failed".into(),
+                error: "x".into(),
+            },
+            Failure::Runtime(io()),
+        ]);
+        all
+    }
+
+    #[test]
+    fn every_failure_has_a_snake_case_reason_listed_under_its_exit_status() {
+        let help = long_help();
+        for failure in one_of_each() {
+            let (exit, reason) = failure.verdict();
+            assert_ne!(exit, Exit::Ok, "{failure:?}");
+            assert!(
+                !reason.is_empty()
+                    && reason
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{reason:?}"
+            );
+            // Listed under its own code: the help names the reason in that code's lines.
+            let listed = exit.meaning().split([',', ' ', '\n']).any(|w| w == reason);
+            assert!(listed, "{reason} under {exit:?}");
+            assert!(help.contains(reason.as_ref()), "{reason}");
+            let message = failure.message();
+            assert!(!message.is_empty(), "{failure:?}");
+            assert!(!message.starts_with(&format!("{reason}:")), "{message}");
+        }
+    }
+
+    #[test]
+    fn sited_problems_pass_their_reason_through_else_their_type() {
+        let problem = |body: &str| {
+            Failure::Call(Error::Problem(
+                crate::error::Problem::parse(409, body.as_bytes()).unwrap(),
+            ))
+        };
+        let with_reason = problem(
+            r#"{"type":"https://dedalo.dev/site-builder/problems/conflict","title":"Conflict","detail":"taken","reason":"slug_exists"}"#,
+        );
+        assert_eq!(with_reason.verdict(), (Exit::Refused, "slug_exists".into()));
+        assert_eq!(with_reason.message(), "taken");
+        let without = problem(
+            r#"{"type":"https://dedalo.dev/site-builder/problems/not-found","title":"Not Found"}"#,
+        );
+        assert_eq!(without.verdict(), (Exit::Refused, "not_found".into()));
+        assert_eq!(without.message(), "Not Found");
+        let json = serde_json::to_value(FailureJson::of(&with_reason)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "exit": "refused", "reason": "slug_exists", "message": "taken", "status": 409,
+                "type": "https://dedalo.dev/site-builder/problems/conflict"
+            })
+        );
+        let stream = Failure::Stream {
+            reason: "replay_failed".into(),
+        };
+        assert_eq!(stream.verdict(), (Exit::Refused, "replay_failed".into()));
+    }
+
+    #[test]
+    fn the_exit_statuses_are_listed_once_in_order() {
+        let position = |exit: Exit| match exit {
+            Exit::Ok => 0,
+            Exit::Refused => 1,
+            Exit::Usage => 2,
+            Exit::Transport => 3,
+            Exit::Unsuccessful => 4,
+        };
+        for (i, exit) in Exit::ALL.into_iter().enumerate() {
+            assert_eq!(position(exit), i);
+            assert_eq!(usize::from(exit.code()), i);
+        }
     }
 
     #[test]

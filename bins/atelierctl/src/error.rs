@@ -53,6 +53,16 @@ impl Problem {
     pub fn code(&self) -> &str {
         self.reason.as_deref().unwrap_or(&self.title)
     }
+
+    /// The last segment of the problem's `type` URI, e.g. `not-found`: the class of a problem
+    /// sited sent without a machine reason.
+    pub fn type_name(&self) -> &str {
+        self.r#type
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
 }
 
 impl fmt::Display for Problem {
@@ -248,6 +258,7 @@ mod tests {
         let problem = Problem::parse(404, body).unwrap();
         assert_eq!(problem.reason, None);
         assert_eq!(problem.to_string(), "Not Found (404): No site named 'x'");
+        assert_eq!(problem.type_name(), "not-found");
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! atelierctl's entry point: parse the command line and run it (`atelierctl --help`).
 
-use clap::Parser as _;
+use clap::CommandFactory as _;
 
 fn main() -> std::process::ExitCode {
-    atelierctl::cli::run(atelierctl::cli::Cli::parse())
+    if let Some(done) = atelier_clidocs::generate_if_asked(
+        atelierctl::cli::Cli::command,
+        atelier_clidocs::Docs::ManualAndCompletions,
+    ) {
+        return atelier_clidocs::exit_code(done);
+    }
+    atelierctl::cli::run_args(std::env::args_os())
 }

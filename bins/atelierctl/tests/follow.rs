@@ -118,13 +118,25 @@ async fn a_real_turn_is_followed_to_its_end_by_the_binary_and_the_library() {
         events[0]
     );
 
-    // --json prints each stored event's data line as received.
+    // --json prints each stored event's data line as received, then, when the turn did not
+    // end idle, the failure with its reason.
     let json = instance
         .ctl(&["--json", "session", "follow", session.as_str()])
         .await;
     let want: String = events.iter().map(|(_, raw)| format!("{raw}\n")).collect();
-    assert_eq!(json.stdout, want);
     assert_eq!(json.code, out.code);
+    if idle {
+        assert_eq!(json.stdout, want);
+    } else {
+        let failure = json.stdout.strip_prefix(&want).expect("the events first");
+        let failure: serde_json::Value = serde_json::from_str(failure.trim_end()).unwrap();
+        assert!(
+            failure["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("turn_")),
+            "{failure}"
+        );
+    }
 
     // Nothing after the last seq: the stream closes at once, with nothing to report.
     let last_seq = events.len() as i64 - 1;

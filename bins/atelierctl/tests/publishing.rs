@@ -188,6 +188,14 @@ async fn a_failed_build_exits_4_with_its_error() {
         .ctl(&["--json", "build", "start", "alpha", "--wait"])
         .await;
     assert_eq!(json.code, 4, "{json:?}");
-    let record: Value = serde_json::from_str(json.stdout.trim_end()).unwrap();
-    assert_eq!(record["outcome"], "failed");
+    // The record as sited sent it, then the failure with its reason: one JSON line each.
+    let lines: Vec<Value> = json
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{json:?}");
+    assert_eq!(lines[0]["outcome"], "failed");
+    assert_eq!(lines[1]["reason"], "build_failed", "{json:?}");
+    assert_eq!(lines[1]["exit"], "unsuccessful", "{json:?}");
 }

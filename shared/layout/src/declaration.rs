@@ -456,8 +456,10 @@ pub struct DeclaredPaths {
     pub polkit_rules_dir: Option<PathBuf>,
     /// Replaces `/etc/tmpfiles.d`.
     pub tmpfiles_dir: Option<PathBuf>,
-    /// Replaces `/usr/local/bin`, where Atelier's binaries are installed.
+    /// Replaces `/usr/bin`, where Atelier's binaries are installed.
     pub bin_dir: Option<PathBuf>,
+    /// Replaces `/usr/share/atelier/templates`, where the site templates are installed.
+    pub templates_dir: Option<PathBuf>,
 }
 
 /// The instance's private roots the operator moved.

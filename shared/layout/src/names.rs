@@ -321,6 +321,12 @@ pub fn preprod_vhost_file(inst: &InstanceName, slug: &str) -> String {
     format!("{PROJECT}-{inst}-{slug}-pre.conf")
 }
 
+/// certbot's deploy hook file name for an instance: `atelier-<inst>`. No extension: certbot
+/// runs every executable of its hook folder whatever the name.
+pub fn renewal_hook_file(inst: &InstanceName) -> String {
+    format!("{PROJECT}-{inst}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

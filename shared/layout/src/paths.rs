@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::declaration::{Declaration, Site, WebServer};
+use crate::declaration::{Declaration, Site, TlsMode, WebServer};
 use crate::names::{self, Door, InstanceName, SiteOrdinal};
 
 /// Where instances keep their declarations and generated configuration.
@@ -24,10 +24,11 @@ pub const UNIT_DIR: &str = "/etc/systemd/system";
 pub const POLKIT_RULES_DIR: &str = "/etc/polkit-1/rules.d";
 /// Where the tmpfiles.d file is written by default.
 pub const TMPFILES_DIR: &str = "/etc/tmpfiles.d";
-/// Where Atelier's binaries are installed by default.
-pub const BIN_DIR: &str = "/usr/local/bin";
-/// Where the site templates (`templates/<id>/`) are installed.
-pub const TEMPLATES_DIR: &str = "/usr/local/share/atelier/templates";
+/// Where Atelier's binaries are installed by default: where the Debian package puts them.
+pub const BIN_DIR: &str = "/usr/bin";
+/// Where the site templates (`templates/<id>/`) are installed by default: where the Debian
+/// package puts them.
+pub const TEMPLATES_DIR: &str = "/usr/share/atelier/templates";
 /// systemctl, unless the declaration says otherwise.
 pub const SYSTEMCTL_BIN: &str = "/usr/bin/systemctl";
 /// Where a door unit sees its own gate socket (bound read-only from the site's egress dir).
@@ -57,6 +58,13 @@ pub const TURN_GITCONFIG_FILE: &str = "turn.gitconfig";
 pub const RELEASES_DIR: &str = ".releases";
 /// The marker naming the owning instance in every root Atelier creates.
 pub const INSTANCE_MARKER_FILE: &str = ".atelier_instance";
+/// certbot's folder: `live/<domain>/` holds each certificate it obtained, and it runs every
+/// executable in `renewal-hooks/deploy/` after it obtains or renews one.
+pub const LETSENCRYPT_DIR: &str = "/etc/letsencrypt";
+/// The instance's ACME http-01 webroot inside its state dir (`certbot certonly --webroot -w`).
+pub const ACME_WEBROOT_DIR: &str = "acme";
+/// Where below a webroot (and below a domain's URL) ACME http-01 challenge files are served.
+pub const ACME_CHALLENGE_PATH: &str = ".well-known/acme-challenge";
 
 /// The service token sited and the engine share; always a credential.
 pub const SERVICE_TOKEN: &str = "SERVICE_TOKEN";
@@ -366,6 +374,10 @@ pub enum Role {
     PolkitRule,
     /// A vhost file.
     Vhost,
+    /// The ACME http-01 webroot (only with `tls.mode = letsencrypt`).
+    AcmeWebroot,
+    /// certbot's deploy hook that applies the declaration again (only with `letsencrypt`).
+    RenewalHook,
 }
 
 /// One row of the mode matrix: a role's owner, group, mode and kind.
@@ -461,6 +473,10 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::TmpfilesFile, Root, Root, 0o644, F),
     rule(Role::PolkitRule, Root, Root, 0o644, F),
     rule(Role::Vhost, Root, Root, 0o644, F),
+    // certbot (root) writes challenge files here; the web server's user only reads them.
+    rule(Role::AcmeWebroot, Root, Root, 0o755, D),
+    // certbot runs it as root; nobody else may change what it runs.
+    rule(Role::RenewalHook, Root, Root, 0o755, F),
 ];
 
 /// The mode matrix's row for `role`.
@@ -650,6 +666,36 @@ impl<'d> Layout<'d> {
         turn_gitconfig_path(&self.agents_root())
     }
 
+    /// `/var/lib/atelier/<inst>/acme`: the ACME http-01 webroot every letsencrypt site's
+    /// port-80 vhost serves `/.well-known/acme-challenge/` from, before and after its TLS
+    /// server exists.
+    pub fn acme_webroot(&self) -> PathBuf {
+        self.state_dir().join(ACME_WEBROOT_DIR)
+    }
+
+    /// Whether production is declared with certificates from certbot (`tls.mode = letsencrypt`).
+    pub fn uses_letsencrypt(&self) -> bool {
+        self.decl.serving.prod.tls.mode == TlsMode::Letsencrypt
+    }
+
+    /// Where certbot puts a site's certificate chain and key:
+    /// `/etc/letsencrypt/live/<domain>/{fullchain,privkey}.pem`.
+    pub fn letsencrypt_certificate(&self, site: &Site) -> LiveCertificate {
+        let live = Path::new(LETSENCRYPT_DIR).join("live").join(&site.domain);
+        LiveCertificate {
+            fullchain: live.join("fullchain.pem"),
+            privkey: live.join("privkey.pem"),
+        }
+    }
+
+    /// certbot's deploy hook for the instance:
+    /// `/etc/letsencrypt/renewal-hooks/deploy/atelier-<inst>`.
+    pub fn renewal_hook_path(&self) -> PathBuf {
+        Path::new(LETSENCRYPT_DIR)
+            .join("renewal-hooks/deploy")
+            .join(names::renewal_hook_file(self.instance()))
+    }
+
     /// `/var/lib/atelier/<inst>/retired`, where `remove` archives by rename.
     pub fn retired_dir(&self) -> PathBuf {
         self.state_dir().join("retired")
@@ -785,9 +831,14 @@ impl<'d> Layout<'d> {
             .join(names::tmpfiles_file(self.instance()))
     }
 
-    /// An Atelier binary, e.g. `bin_path("atelier-shim")` = `/usr/local/bin/atelier-shim`.
+    /// An Atelier binary, e.g. `bin_path("atelier-shim")` = `/usr/bin/atelier-shim`.
     pub fn bin_path(&self, name: &str) -> PathBuf {
         base(&self.decl.paths.bin_dir, BIN_DIR).join(name)
+    }
+
+    /// The site templates' directory: declared, or `/usr/share/atelier/templates`.
+    pub fn templates_dir(&self) -> PathBuf {
+        base(&self.decl.paths.templates_dir, TEMPLATES_DIR)
     }
 
     /// systemctl.
@@ -908,6 +959,9 @@ impl<'d> Layout<'d> {
             self.entry(Role::TurnGitconfig, self.turn_gitconfig_path(), None),
             self.entry(Role::RetiredDir, self.retired_dir(), None),
         ]);
+        if self.uses_letsencrypt() {
+            out.push(self.entry(Role::AcmeWebroot, self.acme_webroot(), None));
+        }
         for &(k, _) in sites {
             out.push(self.entry(Role::AgentSiteDir, self.agent_site_dir(k), Some(k)));
             for door in Door::ALL {
@@ -1010,8 +1064,20 @@ impl<'d> Layout<'d> {
                 out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), Some(k)));
             }
         }
+        if self.uses_letsencrypt() {
+            out.push(self.entry(Role::RenewalHook, self.renewal_hook_path(), None));
+        }
         out
     }
+}
+
+/// A certificate as certbot keeps it: the chain a server presents and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveCertificate {
+    /// The certificate and its intermediates.
+    pub fullchain: PathBuf,
+    /// The private key (never read by the provisioner; only its presence is observed).
+    pub privkey: PathBuf,
 }
 
 fn base(declared: &Option<PathBuf>, default: &str) -> PathBuf {

@@ -15,6 +15,8 @@ pub const SHIM_BINARY: &str = "atelier-shim";
 pub const GATE_BINARY: &str = "atelier-gate";
 /// The program a build door runs: a site's install and build steps.
 pub const BUILD_BINARY: &str = "atelier-build";
+/// The provisioner, as certbot's deploy hook runs it.
+pub const PROVISION_BINARY: &str = "atelier-provision";
 
 /// The only port a door's plan lets a tunnel reach.
 pub const EGRESS_PORT: u16 = 443;
@@ -111,8 +113,13 @@ pub mod env {
     pub const BUILD_TIMEOUT_MS: &str = "ATELIER_BUILD_TIMEOUT_MS";
     /// See [`MAX_SITES`].
     pub const GIT_TIMEOUT_MS: &str = "ATELIER_GIT_TIMEOUT_MS";
-    /// Where the site templates are installed, when not the default.
+    /// Where the site templates are installed (the layout's `templates_dir`).
     pub const TEMPLATES_DIR: &str = "ATELIER_TEMPLATES_DIR";
+    /// The shim every door unit runs (the layout's `atelier-shim`): the `ExecStart=` sited
+    /// expects of a loaded door, and what it spawns under `none` confinement.
+    pub const SHIM_BIN: &str = "ATELIER_SHIM_BIN";
+    /// `atelier-build` as the build door runs it (the layout's `atelier-build`).
+    pub const BUILD_BIN: &str = "ATELIER_BUILD_BIN";
     /// The agent identity epoch: a resume token minted under another epoch is not replayed.
     pub const AGENT_IDENTITY_EPOCH: &str = "ATELIER_AGENT_IDENTITY_EPOCH";
     /// `production` (the default, and all the provisioner renders) or `development`, which
@@ -153,6 +160,8 @@ pub mod env {
         BUILD_TIMEOUT_MS,
         GIT_TIMEOUT_MS,
         TEMPLATES_DIR,
+        SHIM_BIN,
+        BUILD_BIN,
         DEPLOYMENT,
         AGENT_IDENTITY_EPOCH,
     ];

@@ -185,12 +185,40 @@ fn golden_paths() {
         layout.tmpfiles_path(),
         p("/etc/tmpfiles.d/atelier-example.conf")
     );
-    assert_eq!(
-        layout.bin_path("atelier-shim"),
-        p("/usr/local/bin/atelier-shim")
-    );
+    assert_eq!(layout.bin_path("atelier-shim"), p("/usr/bin/atelier-shim"));
+    assert_eq!(layout.templates_dir(), p("/usr/share/atelier/templates"));
     assert_eq!(layout.door_ceiling_ms(Door::Turn), 1_200_000);
     assert_eq!(layout.door_ceiling_ms(Door::Git), 30_000);
+}
+
+/// Where the binaries and the site templates are installed follows the declaration, for every
+/// binary the layout names.
+#[test]
+fn declared_install_dirs_move_every_binary_and_the_templates() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let moved = text.replacen(
+        "\"instance\": \"example\",",
+        "\"instance\": \"example\",\n  \"paths\": { \"bin_dir\": \"/opt/atelier/bin\", \
+         \"templates_dir\": \"/opt/atelier/templates\" },",
+        1,
+    );
+    let decl = Declaration::parse(&moved).unwrap();
+    let layout = Layout::new(&decl);
+    for name in [
+        atelier_layout::services::SITED_BINARY,
+        atelier_layout::services::SHIM_BINARY,
+        atelier_layout::services::GATE_BINARY,
+        atelier_layout::services::BUILD_BINARY,
+    ] {
+        assert_eq!(
+            layout.binary(name),
+            Path::new("/opt/atelier/bin").join(name)
+        );
+    }
+    assert_eq!(layout.templates_dir(), p("/opt/atelier/templates"));
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub enum BoxError {
     /// `systemd-nspawn` is not installed.
     #[error("systemd-nspawn is missing: apt-get install systemd-container")]
     NspawnMissing,
+    /// A test fixture the box needs is not installed.
+    #[error("{0}")]
+    MissingFixture(String),
     /// A file to install into the box does not exist.
     #[error("{0} does not exist (build the binaries first: cargo build --workspace --bins)")]
     MissingSource(PathBuf),
@@ -183,6 +186,28 @@ impl SystemdBox {
             mode,
         });
         self
+    }
+
+    /// Copies the freshly built Atelier binaries `names` from `bins` to where the Debian package
+    /// installs them (the layout's default `bin_dir`), which is where every rendered unit and
+    /// sited's env file expect them.
+    pub fn install_binaries(mut self, bins: &Path, names: &[&str]) -> Self {
+        for name in names {
+            self = self.copy(
+                bins.join(name),
+                format!("{}/{name}", atelier_layout::paths::BIN_DIR),
+            );
+        }
+        self
+    }
+
+    /// Copies the repository's site templates to where the Debian package installs them (the
+    /// layout's default `templates_dir`).
+    pub fn install_templates(self) -> Self {
+        self.copy(
+            repo_root().join("templates"),
+            atelier_layout::paths::TEMPLATES_DIR,
+        )
     }
 
     /// Sets how long the whole run may take.
@@ -473,4 +498,63 @@ pub fn real_agent(name: &str) -> Result<String, String> {
 /// The real Claude Code (see [`real_agent`]).
 pub fn real_claude() -> Result<String, String> {
     real_agent("claude")
+}
+
+/// Where a journey box gets Atelier from.
+#[derive(Debug, Clone)]
+pub enum Atelier {
+    /// The freshly built binaries and the repository's templates, copied to where the package
+    /// installs them.
+    Built,
+    /// A Debian package, copied in as [`PACKAGE_IN_BOX`] for the script to install: nothing of
+    /// Atelier is copied by hand.
+    Package(PathBuf),
+}
+
+/// Where a box holds the package of [`Atelier::Package`].
+pub const PACKAGE_IN_BOX: &str = "/root/atelier.deb";
+
+/// Where `deploy/demo/journey.sh` reads the example declaration, the operator's setup and is
+/// itself, inside a journey box.
+pub const JOURNEY_IN_BOX: &str = "/root/journey.sh";
+
+/// The Atelier binaries the demo's journey runs.
+const JOURNEY_BINARIES: [&str; 6] = [
+    "atelier-provision",
+    "atelier-sited",
+    "atelier-shim",
+    "atelier-gate",
+    "atelier-build",
+    "atelierctl",
+];
+
+/// A box ready for `deploy/demo/journey.sh` (at [`JOURNEY_IN_BOX`]): Atelier from `atelier`,
+/// the example declaration and the operator's setup where the journey reads them, and its two
+/// TEST FIXTURES, which no package holds: the real Claude Code where the example declaration
+/// says it is, and the lab model standing in for its provider.
+pub fn journey_box(atelier: Atelier) -> Result<SystemdBox, BoxError> {
+    let bins = built_binaries_dir()?;
+    let claude = real_claude().map_err(BoxError::MissingFixture)?;
+    let sandbox = match atelier {
+        Atelier::Built => SystemdBox::new()
+            .install_binaries(&bins, &JOURNEY_BINARIES)
+            .install_templates(),
+        Atelier::Package(deb) => SystemdBox::new().copy(deb, PACKAGE_IN_BOX),
+    };
+    Ok(sandbox
+        .timeout(Duration::from_secs(300))
+        .copy(claude, "/usr/local/bin/claude")
+        .copy(
+            bins.join("atelier-lab-model"),
+            "/usr/local/bin/atelier-lab-model",
+        )
+        .copy(
+            repo_root().join("deploy/examples/instance.json"),
+            "/root/instance.example.json",
+        )
+        .copy(
+            repo_root().join("deploy/examples/operator-setup.sh"),
+            "/root/operator-setup.sh",
+        )
+        .copy(repo_root().join("deploy/demo/journey.sh"), JOURNEY_IN_BOX))
 }

@@ -57,13 +57,15 @@ door_log() { journalctl -b -u "atelier-example-s$1-*" -o cat --no-pager | grep -
 fn confined_box() -> SystemdBox {
     let bins = built_binaries_dir().expect("locating the built binaries");
     SystemdBox::new()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
+        .install_binaries(
+            &bins,
+            &[
+                "atelier-provision",
+                "atelier-sited",
+                "atelier-shim",
+                "atelier-gate",
+            ],
         )
-        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
-        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
-        .copy(bins.join("atelier-gate"), "/usr/local/bin/atelier-gate")
         // The scripted stand-in, for what no real CLI shows on demand: a hang to kill -9, the
         // same exact edits in two modes, a turn that must not start (the real CLI: below).
         .copy(bins.join("atelier-test-agent"), "/usr/local/bin/claude")
@@ -75,10 +77,7 @@ fn confined_box() -> SystemdBox {
             env!("CARGO_BIN_EXE_atelier-door-client"),
             "/usr/local/bin/atelier-door-client",
         )
-        .copy(
-            repo_root().join("templates"),
-            "/usr/local/share/atelier/templates",
-        )
+        .install_templates()
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",
@@ -193,7 +192,7 @@ mkdir -p /etc/systemd/system/atelier-sited@example.service.d
 cat > /etc/systemd/system/atelier-sited@example.service.d/50-none.conf <<'UNIT'
 [Service]
 ExecStart=
-ExecStart=/usr/local/bin/atelier-sited --instance example --deployment development --agent-confinement none --agent-state-root /var/lib/atelier/example/unconfined-agents
+ExecStart=/usr/bin/atelier-sited --instance example --deployment development --agent-confinement none --agent-state-root /var/lib/atelier/example/unconfined-agents
 ReadWritePaths=/var/lib/atelier/example/unconfined-agents
 UNIT
 install -d -o atelier-example -g atelier-example -m 0700 /var/lib/atelier/example/unconfined-agents
@@ -647,7 +646,7 @@ unit_env=(--shim-env ATELIER_DOOR=turn --shim-env ATELIER_UNIT_WORKDIR=$ws1
   --shim-env ATELIER_GATE_SOCKET=/run/atelier-egress/turn.sock --shim-env ATELIER_MCP_SOCKET=/run/atelier-egress/mcp.sock)
 by_hand() { # name, then door-client spec arguments
   local name=$1; shift
-  runuser -u atelier-a-example_1 -- /usr/local/bin/atelier-door-client shim --shim /usr/local/bin/atelier-shim \
+  runuser -u atelier-a-example_1 -- /usr/local/bin/atelier-door-client shim --shim /usr/bin/atelier-shim \
     "${unit_env[@]}" "$@" -- /usr/bin/touch /tmp/ran-$name > /tmp/$name.out 2>/tmp/$name.err
   sed "s/^/$name| /" /tmp/$name.out /tmp/$name.err
   echo "${name}_ran=$(test -e /tmp/ran-$name && echo yes || echo no)"
@@ -848,7 +847,7 @@ rounds=100
 client bench --mode twin --socket /run/atelier/example/twin.sock --socket-unit atelier-bench-twin.socket --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 client bench --mode door --socket /run/atelier/example/s1-turn.sock --socket-unit atelier-example-s1-turn.socket --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 install -d -o atelier-example -g atelier-example -m 0700 /tmp/unconfined-home
-client bench --mode none --shim /usr/local/bin/atelier-shim --shim-env ATELIER_DOOR=turn --shim-env ATELIER_UNIT_WORKDIR=$ws1 \
+client bench --mode none --shim /usr/bin/atelier-shim --shim-env ATELIER_DOOR=turn --shim-env ATELIER_UNIT_WORKDIR=$ws1 \
   --shim-env HOME=/tmp/unconfined-home --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 echo "door_runs=$(systemctl show -P NAccepted atelier-example-s1-turn.socket)"
 echo "twin_runs=$(systemctl show -P NAccepted atelier-bench-twin.socket)"
@@ -965,14 +964,20 @@ ip netns exec $labns /usr/local/bin/atelier-lab-model --listen $lab_ip:443 --hos
   --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
 for _ in $(seq 100); do [ -f /etc/atelier-lab/ca.pem ] && break; sleep 0.1; done
 echo "lab_ready=$([ -f /etc/atelier-lab/ca.pem ] && echo yes || echo no)"
-gate=atelier-example-s1-gate.service
-mkdir -p /etc/systemd/system/$gate.d
-cat > /etc/systemd/system/$gate.d/50-lab.conf <<UNIT
+# Site $1's gate counts the lab range as public (its unit must exist: call again for a site
+# added later).
+lab_gate() {
+  local gate=atelier-example-s$1-gate.service
+  mkdir -p /etc/systemd/system/$gate.d
+  cat > /etc/systemd/system/$gate.d/50-lab.conf <<UNIT
 [Service]
 Environment=ATELIER_DEPLOYMENT=development
 ExecStart=
 ExecStart=$(sed -n 's/^ExecStart=//p' /etc/systemd/system/$gate) --allow-benchmark-range
 UNIT
+  systemctl daemon-reload
+}
+lab_gate 1
 mkdir -p /etc/systemd/system/atelier-sited@example.service.d
 cat > /etc/systemd/system/atelier-sited@example.service.d/50-lab.conf <<UNIT
 [Service]
@@ -1047,7 +1052,7 @@ fn real_agent_box(declaration: String) -> SystemdBox {
             bins.join("atelier-lab-model"),
             "/usr/local/bin/atelier-lab-model",
         )
-        .copy(bins.join("atelier-build"), "/usr/local/bin/atelier-build")
+        .install_binaries(&bins, &["atelier-build"])
         .write("/root/instance.json", declaration, 0o644)
 }
 
@@ -1503,7 +1508,8 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
 /// A build of the npm-basic template: with the lab registry's host declared, the install
 /// fetches the package through the build door's gate and the build uses it; with the host
 /// left out (the same box before the operator declares it), the gate refuses and the build
-/// fails, the refusal in its log.
+/// fails, the refusal in its log. Declaring the host is an `apply`, which restarts the running
+/// gate: the next CONNECT is decided by the new plan.
 const DEPENDENCY_BUILD: &str = r#"
 create_site collection www.example.org npm-basic
 # The site's own choice of registry, as a site states it (with the lab's CA: a host's npm may
@@ -1521,7 +1527,7 @@ json.dump(d, open("/root/instance.json", "w"))
 PY
 atelier-provision apply --declaration /root/instance.json > /tmp/apply2 2>&1
 echo "apply2=$?"
-systemctl restart atelier-example-s1-gate.service
+sed 's/^/apply2| /' /tmp/apply2
 build=$(start_build collection)
 echo "allowed_start=$(cat /tmp/build-status)"
 wait_build "$build" collection allowed
@@ -1548,6 +1554,12 @@ fn a_build_installs_its_dependency_from_a_declared_registry_through_the_gate_and
     );
 
     assert_eq!(fact(&run, "apply2"), "0", "{run:?}");
+    assert!(
+        tagged(&run, "apply2")
+            .iter()
+            .any(|l| l.ends_with("run systemctl try-restart atelier-example-s1-gate.service")),
+        "{run:?}"
+    );
     assert_eq!(fact(&run, "allowed_start"), "202", "{run:?}");
     assert_eq!(fact(&run, "allowed_outcome"), "success", "{run:?}");
     let allowed_log = tagged(&run, "allowed-log");
@@ -1566,6 +1578,104 @@ fn a_build_installs_its_dependency_from_a_declared_registry_through_the_gate_and
     assert_eq!(fact(&run, "notes"), "1", "the note, escaped: {run:?}");
     assert_eq!(fact(&run, "package"), "1", "{run:?}");
     assert_ne!(fact(&run, "registry_requests"), "0", "{run:?}");
+}
+
+/// A site added to the declaration while sited runs: `apply` restarts sited, and the new
+/// site's first turn runs with no manual step. A later change while a build of that site runs
+/// is deferred by name (and `check` reports it) until an apply finds the build ended.
+const ADDED_SITE: &str = r#"
+echo "health=$(curl -sS -o /dev/null -w '%{http_code}' --unix-socket $sock $base/health)"
+pid_before=$(systemctl show -P MainPID atelier-sited@example.service)
+echo "pid_before=$pid_before"
+# Runs `atelier-provision $1`, printing its exit status as `$2=` and its output under `$2| `.
+provision() {
+  atelier-provision "$1" --declaration /root/instance.json > "/tmp/$2" 2>&1
+  echo "$2=$?"
+  sed "s/^/$2| /" "/tmp/$2"
+}
+edit() { python3 -c "import json,sys; d=json.load(open('/root/instance.json')); exec(sys.argv[1]); json.dump(d, open('/root/instance.json','w'))" "$1"; }
+edit 'd["sites"].append({"slug": "collection", "domain": "www.example.org"}); d["serving"]["aliases"] = {"example.org": "collection"}'
+provision apply apply2
+lab_gate 2
+echo "sited_restarted=$([ "$(systemctl show -P MainPID atelier-sited@example.service)" != "$pid_before" ] && echo yes || echo no)"
+create_site collection www.example.org
+id=$(start_session collection '"Write the home page."')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn| /'
+echo "page=$(cat $ws1/src/index.html)"
+printf 'sleep 8\n' >> $ws1/build.sh
+build=$(start_build collection)
+for _ in $(seq 100); do
+  systemctl list-units --plain --no-legend --state=active 'atelier-example-s2-build@*' | grep -q . && break
+  sleep 0.1
+done
+edit 'd["limits"]["releases_retained"] = 5'
+provision apply apply3
+provision check check3
+wait_build "$build" collection build
+provision apply apply4
+provision check check4
+if tr '\0' '\n' < /proc/$(systemctl show -P MainPID atelier-sited@example.service)/environ | grep -qx 'ATELIER_RELEASES_RETAINED=5'; then
+  echo "sited_reads_new_env=yes"
+else
+  echo "sited_reads_new_env=no"
+fi
+lab_down
+exit 0
+"#;
+
+#[test]
+fn a_site_added_while_sited_runs_gets_its_first_turn_and_a_restart_waits_for_live_runs() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 120_000);
+    let mut decl: Value = serde_json::from_str(&declaration).expect("the declaration");
+    decl["sites"] = serde_json::json!([{ "slug": "archive", "domain": "archive.example.net",
+        "webspace": "/srv/legacy-www/archive-example" }]);
+    decl["serving"]["aliases"] = serde_json::json!({});
+    let run = run_real_agent(decl.to_string(), ADDED_SITE, "");
+    let restarts_sited = |l: &&str| {
+        l.contains("run systemctl try-restart") && l.contains("atelier-sited@example.service")
+    };
+
+    assert_eq!(fact(&run, "health"), "200", "{run:?}");
+    assert_eq!(fact(&run, "apply2"), "0", "{run:?}");
+    assert!(tagged(&run, "apply2").iter().any(restarts_sited), "{run:?}");
+    assert_eq!(fact(&run, "sited_restarted"), "yes", "{run:?}");
+    assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn = events(&run, "turn");
+    assert_eq!(
+        turn.last().map(|e| (e["type"].clone(), e["state"].clone())),
+        Some(("turn_end".into(), "idle".into())),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+
+    // Under the live build: deferred, named, reported as drift.
+    assert_eq!(fact(&run, "apply3"), "3", "{run:?}");
+    let deferred: Vec<&str> = tagged(&run, "apply3")
+        .into_iter()
+        .filter(|l| l.starts_with("deferred"))
+        .collect();
+    assert_eq!(deferred.len(), 1, "{run:?}");
+    assert!(
+        deferred[0].contains("restart atelier-sited@example.service deferred")
+            && deferred[0].contains("/etc/atelier/example/env")
+            && deferred[0].contains("atelier-example-s2-build@"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "check3"), "1", "{run:?}");
+    assert!(
+        tagged(&run, "check3")
+            .iter()
+            .any(|l| l.contains("restart_pending") && l.contains("atelier-sited@example.service")),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "build_outcome"), "success", "{run:?}");
+    // Once the build ended: restarted, and nothing drifts.
+    assert_eq!(fact(&run, "apply4"), "0", "{run:?}");
+    assert!(tagged(&run, "apply4").iter().any(restarts_sited), "{run:?}");
+    assert_eq!(fact(&run, "check4"), "0", "{run:?}");
+    assert_eq!(fact(&run, "sited_reads_new_env"), "yes", "{run:?}");
 }
 
 /// The real pi against the real local model (llama.cpp serving SmolLM2, from

@@ -153,10 +153,7 @@ fn fact<'r>(run: &'r BoxRun, key: &str) -> &'r str {
 fn door_units_as_pid_1_loaded_them_and_the_service_user_stops_and_kills_runs() {
     let bins = built_binaries_dir().expect("locating the built binaries");
     let run = probe_box()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
-        )
+        .install_binaries(&bins, &["atelier-provision"])
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",
@@ -213,7 +210,7 @@ fn door_units_as_pid_1_loaded_them_and_the_service_user_stops_and_kills_runs() {
         "socket| SocketMode=384",
         "socket| SocketUser=\"atelier-example\"",
         "service| User=\"atelier-a-example_1\"",
-        "service| ExecStartEx=[/usr/local/bin/atelier-shim]",
+        "service| ExecStartEx=[/usr/bin/atelier-shim]",
         "service| PrivateNetwork=yes",
         "service| BindReadOnlyPaths=[/run/atelier/example/egress/s1/turn.sock:/run/atelier-egress/turn.sock, \
          /run/atelier/example/egress/s1/mcp.sock:/run/atelier-egress/mcp.sock, \

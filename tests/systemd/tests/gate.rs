@@ -77,11 +77,7 @@ exit 0
 fn the_provisioned_gate_starts_on_demand_relays_mcp_with_its_own_key_and_refuses_the_lab_flag() {
     let bins = built_binaries_dir().expect("locating the built binaries");
     let run = SystemdBox::new()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
-        )
-        .copy(bins.join("atelier-gate"), "/usr/local/bin/atelier-gate")
+        .install_binaries(&bins, &["atelier-provision", "atelier-gate"])
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",

@@ -17,16 +17,11 @@ use atelier_systemd_tests::{built_binaries_dir, repo_root, SystemdBox};
 fn provisioning_box() -> SystemdBox {
     let bins = built_binaries_dir().expect("locating the built binaries");
     SystemdBox::new()
-        .copy(
-            bins.join("atelier-provision"),
-            "/usr/local/bin/atelier-provision",
+        .install_binaries(
+            &bins,
+            &["atelier-provision", "atelier-sited", "atelier-shim"],
         )
-        .copy(bins.join("atelier-sited"), "/usr/local/bin/atelier-sited")
-        .copy(bins.join("atelier-shim"), "/usr/local/bin/atelier-shim")
-        .copy(
-            repo_root().join("templates"),
-            "/usr/local/share/atelier/templates",
-        )
+        .install_templates()
         .copy(
             repo_root().join("deploy/examples/instance.json"),
             "/root/instance.json",

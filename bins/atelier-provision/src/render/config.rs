@@ -114,6 +114,18 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
     );
     keys.insert(env::RUNTIME_DIR, path_value(&layout.runtime_dir())?);
     keys.insert(env::AGENT_STATE_ROOT, path_value(&layout.agents_root())?);
+    // Where the binaries and templates are installed, from the same derivation as the units'
+    // ExecStart=: sited expects the shim a door unit runs and hands the build door its
+    // atelier-build, so a moved install reaches it here rather than through its defaults.
+    keys.insert(
+        env::SHIM_BIN,
+        path_value(&layout.binary(services::SHIM_BINARY))?,
+    );
+    keys.insert(
+        env::BUILD_BIN,
+        path_value(&layout.binary(services::BUILD_BINARY))?,
+    );
+    keys.insert(env::TEMPLATES_DIR, path_value(&layout.templates_dir())?);
     if let Some(systemctl) = &decl.agent.systemctl_bin {
         keys.insert(env::SYSTEMCTL_BIN, path_value(systemctl)?);
     }

@@ -1,9 +1,11 @@
 //! Host files beside the units: tmpfiles.d (the runtime tree), the polkit rule (stop and kill
-//! of the instance's own runs) and the turn door's system gitconfig.
+//! of the instance's own runs), the turn door's system gitconfig and, with letsencrypt
+//! certificates, certbot's deploy hook.
 
 use atelier_layout::declaration::Site;
 use atelier_layout::names::{self, Door};
 use atelier_layout::paths::{mode_rule, Role};
+use atelier_layout::services::PROVISION_BINARY;
 use atelier_layout::{Layout, SiteOrdinal};
 
 use super::template::{self, fill};
@@ -20,7 +22,7 @@ const TURN_GITCONFIG: &str =
 # never discovers a bare repository it was not pointed at.\n\
 [safe]\n\tbareRepository = explicit\n";
 
-/// Appends the tmpfiles.d file, the polkit rule and the turn gitconfig.
+/// Appends the tmpfiles.d file, the polkit rule, the turn gitconfig and the renewal hook.
 pub(super) fn render(
     layout: &Layout<'_>,
     sites: &[(SiteOrdinal, &Site)],
@@ -63,7 +65,41 @@ pub(super) fn render(
             ));
         }
     }
+    if layout.uses_letsencrypt() {
+        out.push(artifact(
+            layout,
+            layout.renewal_hook_path(),
+            Role::RenewalHook,
+            ArtifactKind::RenewalHook,
+            CommentStyle::Hash,
+            &renewal_hook(layout)?,
+        ));
+    }
     Ok(())
+}
+
+/// certbot's deploy hook: apply the declaration's copy again (a site waiting for its
+/// certificate gets its TLS server), then test and reload the web server, which a renewal
+/// needs even when nothing was rendered differently. The reload is tried whatever apply
+/// answered, so a renewed certificate is served even while apply refuses for another reason.
+fn renewal_hook(layout: &Layout<'_>) -> Result<String, RenderError> {
+    let server = layout.declaration().web.server;
+    let provision = safe_path(&layout.binary(PROVISION_BINARY))?;
+    let declaration = safe_path(&layout.declaration_path())?;
+    let configtest = crate::host::web_configtest_argv(server).join(" ");
+    let unit = crate::host::web_unit(server);
+    Ok(format!(
+        "# certbot's deploy hook for Atelier instance {inst}: certbot runs it as root after\n\
+         # `certbot renew` renews a certificate, and after `certbot certonly` obtains one when\n\
+         # given as --deploy-hook. No \"#!\" line, since the stamp above must be the first:\n\
+         # certbot runs hooks through a shell, and a shell runs a file it cannot execute as a\n\
+         # shell script.\n\
+         status=0\n\
+         {provision} apply --declaration {declaration} || status=$?\n\
+         {configtest} && systemctl try-reload-or-restart {unit} || status=$?\n\
+         exit \"$status\"\n",
+        inst = layout.instance()
+    ))
 }
 
 fn tmpfiles_line(

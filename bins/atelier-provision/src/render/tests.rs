@@ -145,9 +145,7 @@ fn door_units_state_their_profile() {
 
     let turn = text_of(&all, "/etc/systemd/system/atelier-example-s2-turn@.service");
     assert!(turn.lines().any(|l| l == "RuntimeMaxSec=1215"));
-    assert!(turn
-        .lines()
-        .any(|l| l == "ExecStart=/usr/local/bin/atelier-shim"));
+    assert!(turn.lines().any(|l| l == "ExecStart=/usr/bin/atelier-shim"));
     let binds: Vec<&str> = turn
         .lines()
         .filter(|l| l.starts_with("BindReadOnlyPaths="))
@@ -535,5 +533,219 @@ fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
             !env.contains("OPENAI") || rendered,
             "{name}: a key nobody declared\n{env}"
         );
+    }
+}
+
+/// The binary and template paths are one derivation: by default where the Debian package
+/// installs them, and a declared `paths.bin_dir` / `paths.templates_dir` reaches every unit's
+/// `ExecStart=` and sited's env file (the shim it expects, the build binary it hands the build
+/// door, the templates it scaffolds from), leaving no default behind.
+#[test]
+fn install_paths_reach_every_unit_and_sited_env() {
+    let env_lines = |all: &[Artifact]| -> Vec<String> {
+        text_of(all, "/etc/atelier/example/env")
+            .lines()
+            .filter(|l| {
+                [
+                    "ATELIER_SHIM_BIN=",
+                    "ATELIER_BUILD_BIN=",
+                    "ATELIER_TEMPLATES_DIR=",
+                ]
+                .iter()
+                .any(|key| l.starts_with(key))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let decl = example();
+    let all = render(&decl, &FACTS).unwrap();
+    assert_eq!(
+        env_lines(&all),
+        [
+            "ATELIER_BUILD_BIN=\"/usr/bin/atelier-build\"",
+            "ATELIER_SHIM_BIN=\"/usr/bin/atelier-shim\"",
+            "ATELIER_TEMPLATES_DIR=\"/usr/share/atelier/templates\"",
+        ]
+    );
+
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let moved = text.replacen(
+        "\"instance\": \"example\",",
+        "\"instance\": \"example\",\n  \"paths\": { \"bin_dir\": \"/opt/atelier/bin\", \
+         \"templates_dir\": \"/opt/atelier/templates\" },",
+        1,
+    );
+    let decl = Declaration::parse(&moved).unwrap();
+    let all = render(&decl, &FACTS).unwrap();
+    assert_eq!(
+        env_lines(&all),
+        [
+            "ATELIER_BUILD_BIN=\"/opt/atelier/bin/atelier-build\"",
+            "ATELIER_SHIM_BIN=\"/opt/atelier/bin/atelier-shim\"",
+            "ATELIER_TEMPLATES_DIR=\"/opt/atelier/templates\"",
+        ]
+    );
+    let mut exec_starts = 0;
+    for artifact in &all {
+        let text = std::str::from_utf8(&artifact.bytes).unwrap();
+        assert!(
+            !text.contains("/usr/bin/atelier") && !text.contains("/usr/share/atelier"),
+            "{} keeps a default install path\n{text}",
+            artifact.path.display()
+        );
+        for line in text.lines().filter(|l| l.starts_with("ExecStart=")) {
+            assert!(
+                line.starts_with("ExecStart=/opt/atelier/bin/atelier-"),
+                "{}: {line}",
+                artifact.path.display()
+            );
+            exec_starts += 1;
+        }
+    }
+    // sited, and per site three doors and a gate.
+    assert_eq!(exec_starts, 1 + 2 * 4);
+}
+
+/// A letsencrypt site's production vhost waits for its certificate: its stand-in serves only
+/// the ACME challenge from the instance's webroot, and the vhost proper adds the TLS server
+/// and redirects port 80 to it; certbot's deploy hook applies the declaration's copy again and
+/// reloads the declared web server. Other TLS modes have neither stand-in nor hook.
+#[test]
+fn letsencrypt_vhosts_wait_for_their_certificate_and_a_hook_applies_again() {
+    let live = "/etc/letsencrypt/live/www.example.org";
+    let hook_path = "/etc/letsencrypt/renewal-hooks/deploy/atelier-example";
+    let example_text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let cases = [
+        (
+            "nginx",
+            "/etc/nginx/sites-available",
+            "nginx -t && systemctl try-reload-or-restart nginx.service",
+        ),
+        (
+            "apache",
+            "/etc/apache2/sites-available",
+            "apache2ctl configtest && systemctl try-reload-or-restart apache2.service",
+        ),
+    ];
+    for (server, vhosts, reload) in cases {
+        let text = example_text.replace(
+            "\"server\": \"nginx\"",
+            &format!("\"server\": \"{server}\""),
+        );
+        let decl = Declaration::parse(&text).unwrap();
+        let all = render(&decl, &FACTS).unwrap();
+        let prod = all
+            .iter()
+            .find(|a| a.path == Path::new(vhosts).join("atelier-example-collection.conf"))
+            .unwrap();
+        let stand_in = prod
+            .stand_in
+            .as_ref()
+            .expect("a letsencrypt vhost has a stand-in");
+        assert_eq!(
+            stand_in.requires,
+            [
+                Path::new(live).join("fullchain.pem"),
+                Path::new(live).join("privkey.pem")
+            ]
+        );
+        let stamp = parse_stamp(&stand_in.bytes).unwrap();
+        assert_eq!(
+            (stamp.instance.as_str(), stamp.kind),
+            ("example", prod.kind)
+        );
+        let waiting = std::str::from_utf8(&stand_in.bytes).unwrap();
+        let ready = std::str::from_utf8(&prod.bytes).unwrap();
+        for text in [waiting, ready] {
+            assert!(
+                text.contains("certbot certonly --webroot -w /var/lib/atelier/example/acme -d www.example.org"),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("--deploy-hook {hook_path}")),
+                "{text}"
+            );
+        }
+        assert!(waiting.contains("WAITING FOR THE CERTIFICATE"), "{waiting}");
+        assert!(!waiting.contains("fullchain.pem\""), "{waiting}");
+        match server {
+            "nginx" => {
+                let acme = "location ^~ /.well-known/acme-challenge/ {\n        root \"/var/lib/atelier/example/acme\";\n    }";
+                assert!(
+                    waiting.contains(acme) && ready.contains(acme),
+                    "{waiting}\n{ready}"
+                );
+                assert!(waiting.contains("return 503;"), "{waiting}");
+                assert!(!waiting.contains("listen 443"), "{waiting}");
+                assert!(ready.contains("return 301 https://www.example.org$request_uri;"));
+                assert!(ready.contains(&format!("ssl_certificate \"{live}/fullchain.pem\";")));
+                assert!(ready.contains(&format!("ssl_certificate_key \"{live}/privkey.pem\";")));
+            }
+            _ => {
+                let alias = "Alias \"/.well-known/acme-challenge/\" \"/var/lib/atelier/example/acme/.well-known/acme-challenge/\"";
+                assert!(
+                    waiting.contains(alias) && ready.contains(alias),
+                    "{waiting}\n{ready}"
+                );
+                assert!(
+                    waiting.contains("RedirectMatch 503 \"^/(?!\\.well-known/acme-challenge/)\""),
+                    "{waiting}"
+                );
+                assert!(!waiting.contains("*:443"), "{waiting}");
+                assert!(ready.contains("RedirectMatch permanent \"^/(?!\\.well-known/acme-challenge/)(.*)$\" \"https://www.example.org/$1\""), "{ready}");
+                assert!(ready.contains("<VirtualHost *:443>"), "{ready}");
+                assert!(ready.contains(&format!("SSLCertificateFile \"{live}/fullchain.pem\"")));
+            }
+        }
+        let pre = all
+            .iter()
+            .find(|a| a.path == Path::new(vhosts).join("atelier-example-collection-pre.conf"))
+            .unwrap();
+        assert!(pre.stand_in.is_none(), "preproduction has no certificate");
+
+        let hook = all.iter().find(|a| a.path == Path::new(hook_path)).unwrap();
+        assert_eq!(hook.kind, ArtifactKind::RenewalHook);
+        assert_eq!(
+            (hook.owner.as_str(), hook.group.as_str(), hook.mode),
+            ("root", "root", 0o755)
+        );
+        let body = std::str::from_utf8(hook.body()).unwrap();
+        assert!(
+            body.contains("/usr/bin/atelier-provision apply --declaration /etc/atelier/example/instance.json || status=$?\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains(&format!("\n{reload} || status=$?\n")),
+            "{body}"
+        );
+        assert!(hook
+            .bytes
+            .starts_with(b"# atelier-provision: example renewal_hook "));
+        assert!(!body.lines().any(|l| l.starts_with("#!")), "{body}");
+    }
+
+    let files = example_text.replace(
+        "\"tls\": { \"mode\": \"letsencrypt\", \"account_email\": \"ops@example.org\" }",
+        "\"tls\": { \"mode\": \"files\", \"certificate\": \"/etc/ssl/site.pem\", \"key\": \"/etc/ssl/site.key\" }",
+    );
+    let none = example_text.replace(
+        "\"tls\": { \"mode\": \"letsencrypt\", \"account_email\": \"ops@example.org\" }",
+        "\"tls\": { \"mode\": \"none\" }",
+    );
+    for text in [files, none] {
+        assert_ne!(text, example_text);
+        let decl = Declaration::parse(&text).unwrap();
+        let all = render(&decl, &FACTS).unwrap();
+        assert!(all.iter().all(|a| a.stand_in.is_none()));
+        assert!(!all.iter().any(|a| a.kind == ArtifactKind::RenewalHook));
+        assert!(!all
+            .iter()
+            .any(|a| String::from_utf8_lossy(&a.bytes).contains("acme-challenge")));
     }
 }

@@ -1,19 +1,33 @@
 //! The web server's virtual hosts: per site, production at its domain (and its aliases) and,
 //! when enabled, preproduction at `<prefix>.<domain>`. Each serves through the surface's
 //! release symlink, denies dotfiles, and preproduction asks for basic auth when declared.
+//!
+//! With `tls.mode = letsencrypt` the production vhost has two forms. Its port-80 server always
+//! serves `/.well-known/acme-challenge/` from the instance's ACME webroot, so certbot's http-01
+//! challenge works on a fresh host. Until certbot has put the certificate in place, that server
+//! is all there is (everything else answers 503): a server told to load a missing certificate
+//! refuses its whole configuration, every other site with it. Once the certificate exists the
+//! TLS server is rendered and port 80 redirects to it. The renderer cannot see the host, so the
+//! waiting form rides along as the artifact's stand-in and the plan picks one by observing the
+//! certificate's files.
 
 use std::fmt::Write as _;
 
 use atelier_layout::declaration::{AuthMode, Site, TlsMode, WebServer};
 use atelier_layout::names;
-use atelier_layout::paths::{Role, Surface};
+use atelier_layout::paths::{Role, Surface, ACME_CHALLENGE_PATH};
 use atelier_layout::{Layout, SiteOrdinal};
 
 use super::{artifact, safe_path, RenderError};
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 
-/// Where certbot keeps a domain's live certificate.
-pub const LETSENCRYPT_LIVE: &str = "/etc/letsencrypt/live";
+/// Whether a letsencrypt site's certificate is rendered as present (the TLS server exists) or
+/// awaited (only the ACME challenge is served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Certificate {
+    Present,
+    Awaited,
+}
 
 /// Appends every vhost of the declared web server.
 pub(super) fn render(
@@ -29,11 +43,11 @@ pub(super) fn render(
     };
     for &(_, site) in sites {
         let site_view = SiteView::new(layout, site)?;
-        let prod = match decl.web.server {
-            WebServer::Nginx => nginx_prod(&site_view),
-            WebServer::Apache => apache_prod(&site_view),
+        let prod = |certificate| match decl.web.server {
+            WebServer::Nginx => nginx_prod(&site_view, certificate),
+            WebServer::Apache => apache_prod(&site_view, certificate),
         };
-        out.push(artifact(
+        let mut vhost = artifact(
             layout,
             layout
                 .vhost_dir()
@@ -41,8 +55,18 @@ pub(super) fn render(
             Role::Vhost,
             kind,
             CommentStyle::Hash,
-            &prod,
-        ));
+            &prod(Certificate::Present),
+        );
+        if let Tls::Letsencrypt { .. } = site_view.tls {
+            let live = layout.letsencrypt_certificate(site);
+            vhost = vhost.with_stand_in(
+                inst.as_str(),
+                CommentStyle::Hash,
+                vec![live.fullchain, live.privkey],
+                &prod(Certificate::Awaited),
+            );
+        }
+        out.push(vhost);
         if decl.serving.preprod.enabled {
             let pre = match decl.web.server {
                 WebServer::Nginx => nginx_preprod(&site_view),
@@ -78,8 +102,19 @@ struct SiteView {
 }
 
 enum Tls {
-    Letsencrypt { account: String },
-    Files { certificate: String, key: String },
+    Letsencrypt {
+        account: String,
+        certificate: String,
+        key: String,
+        /// The ACME http-01 webroot.
+        webroot: String,
+        /// certbot's deploy hook for the instance.
+        hook: String,
+    },
+    Files {
+        certificate: String,
+        key: String,
+    },
     None,
 }
 
@@ -88,9 +123,16 @@ impl SiteView {
         let decl = layout.declaration();
         let tls_decl = &decl.serving.prod.tls;
         let tls = match tls_decl.mode {
-            TlsMode::Letsencrypt => Tls::Letsencrypt {
-                account: tls_decl.account_email.clone().unwrap_or_default(),
-            },
+            TlsMode::Letsencrypt => {
+                let live = layout.letsencrypt_certificate(site);
+                Tls::Letsencrypt {
+                    account: tls_decl.account_email.clone().unwrap_or_default(),
+                    certificate: safe_path(&live.fullchain)?,
+                    key: safe_path(&live.privkey)?,
+                    webroot: safe_path(&layout.acme_webroot())?,
+                    hook: safe_path(&layout.renewal_hook_path())?,
+                }
+            }
             TlsMode::Files => match (&tls_decl.certificate, &tls_decl.key) {
                 (Some(certificate), Some(key)) => Tls::Files {
                     certificate: safe_path(certificate)?,
@@ -143,6 +185,40 @@ impl SiteView {
             inst = self.instance,
         )
     }
+
+    /// The production header's lines about a letsencrypt certificate: how it is obtained and,
+    /// while it is awaited, what this file is.
+    fn letsencrypt_comment(&self, out: &mut String, certificate: Certificate) {
+        let Tls::Letsencrypt {
+            account,
+            certificate: chain,
+            key,
+            webroot,
+            hook,
+        } = &self.tls
+        else {
+            return;
+        };
+        write!(
+            out,
+            "# Certificate: ACME account {account}, obtained with\n\
+             #   certbot certonly --webroot -w {webroot} -d {domain} -m {account} \\\n\
+             #     --deploy-hook {hook}\n\
+             # and not with certbot's nginx or apache installer, which would edit this file: the\n\
+             # hook applies the declaration again, which renders the TLS server once the\n\
+             # certificate exists, and reloads the web server after each renewal.\n",
+            domain = self.domain
+        )
+        .ok();
+        if certificate == Certificate::Awaited {
+            write!(
+                out,
+                "# WAITING FOR THE CERTIFICATE: {chain} and {key} do not exist yet, so this\n\
+                 # serves only the ACME challenge; the next apply renders the TLS server.\n"
+            )
+            .ok();
+        }
+    }
 }
 
 /// The realm grammar forbids quotes and backslashes already; held again where it is quoted.
@@ -180,74 +256,87 @@ fn nginx_serving(out: &mut String, root: &str) {
     .ok();
 }
 
-fn nginx_prod(site: &SiteView) -> String {
+/// The location every letsencrypt port-80 server has: the challenge files certbot writes
+/// below the webroot, before and after the TLS server exists.
+fn nginx_acme(out: &mut String, webroot: &str) {
+    write!(
+        out,
+        "    location ^~ /{ACME_CHALLENGE_PATH}/ {{\n\
+         \x20       root \"{webroot}\";\n\
+         \x20   }}\n"
+    )
+    .ok();
+}
+
+fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
     let domain = &site.domain;
     let mut out = site.header("Production", domain);
-    match &site.tls {
-        Tls::Letsencrypt { account } => {
-            writeln!(out, "# Certificates: ACME account {account}.").ok();
-        }
-        Tls::Files { .. } | Tls::None => {}
-    }
+    site.letsencrypt_comment(&mut out, certificate);
     let scheme = site.prod_scheme();
-    match &site.tls {
-        Tls::None => {
-            write!(
-                out,
-                "server {{\n\
-                 \x20   listen 80;\n\
-                 \x20   listen [::]:80;\n\
-                 \x20   server_name {domain};\n"
-            )
-            .ok();
+    let plain = format!(
+        "server {{\n\
+         \x20   listen 80;\n\
+         \x20   listen [::]:80;\n\
+         \x20   server_name {domain};\n"
+    );
+    // The certificate and key of the TLS server, when there is one.
+    let tls = match (&site.tls, certificate) {
+        (Tls::None, _) => {
+            out.push_str(&plain);
             nginx_serving(&mut out, &site.prod_root);
             out.push_str("}\n");
+            None
         }
-        Tls::Letsencrypt { .. } | Tls::Files { .. } => {
-            let (certificate, key) = match &site.tls {
-                Tls::Files { certificate, key } => (certificate.clone(), key.clone()),
-                _ => (
-                    format!("{LETSENCRYPT_LIVE}/{domain}/fullchain.pem"),
-                    format!("{LETSENCRYPT_LIVE}/{domain}/privkey.pem"),
-                ),
-            };
-            write!(
-                out,
-                "server {{\n\
-                 \x20   listen 80;\n\
-                 \x20   listen [::]:80;\n\
-                 \x20   server_name {domain};\n"
-            )
-            .ok();
-            if matches!(site.tls, Tls::Letsencrypt { .. }) {
-                write!(
-                    out,
-                    "    location ^~ /.well-known/acme-challenge/ {{\n\
-                     \x20       root \"{webspace}\";\n\
-                     \x20   }}\n",
-                    webspace = site.webspace
-                )
-                .ok();
-            }
-            write!(
-                out,
-                "    location / {{\n\
-                 \x20       return 301 https://{domain}$request_uri;\n\
-                 \x20   }}\n\
-                 }}\n\
-                 server {{\n\
-                 \x20   listen 443 ssl;\n\
-                 \x20   listen [::]:443 ssl;\n\
-                 \x20   server_name {domain};\n\
-                 \x20   ssl_certificate \"{certificate}\";\n\
-                 \x20   ssl_certificate_key \"{key}\";\n\
-                 \x20   ssl_protocols TLSv1.2 TLSv1.3;\n\
-                 \x20   ssl_session_timeout 1d;\n"
-            )
-            .ok();
-            nginx_serving(&mut out, &site.prod_root);
-            out.push_str("}\n");
+        (Tls::Letsencrypt { webroot, .. }, Certificate::Awaited) => {
+            out.push_str(&plain);
+            nginx_acme(&mut out, webroot);
+            // Production is declared over TLS only: nothing else is served in plain HTTP, and
+            // a redirect would point at a server that does not exist yet.
+            out.push_str(
+                "    location / {\n\
+                 \x20       return 503;\n\
+                 \x20   }\n\
+                 }\n",
+            );
+            None
         }
+        (
+            Tls::Letsencrypt {
+                certificate: chain,
+                key,
+                webroot,
+                ..
+            },
+            Certificate::Present,
+        ) => {
+            out.push_str(&plain);
+            nginx_acme(&mut out, webroot);
+            Some((chain, key))
+        }
+        (Tls::Files { certificate, key }, _) => {
+            out.push_str(&plain);
+            Some((certificate, key))
+        }
+    };
+    if let Some((chain, key)) = tls {
+        write!(
+            out,
+            "    location / {{\n\
+             \x20       return 301 https://{domain}$request_uri;\n\
+             \x20   }}\n\
+             }}\n\
+             server {{\n\
+             \x20   listen 443 ssl;\n\
+             \x20   listen [::]:443 ssl;\n\
+             \x20   server_name {domain};\n\
+             \x20   ssl_certificate \"{chain}\";\n\
+             \x20   ssl_certificate_key \"{key}\";\n\
+             \x20   ssl_protocols TLSv1.2 TLSv1.3;\n\
+             \x20   ssl_session_timeout 1d;\n"
+        )
+        .ok();
+        nginx_serving(&mut out, &site.prod_root);
+        out.push_str("}\n");
     }
     for alias in &site.aliases {
         write!(
@@ -313,46 +402,85 @@ fn apache_dotfiles(out: &mut String) {
     );
 }
 
-fn apache_prod(site: &SiteView) -> String {
-    let domain = &site.domain;
-    let mut out = site.header("Production", domain);
-    let ports: &[(u16, bool)] = match site.tls {
-        // certbot writes the HTTPS companion of this file itself.
-        Tls::Letsencrypt { .. } => &[(80, false)],
-        Tls::Files { .. } => &[(80, false), (443, true)],
-        Tls::None => &[(80, false)],
-    };
-    if let Tls::Letsencrypt { account } = &site.tls {
-        writeln!(
+/// The production `<VirtualHost>` that serves the release, in plain HTTP or over TLS.
+fn apache_serving(out: &mut String, site: &SiteView, port: u16, tls: Option<(&str, &str)>) {
+    write!(
+        out,
+        "<VirtualHost *:{port}>\n\
+         \x20   ServerName {domain}\n\
+         \x20   DocumentRoot \"{root}\"\n",
+        domain = site.domain,
+        root = site.prod_root
+    )
+    .ok();
+    if let Some((certificate, key)) = tls {
+        write!(
             out,
-            "# Certificates: ACME account {account} (certbot --apache)."
+            "    SSLEngine on\n\
+             \x20   SSLCertificateFile \"{certificate}\"\n\
+             \x20   SSLCertificateKeyFile \"{key}\"\n"
         )
         .ok();
     }
-    for &(port, ssl) in ports {
-        write!(
+    apache_directory(out, &site.webspace);
+    out.push_str("        Require all granted\n    </Directory>\n");
+    apache_dotfiles(out);
+    out.push_str("</VirtualHost>\n");
+}
+
+/// A letsencrypt site's port-80 `<VirtualHost>`: the challenge files certbot writes below the
+/// webroot, and everything else redirected to the TLS server (503 while it does not exist).
+/// mod_alias applies redirects before aliases, so the redirect leaves the challenge path out.
+fn apache_acme(out: &mut String, site: &SiteView, webroot: &str, certificate: Certificate) {
+    let challenges = format!("{webroot}/{ACME_CHALLENGE_PATH}");
+    write!(
+        out,
+        "<VirtualHost *:80>\n\
+         \x20   ServerName {domain}\n\
+         \x20   Alias \"/{ACME_CHALLENGE_PATH}/\" \"{challenges}/\"\n\
+         \x20   <Directory \"{challenges}\">\n\
+         \x20       Options None\n\
+         \x20       AllowOverride None\n\
+         \x20       Require all granted\n\
+         \x20   </Directory>\n",
+        domain = site.domain
+    )
+    .ok();
+    // Every path but the challenges'.
+    let rest = format!("^/(?!{}/)", ACME_CHALLENGE_PATH.replace('.', "\\."));
+    match certificate {
+        Certificate::Present => writeln!(
             out,
-            "<VirtualHost *:{port}>\n\
-             \x20   ServerName {domain}\n\
-             \x20   DocumentRoot \"{root}\"\n",
-            root = site.prod_root
-        )
-        .ok();
-        if ssl {
-            if let Tls::Files { certificate, key } = &site.tls {
-                write!(
-                    out,
-                    "    SSLEngine on\n\
-                     \x20   SSLCertificateFile \"{certificate}\"\n\
-                     \x20   SSLCertificateKeyFile \"{key}\"\n"
-                )
-                .ok();
+            "    RedirectMatch permanent \"{rest}(.*)$\" \"https://{domain}/$1\"",
+            domain = site.domain
+        ),
+        Certificate::Awaited => writeln!(out, "    RedirectMatch 503 \"{rest}\""),
+    }
+    .ok();
+    out.push_str("</VirtualHost>\n");
+}
+
+fn apache_prod(site: &SiteView, certificate: Certificate) -> String {
+    let domain = &site.domain;
+    let mut out = site.header("Production", domain);
+    site.letsencrypt_comment(&mut out, certificate);
+    match &site.tls {
+        Tls::None => apache_serving(&mut out, site, 80, None),
+        Tls::Files { certificate, key } => {
+            apache_serving(&mut out, site, 80, None);
+            apache_serving(&mut out, site, 443, Some((certificate, key)));
+        }
+        Tls::Letsencrypt {
+            certificate: chain,
+            key,
+            webroot,
+            ..
+        } => {
+            apache_acme(&mut out, site, webroot, certificate);
+            if certificate == Certificate::Present {
+                apache_serving(&mut out, site, 443, Some((chain, key)));
             }
         }
-        apache_directory(&mut out, &site.webspace);
-        out.push_str("        Require all granted\n    </Directory>\n");
-        apache_dotfiles(&mut out);
-        out.push_str("</VirtualHost>\n");
     }
     let scheme = site.prod_scheme();
     for alias in &site.aliases {

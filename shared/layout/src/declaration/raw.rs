@@ -57,6 +57,7 @@ pub(crate) struct RawPaths {
     pub polkit_rules_dir: Option<String>,
     pub tmpfiles_dir: Option<String>,
     pub bin_dir: Option<String>,
+    pub templates_dir: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

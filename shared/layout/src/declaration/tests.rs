@@ -92,6 +92,11 @@ const CASES: &[Case] = &[
         &[("webspace_base", Reason::RelativePath)],
     ),
     (
+        "relative templates dir",
+        |d| set(d, "/paths/templates_dir", json!("share/atelier/templates")),
+        &[("paths.templates_dir", Reason::RelativePath)],
+    ),
+    (
         "relative site webspace",
         |d| set(d, "/sites/1/webspace", json!("legacy/archive")),
         &[("sites[1].webspace", Reason::RelativePath)],

@@ -292,6 +292,7 @@ fn paths(v: &mut Validator<'_>, raw: RawPaths, at: &JsonPath) -> Option<Declared
     let polkit_rules_dir = path(raw.polkit_rules_dir, "polkit_rules_dir");
     let tmpfiles_dir = path(raw.tmpfiles_dir, "tmpfiles_dir");
     let bin_dir = path(raw.bin_dir, "bin_dir");
+    let templates_dir = path(raw.templates_dir, "templates_dir");
     Some(DeclaredPaths {
         config_base: config_base?,
         state_base: state_base?,
@@ -301,6 +302,7 @@ fn paths(v: &mut Validator<'_>, raw: RawPaths, at: &JsonPath) -> Option<Declared
         polkit_rules_dir: polkit_rules_dir?,
         tmpfiles_dir: tmpfiles_dir?,
         bin_dir: bin_dir?,
+        templates_dir: templates_dir?,
     })
 }
 

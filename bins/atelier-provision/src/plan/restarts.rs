@@ -1,0 +1,403 @@
+//! Restarts that follow what `apply` changed. sited reads its environment file, site table,
+//! unit and credentials once, at start, and runs with the groups its user had then; a gate
+//! reads its unit and its doors' plans once; each runs the binary that was installed when it
+//! started (a package upgrade replaces it). A running daemon whose inputs changed after it
+//! started (written by this plan, or by an earlier apply whose restart was deferred) is
+//! restarted, so a site added to the declaration can run its first turn without a manual
+//! step. A restart would cut off the runs the daemon serves (a turn's stream, a build's
+//! tunnels), so while one is live the restart is deferred by name instead, and the plan keeps
+//! deferring it (and `check` reports it) until an apply finds the runs ended.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use atelier_layout::declaration::Site;
+use atelier_layout::paths::Layout;
+use atelier_layout::services;
+use atelier_layout::{names, Door, SiteOrdinal};
+
+use super::{argv, AccountStep, Action, ExecStep, Planner};
+
+/// One daemon the plan looks at.
+struct Daemon {
+    /// Its service unit.
+    unit: String,
+    /// The files it reads at start.
+    inputs: Vec<PathBuf>,
+    /// Whether the groups of the instance's service user matter (sited runs as it).
+    runs_as_service_user: bool,
+    /// The runs a restart would cut off: those of every site for sited, of its own site for a
+    /// gate.
+    serves: Vec<String>,
+}
+
+impl Planner<'_> {
+    /// Restarts every running daemon whose inputs changed since it started, or defers it by
+    /// name while the runs it serves are live.
+    pub(super) fn restarts(&mut self, written: &BTreeSet<PathBuf>) {
+        let mut restart = Vec::new();
+        for daemon in daemons(self.input.layout, &self.input.sites()) {
+            let Some(why) = self.stale(&daemon, written) else {
+                continue;
+            };
+            let live: Vec<String> = self
+                .input
+                .host
+                .live_runs
+                .iter()
+                .filter(|run| daemon.serves.iter().any(|stem| is_run_of(run, stem)))
+                .cloned()
+                .collect();
+            if live.is_empty() {
+                restart.push(daemon.unit);
+            } else {
+                self.actions.push(Action::DeferRestart {
+                    unit: daemon.unit,
+                    because: why,
+                    live,
+                });
+            }
+        }
+        if !restart.is_empty() {
+            // try-restart: a daemon that stopped meanwhile reads the new inputs when it is
+            // next started by its socket.
+            let mut command = argv(&["systemctl", "try-restart"]);
+            command.extend(restart);
+            self.actions.push(Action::Exec {
+                step: ExecStep::RestartServices,
+                argv: command,
+            });
+        }
+    }
+
+    /// Why a running `daemon` must restart, or `None` if it runs with what is declared.
+    fn stale(&self, daemon: &Daemon, written: &BTreeSet<PathBuf>) -> Option<String> {
+        let state = self.input.host.services.get(&daemon.unit)?;
+        let mut why = Vec::new();
+        for input in &daemon.inputs {
+            let changed_now = written.contains(input);
+            let changed_since = match (self.observed(input), state.started_ns) {
+                (Some(seen), Some(started)) => seen.mtime_ns > started,
+                _ => false,
+            };
+            if changed_now || changed_since {
+                why.push(shown(input));
+            }
+        }
+        if daemon.runs_as_service_user && self.memberships_changed(state.groups.as_ref()) {
+            why.push("the service user's groups".to_owned());
+        }
+        (!why.is_empty()).then(|| format!("changed since it started: {}", why.join(", ")))
+    }
+
+    /// Whether the service user gains a group in this plan, or its groups differ from those
+    /// its running process has.
+    fn memberships_changed(&self, running: Option<&BTreeSet<u32>>) -> bool {
+        let user = self.input.layout.service_user();
+        let planned = self.actions.iter().any(|a| {
+            matches!(a, Action::Account { step: AccountStep::AddMember, argv, .. }
+                if argv.get(2) == Some(&user))
+        });
+        let accounts = &self.input.host.accounts;
+        let declared = accounts.user(&user).map(|entry| {
+            let mut gids: BTreeSet<u32> = accounts
+                .groups
+                .iter()
+                .filter(|g| g.members.contains(&user))
+                .map(|g| g.gid)
+                .collect();
+            gids.insert(entry.gid);
+            gids
+        });
+        let differs = match (running, declared) {
+            (Some(running), Some(declared)) => {
+                let primary = accounts.user(&user).map(|u| u.gid);
+                let mut running = running.clone();
+                running.extend(primary);
+                running != declared
+            }
+            _ => false,
+        };
+        planned || differs
+    }
+}
+
+/// The service units of the daemons a plan may restart: sited's, then each site's gate's.
+pub fn daemon_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
+    daemons(layout, sites).into_iter().map(|d| d.unit).collect()
+}
+
+/// Every file a daemon reads at start, for the observer.
+pub fn daemon_inputs(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<PathBuf> {
+    daemons(layout, sites)
+        .into_iter()
+        .flat_map(|d| d.inputs)
+        .collect()
+}
+
+/// The instance's door service templates (`atelier-<inst>-s<k>-<door>@.service`), whose
+/// running instances are the live runs.
+pub fn run_templates(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
+    let inst = layout.instance();
+    sites
+        .iter()
+        .flat_map(|&(k, _)| {
+            Door::ALL
+                .into_iter()
+                .map(move |door| names::door_service_template(inst, k, door))
+        })
+        .collect()
+}
+
+/// sited, then each site's gate.
+fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
+    let inst = layout.instance();
+    let run_stems = |k| {
+        Door::ALL
+            .into_iter()
+            .map(move |door| names::door_unit_stem(inst, k, door))
+    };
+    let sited_unit = names::sited_service_unit(inst);
+    let mut sited_inputs = vec![
+        layout.bin_path(services::SITED_BINARY),
+        layout.env_file(),
+        layout.site_table_path(),
+        layout.unit_path(&sited_unit),
+    ];
+    sited_inputs.extend(layout.credential_sources().into_values());
+    let mut daemons = vec![Daemon {
+        unit: sited_unit,
+        inputs: sited_inputs,
+        runs_as_service_user: true,
+        serves: sites.iter().flat_map(|&(k, _)| run_stems(k)).collect(),
+    }];
+    for &(k, _) in sites {
+        let unit = names::gate_service_unit(inst, k);
+        let mut inputs = vec![
+            layout.bin_path(services::GATE_BINARY),
+            layout.unit_path(&unit),
+        ];
+        inputs.extend(
+            Door::ALL
+                .into_iter()
+                .filter_map(|door| layout.gate_plan_path(k, door)),
+        );
+        daemons.push(Daemon {
+            unit,
+            inputs,
+            runs_as_service_user: false,
+            serves: run_stems(k).collect(),
+        });
+    }
+    daemons
+}
+
+/// Whether `run` (`atelier-<inst>-s<k>-<door>@<n>.service`) is an instance of the door unit
+/// named by `stem`.
+fn is_run_of(run: &str, stem: &str) -> bool {
+    run.strip_prefix(stem)
+        .is_some_and(|rest| rest.starts_with('@'))
+}
+
+fn shown(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use atelier_layout::paths::Layout;
+    use atelier_layout::{names, Door, SiteOrdinal};
+
+    use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
+    use crate::host::ServiceState;
+    use crate::plan::tests::{argvs, Fixture};
+    use crate::plan::Action;
+
+    const SITED: &str = "atelier-sited@example.service";
+    const GATE_1: &str = "atelier-example-s1-gate.service";
+
+    /// A fixture whose artifacts include sited's env file (naming `slugs`) and site 1's turn
+    /// plan (listing `hosts`), converged, with sited and site 1's gate running since after
+    /// every file was written.
+    fn running(slugs: &[&str], hosts: &str) -> Fixture {
+        let mut f = Fixture::new(slugs);
+        declare_inputs(&mut f, hosts);
+        f.converge();
+        for unit in [SITED, GATE_1] {
+            let state = ServiceState {
+                started_ns: Some(100),
+                groups: None,
+            };
+            f.host.services.insert(unit.to_owned(), state);
+        }
+        f
+    }
+
+    fn declare_inputs(f: &mut Fixture, hosts: &str) {
+        let layout = Layout::new(&f.decl);
+        let slugs: Vec<&str> = f.decl.sites.iter().map(|s| s.slug.as_str()).collect();
+        let k1 = SiteOrdinal::new(1).unwrap();
+        let artifact = |path, kind, body: String| {
+            Artifact::new(
+                path,
+                "example",
+                kind,
+                CommentStyle::Hash,
+                ("root", "root", 0o644),
+                &body,
+            )
+        };
+        f.extra_artifacts = vec![
+            artifact(
+                layout.env_file(),
+                ArtifactKind::Env,
+                format!("ATELIER_SITES={}\n", slugs.join(",")),
+            ),
+            artifact(
+                layout.gate_plan_path(k1, Door::Turn).unwrap(),
+                ArtifactKind::Gate,
+                format!("{{\"hosts\":[{hosts}]}}\n"),
+            ),
+        ];
+    }
+
+    fn live(unit: &str) -> String {
+        format!("{unit}@3-00000000-0000-0000-0000-000000000000.service")
+    }
+
+    #[test]
+    fn a_daemon_that_is_not_running_or_has_read_everything_is_left_alone() {
+        let mut f = running(&["blog"], "\"a.example\"");
+        assert_eq!(argvs(&f.plan().unwrap()), Vec::<String>::new());
+        f.host.services.clear();
+        f.redeclare(&["blog", "shop"]);
+        declare_inputs(&mut f, "\"a.example\"");
+        let plan = argvs(&f.plan().unwrap());
+        assert!(
+            !plan.iter().any(|a| a.contains("restart atelier-")),
+            "nothing runs, so nothing restarts: {plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_site_added_to_the_declaration_restarts_the_running_sited_after_its_env_is_written() {
+        let mut f = running(&["blog"], "\"a.example\"");
+        f.redeclare(&["blog", "shop"]);
+        declare_inputs(&mut f, "\"a.example\"");
+        let argvs = argvs(&f.plan().unwrap());
+        let at = |command: &str| argvs.iter().position(|a| a.starts_with(command));
+        let restart = at("systemctl try-restart atelier-sited@example.service");
+        assert!(restart.is_some(), "{argvs:?}");
+        assert!(at("gpasswd -a atelier-example") < restart, "{argvs:?}");
+        assert!(at("systemctl daemon-reload") < restart, "{argvs:?}");
+        assert!(at("systemctl enable --now") < restart, "{argvs:?}");
+    }
+
+    #[test]
+    fn a_changed_plan_restarts_its_gate_only() {
+        let mut f = running(&["blog", "shop"], "\"a.example\"");
+        declare_inputs(&mut f, "\"a.example\",\"b.example\"");
+        let argvs = argvs(&f.plan().unwrap());
+        assert_eq!(
+            argvs,
+            ["systemctl try-restart atelier-example-s1-gate.service"]
+        );
+    }
+
+    #[test]
+    fn a_restart_under_live_runs_is_deferred_by_name_and_planned_again_until_they_end() {
+        let mut f = running(&["blog", "shop"], "\"a.example\"");
+        f.redeclare(&["blog", "shop", "news"]);
+        declare_inputs(&mut f, "\"a.example\",\"b.example\"");
+        let inst = Layout::new(&f.decl).instance().clone();
+        let k = |n| SiteOrdinal::new(n).unwrap();
+        // A build of site 2 is live: sited serves it, site 1's gate does not.
+        let build = live(&names::door_unit_stem(&inst, k(2), Door::Build));
+        f.host.live_runs = vec![build.clone()];
+        let plan = f.plan().unwrap();
+        let deferred: Vec<&Action> = plan
+            .iter()
+            .filter(|a| matches!(a, Action::DeferRestart { .. }))
+            .collect();
+        assert_eq!(deferred.len(), 1, "{plan:#?}");
+        let Action::DeferRestart {
+            unit,
+            because,
+            live,
+        } = deferred[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!(unit, SITED);
+        assert!(because.contains("/etc/atelier/example/env"), "{because}");
+        assert_eq!(live, std::slice::from_ref(&build));
+        assert!(!deferred[0].changes_host());
+        assert_eq!(
+            deferred[0].holdback(),
+            Some(crate::plan::Holdback::DeferredRestart)
+        );
+        assert!(
+            argvs(&plan).contains(&format!("systemctl try-restart {GATE_1}")),
+            "site 1's gate serves no live run: {plan:#?}"
+        );
+        // Applied, but sited still runs with what it read before: the next plan defers it
+        // again, and once the build ended restarts it.
+        f.simulate(&plan);
+        let env = Layout::new(&f.decl).env_file();
+        f.host.entries.get_mut(&env).unwrap().mtime_ns = 200;
+        f.host.services.get_mut(GATE_1).unwrap().started_ns = Some(300);
+        let again = f.plan().unwrap();
+        assert!(
+            matches!(again.as_slice(), [Action::DeferRestart { unit, .. }] if unit == SITED),
+            "{again:#?}"
+        );
+        f.host.live_runs.clear();
+        assert_eq!(
+            argvs(&f.plan().unwrap()),
+            [format!("systemctl try-restart {SITED}")]
+        );
+    }
+
+    #[test]
+    fn an_upgraded_binary_restarts_the_daemons_that_run_it() {
+        let mut f = running(&["blog"], "\"a.example\"");
+        let layout = Layout::new(&f.decl);
+        let gate = layout.bin_path(atelier_layout::services::GATE_BINARY);
+        let mut seen = f.host.entries.values().next().unwrap().clone();
+        seen.mtime_ns = 50;
+        f.host.entries.insert(gate.clone(), seen.clone());
+        assert_eq!(argvs(&f.plan().unwrap()), Vec::<String>::new());
+        seen.mtime_ns = 150;
+        f.host.entries.insert(gate, seen);
+        assert_eq!(
+            argvs(&f.plan().unwrap()),
+            [format!("systemctl try-restart {GATE_1}")]
+        );
+    }
+
+    #[test]
+    fn sited_restarts_when_its_user_s_groups_differ_from_its_process_s() {
+        let mut f = running(&["blog"], "\"a.example\"");
+        let user = f.host.accounts.user("atelier-example").unwrap().clone();
+        let mut groups: BTreeSet<u32> = f
+            .host
+            .accounts
+            .groups
+            .iter()
+            .filter(|g| g.members.contains(&user.name))
+            .map(|g| g.gid)
+            .collect();
+        groups.insert(user.gid);
+        f.host.services.get_mut(SITED).unwrap().groups = Some(groups.clone());
+        assert_eq!(argvs(&f.plan().unwrap()), Vec::<String>::new());
+        let newest = *groups.iter().next_back().unwrap();
+        groups.remove(&newest);
+        f.host.services.get_mut(SITED).unwrap().groups = Some(groups);
+        assert_eq!(
+            argvs(&f.plan().unwrap()),
+            [format!("systemctl try-restart {SITED}")]
+        );
+    }
+}

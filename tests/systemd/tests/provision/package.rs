@@ -1,0 +1,160 @@
+//! The Debian package as an operator installs it: `scripts/package` builds the `.deb` from the
+//! freshly built binaries on the host; a fresh box gets only that package, the example
+//! declaration and the operator's setup (and the journey's two test fixtures, the real Claude
+//! Code and the lab model, which no package holds). There `dpkg -i` installs it: every binary
+//! on the PATH is the package's, `man atelier-provision` renders, chatd's account, proxy group
+//! and units are in place and not enabled. Then the demo's journey (`deploy/demo/journey.sh`)
+//! runs against it unchanged: `atelier-provision apply` of the example, `atelierctl health`
+//! pairing, turns through the turn door, builds through the build door, and the rest.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use atelier_systemd_tests::{
+    built_binaries_dir, journey_box, repo_root, Atelier, JOURNEY_IN_BOX, PACKAGE_IN_BOX,
+};
+
+/// Runs inside the box, after `DEB=` and `JOURNEY=` lines. Prints `KEY=value` facts for the
+/// test to check, and the journey's output prefixed with `journey| `.
+const SCRIPT: &str = r#"
+set -uo pipefail
+dpkg -i "$DEB" > /tmp/dpkg 2>&1; echo "dpkg=$?"
+sed 's/^/dpkg| /' /tmp/dpkg
+echo "installed=$(dpkg-query -W -f='${Status}' atelier)"
+for bin in atelier-provision atelier-sited atelier-shim atelier-gate atelier-build atelier-chatd atelierctl; do
+  path=$(command -v $bin)
+  echo "bin_$bin=$path $(dpkg -S "$path" 2>/dev/null | cut -d: -f1)"
+done
+echo "templates=$(dpkg -S /usr/share/atelier/templates/basic/template.json 2>/dev/null | cut -d: -f1)"
+echo "man_path=$(man -w atelier-provision 2>&1)"
+echo "man_head=$(man atelier-provision 2>/dev/null | head -n 8 | tr -s ' ' | paste -sd ' ')"
+echo "man_ctl=$(man -w atelierctl-health 2>&1)"
+echo "completion=$(bash -c '. /usr/share/bash-completion/completions/atelierctl && complete -p atelierctl' 2>&1)"
+echo "chatd_user=$(getent passwd atelier-chatd | cut -d: -f1,7)"
+echo "proxy_group=$(getent group atelier-proxy | cut -d: -f1)"
+echo "chatd_socket=$(systemctl show -P LoadState atelier-chatd.socket) $(systemctl is-enabled atelier-chatd.socket 2>&1)"
+echo "run_atelier=$(stat -c '%U:%G %a' /run/atelier)"
+
+bash "$JOURNEY" > /tmp/journey 2>&1; echo "journey=$?"
+sed 's/^/journey| /' /tmp/journey
+echo "env_paths=$(grep -e ^ATELIER_SHIM_BIN= -e ^ATELIER_BUILD_BIN= -e ^ATELIER_TEMPLATES_DIR= /etc/atelier/example/env | paste -sd ' ')"
+echo "door_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-example-s1-build@.service)"
+exit 0
+"#;
+
+/// Builds the `.deb` into `out` from the binaries beside this test (a debug package: no cargo
+/// runs, `cargo test` holds the target folder) and returns its path.
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a package that cannot be built must fail the test"
+)]
+fn package(out: &Path) -> std::path::PathBuf {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    let built = Command::new("bash")
+        .arg(repo_root().join("scripts/package"))
+        .args(["--profile", "debug", "--bin-dir"])
+        .arg(&bins)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("running scripts/package");
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        built.status.success(),
+        "scripts/package failed ({}):\n{stdout}\n{}",
+        built.status,
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let deb = stdout.lines().last().unwrap_or_default();
+    assert!(deb.ends_with(".deb"), "scripts/package printed {stdout:?}");
+    deb.into()
+}
+
+#[test]
+fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
+    let out = tempfile::tempdir().expect("a folder for the package");
+    let deb = package(out.path());
+    let run = journey_box(Atelier::Package(deb))
+        .expect("putting the journey's box together")
+        .timeout(Duration::from_secs(420))
+        .run(&format!(
+            "DEB={PACKAGE_IN_BOX}\nJOURNEY={JOURNEY_IN_BOX}\n{SCRIPT}"
+        ))
+        .expect("booting systemd in a container");
+    run.assert_success();
+    let fact = |key: &str| run.fact(key).unwrap_or("<missing>");
+
+    assert_eq!(fact("dpkg"), "0", "{run:?}");
+    assert_eq!(fact("installed"), "install ok installed", "{run:?}");
+    for bin in [
+        "atelier-provision",
+        "atelier-sited",
+        "atelier-shim",
+        "atelier-gate",
+        "atelier-build",
+        "atelier-chatd",
+        "atelierctl",
+    ] {
+        assert_eq!(
+            fact(&format!("bin_{bin}")),
+            format!("/usr/bin/{bin} atelier"),
+            "{bin} on the PATH is the package's\n{run:?}"
+        );
+    }
+    assert_eq!(fact("templates"), "atelier", "{run:?}");
+    assert_eq!(
+        fact("man_path"),
+        "/usr/share/man/man1/atelier-provision.1.gz",
+        "{run:?}"
+    );
+    let man = fact("man_head");
+    assert!(
+        man.contains("NAME") && man.contains("atelier-provision - Renders and applies"),
+        "man atelier-provision: {man:?}\n{run:?}"
+    );
+    assert_eq!(
+        fact("man_ctl"),
+        "/usr/share/man/man1/atelierctl-health.1.gz",
+        "a page per subcommand\n{run:?}"
+    );
+    assert!(
+        fact("completion").starts_with("complete ") && fact("completion").ends_with(" atelierctl"),
+        "{run:?}"
+    );
+    assert_eq!(
+        fact("chatd_user"),
+        "atelier-chatd:/usr/sbin/nologin",
+        "{run:?}"
+    );
+    assert_eq!(fact("proxy_group"), "atelier-proxy", "{run:?}");
+    assert_eq!(fact("chatd_socket"), "loaded disabled", "{run:?}");
+    assert_eq!(fact("run_atelier"), "root:root 755", "{run:?}");
+
+    assert_eq!(fact("journey"), "0", "{run:?}");
+    let output = &run.output;
+    assert!(
+        output.contains("journey| == the whole journey passed"),
+        "{run:?}"
+    );
+    assert!(!output.contains("NOT OK"), "{run:?}");
+    for step in [
+        "ok: the second apply planned and did nothing",
+        "ok: sited is active, started by its socket, as the service user",
+        "ok: the agent ran through the turn door",
+        "ok: the build ran through the build door",
+    ] {
+        assert!(output.contains(step), "{step}\n{run:?}");
+    }
+    assert_eq!(
+        fact("env_paths"),
+        "ATELIER_BUILD_BIN=\"/usr/bin/atelier-build\" ATELIER_SHIM_BIN=\"/usr/bin/atelier-shim\" \
+         ATELIER_TEMPLATES_DIR=\"/usr/share/atelier/templates\"",
+        "{run:?}"
+    );
+    assert_eq!(
+        fact("door_exec"),
+        "ExecStart=/usr/bin/atelier-shim",
+        "{run:?}"
+    );
+}
