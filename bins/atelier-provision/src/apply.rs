@@ -77,8 +77,9 @@ enum StepError {
     Other(String),
 }
 
-/// Executes `actions` in order below `root`.
-pub fn apply(actions: &[Action], root: &Path) -> Report {
+/// Executes `actions` in order below `root`, telling `completed` each outcome as it is known
+/// (an operator watching a long apply sees each step as it ends, not all of them at the end).
+pub fn apply(actions: &[Action], root: &Path, completed: &mut dyn FnMut(&ActionOutcome)) -> Report {
     let mut report = Report::default();
     let mut failed = false;
     for action in actions {
@@ -106,11 +107,13 @@ pub fn apply(actions: &[Action], root: &Path) -> Report {
                 }
             }
         };
-        report.outcomes.push(ActionOutcome {
+        let outcome = ActionOutcome {
             action: action.to_string(),
             status,
             error,
-        });
+        };
+        completed(&outcome);
+        report.outcomes.push(outcome);
     }
     report
 }
@@ -451,7 +454,12 @@ mod tests {
                 0o644,
             ),
         ];
-        let report = apply(&actions, tmp.path());
+        let mut told = Vec::new();
+        let report = apply(&actions, tmp.path(), &mut |o| told.push(o.clone()));
+        assert_eq!(
+            told, report.outcomes,
+            "each outcome is told as it is known, in order"
+        );
         let statuses: Vec<Status> = report.outcomes.iter().map(|o| o.status).collect();
         assert_eq!(
             statuses,
@@ -487,7 +495,7 @@ mod tests {
         assert!(!tmp.path().join("etc/never").exists());
 
         // A minted credential is never overwritten.
-        let again = apply(&actions[2..3], tmp.path());
+        let again = apply(&actions[2..3], tmp.path(), &mut |_| {});
         assert_eq!(again.outcomes[0].status, Status::Unchanged);
         assert_eq!(
             std::fs::read_to_string(tmp.path().join("etc/atelier/t/credentials/SERVICE_TOKEN"))
@@ -513,6 +521,7 @@ mod tests {
                 0o640,
             )],
             tmp.path(),
+            &mut |_| {},
         );
         assert_eq!(report.outcomes[0].status, Status::Done, "{report:?}");
         assert_eq!(std::fs::read(tmp.path().join("etc/f")).unwrap(), b"keep");
@@ -533,7 +542,7 @@ mod tests {
             Content::Htpasswd(vec![("preview".into(), "/etc/pw".into())]),
             0o640,
         );
-        let report = apply(&[action], tmp.path());
+        let report = apply(&[action], tmp.path(), &mut |_| {});
         assert_eq!(report.outcomes[0].status, Status::Done, "{report:?}");
         let written = tmp.path().join("etc/preprod.htpasswd");
         let text = std::fs::read_to_string(&written).unwrap();
@@ -561,7 +570,7 @@ mod tests {
         if let Action::File { owner, .. } = &mut action {
             *owner = "nobody-here".into();
         }
-        let report = apply(&[action], tmp.path());
+        let report = apply(&[action], tmp.path(), &mut |_| {});
         assert!(report.failed());
         assert!(report.outcomes[0]
             .error

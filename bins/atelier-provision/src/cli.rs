@@ -398,31 +398,95 @@ pub fn run(
             return failure.exit();
         }
     };
-    // Everything is printed only after the secret guard has read it.
-    let mut buffer = Vec::new();
-    let exit = match prepare_and_execute(&cli, render, &mut buffer) {
+    // Every line is printed only after the secret guard has read it; from the first that looks
+    // like a credential on, nothing more is.
+    let mut guard = SecretGuard::new(out);
+    let exit = match prepare_and_execute(&cli, render, &mut guard) {
         Ok(exit) => exit,
         Err(failure) => {
             let _ = writeln!(err, "atelier-provision: {failure}");
             if cli.json {
                 let json = FailureJson::of(&failure, Some(&cli.verb));
-                let _ = serde_json::to_writer(&mut buffer, &json);
-                buffer.push(b'\n');
+                let _ = serde_json::to_writer(&mut guard, &json);
+                let _ = guard.write_all(b"\n");
             }
             failure.exit()
         }
     };
-    let text = String::from_utf8_lossy(&buffer);
-    if let Some(line) = text.lines().position(looks_like_a_secret) {
-        let failure = Failure::OutputWithheld { line: line + 1 };
+    let (out, withheld) = guard.finish();
+    if let Some(line) = withheld {
+        let failure = Failure::OutputWithheld { line };
         let _ = writeln!(err, "atelier-provision: {failure}");
         if cli.json {
             print_json(out, &FailureJson::of(&failure, Some(&cli.verb)));
         }
         return failure.exit();
     }
-    let _ = out.write_all(&buffer);
     exit
+}
+
+/// A writer that passes whole lines on (flushed, so progress shows as it happens) once
+/// [`looks_like_a_secret`] has read them, and withholds the first that looks like a credential
+/// and everything after it.
+struct SecretGuard<'a> {
+    out: &'a mut dyn Write,
+    /// The line being written, up to its newline.
+    line: Vec<u8>,
+    /// Lines passed on or withheld so far.
+    lines: usize,
+    /// The 1-based number of the first withheld line.
+    withheld: Option<usize>,
+}
+
+impl<'a> SecretGuard<'a> {
+    fn new(out: &'a mut dyn Write) -> Self {
+        SecretGuard {
+            out,
+            line: Vec::new(),
+            lines: 0,
+            withheld: None,
+        }
+    }
+
+    /// Reads one complete line (newline included) and passes it on unless withheld.
+    fn pass(&mut self) -> std::io::Result<()> {
+        self.lines += 1;
+        let text = String::from_utf8_lossy(&self.line);
+        if self.withheld.is_none() && looks_like_a_secret(text.trim_end_matches('\n')) {
+            self.withheld = Some(self.lines);
+        }
+        if self.withheld.is_none() {
+            self.out.write_all(&self.line)?;
+            self.out.flush()?;
+        }
+        self.line.clear();
+        Ok(())
+    }
+
+    /// Passes on an unterminated last line; returns the real output and the first withheld
+    /// line's number, if any.
+    fn finish(mut self) -> (&'a mut dyn Write, Option<usize>) {
+        if !self.line.is_empty() {
+            let _ = self.pass();
+        }
+        (self.out, self.withheld)
+    }
+}
+
+impl Write for SecretGuard<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for chunk in buf.split_inclusive(|b| *b == b'\n') {
+            self.line.extend_from_slice(chunk);
+            if chunk.ends_with(b"\n") {
+                self.pass()?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn print_json(out: &mut dyn Write, json: &FailureJson<'_>) {
@@ -571,7 +635,13 @@ fn execute(
             Ok(exit)
         }
         Verb::Apply => {
-            let (applied, exit) = verbs::apply_verb(decl, Some(bytes), root, render)?;
+            let (mut silent, mut lines) = ((), OutcomeLines { out, failed: None });
+            let progress: &mut dyn verbs::Progress =
+                if cli.json { &mut silent } else { &mut lines };
+            let (applied, exit) = verbs::apply_verb(decl, Some(bytes), root, render, progress)?;
+            if let Some(error) = lines.failed {
+                return Err(io(error));
+            }
             if cli.json {
                 let body = report(
                     &cli.verb,
@@ -580,24 +650,44 @@ fn execute(
                     json!({ "actions": applied.actions, "outcomes": applied.report.outcomes }),
                 );
                 writeln!(out, "{body}").map_err(io)?;
-            } else {
-                writeln!(out, "{} actions", applied.actions.len()).map_err(io)?;
-                if applied.report.outcomes.is_empty() {
-                    for action in &applied.actions {
-                        writeln!(out, "{:<10} {action}", "awaiting").map_err(io)?;
-                    }
-                }
-                for o in &applied.report.outcomes {
-                    let status = serde_json::to_value(o.status).unwrap_or_default();
-                    let status = status.as_str().unwrap_or("?");
-                    match &o.error {
-                        Some(e) => writeln!(out, "{status:<10} {} -- {e}", o.action),
-                        None => writeln!(out, "{status:<10} {}", o.action),
-                    }
-                    .map_err(io)?;
+            } else if applied.report.outcomes.is_empty() {
+                for action in &applied.actions {
+                    writeln!(out, "{:<10} {action}", "awaiting").map_err(io)?;
                 }
             }
             Ok(exit)
+        }
+    }
+}
+
+/// `apply`'s plain progress: the plan's size, then one line per action as it completes.
+struct OutcomeLines<'a> {
+    out: &'a mut dyn Write,
+    /// The first write that failed; the rest are not tried.
+    failed: Option<std::io::Error>,
+}
+
+impl OutcomeLines<'_> {
+    fn line(&mut self, line: std::fmt::Arguments<'_>) {
+        if self.failed.is_none() {
+            if let Err(error) = writeln!(self.out, "{line}") {
+                self.failed = Some(error);
+            }
+        }
+    }
+}
+
+impl verbs::Progress for OutcomeLines<'_> {
+    fn planned(&mut self, actions: &[crate::plan::Action]) {
+        self.line(format_args!("{} actions", actions.len()));
+    }
+
+    fn completed(&mut self, o: &crate::apply::ActionOutcome) {
+        let status = serde_json::to_value(o.status).unwrap_or_default();
+        let status = status.as_str().unwrap_or("?");
+        match &o.error {
+            Some(e) => self.line(format_args!("{status:<10} {} -- {e}", o.action)),
+            None => self.line(format_args!("{status:<10} {}", o.action)),
         }
     }
 }
@@ -638,7 +728,62 @@ pub fn looks_like_a_secret(line: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::looks_like_a_secret;
+    use std::io::Write as _;
+
+    use super::{looks_like_a_secret, OutcomeLines, SecretGuard};
+    use crate::apply::{ActionOutcome, Status};
+    use crate::verbs::Progress as _;
+
+    #[test]
+    fn guarded_output_passes_whole_lines_and_withholds_from_the_first_secret_on() {
+        let mut out = Vec::new();
+        let mut guard = SecretGuard::new(&mut out);
+        guard.write_all(b"3 actions\ndone      ").unwrap();
+        guard.write_all(b"identity run groupadd x\n").unwrap();
+        guard
+            .write_all(b"SERVICE_TOKEN=abcdefgh12345\nlater line\n")
+            .unwrap();
+        guard.write_all(b"unterminated").unwrap();
+        let (_, withheld) = guard.finish();
+        assert_eq!(withheld, Some(3));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "3 actions\ndone      identity run groupadd x\n"
+        );
+
+        let mut out = Vec::new();
+        let mut guard = SecretGuard::new(&mut out);
+        guard.write_all(b"a\nlast, unterminated").unwrap();
+        assert_eq!(guard.finish().1, None);
+        assert_eq!(out, b"a\nlast, unterminated");
+    }
+
+    #[test]
+    fn apply_tells_the_plan_then_each_outcome_as_a_line() {
+        let mut out = Vec::new();
+        let mut lines = OutcomeLines {
+            out: &mut out,
+            failed: None,
+        };
+        lines.planned(&[]);
+        lines.completed(&ActionOutcome {
+            action: "service  run systemctl daemon-reload".into(),
+            status: Status::Done,
+            error: None,
+        });
+        lines.completed(&ActionOutcome {
+            action: "web      run nginx -t".into(),
+            status: Status::Failed,
+            error: Some("exit status 1".into()),
+        });
+        assert!(lines.failed.is_none());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "0 actions\n\
+             done       service  run systemctl daemon-reload\n\
+             failed     web      run nginx -t -- exit status 1\n"
+        );
+    }
 
     #[test]
     fn the_secret_guard_catches_values_not_names_or_paths() {

@@ -7,7 +7,7 @@ use atelier_layout::declaration::Site;
 use atelier_layout::{Declaration, Layout, SiteOrdinal};
 use serde::Serialize;
 
-use crate::apply::{self, Report};
+use crate::apply::{self, ActionOutcome, Report};
 use crate::artifact::Artifact;
 use crate::check::{self, DriftReport};
 use crate::host::{self, HostError, HostState};
@@ -249,16 +249,34 @@ pub struct Applied {
     pub held: Option<Holdback>,
 }
 
-/// `apply`: plans and executes. A plan that changes nothing executes nothing.
+/// What `apply` tells as it goes: the plan once it is made, then each action's outcome as it
+/// completes.
+pub trait Progress {
+    /// The plan, before anything runs.
+    fn planned(&mut self, actions: &[Action]);
+    /// One action's outcome, as soon as it is known.
+    fn completed(&mut self, outcome: &ActionOutcome);
+}
+
+/// Tells nothing (the `--json` report is printed whole at the end).
+impl Progress for () {
+    fn planned(&mut self, _: &[Action]) {}
+    fn completed(&mut self, _: &ActionOutcome) {}
+}
+
+/// `apply`: plans and executes, telling `progress` as it goes. A plan that changes nothing
+/// executes nothing.
 pub fn apply_verb(
     decl: &Declaration,
     declaration_bytes: Option<&[u8]>,
     root: &Path,
     render: Renderer<'_>,
+    progress: &mut dyn Progress,
 ) -> Result<(Applied, Exit), VerbError> {
     let actions = plan_verb(decl, declaration_bytes, root, render)?;
+    progress.planned(&actions);
     let report = if actions.iter().any(Action::changes_host) {
-        apply::apply(&actions, root)
+        apply::apply(&actions, root, &mut |outcome| progress.completed(outcome))
     } else {
         Report::default()
     };
