@@ -7,6 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+// The CMS stand-in answers the session check (once per 30 s: chatd caches the answer).
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -153,6 +157,7 @@ fn start_chatd(dir: &Path, provider: &Provider, client: &reqwest::Client) -> Pat
         database: Some(database.clone()),
         public_origins: vec!["https://cms.example".into()],
         service_token: Some(TOKEN.into()),
+        cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
     .validate()
@@ -191,8 +196,7 @@ async fn send(socket: &Path, method: Method, path: &str, body: &Value) -> (Statu
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "bench")
-        .header("x-atelier-user-capabilities", "ai.chat")
+        .header("cookie", support::cookie_for("bench", "ai.chat"))
         .header("origin", "https://cms.example")
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();

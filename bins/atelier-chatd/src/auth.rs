@@ -1,25 +1,36 @@
-//! Who is asking: the CMS's reverse proxy proves itself with the service bearer token and names
-//! the acting user and their capabilities in headers; chatd trusts those headers only after the
-//! token matched. Also the Origin allowlist that stands in for CSRF protection.
+//! Who is asking. The web server proves a request came through it with the service bearer
+//! token; the browser's session cookie (`instatic_admin_session`) is the only user credential,
+//! and the CMS alone says whose it is: chatd asks it (see [`crate::cms`]) and keeps the answer
+//! for at most [`IDENTITY_TTL`], keyed by a hash of the cookie, never the cookie itself. Also the
+//! Origin allowlist that stands in for CSRF protection.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderMap, AUTHORIZATION, ORIGIN};
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, COOKIE, ORIGIN};
 use hyper::Method;
+use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::cms::{CmsClient, SessionCheck};
 use crate::router::ApiError;
 use crate::settings::normalize_origin;
 
-/// The header naming the acting user, set by the CMS's proxy.
-pub const USER_ID_HEADER: &str = "x-atelier-user-id";
+/// The name of the CMS's session cookie.
+pub const SESSION_COOKIE: &str = "instatic_admin_session";
 
-/// The header listing the acting user's capabilities, comma-separated
-/// (`ai.chat,ai.tools.write`), set by the CMS's proxy.
-pub const USER_CAPABILITIES_HEADER: &str = "x-atelier-user-capabilities";
+/// The longest session cookie value sent on to the CMS. Its own are 43 characters; anything far
+/// longer cannot be one of its sessions, and is refused the way the CMS would refuse it.
+pub const MAX_SESSION_COOKIE_LEN: usize = 512;
 
-/// The longest user id accepted; ids are the CMS's, opaque to chatd.
-const MAX_USER_ID_LEN: usize = 128;
+/// How long the CMS's answer about a session is trusted: a signed-out or demoted user keeps
+/// chatd's access at most this long.
+pub const IDENTITY_TTL: Duration = Duration::from_secs(30);
+
+/// How many sessions' answers are kept at once; past it the expired go, then the oldest.
+const IDENTITY_CACHE_CAPACITY: usize = 4096;
 
 /// A capability a route requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +46,7 @@ pub enum Capability {
 }
 
 impl Capability {
-    /// The capability's name, matched exactly against the header's entries.
+    /// The capability's name, matched exactly against the CMS's list.
     pub fn as_str(self) -> &'static str {
         match self {
             Capability::Chat => "ai.chat",
@@ -46,7 +57,7 @@ impl Capability {
     }
 }
 
-/// The acting user, as the proxy named them.
+/// The acting user, as the CMS named them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     /// The CMS's user id; every query is scoped to it.
@@ -71,26 +82,217 @@ impl Caller {
     }
 }
 
-/// Checks the service token and reads the acting user.
+/// What the `Cookie` header says about the session cookie, read the way the CMS reads it:
+/// pairs split on `;` and trimmed, the first whose name is exactly [`SESSION_COOKIE`] decides,
+/// and its value is everything after the first `=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CookieLookup<'a> {
+    /// The value, as sent (quotes and all).
+    Found(&'a [u8]),
+    /// The first session pair has no value.
+    Empty,
+    /// The first session pair's value is over [`MAX_SESSION_COOKIE_LEN`].
+    TooLong,
+    /// No pair names the session cookie.
+    Missing,
+}
+
+/// Finds the session cookie in one `Cookie` header value.
+pub fn find_session_cookie(header: &[u8]) -> CookieLookup<'_> {
+    for part in header.split(|&b| b == b';') {
+        let part = part.trim_ascii();
+        let (name, value) = match part.iter().position(|&b| b == b'=') {
+            Some(eq) => (&part[..eq], &part[eq + 1..]),
+            None => (part, &[][..]),
+        };
+        if name != SESSION_COOKIE.as_bytes() {
+            continue;
+        }
+        return if value.is_empty() {
+            CookieLookup::Empty
+        } else if value.len() > MAX_SESSION_COOKIE_LEN {
+            CookieLookup::TooLong
+        } else {
+            CookieLookup::Found(value)
+        };
+    }
+    CookieLookup::Missing
+}
+
+/// A browser's session cookie, ready to be sent on as `instatic_admin_session=<value>`. Never
+/// printed: its `Debug` is redacted, and only its hash is kept past the request.
+#[derive(Clone)]
+pub struct SessionCookie {
+    header: HeaderValue,
+    key: [u8; 32],
+}
+
+impl fmt::Debug for SessionCookie {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionCookie([redacted])")
+    }
+}
+
+impl SessionCookie {
+    /// The session cookie of a request: the first session pair across its `Cookie` headers (a
+    /// second header continues the first, as HTTP/2 splits them). Missing, empty or over-long
+    /// is 401 `Unauthorized`, as the CMS would answer.
+    pub fn from_headers(headers: &HeaderMap) -> Result<SessionCookie, ApiError> {
+        for header in headers.get_all(COOKIE) {
+            match find_session_cookie(header.as_bytes()) {
+                CookieLookup::Found(value) => return SessionCookie::from_value(value),
+                CookieLookup::Empty | CookieLookup::TooLong => break,
+                CookieLookup::Missing => {}
+            }
+        }
+        Err(ApiError::Unauthorized)
+    }
+
+    fn from_value(value: &[u8]) -> Result<SessionCookie, ApiError> {
+        let mut pair = Vec::with_capacity(SESSION_COOKIE.len() + 1 + value.len());
+        pair.extend_from_slice(SESSION_COOKIE.as_bytes());
+        pair.push(b'=');
+        pair.extend_from_slice(value);
+        let mut header = HeaderValue::from_bytes(&pair).map_err(|_| ApiError::Unauthorized)?;
+        header.set_sensitive(true);
+        Ok(SessionCookie {
+            header,
+            key: Sha256::digest(value).into(),
+        })
+    }
+
+    /// `instatic_admin_session=<value>`, for a `Cookie` header to the CMS.
+    pub fn header(&self) -> &HeaderValue {
+        &self.header
+    }
+}
+
+/// Where the identity cache reads the time; tests inject one they move by hand.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Instant;
+}
+
+/// The monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A clock that moves only when told to (for tests and benches).
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<Instant>,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock {
+            now: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl ManualClock {
+    /// Moves the clock `by` forward.
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        *now += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The CMS's recent answers, by the SHA-256 of the session cookie.
+struct IdentityCache {
+    clock: Arc<dyn Clock>,
+    entries: Mutex<HashMap<[u8; 32], (Instant, Caller)>>,
+}
+
+impl IdentityCache {
+    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], (Instant, Caller)>> {
+        // Every update is one insert, remove or retain: the map is consistent after a panic.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, key: &[u8; 32]) -> Option<Caller> {
+        let now = self.clock.now();
+        let mut entries = self.lock();
+        match entries.get(key) {
+            Some((expires, caller)) if *expires > now => Some(caller.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, key: [u8; 32], caller: Caller) {
+        let now = self.clock.now();
+        let mut entries = self.lock();
+        if entries.len() >= IDENTITY_CACHE_CAPACITY && !entries.contains_key(&key) {
+            entries.retain(|_, (expires, _)| *expires > now);
+            if entries.len() >= IDENTITY_CACHE_CAPACITY {
+                let oldest = entries
+                    .iter()
+                    .min_by_key(|(_, (expires, _))| *expires)
+                    .map(|(key, _)| *key);
+                if let Some(oldest) = oldest {
+                    entries.remove(&oldest);
+                }
+            }
+        }
+        entries.insert(key, (now + IDENTITY_TTL, caller));
+    }
+}
+
+/// Checks the service token and asks the CMS who the session's user is.
 #[derive(Clone)]
 pub struct Authenticator {
     service_token: String,
     public_origins: Vec<String>,
+    cms: CmsClient,
+    cache: Arc<IdentityCache>,
 }
 
 impl Authenticator {
     /// An authenticator for `service_token` that admits state-changing requests from
-    /// `public_origins` (already normalised).
-    pub fn new(service_token: String, public_origins: Vec<String>) -> Self {
+    /// `public_origins` (already normalised), asks `cms` about sessions and times its cache by
+    /// `clock`.
+    pub fn new(
+        service_token: String,
+        public_origins: Vec<String>,
+        cms: CmsClient,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             service_token,
             public_origins,
+            cms,
+            cache: Arc::new(IdentityCache {
+                clock,
+                entries: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
-    /// The caller of a request: the bearer token must match (in constant time) and the user id
-    /// header must be present; anything else is 401 `Unauthorized`.
-    pub fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    /// The CMS this authenticator asks.
+    pub fn cms(&self) -> &CmsClient {
+        &self.cms
+    }
+
+    /// The bearer token must match (in constant time): it proves the request came through the
+    /// web server. Anything else is 401 `Unauthorized`, before the CMS is asked anything.
+    pub fn check_service_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let header = headers
             .get(AUTHORIZATION)
             .map(|v| v.as_bytes())
@@ -101,29 +303,30 @@ impl Authenticator {
         if token.len() != expected.len() || !bool::from(token.ct_eq(expected)) {
             return Err(ApiError::Unauthorized);
         }
-        let user_id = headers
-            .get(USER_ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|id| {
-                !id.is_empty()
-                    && id.len() <= MAX_USER_ID_LEN
-                    && id.chars().all(|c| c.is_ascii_graphic())
-            })
-            .ok_or(ApiError::Unauthorized)?;
-        let capabilities = headers
-            .get_all(USER_CAPABILITIES_HEADER)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .collect();
-        Ok(Caller {
-            user_id: user_id.to_owned(),
-            capabilities,
-        })
+        Ok(())
+    }
+
+    /// The caller of a request and their session cookie: the CMS's answer about the cookie,
+    /// from the cache when it is younger than [`IDENTITY_TTL`]. A refusal is the CMS's (401
+    /// `Unauthorized` or `mfa_required`) and is not cached; a CMS that cannot be asked or
+    /// answers garbage is 502, never a signed-in user.
+    pub async fn identify(&self, headers: &HeaderMap) -> Result<(Caller, SessionCookie), ApiError> {
+        let cookie = SessionCookie::from_headers(headers)?;
+        if let Some(caller) = self.cache.get(&cookie.key) {
+            return Ok((caller, cookie));
+        }
+        match self.cms.check_session(&cookie).await {
+            Ok(SessionCheck::SignedIn(caller)) => {
+                self.cache.put(cookie.key, caller.clone());
+                Ok((caller, cookie))
+            }
+            Ok(SessionCheck::Unauthorized) => Err(ApiError::Unauthorized),
+            Ok(SessionCheck::MfaRequired) => Err(ApiError::MfaRequired),
+            Err(error) => {
+                tracing::warn!(%error, cms = %self.cms.origin(), "the session check failed");
+                Err(ApiError::CmsUnavailable(error.session_problem()))
+            }
+        }
     }
 
     /// The Origin allowlist for state-changing methods: a request without `Origin` passes (the
@@ -154,7 +357,13 @@ mod tests {
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
     fn authenticator() -> Authenticator {
-        Authenticator::new(TOKEN.into(), vec!["https://cms.example".into()])
+        let cms = CmsClient::new("http://127.0.0.1:9".parse().unwrap());
+        Authenticator::new(
+            TOKEN.into(),
+            vec!["https://cms.example".into()],
+            cms,
+            Arc::new(SystemClock),
+        )
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -166,56 +375,197 @@ mod tests {
     }
 
     #[test]
-    fn the_token_and_the_user_are_both_required() {
+    fn the_service_token_must_match_exactly() {
         let bearer = format!("Bearer {TOKEN}");
-        let refused: Vec<(&str, HeaderMap)> = vec![
-            ("nothing", headers(&[])),
-            ("no user", headers(&[("authorization", &bearer)])),
+        let cases: Vec<(&str, HeaderMap, Result<(), ApiError>)> = vec![
+            ("the token", headers(&[("authorization", &bearer)]), Ok(())),
+            ("nothing", headers(&[]), Err(ApiError::Unauthorized)),
             (
                 "lowercase scheme",
-                headers(&[
-                    ("authorization", &format!("bearer {TOKEN}")),
-                    ("x-atelier-user-id", "u1"),
-                ]),
+                headers(&[("authorization", &format!("bearer {TOKEN}"))]),
+                Err(ApiError::Unauthorized),
             ),
             (
                 "wrong token of the same length",
-                headers(&[
-                    ("authorization", &format!("Bearer {}", "x".repeat(32))),
-                    ("x-atelier-user-id", "u1"),
-                ]),
+                headers(&[("authorization", &format!("Bearer {}", "x".repeat(32)))]),
+                Err(ApiError::Unauthorized),
             ),
             (
                 "token with a suffix",
-                headers(&[
-                    ("authorization", &format!("{bearer}x")),
-                    ("x-atelier-user-id", "u1"),
-                ]),
+                headers(&[("authorization", &format!("{bearer}x"))]),
+                Err(ApiError::Unauthorized),
             ),
             (
-                "blank user",
-                headers(&[("authorization", &bearer), ("x-atelier-user-id", "  ")]),
+                "a session cookie is no token",
+                headers(&[("cookie", "instatic_admin_session=abc")]),
+                Err(ApiError::Unauthorized),
             ),
         ];
-        for (name, map) in refused {
+        for (name, map, expected) in cases {
             assert_eq!(
-                authenticator().caller(&map).unwrap_err(),
-                ApiError::Unauthorized,
+                authenticator().check_service_token(&map),
+                expected,
                 "{name}"
             );
         }
-        let caller = authenticator()
-            .caller(&headers(&[
-                ("authorization", &bearer),
-                ("x-atelier-user-id", "u1"),
-                ("x-atelier-user-capabilities", "ai.chat, ,ai.tools.write"),
-                ("x-atelier-user-capabilities", "site.read"),
-            ]))
-            .unwrap();
-        assert_eq!(caller.user_id, "u1");
-        assert!(caller.has(Capability::Chat) && caller.has(Capability::ToolsWrite));
-        assert!(caller.capabilities.contains("site.read"));
-        assert_eq!(caller.capabilities.len(), 3);
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_as_the_cms_finds_it() {
+        let long = format!(
+            "instatic_admin_session={}",
+            "a".repeat(MAX_SESSION_COOKIE_LEN + 1)
+        );
+        let longest = format!(
+            "instatic_admin_session={}",
+            "a".repeat(MAX_SESSION_COOKIE_LEN)
+        );
+        let cases: Vec<(&str, &str, CookieLookup<'_>)> = vec![
+            (
+                "alone",
+                "instatic_admin_session=abc",
+                CookieLookup::Found(b"abc"),
+            ),
+            (
+                "several cookies",
+                "theme=dark; instatic_admin_session=abc; lang=sk",
+                CookieLookup::Found(b"abc"),
+            ),
+            (
+                "no spaces",
+                "a=1;instatic_admin_session=abc;b=2",
+                CookieLookup::Found(b"abc"),
+            ),
+            (
+                "padded pair",
+                "a=1;   instatic_admin_session=abc  ; b=2",
+                CookieLookup::Found(b"abc"),
+            ),
+            (
+                "quoted, kept as sent",
+                "instatic_admin_session=\"abc\"",
+                CookieLookup::Found(b"\"abc\""),
+            ),
+            (
+                "value with =",
+                "instatic_admin_session=ab=c=",
+                CookieLookup::Found(b"ab=c="),
+            ),
+            (
+                "duplicate: the first wins",
+                "instatic_admin_session=one; instatic_admin_session=two",
+                CookieLookup::Found(b"one"),
+            ),
+            (
+                "duplicate with the first empty: the first still decides",
+                "instatic_admin_session=; instatic_admin_session=two",
+                CookieLookup::Empty,
+            ),
+            ("empty", "instatic_admin_session=", CookieLookup::Empty),
+            (
+                "no equals sign",
+                "instatic_admin_session",
+                CookieLookup::Empty,
+            ),
+            ("missing", "theme=dark; lang=sk", CookieLookup::Missing),
+            ("empty header", "", CookieLookup::Missing),
+            (
+                "name with a suffix",
+                "instatic_admin_session2=abc",
+                CookieLookup::Missing,
+            ),
+            (
+                "name with a prefix",
+                "xinstatic_admin_session=abc",
+                CookieLookup::Missing,
+            ),
+            (
+                "space before equals",
+                "instatic_admin_session =abc",
+                CookieLookup::Missing,
+            ),
+            (
+                "other case",
+                "Instatic_Admin_Session=abc",
+                CookieLookup::Missing,
+            ),
+            ("over-long", &long, CookieLookup::TooLong),
+        ];
+        for (name, header, expected) in cases {
+            assert_eq!(find_session_cookie(header.as_bytes()), expected, "{name}");
+        }
+        let at_limit = find_session_cookie(longest.as_bytes());
+        assert!(matches!(at_limit, CookieLookup::Found(v) if v.len() == MAX_SESSION_COOKIE_LEN));
+    }
+
+    #[test]
+    fn the_first_session_pair_across_cookie_headers_decides() {
+        let cases: Vec<(&str, HeaderMap, Option<&str>)> = vec![
+            (
+                "second header",
+                headers(&[("cookie", "a=1"), ("cookie", "instatic_admin_session=abc")]),
+                Some("instatic_admin_session=abc"),
+            ),
+            (
+                "first header wins",
+                headers(&[
+                    ("cookie", "instatic_admin_session=one"),
+                    ("cookie", "instatic_admin_session=two"),
+                ]),
+                Some("instatic_admin_session=one"),
+            ),
+            (
+                "an empty first pair ends the search",
+                headers(&[
+                    ("cookie", "instatic_admin_session="),
+                    ("cookie", "instatic_admin_session=two"),
+                ]),
+                None,
+            ),
+            ("no cookie header", headers(&[]), None),
+        ];
+        for (name, map, expected) in cases {
+            let found = SessionCookie::from_headers(&map)
+                .map(|c| c.header().to_str().unwrap().to_owned())
+                .ok();
+            assert_eq!(found.as_deref(), expected, "{name}");
+        }
+        let cookie = SessionCookie::from_headers(&headers(&[(
+            "cookie",
+            "instatic_admin_session=secret-value",
+        )]))
+        .unwrap();
+        assert!(!format!("{cookie:?}").contains("secret"));
+        assert!(cookie.header().is_sensitive());
+    }
+
+    #[test]
+    fn cached_answers_expire_and_the_cache_stays_bounded() {
+        let clock = Arc::new(ManualClock::default());
+        let cache = IdentityCache {
+            clock: Arc::clone(&clock) as Arc<dyn Clock>,
+            entries: Mutex::new(HashMap::new()),
+        };
+        let caller = |id: &str| Caller {
+            user_id: id.into(),
+            capabilities: BTreeSet::new(),
+        };
+        cache.put([1; 32], caller("a"));
+        clock.advance(IDENTITY_TTL - Duration::from_millis(1));
+        assert_eq!(cache.get(&[1; 32]), Some(caller("a")));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(cache.get(&[1; 32]), None);
+        assert!(cache.lock().is_empty(), "an expired answer is dropped");
+
+        for n in 0..=IDENTITY_CACHE_CAPACITY {
+            let mut key = [0; 32];
+            key[..8].copy_from_slice(&(n as u64).to_le_bytes());
+            cache.put(key, caller("b"));
+            clock.advance(Duration::from_nanos(1));
+        }
+        let entries = cache.lock();
+        assert_eq!(entries.len(), IDENTITY_CACHE_CAPACITY);
+        assert!(!entries.contains_key(&[0; 32]), "the oldest made room");
     }
 
     #[test]

@@ -4,20 +4,22 @@
 //!
 //! Bridges live in this process only. Unlike the original, a bridge belongs to the user who
 //! opened it: a result posted by anyone else is answered exactly like an unknown bridge (404),
-//! so ids are no longer bearer capabilities.
+//! so ids are no longer bearer capabilities. The CMS's own editor bridges post their results to
+//! the same route; those are handed on to the CMS.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use atelier_http::{json_response, Request, Response};
+use hyper::header::CONTENT_TYPE;
 use hyper::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::{Caller, Capability};
-use crate::conversations::read_json;
+use crate::auth::{Caller, Capability, SessionCookie};
+use crate::cms::CmsProblem;
 use crate::router::{ApiError, State};
 use atelier_llm::LoopEvent;
 
@@ -302,15 +304,45 @@ struct ToolResultBody {
     snapshot: Option<Value>,
 }
 
-/// `POST /tool-result` (§1.3).
+/// Just enough of a tool result to tell whose bridge it is for.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BridgeOf {
+    bridge_id: String,
+}
+
+/// `POST /tool-result` (§1.3). The route is shared with the CMS's own editor bridges: a result
+/// for a bridge open in this process is answered here; any other goes to the CMS unchanged (the
+/// same session cookie, body and content type) and its answer comes back as it is.
 pub(crate) async fn handle_tool_result(
     state: &State,
     caller: &Caller,
+    session: &SessionCookie,
     request: Request,
 ) -> Result<Response, ApiError> {
     caller.require(Capability::ToolsWrite)?;
-    let body: ToolResultBody = read_json(request, TOOL_RESULT_BODY_LIMIT).await?;
-    if body.bridge_id.is_empty() || body.request_id.is_empty() {
+    let content_type = request.headers().get(CONTENT_TYPE).cloned();
+    let raw = atelier_http::read_body(request.into_body(), TOOL_RESULT_BODY_LIMIT)
+        .await
+        .map_err(|_| ApiError::InvalidBody)?;
+    let bridge: BridgeOf = serde_json::from_slice(&raw).map_err(|_| ApiError::InvalidBody)?;
+    if bridge.bridge_id.is_empty() {
+        return Err(ApiError::InvalidBody);
+    }
+    // chatd's bridge ids are 126 random bits: an id it does not hold open is the CMS's (or
+    // gone, and then the CMS answers the same 404 chatd would).
+    if !state.bridges.is_open(&bridge.bridge_id) {
+        let cms = state.authenticator.cms();
+        return match cms.forward_tool_result(session, content_type, raw).await {
+            Ok(relayed) => Ok(relayed.into_response()),
+            Err(error) => {
+                tracing::warn!(%error, cms = %cms.origin(), "forwarding a tool result failed");
+                Err(ApiError::CmsUnavailable(CmsProblem::ForwardFailed))
+            }
+        };
+    }
+    let body: ToolResultBody = serde_json::from_slice(&raw).map_err(|_| ApiError::InvalidBody)?;
+    if body.request_id.is_empty() {
         return Err(ApiError::InvalidBody);
     }
     if state.bridges.resolve(

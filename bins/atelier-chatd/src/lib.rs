@@ -5,7 +5,8 @@
 //! drives without systemd — the router, the bridge, the chat stream, the settings — lives here.
 //!
 //! - [`router`]: the bearer gate, the Origin check, the route table, [`ApiError`].
-//! - [`auth`]: the service token and the acting user's headers.
+//! - [`auth`]: the service token, the session cookie and the cached answer about its user.
+//! - [`cms`]: the CMS on loopback: its session check and the tool results for its bridges.
 //! - [`conversations`]: conversations CRUD and the wire views.
 //! - [`bridge`]: browser tools run through the editor.
 //! - [`chat`]: the NDJSON chat stream and its persistence.
@@ -25,6 +26,7 @@ pub mod auth;
 pub mod bridge;
 pub mod catalogue;
 pub mod chat;
+pub mod cms;
 pub mod conversations;
 pub mod credentials;
 pub mod defaults;

@@ -1,4 +1,4 @@
-//! The system prompts (chat_runtime.md §10.7): for the site and content scopes
+//! The system prompts: for the site and content scopes
 //! `[static prefix, boundary, dynamic suffix]`, so a provider's prompt cache keeps the prefix
 //! (it never changes for a scope); the suffix is built from the posted snapshot each turn.
 //! Every word of the prefixes is Atelier's own.
@@ -7,7 +7,7 @@ use atelier_llm::SYSTEM_PROMPT_DYNAMIC_BOUNDARY;
 use serde_json::Value;
 
 use crate::store::Scope;
-use crate::tools::site_reads::{documents, page_summary};
+use crate::tools::site_reads::documents;
 use crate::tools::snapshot::SiteSnapshot;
 
 /// The site scope's static prefix.
@@ -157,14 +157,11 @@ fn capped(items: Vec<String>, max: usize) -> String {
     format!("[{}]", shown.join(", "))
 }
 
-/// The compact token digest always inlined in the site prompt.
+/// The compact token digest always inlined in the site prompt: colour slugs with their
+/// values, the steps of each scale, and each font variable with its family (or stack).
 pub fn token_digest(snapshot: &SiteSnapshot) -> String {
-    let tokens = &snapshot.site.tokens;
-    if tokens.colors.is_empty()
-        && tokens.typography.is_empty()
-        && tokens.spacing.is_empty()
-        && tokens.fonts.is_empty()
-    {
+    let tokens = snapshot.tokens();
+    if tokens.is_empty() {
         return "Tokens: (none — no design system yet; establish one first with \
                 site_set_color_tokens, site_set_type_scale, site_set_spacing_scale and \
                 site_set_font_tokens)"
@@ -179,18 +176,21 @@ pub fn token_digest(snapshot: &SiteSnapshot) -> String {
             .collect();
         parts.push(format!("colors: {}", capped(colors, 30)));
     }
+    let steps = |steps: &[crate::tools::tokens::ScaleStepDescriptor]| -> Vec<String> {
+        steps.iter().map(|s| s.step.clone()).collect()
+    };
     for group in &tokens.typography {
         parts.push(format!(
             "type --{}-*: {}",
             group.naming_convention,
-            capped(group.steps.clone(), 16)
+            capped(steps(&group.steps), 16)
         ));
     }
     for group in &tokens.spacing {
         parts.push(format!(
             "spacing --{}-*: {}",
             group.naming_convention,
-            capped(group.steps.clone(), 16)
+            capped(steps(&group.steps), 16)
         ));
     }
     if !tokens.fonts.is_empty() {
@@ -198,12 +198,11 @@ pub fn token_digest(snapshot: &SiteSnapshot) -> String {
             .fonts
             .iter()
             .map(|f| {
-                let family = f
-                    .family
-                    .clone()
-                    .filter(|x| !x.is_empty())
-                    .or_else(|| f.stack.clone())
-                    .unwrap_or_default();
+                let family = if f.family.is_empty() {
+                    &f.stack
+                } else {
+                    &f.family
+                };
                 format!("{}→{family}", f.css_var)
             })
             .collect();
@@ -261,22 +260,26 @@ pub fn site_suffix(snapshot: &SiteSnapshot) -> String {
         .pages
         .iter()
         .map(|p| {
-            let mut text = format!("{}={}", p.id, p.slug.as_deref().unwrap_or("(no-slug)"));
+            let slug = if p.slug.is_empty() {
+                "(no-slug)"
+            } else {
+                &p.slug
+            };
+            let mut text = format!("{}={slug}", p.id);
             if p.id == snapshot.page.id {
                 text.push_str(" (active)");
             }
-            if let Some(template) = &p.template {
-                let target = if template.target.table_slugs.is_empty() {
-                    template.target.kind.clone()
-                } else {
+            if let Some(template) = p.template.as_ref().filter(|t| t.enabled) {
+                let target = if template.target.kind == "postTypes" {
                     template.target.table_slugs.join(",")
+                } else {
+                    template.target.kind.clone()
                 };
                 text.push_str(&format!(" [template:{target}]"));
             }
             text
         })
         .collect();
-    let _ = page_summary;
     [
         format!("Page: \"{}\"", snapshot.page.title),
         format!("current document: {current}"),

@@ -1,5 +1,6 @@
-//! Routing under `/admin/api/ai/`: the bearer gate, the Origin check, the route table in the
-//! original's dispatch order, and the one mapping from [`ApiError`] to status and body.
+//! Routing under `/admin/api/ai/`: the bearer gate, the Origin check, the session check with the
+//! CMS, the route table in the original's dispatch order, and the one mapping from [`ApiError`]
+//! to status and body.
 
 use std::sync::Arc;
 
@@ -8,9 +9,10 @@ use hyper::header::{HeaderValue, CACHE_CONTROL};
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Clock, SystemClock};
 use crate::bridge::Bridges;
 use crate::chat::{self, TurnRunner};
+use crate::cms::{CmsClient, CmsProblem};
 use crate::providers::{Credentials, Services};
 use crate::settings::Settings;
 use crate::store::{Leases, Scope, Store, StoreError};
@@ -22,9 +24,15 @@ pub const API_PREFIX: &str = "/admin/api/ai/";
 /// Every way a request can fail, each with exactly one status and body (§1.1–1.4).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
-    /// No or a wrong service token, or no acting user.
+    /// No or a wrong service token, or no session the CMS knows.
     #[error("Unauthorized")]
     Unauthorized,
+    /// The session exists but has not passed its second factor (the CMS's own answer).
+    #[error("mfa_required")]
+    MfaRequired,
+    /// The CMS could not be asked, or answered something chatd cannot read.
+    #[error("{0}")]
+    CmsUnavailable(CmsProblem),
     /// The caller lacks the route's capability.
     #[error("Forbidden")]
     Forbidden,
@@ -146,7 +154,8 @@ impl ApiError {
     /// The status this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::MfaRequired => StatusCode::UNAUTHORIZED,
+            ApiError::CmsUnavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::Forbidden | ApiError::InvalidOrigin => StatusCode::FORBIDDEN,
             ApiError::NotFound
             | ApiError::ConversationNotFound
@@ -225,7 +234,7 @@ pub(crate) struct State {
     pub(crate) bridges: Bridges,
     pub(crate) runner: Arc<dyn TurnRunner>,
     pub(crate) services: Services,
-    authenticator: Authenticator,
+    pub(crate) authenticator: Authenticator,
 }
 
 /// Answers every request chatd receives.
@@ -248,6 +257,17 @@ impl Router {
         services: Services,
         runner: Arc<dyn TurnRunner>,
     ) -> Self {
+        Self::with_clock(settings, services, runner, Arc::new(SystemClock))
+    }
+
+    /// [`Router::with_services`] whose cache of the CMS's session answers reads `clock` (tests
+    /// move one by hand to see answers expire).
+    pub fn with_clock(
+        settings: &Settings,
+        services: Services,
+        runner: Arc<dyn TurnRunner>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             state: Arc::new(State {
                 store: Arc::clone(&services.store),
@@ -258,6 +278,8 @@ impl Router {
                 authenticator: Authenticator::new(
                     settings.service_token.clone(),
                     settings.public_origins.clone(),
+                    CmsClient::new(settings.cms_origin),
+                    clock,
                 ),
             }),
         }
@@ -287,15 +309,17 @@ impl Router {
     }
 
     async fn dispatch(&self, request: Request) -> Result<Response, ApiError> {
-        // The token comes first: without it nothing, not even which paths exist, is answered.
-        let caller = self.state.authenticator.caller(request.headers())?;
+        // The token comes first: without it nothing, not even which paths exist, is answered,
+        // and the CMS is never asked about a request that did not come through the web server.
+        let authenticator = &self.state.authenticator;
+        authenticator.check_service_token(request.headers())?;
         let path = request.uri().path().to_owned();
         let Some(rest) = path.strip_prefix(API_PREFIX) else {
             return Err(ApiError::NotFound);
         };
-        self.state
-            .authenticator
-            .check_origin(request.method(), request.headers())?;
+        // A cross-site write is refused before its cookie is shown to the CMS.
+        authenticator.check_origin(request.method(), request.headers())?;
+        let (caller, session) = authenticator.identify(request.headers()).await?;
         let segments: Vec<&str> = rest.split('/').collect();
         let method = request.method().clone();
         let query = request.uri().query().map(str::to_owned);
@@ -313,7 +337,7 @@ impl Router {
             }
             ["tool-result"] => {
                 only(&method, Method::POST)?;
-                crate::bridge::handle_tool_result(state, &caller, request).await
+                crate::bridge::handle_tool_result(state, &caller, &session, request).await
             }
             ["credentials"] => match method {
                 Method::GET => credentials::list(state, &caller).await,

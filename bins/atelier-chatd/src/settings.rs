@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::cms::{CmsOrigin, CmsOriginError};
 use crate::master_key::MasterKey;
 use crate::providers::ProviderUrls;
 
@@ -31,6 +32,7 @@ const KNOWN_VARIABLES: &[&str] = &[
     "CHATD_ANTHROPIC_URL",
     "CHATD_OPENAI_URL",
     "CHATD_OPENROUTER_URL",
+    "CHATD_CMS_ORIGIN",
 ];
 
 /// Settings as given, before validation.
@@ -55,6 +57,9 @@ pub struct RawSettings {
     /// OpenRouter's base URL (`…/api`), when not the production one; the pricing catalogue
     /// is read from it too.
     pub openrouter_url: Option<String>,
+    /// Where the CMS listens on loopback (`http://127.0.0.1:3001`); chatd asks it whose each
+    /// session cookie is.
+    pub cms_origin: Option<String>,
 }
 
 /// Validated settings.
@@ -72,6 +77,8 @@ pub struct Settings {
     pub master_key: Option<Arc<MasterKey>>,
     /// Where hosted providers are reached.
     pub provider_urls: ProviderUrls,
+    /// Where the CMS listens.
+    pub cms_origin: CmsOrigin,
 }
 
 impl fmt::Debug for Settings {
@@ -86,6 +93,7 @@ impl fmt::Debug for Settings {
                 &self.master_key.as_ref().map(|key| key.fingerprint()),
             )
             .field("provider_urls", &self.provider_urls)
+            .field("cms_origin", &self.cms_origin)
             .finish()
     }
 }
@@ -94,7 +102,7 @@ impl fmt::Debug for Settings {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingsError {
     /// A `CHATD_` variable chatd does not know.
-    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN, CHATD_ANTHROPIC_URL, CHATD_OPENAI_URL, CHATD_OPENROUTER_URL")]
+    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN, CHATD_ANTHROPIC_URL, CHATD_OPENAI_URL, CHATD_OPENROUTER_URL, CHATD_CMS_ORIGIN")]
     UnknownKey(String),
     /// No service token was provided.
     #[error("no service token: provide the {SERVICE_TOKEN_CREDENTIAL} credential")]
@@ -118,6 +126,17 @@ pub enum SettingsError {
         setting: &'static str,
         /// The value given.
         url: String,
+    },
+    /// No CMS origin was configured: without it no session can be checked.
+    #[error("no CMS origin: set CHATD_CMS_ORIGIN (e.g. http://127.0.0.1:3001)")]
+    MissingCmsOrigin,
+    /// The CMS origin is not `http://` with a loopback address and a port.
+    #[error("CHATD_CMS_ORIGIN {value:?} {reason}")]
+    BadCmsOrigin {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: CmsOriginError,
     },
     /// A path setting is relative.
     #[error("{setting} path {path:?} must be absolute")]
@@ -162,6 +181,9 @@ impl RawSettings {
                 "CHATD_OPENAI_URL" if self.openai_url.is_none() => {
                     self.openai_url = Some(value.to_owned());
                 }
+                "CHATD_CMS_ORIGIN" if self.cms_origin.is_none() => {
+                    self.cms_origin = Some(value.to_owned());
+                }
                 "CHATD_OPENROUTER_URL" if self.openrouter_url.is_none() => {
                     self.openrouter_url = Some(value.to_owned());
                 }
@@ -189,6 +211,14 @@ impl RawSettings {
                     .ok_or_else(|| SettingsError::BadPublicOrigin(origin.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let cms_origin = self.cms_origin.ok_or(SettingsError::MissingCmsOrigin)?;
+        let cms_origin =
+            cms_origin
+                .parse::<CmsOrigin>()
+                .map_err(|reason| SettingsError::BadCmsOrigin {
+                    value: cms_origin.clone(),
+                    reason,
+                })?;
         let database = self
             .database
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
@@ -241,6 +271,7 @@ impl RawSettings {
             service_token,
             master_key,
             provider_urls,
+            cms_origin,
         })
     }
 }
@@ -301,6 +332,7 @@ mod tests {
         RawSettings {
             service_token: Some("t".repeat(32)),
             public_origins: vec!["https://cms.example".into()],
+            cms_origin: Some("http://127.0.0.1:3001".into()),
             ..RawSettings::default()
         }
     }
@@ -366,6 +398,60 @@ mod tests {
         for (name, raw, expected) in cases {
             assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
         }
+    }
+
+    #[test]
+    fn the_cms_origin_is_required_and_must_be_loopback() {
+        let cases: Vec<(&str, Option<&str>, Result<&str, SettingsError>)> = vec![
+            (
+                "ipv4",
+                Some("http://127.0.0.1:3001"),
+                Ok("http://127.0.0.1:3001"),
+            ),
+            ("ipv6", Some("http://[::1]:3001/"), Ok("http://[::1]:3001")),
+            ("missing", None, Err(SettingsError::MissingCmsOrigin)),
+            (
+                "a host name",
+                Some("http://cms.example:3001"),
+                Err(SettingsError::BadCmsOrigin {
+                    value: "http://cms.example:3001".into(),
+                    reason: CmsOriginError::NotAddressAndPort,
+                }),
+            ),
+            (
+                "off the machine",
+                Some("http://192.0.2.1:3001"),
+                Err(SettingsError::BadCmsOrigin {
+                    value: "http://192.0.2.1:3001".into(),
+                    reason: CmsOriginError::NotLoopback,
+                }),
+            ),
+            (
+                "https",
+                Some("https://127.0.0.1:3001"),
+                Err(SettingsError::BadCmsOrigin {
+                    value: "https://127.0.0.1:3001".into(),
+                    reason: CmsOriginError::NotHttp,
+                }),
+            ),
+        ];
+        for (name, value, expected) in cases {
+            let raw = RawSettings {
+                cms_origin: None,
+                ..raw()
+            }
+            .with_variables(value.map(|v| ("CHATD_CMS_ORIGIN", v)))
+            .unwrap();
+            let got = raw.validate().map(|s| s.cms_origin.to_string());
+            assert_eq!(got, expected.map(str::to_owned), "{name}");
+        }
+        let error = RawSettings {
+            cms_origin: Some("http://10.0.0.1:3001".into()),
+            ..raw()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(error.to_string().contains("CHATD_CMS_ORIGIN"), "{error}");
     }
 
     #[test]

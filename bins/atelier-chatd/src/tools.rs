@@ -1,19 +1,24 @@
-//! The tool catalogues as data (chat_runtime.md §10): one [`ToolSpec`] per tool with its scope,
+//! The tool catalogues as data: one [`ToolSpec`] per tool with its scope,
 //! where it runs, whether it changes anything, the capabilities it needs and its one JSON
 //! Schema — offered to providers and enforced before a call runs, from the same value.
 //!
 //! Parts: [`schema`] (builders and the validator), [`site`] and [`content`] (the specs),
 //! [`css`] and [`html`] (payload checks before the bridge), [`snapshot`] (the editor's
-//! posted state), [`site_reads`] and [`content_reads`] (the server-side tools).
+//! posted state) and [`tokens`] (the design tokens derived from it), [`site_reads`] and
+//! [`content_reads`] (the server-side tools), with [`base_modules`] and [`loop_sources`] (the
+//! CMS's built-in modules and loop sources).
 
+pub mod base_modules;
 pub mod content;
 pub mod content_reads;
 pub mod css;
 pub mod html;
+pub mod loop_sources;
 pub mod schema;
 pub mod site;
 pub mod site_reads;
 pub mod snapshot;
+pub mod tokens;
 
 use atelier_llm::ToolDefinition;
 use serde_json::Value;
@@ -83,7 +88,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
 
 /// The tools `scope` offers `caller`, in offer order. A browser tool's result is posted with
 /// `ai.tools.write`, so without it no browser tool is offered at all — the original offered its
-/// read-only ones and the result post was refused (§0.7).
+/// read-only ones and the result post was refused.
 pub fn offered(catalogue: &[ToolSpec], scope: Scope, caller: &Caller) -> Vec<ToolSpec> {
     catalogue
         .iter()

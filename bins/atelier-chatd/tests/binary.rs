@@ -1,7 +1,10 @@
-//! The binary run the way a developer runs it: settings refused by name, the bind fallback, a
-//! turn refused without a stored credential, SIGTERM, and state kept across runs.
+//! The binary run the way a developer runs it: settings refused by name (the CMS origin too),
+//! the bind fallback, a turn refused without a stored credential, SIGTERM, and state kept
+//! across runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -41,7 +44,8 @@ fn command(dir: &Path) -> Command {
         .env_remove("LISTEN_FDS")
         .env_remove("NOTIFY_SOCKET")
         .env_remove("CHATD_DATABASE")
-        .env_remove("CHATD_PUBLIC_ORIGIN");
+        .env_remove("CHATD_PUBLIC_ORIGIN")
+        .env_remove("CHATD_CMS_ORIGIN");
     command
 }
 
@@ -50,6 +54,7 @@ async fn start(dir: &Path) -> Daemon {
     let _ = std::fs::remove_file(&socket);
     let child = command(dir)
         .args(["--public-origin", "https://cms.example"])
+        .env("CHATD_CMS_ORIGIN", support::cms_origin())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -91,8 +96,7 @@ async fn call(socket: &Path, method: Method, path: &str, body: Value) -> (Status
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "alice")
-        .header("x-atelier-user-capabilities", "ai.chat")
+        .header("cookie", support::cookie_for("alice", "ai.chat"))
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
@@ -114,6 +118,27 @@ fn an_unknown_setting_is_refused_by_name_with_the_configuration_exit_status() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("nothing was started"), "{stderr}");
     assert!(stderr.contains("CHATD_PUBLIC_ORIGN"), "{stderr}");
+}
+
+#[test]
+fn a_cms_origin_off_loopback_or_missing_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    for (name, origin) in [
+        ("missing", None),
+        ("a host name", Some("http://cms.example:3001")),
+        ("off the machine", Some("http://192.0.2.7:3001")),
+    ] {
+        let mut command = command(dir.path());
+        command.args(["--public-origin", "https://cms.example"]);
+        if let Some(origin) = origin {
+            command.env("CHATD_CMS_ORIGIN", origin);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(78), "{name}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("CHATD_CMS_ORIGIN"), "{name}: {stderr}");
+    }
 }
 
 #[tokio::test]

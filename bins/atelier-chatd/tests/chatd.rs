@@ -1,8 +1,11 @@
-//! chatd over a real unix socket: the auth table, conversations CRUD persisted in SQLite,
-//! per-user isolation, the browser bridge, the single-writer lease and client aborts. Turns are
-//! run by a scripted [`TurnRunner`] that calls browser tools through the real bridge.
+//! chatd over a real unix socket: the auth table, sessions checked with the CMS stand-in (and
+//! cached), tool results for the CMS's own bridges handed on, conversations CRUD persisted in
+//! SQLite, per-user isolation, the browser bridge, the single-writer lease and client aborts.
+//! Turns are run by a scripted [`TurnRunner`] that calls browser tools through the real bridge.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -10,10 +13,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atelier_chatd::auth::{Clock, ManualClock, SystemClock};
 use atelier_chatd::chat::{Turn, TurnRunner};
+use atelier_chatd::providers::{Credentials, Services};
 use atelier_chatd::store::history::INTERRUPTED_TOOL_RESULT_ERROR;
 use atelier_chatd::store::Store;
 use atelier_chatd::{RawSettings, Router};
+use atelier_lab_model::cms::{
+    CmsState, LabCms, BRIDGE_GONE, CLIENT_COOKIE, EDITOR_COOKIE, MFA_PENDING_COOKIE, SESSION_COOKIE,
+};
 use atelier_llm::{LoopEvent, ToolCallStatus};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -102,6 +110,15 @@ struct Server {
 }
 
 fn serve(tools: Vec<(&'static str, Value)>) -> Server {
+    serve_with(tools, support::cms_origin(), Arc::new(SystemClock))
+}
+
+/// chatd asking the CMS at `cms_origin`, its session cache timed by `clock`.
+fn serve_with(
+    tools: Vec<(&'static str, Value)>,
+    cms_origin: String,
+    clock: Arc<dyn Clock>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("chatd.sock");
     let database = dir.path().join("chat.sqlite3");
@@ -109,12 +126,23 @@ fn serve(tools: Vec<(&'static str, Value)>) -> Server {
         database: Some(database.clone()),
         public_origins: vec![ORIGIN.into()],
         service_token: Some(TOKEN.into()),
+        cms_origin: Some(cms_origin),
         ..RawSettings::default()
     }
     .validate()
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
-    let router = Router::new(&settings, store, Arc::new(ScriptedRunner { tools }));
+    let credentials = Credentials::new(
+        settings.master_key.clone(),
+        settings.provider_urls.clone(),
+        reqwest::Client::new(),
+    );
+    let router = Router::with_clock(
+        &settings,
+        Services::new(store, credentials),
+        Arc::new(ScriptedRunner { tools }),
+        clock,
+    );
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let handler_router = router.clone();
     tokio::spawn(atelier_http::serve(
@@ -134,12 +162,14 @@ fn serve(tools: Vec<(&'static str, Value)>) -> Server {
     }
 }
 
-/// Who is asking: `None` fields leave the header out.
+/// Who is asking: `None` fields leave the header out. A `user` signs in with the shared CMS
+/// stand-in's session for the user and `capabilities`; a `cookie` is sent as it is instead.
 #[derive(Clone, Copy)]
 struct As<'a> {
     token: Option<&'a str>,
     user: Option<&'a str>,
     capabilities: &'a str,
+    cookie: Option<&'a str>,
     origin: Option<&'a str>,
 }
 
@@ -148,7 +178,17 @@ fn user(id: &str) -> As<'_> {
         token: Some(TOKEN),
         user: Some(id),
         capabilities: ALL,
+        cookie: None,
         origin: Some(ORIGIN),
+    }
+}
+
+/// Signed in with the raw `Cookie` header `cookie`.
+fn cookie(cookie: &str) -> As<'_> {
+    As {
+        user: None,
+        cookie: Some(cookie),
+        ..user("")
     }
 }
 
@@ -192,11 +232,10 @@ async fn send(
     if let Some(token) = who.token {
         builder = builder.header("authorization", format!("Bearer {token}"));
     }
-    if let Some(user) = who.user {
-        builder = builder.header("x-atelier-user-id", user);
-    }
-    if !who.capabilities.is_empty() {
-        builder = builder.header("x-atelier-user-capabilities", who.capabilities);
+    if let Some(cookie) = who.cookie {
+        builder = builder.header("cookie", cookie);
+    } else if let Some(user) = who.user {
+        builder = builder.header("cookie", support::cookie_for(user, who.capabilities));
     }
     if let Some(origin) = who.origin {
         builder = builder.header("origin", origin);
@@ -304,6 +343,8 @@ async fn detail(socket: &Path, who: As<'_>, id: &str) -> Value {
 async fn the_auth_table_answers_with_the_reference_bodies() {
     let server = serve(vec![]);
     let list = "/admin/api/ai/conversations?scope=site";
+    let mfa_pending = format!("{SESSION_COOKIE}={MFA_PENDING_COOKIE}");
+    let client = format!("{SESSION_COOKIE}={CLIENT_COOKIE}");
     let cases: Vec<(&str, As<'_>, Method, &str, StatusCode, &str)> = vec![
         (
             "no token",
@@ -348,6 +389,38 @@ async fn the_auth_table_answers_with_the_reference_bodies() {
             list,
             StatusCode::UNAUTHORIZED,
             "Unauthorized",
+        ),
+        (
+            "unknown session cookie",
+            cookie("instatic_admin_session=nobody-signed-in-with-this"),
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "empty session cookie",
+            cookie("theme=dark; instatic_admin_session="),
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        (
+            "session waiting for its second factor",
+            cookie(&mfa_pending),
+            Method::GET,
+            list,
+            StatusCode::UNAUTHORIZED,
+            "mfa_required",
+        ),
+        (
+            "the CMS's client role: no ai.chat",
+            cookie(&client),
+            Method::GET,
+            list,
+            StatusCode::FORBIDDEN,
+            "Forbidden",
         ),
         (
             "no ai.chat",
@@ -1094,4 +1167,234 @@ async fn stored_jpegs_are_served_to_their_owner_only() {
     );
     let (status, _) = call(socket, alice, Method::DELETE, &url, None).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// A CMS stand-in of the test's own (its counters start at zero) and chatd asking it.
+fn with_own_cms(clock: Arc<dyn Clock>) -> (LabCms, Server) {
+    let cms = LabCms::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(CmsState::with_lab_users()),
+    )
+    .unwrap();
+    let server = serve_with(vec![], cms.origin(), clock);
+    (cms, server)
+}
+
+#[tokio::test]
+async fn the_session_is_the_cms_s_and_its_answer_is_kept_for_30_seconds() {
+    let clock = Arc::new(ManualClock::default());
+    let (cms, server) = with_own_cms(Arc::clone(&clock) as Arc<dyn Clock>);
+    let list = "/admin/api/ai/conversations?scope=site";
+    let editor = format!("theme=dark; {SESSION_COOKIE}={EDITOR_COOKIE}; lang=sk");
+    let as_editor = As {
+        origin: Some(ORIGIN),
+        ..cookie(&editor)
+    };
+
+    // No service token: refused before the CMS hears of the request.
+    let (status, body) = call(
+        &server.socket,
+        As {
+            token: None,
+            ..as_editor
+        },
+        Method::GET,
+        list,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::UNAUTHORIZED, json!({"error": "Unauthorized"}))
+    );
+    assert_eq!(cms.state().me_calls(), 0);
+
+    // The editor (ai.chat in their role) gets through; the CMS was asked once, with the session
+    // cookie alone: none of the browser's other cookies or headers.
+    let (status, body) = call(&server.socket, as_editor, Method::GET, list, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let asked = cms.state().requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].path, "/admin/api/cms/me");
+    assert_eq!(
+        asked[0].header("cookie"),
+        Some(format!("{SESSION_COOKIE}={EDITOR_COOKIE}").as_str())
+    );
+    for header in ["authorization", "origin", "x-forwarded-for"] {
+        assert_eq!(asked[0].header(header), None, "{header}");
+    }
+
+    // Within 30 s the answer is reused; the clock is moved, not waited for.
+    clock.advance(Duration::from_secs(29));
+    let (status, _) = call(&server.socket, as_editor, Method::GET, list, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cms.state().me_calls(), 1);
+    // At 30 s it is asked again, and a session signed out meanwhile is refused as the CMS does.
+    cms.state().revoke(EDITOR_COOKIE);
+    clock.advance(Duration::from_secs(1));
+    let (status, body) = call(&server.socket, as_editor, Method::GET, list, None).await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::UNAUTHORIZED, json!({"error": "Unauthorized"}))
+    );
+    assert_eq!(cms.state().me_calls(), 2);
+    // A refusal is not kept: the next request asks again.
+    let (status, _) = call(&server.socket, as_editor, Method::GET, list, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(cms.state().me_calls(), 3);
+
+    // The client role holds no ai.chat: 403 as the CMS words it. No cookie at all: 401.
+    let client = format!("{SESSION_COOKIE}={CLIENT_COOKIE}");
+    let (status, body) = call(&server.socket, cookie(&client), Method::GET, list, None).await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::FORBIDDEN, json!({"error": "Forbidden"}))
+    );
+    let (status, body) = call(
+        &server.socket,
+        As {
+            cookie: None,
+            ..cookie("")
+        },
+        Method::GET,
+        list,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::UNAUTHORIZED, json!({"error": "Unauthorized"}))
+    );
+}
+
+#[tokio::test]
+async fn a_cms_that_is_down_or_answers_garbage_is_a_502_never_a_user() {
+    let list = "/admin/api/ai/conversations?scope=site";
+    let editor = format!("{SESSION_COOKIE}={EDITOR_COOKIE}");
+    let unreachable =
+        json!({"error": "The CMS could not be reached to check the session. Try again shortly."});
+    let unreadable = json!({"error": "The CMS gave an unexpected answer to the session check."});
+
+    // Nothing listens on a port just freed.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let server = serve_with(vec![], down, Arc::new(SystemClock));
+    let (status, body) = call(&server.socket, cookie(&editor), Method::GET, list, None).await;
+    assert_eq!((status, body), (StatusCode::BAD_GATEWAY, unreachable));
+
+    for (name, answer, expected) in [
+        ("a 200 without a user", json!({"ok": true}), &unreadable),
+        (
+            "a 200 with a user and no capabilities",
+            json!({"user": {"id": "u"}}),
+            &unreadable,
+        ),
+        (
+            "a 500",
+            json!({"error": "Internal server error"}),
+            &unreadable,
+        ),
+    ] {
+        let status = if name == "a 500" {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        let garbled =
+            support::scripted(move |_| support::Answer::Json(status, answer.clone())).await;
+        let server = serve_with(vec![], garbled.base_url.clone(), Arc::new(SystemClock));
+        let (got, body) = call(&server.socket, cookie(&editor), Method::GET, list, None).await;
+        assert_eq!((got, &body), (StatusCode::BAD_GATEWAY, expected), "{name}");
+    }
+}
+
+/// Posts `body` to `/tool-result` as a browser would, with `cookie` and a header of its own
+/// that is not for the CMS.
+async fn post_tool_result(socket: &Path, cookie: &str, body: &str) -> (StatusCode, Value) {
+    let stream = UnixStream::connect(socket).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::builder()
+        .method(Method::POST)
+        .uri("/admin/api/ai/tool-result")
+        .header("host", "chatd")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("origin", ORIGIN)
+        .header("cookie", cookie)
+        .header("content-type", "application/json; charset=utf-8")
+        .header("x-browser-extra", "not for the CMS")
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_tool_result_for_a_cms_bridge_is_handed_to_the_cms_and_its_answer_relayed() {
+    let (cms, server) = with_own_cms(Arc::new(SystemClock));
+    cms.state().open_bridge("cms-bridge-1");
+    let socket = &server.socket;
+    let editor = format!("a=1; {SESSION_COOKIE}={EDITOR_COOKIE}");
+    // Bytes as the browser sent them: odd spacing and key order must arrive untouched.
+    let body =
+        r#"{ "requestId":"r1", "bridgeId":"cms-bridge-1","result":{"ok":true,"data":{"n":1}} }"#;
+
+    let (status, answer) = post_tool_result(socket, &editor, body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let forwarded = cms.state().tool_results();
+    assert_eq!(forwarded.len(), 1);
+    let forwarded = &forwarded[0];
+    assert_eq!(forwarded.body, body.as_bytes(), "the body, byte for byte");
+    assert_eq!(
+        forwarded.header("cookie"),
+        Some(format!("{SESSION_COOKIE}={EDITOR_COOKIE}").as_str()),
+        "the session cookie and no other"
+    );
+    assert_eq!(
+        forwarded.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
+    for header in ["authorization", "origin", "x-browser-extra"] {
+        assert_eq!(forwarded.header(header), None, "{header}");
+    }
+    // What the CMS answered is what the browser gets.
+    assert_eq!(
+        answer,
+        json!({"ok": true, "labReceived": {"userId": "usr_lab_editor_000000",
+            "contentType": "application/json; charset=utf-8", "body": body}})
+    );
+
+    // A bridge neither holds: the CMS's 404, relayed.
+    let unknown = r#"{"bridgeId":"nobody","requestId":"r","result":{"ok":true}}"#;
+    let (status, answer) = post_tool_result(socket, &editor, unknown).await;
+    assert_eq!(
+        (status, answer),
+        (StatusCode::NOT_FOUND, json!({"error": BRIDGE_GONE}))
+    );
+    // The CMS signed the session out while chatd still trusts its last answer: the CMS's 401
+    // comes back as it is.
+    cms.state().revoke(EDITOR_COOKIE);
+    let (status, answer) = post_tool_result(socket, &editor, body).await;
+    assert_eq!(
+        (status, answer),
+        (StatusCode::UNAUTHORIZED, json!({"error": "Unauthorized"}))
+    );
+    assert_eq!(cms.state().tool_results().len(), 3);
+    assert_eq!(cms.state().me_calls(), 1, "the session was checked once");
+
+    // The CMS gone: a clear 502, not a result silently dropped.
+    drop(cms);
+    let (status, answer) = post_tool_result(socket, &editor, body).await;
+    assert_eq!(
+        (status, answer),
+        (
+            StatusCode::BAD_GATEWAY,
+            json!({"error": "The CMS could not be reached to deliver the tool result. Try again shortly."})
+        )
+    );
 }

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +40,7 @@ fn start() -> (tempfile::TempDir, PathBuf) {
         anthropic_url: Some("http://127.0.0.1:9".into()),
         openai_url: Some("http://127.0.0.1:9".into()),
         openrouter_url: Some("http://127.0.0.1:9".into()),
+        cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
     .validate()
@@ -74,8 +77,10 @@ async fn call(
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "alice")
-        .header("x-atelier-user-capabilities", capabilities.join(","))
+        .header(
+            "cookie",
+            support::cookie_for("alice", &capabilities.join(",")),
+        )
         .body(Full::new(Bytes::from(
             body.as_ref().map(Value::to_string).unwrap_or_default(),
         )))
@@ -357,8 +362,7 @@ async fn credentials_are_per_user_and_never_answered_in_clear() {
         .uri("/admin/api/ai/credentials")
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "bob")
-        .header("x-atelier-user-capabilities", "ai.providers.manage")
+        .header("cookie", support::cookie_for("bob", "ai.providers.manage"))
         .body(Full::new(Bytes::new()))
         .unwrap();
     let response = sender.send_request(request).await.unwrap();

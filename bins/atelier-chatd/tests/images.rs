@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -49,6 +51,7 @@ fn start() -> Chatd {
         public_origins: vec!["https://cms.example".into()],
         service_token: Some(TOKEN.into()),
         openrouter_url: Some("http://127.0.0.1:9".into()),
+        cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
     .validate()
@@ -84,8 +87,10 @@ async fn call(
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "alice")
-        .header("x-atelier-user-capabilities", "ai.chat,ai.tools.write")
+        .header(
+            "cookie",
+            support::cookie_for("alice", "ai.chat,ai.tools.write"),
+        )
         .body(Full::new(Bytes::from(
             body.map(|b| b.to_string()).unwrap_or_default(),
         )))

@@ -15,7 +15,7 @@ use atelier_chatd::prompts::{system_prompt, CONTENT_PREFIX, SITE_PREFIX};
 use atelier_chatd::runtime::prepare_input;
 use atelier_chatd::store::{Scope, Store};
 use atelier_chatd::tools::snapshot::SiteSnapshot;
-use atelier_chatd::tools::{catalogue, content_reads, site_reads};
+use atelier_chatd::tools::{base_modules, catalogue, content_reads, site_reads};
 use atelier_llm::{
     AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, Message,
     ResponsesDriver, SYSTEM_PROMPT_DYNAMIC_BOUNDARY,
@@ -133,9 +133,9 @@ fn server_reads_answer_from_the_snapshot_and_the_imported_content() {
         ("documents", "site_list_documents", json!({})),
         ("modules", "site_list_modules", json!({})),
         (
-            "modules in category TEXT",
+            "modules in category TYPOGRAPHY",
             "site_list_modules",
-            json!({"category": "TEXT"}),
+            json!({"category": "TYPOGRAPHY"}),
         ),
         ("tokens", "site_list_tokens", json!({})),
         ("fonts only", "site_list_tokens", json!({"family": "fonts"})),
@@ -237,7 +237,7 @@ fn the_static_prefix_is_byte_identical_across_turns_and_providers() {
     let mut second = first.clone();
     second["page"]["title"] = json!("About us");
     second["selectedNodeId"] = json!(null);
-    second["site"]["tokens"] = json!({});
+    second["site"]["settings"]["framework"] = json!(null);
     let turns = [
         system_prompt(Scope::Site, Some(&first)),
         system_prompt(Scope::Site, Some(&second)),
@@ -356,7 +356,250 @@ fn the_dynamic_suffixes_follow_the_snapshot() {
         "Page: \"Home\" · current document: page:p-home · root: n-root · selected: n-hero"
     ));
     assert!(
-        site.contains("Tokens — colors: [brand=#0a7cff, ink=#111]; type --text-*: [s, m, l, xl]")
+        site.contains(
+            "Tokens — colors: [brand=hsla(212.08, 100%, 51.96%, 1), ink=hsla(0, 0%, 6.67%, 1), \
+             accent=oklch(0.7 0.15 30)]; type --text-*: [s, m, l, xl]; spacing --space-*: [xs, s, m]; \
+             fonts: [--font-heading→Inter, --font-body→system-ui, sans-serif]"
+        ),
+        "{site}"
     );
     assert!(placeholder.contains("Tokens: (none — no design system yet"));
+}
+
+/// A snapshot with every part the CMS editor posts, as small as it gets.
+fn example_snapshot() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(fixture("instatic_example_snapshot.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Runs site read `name` on `raw` against an empty content store.
+fn site_read(raw: &Value, name: &str, input: Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("chat.sqlite3")).unwrap();
+    let tools = catalogue();
+    let spec = tools.iter().find(|t| t.name == name).unwrap();
+    let input = prepare_input(spec, &reader(), &input).unwrap();
+    site_reads::run(&store, &SiteSnapshot::read(Some(raw)), name, &input).unwrap()
+}
+
+#[test]
+fn the_example_snapshot_names_its_tokens_in_the_prompt_and_the_token_list() {
+    let raw = example_snapshot();
+    let suffix = system_prompt(Scope::Site, Some(&raw)).pop().unwrap();
+    assert!(
+        suffix.ends_with(
+            "Tokens — colors: [primary=hsla(17.83, 62.16%, 43.53%, 1)]; \
+             type --text-*: [s, m, l, xl]; fonts: [--font-body→Inter]"
+        ),
+        "{suffix}"
+    );
+    assert!(suffix.starts_with(
+        "Page: \"Home\" · current document: page:pg_home · root: n_body · selected: n_h1"
+    ));
+
+    let tokens = &site_read(&raw, "site_list_tokens", json!({}))["tokens"];
+    let primary = &tokens["colors"][0];
+    assert_eq!(primary["slug"], "primary");
+    assert_eq!(primary["category"], "brand");
+    assert_eq!(primary["cssVar"], "--primary");
+    assert_eq!(primary["ref"], "var(--primary)");
+    assert_eq!(primary["value"], "hsla(17.83, 62.16%, 43.53%, 1)");
+    assert_eq!(primary["darkValue"], "hsla(20, 67.54%, 62.55%, 1)");
+    assert_eq!(
+        primary["utilityClasses"],
+        json!(["text-primary", "bg-primary", "border-primary"])
+    );
+    // Two shades, no transparent steps, no tints.
+    assert_eq!(
+        primary["variants"],
+        json!([
+            {"variant": "d-1", "cssVar": "--primary-d-1", "ref": "var(--primary-d-1)",
+             "value": "hsla(17.83, 62.16%, 31.92%, 1)",
+             "utilityClasses": ["text-primary-d-1", "bg-primary-d-1", "border-primary-d-1"]},
+            {"variant": "d-2", "cssVar": "--primary-d-2", "ref": "var(--primary-d-2)",
+             "value": "hsla(17.83, 62.16%, 20.31%, 1)",
+             "utilityClasses": ["text-primary-d-2", "bg-primary-d-2", "border-primary-d-2"]}
+        ])
+    );
+    let text = &tokens["typography"][0];
+    assert_eq!(
+        (
+            &text["id"],
+            &text["family"],
+            &text["name"],
+            &text["namingConvention"]
+        ),
+        (
+            &json!("tg1"),
+            &json!("typography"),
+            &json!("Text"),
+            &json!("text")
+        )
+    );
+    let steps: Vec<&Value> = text["steps"].as_array().unwrap().iter().collect();
+    let names: Vec<&str> = steps
+        .iter()
+        .map(|s| s["cssVar"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["--text-s", "--text-m", "--text-l", "--text-xl"]);
+    // Base step m: 16 px at 320 px wide to 19 px at 1400 px, in rem of a 10 px root.
+    assert_eq!(
+        steps[1],
+        &json!({"step": "m", "cssVar": "--text-m", "ref": "var(--text-m)",
+                "value": "clamp(1.6rem, calc(0.28vw + 1.51rem), 1.9rem)", "utilityClasses": []})
+    );
+    assert_eq!(
+        steps[0]["value"],
+        "clamp(1.42rem, calc(0vw + 1.42rem), 1.43rem)"
+    );
+    assert_eq!(tokens["spacing"], json!([]));
+    assert_eq!(
+        tokens["fonts"],
+        json!([{"name": "Body", "cssVar": "--font-body", "ref": "var(--font-body)",
+                "family": "Inter", "stack": "\"Inter\", sans-serif"}])
+    );
+    let fonts_only = &site_read(&raw, "site_list_tokens", json!({"family": "fonts"}))["tokens"];
+    assert_eq!(fonts_only["fonts"], tokens["fonts"]);
+    assert_eq!(fonts_only["colors"], json!([]));
+    assert_eq!(fonts_only["typography"], json!([]));
+}
+
+#[test]
+fn the_example_snapshot_lists_templates_and_component_roots() {
+    let raw = example_snapshot();
+    let documents = site_read(&raw, "site_list_documents", json!({}));
+    let documents = documents["documents"].as_array().unwrap();
+    let refs: Vec<(&str, &str, &str)> = documents
+        .iter()
+        .map(|d| {
+            (
+                d["document"]["type"].as_str().unwrap(),
+                d["document"]["id"].as_str().unwrap(),
+                d["rootNodeId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            ("page", "pg_home", "n_body"),
+            ("template", "pg_post", "n_tb"),
+            ("visualComponent", "vc_card", "vc_root"),
+        ]
+    );
+    assert_eq!(documents[1]["summary"], "Post type template for posts");
+    assert_eq!(
+        documents[1]["template"],
+        json!({"target": {"kind": "postTypes", "tableSlugs": ["posts"]}, "priority": 10})
+    );
+    let suffix = system_prompt(Scope::Site, Some(&raw)).pop().unwrap();
+    assert!(suffix
+        .contains("visualComponent:vc_card=\"Card\" (root=vc_root; Visual component definition)"));
+    assert!(suffix.contains("Pages: [pg_home=index (active), pg_post=post [template:posts]]"));
+
+    // Every page has a slug: a snapshot with a page without one is not a snapshot.
+    let mut slugless = raw.clone();
+    slugless["site"]["pages"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("slug");
+    assert_eq!(
+        SiteSnapshot::read(Some(&slugless)),
+        SiteSnapshot::placeholder()
+    );
+}
+
+/// Every base module the CMS registers, by id.
+const BASE_MODULE_IDS: [&str; 25] = [
+    "base.body",
+    "base.container",
+    "base.loop",
+    "base.text",
+    "base.list",
+    "base.outlet",
+    "base.image",
+    "base.svg",
+    "base.button",
+    "base.link",
+    "base.form",
+    "base.label",
+    "base.input",
+    "base.textarea",
+    "base.select",
+    "base.option",
+    "base.option-group",
+    "base.checkbox",
+    "base.radio",
+    "base.submit",
+    "base.form-message",
+    "base.video",
+    "base.slot-instance",
+    "base.slot-outlet",
+    "base.visual-component-ref",
+];
+
+#[test]
+fn site_list_modules_is_the_base_module_catalogue() {
+    assert_eq!(base_modules::ids(), BASE_MODULE_IDS);
+    let listed = site_read(&example_snapshot(), "site_list_modules", json!({}));
+    assert_eq!(listed["modules"], Value::Array(base_modules::catalogue()));
+    let ids: Vec<&str> = listed["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = BASE_MODULE_IDS
+        .iter()
+        .copied()
+        .filter(|id| *id != "base.body")
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    let text = listed["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "base.text")
+        .unwrap();
+    assert_eq!(text["name"], "Text");
+    assert_eq!(text["category"], "Typography");
+    assert_eq!(text["canHaveChildren"], false);
+    assert_eq!(
+        text["props"][0],
+        json!({"key": "text", "type": "textarea", "label": "Text", "defaultValue": "Add your text here."})
+    );
+    assert_eq!(text["props"][1]["defaultValue"], "p");
+    let media = site_read(
+        &example_snapshot(),
+        "site_list_modules",
+        json!({"category": "media"}),
+    );
+    let media: Vec<&str> = media["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(media, ["base.image", "base.svg", "base.video"]);
+}
+
+#[test]
+fn site_list_loop_sources_offers_the_built_in_sources() {
+    let listed = site_read(&example_snapshot(), "site_list_loop_sources", json!({}));
+    let ids: Vec<&str> = listed["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["data.rows", "site.pages", "site.media"]);
+    assert_eq!(
+        listed["sources"][1]["fields"][2],
+        json!({"id": "permalink", "label": "Permalink", "token": "{currentEntry.permalink}", "format": "url"})
+    );
+    // An empty content store has no tables to offer, and none is made up.
+    assert_eq!(listed["dataTables"], json!([]));
 }

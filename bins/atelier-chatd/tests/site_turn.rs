@@ -116,6 +116,7 @@ async fn a_site_editing_turn_runs_reads_here_and_writes_in_the_browser() {
         public_origins: vec![support::ORIGIN.into()],
         service_token: Some(support::TOKEN.into()),
         openrouter_url: Some("http://127.0.0.1:9".into()),
+        cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
     .validate()

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -173,6 +175,7 @@ fn start_chatd_with(
         service_token: Some(TOKEN.into()),
         // Nothing listens there: the pricing catalogue is unreachable, and never off-host.
         openrouter_url: Some("http://127.0.0.1:9".into()),
+        cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
     .validate()
@@ -234,8 +237,10 @@ async fn send(
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", "alice")
-        .header("x-atelier-user-capabilities", "ai.chat,ai.tools.write")
+        .header(
+            "cookie",
+            support::cookie_for("alice", "ai.chat,ai.tools.write"),
+        )
         .header("origin", "https://cms.example")
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
@@ -716,8 +721,9 @@ async fn a_client_gone_during_the_lookup_stores_nothing_and_the_lookup_still_com
     let mut stream = UnixStream::connect(&chatd.socket).await.unwrap();
     let head = format!(
         "POST /admin/api/ai/chat/site HTTP/1.1\r\nhost: chatd\r\nauthorization: Bearer {TOKEN}\r\n\
-         x-atelier-user-id: alice\r\nx-atelier-user-capabilities: ai.chat\r\n\
+         cookie: {}\r\n\
          origin: https://cms.example\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        support::cookie_for("alice", "ai.chat"),
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();

@@ -27,6 +27,9 @@
 //! [`script`] (the stateless decision), [`anthropic`] and [`openai`] (the two wires),
 //! [`upstream`] (the forwarding to a real model), [`registry`] (the npm packages and their
 //! documents), [`server`] (routing and serving until SIGTERM).
+//!
+//! Beside the model, [`cms`] is a stand-in for the CMS's session check and tool-result route,
+//! served on plain HTTP on loopback by its own binary, `atelier-lab-cms`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +37,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 pub mod anthropic;
+pub mod cms;
 pub mod openai;
 pub mod record;
 pub mod registry;

@@ -938,3 +938,7 @@ fn an_upstream_off_loopback_is_refused_at_parse() {
         assert!(!ca_out.exists(), "{name}: it started");
     }
 }
+
+/// The CMS stand-in, in this binary rather than one of its own (one test binary per crate).
+#[path = "lab_model/cms.rs"]
+mod cms;

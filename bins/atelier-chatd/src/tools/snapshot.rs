@@ -1,10 +1,14 @@
 //! The site editor's posted state (`SiteAgentSnapshot`), read softly: a snapshot that does not
 //! have the expected shape becomes the empty placeholder (page `Untitled`, nothing else), and
-//! the turn goes on. Only what the server-side tools and the prompt read is modelled; anything
-//! else the browser sends is ignored here and stays in the raw snapshot.
+//! the turn goes on. Only what the server-side tools and the prompt read is modelled — pages,
+//! visual components (their root is `tree.rootNodeId`), breakpoints and the settings the
+//! design tokens come from; anything else the browser sends is ignored here and stays in the
+//! raw snapshot.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::tokens::{self, SiteSettings, TokenDigest};
 
 /// A page, template or visual component reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,15 +34,28 @@ pub struct TemplateTarget {
 /// A page's template configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Template {
+    /// Only an enabled template makes the page one; the editor never posts `false`.
+    #[serde(default)]
+    pub enabled: bool,
     /// What it applies to.
     pub target: TemplateTarget,
-    /// Its priority (100 unless set).
-    #[serde(default = "default_priority")]
+    /// Its priority (0 unless set, as the editor reads a missing one).
+    #[serde(default)]
     pub priority: f64,
 }
 
-fn default_priority() -> f64 {
-    100.0
+// === impl Template ===
+
+impl Template {
+    /// The priority as the editor writes it: a whole number without a fraction (`10`).
+    pub fn priority_value(&self) -> Value {
+        // The bound keeps the conversion exact.
+        if self.priority.fract() == 0.0 && self.priority.abs() < 9.0e15 {
+            Value::from(self.priority as i64)
+        } else {
+            Value::from(self.priority)
+        }
+    }
 }
 
 /// A page of the site.
@@ -50,15 +67,23 @@ pub struct Page {
     /// Its title.
     #[serde(default)]
     pub title: String,
-    /// Its slug (`index` for the homepage).
-    #[serde(default)]
-    pub slug: Option<String>,
+    /// Its slug (`index` for the homepage); every page has one.
+    pub slug: String,
     /// Its root node.
     #[serde(default)]
     pub root_node_id: Option<String>,
     /// Set when the page is a template.
     #[serde(default)]
     pub template: Option<Template>,
+}
+
+// === impl Page ===
+
+impl Page {
+    /// Returns true if and only if the page is an enabled template.
+    pub fn is_template(&self) -> bool {
+        self.template.as_ref().is_some_and(|t| t.enabled)
+    }
 }
 
 /// A visual component definition.
@@ -70,9 +95,16 @@ pub struct VisualComponent {
     /// Its name.
     #[serde(default)]
     pub name: String,
+    /// Its node tree.
+    pub tree: ComponentTree,
+}
+
+/// The node tree of a visual component; only its root is read here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentTree {
     /// Its root node.
-    #[serde(default)]
-    pub root_node_id: Option<String>,
+    pub root_node_id: String,
 }
 
 /// A breakpoint.
@@ -89,69 +121,16 @@ pub struct Breakpoint {
     /// Its media query, when not derived from the width.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_query: Option<String>,
-}
-
-/// A colour token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ColorToken {
-    /// Its slug (`var(--<slug>)`).
-    pub slug: String,
-    /// Its light value.
-    pub value: String,
-    /// Its dark value.
+    /// The editor's icon for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dark_value: Option<String>,
-}
-
-/// A typography or spacing scale.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScaleGroup {
-    /// Its id.
-    pub id: String,
-    /// The variable prefix (`text` gives `--text-*`).
-    pub naming_convention: String,
-    /// Its step names.
-    #[serde(default)]
-    pub steps: Vec<String>,
-}
-
-/// A font token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FontToken {
-    /// Its name.
-    pub name: String,
-    /// Its CSS variable (`--font-heading`).
-    pub css_var: String,
-    /// The installed family.
+    pub icon: Option<String>,
+    /// The preview frame the editor shows it in, passed on as posted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub family: Option<String>,
-    /// The fallback stack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stack: Option<String>,
-}
-
-/// The design tokens.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Tokens {
-    /// Colours.
-    #[serde(default)]
-    pub colors: Vec<ColorToken>,
-    /// Typography scales.
-    #[serde(default)]
-    pub typography: Vec<ScaleGroup>,
-    /// Spacing scales.
-    #[serde(default)]
-    pub spacing: Vec<ScaleGroup>,
-    /// Fonts.
-    #[serde(default)]
-    pub fonts: Vec<FontToken>,
+    pub preview_frame: Option<Value>,
 }
 
 /// The site around the open page.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Site {
     /// Every page (only the open one has nodes; they are not read here).
@@ -163,13 +142,13 @@ pub struct Site {
     /// Breakpoints.
     #[serde(default)]
     pub breakpoints: Vec<Breakpoint>,
-    /// Design tokens.
+    /// The settings the design tokens are derived from.
     #[serde(default)]
-    pub tokens: Tokens,
+    pub settings: SiteSettings,
 }
 
 /// The editor's state as the server reads it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteSnapshot {
     /// The open page.
@@ -194,7 +173,7 @@ impl SiteSnapshot {
             page: Page {
                 id: String::new(),
                 title: "Untitled".to_owned(),
-                slug: None,
+                slug: String::new(),
                 root_node_id: None,
                 template: None,
             },
@@ -211,10 +190,15 @@ impl SiteSnapshot {
             .unwrap_or_else(Self::placeholder)
     }
 
-    /// The open page's reference: `template` when it is one.
+    /// The design tokens of the site, derived from its settings.
+    pub fn tokens(&self) -> TokenDigest {
+        tokens::describe(&self.site.settings)
+    }
+
+    /// A page's reference: `template` when it is one.
     pub fn page_ref(page: &Page) -> DocumentRef {
         DocumentRef {
-            kind: if page.template.is_some() {
+            kind: if page.is_template() {
                 "template"
             } else {
                 "page"

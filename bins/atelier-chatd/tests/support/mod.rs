@@ -1,6 +1,7 @@
 //! What the binary tests share: the chatd binary started as a developer starts it (a read-only
-//! master key file, a token file, providers on loopback), killed with SIGKILL or stopped, and
-//! a scripted provider server that records every request.
+//! master key file, a token file, providers on loopback), killed with SIGKILL or stopped, a
+//! scripted provider server that records every request, and the CMS stand-in that knows every
+//! test user's session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
@@ -8,10 +9,11 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use atelier_http::{BoxError, Response};
+use atelier_lab_model::cms::{CmsState, LabCms, SESSION_COOKIE};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
@@ -26,6 +28,55 @@ pub const ORIGIN: &str = "https://cms.example";
 pub const ALL_CAPS: &str = "ai.chat,ai.tools.write,ai.providers.manage,ai.audit.read";
 /// The master key of every binary test: base64 of 32 bytes of 0x5A.
 pub const MASTER_KEY_B64: &str = "WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo=";
+
+/// The CMS stand-in this test binary shares: on a thread of its own, so it outlives each test's
+/// runtime and serves every chatd a test starts (in process or as the binary).
+struct SharedCms {
+    origin: String,
+    state: Arc<CmsState>,
+}
+
+fn shared_cms() -> &'static SharedCms {
+    static CMS: OnceLock<SharedCms> = OnceLock::new();
+    CMS.get_or_init(|| {
+        let state = Arc::new(CmsState::with_lab_users());
+        let served = Arc::clone(&state);
+        let (ready, origin) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let cms = LabCms::spawn("127.0.0.1:0".parse().unwrap(), served).unwrap();
+                ready.send(cms.origin()).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+        SharedCms {
+            origin: origin.recv().unwrap(),
+            state,
+        }
+    })
+}
+
+/// The shared CMS stand-in's origin, for `CHATD_CMS_ORIGIN`.
+pub fn cms_origin() -> String {
+    shared_cms().origin.clone()
+}
+
+/// The shared CMS stand-in's state.
+pub fn cms_state() -> &'static Arc<CmsState> {
+    &shared_cms().state
+}
+
+/// A `Cookie` header signing in as `user` with exactly `capabilities` (comma-separated).
+pub fn cookie_for(user: &str, capabilities: &str) -> String {
+    format!(
+        "{SESSION_COOKIE}={}",
+        shared_cms().state.session_for(user, capabilities)
+    )
+}
 
 /// One request the scripted server saw.
 #[derive(Clone, Debug)]
@@ -208,6 +259,7 @@ pub async fn start(dir: &Path, env: &[(&str, String)], run: usize) -> Daemon {
         .env("RUST_LOG", "debug")
         // Never the production pricing catalogue: nothing listens on port 9.
         .env("CHATD_OPENROUTER_URL", "http://127.0.0.1:9")
+        .env("CHATD_CMS_ORIGIN", cms_origin())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
     for (key, value) in env {
@@ -275,7 +327,7 @@ impl Reply {
     }
 }
 
-/// Sends a request as `user` with `capabilities`.
+/// Sends a request as `user` with `capabilities` (the shared CMS stand-in's session of the pair).
 pub async fn send(
     socket: &Path,
     user: &str,
@@ -291,16 +343,13 @@ pub async fn send(
     tokio::spawn(async move {
         let _ = connection.await;
     });
-    let mut builder = hyper::Request::builder()
+    let builder = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header("host", "chatd")
         .header("authorization", format!("Bearer {TOKEN}"))
-        .header("x-atelier-user-id", user)
+        .header("cookie", cookie_for(user, capabilities))
         .header("origin", ORIGIN);
-    if !capabilities.is_empty() {
-        builder = builder.header("x-atelier-user-capabilities", capabilities);
-    }
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let response = sender
         .send_request(builder.body(Full::new(Bytes::from(body))).unwrap())

@@ -1,0 +1,29 @@
+//! atelier-lab-cms's entry point: a test stand-in for the CMS's session and tool-result
+//! routes on a loopback address (`--help`).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// TEST FIXTURE: a stand-in for the CMS's `GET /admin/api/cms/me` and
+/// `POST /admin/api/ai/tool-result` on loopback, knowing two users (an editor with the AI
+/// capabilities and a client without them) by fixed session cookies.
+#[derive(Debug, Parser)]
+#[command(name = "atelier-lab-cms")]
+struct Args {
+    /// The loopback address to listen on, e.g. 127.0.0.1:3001.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match atelier_lab_model::cms::run(args.listen) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("atelier-lab-cms: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
