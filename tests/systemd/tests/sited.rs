@@ -160,6 +160,55 @@ fn a_sited_with_a_broken_setting_fails_with_78_names_it_at_error_priority_and_st
     );
 }
 
+/// A sited whose process is stopped (SIGSTOP: its event loop pings no more). The rendered
+/// `WatchdogSec=30` is shortened to 2 s by a drop-in, so the test waits seconds, not half a
+/// minute; the watchdog and the restart are PID 1's, as rendered.
+const STALLED: &str = r#"
+set -uo pipefail
+bash /root/operator-setup.sh
+atelier-provision apply --declaration /root/instance.json > /tmp/apply 2>&1
+echo "apply=$?"
+unit=atelier-sited@example.service
+echo "rendered_watchdog=$(sed -n 's/^WatchdogSec=//p' /etc/systemd/system/$unit)"
+mkdir -p /etc/systemd/system/$unit.d
+printf '[Service]\nWatchdogSec=2\n' > /etc/systemd/system/$unit.d/50-quick-watchdog.conf
+systemctl daemon-reload
+health() { curl -sS -o /dev/null -w '%{http_code}' --max-time 20 --unix-socket /run/atelier/example/sited.sock http://sited/publication/site_builder/health; }
+echo "first=$(health)"
+# Alive and pinging: past several watchdog periods it is the same process.
+pid=$(systemctl show -P MainPID $unit)
+sleep 5
+echo "same_after_pings=$([ "$(systemctl show -P MainPID $unit)" = "$pid" ] && echo yes || echo no)"
+kill -STOP "$pid"
+for _ in $(seq 150); do
+  [ "$(systemctl show -P NRestarts $unit)" -ge 1 ] && [ "$(systemctl show -P MainPID $unit)" != "$pid" ] \
+    && [ "$(systemctl show -P MainPID $unit)" != 0 ] && break
+  sleep 0.1
+done
+echo "restarts=$(systemctl show -P NRestarts $unit)"
+echo "new_pid=$([ "$(systemctl show -P MainPID $unit)" != "$pid" ] && echo yes || echo no)"
+echo "watchdog_logged=$(journalctl -b -u $unit -o cat --no-pager | grep -c 'Watchdog timeout')"
+echo "after=$(health)"
+exit 0
+"#;
+
+#[test]
+fn a_stalled_sited_is_killed_by_its_watchdog_and_started_again() {
+    let run = provisioning_box()
+        .run(STALLED)
+        .expect("booting systemd in a container");
+    run.assert_success();
+    let fact = |key: &str| run.fact(key).unwrap_or("<missing>");
+    assert_eq!(fact("apply"), "0", "{run:?}");
+    assert_eq!(fact("rendered_watchdog"), "30", "{run:?}");
+    assert_eq!(fact("first"), "200", "{run:?}");
+    assert_eq!(fact("same_after_pings"), "yes", "{run:?}");
+    assert_eq!(fact("restarts"), "1", "{run:?}");
+    assert_eq!(fact("new_pid"), "yes", "{run:?}");
+    assert_ne!(fact("watchdog_logged"), "0", "{run:?}");
+    assert_eq!(fact("after"), "200", "{run:?}");
+}
+
 #[test]
 fn harness_boots_systemd_and_reports_a_failing_script_with_its_journal() {
     let run = SystemdBox::new()
