@@ -10,6 +10,10 @@
 
 mod support;
 
+/// Every failure under `--json`, in this binary rather than one of its own.
+#[path = "sites/failures.rs"]
+mod failures;
+
 use atelierctl::{Error, Id, NewSite, Route, Slug};
 use serde_json::Value;
 

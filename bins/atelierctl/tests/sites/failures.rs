@@ -2,17 +2,11 @@
 //! exit status's name, a stable `reason` and a `message`; sited's problems pass their reason
 //! (else their type) through with the HTTP status. Without `--json` stdout stays empty.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on a broken fixture by design"
-)]
-
-mod support;
-
 use std::os::unix::fs::PermissionsExt as _;
 
 use serde_json::Value;
+
+use crate::support;
 
 /// The one JSON line a failed run printed, after checking its exit status.
 fn failure(out: &support::Ctl, code: i32) -> Value {
