@@ -1207,7 +1207,7 @@ async fn retry_again(retry: &mut Option<(std::time::Instant, usize)>) -> bool {
     true
 }
 
-/// Polls a build until it is no longer running.
+/// Polls a build until it is no longer running, showing its log as it grows.
 async fn wait_for_build(
     client: &Client,
     slug: Slug,
@@ -1215,10 +1215,17 @@ async fn wait_for_build(
     out: &mut Output<'_>,
 ) -> Result<(), Failure> {
     let route = Route::GetBuild { slug, build };
+    // How much of the log is shown: each poll shows the lines added since (the JSON output is
+    // the final record alone).
+    let mut shown = 0;
     loop {
         let reply = client.send(&route).await?;
         let record: BuildRecord = reply.parse()?;
-        if record.status.outcome != "running" {
+        let ended = record.status.outcome != "running";
+        if !out.json {
+            out.write(&render::log_since(&record.log, &mut shown, ended))?;
+        }
+        if ended {
             out.reply(&reply, |b: BuildRecord| render::build(&b, false))?;
             return if record.status.outcome == "success" {
                 Ok(())

@@ -301,6 +301,26 @@ pub fn build(record: &BuildRecord, with_log: bool) -> String {
     out
 }
 
+/// The lines of a growing build `log` past the first `shown` bytes, each as `| <line>`, and
+/// `shown` moved past them. While the build runs only whole lines are shown (the last may still
+/// be written); once it `ended`, the rest too.
+pub fn log_since(log: &str, shown: &mut usize, ended: bool) -> String {
+    let rest = log.get(*shown..).unwrap_or_default();
+    let whole = if ended {
+        rest.len()
+    } else {
+        rest.rfind('\n').map_or(0, |i| i + 1)
+    };
+    *shown += whole;
+    let mut out = String::new();
+    for line in rest[..whole].lines() {
+        out.push_str("| ");
+        out.push_str(&clean(line));
+        out.push('\n');
+    }
+    out
+}
+
 /// `preview`.
 pub fn preview(preview: &Preview) -> String {
     fields(&[
@@ -418,6 +438,27 @@ mod tests {
             ts: "2026-01-01T00:00:00Z".into(),
             body,
         }
+    }
+
+    #[test]
+    fn a_growing_log_is_shown_once_line_by_line_and_its_tail_at_the_end() {
+        let mut shown = 0;
+        assert_eq!(
+            log_since("$ npm ci\nadded 1 pack", &mut shown, false),
+            "| $ npm ci\n"
+        );
+        assert_eq!(shown, 9);
+        assert_eq!(log_since("$ npm ci\nadded 1 pack", &mut shown, false), "");
+        let log = "$ npm ci\nadded 1 package\n\u{1b}[31mred\n# done";
+        assert_eq!(
+            log_since(log, &mut shown, false),
+            "| added 1 package\n| \\u{1b}[31mred\n"
+        );
+        assert_eq!(log_since(log, &mut shown, true), "| # done\n");
+        assert_eq!(shown, log.len());
+        assert_eq!(log_since(log, &mut shown, true), "");
+        // A log that is shorter than what was shown (it cannot be, but a cap could) shows nothing.
+        assert_eq!(log_since("short", &mut shown, true), "");
     }
 
     #[test]

@@ -60,6 +60,10 @@ async fn build_preview_publish_and_rollback_through_the_binary() {
         waited.stdout.contains("\noutcome   success\n"),
         "{waited:?}"
     );
+    // The log was shown as the build went, before the final record.
+    let promote = waited.stdout.find("\n| # promote to preprod\n");
+    let outcome = waited.stdout.find("\noutcome   success\n");
+    assert!(promote.is_some() && promote < outcome, "{waited:?}");
     let first = build(&instance).await;
     assert_eq!(first["outcome"], "success", "{first}");
     let first_release = first["release"].as_str().unwrap().to_owned();
