@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use atelier_layout::declaration::WebServer;
+use atelier_layout::names;
 use serde::Serialize;
 
 use crate::identities::{parse_group, parse_passwd, parse_shadow, Accounts};
@@ -238,13 +239,12 @@ pub fn parse_proc_groups(status: &str) -> Option<BTreeSet<u32>> {
     line.split_whitespace().map(|g| g.parse().ok()).collect()
 }
 
-/// The instance's door runs running now: the active instances of `templates`
-/// (`atelier-<inst>-s<k>-<door>@.service`). `None` when systemctl could not be run.
-pub fn live_runs(templates: &[String]) -> Option<Vec<String>> {
-    if templates.is_empty() {
+/// The instance's door runs running now: the active runs of the doors named by `stems`
+/// ([`names::door_unit_stem`]). `None` when systemctl could not be run.
+pub fn live_runs(stems: &[String]) -> Option<Vec<String>> {
+    if stems.is_empty() {
         return Some(Vec::new());
     }
-    let patterns: Vec<String> = templates.iter().map(|t| t.replace("@.", "@*.")).collect();
     let out = Command::new("systemctl")
         .args([
             "list-units",
@@ -253,20 +253,14 @@ pub fn live_runs(templates: &[String]) -> Option<Vec<String>> {
             "--state=active",
             "--",
         ])
-        .args(&patterns)
+        .args(stems.iter().map(|stem| names::door_run_pattern(stem)))
         .output()
         .ok()?;
     out.status.success().then(|| {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|line| line.split_whitespace().next())
-            .filter(|unit| {
-                templates.iter().any(|t| {
-                    let (stem, _) = t.split_once("@.").unwrap_or((t, ""));
-                    unit.strip_prefix(stem)
-                        .is_some_and(|rest| rest.starts_with('@'))
-                })
-            })
+            .filter(|unit| stems.iter().any(|stem| names::is_door_run(unit, stem)))
             .map(str::to_owned)
             .collect()
     })

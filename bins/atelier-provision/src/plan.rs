@@ -25,7 +25,7 @@ use crate::identities::{self, Allocation, IdentityError, LedgerIdentity, NOLOGIN
 
 mod restarts;
 
-pub use restarts::{daemon_inputs, daemon_units, run_templates};
+pub use restarts::{daemon_inputs, daemon_units, run_stems};
 
 /// The systemd release the rendered units need at least.
 pub use atelier_layout::paths::SYSTEMD_FLOOR as MIN_SYSTEMD;

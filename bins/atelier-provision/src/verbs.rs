@@ -180,7 +180,7 @@ pub fn prepare(
         web_server_present: host::web_server_present(root, decl.web.server),
         units: host::unit_states(&plan::socket_units(&layout, &sites)).unwrap_or_default(),
         services: host::service_states(&plan::daemon_units(&layout, &sites)).unwrap_or_default(),
-        live_runs: host::live_runs(&plan::run_templates(&layout, &sites)).unwrap_or_default(),
+        live_runs: host::live_runs(&plan::run_stems(&layout, &sites)).unwrap_or_default(),
     };
     Ok(Prepared {
         allocation,

@@ -250,6 +250,20 @@ pub fn door_unit_stem(inst: &InstanceName, k: SiteOrdinal, door: Door) -> String
     format!("{}{k}-{door}", site_unit_prefix(inst))
 }
 
+/// The `systemctl list-units` pattern of the runs of the door named by `stem`
+/// ([`door_unit_stem`]): `<stem>@*.service`.
+pub fn door_run_pattern(stem: &str) -> String {
+    format!("{stem}@*.service")
+}
+
+/// Whether `unit` is a run (`<stem>@<n>.service`) of the door named by `stem`: a pattern also
+/// matches another instance's units whose name merely starts the same.
+pub fn is_door_run(unit: &str, stem: &str) -> bool {
+    unit.strip_prefix(stem)
+        .and_then(|rest| rest.strip_prefix('@'))
+        .is_some_and(|rest| rest.ends_with(".service"))
+}
+
 /// Site `k`'s socket for `door`: `atelier-<inst>-s<k>-<door>.socket`.
 pub fn door_socket_unit(inst: &InstanceName, k: SiteOrdinal, door: Door) -> String {
     format!("{}.socket", door_unit_stem(inst, k, door))
@@ -333,6 +347,27 @@ mod tests {
 
     fn inst(name: &str) -> InstanceName {
         InstanceName::new(name).unwrap()
+    }
+
+    #[test]
+    fn a_door_run_is_told_from_look_alike_names() {
+        let stem = "atelier-a-s1-turn";
+        for (case, unit, is_run) in [
+            ("a run", "atelier-a-s1-turn@3-0c1d.service", true),
+            ("the template itself", "atelier-a-s1-turn@.service", true),
+            ("the door's socket", "atelier-a-s1-turn.socket", false),
+            ("another ordinal", "atelier-a-s11-turn@3.service", false),
+            (
+                "instance a-s1's site",
+                "atelier-a-s1-turn-s2-turn@3.service",
+                false,
+            ),
+            ("not a service", "atelier-a-s1-turn@3.scope", false),
+            ("another door", "atelier-a-s1-build@3.service", false),
+        ] {
+            assert_eq!(is_door_run(unit, stem), is_run, "{case}: {unit}");
+        }
+        assert_eq!(door_run_pattern(stem), "atelier-a-s1-turn@*.service");
     }
 
     #[test]

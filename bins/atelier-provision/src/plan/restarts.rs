@@ -9,7 +9,7 @@
 //! deferring it (and `check` reports it) until an apply finds the runs ended.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use atelier_layout::declaration::Site;
 use atelier_layout::paths::Layout;
@@ -45,7 +45,12 @@ impl Planner<'_> {
                 .host
                 .live_runs
                 .iter()
-                .filter(|run| daemon.serves.iter().any(|stem| is_run_of(run, stem)))
+                .filter(|run| {
+                    daemon
+                        .serves
+                        .iter()
+                        .any(|stem| names::is_door_run(run, stem))
+                })
                 .cloned()
                 .collect();
             if live.is_empty() {
@@ -81,7 +86,7 @@ impl Planner<'_> {
                 _ => false,
             };
             if changed_now || changed_since {
-                why.push(shown(input));
+                why.push(input.display().to_string());
             }
         }
         if daemon.runs_as_service_user && self.memberships_changed(state.groups.as_ref()) {
@@ -135,28 +140,26 @@ pub fn daemon_inputs(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec
         .collect()
 }
 
-/// The instance's door service templates (`atelier-<inst>-s<k>-<door>@.service`), whose
-/// running instances are the live runs.
-pub fn run_templates(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
-    let inst = layout.instance();
+/// The stems of every declared site's doors (`atelier-<inst>-s<k>-<door>`), whose running
+/// instances are the live runs.
+pub fn run_stems(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
     sites
         .iter()
-        .flat_map(|&(k, _)| {
-            Door::ALL
-                .into_iter()
-                .map(move |door| names::door_service_template(inst, k, door))
-        })
+        .flat_map(|&(k, _)| site_run_stems(layout, k))
+        .collect()
+}
+
+/// Site `k`'s door stems.
+fn site_run_stems(layout: &Layout<'_>, k: SiteOrdinal) -> Vec<String> {
+    Door::ALL
+        .into_iter()
+        .map(|door| names::door_unit_stem(layout.instance(), k, door))
         .collect()
 }
 
 /// sited, then each site's gate.
 fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
     let inst = layout.instance();
-    let run_stems = |k| {
-        Door::ALL
-            .into_iter()
-            .map(move |door| names::door_unit_stem(inst, k, door))
-    };
     let sited_unit = names::sited_service_unit(inst);
     let mut sited_inputs = vec![
         layout.bin_path(services::SITED_BINARY),
@@ -169,7 +172,7 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
         unit: sited_unit,
         inputs: sited_inputs,
         runs_as_service_user: true,
-        serves: sites.iter().flat_map(|&(k, _)| run_stems(k)).collect(),
+        serves: run_stems(layout, sites),
     }];
     for &(k, _) in sites {
         let unit = names::gate_service_unit(inst, k);
@@ -186,21 +189,10 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
             unit,
             inputs,
             runs_as_service_user: false,
-            serves: run_stems(k).collect(),
+            serves: site_run_stems(layout, k),
         });
     }
     daemons
-}
-
-/// Whether `run` (`atelier-<inst>-s<k>-<door>@<n>.service`) is an instance of the door unit
-/// named by `stem`.
-fn is_run_of(run: &str, stem: &str) -> bool {
-    run.strip_prefix(stem)
-        .is_some_and(|rest| rest.starts_with('@'))
-}
-
-fn shown(path: &Path) -> String {
-    path.display().to_string()
 }
 
 #[cfg(test)]
