@@ -22,7 +22,7 @@ if [ "${WEB_SERVER:-nginx}" = apache ]; then
   a2enmod -q ssl headers
 fi
 if [ "${CERTIFICATES:-self-signed}" = self-signed ]; then
-  for domain in www.example.org archive.example.net "$@"; do
+  for domain in www.example.org archive.example.net cms.example.org "$@"; do
     mkdir -p /etc/letsencrypt/live/$domain
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$domain" \
       -keyout /etc/letsencrypt/live/$domain/privkey.pem \

@@ -5,8 +5,12 @@
 //! One pass over the messages since `since`, in time order through the covering usage index:
 //! totals per conversation, and per local day with its distinct conversations. Day boundaries
 //! are computed once per day, so each message costs a text comparison, not a time-zone lookup.
+//!
+//! Also the audit log: [`try_record`] and [`record`] write an event (and log it under the
+//! `audit` target), and `GET /audit/events?limit=&action=` reads the newest ones.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use atelier_http::{json_response, Response};
 use hyper::StatusCode;
@@ -18,10 +22,17 @@ use serde_json::json;
 use crate::auth::{Caller, Capability};
 use crate::router::{blocking, ApiError, State};
 use crate::store::audit::SlotSample;
+use crate::store::events::AuditEvent;
 use crate::store::{Scope, Store, StoreError, USAGE_SLOT_SECS};
 
 /// The window when `since` is absent or unreadable: the last 30 days.
 const DEFAULT_WINDOW_DAYS: i64 = 30;
+
+/// How many events the log answers when `limit` is absent: the CMS's own page.
+const EVENTS_DEFAULT_LIMIT: usize = 100;
+
+/// The most events one answer carries.
+const EVENTS_MAX_LIMIT: usize = 500;
 
 /// One rollup row's numbers (`UsageRow`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -417,9 +428,83 @@ pub(crate) async fn handle(
     Ok(json_response(StatusCode::OK, &json!(report)))
 }
 
+/// Records `event` by `actor` in the audit log, and logs it under the `audit` target.
+pub(crate) async fn try_record(
+    store: &Arc<Store>,
+    actor: &str,
+    event: AuditEvent,
+) -> Result<(), ApiError> {
+    let (target_type, target_id) = event.target();
+    tracing::info!(
+        target: "audit",
+        action = event.action().as_str(),
+        user_id = %actor,
+        target_type,
+        target_id,
+        metadata = %event.metadata(),
+        "audit event"
+    );
+    let actor = actor.to_owned();
+    blocking(store, move |store| store.record_event(&actor, &event)).await
+}
+
+/// [`try_record`] for a change that has already happened: a failed write is logged, and the
+/// request still succeeds.
+pub(crate) async fn record(store: &Arc<Store>, caller: &Caller, event: AuditEvent) {
+    let action = event.action().as_str();
+    if let Err(error) = try_record(store, &caller.user_id, event).await {
+        tracing::error!(%error, action, "an audit event could not be stored");
+    }
+}
+
+/// A `limit` from 1 to [`EVENTS_MAX_LIMIT`].
+fn parse_limit(text: &str) -> Option<usize> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|limit| (1..=EVENTS_MAX_LIMIT).contains(limit))
+}
+
+/// `GET /audit/events`: `{events: [...]}`, newest first; `limit` (default 100, at most 500)
+/// and an `action` prefix (`ai.chat.`) narrow it.
+pub(crate) async fn events(
+    state: &State,
+    caller: &Caller,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
+    caller.require(Capability::AuditRead)?;
+    let limit = match query_param(query, "limit") {
+        None => EVENTS_DEFAULT_LIMIT,
+        Some(text) => parse_limit(&text).ok_or(ApiError::BadLimit(text))?,
+    };
+    let prefix = query_param(query, "action").filter(|prefix| !prefix.is_empty());
+    let events = blocking(&state.store, move |store| {
+        store.audit_events(limit, prefix.as_deref())
+    })
+    .await?;
+    Ok(json_response(StatusCode::OK, &json!({ "events": events })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_are_whole_numbers_from_1_to_500() {
+        let cases = [
+            ("1", Some(1)),
+            ("100", Some(100)),
+            ("500", Some(500)),
+            ("0", None),
+            ("501", None),
+            ("-1", None),
+            ("ten", None),
+            ("", None),
+            ("2.5", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_limit(text), expected, "{text:?}");
+        }
+    }
 
     #[test]
     fn since_reads_instants_and_dates() {

@@ -17,14 +17,17 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::auth::{Caller, Capability};
+use crate::auth::{Caller, Capability, SessionCookie};
 use crate::bridge::Bridge;
+use crate::cms::reads::CmsReader;
 use crate::images::{self, ImageError};
 use crate::pricing::Pricing;
 use crate::router::{blocking, ApiError, State};
+use crate::store::events::{AuditEvent, ChatTurn, TurnTotals, TURN_ABORTED_ERROR};
 use crate::store::history::{self, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{
     ContentBlock, Conversation, Message, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
+    UserTurn,
 };
 
 /// The chat body's byte limit: eight 2 MB images plus 16 MiB of everything else.
@@ -39,11 +42,21 @@ const TITLE_MAX_CHARS: usize = 60;
 /// Buffer of the response body: the turn waits for a slow client instead of piling up lines.
 const STREAM_BUFFER: usize = 64;
 
+/// How often the end of a turn is tried to be recorded before the next start is left to.
+const END_RECORD_ATTEMPTS: u32 = 3;
+
+/// The wait before the first retry; each later one waits one more of it.
+const END_RECORD_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Everything a turn runner needs: who asks, the conversation, the replay history (healed),
-/// the user's new message, the bridge for browser tools, and where to send events.
+/// the user's new message, the bridge for browser tools, the CMS as the user sees it, and where
+/// to send events.
 pub struct Turn {
     /// The acting user.
     pub caller: Caller,
+    /// The CMS read as the acting user, with their session cookie; it lives as long as the
+    /// turn and is never stored.
+    pub cms: CmsReader,
     /// The conversation, as read when the turn started.
     pub conversation: Conversation,
     /// The history to replay, the new user message last.
@@ -234,10 +247,11 @@ async fn read_chat_body(request: Request) -> Result<ChatBody, ApiError> {
     Ok(body)
 }
 
-/// `POST /chat/:scope`.
+/// `POST /chat/:scope`; the turn reads the CMS with `session`, the caller's cookie.
 pub(crate) async fn handle(
     state: &State,
     caller: &Caller,
+    session: &SessionCookie,
     scope: Scope,
     request: Request,
 ) -> Result<Response, ApiError> {
@@ -318,8 +332,9 @@ pub(crate) async fn handle(
         let store = Arc::clone(&state.store);
         let conversation_id = conversation.id.clone();
         let message = user_message.clone();
+        let actor = caller.user_id.clone();
         tokio::task::spawn_blocking(move || {
-            store.append_user_turn(&conversation_id, &message, &title)
+            store.append_user_turn(&conversation_id, &message, &title, &actor)
         })
     };
     let position = messages.last().map_or(0, |m| m.position + 1);
@@ -357,6 +372,7 @@ pub(crate) async fn handle(
     });
     let turn = Turn {
         caller: caller.clone(),
+        cms: CmsReader::new(state.authenticator.cms().clone(), session.clone()),
         conversation,
         history,
         bridge: Arc::clone(&bridge),
@@ -371,6 +387,7 @@ pub(crate) async fn handle(
     );
     persister.pricing = pricing;
     persister.commit = Some(commit);
+    persister.actor.clone_from(&caller.user_id);
     tokio::spawn(drive_turn(persister, lease, bridge, run, loop_rx));
 
     let lines = futures_util::stream::unfold(out_rx, |mut rx| async move {
@@ -393,7 +410,7 @@ impl From<ImageError> for ApiError {
 }
 
 /// The user message's commit, running while the turn starts.
-type UserCommit = tokio::task::JoinHandle<Result<Message, crate::store::StoreError>>;
+type UserCommit = tokio::task::JoinHandle<Result<UserTurn, crate::store::StoreError>>;
 
 /// The model a turn's usage is priced on.
 struct PricedModel {
@@ -471,6 +488,12 @@ struct Persister {
     /// The user message's commit until it has been seen to land.
     commit: Option<UserCommit>,
     consumer_gone: bool,
+    /// Who runs the turn, for its audit records.
+    actor: String,
+    /// The turn as its start was recorded (with the user message); `None` until then.
+    started: Option<ChatTurn>,
+    /// What the turn booked so far, for the record of its end.
+    booked: TurnTotals,
 }
 
 impl Persister {
@@ -486,6 +509,9 @@ impl Persister {
             pricing: None,
             commit: None,
             consumer_gone: false,
+            actor: String::new(),
+            started: None,
+            booked: TurnTotals::default(),
         }
     }
 
@@ -494,7 +520,10 @@ impl Persister {
         match self.commit.take() {
             None => Ok(()),
             Some(commit) => match commit.await {
-                Ok(Ok(_)) => Ok(()),
+                Ok(Ok(stored)) => {
+                    self.started = Some(stored.turn);
+                    Ok(())
+                }
                 Ok(Err(error)) => Err(format!("AI runtime error: {error}")),
                 Err(error) => Err(format!("AI runtime error: {error}")),
             },
@@ -526,7 +555,11 @@ impl Persister {
             store.record_usage(&id, &message_id, &usage)
         })
         .await
-        .map_err(|error| format!("AI runtime error: {error}"))
+        .map_err(|error| format!("AI runtime error: {error}"))?;
+        self.booked.prompt_tokens += usage.prompt_tokens;
+        self.booked.completion_tokens += usage.completion_tokens;
+        self.booked.cost_usd += usage.cost_usd;
+        Ok(())
     }
 
     async fn emit(&mut self, event: LoopEvent) {
@@ -690,9 +723,45 @@ impl Persister {
             })
             .await;
         }
+        // Recorded before the last line: a client that saw the turn end can read its record.
+        self.record_end(&ending).await;
         match ending {
             Ending::Done | Ending::Aborted => self.emit(LoopEvent::Done).await,
             Ending::Error(message) => self.emit(LoopEvent::Error { message }).await,
+        }
+    }
+
+    /// Records how a turn whose start was recorded ended, retrying a failed write a few
+    /// times; a turn that still has no end is recorded as failed at the next start.
+    async fn record_end(&mut self, ending: &Ending) {
+        let Some(turn) = self.started.take() else {
+            return;
+        };
+        let totals = self.booked;
+        let event = match ending {
+            Ending::Done => AuditEvent::ChatCompleted { turn, totals },
+            Ending::Error(message) => AuditEvent::ChatFailed {
+                turn,
+                totals,
+                error: message.clone(),
+            },
+            Ending::Aborted => AuditEvent::ChatFailed {
+                turn,
+                totals,
+                error: TURN_ABORTED_ERROR.to_owned(),
+            },
+        };
+        for attempt in 1..=END_RECORD_ATTEMPTS {
+            match crate::audit::try_record(&self.store, &self.actor, event.clone()).await {
+                Ok(()) => return,
+                Err(error) if attempt < END_RECORD_ATTEMPTS => {
+                    tracing::warn!(%error, attempt, "recording a turn's end failed; retrying");
+                    tokio::time::sleep(END_RECORD_RETRY_DELAY * attempt).await;
+                }
+                Err(error) => {
+                    tracing::error!(%error, conversation_id = %self.conversation_id, "recording a turn's end failed; the next start records it as failed");
+                }
+            }
         }
     }
 }

@@ -1,11 +1,14 @@
 //! chatd's side of the CMS it serves: where the CMS listens on loopback ([`CmsOrigin`]), asking
-//! it who a browser's session cookie belongs to ([`CmsClient::check_session`]), and handing it
-//! the tool results meant for its own editor bridges ([`CmsClient::forward_tool_result`]).
+//! it who a browser's session cookie belongs to ([`CmsClient::check_session`]), handing it the
+//! tool results meant for its own editor bridges ([`CmsClient::forward_tool_result`]), and
+//! reading its content as the chatting user ([`reads`]).
 //!
-//! The CMS is the only authority on sessions: chatd never reads its database, it asks
-//! `GET /admin/api/cms/me` with the cookie and nothing else of the browser's request. The client
-//! speaks plain HTTP/1.1 to a loopback address only, follows no redirects, reads no proxy from
-//! the environment, and gives up after [`CMS_TIMEOUT`].
+//! The CMS is the only authority on sessions and content: chatd never reads its database, it
+//! asks the CMS's own routes with the cookie and nothing else of the browser's request. The
+//! client speaks plain HTTP/1.1 to a loopback address only, follows no redirects, reads no proxy
+//! from the environment, and gives up after [`CMS_TIMEOUT`].
+
+pub mod reads;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -30,7 +33,8 @@ pub const ME_PATH: &str = "/admin/api/cms/me";
 pub const TOOL_RESULT_PATH: &str = "/admin/api/ai/tool-result";
 
 /// The longest any one call to the CMS may take, connection and body included: the CMS answers
-/// both routes from memory and one indexed lookup, so anything slower is a CMS in trouble.
+/// the session check and the content reads from memory and indexed lookups, so anything slower
+/// is a CMS in trouble.
 pub const CMS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connecting to loopback either works at once or nothing listens.
@@ -127,8 +131,8 @@ pub enum CmsError {
     /// The CMS took longer than [`CMS_TIMEOUT`].
     #[error("the CMS did not answer within {0:?}")]
     TimedOut(Duration),
-    /// The session check answered neither 200 nor 401.
-    #[error("the CMS answered the session check with status {0}")]
+    /// The CMS answered with a status its route does not give.
+    #[error("the CMS answered with status {0}")]
     UnexpectedStatus(u16),
     /// The answer's body is not what the route returns.
     #[error("the CMS's answer cannot be read: {0}")]
@@ -282,14 +286,23 @@ impl CmsClient {
 
     /// Asks the CMS whose session `cookie` is.
     pub async fn check_session(&self, cookie: &SessionCookie) -> Result<SessionCheck, CmsError> {
-        let request = hyper::Request::builder()
-            .method(Method::GET)
-            .uri(self.origin.uri(ME_PATH)?)
-            .header(COOKIE, cookie.header().clone())
-            .body(atelier_http::empty_body())
-            .map_err(|error| CmsError::Unreachable(error.to_string()))?;
+        let request = self.get_request(ME_PATH, cookie)?;
         let (status, _, body) = self.exchange(request, MAX_ME_BODY).await?;
         parse_me_answer(status.as_u16(), &body)
+    }
+
+    /// `GET path_and_query` carrying the session `cookie` and nothing else.
+    fn get_request(
+        &self,
+        path_and_query: &str,
+        cookie: &SessionCookie,
+    ) -> Result<hyper::Request<atelier_http::Body>, CmsError> {
+        hyper::Request::builder()
+            .method(Method::GET)
+            .uri(self.origin.uri(path_and_query)?)
+            .header(COOKIE, cookie.header().clone())
+            .body(atelier_http::empty_body())
+            .map_err(|error| CmsError::Unreachable(error.to_string()))
     }
 
     /// Hands a tool result to the CMS's `POST /admin/api/ai/tool-result` as the browser sent

@@ -98,7 +98,7 @@ fn view_block(
 }
 
 /// `encodeURIComponent`: everything but `A-Za-z0-9-_.!~*'()` percent-encoded.
-fn encode_component(text: &str) -> String {
+pub(crate) fn encode_component(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {

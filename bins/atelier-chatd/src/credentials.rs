@@ -11,10 +11,12 @@ use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::audit::record;
 use crate::auth::{Caller, Capability};
 use crate::conversations::read_json;
 use crate::providers::{auth_mode_of, provider_kind, Credentials, ResolvedCredential, Services};
 use crate::router::{blocking, ApiError, State};
+use crate::store::events::{AuditEvent, CredentialFacts, CredentialField, TestOutcome};
 use crate::store::{AuthMode, CredentialChange, CredentialRow, NewCredential};
 
 /// Credential bodies are small.
@@ -99,10 +101,6 @@ fn check_base_url(url: &str) -> Result<(), ApiError> {
 
 fn field_ok(value: &str) -> bool {
     !value.is_empty() && value.len() <= MAX_FIELD_LEN
-}
-
-fn audit(event: &str, caller: &Caller, credential_id: &str, detail: serde_json::Value) {
-    tracing::info!(target: "audit", event, user_id = %caller.user_id, credential_id, %detail, "AI settings changed");
 }
 
 /// `GET /credentials`.
@@ -203,12 +201,11 @@ pub(crate) async fn create(
         }
         other => other,
     })?;
-    audit(
-        "ai.credential.created",
-        caller,
-        &row.id,
-        json!({"providerId": row.provider_id, "authMode": row.auth_mode.as_str(), "displayLabel": row.display_label}),
-    );
+    let created = AuditEvent::CredentialCreated {
+        credential: CredentialFacts::from(&row),
+        auth_mode: row.auth_mode,
+    };
+    record(&state.store, caller, created).await;
     seed_empty_defaults(&state.services, caller, &row).await;
     let view = CredentialView::new(row, &state.services.credentials);
     Ok(json_response(
@@ -264,13 +261,14 @@ async fn seed_empty_defaults(services: &Services, caller: &Caller, row: &Credent
     .await
     {
         Ok(filled) => {
-            for scope in filled.iter().filter(|s| empty.contains(s)) {
-                audit(
-                    "ai.default.updated",
-                    caller,
-                    &row.id,
-                    json!({"scope": scope.as_str(), "credentialId": row.id, "modelId": model.id, "auto": true}),
-                );
+            for scope in filled.into_iter().filter(|s| empty.contains(s)) {
+                let seeded = AuditEvent::DefaultUpdated {
+                    scope,
+                    credential_id: row.id.clone(),
+                    model_id: model.id.clone(),
+                    auto: true,
+                };
+                record(&services.store, caller, seeded).await;
             }
         }
         Err(error) => tracing::warn!(%error, "auto-defaults could not be stored"),
@@ -307,21 +305,25 @@ pub(crate) async fn update(
     if body.display_label.as_deref().is_some_and(|l| !field_ok(l)) {
         return Err(ApiError::InvalidBody);
     }
-    let mut touched = Vec::new();
+    // Every field the body names counts as touched, even one that changes nothing.
+    let touched: Vec<CredentialField> = [
+        (body.display_label.is_some(), CredentialField::DisplayLabel),
+        (body.api_key.is_some(), CredentialField::ApiKey),
+        (body.base_url.is_some(), CredentialField::BaseUrl),
+    ]
+    .into_iter()
+    .filter_map(|(named, field)| named.then_some(field))
+    .collect();
     let mut change = CredentialChange {
         display_label: body.display_label.clone(),
         ..CredentialChange::default()
     };
-    if change.display_label.is_some() {
-        touched.push("displayLabel");
-    }
     if let Some(url) = body.base_url.filter(|u| !u.is_empty()) {
         if row.auth_mode != AuthMode::BaseUrl || url.len() > MAX_FIELD_LEN {
             return Err(ApiError::InvalidBody);
         }
         check_base_url(&url)?;
         change.base_url = Some(url.trim().to_owned());
-        touched.push("baseUrl");
     }
     match body.api_key {
         None => {}
@@ -330,7 +332,6 @@ pub(crate) async fn update(
                 return Err(ApiError::EmptyApiKey);
             }
             change.sealed = Some(None);
-            touched.push("apiKey");
         }
         Some(key) => {
             if key.len() > MAX_FIELD_LEN {
@@ -345,7 +346,6 @@ pub(crate) async fn update(
                 .seal(&key)
                 .map_err(|_| ApiError::Internal("sealing a credential failed".to_owned()))?;
             change.sealed = Some(Some((sealed, master.fingerprint().to_owned())));
-            touched.push("apiKey");
         }
     }
     // The old endpoint's cached catalogue no longer belongs to this credential.
@@ -365,12 +365,11 @@ pub(crate) async fn update(
         ApiError::DuplicateCredential(_) => ApiError::DuplicateCredential(label.clone()),
         other => other,
     })?;
-    audit(
-        "ai.credential.updated",
-        caller,
-        &updated.id,
-        json!({"providerId": updated.provider_id, "displayLabel": updated.display_label, "fieldsTouched": touched}),
-    );
+    let event = AuditEvent::CredentialUpdated {
+        credential: CredentialFacts::from(&updated),
+        fields_touched: touched,
+    };
+    record(&state.store, caller, event).await;
     let view = CredentialView::new(updated, &state.services.credentials);
     Ok(json_response(
         StatusCode::OK,
@@ -400,12 +399,8 @@ pub(crate) async fn delete(
             .catalogue
             .invalidate(resolved.kind, &resolved.endpoint);
     }
-    audit(
-        "ai.credential.deleted",
-        caller,
-        &row.id,
-        json!({"providerId": row.provider_id}),
-    );
+    let deleted = AuditEvent::CredentialDeleted(CredentialFacts::from(&row));
+    record(&state.store, caller, deleted).await;
     Ok(json_response(StatusCode::OK, &json!({ "ok": true })))
 }
 
@@ -431,19 +426,20 @@ pub(crate) async fn test(state: &State, caller: &Caller, id: String) -> Result<R
             }
         },
     };
-    let (body, detail) = match outcome {
+    let (body, outcome) = match outcome {
         Ok(count) => (
             json!({"ok": true, "modelCount": count}),
-            json!({"ok": true, "modelCount": count}),
+            TestOutcome::Listed(count),
         ),
-        Err(message) => {
-            let short: String = message.chars().take(200).collect();
-            (
-                json!({"ok": false, "error": message}),
-                json!({"ok": false, "error": short}),
-            )
-        }
+        Err(message) => (
+            json!({"ok": false, "error": message}),
+            TestOutcome::Failed(message),
+        ),
     };
-    audit("ai.credential.tested", caller, &row.id, detail);
+    let tested = AuditEvent::CredentialTested {
+        credential: CredentialFacts::from(&row),
+        outcome,
+    };
+    record(&state.store, caller, tested).await;
     Ok(json_response(StatusCode::OK, &body))
 }

@@ -6,9 +6,11 @@ use hyper::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::audit::record;
 use crate::auth::{Caller, Capability};
 use crate::conversations::read_json;
 use crate::router::{blocking, ApiError, State};
+use crate::store::events::AuditEvent;
 use crate::store::Scope;
 
 const BODY_LIMIT: usize = 64 * 1024;
@@ -18,10 +20,6 @@ const BODY_LIMIT: usize = 64 * 1024;
 struct SetBody {
     credential_id: String,
     model_id: String,
-}
-
-fn audit(event: &str, caller: &Caller, detail: Value) {
-    tracing::info!(target: "audit", event, user_id = %caller.user_id, %detail, "AI settings changed");
 }
 
 /// `GET /defaults`: `{defaults: {<scope>: {credentialId, modelId}}}` for the scopes that have
@@ -60,11 +58,7 @@ pub(crate) async fn scoped(
     caller.require(Capability::ProvidersManage)?;
     if *method == Method::DELETE {
         blocking(&state.store, move |store| store.clear_default(scope)).await?;
-        audit(
-            "ai.default.cleared",
-            caller,
-            json!({"scope": scope.as_str()}),
-        );
+        record(&state.store, caller, AuditEvent::DefaultCleared { scope }).await;
         let mut response = Response::new(atelier_http::full_body(bytes::Bytes::new()));
         *response.status_mut() = StatusCode::NO_CONTENT;
         return Ok(response);
@@ -82,10 +76,12 @@ pub(crate) async fn scoped(
         ApiError::CredentialNotFound => ApiError::DefaultCredentialMissing,
         other => other,
     })?;
-    audit(
-        "ai.default.updated",
-        caller,
-        json!({"scope": scope.as_str(), "credentialId": row.credential_id, "modelId": row.model_id}),
-    );
+    let updated = AuditEvent::DefaultUpdated {
+        scope,
+        credential_id: row.credential_id.clone(),
+        model_id: row.model_id.clone(),
+        auto: false,
+    };
+    record(&state.store, caller, updated).await;
     Ok(json_response(StatusCode::OK, &json!({ "default": row })))
 }

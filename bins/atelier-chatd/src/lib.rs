@@ -6,7 +6,8 @@
 //!
 //! - [`router`]: the bearer gate, the Origin check, the route table, [`ApiError`].
 //! - [`auth`]: the service token, the session cookie and the cached answer about its user.
-//! - [`cms`]: the CMS on loopback: its session check and the tool results for its bridges.
+//! - [`cms`]: the CMS on loopback: its session check, the tool results for its bridges, and
+//!   its content read as the chatting user.
 //! - [`conversations`]: conversations CRUD and the wire views.
 //! - [`bridge`]: browser tools run through the editor.
 //! - [`chat`]: the NDJSON chat stream and its persistence.
@@ -18,7 +19,7 @@
 //! - [`pricing`]: the pricing memo and its durable copy.
 //! - [`tools`]: the site and content tool catalogues, their checks and server-side reads.
 //! - [`prompts`]: the per-scope system prompts.
-//! - [`audit`]: usage rollups in the viewer's time zone.
+//! - [`audit`]: usage rollups in the viewer's time zone; the audit log's writes and reads.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
 
 pub mod audit;
@@ -81,6 +82,13 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
             "tool calls left open by an earlier process closed as interrupted"
         );
     }
+    let unended = store.close_interrupted_turns()?;
+    if unended > 0 {
+        tracing::info!(
+            unended,
+            "chat turns left without an end by an earlier process recorded as failed"
+        );
+    }
     let credentials = Credentials::new(
         settings.master_key.clone(),
         settings.provider_urls.clone(),
@@ -90,7 +98,6 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
     let runner = LoopRunner::new(
         Arc::new(StoredProviders::new(services.clone())),
         tools::catalogue(),
-        store,
     );
     run_with(settings, services, Arc::new(runner), notifier).await
 }
@@ -119,50 +126,4 @@ pub async fn run_with(
     )
     .await?;
     Ok(())
-}
-
-/// Why `import-content` stored nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    /// The export file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not a content export.
-    #[error("{path} is not a content export: {source}")]
-    Parse {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        source: serde_json::Error,
-    },
-    /// The export contradicts itself.
-    #[error("{0}")]
-    Invalid(#[from] store::content::ContentImportError),
-    /// The database refused.
-    #[error("{0}")]
-    Store(#[from] StoreError),
-}
-
-/// Replaces the content store of the database at `database` with the export in `file`, in
-/// one transaction; a refused export changes nothing.
-pub fn import_content(
-    database: &std::path::Path,
-    file: &std::path::Path,
-) -> Result<store::content::ImportCounts, ImportError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ImportError::Read {
-        path: file.to_path_buf(),
-        source,
-    })?;
-    let export: store::content::ContentExport =
-        serde_json::from_str(&text).map_err(|source| ImportError::Parse {
-            path: file.to_path_buf(),
-            source,
-        })?;
-    export.validate()?;
-    Ok(Store::open(database)?.replace_content(&export)?)
 }

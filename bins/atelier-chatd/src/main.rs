@@ -13,7 +13,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 #[command(version)]
 struct Args {
     /// The SQLite database (default: /var/lib/atelier-chatd/chat.sqlite3; or CHATD_DATABASE).
-    #[arg(long)]
+    #[arg(long, global = true)]
     database: Option<PathBuf>,
     /// Unix socket to bind when systemd passed none.
     #[arg(long)]
@@ -37,11 +37,13 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Replace the content store (collections, documents, users, media) with a JSON export,
-    /// in one transaction; a refused export changes nothing. Prints what was imported.
-    ImportContent {
-        /// The export file.
-        file: PathBuf,
+    /// Hard-delete the conversations deleted more than the given days ago, with their
+    /// messages and images, in one transaction; safe while chatd serves the same database.
+    /// Prints how many were removed.
+    Purge {
+        /// How many days a deleted conversation is kept.
+        #[arg(long, default_value_t = atelier_chatd::store::purge::DEFAULT_RETENTION_DAYS)]
+        older_than_days: u32,
     },
 }
 
@@ -60,14 +62,8 @@ fn main() -> ExitCode {
         eprintln!("atelier-chatd: starting logging: {error:#}");
         return ExitCode::FAILURE;
     }
-    if let Some(Command::ImportContent { file }) = &args.command {
-        return match import(&args, file) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                tracing::error!("{error:#}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(Command::Purge { older_than_days }) = &args.command {
+        return subcommand_exit(purge(&args, *older_than_days));
     }
     // Logged at error priority (`journalctl -p err`), not only printed to stderr.
     let settings = match settings(args) {
@@ -94,16 +90,31 @@ fn main() -> ExitCode {
     }
 }
 
-/// `import-content`: the whole export in one transaction.
-fn import(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
-    let database = args
-        .database
+/// A subcommand's exit status; its failure logged at error priority.
+fn subcommand_exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The database a subcommand works on: `--database`, else CHATD_DATABASE, else the default.
+fn database(args: &Args) -> PathBuf {
+    args.database
         .clone()
         .or_else(|| std::env::var_os("CHATD_DATABASE").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(atelier_chatd::DEFAULT_DATABASE));
-    let counts = atelier_chatd::import_content(&database, file)
-        .context("importing content; nothing was changed")?;
-    println!("{}", serde_json::to_string(&counts)?);
+        .unwrap_or_else(|| PathBuf::from(atelier_chatd::DEFAULT_DATABASE))
+}
+
+/// `purge`: one transaction, by the system clock.
+fn purge(args: &Args, older_than_days: u32) -> anyhow::Result<()> {
+    let database = database(args);
+    let purged = atelier_chatd::store::purge::purge_database(&database, older_than_days)
+        .with_context(|| format!("purging {}; nothing was removed", database.display()))?;
+    println!("{}", serde_json::to_string(&purged)?);
     Ok(())
 }
 

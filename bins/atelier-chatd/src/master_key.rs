@@ -66,11 +66,15 @@ impl fmt::Debug for MasterKey {
 }
 
 impl MasterKey {
-    /// The key from its credential text: standard base64 (surrounding whitespace ignored) of
-    /// exactly 32 bytes.
+    /// The key from its credential text: base64 of exactly 32 bytes (surrounding whitespace
+    /// ignored), in the standard alphabet an operator's `base64` writes or the unpadded URL-safe
+    /// one of a key `atelier-provision` minted.
     pub fn from_base64(text: &str) -> Result<Self, MasterKeyError> {
-        let mut bytes = base64::engine::general_purpose::STANDARD
-            .decode(text.trim())
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let text = text.trim();
+        let mut bytes = STANDARD
+            .decode(text)
+            .or_else(|_| URL_SAFE_NO_PAD.decode(text))
             .map_err(|_| MasterKeyError::BadKey)?;
         let key = Self::from_bytes(&bytes);
         bytes.iter_mut().for_each(|b| *b = 0);
@@ -157,6 +161,12 @@ mod tests {
     fn only_base64_of_32_bytes_is_a_key_and_the_fingerprint_is_stable() {
         let text = base64::engine::general_purpose::STANDARD.encode([9_u8; 32]);
         let master = MasterKey::from_base64(&format!("  {text}\n")).unwrap();
+        // The same key as the provisioner mints it: unpadded, URL-safe.
+        let minted = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([9_u8; 32]);
+        assert_eq!(
+            MasterKey::from_base64(&minted).unwrap().fingerprint(),
+            master.fingerprint()
+        );
         assert_eq!(master.fingerprint(), key(9).fingerprint());
         assert_eq!(master.fingerprint().len(), 16);
         assert_ne!(master.fingerprint(), key(8).fingerprint());

@@ -137,6 +137,9 @@ pub enum ApiError {
     /// The audit's `tz` is not an IANA time zone.
     #[error("Unknown time zone \"{0}\". Use an IANA time zone name such as Europe/Bratislava.")]
     BadTimeZone(String),
+    /// The audit log's `limit` is not a whole number from 1 to 500.
+    #[error("Invalid limit \"{0}\". Use a whole number from 1 to 500.")]
+    BadLimit(String),
     /// A user image is refused; 413 when it is too large, else 400.
     #[error("{message}")]
     ImageRefused {
@@ -175,6 +178,7 @@ impl ApiError {
             | ApiError::DefaultCredentialMissing
             | ApiError::UnknownProvider(_)
             | ApiError::BadTimeZone(_)
+            | ApiError::BadLimit(_)
             | ApiError::ImageRefused {
                 too_large: false, ..
             } => StatusCode::BAD_REQUEST,
@@ -330,10 +334,14 @@ impl Router {
                 only(&method, Method::GET)?;
                 audit::handle(state, &caller, query).await
             }
+            ["audit", "events"] => {
+                only(&method, Method::GET)?;
+                audit::events(state, &caller, query).await
+            }
             ["chat", scope] => {
                 let scope = Scope::parse(scope).ok_or(ApiError::NotFound)?;
                 only(&method, Method::POST)?;
-                chat::handle(state, &caller, scope, request).await
+                chat::handle(state, &caller, &session, scope, request).await
             }
             ["tool-result"] => {
                 only(&method, Method::POST)?;

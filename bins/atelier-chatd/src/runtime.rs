@@ -1,5 +1,6 @@
 //! The production turn runner: the shared tool loop (`atelier_llm::run_tool_loop`) driving the
-//! conversation's provider, with browser tools run through the turn's bridge.
+//! conversation's provider, with browser tools run through the turn's bridge and server-side
+//! reads answered from the snapshot and the CMS, as the turn's user.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,8 +16,9 @@ use serde_json::Value;
 use crate::auth::Caller;
 use crate::bridge::Bridge;
 use crate::chat::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
+use crate::cms::reads::CmsReader;
 use crate::store::history::HistoryEntry;
-use crate::store::{ContentBlock, Conversation, Scope, Store};
+use crate::store::{ContentBlock, Conversation, Scope};
 use crate::tools::{Execution, ToolSpec};
 
 /// Resolves the provider a conversation talks to: its driver and what its model can do.
@@ -58,18 +60,15 @@ pub type PrepareFuture =
 pub struct LoopRunner {
     providers: Arc<dyn Providers>,
     tools: Vec<ToolSpec>,
-    store: Arc<Store>,
     options: LoopOptions,
 }
 
 impl LoopRunner {
-    /// A runner over `providers` offering the `tools` of each scope, its server-side tools
-    /// reading `store`.
-    pub fn new(providers: Arc<dyn Providers>, tools: Vec<ToolSpec>, store: Arc<Store>) -> Self {
+    /// A runner over `providers` offering the `tools` of each scope.
+    pub fn new(providers: Arc<dyn Providers>, tools: Vec<ToolSpec>) -> Self {
         Self {
             providers,
             tools,
-            store,
             options: LoopOptions::default(),
         }
     }
@@ -125,7 +124,6 @@ impl TurnRunner for LoopRunner {
             options.tool_result_images =
                 capabilities.vision_input && capabilities.tool_result_images;
         }
-        let store = Arc::clone(&self.store);
         Box::pin(async move {
             let driver = match driver {
                 Ok(driver) => driver,
@@ -148,7 +146,7 @@ impl TurnRunner for LoopRunner {
                 tools,
                 caller: turn.caller.clone(),
                 bridge: Arc::clone(&turn.bridge),
-                store,
+                cms: turn.cms.clone(),
             };
             let outcome =
                 run_tool_loop(driver.as_ref(), &executor, request, options, &turn.events).await;
@@ -168,7 +166,8 @@ pub const MAX_SERVER_RESULT_CHARS: usize = 100_000;
 
 /// Runs one turn's tool calls: checks the input against the tool's schema (cleaned and
 /// coerced), the caller's capabilities again, and the payload (CSS, HTML) before anything
-/// reaches the browser; answers server-side reads in process; runs the rest through the bridge.
+/// reaches the browser; answers server-side reads in process (asking the CMS as the caller
+/// where a read needs its data); runs the rest through the bridge.
 /// A call of a tool the turn did not offer is answered `Unknown tool: <name>`.
 pub struct TurnExecutor {
     /// The tools the turn offered.
@@ -177,8 +176,8 @@ pub struct TurnExecutor {
     pub caller: Caller,
     /// The turn's bridge (and the latest snapshot).
     pub bridge: Arc<Bridge>,
-    /// The store the server-side reads use.
-    pub store: Arc<Store>,
+    /// The CMS as the caller sees it, for the reads of its data.
+    pub cms: CmsReader,
 }
 
 fn failed(call: &ToolCall, error: String) -> ToolResult {
@@ -227,18 +226,15 @@ pub fn prepare_input(spec: &ToolSpec, caller: &Caller, arguments: &Value) -> Res
 
 impl TurnExecutor {
     async fn run_server(&self, spec: &ToolSpec, input: Value) -> Result<Value, String> {
-        let store = Arc::clone(&self.store);
-        let snapshot = self.bridge.snapshot();
-        let (name, scope) = (spec.name, spec.scope);
-        let data = tokio::task::spawn_blocking(move || match scope {
+        let name = spec.name;
+        let data = match spec.scope {
             Scope::Site => {
-                let snapshot = crate::tools::snapshot::SiteSnapshot::read(snapshot.as_ref());
-                crate::tools::site_reads::run(&store, &snapshot, name, &input)
+                let posted = self.bridge.snapshot();
+                let snapshot = crate::tools::snapshot::SiteSnapshot::read(posted.as_ref());
+                crate::tools::site_reads::run(&self.cms, &snapshot, name, &input).await
             }
-            _ => crate::tools::content_reads::run(&store, name, &input),
-        })
-        .await
-        .map_err(|error| format!("Tool {name} failed: {error}"))??;
+            _ => crate::tools::content_reads::run(&self.cms, name, &input).await,
+        }?;
         let size = data.to_string().len();
         if size > MAX_SERVER_RESULT_CHARS {
             return Err(format!(
@@ -386,13 +382,7 @@ mod tests {
 
     #[test]
     fn tools_are_offered_per_scope_and_capability() {
-        let store = Arc::new(
-            Store::open(
-                &std::env::temp_dir().join(format!("chatd-runtime-{}.sqlite3", std::process::id())),
-            )
-            .unwrap(),
-        );
-        let runner = LoopRunner::new(Arc::new(NoProviders), crate::tools::catalogue(), store);
+        let runner = LoopRunner::new(Arc::new(NoProviders), crate::tools::catalogue());
         let names = |caller: &Caller, scope| -> Vec<&'static str> {
             runner
                 .offered_tools(scope, caller)

@@ -8,12 +8,15 @@
 //! - [`Store`]: open (and migrate) a database; conversations CRUD; [`Store::append_message`].
 //! - [`ContentBlock`]: the persisted `content_json` union, validated when read.
 //! - [`history`]: the replay history rebuilt from rows, with interrupted tool calls healed.
+//! - [`events`]: the audit log, in the CMS's `audit_events` shape.
+//! - [`purge`]: hard deletion of conversations deleted over a grace period ago.
 //! - [`Leases`]: at most one writer per conversation in this process.
 
 pub mod audit;
-pub mod content;
+pub mod events;
 pub mod history;
 mod lease;
+pub mod purge;
 pub mod settings;
 
 pub use lease::{Lease, Leases};
@@ -110,29 +113,14 @@ CREATE TABLE ai_model_pricing (
 CREATE INDEX ai_messages_usage ON ai_messages (created_at, conversation_id, prompt_tokens,
     completion_tokens, cost_usd, cache_read_tokens, cache_creation_tokens);
 "#,
+    // Once a local copy of the CMS's content; the content tools now ask the CMS itself, so a
+    // new database gets none of it. A database that already ran this step keeps its four
+    // `content_*` tables, which nothing reads.
     r#"
-CREATE TABLE content_collections (
-    id TEXT PRIMARY KEY,
-    position INTEGER NOT NULL,
-    record_json TEXT NOT NULL
-);
-CREATE TABLE content_documents (
-    id TEXT PRIMARY KEY,
-    collection_id TEXT NOT NULL REFERENCES content_collections (id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    record_json TEXT NOT NULL
-);
-CREATE INDEX content_documents_collection ON content_documents (collection_id, position);
-CREATE TABLE content_users (
-    id TEXT PRIMARY KEY,
-    position INTEGER NOT NULL,
-    record_json TEXT NOT NULL
-);
-CREATE TABLE content_media (
-    id TEXT PRIMARY KEY,
-    position INTEGER NOT NULL,
-    record_json TEXT NOT NULL
-);
+DROP TABLE IF EXISTS content_documents;
+DROP TABLE IF EXISTS content_collections;
+DROP TABLE IF EXISTS content_users;
+DROP TABLE IF EXISTS content_media;
 "#,
     r#"
 -- Usage per conversation per UTC quarter-hour, kept in the same transactions as the
@@ -150,6 +138,24 @@ CREATE TABLE ai_usage_slots (
     PRIMARY KEY (slot, conversation_id)
 ) WITHOUT ROWID;
 CREATE INDEX ai_usage_slots_conversation ON ai_usage_slots (conversation_id);
+"#,
+    r#"
+-- The audit log, in the CMS's own shape so its records read alike; chatd has no users
+-- table, so the actor is a plain id.
+CREATE TABLE audit_events (
+    id TEXT PRIMARY KEY,
+    actor_user_id TEXT,
+    action TEXT NOT NULL,
+    target_type TEXT,
+    target_id TEXT,
+    metadata_json TEXT NOT NULL DEFAULT '{}',
+    ip_address TEXT,
+    user_agent TEXT,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX audit_events_created ON audit_events (created_at DESC);
+-- Pairs each chat turn's start with its end, per conversation.
+CREATE INDEX audit_events_target ON audit_events (target_type, target_id);
 "#,
 ];
 
@@ -426,6 +432,15 @@ pub struct Message {
     pub created_at: String,
 }
 
+/// A stored user message that starts a turn, with what the turn's audit records say about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserTurn {
+    /// The stored message.
+    pub message: Message,
+    /// The turn as its start was recorded; its end is recorded with the same facts.
+    pub turn: events::ChatTurn,
+}
+
 /// The database of one chatd.
 pub struct Store {
     connection: Mutex<Connection>,
@@ -441,6 +456,10 @@ impl Store {
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", true)?;
+        // Another process (the purge) may write between a transaction's first read and its
+        // first write, which a deferred transaction answers with an error the busy timeout
+        // never retries; taking the write lock at BEGIN waits for it instead.
+        connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         migrate(&mut connection)?;
         Ok(Self {
             connection: Mutex::new(connection),
@@ -643,16 +662,28 @@ impl Store {
         self.append(conversation_id, message, None)
     }
 
-    /// Appends the user's message of a new turn and, while the conversation still has
-    /// [`DEFAULT_TITLE`] (a rename meanwhile wins), gives it `auto_title` — in the same
-    /// transaction, so the turn pays for one durable commit before it streams.
+    /// Appends the user's message of a new turn by `actor` and, while the conversation still
+    /// has [`DEFAULT_TITLE`] (a rename meanwhile wins), gives it `auto_title`, and records the
+    /// turn's start in the audit log — in the same transaction, so the turn pays for one
+    /// durable commit before it streams, and a stored turn always has its start recorded.
     pub fn append_user_turn(
         &self,
         conversation_id: &str,
         message: &NewMessage,
         auto_title: &str,
-    ) -> Result<Message, StoreError> {
-        self.append(conversation_id, message, Some(auto_title))
+        actor: &str,
+    ) -> Result<UserTurn, StoreError> {
+        let mut connection = self.connection()?;
+        let transaction = connection.transaction()?;
+        let message = append_in(&transaction, conversation_id, message, Some(auto_title))?;
+        let turn = events::chat_turn(&transaction, conversation_id)?;
+        events::insert(
+            &transaction,
+            Some(actor),
+            &events::AuditEvent::ChatStarted(turn.clone()),
+        )?;
+        transaction.commit()?;
+        Ok(UserTurn { message, turn })
     }
 
     fn append(
@@ -661,58 +692,11 @@ impl Store {
         message: &NewMessage,
         auto_title: Option<&str>,
     ) -> Result<Message, StoreError> {
-        validate_message(message)?;
-        let content_json = serde_json::to_string(&message.content)?;
         let mut connection = self.connection()?;
         let transaction = connection.transaction()?;
-        require_live(&transaction, conversation_id)?;
-        let (id, position): (String, i64) = transaction.query_row(
-            "INSERT INTO ai_messages
-               (id, conversation_id, position, role, content_json, tool_call_id, tool_name)
-             VALUES (lower(hex(randomblob(16))), ?1,
-               (SELECT coalesce(max(position), -1) + 1 FROM ai_messages WHERE conversation_id = ?1),
-               ?2, ?3, ?4, ?5)
-             RETURNING id, position",
-            params![
-                conversation_id,
-                message.role.as_str(),
-                content_json,
-                message.tool_call.as_ref().map(|c| &c.id),
-                message.tool_call.as_ref().map(|c| &c.name),
-            ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )?;
-        transaction.execute(
-            &format!(
-                "UPDATE ai_conversations SET updated_at = {NOW},
-                   title = CASE WHEN ?2 IS NOT NULL AND title = ?3 THEN ?2 ELSE title END
-                 WHERE id = ?1"
-            ),
-            params![conversation_id, auto_title, DEFAULT_TITLE],
-        )?;
-        let created_at: String = transaction.query_row(
-            "SELECT created_at FROM ai_messages WHERE id = ?1",
-            [&id],
-            |row| row.get(0),
-        )?;
-        transaction.execute(
-            &format!(
-                "INSERT INTO ai_usage_slots (slot, conversation_id, messages)
-                 VALUES ({}, ?2, 1)
-                 ON CONFLICT (slot, conversation_id) DO UPDATE SET messages = messages + 1",
-                SLOT_OF.replace('?', "?1")
-            ),
-            params![created_at, conversation_id],
-        )?;
+        let message = append_in(&transaction, conversation_id, message, auto_title)?;
         transaction.commit()?;
-        Ok(Message {
-            id,
-            position,
-            role: message.role,
-            content: message.content.clone(),
-            tool_call: message.tool_call.clone(),
-            created_at,
-        })
+        Ok(message)
     }
 
     /// Closes, as interrupted, every tool call that a turn announced after the conversation's
@@ -856,6 +840,65 @@ fn require_live(transaction: &Transaction<'_>, conversation_id: &str) -> Result<
         )
         .optional()?;
     live.map(|_| ()).ok_or(StoreError::ConversationNotFound)
+}
+
+/// Appends `message` at the next position and bumps the conversation (and, with
+/// `auto_title`, titles a conversation that still has [`DEFAULT_TITLE`]), in `transaction`.
+fn append_in(
+    transaction: &Transaction<'_>,
+    conversation_id: &str,
+    message: &NewMessage,
+    auto_title: Option<&str>,
+) -> Result<Message, StoreError> {
+    validate_message(message)?;
+    let content_json = serde_json::to_string(&message.content)?;
+    require_live(transaction, conversation_id)?;
+    let (id, position): (String, i64) = transaction.query_row(
+        "INSERT INTO ai_messages
+           (id, conversation_id, position, role, content_json, tool_call_id, tool_name)
+         VALUES (lower(hex(randomblob(16))), ?1,
+           (SELECT coalesce(max(position), -1) + 1 FROM ai_messages WHERE conversation_id = ?1),
+           ?2, ?3, ?4, ?5)
+         RETURNING id, position",
+        params![
+            conversation_id,
+            message.role.as_str(),
+            content_json,
+            message.tool_call.as_ref().map(|c| &c.id),
+            message.tool_call.as_ref().map(|c| &c.name),
+        ],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    transaction.execute(
+        &format!(
+            "UPDATE ai_conversations SET updated_at = {NOW},
+               title = CASE WHEN ?2 IS NOT NULL AND title = ?3 THEN ?2 ELSE title END
+             WHERE id = ?1"
+        ),
+        params![conversation_id, auto_title, DEFAULT_TITLE],
+    )?;
+    let created_at: String = transaction.query_row(
+        "SELECT created_at FROM ai_messages WHERE id = ?1",
+        [&id],
+        |row| row.get(0),
+    )?;
+    transaction.execute(
+        &format!(
+            "INSERT INTO ai_usage_slots (slot, conversation_id, messages)
+             VALUES ({}, ?2, 1)
+             ON CONFLICT (slot, conversation_id) DO UPDATE SET messages = messages + 1",
+            SLOT_OF.replace('?', "?1")
+        ),
+        params![created_at, conversation_id],
+    )?;
+    Ok(Message {
+        id,
+        position,
+        role: message.role,
+        content: message.content.clone(),
+        tool_call: message.tool_call.clone(),
+        created_at,
+    })
 }
 
 /// A title trimmed, or `None` when blank.

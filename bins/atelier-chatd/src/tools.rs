@@ -30,7 +30,7 @@ use crate::store::Scope;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Execution {
-    /// In chatd, from the snapshot or the data store.
+    /// In chatd, from the snapshot or the CMS's read routes.
     Server,
     /// In the editor, through the bridge.
     Browser,

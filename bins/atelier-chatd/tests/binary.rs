@@ -1,6 +1,6 @@
 //! The binary run the way a developer runs it: settings refused by name (the CMS origin too),
-//! the bind fallback, a turn refused without a stored credential, SIGTERM, and state kept
-//! across runs.
+//! the bind fallback, a turn refused without a stored credential, SIGTERM, state kept across
+//! runs, and the `purge` subcommand run beside a serving chatd.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -196,4 +196,144 @@ async fn the_binary_serves_stops_on_sigterm_and_keeps_its_state() {
     assert_eq!(conversation["conversation"]["title"], "hello");
     assert_eq!(conversation["conversation"]["messages"], json!([]));
     stop(daemon).await;
+}
+
+/// Runs `atelier-chatd purge` on the database in `dir` with `args`; its stdout as JSON.
+fn purge(dir: &Path, args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_atelier-chatd"))
+        .arg("purge")
+        .arg("--database")
+        .arg(dir.join("chat.sqlite3"))
+        .args(args)
+        .env_remove("CHATD_DATABASE")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn purge_removes_conversations_deleted_over_30_days_ago_while_chatd_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+    let socket = dir.path().join("chatd.sock");
+    let database = dir.path().join("chat.sqlite3");
+    let daemon = start(dir.path()).await;
+
+    let mut ids = Vec::new();
+    for _ in ["31 days ago", "29 days ago", "live"] {
+        let (status, body) = call(
+            &socket,
+            Method::POST,
+            "/admin/api/ai/conversations",
+            json!({"scope": "site", "credentialId": "c", "modelId": "m"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        ids.push(body["conversation"]["id"].as_str().unwrap().to_owned());
+    }
+    let (old, recent, live) = (&ids[0], &ids[1], &ids[2]);
+    // A message in each, written beside the serving chatd.
+    let store = atelier_chatd::store::Store::open(&database).unwrap();
+    for id in &ids {
+        store
+            .append_message(
+                id,
+                &atelier_chatd::store::NewMessage {
+                    role: atelier_chatd::store::Role::User,
+                    content: vec![atelier_chatd::store::ContentBlock::Text {
+                        text: "hello".into(),
+                    }],
+                    tool_call: None,
+                },
+            )
+            .unwrap();
+    }
+    drop(store);
+    for id in [old, recent] {
+        let (status, _) = call(
+            &socket,
+            Method::DELETE,
+            &format!("/admin/api/ai/conversations/{id}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Backdate the deletions, spelled as chatd writes them.
+    let sql = rusqlite::Connection::open(&database).unwrap();
+    let ago = |days: i64| {
+        let ts = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(days * 24);
+        atelier_chatd::audit::iso_millis(ts)
+    };
+    for (id, days) in [(old, 31), (recent, 29)] {
+        sql.execute(
+            "UPDATE ai_conversations SET deleted_at = ?2 WHERE id = ?1",
+            rusqlite::params![id, ago(days)],
+        )
+        .unwrap();
+    }
+    let rows = |table: &str, column: &str, id: &str| -> i64 {
+        sql.query_row(
+            &format!("SELECT count(*) FROM {table} WHERE {column} = ?1"),
+            [id],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+
+    assert_eq!(
+        purge(dir.path(), &[]),
+        json!({"conversations": 1, "messages": 1})
+    );
+    assert_eq!(rows("ai_conversations", "id", old), 0, "31 days ago: gone");
+    assert_eq!(rows("ai_messages", "conversation_id", old), 0);
+    assert_eq!(
+        rows("ai_conversations", "id", recent),
+        1,
+        "29 days ago: kept"
+    );
+    assert_eq!(rows("ai_messages", "conversation_id", recent), 1);
+    // The live conversation still answers through the serving chatd.
+    let (status, body) = call(
+        &socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{live}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        body["conversation"]["messages"].as_array().unwrap().len(),
+        1
+    );
+
+    // A shorter retention reaches the recent one too; nothing twice.
+    assert_eq!(
+        purge(dir.path(), &["--older-than-days", "28"]),
+        json!({"conversations": 1, "messages": 1})
+    );
+    assert_eq!(rows("ai_conversations", "id", recent), 0);
+    assert_eq!(
+        purge(dir.path(), &["--older-than-days", "28"]),
+        json!({"conversations": 0, "messages": 0})
+    );
+    stop(daemon).await;
+}
+
+#[test]
+fn purge_refuses_a_database_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_atelier-chatd"))
+        .args(["purge", "--database"])
+        .arg(dir.path().join("missing.sqlite3"))
+        .env_remove("CHATD_DATABASE")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no database at"), "{stderr}");
+    assert!(!dir.path().join("missing.sqlite3").exists());
 }

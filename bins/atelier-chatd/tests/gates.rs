@@ -8,7 +8,6 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use atelier_chatd::chat::UnconfiguredRunner;
 use atelier_chatd::store::Store;
@@ -47,16 +46,7 @@ fn start() -> (tempfile::TempDir, PathBuf) {
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
     let router = Router::new(&settings, store, Arc::new(UnconfiguredRunner));
-    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    tokio::spawn(atelier_http::serve(
-        listener.into(),
-        move |request| {
-            let router = router.clone();
-            async move { router.handle(request).await }
-        },
-        std::future::pending(),
-        Duration::from_secs(1),
-    ));
+    support::serve_router(router, &socket);
     (dir, socket)
 }
 
@@ -228,6 +218,13 @@ async fn every_route_is_gated_by_its_capability() {
             "audit",
             Method::GET,
             "/admin/api/ai/audit?tz=UTC",
+            None,
+            "ai.audit.read",
+        ),
+        (
+            "audit log",
+            Method::GET,
+            "/admin/api/ai/audit/events",
             None,
             "ai.audit.read",
         ),

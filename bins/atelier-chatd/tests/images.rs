@@ -10,7 +10,6 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use atelier_chatd::chat::{Turn, TurnRunner};
 use atelier_chatd::store::Store;
@@ -58,16 +57,7 @@ fn start() -> Chatd {
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
     let router = Router::new(&settings, store, Arc::new(Echo));
-    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    tokio::spawn(atelier_http::serve(
-        listener.into(),
-        move |request| {
-            let router = router.clone();
-            async move { router.handle(request).await }
-        },
-        std::future::pending(),
-        Duration::from_secs(1),
-    ));
+    support::serve_router(router, &socket);
     Chatd { _dir: dir, socket }
 }
 

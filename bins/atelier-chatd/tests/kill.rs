@@ -1,6 +1,7 @@
 //! `kill -9` of the chatd binary at its worst moments — mid-turn with a tool call announced
 //! and unanswered, during a pricing refresh, during an image decode — then a restart: SQLite's
-//! integrity check passes, nothing half-written is visible, and the conversation goes on.
+//! integrity check passes, nothing half-written is visible, the killed turn's start gets its
+//! end in the audit log, and the conversation goes on.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -192,6 +193,36 @@ async fn kill_9_mid_turn_heals_the_conversation_and_the_next_turn_replays_it() {
     assert_eq!(messages[3]["tool_call_id"], "call_9");
     assert_eq!(messages[3]["content"], INTERRUPTED);
     assert_eq!(messages[4]["content"], "Try again");
+
+    // The killed turn's start got its end when chatd came back; the next turn has both.
+    let (status, log) = call(
+        &daemon.socket,
+        Method::GET,
+        "/admin/api/ai/audit/events?action=ai.chat.",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{log}");
+    let events = log["events"].as_array().unwrap();
+    let actions: Vec<&str> = events
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "ai.chat.completed",
+            "ai.chat.started",
+            "ai.chat.failed",
+            "ai.chat.started"
+        ]
+    );
+    assert!(events.iter().all(|e| e["targetId"] == json!(id)));
+    assert_eq!(
+        events[2]["metadata"]["error"],
+        atelier_chatd::store::events::TURN_INTERRUPTED_ERROR
+    );
+    assert_eq!(events[2]["metadata"]["providerId"], "ollama");
 }
 
 /// A pricing catalogue big enough that storing it takes a while.

@@ -1,26 +1,37 @@
-//! The server-side reads against fixtures — a posted site snapshot and a content export
-//! loaded with the real `atelier-chatd import-content` — compared with golden JSON, and the
-//! system prompts: a static prefix byte-identical across turns and providers, the dynamic
-//! suffix built from the snapshot.
+//! The server-side reads against fixtures — a posted site snapshot and the CMS stand-in's
+//! seeded content, read as the chatting user — compared with golden JSON; the CMS's own-rows
+//! rule reaching the tools; a CMS that does not answer named in the tool's error; a document
+//! the browser creates in a whole content turn found by the turn's next reads; and the system
+//! prompts: a static prefix byte-identical across turns and providers, the dynamic suffix
+//! built from the snapshot.
 //!
 //! `ATELIER_UPDATE_GOLDEN=1 cargo test -p atelier-chatd --test reads` rewrites the goldens.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod support;
 
-use atelier_chatd::auth::Caller;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use atelier_chatd::auth::{Caller, SessionCookie};
+use atelier_chatd::cms::reads::CmsReader;
+use atelier_chatd::cms::CmsClient;
 use atelier_chatd::prompts::{system_prompt, CONTENT_PREFIX, SITE_PREFIX};
 use atelier_chatd::runtime::prepare_input;
-use atelier_chatd::store::{Scope, Store};
+use atelier_chatd::store::Scope;
 use atelier_chatd::tools::snapshot::SiteSnapshot;
 use atelier_chatd::tools::{base_modules, catalogue, content_reads, site_reads};
+use atelier_lab_model::cms::{author, CmsState, LabCms, AUTHOR_COOKIE, SESSION_COOKIE};
 use atelier_llm::{
     AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, Message,
     ResponsesDriver, SYSTEM_PROMPT_DYNAMIC_BOUNDARY,
 };
+use hyper::header::{HeaderMap, COOKIE};
+use hyper::{Method, StatusCode};
 use serde_json::{json, Map, Value};
+use support::{last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,87 +58,101 @@ fn assert_golden(name: &str, value: &Value) {
     assert_eq!(text, expected, "{} differs", path.display());
 }
 
-fn import(database: &Path, export: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_atelier-chatd"))
-        .arg("--database")
-        .arg(database)
-        .arg("import-content")
-        .arg(export)
-        .env_remove("CHATD_DATABASE")
-        .output()
-        .unwrap()
-}
-
 fn snapshot() -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture("site_snapshot.json")).unwrap()).unwrap()
 }
 
-fn reader() -> Caller {
+/// What the golden reads' user may do: read the site, every row, the tables, users and media.
+const READER_CAPS: &str =
+    "site.read,content.edit.any,data.custom.tables.read,users.manage,media.read";
+
+/// A caller with exactly `capabilities` (comma-separated).
+fn user_with(user_id: &str, capabilities: &str) -> Caller {
     Caller {
-        user_id: "u".into(),
-        capabilities: [
-            "site.read",
-            "content.edit.any",
-            "data.custom.tables.read",
-            "users.manage",
-            "media.read",
-        ]
-        .iter()
-        .map(|c| (*c).to_owned())
-        .collect(),
+        user_id: user_id.into(),
+        capabilities: capabilities.split(',').map(str::to_owned).collect(),
     }
 }
 
-#[test]
-fn server_reads_answer_from_the_snapshot_and_the_imported_content() {
-    let dir = tempfile::tempdir().unwrap();
-    let database = dir.path().join("chat.sqlite3");
-
-    // A refused export changes nothing and says why.
-    let bad = dir.path().join("bad.json");
-    std::fs::write(
-        &bad,
-        r#"{"collections": [], "documents": [{"id": "d", "collectionId": "nope", "title": "x",
-            "status": "draft", "createdAt": "t", "updatedAt": "t"}]}"#,
+/// A CMS stand-in of the test's own, with the seeded content.
+fn lab_cms() -> LabCms {
+    LabCms::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(CmsState::with_lab_users()),
     )
-    .unwrap();
-    let output = import(&database, &bad);
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("nothing was changed") && stderr.contains("unknown collection \"nope\""),
-        "{stderr}"
-    );
-    let output = import(&database, &fixture("content_export.json"));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(
-        serde_json::from_slice::<Value>(&output.stdout).unwrap(),
-        json!({"collections": 3, "documents": 5, "users": 2, "media": 3})
-    );
+    .unwrap()
+}
 
-    let store = Store::open(&database).unwrap();
+/// The CMS at `origin` as the holder of session cookie value `cookie` sees it.
+fn cms_reader(origin: &str, cookie: &str) -> CmsReader {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        COOKIE,
+        format!("{SESSION_COOKIE}={cookie}").parse().unwrap(),
+    );
+    CmsReader::new(
+        CmsClient::new(origin.parse().unwrap()),
+        SessionCookie::from_headers(&headers).unwrap(),
+    )
+}
+
+/// One user as the tools meet them: chatd's caller, and their session at the CMS.
+struct User {
+    caller: Caller,
+    cms: CmsReader,
+}
+
+impl User {
+    /// `cms` as user `user_id` with `capabilities` (comma-separated) sees it, through a session
+    /// made for them there.
+    fn at(cms: &LabCms, user_id: &str, capabilities: &str) -> User {
+        let cookie = cms.state().session_for(user_id, capabilities);
+        User {
+            caller: user_with(user_id, capabilities),
+            cms: cms_reader(&cms.origin(), &cookie),
+        }
+    }
+
+    /// Runs read `name` as this user with no site snapshot posted.
+    async fn read(&self, name: &str, input: Value) -> Value {
+        let snapshot = SiteSnapshot::placeholder();
+        read(&self.cms, &self.caller, &snapshot, name, input).await
+    }
+}
+
+/// Runs read `name` as `caller` through the tool's own checks, against `snapshot` and `cms`:
+/// `{ok, data}` or `{ok, error}`, as the model would read it.
+async fn read(
+    cms: &CmsReader,
+    caller: &Caller,
+    snapshot: &SiteSnapshot,
+    name: &str,
+    input: Value,
+) -> Value {
+    let tools = catalogue();
+    let spec = tools.iter().find(|t| t.name == name).unwrap();
+    let input = prepare_input(spec, caller, &input).unwrap();
+    let outcome = if spec.scope == Scope::Site {
+        site_reads::run(cms, snapshot, name, &input).await
+    } else {
+        content_reads::run(cms, name, &input).await
+    };
+    match outcome {
+        Ok(data) => json!({"ok": true, "data": data}),
+        Err(error) => json!({"ok": false, "error": error}),
+    }
+}
+
+#[tokio::test]
+async fn server_reads_answer_from_the_snapshot_and_the_cms() {
+    let cms = lab_cms();
+    let User {
+        caller,
+        cms: reader,
+    } = User::at(&cms, "usr_lab_reader", READER_CAPS);
     let raw = snapshot();
     let snapshot = SiteSnapshot::read(Some(&raw));
     assert_eq!(snapshot.page.title, "Home");
-    let tools = catalogue();
-    let caller = reader();
-    let run = |name: &str, input: Value| -> Value {
-        let spec = tools.iter().find(|t| t.name == name).unwrap();
-        let input = prepare_input(spec, &caller, &input).unwrap();
-        let outcome = if spec.scope == Scope::Site {
-            site_reads::run(&store, &snapshot, name, &input)
-        } else {
-            content_reads::run(&store, name, &input)
-        };
-        match outcome {
-            Ok(data) => json!({"ok": true, "data": data}),
-            Err(error) => json!({"ok": false, "error": error}),
-        }
-    };
     let mut site = Map::new();
     for (case, name, input) in [
         ("documents", "site_list_documents", json!({})),
@@ -143,7 +168,8 @@ fn server_reads_answer_from_the_snapshot_and_the_imported_content() {
         ("loop sources", "site_list_loop_sources", json!({})),
         ("breakpoints", "site_list_breakpoints", json!({})),
     ] {
-        site.insert(case.to_owned(), run(name, input));
+        let result = read(&reader, &caller, &snapshot, name, input).await;
+        site.insert(case.to_owned(), result);
     }
     assert_golden("reads/site.json", &Value::Object(site));
     let mut content = Map::new();
@@ -152,42 +178,52 @@ fn server_reads_answer_from_the_snapshot_and_the_imported_content() {
         (
             "schema of posts",
             "content_get_collection_schema",
-            json!({"tableId": "t-posts"}),
+            json!({"tableId": "tbl_posts"}),
         ),
         (
             "schema of a data table",
             "content_get_collection_schema",
-            json!({"tableId": "t-authors"}),
+            json!({"tableId": "tbl_team"}),
         ),
         (
             "schema not found",
             "content_get_collection_schema",
-            json!({"tableId": "t-gone"}),
+            json!({"tableId": "tbl_gone"}),
         ),
         (
             "posts",
             "content_list_documents",
-            json!({"tableId": "t-posts"}),
+            json!({"tableId": "tbl_posts"}),
         ),
         (
-            "posts by ana, page 2 of 1",
+            "posts by ana, page 2 of 2",
             "content_list_documents",
-            json!({"tableId": "t-posts", "authorUserId": "u-ana", "limit": 1, "offset": 1}),
+            json!({"tableId": "tbl_posts", "authorUserId": "usr_lab_author_000000", "limit": 1, "offset": 1}),
         ),
         (
             "published posts",
             "content_list_documents",
-            json!({"tableId": "t-posts", "status": "published"}),
+            json!({"tableId": "tbl_posts", "status": "published"}),
+        ),
+        (
+            "documents of an unknown collection",
+            "content_list_documents",
+            json!({"tableId": "tbl_gone"}),
         ),
         (
             "document",
             "content_get_document",
-            json!({"documentId": "d-launch"}),
+            json!({"documentId": "row_launch"}),
         ),
         (
             "document not found",
             "content_get_document",
-            json!({"documentId": "d-gone"}),
+            json!({"documentId": "row_gone"}),
+        ),
+        (
+            "an id that is not one path segment",
+            "content_get_document",
+            json!({"documentId": "../tables/tbl_posts"}),
         ),
         (
             "search launch (visible tables only)",
@@ -201,18 +237,314 @@ fn server_reads_answer_from_the_snapshot_and_the_imported_content() {
             json!({"mimeType": "image/"}),
         ),
         (
-            "media: launch, limit 1",
+            "media: launch (file name or alt text), limit 1",
             "content_list_media",
             json!({"query": "launch", "limit": 1}),
         ),
     ] {
-        content.insert(case.to_owned(), run(name, input));
+        let result = read(&reader, &caller, &snapshot, name, input).await;
+        content.insert(case.to_owned(), result);
     }
     assert_golden("reads/content.json", &Value::Object(content));
 
     // A malformed snapshot is the placeholder, not an error.
     let placeholder = SiteSnapshot::read(Some(&json!({"page": "not an object"})));
     assert_eq!(placeholder, SiteSnapshot::placeholder());
+}
+
+/// The ids of the objects in `list`.
+fn ids(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_user_who_may_edit_only_their_own_rows_reads_only_those() {
+    let cms = lab_cms();
+    let ana = author();
+    let ana = User {
+        caller: user_with(&ana.id, &ana.capabilities().join(",")),
+        cms: cms_reader(&cms.origin(), AUTHOR_COOKIE),
+    };
+    let listed = ana
+        .read("content_list_documents", json!({"tableId": "tbl_posts"}))
+        .await;
+    assert_eq!(listed["data"]["total"], 2);
+    assert_eq!(
+        ids(&listed["data"]["documents"]),
+        ["row_later", "row_launch"]
+    );
+    let theirs = ana
+        .read("content_get_document", json!({"documentId": "row_guide"}))
+        .await;
+    assert_eq!(
+        theirs,
+        json!({"ok": false, "error": "content_get_document: forbidden by the CMS."})
+    );
+    let own = ana
+        .read("content_get_document", json!({"documentId": "row_launch"}))
+        .await;
+    assert_eq!(
+        own["data"]["document"]["authorUserId"],
+        ana.caller.user_id.as_str()
+    );
+    let found = ana
+        .read("content_search_documents", json!({"query": "n"}))
+        .await;
+    assert_eq!(ids(&found["data"]["results"]), ["row_later", "row_launch"]);
+    // The CMS counts every author's rows in a collection; only the rows themselves are hidden.
+    let collections = ana.read("content_list_collections", json!({})).await;
+    assert_eq!(collections["data"]["collections"][0]["rowCount"], 3);
+
+    // An editor of every row sees all three.
+    let editor = User::at(&cms, "usr_lab_any", "content.edit.any");
+    let all = editor
+        .read("content_list_documents", json!({"tableId": "tbl_posts"}))
+        .await;
+    assert_eq!(
+        ids(&all["data"]["documents"]),
+        ["row_later", "row_guide", "row_launch"]
+    );
+}
+
+#[tokio::test]
+async fn without_the_author_list_a_user_manager_gets_the_users_from_the_user_list() {
+    let cms = lab_cms();
+    let manager = User::at(&cms, "usr_lab_manager", "users.manage");
+    let reader = User::at(&cms, "usr_lab_reader", READER_CAPS);
+    let from_users = manager.read("content_list_users", json!({})).await;
+    let from_authors = reader.read("content_list_users", json!({})).await;
+    assert_eq!(from_users["ok"], true, "{from_users}");
+    assert_eq!(from_users, from_authors);
+    // The manager's author list is refused, so the user list answers; the reader's is not.
+    let asked: Vec<String> = cms
+        .state()
+        .requests()
+        .into_iter()
+        .map(|r| r.path)
+        .filter(|path| path.ends_with("/users") || path.ends_with("/authors"))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "/admin/api/cms/data/authors",
+            "/admin/api/cms/users",
+            "/admin/api/cms/data/authors"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_cms_that_does_not_answer_is_a_named_tool_error() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let cookie = "a-session-that-stays-secret";
+    let user = User {
+        caller: user_with("usr_lab_reader", READER_CAPS),
+        cms: cms_reader(&origin, cookie),
+    };
+    assert!(!format!("{:?}", user.cms).contains(cookie));
+    for (name, input) in [
+        ("content_list_collections", json!({})),
+        (
+            "content_get_collection_schema",
+            json!({"tableId": "tbl_posts"}),
+        ),
+        ("content_list_documents", json!({"tableId": "tbl_posts"})),
+        ("content_get_document", json!({"documentId": "row_launch"})),
+        ("content_search_documents", json!({"query": "launch"})),
+        ("content_list_users", json!({})),
+        ("content_list_media", json!({})),
+        ("site_list_post_types", json!({})),
+        ("site_list_loop_sources", json!({})),
+    ] {
+        assert_eq!(
+            user.read(name, input).await,
+            json!({"ok": false, "error": format!("{name}: the CMS did not answer.")}),
+        );
+    }
+    // The reads that need no CMS still answer.
+    let modules = user.read("site_list_modules", json!({})).await;
+    assert_eq!(modules["ok"], true);
+
+    // A session the CMS forgets during the turn is named as such.
+    let cms = lab_cms();
+    let leaver = User::at(&cms, "usr_lab_leaver", READER_CAPS);
+    cms.state()
+        .revoke(&cms.state().session_for("usr_lab_leaver", READER_CAPS));
+    let result = leaver.read("content_list_collections", json!({})).await;
+    assert_eq!(
+        result["error"],
+        "content_list_collections: the CMS no longer accepts this session; sign in again."
+    );
+}
+
+/// The capabilities of the content turn's user: write content of their own, with the AI.
+const WRITER_CAPS: &str =
+    "ai.chat,ai.tools.write,content.create,content.edit.own,data.custom.tables.read";
+
+#[tokio::test]
+async fn a_document_created_in_the_browser_is_found_by_the_turn_s_next_reads() {
+    let writer = "usr_lab_turn_writer";
+    // The model creates a post (in the browser), searches for it, reads the document it found,
+    // and replies.
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&count);
+    let provider = scripted(move |seen| {
+        let frames = match counter.fetch_add(1, Ordering::SeqCst) {
+            0 => tool_round(
+                "call_1",
+                "content_create_document",
+                &json!({"tableId": "tbl_posts", "fields": {"title": "Autumn menu", "slug": "autumn-menu", "body": "Squash soup."}}),
+            ),
+            1 => tool_round("call_2", "content_search_documents", &json!({"query": "autumn"})),
+            2 => {
+                let found: Value = serde_json::from_str(&last_tool_result(&seen.body)).unwrap();
+                let id = found["results"][0]["id"].as_str().unwrap_or("none");
+                tool_round("call_3", "content_get_document", &json!({"documentId": id}))
+            }
+            _ => text_round("The autumn menu is drafted."),
+        };
+        Answer::Sse { frames, hang: false }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = serve_in_process(dir.path(), support::cms_origin(), &provider.base_url);
+    let conversation = send(
+        &socket,
+        writer,
+        WRITER_CAPS,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(&json!({"scope": "content", "credentialId": "c", "modelId": "m"})),
+    )
+    .await
+    .json()
+    .await;
+    let id = conversation["conversation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let mut stream = send(
+        &socket,
+        writer,
+        WRITER_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/content",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Draft the autumn menu"}]})),
+    )
+    .await;
+    assert_eq!(stream.status, StatusCode::OK);
+    let created = Mutex::new(Value::Null);
+    let mut bridge = String::new();
+    let mut results = Vec::new();
+    while let Some(event) = stream.line().await {
+        match event["type"].as_str().unwrap() {
+            "bridgeReady" => bridge = event["bridgeId"].as_str().unwrap().to_owned(),
+            "toolRequest" => {
+                // The browser runs the write against the CMS, as the same user, and reports.
+                assert_eq!(event["toolName"], "content_create_document");
+                let input = &event["input"];
+                let table = input["tableId"].as_str().unwrap();
+                let answer = reqwest::Client::new()
+                    .post(format!(
+                        "{}/admin/api/cms/data/tables/{table}/rows",
+                        support::cms_origin()
+                    ))
+                    .header("cookie", support::cookie_for(writer, WRITER_CAPS))
+                    .json(&json!({"cells": input["fields"]}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(answer.status().as_u16(), 201);
+                let row: Value = answer.json().await.unwrap();
+                *created.lock().unwrap() = row["row"].clone();
+                let posted = send(
+                    &socket,
+                    writer,
+                    WRITER_CAPS,
+                    Method::POST,
+                    "/admin/api/ai/tool-result",
+                    Some(&json!({"bridgeId": bridge, "requestId": event["requestId"],
+                                 "result": {"ok": true, "data": {"documentId": row["row"]["id"]}}})),
+                )
+                .await;
+                assert_eq!(posted.status, StatusCode::OK);
+            }
+            "toolResult" => results.push(event),
+            _ => {}
+        }
+    }
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|r| r["ok"] == true), "{results:?}");
+    let created = created.into_inner().unwrap();
+    let row_id = created["id"].as_str().unwrap();
+
+    // What the model was sent after each read: the new document, found and read back whole.
+    let sent = provider.bodies();
+    assert_eq!(sent.len(), 4);
+    let found: Value = serde_json::from_str(&last_tool_result(&sent[2])).unwrap();
+    assert_eq!(
+        found,
+        json!({"query": "autumn", "results": [{"id": row_id, "tableId": "tbl_posts", "tableSlug": "posts",
+               "tableName": "Posts", "slug": "autumn-menu", "status": "draft", "updatedAt": created["updatedAt"]}]})
+    );
+    let document: Value = serde_json::from_str(&last_tool_result(&sent[3])).unwrap();
+    assert_eq!(document["document"]["id"], row_id);
+    assert_eq!(document["document"]["title"], "Autumn menu");
+    assert_eq!(document["document"]["authorUserId"], writer);
+    assert_eq!(document["document"]["fields"]["body"], "Squash soup.");
+
+    // chatd asked as the user, with their cookie and nothing else of theirs, and kept none of it.
+    let cookie = support::cookie_for(writer, WRITER_CAPS);
+    let reads: Vec<_> = support::cms_state()
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path.starts_with("/admin/api/cms/data/")
+                && r.header("cookie") == Some(cookie.as_str())
+        })
+        .map(|r| {
+            (
+                r.method.to_string(),
+                r.path.clone(),
+                r.header("authorization").is_none(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reads,
+        [
+            (
+                "POST".to_owned(),
+                "/admin/api/cms/data/tables/tbl_posts/rows".to_owned(),
+                true
+            ),
+            ("GET".into(), "/admin/api/cms/data/search".into(), true),
+            ("GET".into(), "/admin/api/cms/data/tables".into(), true),
+            (
+                "GET".into(),
+                format!("/admin/api/cms/data/rows/{row_id}"),
+                true
+            ),
+        ]
+    );
+    let secret = cookie.trim_start_matches(&format!("{SESSION_COOKIE}="));
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if let Ok(bytes) = std::fs::read(&path) {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{} holds the session cookie",
+                path.display()
+            );
+        }
+    }
 }
 
 fn request_for(system: Vec<String>) -> ChatRequest {
@@ -374,18 +706,16 @@ fn example_snapshot() -> Value {
     .unwrap()
 }
 
-/// Runs site read `name` on `raw` against an empty content store.
-fn site_read(raw: &Value, name: &str, input: Value) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("chat.sqlite3")).unwrap();
-    let tools = catalogue();
-    let spec = tools.iter().find(|t| t.name == name).unwrap();
-    let input = prepare_input(spec, &reader(), &input).unwrap();
-    site_reads::run(&store, &SiteSnapshot::read(Some(raw)), name, &input).unwrap()
+/// Runs site read `name` on `raw` as the golden reads' user, against the seeded CMS.
+async fn site_read(raw: &Value, name: &str, input: Value) -> Value {
+    let cms = lab_cms();
+    let user = User::at(&cms, "usr_lab_reader", READER_CAPS);
+    let snapshot = SiteSnapshot::read(Some(raw));
+    read(&user.cms, &user.caller, &snapshot, name, input).await["data"].clone()
 }
 
-#[test]
-fn the_example_snapshot_names_its_tokens_in_the_prompt_and_the_token_list() {
+#[tokio::test]
+async fn the_example_snapshot_names_its_tokens_in_the_prompt_and_the_token_list() {
     let raw = example_snapshot();
     let suffix = system_prompt(Scope::Site, Some(&raw)).pop().unwrap();
     assert!(
@@ -399,7 +729,7 @@ fn the_example_snapshot_names_its_tokens_in_the_prompt_and_the_token_list() {
         "Page: \"Home\" · current document: page:pg_home · root: n_body · selected: n_h1"
     ));
 
-    let tokens = &site_read(&raw, "site_list_tokens", json!({}))["tokens"];
+    let tokens = &site_read(&raw, "site_list_tokens", json!({})).await["tokens"];
     let primary = &tokens["colors"][0];
     assert_eq!(primary["slug"], "primary");
     assert_eq!(primary["category"], "brand");
@@ -460,16 +790,17 @@ fn the_example_snapshot_names_its_tokens_in_the_prompt_and_the_token_list() {
         json!([{"name": "Body", "cssVar": "--font-body", "ref": "var(--font-body)",
                 "family": "Inter", "stack": "\"Inter\", sans-serif"}])
     );
-    let fonts_only = &site_read(&raw, "site_list_tokens", json!({"family": "fonts"}))["tokens"];
+    let fonts_only =
+        &site_read(&raw, "site_list_tokens", json!({"family": "fonts"})).await["tokens"];
     assert_eq!(fonts_only["fonts"], tokens["fonts"]);
     assert_eq!(fonts_only["colors"], json!([]));
     assert_eq!(fonts_only["typography"], json!([]));
 }
 
-#[test]
-fn the_example_snapshot_lists_templates_and_component_roots() {
+#[tokio::test]
+async fn the_example_snapshot_lists_templates_and_component_roots() {
     let raw = example_snapshot();
-    let documents = site_read(&raw, "site_list_documents", json!({}));
+    let documents = site_read(&raw, "site_list_documents", json!({})).await;
     let documents = documents["documents"].as_array().unwrap();
     let refs: Vec<(&str, &str, &str)> = documents
         .iter()
@@ -540,10 +871,10 @@ const BASE_MODULE_IDS: [&str; 25] = [
     "base.visual-component-ref",
 ];
 
-#[test]
-fn site_list_modules_is_the_base_module_catalogue() {
+#[tokio::test]
+async fn site_list_modules_is_the_base_module_catalogue() {
     assert_eq!(base_modules::ids(), BASE_MODULE_IDS);
-    let listed = site_read(&example_snapshot(), "site_list_modules", json!({}));
+    let listed = site_read(&example_snapshot(), "site_list_modules", json!({})).await;
     assert_eq!(listed["modules"], Value::Array(base_modules::catalogue()));
     let ids: Vec<&str> = listed["modules"]
         .as_array()
@@ -576,7 +907,8 @@ fn site_list_modules_is_the_base_module_catalogue() {
         &example_snapshot(),
         "site_list_modules",
         json!({"category": "media"}),
-    );
+    )
+    .await;
     let media: Vec<&str> = media["modules"]
         .as_array()
         .unwrap()
@@ -586,9 +918,9 @@ fn site_list_modules_is_the_base_module_catalogue() {
     assert_eq!(media, ["base.image", "base.svg", "base.video"]);
 }
 
-#[test]
-fn site_list_loop_sources_offers_the_built_in_sources() {
-    let listed = site_read(&example_snapshot(), "site_list_loop_sources", json!({}));
+#[tokio::test]
+async fn site_list_loop_sources_offers_the_built_in_sources() {
+    let listed = site_read(&example_snapshot(), "site_list_loop_sources", json!({})).await;
     let ids: Vec<&str> = listed["sources"]
         .as_array()
         .unwrap()
@@ -600,6 +932,22 @@ fn site_list_loop_sources_offers_the_built_in_sources() {
         listed["sources"][1]["fields"][2],
         json!({"id": "permalink", "label": "Permalink", "token": "{currentEntry.permalink}", "format": "url"})
     );
-    // An empty content store has no tables to offer, and none is made up.
-    assert_eq!(listed["dataTables"], json!([]));
+    // The tables are the CMS's, as the user's session lists them, with their row counts.
+    let tables: Vec<(&str, &str, u64)> = listed["dataTables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap(),
+                t["kind"].as_str().unwrap(),
+                t["rowCount"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tables,
+        [("tbl_team", "data", 1), ("tbl_posts", "postType", 3)]
+    );
+    assert_eq!(listed["dataTables"][1]["routable"], true);
 }

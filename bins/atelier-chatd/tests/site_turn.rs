@@ -12,66 +12,13 @@ mod support;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use atelier_chatd::auth::Caller;
 use atelier_chatd::prompts::SITE_PREFIX;
-use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
-use atelier_chatd::store::{Conversation, Store};
-use atelier_chatd::{RawSettings, Router};
-use atelier_llm::{AnthropicDriver, Driver, Endpoint, ProviderKind};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{anthropic_frames, scripted, send, Answer};
+use support::{last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer};
 
 const CAPS: &str = "ai.chat,ai.tools.write,site.read,site.structure.edit,site.style.edit";
-
-struct Scripted {
-    base_url: String,
-}
-
-impl Providers for Scripted {
-    fn prepare(&self, _: &Caller, _: &Conversation) -> PrepareFuture {
-        let endpoint = Endpoint::new(
-            reqwest::Client::new(),
-            self.base_url.clone(),
-            Some("k".into()),
-        );
-        let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(endpoint));
-        Box::pin(async move {
-            Ok(ProviderSetup {
-                kind: ProviderKind::Ollama,
-                driver,
-                capabilities: ProviderKind::Anthropic.static_capabilities(),
-            })
-        })
-    }
-}
-
-/// One model round that calls `tool` with `input`.
-fn tool_round(id: &str, tool: &str, input: &Value) -> Vec<String> {
-    anthropic_frames(&[
-        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
-               "usage": {"input_tokens": 100, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": tool, "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
-        json!({"type": "message_stop"}),
-    ])
-}
-
-fn text_round(text: &str) -> Vec<String> {
-    anthropic_frames(&[
-        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
-               "usage": {"input_tokens": 100, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 8}}),
-        json!({"type": "message_stop"}),
-    ])
-}
 
 const INSERTED: &str = "<section class=\"hero\"><style>.hero { color: var(--brand) } .hero a:hover { color: red }</style><h1 onclick=\"steal()\">Welcome</h1><script>alert(1)</script><a href=\"javascript:steal()\">Go</a></section>";
 const CSS: &str = ".hero { padding: var(--space-m) !important }";
@@ -110,36 +57,7 @@ async fn a_site_editing_turn_runs_reads_here_and_writes_in_the_browser() {
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let socket: PathBuf = dir.path().join("chatd.sock");
-    let settings = RawSettings {
-        database: Some(dir.path().join("chat.sqlite3")),
-        public_origins: vec![support::ORIGIN.into()],
-        service_token: Some(support::TOKEN.into()),
-        openrouter_url: Some("http://127.0.0.1:9".into()),
-        cms_origin: Some(support::cms_origin()),
-        ..RawSettings::default()
-    }
-    .validate()
-    .unwrap();
-    let store = Arc::new(Store::open(&settings.database).unwrap());
-    let runner = LoopRunner::new(
-        Arc::new(Scripted {
-            base_url: provider.base_url.clone(),
-        }),
-        atelier_chatd::tools::catalogue(),
-        Arc::clone(&store),
-    );
-    let router = Router::new(&settings, Arc::clone(&store), Arc::new(runner));
-    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    tokio::spawn(atelier_http::serve(
-        listener.into(),
-        move |request| {
-            let router = router.clone();
-            async move { router.handle(request).await }
-        },
-        std::future::pending(),
-        Duration::from_secs(1),
-    ));
+    let socket = serve_in_process(dir.path(), support::cms_origin(), &provider.base_url);
 
     let reply = send(
         &socket,
@@ -264,13 +182,7 @@ async fn a_site_editing_turn_runs_reads_here_and_writes_in_the_browser() {
     assert_eq!(insert_call["input"]["html"], INSERTED);
 
     // What the model was sent: the site prompt, all 35 tools, and the server reads' results.
-    let sent: Vec<Value> = provider
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.body.clone())
-        .collect();
+    let sent = provider.bodies();
     assert_eq!(sent.len(), 6);
     assert_eq!(sent[0]["system"][0]["text"], SITE_PREFIX);
     assert!(sent[0]["system"][1]["text"]
@@ -278,13 +190,7 @@ async fn a_site_editing_turn_runs_reads_here_and_writes_in_the_browser() {
         .unwrap()
         .starts_with("Page: \"Home\""));
     assert_eq!(sent[0]["tools"].as_array().unwrap().len(), 35);
-    let last_result = |body: &Value| -> String {
-        let messages = body["messages"].as_array().unwrap();
-        messages.last().unwrap()["content"][0]["content"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let last_result = last_tool_result;
     assert!(last_result(&sent[1]).contains("\"summary\":\"Homepage\""));
     assert!(!last_result(&sent[1]).contains("p-landing"));
     // The second listing sees the snapshot posted with the insert's result.

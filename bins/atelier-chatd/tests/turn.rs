@@ -197,7 +197,6 @@ fn start_chatd_with(
             capabilities,
         }),
         vec![tool],
-        Arc::clone(&store),
     );
     let router = Router::new(&settings, store, Arc::new(runner));
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
@@ -753,4 +752,173 @@ async fn a_client_gone_during_the_lookup_stores_nothing_and_the_lookup_still_com
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(reply, json!({"error": NO_VISION}));
     assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The audit log.
+
+/// The audit log as a reader with `capabilities` sees it, with `query` (`?…` or empty).
+async fn audit_log(socket: &Path, capabilities: &str, query: &str) -> (StatusCode, Value) {
+    support::call_as(
+        socket,
+        capabilities,
+        Method::GET,
+        &format!("/admin/api/ai/audit/events{query}"),
+    )
+    .await
+}
+
+/// Sends one message and reads the whole answer.
+async fn turn_lines(socket: &Path, conversation: &str) -> Vec<Value> {
+    let (status, mut body, _connection) = send(
+        socket,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        message(conversation),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut buffer = Vec::new();
+    let mut lines = Vec::new();
+    while let Some(line) = next_line(&mut body, &mut buffer).await {
+        lines.push(line);
+    }
+    lines
+}
+
+#[tokio::test]
+async fn each_turn_leaves_its_start_and_its_end_in_the_audit_log() {
+    let provider = start_provider(vec![
+        Transcript {
+            lines: fixture("text"),
+            hang_at_end: false,
+        },
+        Transcript {
+            lines: fixture("midstream_error"),
+            hang_at_end: false,
+        },
+    ])
+    .await;
+    let chatd = start_chatd(&provider);
+    let socket = &chatd.socket;
+    // The records name the provider of the conversation's credential.
+    let credential = Store::open(&chatd.database)
+        .unwrap()
+        .create_credential(
+            "alice",
+            &atelier_chatd::store::NewCredential {
+                provider_id: "openai-compatible".into(),
+                auth_mode: atelier_chatd::store::AuthMode::BaseUrl,
+                display_label: "Scripted".into(),
+                sealed: None,
+                base_url: Some(format!("{}/v1", provider.base_url)),
+            },
+        )
+        .unwrap();
+    let (status, body) = json_call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        json!({"scope": "site", "credentialId": credential.id, "modelId": "claude-test"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["conversation"]["id"].as_str().unwrap().to_owned();
+    let turn =
+        json!({"scope": "site", "providerId": "openai-compatible", "modelId": "claude-test"});
+    let with = |extra: Value| {
+        let mut metadata = turn.clone();
+        metadata
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        metadata
+    };
+
+    // A turn that completes: its start, then its end with what it booked.
+    let lines = turn_lines(socket, &id).await;
+    assert_eq!(lines.last().unwrap()["type"], "done");
+    let usage = lines.iter().find(|l| l["type"] == "usage").unwrap();
+    let (status, log) = audit_log(socket, "ai.audit.read", "?action=ai.chat.").await;
+    assert_eq!(status, StatusCode::OK, "{log}");
+    let records: Vec<(Value, Value, Value, Value)> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].clone(),
+                e["targetType"].clone(),
+                e["targetId"].clone(),
+                e["metadata"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        records,
+        [
+            (
+                json!("ai.chat.completed"),
+                json!("ai_conversation"),
+                json!(id),
+                with(json!({"promptTokens": 12, "completionTokens": 5,
+                            "costUsd": usage["costUsd"].as_f64().unwrap()})),
+            ),
+            (
+                json!("ai.chat.started"),
+                json!("ai_conversation"),
+                json!(id),
+                turn.clone()
+            ),
+        ]
+    );
+    assert_eq!(usage["promptTokens"], 12);
+    for event in log["events"].as_array().unwrap() {
+        assert_eq!(event["actorUserId"], "alice");
+        assert_eq!(event["ipAddress"], Value::Null);
+        assert_eq!(event["userAgent"], Value::Null);
+        assert!(event["id"].is_string() && event["createdAt"].is_string());
+    }
+
+    // A turn whose provider fails mid-stream: its start, then a failure naming the error.
+    let lines = turn_lines(socket, &id).await;
+    let error = lines.last().unwrap();
+    assert_eq!(error["type"], "error", "{lines:?}");
+    let (_, log) = audit_log(socket, "ai.audit.read", "?action=ai.chat.&limit=2").await;
+    let events = log["events"].as_array().unwrap();
+    assert_eq!(
+        (&events[0]["action"], &events[1]["action"]),
+        (&json!("ai.chat.failed"), &json!("ai.chat.started"))
+    );
+    let failed = &events[0]["metadata"];
+    let expected: String = error["message"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .take(200)
+        .collect();
+    assert_eq!(failed["error"], json!(expected));
+    assert_eq!(
+        (&failed["scope"], &failed["providerId"], &failed["modelId"]),
+        (
+            &json!("site"),
+            &json!("openai-compatible"),
+            &json!("claude-test")
+        )
+    );
+    assert!(failed["promptTokens"].is_i64() && failed["costUsd"].is_number());
+
+    // The log is for auditors only, and its limit is checked.
+    let (status, body) = audit_log(socket, "ai.chat,ai.providers.manage", "").await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::FORBIDDEN, json!({"error": "Forbidden"}))
+    );
+    for bad in ["0", "501", "ten"] {
+        let (status, body) = audit_log(socket, "ai.audit.read", &format!("?limit={bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("limit"), "{body}");
+    }
+    let (_, everything) = audit_log(socket, "ai.audit.read", "").await;
+    assert_eq!(everything["events"].as_array().unwrap().len(), 4);
 }

@@ -235,6 +235,7 @@ fn write_file(
             token
         }
         Content::Htpasswd(users) => htpasswd(root, users)?,
+        Content::ChatProxyAuth(token) => chat_proxy_auth(root, token)?,
         Content::Operator | Content::Existing => {
             return Err(StepError::Other(format!(
                 "{}: nothing to write for a {disposition:?} action",
@@ -300,6 +301,28 @@ fn run(argv: &[String]) -> Result<Status, StepError> {
             stderr.trim()
         )))
     }
+}
+
+/// The shortest service token chatd accepts.
+const MIN_CHATD_TOKEN: usize = 32;
+
+/// The web server's include for chatd's service token, from the credential `token`. The token
+/// lands inside a quoted nginx directive, so only base64 text is taken (a minted token always
+/// is); a refusal never shows it.
+fn chat_proxy_auth(root: &Path, token: &Path) -> Result<Vec<u8>, StepError> {
+    let bytes = std::fs::read(under_root(root, token))
+        .map_err(|e| StepError::Other(format!("{}: {e}", token.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_end_matches('\n');
+    let base64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '/' | '=');
+    if text.len() < MIN_CHATD_TOKEN || !text.chars().all(base64) {
+        return Err(StepError::Other(format!(
+            "{}: chatd's service token must be base64 text of at least {MIN_CHATD_TOKEN} \
+             characters (delete it and apply again to mint one)",
+            token.display()
+        )));
+    }
+    Ok(crate::render::chat::proxy_auth_include(text).into_bytes())
 }
 
 /// The bcrypt cost of preproduction passwords.

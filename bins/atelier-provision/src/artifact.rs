@@ -30,11 +30,13 @@ pub enum ArtifactKind {
     EngineFragment,
     /// certbot's deploy hook that applies the declaration again.
     RenewalHook,
+    /// The chat runtime's socket, service and purge timer, and the web server's token include.
+    Chat,
 }
 
 impl ArtifactKind {
     /// Every kind, in stamp order.
-    pub const ALL: [ArtifactKind; 10] = [
+    pub const ALL: [ArtifactKind; 11] = [
         ArtifactKind::Unit,
         ArtifactKind::AgentUnits,
         ArtifactKind::AgentAuthorization,
@@ -45,6 +47,7 @@ impl ArtifactKind {
         ArtifactKind::ApacheVhost,
         ArtifactKind::EngineFragment,
         ArtifactKind::RenewalHook,
+        ArtifactKind::Chat,
     ];
 
     /// The kind as a stamp names it.
@@ -60,6 +63,7 @@ impl ArtifactKind {
             ArtifactKind::ApacheVhost => "apache_vhost",
             ArtifactKind::EngineFragment => "engine_fragment",
             ArtifactKind::RenewalHook => "renewal_hook",
+            ArtifactKind::Chat => "chat",
         }
     }
 

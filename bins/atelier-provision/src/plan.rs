@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use atelier_layout::declaration::Site;
 use atelier_layout::names;
 use atelier_layout::paths::{
-    EntryKind, Layout, ModeEntry, Role, Surface, INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
+    EntryKind, Layout, ModeEntry, Role, Surface, CHATD_SERVICE_TOKEN, INSTANCE_MARKER_FILE,
+    RELEASES_DIR, SERVICE_TOKEN,
 };
 use atelier_layout::{Door, SiteOrdinal};
 use serde::{Serialize, Serializer};
@@ -129,6 +130,9 @@ pub enum Content {
     /// A preproduction password file: each (login, password file) hashed with bcrypt at
     /// apply time; the passwords are read only then.
     Htpasswd(Vec<(String, PathBuf)>),
+    /// The web server's include that shows chatd the service token held in this credential
+    /// file, read only at apply time.
+    ChatProxyAuth(PathBuf),
 }
 
 impl Serialize for Content {
@@ -139,6 +143,7 @@ impl Serialize for Content {
             Content::Operator => "operator",
             Content::Existing => "existing",
             Content::Htpasswd(_) => "htpasswd",
+            Content::ChatProxyAuth(_) => "chat_proxy_auth",
         })
     }
 }
@@ -500,8 +505,8 @@ pub fn sites_of<'d>(layout: &Layout<'d>, allocation: &Allocation) -> Vec<(SiteOr
         .collect()
 }
 
-/// The sockets of the instance that must listen: sited's, then per site its doors' and its
-/// gate's.
+/// The units of the instance that must be enabled and active: sited's socket, per site its
+/// doors' and its gate's sockets, and with a chat block chatd's socket and its purge timer.
 pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
     let inst = layout.instance();
     let mut units = vec![names::sited_socket_unit(inst)];
@@ -511,6 +516,10 @@ pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<
         }
         units.push(names::gate_socket_unit(inst, k));
         units.push(names::gate_decisions_socket_unit(inst, k));
+    }
+    if layout.declaration().chat.is_some() {
+        units.push(names::chatd_socket_unit(inst));
+        units.push(names::chatd_purge_timer_unit(inst));
     }
     units
 }
@@ -526,6 +535,7 @@ fn made_at_run_time(role: Role) -> bool {
             | Role::DoorSocket
             | Role::GateSocket
             | Role::GateDecisionsSocket
+            | Role::ChatSocket
     )
 }
 
@@ -717,6 +727,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     p.served_links();
     p.secrets(&matrix);
     p.htpasswd(&matrix);
+    p.chat_proxy_auth(&matrix);
     let written = p.artifacts(&matrix);
     p.service(&written);
     p.sockets(&written);
@@ -1124,14 +1135,64 @@ impl Planner<'_> {
         }
     }
 
-    /// Credential files: a missing service token is minted; any other missing one awaits the
-    /// operator; an existing one is never read or rewritten, only re-owned.
+    /// The web server's include carrying chatd's service token: written when absent,
+    /// rewritten when the token is newer than it, re-owned when its owner or mode drifted.
+    fn chat_proxy_auth(&mut self, matrix: &[ModeEntry]) {
+        let Some(entry) = matrix.iter().find(|e| e.role == Role::ChatProxyAuth) else {
+            return;
+        };
+        let token = self
+            .input
+            .layout
+            .credentials_dir()
+            .join(CHATD_SERVICE_TOKEN);
+        let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
+        let path = entry.path.clone();
+        let content = Content::ChatProxyAuth(token.clone());
+        let seen_token = self.observed(&token).cloned();
+        match self.observed(&path).cloned() {
+            None => self.push_file(
+                Phase::Secret,
+                path,
+                Disposition::Create,
+                None,
+                content,
+                meta,
+            ),
+            Some(seen) if seen_token.is_some_and(|t| t.mtime_ns > seen.mtime_ns) => self.push_file(
+                Phase::Secret,
+                path,
+                Disposition::Rewrite,
+                Some(Drift::Stale),
+                content,
+                meta,
+            ),
+            Some(seen) => {
+                if seen.mode != entry.mode || !self.owned_as(&seen, &entry.owner, &entry.group) {
+                    self.push_file(
+                        Phase::Secret,
+                        path,
+                        Disposition::Metadata,
+                        None,
+                        Content::Existing,
+                        meta,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Credential files: a missing service token (sited's, chatd's) or chatd's master key is
+    /// minted; any other missing one awaits the operator; an existing one is never read or
+    /// rewritten, only re-owned.
     fn secrets(&mut self, matrix: &[ModeEntry]) {
-        let token = self.input.layout.credentials_dir().join(SERVICE_TOKEN);
+        let layout = self.input.layout;
+        let mut minted = vec![layout.credentials_dir().join(SERVICE_TOKEN)];
+        minted.extend(layout.chatd_credential_sources().into_values());
         for entry in matrix.iter().filter(|e| e.role == Role::Credential) {
             let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
             match self.observed(&entry.path).cloned() {
-                None if entry.path == token => self.push_file(
+                None if minted.contains(&entry.path) => self.push_file(
                     Phase::Secret,
                     entry.path.clone(),
                     Disposition::Create,
@@ -1808,6 +1869,7 @@ mod tests {
                                     .collect::<String>()
                                     .into_bytes(),
                             ),
+                            (_, Content::ChatProxyAuth(_)) => Some(b"proxy_set_header\n".to_vec()),
                             _ => self.host.entries.get(path).and_then(|e| e.content.clone()),
                         };
                         let seen = self.observed(ObservedKind::File, owner, group, *mode, bytes);
@@ -1837,7 +1899,10 @@ mod tests {
                         step: ExecStep::EnableSockets | ExecStep::StartSockets,
                         argv,
                     } => {
-                        for unit in argv.iter().filter(|a| a.ends_with(".socket")) {
+                        for unit in argv
+                            .iter()
+                            .filter(|a| a.ends_with(".socket") || a.ends_with(".timer"))
+                        {
                             let state = crate::host::UnitState {
                                 enabled: true,
                                 active: true,
@@ -1996,7 +2061,7 @@ mod tests {
             [
                 "systemctl daemon-reload",
                 "systemd-tmpfiles --create /etc/tmpfiles.d/atelier-example.conf",
-                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s1-gate-decisions.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket atelier-example-s2-gate-decisions.socket",
+                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s1-gate-decisions.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket atelier-example-s2-gate-decisions.socket atelier-chatd@example.socket atelier-chatd-purge@example.timer",
                 "nginx -t",
                 "systemctl try-reload-or-restart nginx.service",
             ]
@@ -2389,6 +2454,43 @@ mod tests {
         // The plan names the password file, never its content.
         let json = serde_json::to_string(&actions).unwrap();
         assert!(json.contains(r#""content":"htpasswd""#), "{json}");
+    }
+
+    #[test]
+    fn chat_credentials_are_minted_once_and_the_web_server_include_follows_its_token() {
+        let mut f = Fixture::new(&["blog"]);
+        let actions = f.plan().unwrap();
+        let text = lines(&actions);
+        let at = |line: &str| {
+            text.iter()
+                .position(|l| l == line)
+                .unwrap_or_else(|| panic!("{line} not planned: {text:#?}"))
+        };
+        let token = at(
+            "secret   create /etc/atelier/example/credentials/CHATD_SERVICE_TOKEN root:root 0600",
+        );
+        let key =
+            at("secret   create /etc/atelier/example/credentials/CHATD_MASTER_KEY root:root 0600");
+        let include =
+            at("secret   create /etc/atelier/example/chat-proxy-auth.conf root:root 0600");
+        // The include is written from the token, so after it.
+        assert!(token < include && key < include, "{text:#?}");
+        f.converge();
+        assert!(f.plan().unwrap().is_empty());
+        // A new token (the operator deleted it and applied again) rewrites the include, and
+        // leaves the key alone.
+        let layout = Layout::new(&f.decl);
+        let token = layout.credentials_dir().join(CHATD_SERVICE_TOKEN);
+        f.host.entries.get_mut(&token).unwrap().mtime_ns = i128::MAX / 2;
+        let actions = f.plan().unwrap();
+        assert_eq!(
+            lines(&actions),
+            ["secret   rewrite /etc/atelier/example/chat-proxy-auth.conf root:root 0600 (drift: stale)"]
+        );
+        // The plan names where the token is, never the token.
+        let json = serde_json::to_string(&actions).unwrap();
+        assert!(json.contains(r#""content":"chat_proxy_auth""#), "{json}");
+        assert!(!json.contains("minted"), "{json}");
     }
 
     #[test]

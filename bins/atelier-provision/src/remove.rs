@@ -97,10 +97,17 @@ pub fn removal_plan(
         names::sited_socket_unit(inst),
         names::sited_service_unit(inst),
     ];
+    if layout.declaration().chat.is_some() {
+        units.push(names::chatd_service_unit(inst));
+    }
     units.extend(
         artifacts
             .iter()
-            .filter(|a| a.path.extension().is_some_and(|e| e == "socket"))
+            .filter(|a| {
+                a.path
+                    .extension()
+                    .is_some_and(|e| e == "socket" || e == "timer")
+            })
             .filter_map(|a| a.path.file_name())
             .map(|n| n.to_string_lossy().into_owned()),
     );
@@ -212,7 +219,9 @@ pub fn removal_plan(
         let to = root.with_file_name(name);
         out.push(RemoveAction::Archive { from: root, to });
     }
-    for path in layout.credential_sources().into_values() {
+    let mut credentials = layout.credential_sources();
+    credentials.extend(layout.chatd_credential_sources());
+    for path in credentials.into_values() {
         if host.entries.contains_key(&path) {
             out.push(RemoveAction::Left {
                 path,

@@ -5,7 +5,7 @@
 //! Parts: [`template`] (the `@NAME@` filler over the templates in `units/`, `tmpfiles/`,
 //! `polkit/`), [`units`] (sited, doors, gate), [`host`] (tmpfiles.d, polkit rule, turn
 //! gitconfig), [`config`] (env file, `sites.json`, engine fragment, gate plans), [`vhosts`]
-//! (nginx and Apache).
+//! (nginx and Apache), [`chat`] (the CMS's vhost with its chat runtime).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -16,6 +16,7 @@ use atelier_layout::{Declaration, Layout, SiteOrdinal};
 
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 
+pub mod chat;
 pub mod config;
 pub mod host;
 pub mod template;
@@ -103,6 +104,7 @@ pub fn render_all(
     host::render(layout, &sites, &mut out)?;
     config::render(layout, &sites, &mut out)?;
     vhosts::render(layout, &sites, &mut out)?;
+    chat::render(layout, &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }

@@ -19,7 +19,12 @@ fn planted(dir: &Path, server: &str) -> String {
     let base = dir.join("etc-atelier");
     let credentials = base.join("example/credentials");
     std::fs::create_dir_all(&credentials).unwrap();
-    let text = common::example_text()
+    // The CMS's vhost, with chatd's credentials, is nginx's only.
+    let example = match server {
+        "nginx" => common::example_text(),
+        _ => common::without_chat(&common::example_text()),
+    };
+    let text = example
         .replace(
             "/etc/atelier/example/credentials",
             &credentials.display().to_string(),
@@ -40,10 +45,15 @@ fn planted(dir: &Path, server: &str) -> String {
         "PUBLICATION_API_KEY",
         "PREPROD_PASSWORD",
         "ANTHROPIC_API_KEY",
+        "CHATD_SERVICE_TOKEN",
+        "CHATD_MASTER_KEY",
     ] {
         let file = credentials.join(name);
+        // The service tokens are minted, never declared; the master key only with a chat block.
+        let minted = name.ends_with("SERVICE_TOKEN");
+        let chat_only = name == "CHATD_MASTER_KEY" && server != "nginx";
         assert!(
-            text.contains(&file.display().to_string()) || name == "SERVICE_TOKEN",
+            text.contains(&file.display().to_string()) || minted || chat_only,
             "the declaration names {name}"
         );
         std::fs::write(file, format!("{CANARY}\n")).unwrap();
@@ -72,6 +82,6 @@ fn no_artifact_carries_a_credential_value() {
         // The credentials were named (as sources), so the files were in reach of the renderer.
         assert!(named, "no artifact names the credential files at all");
         let files = std::fs::read_dir(&credentials).unwrap().count();
-        assert_eq!(files, 4);
+        assert_eq!(files, 6);
     }
 }

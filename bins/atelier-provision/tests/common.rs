@@ -29,10 +29,20 @@ pub fn example_text() -> String {
 
 /// The example declaration served by Apache instead of nginx.
 pub fn apache_text() -> String {
-    let text = example_text();
+    let text = without_chat(&example_text());
     let apache = text.replace("\"server\": \"nginx\"", "\"server\": \"apache\"");
     assert_ne!(text, apache, "the example names nginx as its web server");
     apache
+}
+
+/// The example declaration without its chat block (whose CMS vhost is rendered for nginx
+/// only), in the example's own formatting.
+pub fn without_chat(text: &str) -> String {
+    let start = text
+        .find("  \"chat\": {")
+        .expect("the example declares a chat block");
+    let end = start + text[start..].find("\n  },\n").expect("the chat block ends") + 5;
+    text[..start].to_owned() + &text[end..]
 }
 
 /// Renders a declaration's text with ordinals 1, 2, … in declaration order.

@@ -18,6 +18,7 @@ use atelier_provision::artifact::{Artifact, ArtifactKind};
 const DOOR_BOUND: f64 = 1.0;
 const GATE_BOUND: f64 = 2.0;
 const SITED_BOUND: f64 = 2.0;
+const CHAT_BOUND: f64 = 1.5;
 
 fn systemd_analyze(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let output = Command::new("systemd-analyze")
@@ -55,7 +56,12 @@ fn render_units(dir: &Path) -> Vec<(PathBuf, Artifact)> {
     let artifacts = common::render_text(&text);
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     std::fs::create_dir_all(dir.join("units")).unwrap();
-    for name in ["atelier-sited", "atelier-shim", "atelier-gate"] {
+    for name in [
+        "atelier-sited",
+        "atelier-shim",
+        "atelier-gate",
+        "atelier-chatd",
+    ] {
         let bin = dir.join("bin").join(name);
         std::fs::write(&bin, "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -75,8 +81,9 @@ fn render_units(dir: &Path) -> Vec<(PathBuf, Artifact)> {
 fn every_rendered_unit_verifies_without_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let units = render_units(dir.path());
-    // 2 sited units, and per site 3 doors × 3 units plus the gate's 3 (two sockets, a service).
-    assert_eq!(units.len(), 2 + 2 * (9 + 3));
+    // 2 sited units, per site 3 doors × 3 units plus the gate's 3 (two sockets, a service), and
+    // chatd's socket, service, purge timer and purge service.
+    assert_eq!(units.len(), 2 + 2 * (9 + 3) + 4);
     let mut args: Vec<&std::ffi::OsStr> = vec!["verify".as_ref(), "--no-pager".as_ref()];
     args.extend(units.iter().map(|(p, _)| p.as_os_str()));
     let (ok, text) = systemd_analyze(&args);
@@ -106,7 +113,7 @@ fn verify_reports_what_it_would_ignore() {
 fn exposure_scores_stay_within_their_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let units = render_units(dir.path());
-    let mut seen = (0, 0, 0);
+    let mut seen = (0, 0, 0, 0);
     let mut report = Vec::new();
     for (path, artifact) in &units {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -128,11 +135,15 @@ fn exposure_scores_stay_within_their_bounds() {
                 seen.2 += 1;
                 SITED_BOUND
             }
+            ArtifactKind::Chat => {
+                seen.3 += 1;
+                CHAT_BOUND
+            }
             other => panic!("{name} is a service of kind {other}"),
         };
         assert!(score <= bound, "{name} scores {score} > {bound}");
     }
-    assert_eq!(seen, (6, 2, 1), "every service was scored: {report:?}");
+    assert_eq!(seen, (6, 2, 1, 2), "every service was scored: {report:?}");
     eprintln!("exposure: {report:#?}");
 }
 

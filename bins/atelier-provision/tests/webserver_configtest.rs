@@ -36,7 +36,11 @@ fn certificate(dir: &Path, domain: &str) {
 
 /// Variants of the example: (name, declaration text).
 fn variants(server: &str, dir: &Path) -> Vec<(String, String)> {
-    let base = common::relocated_text(&common::example_text(), dir).replace(
+    let example = match server {
+        "nginx" => common::example_text(),
+        _ => common::apache_text(),
+    };
+    let base = common::relocated_text(&example, dir).replace(
         "\"server\": \"nginx\"",
         &format!("\"server\": \"{server}\""),
     );
@@ -96,7 +100,7 @@ fn write_vhosts(
             _ => &artifact.bytes,
         };
         let text = String::from_utf8(bytes.clone()).unwrap();
-        for domain in ["www.example.org", "archive.example.net"] {
+        for domain in ["www.example.org", "archive.example.net", "cms.example.org"] {
             if certificates == Certificates::Present
                 && text.contains(&format!("/etc/letsencrypt/live/{domain}/"))
             {
@@ -104,6 +108,16 @@ fn write_vhosts(
             }
         }
         let text = text.replace("/etc/letsencrypt/live", &live.display().to_string());
+        // The CMS's vhost includes the service token's directive, which apply writes.
+        let text = text.replace(
+            "/etc/atelier/example/chat-proxy-auth.conf",
+            &dir.join("chat-proxy-auth.inc").display().to_string(),
+        );
+        std::fs::write(
+            dir.join("chat-proxy-auth.inc"),
+            atelier_provision::render::chat::proxy_auth_include(&"t".repeat(43)),
+        )
+        .unwrap();
         std::fs::write(dir.join(artifact.path.file_name().unwrap()), text).unwrap();
         count += 1;
     }
@@ -181,7 +195,14 @@ fn apache_test(root: &Path, vhosts: &Path) -> (bool, String) {
 /// A configuration test: the scratch root and the vhost folder in, success and output out.
 type ConfigTest = fn(&Path, &Path) -> (bool, String);
 
-fn check(server: &str, kind: ArtifactKind, test: ConfigTest) {
+/// Checks every variant's vhosts of `server`: `vhosts_per_variant` of them, `awaiting` of which
+/// wait for a certificate with letsencrypt.
+fn check(
+    server: &str,
+    kind: ArtifactKind,
+    test: ConfigTest,
+    (vhosts_per_variant, awaiting): (usize, usize),
+) {
     let dir = tempfile::tempdir().unwrap();
     let mut stand_ins = 0;
     for (name, text) in variants(server, dir.path()) {
@@ -194,7 +215,10 @@ fn check(server: &str, kind: ArtifactKind, test: ConfigTest) {
             let root = dir.path().join(format!("{server}-{name}{form}"));
             let vhosts = root.join("vhosts");
             let count = write_vhosts(&artifacts, kind, &vhosts, certificates);
-            assert_eq!(count, 4, "{name}: prod and preprod for two sites");
+            assert_eq!(
+                count, vhosts_per_variant,
+                "{name}: prod and preprod for two sites (and nginx's CMS vhost)"
+            );
             let (ok, out) = test(&root, &vhosts);
             assert!(ok, "{server} refuses the {name}{form} vhosts:\n{out}");
             assert!(
@@ -204,19 +228,20 @@ fn check(server: &str, kind: ArtifactKind, test: ConfigTest) {
         }
     }
     assert_eq!(
-        stand_ins, 2,
-        "letsencrypt's two production vhosts wait for certificates"
+        stand_ins, awaiting,
+        "letsencrypt's production vhosts (and the CMS's) wait for certificates"
     );
 }
 
 #[test]
 fn nginx_accepts_the_rendered_vhosts() {
-    check("nginx", ArtifactKind::NginxVhost, nginx_test);
+    // Two sites' production and preproduction vhosts, and the CMS's.
+    check("nginx", ArtifactKind::NginxVhost, nginx_test, (5, 3));
 }
 
 #[test]
 fn apache_accepts_the_rendered_vhosts() {
-    check("apache", ArtifactKind::ApacheVhost, apache_test);
+    check("apache", ArtifactKind::ApacheVhost, apache_test, (4, 2));
 }
 
 #[test]

@@ -161,6 +161,17 @@ reasons! {
     TlsPathsForbidden => "tls_paths_forbidden",
     /// `tls.mode = letsencrypt` without an account address.
     TlsEmailRequired => "tls_email_required",
+    /// `chat.cms_origin` is not `http://` + a loopback address + a port.
+    BadCmsOrigin => "bad_cms_origin",
+    /// `chat.public_origin` is not `http(s)://` + a lowercase hostname, with nothing after it.
+    BadPublicOrigin => "bad_public_origin",
+    /// The CMS's host is also a site's domain, preproduction host or alias.
+    ChatHostCollision => "chat_host_collision",
+    /// `chat.public_origin` is `http://` while production is served over TLS (every plain
+    /// request would be redirected to an origin the editor's browser does not use).
+    ChatOriginScheme => "chat_origin_scheme",
+    /// A chat block with a web server whose vhost for the CMS Atelier does not render.
+    ChatWebServer => "chat_web_server",
 }
 
 impl fmt::Display for Reason {
@@ -410,6 +421,8 @@ pub struct Declaration {
     pub limits: Limits,
     /// sited's resource caps, when declared.
     pub resources: Resources,
+    /// The CMS's AI chat runtime, when the instance serves one.
+    pub chat: Option<Chat>,
 }
 
 /// The CMS engine paired with the instance.
@@ -569,6 +582,22 @@ pub struct Agent {
     pub openai_model: Option<String>,
     /// systemctl, when not `/usr/bin/systemctl`.
     pub systemctl_bin: Option<PathBuf>,
+}
+
+/// The CMS editor's AI chat runtime (`atelier-chatd`), served on the CMS's own host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chat {
+    /// Where the CMS listens on this machine: `http://<loopback address>:<port>`. chatd asks it
+    /// who a session cookie belongs to and reads content through it; the CMS's vhost proxies
+    /// everything but the chat routes to it.
+    pub cms_origin: String,
+    /// The origin the editor's browser uses: `http(s)://<host>`.
+    pub public_origin: String,
+    /// The host of [`Chat::public_origin`]: the CMS's vhost answers it.
+    pub host: String,
+    /// The root-only file holding chatd's master key (base64 of 32 bytes), minted by apply
+    /// when absent and never rewritten.
+    pub master_key: PathBuf,
 }
 
 /// Operational limits; each is absent unless declared.

@@ -236,6 +236,38 @@ pub fn sited_service_unit(inst: &InstanceName) -> String {
     format!("{PROJECT}-sited@{inst}.service")
 }
 
+/// The socket unit that starts the instance's chat runtime: `atelier-chatd@<inst>.socket`.
+pub fn chatd_socket_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd@{inst}.socket")
+}
+
+/// The chat runtime's service unit: `atelier-chatd@<inst>.service`.
+pub fn chatd_service_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd@{inst}.service")
+}
+
+/// The timer that purges deleted conversations: `atelier-chatd-purge@<inst>.timer`.
+pub fn chatd_purge_timer_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd-purge@{inst}.timer")
+}
+
+/// The purge the timer starts: `atelier-chatd-purge@<inst>.service`.
+pub fn chatd_purge_service_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd-purge@{inst}.service")
+}
+
+/// The chat runtime's dynamic user, shared by its service and its purge so both own its
+/// state: `atelier-chatd-<inst>`. Also the name of its folder below `/var/lib`.
+pub fn chatd_user(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd-{inst}")
+}
+
+/// The CMS's vhost file name: `atelier-<inst>.cms.conf` (a slug has no dot, so no site's
+/// vhost can be named so).
+pub fn chat_vhost_file(inst: &InstanceName) -> String {
+    format!("{PROJECT}-{inst}.cms.conf")
+}
+
 /// The prefix every per-site unit of the instance starts with: `atelier-<inst>-s`.
 ///
 /// A prefix alone does not tell instances apart (`atelier-a-s` begins instance `a-s1`'s units

@@ -71,6 +71,15 @@ pub const SERVICE_TOKEN: &str = "SERVICE_TOKEN";
 /// The Publication API key's credential id, when `publication_api.key_path` is declared.
 pub const PUBLICATION_API_KEY: &str = "PUBLICATION_API_KEY";
 
+/// The token the CMS's web server shows chatd, minted by the provisioner.
+pub const CHATD_SERVICE_TOKEN: &str = "CHATD_SERVICE_TOKEN";
+/// chatd's master key's credential id (the file is declared as `chat.master_key`).
+pub const CHATD_MASTER_KEY: &str = "CHATD_MASTER_KEY";
+/// chatd's socket in the runtime dir.
+pub const CHATD_SOCKET_FILE: &str = "chatd.sock";
+/// The web server's include that shows chatd the service token (root's alone).
+pub const CHAT_PROXY_AUTH_FILE: &str = "chat-proxy-auth.conf";
+
 /// Every door run's memory cap (`MemoryMax=`).
 pub const RUN_MEMORY_MAX: &str = "2G";
 /// Every door run's CPU cap (`CPUQuota=`).
@@ -378,6 +387,10 @@ pub enum Role {
     AcmeWebroot,
     /// certbot's deploy hook that applies the declaration again (only with `letsencrypt`).
     RenewalHook,
+    /// chatd's socket: the web server's group connects to it.
+    ChatSocket,
+    /// The web server's include carrying chatd's service token.
+    ChatProxyAuth,
 }
 
 /// One row of the mode matrix: a role's owner, group, mode and kind.
@@ -477,6 +490,10 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::AcmeWebroot, Root, Root, 0o755, D),
     // certbot runs it as root; nobody else may change what it runs.
     rule(Role::RenewalHook, Root, Root, 0o755, F),
+    // chatd receives it from PID 1 and never opens the path; only the web server connects.
+    rule(Role::ChatSocket, Root, WebGroup, 0o660, S),
+    // The web server reads its configuration as root; nobody else may read the token.
+    rule(Role::ChatProxyAuth, Root, Root, 0o600, F),
 ];
 
 /// The mode matrix's row for `role`.
@@ -681,7 +698,13 @@ impl<'d> Layout<'d> {
     /// Where certbot puts a site's certificate chain and key:
     /// `/etc/letsencrypt/live/<domain>/{fullchain,privkey}.pem`.
     pub fn letsencrypt_certificate(&self, site: &Site) -> LiveCertificate {
-        let live = Path::new(LETSENCRYPT_DIR).join("live").join(&site.domain);
+        self.letsencrypt_certificate_for(&site.domain)
+    }
+
+    /// Where certbot puts the certificate of any `domain` the instance serves (a site's, or the
+    /// CMS's host).
+    pub fn letsencrypt_certificate_for(&self, domain: &str) -> LiveCertificate {
+        let live = Path::new(LETSENCRYPT_DIR).join("live").join(domain);
         LiveCertificate {
             fullchain: live.join("fullchain.pem"),
             privkey: live.join("privkey.pem"),
@@ -709,6 +732,30 @@ impl<'d> Layout<'d> {
     /// `/run/atelier/<inst>/gate-s<k>/decisions.sock`.
     pub fn gate_decisions_socket_path(&self, k: SiteOrdinal) -> PathBuf {
         gate_decisions_socket_path(self.instance(), k)
+    }
+
+    /// `/run/atelier/<inst>/chatd.sock`.
+    pub fn chatd_socket_path(&self) -> PathBuf {
+        self.runtime_dir().join(CHATD_SOCKET_FILE)
+    }
+
+    /// `/etc/atelier/<inst>/chat-proxy-auth.conf`.
+    pub fn chat_proxy_auth_path(&self) -> PathBuf {
+        self.config_dir().join(CHAT_PROXY_AUTH_FILE)
+    }
+
+    /// chatd's credentials, id → source file, when a chat block is declared: its service
+    /// token from the credentials dir and the declared master key. Never sited's.
+    pub fn chatd_credential_sources(&self) -> BTreeMap<String, PathBuf> {
+        let mut sources = BTreeMap::new();
+        if let Some(chat) = &self.decl.chat {
+            sources.insert(
+                CHATD_SERVICE_TOKEN.to_owned(),
+                self.credentials_dir().join(CHATD_SERVICE_TOKEN),
+            );
+            sources.insert(CHATD_MASTER_KEY.to_owned(), chat.master_key.clone());
+        }
+        sources
     }
 
     /// `/run/atelier/<inst>/sited.sock`.
@@ -926,11 +973,16 @@ impl<'d> Layout<'d> {
             self.entry(Role::ConfigDir, self.config_dir(), None),
             self.entry(Role::CredentialsDir, self.credentials_dir(), None),
         ];
-        for path in self.credential_sources().into_values() {
+        let mut credentials = self.credential_sources();
+        credentials.extend(self.chatd_credential_sources());
+        for path in credentials.into_values() {
             // Only files in the credentials dir are the provisioner's to assert.
             if path.starts_with(self.credentials_dir()) {
                 out.push(self.entry(Role::Credential, path, None));
             }
+        }
+        if self.decl.chat.is_some() {
+            out.push(self.entry(Role::ChatProxyAuth, self.chat_proxy_auth_path(), None));
         }
         out.extend([
             self.entry(Role::DeclarationFile, self.declaration_path(), None),
@@ -992,6 +1044,9 @@ impl<'d> Layout<'d> {
             self.entry(Role::RuntimeDir, self.runtime_dir(), None),
             self.entry(Role::SitedSocket, self.sited_socket_path(), None),
         ]);
+        if self.decl.chat.is_some() {
+            out.push(self.entry(Role::ChatSocket, self.chatd_socket_path(), None));
+        }
         for &(k, _) in sites {
             for door in Door::ALL {
                 out.push(self.entry(Role::DoorSocket, self.door_socket_path(k, door), Some(k)));
@@ -1035,6 +1090,16 @@ impl<'d> Layout<'d> {
         ] {
             out.push(self.entry(Role::UnitFile, self.unit_path(&unit), None));
         }
+        if self.decl.chat.is_some() {
+            for unit in [
+                names::chatd_socket_unit(inst),
+                names::chatd_service_unit(inst),
+                names::chatd_purge_timer_unit(inst),
+                names::chatd_purge_service_unit(inst),
+            ] {
+                out.push(self.entry(Role::UnitFile, self.unit_path(&unit), None));
+            }
+        }
         for &(k, _) in sites {
             for door in Door::ALL {
                 for unit in [
@@ -1063,6 +1128,10 @@ impl<'d> Layout<'d> {
             for file in files {
                 out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), Some(k)));
             }
+        }
+        if self.decl.chat.is_some() {
+            let file = names::chat_vhost_file(inst);
+            out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), None));
         }
         if self.uses_letsencrypt() {
             out.push(self.entry(Role::RenewalHook, self.renewal_hook_path(), None));

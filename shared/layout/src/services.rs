@@ -15,6 +15,10 @@ pub const SHIM_BINARY: &str = "atelier-shim";
 pub const GATE_BINARY: &str = "atelier-gate";
 /// The program a build door runs: a site's install and build steps.
 pub const BUILD_BINARY: &str = "atelier-build";
+/// The CMS editor's AI chat runtime.
+pub const CHATD_BINARY: &str = "atelier-chatd";
+/// chatd's SQLite database, in its state directory.
+pub const CHATD_DATABASE_FILE: &str = "chat.sqlite3";
 /// The provisioner, as certbot's deploy hook runs it.
 pub const PROVISION_BINARY: &str = "atelier-provision";
 

@@ -435,9 +435,34 @@ fn mode_matrix_golden_rows() {
         }
     }
     // 12 units per site (3 doors × socket, target, template + the gate's two sockets and its
-    // service) + sited's 2.
+    // service) + sited's 2 + chatd's socket, service, purge timer and purge service.
     let units = matrix.iter().filter(|e| e.role == Role::UnitFile).count();
-    assert_eq!(units, 2 + 2 * 12);
+    assert_eq!(units, 2 + 2 * 12 + 4);
+    // chatd: only the web server's group connects; its token and include are root's alone; the
+    // declared master key is a credential like any other in the credentials dir.
+    assert_eq!(
+        find("/run/atelier/example/chatd.sock"),
+        ("root", "www-data", 0o660, S)
+    );
+    assert_eq!(
+        find("/etc/atelier/example/chat-proxy-auth.conf"),
+        ("root", "root", 0o600, F)
+    );
+    for credential in ["CHATD_SERVICE_TOKEN", "CHATD_MASTER_KEY"] {
+        assert_eq!(
+            find(&format!("/etc/atelier/example/credentials/{credential}")),
+            ("root", "root", 0o600, F)
+        );
+    }
+    assert_eq!(
+        find("/etc/nginx/sites-available/atelier-example.cms.conf"),
+        ("root", "root", 0o644, F)
+    );
+    // sited is never given chatd's credentials.
+    assert!(!layout
+        .credential_sources()
+        .keys()
+        .any(|id| id.starts_with("CHATD")));
     assert_eq!(
         find("/run/atelier/example/gate-s1/decisions.sock"),
         ("atelier-example", "atelier-example", 0o600, S)

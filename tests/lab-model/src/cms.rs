@@ -1,6 +1,6 @@
 //! TEST FIXTURE, not the CMS: a stand-in for the CMS's own API on loopback, for the tests of
-//! components that ask the CMS who a browser's session belongs to (chatd) and that hand it
-//! results meant for its own editor bridges.
+//! components that ask the CMS who a browser's session belongs to (chatd), that read its
+//! content as the signed-in user, and that hand it results meant for its own editor bridges.
 //!
 //! It knows sessions by their cookie value and answers like the CMS does:
 //! - `GET /admin/api/cms/me`: 200 `{"user":…,"role":…,"capabilities":[…]}` for a known session
@@ -10,15 +10,20 @@
 //!   `ai.tools.write`, 400 without a `bridgeId`); a result for one of the CMS's own editor
 //!   bridges (opened with [`CmsState::open_bridge`]) is answered 200 with what arrived, so a
 //!   test can see a forward end to end; any other bridge id gets the CMS's 404.
+//! - The content routes of [`content`]: data tables, rows (the CMS's own-rows rule applied),
+//!   search, authors, users and media, read from [`CmsState::content`], and `POST` of a new row.
 //!
 //! Every request is recorded whole (method, path, headers, body): a test can count the session
 //! checks ([`CmsState::me_calls`]) and read what a forward carried ([`CmsState::tool_results`]).
 //! Everything else is 404 `{"error":"Not found"}`. More of the CMS's routes join [`handle`]'s
 //! match as tests need them, each reading what it serves from [`CmsState`].
 //!
-//! Two users are built in ([`editor`] and [`client`]) with fixed cookies ([`EDITOR_COOKIE`],
-//! [`CLIENT_COOKIE`]), and [`MFA_PENDING_COOKIE`] names a session waiting for its second factor;
-//! tests add their own users with [`CmsState::add_session`] or [`CmsState::session_for`].
+//! Three users are built in ([`editor`], [`client`] and [`author`]) with fixed cookies
+//! ([`EDITOR_COOKIE`], [`CLIENT_COOKIE`], [`AUTHOR_COOKIE`]), and [`MFA_PENDING_COOKIE`] names a
+//! session waiting for its second factor; tests add their own users with
+//! [`CmsState::add_session`] or [`CmsState::session_for`].
+
+pub mod content;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -33,6 +38,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
+use content::ContentModel;
+
 /// The name of the CMS's session cookie.
 pub const SESSION_COOKIE: &str = "instatic_admin_session";
 
@@ -41,6 +48,12 @@ pub const EDITOR_COOKIE: &str = "lab-editor-session-0000000000000000000000000";
 
 /// The session cookie of the built-in [`client`].
 pub const CLIENT_COOKIE: &str = "lab-client-session-0000000000000000000000000";
+
+/// The session cookie of the built-in [`author`].
+pub const AUTHOR_COOKIE: &str = "lab-author-session-0000000000000000000000000";
+
+/// The session cookie of the built-in [`admin`].
+pub const ADMIN_COOKIE: &str = "lab-admin-session-00000000000000000000000000";
 
 /// A session that exists but has not passed its second factor.
 pub const MFA_PENDING_COOKIE: &str = "lab-mfa-pending-session-000000000000000000000";
@@ -167,6 +180,33 @@ pub fn client() -> CmsUser {
     )
 }
 
+/// The built-in administrator: the editor's site and AI capabilities, and the management of
+/// AI providers and the reading of the AI audit, so they can configure a model of their own.
+pub fn admin() -> CmsUser {
+    let mut capabilities: Vec<&str> = vec!["ai.providers.manage", "ai.audit.read"];
+    let editor = editor();
+    capabilities.extend(editor.capabilities().iter().map(String::as_str));
+    CmsUser::new("usr_lab_admin_0000000", "admin", &capabilities)
+}
+
+/// The built-in author: writes and publishes their own posts only, with the AI's help.
+pub fn author() -> CmsUser {
+    CmsUser::new(
+        "usr_lab_author_000000",
+        "author",
+        &[
+            "ai.chat",
+            "ai.tools.write",
+            "dashboard.read",
+            "content.create",
+            "content.edit.own",
+            "content.publish.own",
+            "media.read",
+            "data.custom.tables.read",
+        ],
+    )
+}
+
 /// What a session cookie stands for.
 #[derive(Debug, Clone)]
 enum Session {
@@ -207,6 +247,7 @@ pub struct CmsState {
     sessions: Mutex<HashMap<String, Session>>,
     bridges: Mutex<HashSet<String>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    content: Mutex<ContentModel>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,11 +256,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl CmsState {
-    /// A stand-in knowing the built-in [`editor`], [`client`] and the MFA-pending session.
+    /// A stand-in knowing the built-in [`editor`], [`client`], [`author`] and the MFA-pending
+    /// session, with the seeded content ([`ContentModel::lab`]).
     pub fn with_lab_users() -> CmsState {
         let state = CmsState::default();
         state.add_session(EDITOR_COOKIE, editor());
         state.add_session(CLIENT_COOKIE, client());
+        state.add_session(AUTHOR_COOKIE, author());
+        state.add_session(ADMIN_COOKIE, admin());
+        *state.content() = ContentModel::lab();
         lock(&state.sessions).insert(MFA_PENDING_COOKIE.to_owned(), Session::MfaPending);
         state
     }
@@ -275,6 +320,12 @@ impl CmsState {
             .filter(|r| r.method == Method::POST && r.path == TOOL_RESULT_PATH)
             .cloned()
             .collect()
+    }
+
+    /// The content the content routes serve; a test may change it (rows a browser would have
+    /// written, a table of its own).
+    pub fn content(&self) -> MutexGuard<'_, ContentModel> {
+        lock(&self.content)
     }
 
     fn session(&self, cookie: Option<&str>) -> Option<Session> {
@@ -334,6 +385,10 @@ pub async fn handle(state: Arc<CmsState>, request: Request) -> Response {
         body,
     };
     lock(&state.requests).push(recorded.clone());
+    if let Some(response) = content::answer(&state, &recorded, parts.uri.query(), cookie.as_deref())
+    {
+        return response;
+    }
     match (&recorded.method, recorded.path.as_str()) {
         (&Method::GET, ME_PATH) => match authenticate(&state, cookie.as_deref()) {
             Ok(user) => json_response(StatusCode::OK, &user.me_body()),

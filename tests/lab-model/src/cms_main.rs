@@ -1,14 +1,15 @@
-//! atelier-lab-cms's entry point: a test stand-in for the CMS's session and tool-result
-//! routes on a loopback address (`--help`).
+//! atelier-lab-cms's entry point: a test stand-in for the CMS's session, content and
+//! tool-result routes on a loopback address (`--help`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-/// TEST FIXTURE: a stand-in for the CMS's `GET /admin/api/cms/me` and
-/// `POST /admin/api/ai/tool-result` on loopback, knowing two users (an editor with the AI
-/// capabilities and a client without them) by fixed session cookies.
+/// TEST FIXTURE: a stand-in for the CMS's `GET /admin/api/cms/me`, its content read routes
+/// (data tables, rows, search, authors, users, media) and `POST /admin/api/ai/tool-result` on
+/// loopback, knowing three users (an editor with the AI capabilities, a client without them and
+/// an author of their own posts) by fixed session cookies, and a small seeded blog.
 #[derive(Debug, Parser)]
 #[command(name = "atelier-lab-cms")]
 struct Args {

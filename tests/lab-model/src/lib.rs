@@ -28,8 +28,9 @@
 //! [`upstream`] (the forwarding to a real model), [`registry`] (the npm packages and their
 //! documents), [`server`] (routing and serving until SIGTERM).
 //!
-//! Beside the model, [`cms`] is a stand-in for the CMS's session check and tool-result route,
-//! served on plain HTTP on loopback by its own binary, `atelier-lab-cms`.
+//! Beside the model, [`cms`] is a stand-in for the CMS's session check, its content read routes
+//! and its tool-result route, served on plain HTTP on loopback by its own binary,
+//! `atelier-lab-cms`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -334,6 +334,8 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
     assert_eq!(fact("locked"), "1,1,1", "{run:?}");
 }
 
+#[path = "provision/chat.rs"]
+mod chat;
 #[path = "provision/package.rs"]
 mod package;
 #[path = "provision/tls.rs"]

@@ -274,17 +274,15 @@ fn a_database_from_a_newer_chatd_is_refused() {
         .unwrap()
         .pragma_update(None, "user_version", 99)
         .unwrap();
+    let known = i64::try_from(MIGRATIONS.len()).unwrap();
     assert!(matches!(
         Store::open(&path),
-        Err(StoreError::NewerSchema {
-            found: 99,
-            known: 4
-        })
+        Err(StoreError::NewerSchema { found: 99, known: k }) if k == known
     ));
     // Reopening a current database migrates nothing twice.
     Connection::open(&path)
         .unwrap()
-        .pragma_update(None, "user_version", 4)
+        .pragma_update(None, "user_version", known)
         .unwrap();
     Store::open(&path).unwrap();
 }
@@ -529,14 +527,14 @@ fn a_user_turn_titles_a_new_conversation_in_the_same_commit_but_never_renames() 
         .create_conversation(ALICE, &new_conversation(Scope::Site, None))
         .unwrap();
     store
-        .append_user_turn(&fresh.id, &text(Role::User, "hello"), "Hello")
+        .append_user_turn(&fresh.id, &text(Role::User, "hello"), "Hello", ALICE)
         .unwrap();
     assert_eq!(
         store.conversation(ALICE, &fresh.id).unwrap().unwrap().title,
         "Hello"
     );
     store
-        .append_user_turn(&fresh.id, &text(Role::User, "again"), "Again")
+        .append_user_turn(&fresh.id, &text(Role::User, "again"), "Again", ALICE)
         .unwrap();
     assert_eq!(
         store.conversation(ALICE, &fresh.id).unwrap().unwrap().title,
@@ -547,7 +545,7 @@ fn a_user_turn_titles_a_new_conversation_in_the_same_commit_but_never_renames() 
         .create_conversation(ALICE, &new_conversation(Scope::Site, Some("Mine")))
         .unwrap();
     store
-        .append_user_turn(&named.id, &text(Role::User, "hi"), "Hi")
+        .append_user_turn(&named.id, &text(Role::User, "hi"), "Hi", ALICE)
         .unwrap();
     assert_eq!(
         store.conversation(ALICE, &named.id).unwrap().unwrap().title,
@@ -612,4 +610,37 @@ fn usage_slots_follow_every_append_and_booking_exactly() {
     assert_eq!(incremental.iter().map(|s| s.3).sum::<i64>(), 100);
     store.rebuild_usage_slots().unwrap();
     assert_eq!(slots(&store), incremental);
+}
+
+#[test]
+fn a_new_database_has_no_content_copy_and_one_that_kept_it_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chatd.sqlite3");
+    drop(Store::open(&path).unwrap());
+    let connection = Connection::open(&path).unwrap();
+    let content_tables = |connection: &Connection| -> i64 {
+        connection
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'content\\_%' ESCAPE '\\'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(content_tables(&connection), 0);
+    // A database made while chatd still kept a copy of the CMS's content has the tables, rows
+    // and all, past the step that no longer makes them.
+    connection
+        .execute_batch(
+            "CREATE TABLE content_collections (id TEXT PRIMARY KEY, position INTEGER NOT NULL,
+                 record_json TEXT NOT NULL);
+             INSERT INTO content_collections VALUES ('t-posts', 0, '{}');",
+        )
+        .unwrap();
+    drop(connection);
+    let store = Store::open(&path).unwrap();
+    store
+        .create_conversation(ALICE, &new_conversation(Scope::Content, None))
+        .unwrap();
+    assert_eq!(content_tables(&Connection::open(&path).unwrap()), 1);
 }

@@ -1,6 +1,6 @@
-//! The content workspace's 15 tools (chat_runtime.md §10.5–10.6): seven reads answered by
-//! chatd from its content store, eight run by the content editor in the browser. Names, shapes
-//! and capability groups are the editor's contract; every description is Atelier's own.
+//! The content workspace's 15 tools: seven reads that chatd answers by asking the CMS as the
+//! chatting user, eight run by the content editor in the browser. Names, shapes and capability
+//! groups are the editor's contract; every description is Atelier's own.
 
 use serde_json::Value;
 
@@ -76,7 +76,7 @@ pub fn tools() -> Vec<ToolSpec> {
             "Read one document in full: every field value, status, author, slug and its dates.",
             document()),
         spec("content_search_documents", Server, false, DOC_READ,
-            "Find documents whose title or slug contains the query, across the content collections (limit 1–100, default 25).",
+            "Find documents whose slug contains the query (the slug follows the title), across the content collections (limit 1–100, default 25).",
             object(vec![("query", s1())], vec![("limit", int_range(1, 100))])),
         spec("content_list_users", Server, false, &["users.manage"],
             "List the users who can be set as authors: id, email, display name and role.",

@@ -1,33 +1,39 @@
 //! The site editor's six server-side reads: documents, breakpoints and design tokens from the
 //! posted snapshot (the latest one the browser sent with a tool result), the CMS's base
-//! module catalogue, and post types and loop sources, whose data tables come from the
-//! content store.
+//! module catalogue, and post types and loop sources, whose data tables the CMS lists for the
+//! chatting user.
 
 use serde_json::{json, Value};
 
 use super::loop_sources::{loop_sources, DataTable, DataTableField};
 use super::snapshot::{DocumentRef, Page, SiteSnapshot};
 use super::tokens::TokenFamily;
-use crate::store::{Store, StoreError};
+use crate::cms::reads::{self, CmsReader, ReadError};
 
-/// Runs site read `name` on `input` (already validated) against `snapshot`; `Err` is the tool's
-/// error text.
-pub fn run(
-    store: &Store,
+/// Runs site read `name` on `input` (already validated) against `snapshot`, asking `cms` for
+/// the data tables where a read needs them; `Err` is the tool's error text.
+pub async fn run(
+    cms: &CmsReader,
     snapshot: &SiteSnapshot,
     name: &str,
     input: &Value,
 ) -> Result<Value, String> {
-    let failed = |error: StoreError| format!("The content store could not be read: {error}");
+    let failed = |error: ReadError| error.for_tool(name);
     match name {
         "site_list_documents" => Ok(list_documents(snapshot)),
         "site_list_modules" => Ok(list_modules(input["category"].as_str())),
         "site_list_tokens" => Ok(json!({"tokens": snapshot
             .tokens()
             .only(input["family"].as_str().and_then(TokenFamily::parse))})),
-        "site_list_post_types" => list_post_types(store).map_err(failed),
-        "site_list_loop_sources" => data_tables(store)
-            .map(|tables| loop_sources(&tables))
+        "site_list_post_types" => cms
+            .tables()
+            .await
+            .map(|tables| list_post_types(&tables))
+            .map_err(failed),
+        "site_list_loop_sources" => cms
+            .tables()
+            .await
+            .map(|tables| loop_sources(&data_tables(tables)))
             .map_err(failed),
         "site_list_breakpoints" => Ok(json!({
             "activeBreakpointId": snapshot.active_breakpoint_id,
@@ -112,49 +118,40 @@ fn list_modules(category: Option<&str>) -> Value {
     json!({ "modules": modules })
 }
 
-fn list_post_types(store: &Store) -> Result<Value, StoreError> {
-    let post_types: Vec<Value> = store
-        .collections()?
-        .into_iter()
-        .filter(|c| !c.route_base.trim().is_empty())
-        .map(|c| {
-            let label = c
-                .plural_label
-                .clone()
-                .filter(|l| !l.is_empty())
-                .unwrap_or_else(|| c.name.clone());
-            json!({"slug": c.slug, "label": label, "routeBase": c.route_base, "kind": c.kind})
-        })
+fn list_post_types(tables: &[reads::DataTable]) -> Value {
+    let post_types: Vec<Value> = tables
+        .iter()
+        .filter(|t| !t.route_base.trim().is_empty())
+        .map(|t| json!({"slug": t.slug, "label": t.label(), "routeBase": t.route_base, "kind": t.kind}))
         .collect();
-    Ok(json!({ "postTypes": post_types }))
+    json!({ "postTypes": post_types })
 }
 
-/// The content store's collections as data tables, with their row counts.
-fn data_tables(store: &Store) -> Result<Vec<DataTable>, StoreError> {
-    let mut tables = Vec::new();
-    for c in store.collections()? {
-        let row_count = store.collection_documents(&c.id)?.len();
-        tables.push(DataTable {
-            fields: c
+/// The CMS's tables as the loop listing takes them.
+fn data_tables(tables: Vec<reads::DataTable>) -> Vec<DataTable> {
+    let optional = |text: String| Some(text).filter(|t| !t.is_empty());
+    tables
+        .into_iter()
+        .map(|t| DataTable {
+            fields: t
                 .fields
-                .iter()
+                .into_iter()
                 .map(|f| DataTableField {
-                    id: f.id.clone(),
-                    label: f.label.clone(),
-                    kind: f.kind.clone(),
-                    target_table_id: f.target_table_id.clone(),
+                    id: f.id,
+                    label: f.label,
+                    kind: f.kind,
+                    target_table_id: f.target_table_id,
                 })
                 .collect(),
-            id: c.id,
-            slug: c.slug,
-            name: c.name,
-            kind: c.kind,
-            singular_label: c.singular_label,
-            plural_label: c.plural_label,
-            primary_field_id: c.primary_field_id,
-            route_base: c.route_base,
-            row_count,
-        });
-    }
-    Ok(tables)
+            id: t.id,
+            slug: t.slug,
+            name: t.name,
+            kind: t.kind,
+            singular_label: optional(t.singular_label),
+            plural_label: optional(t.plural_label),
+            primary_field_id: optional(t.primary_field_id),
+            route_base: t.route_base,
+            row_count: usize::try_from(t.row_count).unwrap_or(usize::MAX),
+        })
+        .collect()
 }

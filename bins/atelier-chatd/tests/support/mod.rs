@@ -1,7 +1,8 @@
 //! What the binary tests share: the chatd binary started as a developer starts it (a read-only
-//! master key file, a token file, providers on loopback), killed with SIGKILL or stopped, a
-//! scripted provider server that records every request, and the CMS stand-in that knows every
-//! test user's session.
+//! master key file, a token file, providers on loopback), killed with SIGKILL or stopped, or
+//! chatd served in process over the shared tool loop; a scripted provider server that records
+//! every request, with the Anthropic rounds it plays; and the CMS stand-in that knows every test
+//! user's session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
@@ -12,14 +13,19 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use atelier_chatd::auth::Caller;
+use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
+use atelier_chatd::store::{Conversation, Store};
+use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
 use atelier_lab_model::cms::{CmsState, LabCms, SESSION_COOKIE};
+use atelier_llm::{AnthropicDriver, Driver, Endpoint, ProviderKind};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -107,6 +113,16 @@ pub struct Scripted {
 }
 
 impl Scripted {
+    /// The body of every request seen so far, oldest first.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.body.clone())
+            .collect()
+    }
+
     /// The requests seen so far on `path` (query included).
     pub fn requests_to(&self, path: &str) -> Vec<Seen> {
         self.seen
@@ -198,6 +214,106 @@ pub fn anthropic_frames(events: &[Value]) -> Vec<String> {
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
         .collect()
+}
+
+/// One Anthropic model round that calls `tool` with `input` (call id `id`).
+pub fn tool_round(id: &str, tool: &str, input: &Value) -> Vec<String> {
+    anthropic_frames(&[
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+               "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": tool, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+/// One Anthropic model round that says `text` and ends the turn.
+pub fn text_round(text: &str) -> Vec<String> {
+    anthropic_frames(&[
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+               "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 8}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+/// The result of the last tool call in a Messages request `body`, as the model reads it.
+pub fn last_tool_result(body: &Value) -> String {
+    let messages = body["messages"].as_array().unwrap();
+    messages.last().unwrap()["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Every conversation talks to the Anthropic driver at `base_url` (a [`scripted`] server).
+pub struct ScriptedProviders {
+    pub base_url: String,
+}
+
+impl Providers for ScriptedProviders {
+    fn prepare(&self, _: &Caller, _: &Conversation) -> PrepareFuture {
+        let endpoint = Endpoint::new(
+            reqwest::Client::new(),
+            self.base_url.clone(),
+            Some("k".into()),
+        );
+        let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(endpoint));
+        Box::pin(async move {
+            Ok(ProviderSetup {
+                kind: ProviderKind::Ollama,
+                driver,
+                capabilities: ProviderKind::Anthropic.static_capabilities(),
+            })
+        })
+    }
+}
+
+/// chatd served in process on `dir/chatd.sock` (its database beside it), asking the CMS at
+/// `cms_origin`, its turns run by the shared tool loop over the whole catalogue with the model
+/// at `provider_url`; the socket.
+pub fn serve_in_process(dir: &Path, cms_origin: String, provider_url: &str) -> PathBuf {
+    let socket = dir.join("chatd.sock");
+    let settings = RawSettings {
+        database: Some(dir.join("chat.sqlite3")),
+        public_origins: vec![ORIGIN.into()],
+        service_token: Some(TOKEN.into()),
+        openrouter_url: Some("http://127.0.0.1:9".into()),
+        cms_origin: Some(cms_origin),
+        ..RawSettings::default()
+    }
+    .validate()
+    .unwrap();
+    let store = Arc::new(Store::open(&settings.database).unwrap());
+    let runner = LoopRunner::new(
+        Arc::new(ScriptedProviders {
+            base_url: provider_url.to_owned(),
+        }),
+        atelier_chatd::tools::catalogue(),
+    );
+    let router = Router::new(&settings, store, Arc::new(runner));
+    serve_router(router, &socket);
+    socket
+}
+
+/// Serves `router` on a unix socket bound at `socket`, in the current runtime, until the test
+/// ends.
+pub fn serve_router(router: Router, socket: &Path) {
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(atelier_http::serve(
+        listener.into(),
+        move |request| {
+            let router = router.clone();
+            async move { router.handle(request).await }
+        },
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
 }
 
 /// chat/completions SSE frames for `chunks`, with `[DONE]` unless the stream hangs.

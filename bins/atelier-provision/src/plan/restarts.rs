@@ -127,7 +127,7 @@ impl Planner<'_> {
     }
 }
 
-/// The service units of the daemons a plan may restart: sited's, then each site's gate's.
+/// The service units of the daemons a plan may restart: sited's, each site's gate's, chatd's.
 pub fn daemon_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
     daemons(layout, sites).into_iter().map(|d| d.unit).collect()
 }
@@ -157,7 +157,7 @@ fn site_run_stems(layout: &Layout<'_>, k: SiteOrdinal) -> Vec<String> {
         .collect()
 }
 
-/// sited, then each site's gate.
+/// sited, then each site's gate, then the chat runtime when one is declared.
 fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
     let inst = layout.instance();
     let sited_unit = names::sited_service_unit(inst);
@@ -190,6 +190,21 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
             inputs,
             runs_as_service_user: false,
             serves: site_run_stems(layout, k),
+        });
+    }
+    if layout.declaration().chat.is_some() {
+        // chatd drains its turns when stopped; it serves no door run.
+        let unit = names::chatd_service_unit(inst);
+        let mut inputs = vec![
+            layout.bin_path(services::CHATD_BINARY),
+            layout.unit_path(&unit),
+        ];
+        inputs.extend(layout.chatd_credential_sources().into_values());
+        daemons.push(Daemon {
+            unit,
+            inputs,
+            runs_as_service_user: false,
+            serves: Vec::new(),
         });
     }
     daemons

@@ -35,11 +35,19 @@ template!(
     "units",
     "atelier-gate-decisions.socket.in"
 );
+template!(CHATD_SOCKET, "units", "atelier-chatd.socket.in");
+template!(CHATD_SERVICE, "units", "atelier-chatd.service.in");
+template!(CHATD_PURGE_TIMER, "units", "atelier-chatd-purge.timer.in");
+template!(
+    CHATD_PURGE_SERVICE,
+    "units",
+    "atelier-chatd-purge.service.in"
+);
 template!(TMPFILES, "tmpfiles", "atelier.conf.in");
 template!(POLKIT_RULE, "polkit", "atelier.rules.in");
 
 /// Every template, for the test that each one's placeholders are filled.
-pub const ALL: [Template; 10] = [
+pub const ALL: [Template; 14] = [
     SITED_SOCKET,
     SITED_SERVICE,
     DOOR_SOCKET,
@@ -48,6 +56,10 @@ pub const ALL: [Template; 10] = [
     GATE_SOCKET,
     GATE_SERVICE,
     GATE_DECISIONS_SOCKET,
+    CHATD_SOCKET,
+    CHATD_SERVICE,
+    CHATD_PURGE_TIMER,
+    CHATD_PURGE_SERVICE,
     TMPFILES,
     POLKIT_RULE,
 ];

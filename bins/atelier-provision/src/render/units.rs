@@ -3,10 +3,10 @@
 
 use std::fmt::Write as _;
 
-use atelier_layout::declaration::Site;
+use atelier_layout::declaration::{Chat, Site};
 use atelier_layout::names::{self, Door};
 use atelier_layout::paths::{mode_rule, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX};
-use atelier_layout::services::{self, env, DOOR_ENV, WORKDIR_ENV};
+use atelier_layout::services::{self, env, CHATD_DATABASE_FILE, DOOR_ENV, WORKDIR_ENV};
 use atelier_layout::{Layout, SiteOrdinal};
 
 use super::template::{self, fill};
@@ -98,7 +98,99 @@ pub(super) fn render(
             &gate_service(layout, k)?,
         ));
     }
+    if let Some(chat) = &layout.declaration().chat {
+        for (name, body) in [
+            (names::chatd_socket_unit(inst), chatd_socket(layout)?),
+            (
+                names::chatd_service_unit(inst),
+                chatd_service(layout, chat)?,
+            ),
+            (
+                names::chatd_purge_timer_unit(inst),
+                fill(
+                    template::CHATD_PURGE_TIMER,
+                    &[("INSTANCE", inst.to_string())],
+                )?,
+            ),
+            (
+                names::chatd_purge_service_unit(inst),
+                chatd_purge_service(layout)?,
+            ),
+        ] {
+            out.push(unit(&name, ArtifactKind::Chat, &body));
+        }
+    }
     Ok(())
+}
+
+fn chatd_socket(layout: &Layout<'_>) -> Result<String, RenderError> {
+    let (user, group, mode) = owned(layout, Role::ChatSocket, None);
+    fill(
+        template::CHATD_SOCKET,
+        &[
+            ("INSTANCE", layout.instance().to_string()),
+            ("CHATD_SOCKET_PATH", safe_path(&layout.chatd_socket_path())?),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::RuntimeDir)),
+        ],
+    )
+}
+
+/// The values chatd's service and its purge share: who they run as, which database, and the
+/// instance trees hidden from both.
+fn chatd_common(layout: &Layout<'_>) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let inst = layout.instance();
+    let user = names::chatd_user(inst);
+    Ok(vec![
+        ("INSTANCE", inst.to_string()),
+        (
+            "CHATD_BIN",
+            safe_path(&layout.binary(services::CHATD_BINARY))?,
+        ),
+        ("DATABASE", format!("/var/lib/{user}/{CHATD_DATABASE_FILE}")),
+        ("CHATD_USER", user),
+        ("STATE_DIR", safe_path(&layout.state_dir())?),
+        ("CONFIG_DIR", safe_path(&layout.config_dir())?),
+    ])
+}
+
+fn chatd_service(layout: &Layout<'_>, chat: &Chat) -> Result<String, RenderError> {
+    let inst = layout.instance();
+    let mut credentials = String::new();
+    for (id, source) in layout.chatd_credential_sources() {
+        check_credential_id(&id)?;
+        writeln!(credentials, "LoadCredential={id}:{}", safe_path(&source)?).ok();
+    }
+    let mut values = chatd_common(layout)?;
+    values.extend([
+        ("CHATD_SOCKET_UNIT", names::chatd_socket_unit(inst)),
+        ("PUBLIC_ORIGIN", origin(&chat.public_origin)?),
+        ("CMS_ORIGIN", origin(&chat.cms_origin)?),
+        ("LOAD_CREDENTIALS", credentials),
+    ]);
+    fill(template::CHATD_SERVICE, &values)
+}
+
+fn chatd_purge_service(layout: &Layout<'_>) -> Result<String, RenderError> {
+    fill(template::CHATD_PURGE_SERVICE, &chatd_common(layout)?)
+}
+
+/// An origin as a unit's `Environment=` value: the declaration's grammars allow only
+/// `http(s)://`, host characters, `:`, digits and IPv6 brackets; held again here.
+fn origin(value: &str) -> Result<String, RenderError> {
+    let ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '/' | '.' | '-' | '[' | ']'));
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(RenderError::UnsafeValue {
+            what: format!("origin {value:?}"),
+            why: "an origin is a scheme, a host and a port, nothing else",
+        })
+    }
 }
 
 fn sited_socket(layout: &Layout<'_>) -> Result<String, RenderError> {

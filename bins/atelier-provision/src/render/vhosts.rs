@@ -24,7 +24,7 @@ use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 /// Whether a letsencrypt site's certificate is rendered as present (the TLS server exists) or
 /// awaited (only the ACME challenge is served).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Certificate {
+pub(super) enum Certificate {
     Present,
     Awaited,
 }
@@ -101,7 +101,8 @@ struct SiteView {
     auth: Option<(String, String)>,
 }
 
-enum Tls {
+/// How a production host is served over TLS, as declared.
+pub(super) enum Tls {
     Letsencrypt {
         account: String,
         certificate: String,
@@ -118,13 +119,13 @@ enum Tls {
     None,
 }
 
-impl SiteView {
-    fn new(layout: &Layout<'_>, site: &Site) -> Result<Self, RenderError> {
-        let decl = layout.declaration();
-        let tls_decl = &decl.serving.prod.tls;
-        let tls = match tls_decl.mode {
+impl Tls {
+    /// How production's TLS, as declared, serves `domain` (a site's, or the CMS's host).
+    pub(super) fn of(layout: &Layout<'_>, domain: &str) -> Result<Tls, RenderError> {
+        let tls_decl = &layout.declaration().serving.prod.tls;
+        Ok(match tls_decl.mode {
             TlsMode::Letsencrypt => {
-                let live = layout.letsencrypt_certificate(site);
+                let live = layout.letsencrypt_certificate_for(domain);
                 Tls::Letsencrypt {
                     account: tls_decl.account_email.clone().unwrap_or_default(),
                     certificate: safe_path(&live.fullchain)?,
@@ -141,7 +142,14 @@ impl SiteView {
                 _ => Tls::None,
             },
             TlsMode::None => Tls::None,
-        };
+        })
+    }
+}
+
+impl SiteView {
+    fn new(layout: &Layout<'_>, site: &Site) -> Result<Self, RenderError> {
+        let decl = layout.declaration();
+        let tls = Tls::of(layout, &site.domain)?;
         let auth_decl = &decl.serving.preprod.auth;
         let auth = match auth_decl.mode {
             AuthMode::Htpasswd => Some((
@@ -185,39 +193,43 @@ impl SiteView {
             inst = self.instance,
         )
     }
+}
 
-    /// The production header's lines about a letsencrypt certificate: how it is obtained and,
-    /// while it is awaited, what this file is.
-    fn letsencrypt_comment(&self, out: &mut String, certificate: Certificate) {
-        let Tls::Letsencrypt {
-            account,
-            certificate: chain,
-            key,
-            webroot,
-            hook,
-        } = &self.tls
-        else {
-            return;
-        };
+/// A production header's lines about a letsencrypt certificate: how it is obtained and, while
+/// it is awaited, what this file is.
+pub(super) fn letsencrypt_comment(
+    out: &mut String,
+    domain: &str,
+    tls: &Tls,
+    certificate: Certificate,
+) {
+    let Tls::Letsencrypt {
+        account,
+        certificate: chain,
+        key,
+        webroot,
+        hook,
+    } = tls
+    else {
+        return;
+    };
+    write!(
+        out,
+        "# Certificate: ACME account {account}, obtained with\n\
+         #   certbot certonly --webroot -w {webroot} -d {domain} -m {account} \\\n\
+         #     --deploy-hook {hook}\n\
+         # and not with certbot's nginx or apache installer, which would edit this file: the\n\
+         # hook applies the declaration again, which renders the TLS server once the\n\
+         # certificate exists, and reloads the web server after each renewal.\n"
+    )
+    .ok();
+    if certificate == Certificate::Awaited {
         write!(
             out,
-            "# Certificate: ACME account {account}, obtained with\n\
-             #   certbot certonly --webroot -w {webroot} -d {domain} -m {account} \\\n\
-             #     --deploy-hook {hook}\n\
-             # and not with certbot's nginx or apache installer, which would edit this file: the\n\
-             # hook applies the declaration again, which renders the TLS server once the\n\
-             # certificate exists, and reloads the web server after each renewal.\n",
-            domain = self.domain
+            "# WAITING FOR THE CERTIFICATE: {chain} and {key} do not exist yet, so this\n\
+             # serves only the ACME challenge; the next apply renders the TLS server.\n"
         )
         .ok();
-        if certificate == Certificate::Awaited {
-            write!(
-                out,
-                "# WAITING FOR THE CERTIFICATE: {chain} and {key} do not exist yet, so this\n\
-                 # serves only the ACME challenge; the next apply renders the TLS server.\n"
-            )
-            .ok();
-        }
     }
 }
 
@@ -268,11 +280,16 @@ fn nginx_acme(out: &mut String, webroot: &str) {
     .ok();
 }
 
-fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
-    let domain = &site.domain;
-    let mut out = site.header("Production", domain);
-    site.letsencrypt_comment(&mut out, certificate);
-    let scheme = site.prod_scheme();
+/// A production host's nginx servers under `tls`: port 80 (the ACME challenge with letsencrypt,
+/// then a redirect once there is a TLS server) and, with a certificate, the TLS server. `serve`
+/// writes what the host serves: a site's release, or the CMS and its chat runtime.
+pub(super) fn nginx_servers(
+    out: &mut String,
+    domain: &str,
+    tls: &Tls,
+    certificate: Certificate,
+    serve: &dyn Fn(&mut String),
+) {
     let plain = format!(
         "server {{\n\
          \x20   listen 80;\n\
@@ -280,16 +297,16 @@ fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
          \x20   server_name {domain};\n"
     );
     // The certificate and key of the TLS server, when there is one.
-    let tls = match (&site.tls, certificate) {
+    let tls = match (tls, certificate) {
         (Tls::None, _) => {
             out.push_str(&plain);
-            nginx_serving(&mut out, &site.prod_root);
+            serve(out);
             out.push_str("}\n");
             None
         }
         (Tls::Letsencrypt { webroot, .. }, Certificate::Awaited) => {
             out.push_str(&plain);
-            nginx_acme(&mut out, webroot);
+            nginx_acme(out, webroot);
             // Production is declared over TLS only: nothing else is served in plain HTTP, and
             // a redirect would point at a server that does not exist yet.
             out.push_str(
@@ -310,7 +327,7 @@ fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
             Certificate::Present,
         ) => {
             out.push_str(&plain);
-            nginx_acme(&mut out, webroot);
+            nginx_acme(out, webroot);
             Some((chain, key))
         }
         (Tls::Files { certificate, key }, _) => {
@@ -335,9 +352,19 @@ fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
              \x20   ssl_session_timeout 1d;\n"
         )
         .ok();
-        nginx_serving(&mut out, &site.prod_root);
+        serve(out);
         out.push_str("}\n");
     }
+}
+
+fn nginx_prod(site: &SiteView, certificate: Certificate) -> String {
+    let domain = &site.domain;
+    let mut out = site.header("Production", domain);
+    letsencrypt_comment(&mut out, domain, &site.tls, certificate);
+    let scheme = site.prod_scheme();
+    nginx_servers(&mut out, domain, &site.tls, certificate, &|out| {
+        nginx_serving(out, &site.prod_root)
+    });
     for alias in &site.aliases {
         write!(
             out,
@@ -463,7 +490,7 @@ fn apache_acme(out: &mut String, site: &SiteView, webroot: &str, certificate: Ce
 fn apache_prod(site: &SiteView, certificate: Certificate) -> String {
     let domain = &site.domain;
     let mut out = site.header("Production", domain);
-    site.letsencrypt_comment(&mut out, certificate);
+    letsencrypt_comment(&mut out, &site.domain, &site.tls, certificate);
     match &site.tls {
         Tls::None => apache_serving(&mut out, site, 80, None),
         Tls::Files { certificate, key } => {

@@ -209,6 +209,43 @@ pub(crate) fn provider_url(value: &str) -> Result<String, Refusal> {
     Ok(value.to_owned())
 }
 
+/// Where the CMS listens on this machine: `http://` + a loopback IP address + `:` + a port, and
+/// nothing else. chatd sends browsers' session cookies there, so it must never be a host name a
+/// resolver could point elsewhere.
+pub(crate) fn cms_origin(value: &str) -> Result<String, Refusal> {
+    let refuse = || {
+        Err((
+            Reason::BadCmsOrigin,
+            format!(
+                "{value:?} must be http://<loopback address>:<port>, e.g. http://127.0.0.1:3001"
+            ),
+        ))
+    };
+    let Some(authority) = value.strip_prefix("http://") else {
+        return refuse();
+    };
+    match authority.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.ip().is_loopback() && addr.port() != 0 => Ok(value.to_owned()),
+        _ => refuse(),
+    }
+}
+
+/// The origin an editor's browser uses for the CMS: `https://<host>` or `http://<host>`, the
+/// host a lowercase hostname, no port, path or trailing slash (the browser's `Origin` header
+/// has none).
+pub(crate) fn public_origin(value: &str) -> Result<String, Refusal> {
+    let host = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"));
+    match host.map(domain) {
+        Some(Ok(_)) => Ok(value.to_owned()),
+        _ => Err((
+            Reason::BadPublicOrigin,
+            format!("{value:?} must be https://<host> (or http://<host>) with no port or path"),
+        )),
+    }
+}
+
 /// The host of a URL [`provider_url`] accepted.
 pub(crate) fn url_host(value: &str) -> &str {
     let rest = value.split_once("://").map_or(value, |(_, rest)| rest);

@@ -23,6 +23,15 @@ pub(crate) struct RawDeclaration {
     pub secrets: Option<BTreeMap<String, String>>,
     pub limits: Option<RawLimits>,
     pub resources: Option<RawResources>,
+    pub chat: Option<RawChat>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawChat {
+    pub cms_origin: Option<String>,
+    pub public_origin: Option<String>,
+    pub master_key: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

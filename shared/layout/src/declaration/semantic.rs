@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode};
+use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode, WebServer};
 use crate::names::{self, parse_site_identity, Door};
 use crate::paths::{overlaps, Layout};
 
@@ -226,7 +226,54 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         }
     }
 
+    chat(decl, issues);
     trees(decl, issues);
+}
+
+/// The chat block: the CMS's host is its own (no site answers it), its scheme matches how the
+/// vhost serves it, and its vhost is one Atelier renders.
+fn chat(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let Some(chat) = &decl.chat else { return };
+    let at = JsonPath::default().key("chat");
+    let layout = Layout::new(decl);
+    let taken = decl.sites.iter().find_map(|site| {
+        let preprod = decl
+            .serving
+            .preprod
+            .enabled
+            .then(|| layout.preprod_domain(site));
+        (site.domain == chat.host || preprod.as_deref() == Some(chat.host.as_str()))
+            .then(|| format!("site {:?}", site.slug))
+    });
+    let taken = taken.or_else(|| {
+        decl.serving
+            .aliases
+            .contains_key(&chat.host)
+            .then(|| "an alias".to_owned())
+    });
+    if let Some(owner) = taken {
+        issues.push(Issue::new(
+            &at.key("public_origin"),
+            Reason::ChatHostCollision,
+            format!("{} is already served for {owner}", chat.host),
+        ));
+    }
+    if decl.serving.prod.tls.mode != TlsMode::None && chat.public_origin.starts_with("http://") {
+        issues.push(Issue::new(
+            &at.key("public_origin"),
+            Reason::ChatOriginScheme,
+            "must be https:// while serving.prod.tls serves over TLS: the CMS's vhost \
+             redirects plain HTTP there"
+                .to_owned(),
+        ));
+    }
+    if decl.web.server != WebServer::Nginx {
+        issues.push(Issue::new(
+            &at,
+            Reason::ChatWebServer,
+            "needs web.server nginx: the CMS's vhost is rendered for nginx only".to_owned(),
+        ));
+    }
 }
 
 /// A tree that must be kept apart from others, and the key that placed it.
@@ -383,6 +430,9 @@ fn credential_files(decl: &Declaration, layout: &Layout<'_>) -> Vec<(JsonPath, P
             auth_at.key("users").index(index).key("password_file"),
             user.password_file.clone(),
         ));
+    }
+    if let Some(chat) = &decl.chat {
+        files.push((root.key("chat").key("master_key"), chat.master_key.clone()));
     }
     if let Some(key) = &decl.serving.prod.tls.key {
         files.push((

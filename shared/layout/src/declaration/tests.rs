@@ -72,6 +72,19 @@ fn openai(doc: &mut Value) {
 }
 
 /// Switches the base to the driver pi with an OpenAI-compatible model.
+/// Adds a valid chat block.
+fn chat(doc: &mut Value) {
+    set(
+        doc,
+        "/chat",
+        json!({
+            "cms_origin": "http://127.0.0.1:3001",
+            "public_origin": "https://cms.example.org",
+            "master_key": "/etc/atelier/example/credentials/CHATD_MASTER_KEY"
+        }),
+    );
+}
+
 fn pi(doc: &mut Value) {
     openai(doc);
     set(doc, "/agent/driver", json!("pi"));
@@ -718,6 +731,106 @@ const CASES: &[Case] = &[
     // Several phases at once: all reported together (the cross-field rules run once every
     // value is typed, which dropping unknown keys allows).
     (
+        "chat: the CMS origin is a hostname, not a loopback address",
+        |d| {
+            chat(d);
+            set(d, "/chat/cms_origin", json!("http://localhost:3001"));
+        },
+        &[("chat.cms_origin", Reason::BadCmsOrigin)],
+    ),
+    (
+        "chat: the CMS origin is a public address",
+        |d| {
+            chat(d);
+            set(d, "/chat/cms_origin", json!("http://198.18.0.1:3001"));
+        },
+        &[("chat.cms_origin", Reason::BadCmsOrigin)],
+    ),
+    (
+        "chat: the CMS origin has no port",
+        |d| {
+            chat(d);
+            set(d, "/chat/cms_origin", json!("http://127.0.0.1"));
+        },
+        &[("chat.cms_origin", Reason::BadCmsOrigin)],
+    ),
+    (
+        "chat: the public origin carries a path",
+        |d| {
+            chat(d);
+            set(
+                d,
+                "/chat/public_origin",
+                json!("https://cms.example.org/admin"),
+            );
+        },
+        &[("chat.public_origin", Reason::BadPublicOrigin)],
+    ),
+    (
+        "chat: the public origin is a site's domain",
+        |d| {
+            chat(d);
+            set(d, "/chat/public_origin", json!("https://www.example.org"));
+        },
+        &[("chat.public_origin", Reason::ChatHostCollision)],
+    ),
+    (
+        "chat: the public origin is a site's preproduction host",
+        |d| {
+            chat(d);
+            set(
+                d,
+                "/chat/public_origin",
+                json!("https://pre.www.example.org"),
+            );
+        },
+        &[("chat.public_origin", Reason::ChatHostCollision)],
+    ),
+    (
+        "chat: the public origin is an alias",
+        |d| {
+            chat(d);
+            set(d, "/chat/public_origin", json!("https://example.org"));
+        },
+        &[("chat.public_origin", Reason::ChatHostCollision)],
+    ),
+    (
+        "chat: plain http while production is TLS",
+        |d| {
+            chat(d);
+            set(d, "/chat/public_origin", json!("http://cms.example.org"));
+        },
+        &[("chat.public_origin", Reason::ChatOriginScheme)],
+    ),
+    (
+        "chat: served by apache",
+        |d| {
+            chat(d);
+            set(d, "/web/server", json!("apache"));
+        },
+        &[("chat", Reason::ChatWebServer)],
+    ),
+    (
+        "chat: the master key inline and no CMS origin",
+        |d| {
+            chat(d);
+            set(d, "/chat/master_key", json!("c2VjcmV0LVBMQU5URUQ="));
+            remove(d, "/chat/cms_origin");
+        },
+        &[
+            ("chat.master_key", Reason::InlineCredential),
+            ("chat.cms_origin", Reason::MissingKey),
+        ],
+    ),
+    (
+        "chat: the master key inside a webspace",
+        |d| {
+            chat(d);
+            set(d, "/chat/master_key", json!("/srv/www/www.example.org/key"));
+        },
+        &[("chat.master_key", Reason::ExposedCredential)],
+    ),
+    (
         "inline secret, unknown key and duplicate slug together",
         |d| {
             set(d, "/engine/api_token", json!("PLANTED"));
@@ -737,6 +850,24 @@ fn the_base_is_valid() {
     let decl = Declaration::parse(&base().to_string()).unwrap();
     assert_eq!(decl.instance.as_str(), "example");
     assert_eq!(decl.sites.len(), 2);
+    assert_eq!(decl.chat, None);
+}
+
+#[test]
+fn a_chat_block_is_read_with_its_host() {
+    let mut doc = base();
+    chat(&mut doc);
+    let chat = Declaration::parse(&doc.to_string()).unwrap().chat.unwrap();
+    assert_eq!(chat.cms_origin, "http://127.0.0.1:3001");
+    assert_eq!(chat.public_origin, "https://cms.example.org");
+    assert_eq!(chat.host, "cms.example.org");
+    assert_eq!(
+        chat.master_key,
+        std::path::Path::new("/etc/atelier/example/credentials/CHATD_MASTER_KEY")
+    );
+    // An IPv6 loopback is loopback too.
+    set(&mut doc, "/chat/cms_origin", json!("http://[::1]:3001"));
+    assert!(Declaration::parse(&doc.to_string()).is_ok());
 }
 
 #[test]

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::grammar::{self, Refusal};
 use super::raw::{
-    RawAgent, RawAuth, RawDeclaration, RawEngine, RawLimits, RawPaths, RawPreprod,
+    RawAgent, RawAuth, RawChat, RawDeclaration, RawEngine, RawLimits, RawPaths, RawPreprod,
     RawPublicationApi, RawResources, RawRoots, RawServing, RawSite, RawTls, RawWeb,
 };
 use super::{
-    Agent, AgentDriver, AuthMode, AuthUser, Declaration, DeclaredPaths, DeclaredRoots, Engine,
-    Issue, JsonPath, Limits, Preprod, PreprodAuth, Prod, PublicationApi, Reason, Resources,
+    Agent, AgentDriver, AuthMode, AuthUser, Chat, Declaration, DeclaredPaths, DeclaredRoots,
+    Engine, Issue, JsonPath, Limits, Preprod, PreprodAuth, Prod, PublicationApi, Reason, Resources,
     Serving, Site, Tls, TlsMode, Web, WebServer,
 };
 use crate::names::{InstanceName, MAX_ORDINAL};
@@ -220,6 +220,10 @@ pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<D
     let secrets = secrets(v, raw.secrets.unwrap_or_default(), &root.key("secrets"));
     let limits = limits(v, raw.limits.unwrap_or_default(), &root.key("limits"));
     let resources = resources(v, raw.resources.unwrap_or_default(), &root.key("resources"));
+    let chat = match raw.chat {
+        None => Some(None),
+        Some(raw) => chat(v, raw, &root.key("chat")).map(Some),
+    };
 
     Some(Declaration {
         instance: instance?,
@@ -236,6 +240,28 @@ pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<D
         secrets: secrets?,
         limits: limits?,
         resources: resources?,
+        chat: chat?,
+    })
+}
+
+fn chat(v: &mut Validator<'_>, raw: RawChat, at: &JsonPath) -> Option<Chat> {
+    let cms_origin = v.required(raw.cms_origin, &at.key("cms_origin"), grammar::cms_origin);
+    let public_origin = v.required(
+        raw.public_origin,
+        &at.key("public_origin"),
+        grammar::public_origin,
+    );
+    let master_key = v.required(
+        raw.master_key,
+        &at.key("master_key"),
+        grammar::absolute_path,
+    );
+    let public_origin = public_origin?;
+    Some(Chat {
+        cms_origin: cms_origin?,
+        host: grammar::url_host(&public_origin).to_owned(),
+        public_origin,
+        master_key: master_key?,
     })
 }
 

@@ -2,8 +2,8 @@
 //! freshly built binaries on the host; a fresh box gets only that package, the example
 //! declaration and the operator's setup (and the journey's two test fixtures, the real Claude
 //! Code and the lab model, which no package holds). There `dpkg -i` installs it: every binary
-//! on the PATH is the package's, `man atelier-provision` renders, chatd's account, proxy group
-//! and units are in place and not enabled. Then the demo's journey (`deploy/demo/journey.sh`)
+//! on the PATH is the package's, `man atelier-provision` renders, and the package brings no unit
+//! or account of its own. Then the demo's journey (`deploy/demo/journey.sh`)
 //! runs against it unchanged: `atelier-provision apply` of the example, `atelierctl health`
 //! pairing, turns through the turn door, builds through the build door, and the rest.
 
@@ -31,15 +31,15 @@ echo "man_path=$(man -w atelier-provision 2>&1)"
 echo "man_head=$(man atelier-provision 2>/dev/null | head -n 8 | tr -s ' ' | paste -sd ' ')"
 echo "man_ctl=$(man -w atelierctl-health 2>&1)"
 echo "completion=$(bash -c '. /usr/share/bash-completion/completions/atelierctl && complete -p atelierctl' 2>&1)"
-echo "chatd_user=$(getent passwd atelier-chatd | cut -d: -f1,7)"
-echo "proxy_group=$(getent group atelier-proxy | cut -d: -f1)"
-echo "chatd_socket=$(systemctl show -P LoadState atelier-chatd.socket) $(systemctl is-enabled atelier-chatd.socket 2>&1)"
+echo "package_units=$(dpkg -L atelier | grep -c -e '^/usr/lib/systemd/' -e '^/lib/systemd/' -e sysusers)"
 echo "run_atelier=$(stat -c '%U:%G %a' /run/atelier)"
 
 bash "$JOURNEY" > /tmp/journey 2>&1; echo "journey=$?"
 sed 's/^/journey| /' /tmp/journey
 echo "env_paths=$(grep -e ^ATELIER_SHIM_BIN= -e ^ATELIER_BUILD_BIN= -e ^ATELIER_TEMPLATES_DIR= /etc/atelier/example/env | paste -sd ' ')"
 echo "door_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-example-s1-build@.service)"
+echo "chatd_socket=$(systemctl is-enabled atelier-chatd@example.socket) $(systemctl is-active atelier-chatd@example.socket)"
+echo "chatd_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-chatd@example.service)"
 exit 0
 "#;
 
@@ -122,13 +122,7 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
         fact("completion").starts_with("complete ") && fact("completion").ends_with(" atelierctl"),
         "{run:?}"
     );
-    assert_eq!(
-        fact("chatd_user"),
-        "atelier-chatd:/usr/sbin/nologin",
-        "{run:?}"
-    );
-    assert_eq!(fact("proxy_group"), "atelier-proxy", "{run:?}");
-    assert_eq!(fact("chatd_socket"), "loaded disabled", "{run:?}");
+    assert_eq!(fact("package_units"), "0", "{run:?}");
     assert_eq!(fact("run_atelier"), "root:root 755", "{run:?}");
 
     assert_eq!(fact("journey"), "0", "{run:?}");
@@ -155,6 +149,13 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
     assert_eq!(
         fact("door_exec"),
         "ExecStart=/usr/bin/atelier-shim",
+        "{run:?}"
+    );
+    // The example's chat block: apply enabled chatd's socket, which runs the package's binary.
+    assert_eq!(fact("chatd_socket"), "enabled active", "{run:?}");
+    assert_eq!(
+        fact("chatd_exec"),
+        "ExecStart=/usr/bin/atelier-chatd --database /var/lib/atelier-chatd-example/chat.sqlite3",
         "{run:?}"
     );
 }

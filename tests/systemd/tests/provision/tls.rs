@@ -104,7 +104,7 @@ web -o /dev/null --resolve www.example.org:443:127.0.0.1 https://www.example.org
 echo "https_untrusted=$?"
 provision check > /tmp/check2 2>&1; echo "check2=$?"
 sed 's/^/check2| /' /tmp/check2
-echo "check2_awaiting=$(awk '$1 == "awaiting_certificate" { print $2 }' /tmp/check2 | paste -sd, -)"
+echo "check2_awaiting=$(awk '$1 == "awaiting_certificate" { print $2 }' /tmp/check2 | sort | paste -sd, -)"
 echo "check2_other=$(grep -vc -e '^awaiting_certificate ' -e ' drifted$' /tmp/check2)"
 echo "archive_waiting=$(status_of $(http archive.example.net /))"
 exit 0
@@ -116,6 +116,18 @@ fn run(server: &str, web_server: &str) -> BoxRun {
     let bins = built_binaries_dir().expect("locating the built binaries");
     let example = std::fs::read_to_string(repo_root().join("deploy/examples/instance.json"))
         .expect("reading the example");
+    // The CMS's vhost is rendered for nginx only: Apache serves the example without its chat
+    // block.
+    let example = match web_server {
+        "nginx" => example,
+        _ => {
+            let start = example
+                .find("  \"chat\": {")
+                .expect("the example's chat block");
+            let end = start + example[start..].find("\n  },\n").expect("its end") + 5;
+            format!("{}{}", &example[..start], &example[end..])
+        }
+    };
     let declaration = example.replace(
         "\"server\": \"nginx\"",
         &format!("\"server\": \"{web_server}\""),
@@ -135,10 +147,20 @@ fn run(server: &str, web_server: &str) -> BoxRun {
     run
 }
 
-/// What both web servers must show, before and after the certificate.
-fn assert_bootstrap(run: &BoxRun) {
+/// What both web servers must show, before and after the certificate; `also_awaited` are the
+/// certificates awaited beyond the two sites' (the CMS's, with nginx).
+fn assert_bootstrap(run: &BoxRun, also_awaited: &[&str]) {
     let fact = |key: &str| run.fact(key).unwrap_or("<missing>");
     let live = "/etc/letsencrypt/live";
+    let awaited = |domains: &[&str]| {
+        let mut paths: Vec<String> = domains
+            .iter()
+            .chain(also_awaited)
+            .map(|domain| format!("{live}/{domain}/fullchain.pem"))
+            .collect();
+        paths.sort();
+        paths.join(",")
+    };
     for (key, expected) in [
         ("live_before", "0"),
         ("server_active", "active"),
@@ -152,22 +174,21 @@ fn assert_bootstrap(run: &BoxRun) {
         ("check1", "1"),
         (
             "check1_awaiting",
-            &format!(
-                "{live}/archive.example.net/fullchain.pem,{live}/www.example.org/fullchain.pem"
-            ),
+            &awaited(&["archive.example.net", "www.example.org"]),
         ),
         ("check1_other", "0"),
         ("apply2", "0"),
-        ("apply2_head", "2 actions"),
+        // One awaited certificate action per letsencrypt vhost still waiting.
+        (
+            "apply2_head",
+            &format!("{} actions", 2 + also_awaited.len()),
+        ),
         ("hook_run", "0"),
         ("https_status", "200"),
         ("https_body", "<h1>web of the collection</h1>"),
         ("redirect", "301 https://www.example.org/"),
         ("check2", "1"),
-        (
-            "check2_awaiting",
-            &format!("{live}/archive.example.net/fullchain.pem"),
-        ),
+        ("check2_awaiting", &awaited(&["archive.example.net"])),
         ("check2_other", "0"),
         ("archive_waiting", "503"),
     ] {
@@ -190,10 +211,10 @@ fn assert_bootstrap(run: &BoxRun) {
 
 #[test]
 fn letsencrypt_on_nginx_serves_the_challenge_then_takes_the_certificate_in() {
-    assert_bootstrap(&run("nginx", "nginx"));
+    assert_bootstrap(&run("nginx", "nginx"), &["cms.example.org"]);
 }
 
 #[test]
 fn letsencrypt_on_apache_serves_the_challenge_preview_with_auth_and_production_over_tls() {
-    assert_bootstrap(&run("apache2", "apache"));
+    assert_bootstrap(&run("apache2", "apache"), &[]);
 }
