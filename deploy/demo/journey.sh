@@ -177,13 +177,17 @@ build_site() {
     test "$waited/$(field outcome < "$out")" = 0/success
 }
 
+# The CMS stand-in's loopback port, taken at random like the lab's addresses (the box shares
+# the host's network).
+cms_port=$(( 20000 + lab_id % 10000 ))
 # The example declaration, with the lab model's host as the turn door's one provider host and
-# Claude Code pointed at it.
-python3 - /root/instance.example.json $decl <<'PY'
+# Claude Code pointed at it, and the CMS where its stand-in listens.
+python3 - /root/instance.example.json $decl $cms_port <<'PY'
 import json, sys
 decl = json.load(open(sys.argv[1]))
 decl["agent"]["provider_hosts"] = ["model.lab.example"]
 decl["agent"]["anthropic_base_url"] = "https://model.lab.example"
+decl["chat"]["cms_origin"] = "http://127.0.0.1:" + sys.argv[3]
 json.dump(decl, open(sys.argv[2], "w"), indent=2)
 PY
 
@@ -318,6 +322,46 @@ say "releases: first $release1, second $release2"
 
 step "the audit log"
 ctl audit --site $slug | show
+
+step "the CMS's AI chat: an editor's turn through nginx at https://cms.example.org"
+chatd=atelier-chatd@$inst.service
+# The CMS is a TEST FIXTURE here, like the model: a stand-in for its session and read routes on
+# the loopback port the declaration names. The editor's browser sends only its session cookie.
+admin_cookie=lab-admin-session-00000000000000000000000000
+/usr/local/bin/atelier-lab-cms --listen 127.0.0.1:$cms_port >> "$work/lab-cms.log" 2>&1 &
+cms_pid=$!
+cms_knows_the_admin() {
+  curl -sf -o /dev/null -H "Cookie: instatic_admin_session=$admin_cookie" \
+    http://127.0.0.1:$cms_port/admin/api/cms/me
+}
+check "the CMS stand-in answers on 127.0.0.1:$cms_port" eventually 10 cms_knows_the_admin
+# chatd trusts the lab's test CA only in this demo: a drop-in; its unit stays as rendered.
+mkdir -p /etc/systemd/system/$chatd.d
+printf '[Service]\nEnvironment=SSL_CERT_FILE=/etc/atelier-lab/ca.pem\n' \
+  > /etc/systemd/system/$chatd.d/50-lab.conf
+systemctl daemon-reload
+say "$chatd before: $(systemctl is-active $chatd || true)"
+chat_api() { # path body [curl options]: a POST as the editor's browser makes it
+  web -k --resolve cms.example.org:443:127.0.0.1 -H "Cookie: instatic_admin_session=$admin_cookie" \
+    -H 'Origin: https://cms.example.org' -H 'Content-Type: application/json' --data "$2" \
+    "${@:3}" "https://cms.example.org/admin/api/ai/$1"
+}
+json_at() { python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]][sys.argv[2]])' "$@"; }
+credential=$(chat_api credentials '{"providerId":"openai-compatible","authMode":"baseUrl","displayLabel":"Lab model","baseUrl":"https://model.lab.example/v1"}' \
+  | json_at credential id)
+check "chatd started on the first request through nginx, as its own dynamic user" \
+  test "$(systemctl is-active $chatd)/$(stat -c %U /proc/"$(systemctl show -P MainPID $chatd)")" \
+  = active/atelier-chatd-$inst
+conversation=$(chat_api conversations "{\"scope\":\"data\",\"credentialId\":\"$credential\",\"modelId\":\"lab-model\"}" \
+  | json_at conversation id)
+chat_api chat/data "{\"conversationId\":\"$conversation\",\"content\":[{\"kind\":\"text\",\"text\":\"Greet the museum's visitors.\"}]}" \
+  -N > "$work/chat.ndjson"
+show < "$work/chat.ndjson"
+say "the streamed text: $(python3 -c 'import json, sys; print("".join(l.get("text", "") for l in map(json.loads, sys.stdin) if l["type"] == "text"))' < "$work/chat.ndjson")"
+check "the turn streamed NDJSON to its end" test "$(tail -n 1 "$work/chat.ndjson")" = '{"type":"done"}'
+check "chatd asked the lab model (through no gate: chatd is not a site's agent)" \
+  grep -q '/v1/chat/completions' "$work/lab-requests"
+kill "$cms_pid"
 
 step "systemctl stop $sited"
 systemctl stop $sited 2>&1 | show

@@ -519,19 +519,20 @@ pub const PACKAGE_IN_BOX: &str = "/root/atelier.deb";
 pub const JOURNEY_IN_BOX: &str = "/root/journey.sh";
 
 /// The Atelier binaries the demo's journey runs.
-const JOURNEY_BINARIES: [&str; 6] = [
+const JOURNEY_BINARIES: [&str; 7] = [
     "atelier-provision",
     "atelier-sited",
     "atelier-shim",
     "atelier-gate",
     "atelier-build",
     "atelierctl",
+    "atelier-chatd",
 ];
 
 /// A box ready for `deploy/demo/journey.sh` (at [`JOURNEY_IN_BOX`]): Atelier from `atelier`,
-/// the example declaration and the operator's setup where the journey reads them, and its two
+/// the example declaration and the operator's setup where the journey reads them, and its
 /// TEST FIXTURES, which no package holds: the real Claude Code where the example declaration
-/// says it is, and the lab model standing in for its provider.
+/// says it is, the lab model standing in for its provider, and the CMS stand-in chatd serves.
 pub fn journey_box(atelier: Atelier) -> Result<SystemdBox, BoxError> {
     let bins = built_binaries_dir()?;
     let claude = real_claude().map_err(BoxError::MissingFixture)?;
@@ -547,6 +548,10 @@ pub fn journey_box(atelier: Atelier) -> Result<SystemdBox, BoxError> {
         .copy(
             bins.join("atelier-lab-model"),
             "/usr/local/bin/atelier-lab-model",
+        )
+        .copy(
+            bins.join("atelier-lab-cms"),
+            "/usr/local/bin/atelier-lab-cms",
         )
         .copy(
             repo_root().join("deploy/examples/instance.json"),

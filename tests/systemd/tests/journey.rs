@@ -1,6 +1,7 @@
 //! The whole journey of the README's demo (`deploy/demo/journey.sh`) as a test on a real PID 1:
 //! provision, a site, a turn through the turn door, a build through the build door, preview
-//! through the rendered nginx vhost, publish, production over TLS, rollback, a clean stop.
+//! through the rendered nginx vhost, publish, production over TLS, rollback, a chat turn of the
+//! CMS's editor through nginx to the socket-activated chatd, a clean stop.
 //! Each of its steps checks what it claims; the script fails at the first that does not hold.
 //! Atelier is the freshly built binaries, copied where the Debian package installs them
 //! (`provision::package` runs the same journey from the package itself).
@@ -17,4 +18,10 @@ fn the_demo_journey_passes_every_step_on_real_systemd() {
     let output = &run.output;
     assert!(output.contains("== the whole journey passed"), "{output}");
     assert!(!output.contains("NOT OK"), "{output}");
+    for step in [
+        "ok: chatd started on the first request through nginx, as its own dynamic user",
+        "ok: the turn streamed NDJSON to its end",
+    ] {
+        assert!(output.contains(step), "{step}\n{output}");
+    }
 }
