@@ -1,0 +1,398 @@
+//! The command line, and the turn's settings parsed from it and from the environment.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::PathBuf;
+
+use atelier_llm::{
+    ProviderKind, ANTHROPIC_BASE_URL, OLLAMA_DEFAULT_BASE_URL, OPENAI_BASE_URL, OPENROUTER_BASE_URL,
+};
+use clap::{Parser, ValueEnum};
+
+use crate::conversation::ResumeToken;
+
+/// The environment variable holding the provider's API key. Never an argument, which any
+/// process on the host could read; never written anywhere by the agent.
+pub const API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
+
+/// The default of `--max-turns`.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+/// The longest prompt read from stdin.
+pub const MAX_PROMPT_BYTES: u64 = 1024 * 1024; // 1 MiB
+
+/// The directory below HOME holding the state of the turn HOME's agent.
+const HOME_STATE_DIR: &str = "state";
+
+/// Atelier's own coding agent: one turn of a model editing the workspace.
+///
+/// Runs in the current directory, the workspace: the model gets file tools confined to it
+/// (read_file, write_file, replace, list_dir, glob, search; no shell, no web), and the brief
+/// in AGENTS.md at its root. It writes one JSON object per line on stdout (text, tool,
+/// tool_result, file_change, then result or error). The provider's API key is read from
+/// ATELIER_AGENT_API_KEY; requests honour HTTPS_PROXY, HTTP_PROXY and NO_PROXY. The
+/// conversation is kept in $HOME/state/atelier-agent/TOKEN.json (or below --state-dir), and
+/// the result line names the token --resume takes.
+///
+/// Exit codes: 0 the turn ended (result line); 1 it failed (error line); 2 a usage error.
+#[derive(Debug, Parser)]
+#[command(name = "atelier-agent", version)]
+pub struct Cli {
+    /// The provider's API.
+    #[arg(long, value_enum)]
+    pub provider: Provider,
+    /// The model id, as the provider names it.
+    #[arg(long)]
+    pub model: String,
+    /// The provider's base URL (required for openai-compatible; the provider's own otherwise).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Continue the conversation saved under this token (the `resume` of a result line).
+    #[arg(long, value_name = "TOKEN")]
+    pub resume: Option<ResumeToken>,
+    /// The most provider rounds this turn may take.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_turns: u32,
+    /// Where conversations are kept (default: $HOME/state).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The request; `-` reads it from stdin.
+    pub prompt: String,
+}
+
+/// The providers the agent speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Provider {
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// OpenAI's Responses API.
+    #[value(name = "openai")]
+    OpenAi,
+    /// OpenRouter's Responses API.
+    #[value(name = "openrouter")]
+    OpenRouter,
+    /// Ollama's chat completions.
+    Ollama,
+    /// Any OpenAI-compatible chat-completions endpoint.
+    #[value(name = "openai-compatible")]
+    OpenAiCompatible,
+}
+
+// === impl Provider ===
+
+impl Provider {
+    /// The shared drivers' name for it.
+    pub fn kind(self) -> ProviderKind {
+        match self {
+            Provider::Anthropic => ProviderKind::Anthropic,
+            Provider::OpenAi => ProviderKind::OpenAi,
+            Provider::OpenRouter => ProviderKind::OpenRouter,
+            Provider::Ollama => ProviderKind::Ollama,
+            Provider::OpenAiCompatible => ProviderKind::OpenAiCompatible,
+        }
+    }
+
+    /// Its command-line spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+            Provider::OpenRouter => "openrouter",
+            Provider::Ollama => "ollama",
+            Provider::OpenAiCompatible => "openai-compatible",
+        }
+    }
+
+    /// Its own base URL, when it has one.
+    fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            Provider::Anthropic => Some(ANTHROPIC_BASE_URL),
+            Provider::OpenAi => Some(OPENAI_BASE_URL),
+            Provider::OpenRouter => Some(OPENROUTER_BASE_URL),
+            Provider::Ollama => Some(OLLAMA_DEFAULT_BASE_URL),
+            Provider::OpenAiCompatible => None,
+        }
+    }
+
+    /// Whether it refuses every request without a key.
+    fn needs_key(self) -> bool {
+        matches!(
+            self,
+            Provider::Anthropic | Provider::OpenAi | Provider::OpenRouter
+        )
+    }
+}
+
+/// A turn's settings, checked.
+pub struct Settings {
+    /// The provider.
+    pub provider: Provider,
+    /// The model id.
+    pub model: String,
+    /// Where the provider is.
+    pub base_url: String,
+    /// The key, when there is one. Never shown: [`Settings`] has no `Debug`.
+    pub api_key: Option<String>,
+    /// The conversation to continue.
+    pub resume: Option<ResumeToken>,
+    /// The round limit.
+    pub max_turns: u32,
+    /// Where conversations are kept.
+    pub state_dir: PathBuf,
+    /// The request.
+    pub prompt: String,
+}
+
+/// Settings that cannot make a turn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// openai-compatible has no base URL of its own.
+    #[error("--provider openai-compatible needs --base-url")]
+    NoBaseUrl,
+    /// The provider needs a key and the environment has none.
+    #[error("--provider {0} needs an API key in {API_KEY_ENV}")]
+    NoApiKey(&'static str),
+    /// Neither `--state-dir` nor HOME says where conversations go.
+    #[error("no state directory: give --state-dir or set HOME")]
+    NoStateDir,
+    /// The prompt is empty.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The prompt could not be read from stdin.
+    #[error("reading the prompt from stdin: {0}")]
+    Stdin(String),
+}
+
+/// What the settings read from the process environment, so tests need not change it.
+pub trait Environment {
+    /// The variable `key`, if set.
+    fn var(&self, key: &str) -> Option<OsString>;
+    /// The prompt from stdin (at most [`MAX_PROMPT_BYTES`]).
+    fn stdin_prompt(&self) -> std::io::Result<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnvironment;
+
+impl Environment for ProcessEnvironment {
+    fn var(&self, key: &str) -> Option<OsString> {
+        std::env::var_os(key)
+    }
+
+    fn stdin_prompt(&self) -> std::io::Result<String> {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(MAX_PROMPT_BYTES)
+            .read_to_string(&mut text)?;
+        Ok(text)
+    }
+}
+
+// === impl Settings ===
+
+impl Settings {
+    /// Checks `cli` and completes it from `env`.
+    pub fn from_cli(cli: Cli, env: &dyn Environment) -> Result<Settings, SettingsError> {
+        let base_url = match (&cli.base_url, cli.provider.default_base_url()) {
+            (Some(url), _) => url.clone(),
+            (None, Some(url)) => url.to_owned(),
+            (None, None) => return Err(SettingsError::NoBaseUrl),
+        };
+        let api_key = env
+            .var(API_KEY_ENV)
+            .and_then(|key| key.into_string().ok())
+            .filter(|key| !key.is_empty());
+        if api_key.is_none() && cli.provider.needs_key() {
+            return Err(SettingsError::NoApiKey(cli.provider.as_str()));
+        }
+        let state_dir = match (cli.state_dir, env.var("HOME")) {
+            (Some(dir), _) => dir,
+            (None, Some(home)) if !home.is_empty() => PathBuf::from(home).join(HOME_STATE_DIR),
+            (None, _) => return Err(SettingsError::NoStateDir),
+        };
+        let prompt = if cli.prompt == "-" {
+            env.stdin_prompt()
+                .map_err(|e| SettingsError::Stdin(e.to_string()))?
+        } else {
+            cli.prompt
+        };
+        if prompt.trim().is_empty() {
+            return Err(SettingsError::EmptyPrompt);
+        }
+        Ok(Settings {
+            provider: cli.provider,
+            model: cli.model,
+            base_url,
+            api_key,
+            resume: cli.resume,
+            max_turns: cli.max_turns,
+            state_dir,
+            prompt,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+    use std::collections::HashMap;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    struct Fake {
+        vars: HashMap<&'static str, &'static str>,
+        stdin: &'static str,
+    }
+
+    impl Environment for Fake {
+        fn var(&self, key: &str) -> Option<OsString> {
+            self.vars.get(key).map(OsString::from)
+        }
+        fn stdin_prompt(&self) -> std::io::Result<String> {
+            Ok(self.stdin.to_owned())
+        }
+    }
+
+    fn settings(argv: &[&str], vars: &[(&'static str, &'static str)]) -> Result<Settings, String> {
+        let cli = Cli::try_parse_from(std::iter::once("atelier-agent").chain(argv.iter().copied()))
+            .map_err(|e| format!("clap {:?}", e.kind()))?;
+        let env = Fake {
+            vars: vars.iter().copied().collect(),
+            stdin: "from stdin",
+        };
+        Settings::from_cli(cli, &env).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn settings_table() {
+        let home = [("HOME", "/home/t")];
+        let keyed = [("HOME", "/home/t"), (API_KEY_ENV, "k")];
+        let ok = |argv: &[&str], vars: &[(&'static str, &'static str)]| {
+            settings(argv, vars).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+        };
+
+        let s = ok(
+            &[
+                "--provider",
+                "openai-compatible",
+                "--model",
+                "m",
+                "--base-url",
+                "http://h/v1",
+                "go",
+            ],
+            &home,
+        );
+        assert_eq!(
+            (s.base_url.as_str(), s.api_key.as_deref()),
+            ("http://h/v1", None)
+        );
+        assert_eq!(s.state_dir, PathBuf::from("/home/t/state"));
+        assert_eq!((s.max_turns, s.prompt.as_str()), (DEFAULT_MAX_TURNS, "go"));
+
+        let s = ok(
+            &[
+                "--provider",
+                "anthropic",
+                "--model",
+                "m",
+                "--max-turns",
+                "3",
+                "--state-dir",
+                "/s",
+                "--resume",
+                "ab_1",
+                "--",
+                "-x",
+            ],
+            &keyed,
+        );
+        assert_eq!(s.base_url, ANTHROPIC_BASE_URL);
+        assert_eq!(s.api_key.as_deref(), Some("k"));
+        assert_eq!(s.state_dir, PathBuf::from("/s"));
+        assert_eq!(s.resume.unwrap().as_str(), "ab_1");
+        assert_eq!((s.max_turns, s.prompt.as_str()), (3, "-x"));
+
+        let s = ok(&["--provider", "ollama", "--model", "m", "-"], &home);
+        assert_eq!(s.prompt, "from stdin");
+        assert_eq!(s.base_url, OLLAMA_DEFAULT_BASE_URL);
+
+        type Refused<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [(&'static str, &'static str)],
+            &'a str,
+        );
+        let refused: [Refused<'_>; 7] = [
+            (
+                "no base url",
+                &["--provider", "openai-compatible", "--model", "m", "go"],
+                &home,
+                "--provider openai-compatible needs --base-url",
+            ),
+            (
+                "no key",
+                &["--provider", "openrouter", "--model", "m", "go"],
+                &home,
+                "--provider openrouter needs an API key in ATELIER_AGENT_API_KEY",
+            ),
+            (
+                "no home",
+                &["--provider", "ollama", "--model", "m", "go"],
+                &[],
+                "no state directory: give --state-dir or set HOME",
+            ),
+            (
+                "empty prompt",
+                &["--provider", "ollama", "--model", "m", " "],
+                &home,
+                "the prompt is empty",
+            ),
+            (
+                "bad token",
+                &[
+                    "--provider",
+                    "ollama",
+                    "--model",
+                    "m",
+                    "--resume",
+                    "../x",
+                    "go",
+                ],
+                &home,
+                "clap ValueValidation",
+            ),
+            (
+                "zero turns",
+                &[
+                    "--provider",
+                    "ollama",
+                    "--model",
+                    "m",
+                    "--max-turns",
+                    "0",
+                    "go",
+                ],
+                &home,
+                "clap ValueValidation",
+            ),
+            (
+                "unknown provider",
+                &["--provider", "gemini", "--model", "m", "go"],
+                &home,
+                "clap InvalidValue",
+            ),
+        ];
+        for (name, argv, vars, want) in refused {
+            let error = settings(argv, vars)
+                .err()
+                .unwrap_or_else(|| panic!("case {name} passed"));
+            assert!(error.starts_with(want), "case {name}: {error}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! One turn, start to end: open the workspace and the conversation, run the shared tool loop
+//! against the provider with the tools, save the conversation, and write the last line.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use atelier_fs::Root;
+use atelier_llm::{
+    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver,
+    Endpoint, LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, Role, ToolCall,
+    ToolChoice, ToolExecutor, ToolResult,
+};
+
+use crate::cli::{Provider, Settings};
+use crate::conversation::{Conversation, Conversations, ResumeToken, StoreError};
+use crate::events::{FailureReason, Line, Output, Stop, Usage};
+use crate::prompt::{read_brief, system_prompt, BRIEF_FILE};
+use crate::tools::{Tools, Workspace};
+
+/// How the agent names itself to the provider.
+const USER_AGENT: &str = concat!("atelier-agent/", env!("CARGO_PKG_VERSION"));
+
+/// A turn that failed before or after the loop, as its `error` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The stable code.
+    pub reason: FailureReason,
+    /// The message.
+    pub message: String,
+    /// The token of the conversation saved so far, if it was saved.
+    pub resume: Option<String>,
+}
+
+impl Failure {
+    fn new(reason: FailureReason, message: impl Into<String>) -> Failure {
+        Failure {
+            reason,
+            message: message.into(),
+            resume: None,
+        }
+    }
+
+    /// The failure as its output line.
+    pub fn line(&self) -> Line {
+        Line::Error {
+            reason: self.reason,
+            message: self.message.clone(),
+            resume: self.resume.clone(),
+        }
+    }
+}
+
+/// How a turn ended, for the exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The `result` line was written.
+    Done,
+    /// The turn failed; its `error` line is to be written.
+    Failed(Failure),
+    /// stdout went away; nothing more can be said.
+    OutputClosed,
+}
+
+/// Runs one turn in the workspace `workspace_dir` with `settings`, writing to `output`.
+/// `started` is when the process began, for the result's duration.
+pub async fn run(
+    settings: Settings,
+    workspace_dir: &Path,
+    output: Arc<Output>,
+    started: Instant,
+) -> Ended {
+    let setup = match Setup::prepare(&settings, workspace_dir) {
+        Ok(setup) => setup,
+        Err(failure) => return Ended::Failed(failure),
+    };
+    let Setup {
+        tools,
+        brief,
+        conversations,
+        token,
+        mut messages,
+    } = setup;
+    messages.push(Message::user_text(settings.prompt.clone()));
+    let request = ChatRequest {
+        model: settings.model.clone(),
+        system: system_prompt(tools.definitions(), brief.as_deref()),
+        messages,
+        tools: tools.definitions().to_vec(),
+        max_tokens: None,
+        scope: None,
+        tool_choice: ToolChoice::Auto,
+    };
+    let driver = match driver(&settings) {
+        Ok(driver) => driver,
+        Err(failure) => return Ended::Failed(failure),
+    };
+    let executor = Executor {
+        tools,
+        output: Arc::clone(&output),
+    };
+    let options = LoopOptions {
+        max_rounds: settings.max_turns,
+        tool_result_images: false,
+    };
+    let outcome = run_tool_loop(driver.as_ref(), &executor, request, options, &*output).await;
+
+    let mut history = outcome.history;
+    if outcome.end == LoopEnd::Completed {
+        // The loop keeps the calls and results of its rounds but not the last round's answer;
+        // the next turn must see it.
+        let answer = output.last_round_text();
+        if !answer.trim().is_empty() {
+            history.push(Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::Text { text: answer }],
+            });
+        }
+    }
+    let conversation = Conversation::new(settings.provider.as_str(), &settings.model, history);
+    let saved = conversations.save(&token, &conversation);
+
+    let stop = match outcome.end {
+        LoopEnd::Completed => Stop::EndTurn,
+        LoopEnd::Failed(LoopError::RoundLimit { .. }) => Stop::MaxTurns,
+        LoopEnd::Failed(error) => {
+            return Ended::Failed(Failure {
+                reason: FailureReason::Provider,
+                message: error.to_string(),
+                resume: saved.is_ok().then(|| token.to_string()),
+            })
+        }
+        LoopEnd::Aborted => return Ended::OutputClosed,
+    };
+    if let Err(error) = saved {
+        return Ended::Failed(Failure::new(
+            FailureReason::StateUnavailable,
+            error.to_string(),
+        ));
+    }
+    let result = Line::Result {
+        stop,
+        rounds: outcome.rounds,
+        usage: Usage::from(&outcome.usage),
+        cost_usd: outcome.usage.cost_usd,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        resume: token.to_string(),
+    };
+    match output.line(&result) {
+        Ok(()) => Ended::Done,
+        Err(_) => Ended::OutputClosed,
+    }
+}
+
+/// What a turn needs before its first request, each part refused by name.
+struct Setup {
+    tools: Tools,
+    brief: Option<String>,
+    conversations: Conversations,
+    token: ResumeToken,
+    messages: Vec<Message>,
+}
+
+impl Setup {
+    fn prepare(settings: &Settings, workspace_dir: &Path) -> Result<Setup, Failure> {
+        let root = Root::open(workspace_dir).map_err(|e| {
+            Failure::new(
+                FailureReason::WorkspaceUnavailable,
+                format!("the workspace: {e}"),
+            )
+        })?;
+        let brief = read_brief(&root)
+            .map_err(|e| Failure::new(FailureReason::BriefRefused, format!("{BRIEF_FILE}: {e}")))?;
+        let mut tools = Tools::new();
+        tools
+            .add(Arc::new(Workspace::new(root)))
+            .map_err(|e| Failure::new(FailureReason::Usage, e.to_string()))?;
+        let conversations = Conversations::open(&settings.state_dir)
+            .map_err(|e| Failure::new(FailureReason::StateUnavailable, e.to_string()))?;
+        let (token, messages) = match &settings.resume {
+            Some(token) => {
+                let conversation = conversations.load(token).map_err(|e| {
+                    let reason = match e {
+                        StoreError::NotFound(_) => FailureReason::ResumeNotFound,
+                        _ => FailureReason::ResumeUnreadable,
+                    };
+                    Failure::new(reason, e.to_string())
+                })?;
+                (token.clone(), conversation.messages)
+            }
+            None => {
+                let token = ResumeToken::fresh().map_err(|e| {
+                    Failure::new(
+                        FailureReason::StateUnavailable,
+                        format!("a fresh resume token: {e}"),
+                    )
+                })?;
+                (token, Vec::new())
+            }
+        };
+        Ok(Setup {
+            tools,
+            brief,
+            conversations,
+            token,
+            messages,
+        })
+    }
+}
+
+/// The provider's driver, over an HTTP client that takes its proxy from the environment
+/// (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`): in the turn door, the gate's loopback forward is
+/// the only way out.
+fn driver(settings: &Settings) -> Result<Box<dyn Driver>, Failure> {
+    let client = reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .build()
+        .map_err(|e| Failure::new(FailureReason::Usage, format!("the HTTP client: {e}")))?;
+    let endpoint = Endpoint::new(client, settings.base_url.clone(), settings.api_key.clone());
+    Ok(match settings.provider {
+        Provider::Anthropic => Box::new(AnthropicDriver::new(endpoint)),
+        Provider::OpenAi => Box::new(ResponsesDriver::openai(endpoint)),
+        Provider::OpenRouter => Box::new(ResponsesDriver::openrouter(endpoint)),
+        Provider::Ollama => Box::new(ChatCompletionsDriver::ollama(endpoint)),
+        Provider::OpenAiCompatible => Box::new(ChatCompletionsDriver::openai_compatible(endpoint)),
+    })
+}
+
+/// Runs the model's calls through the tools, reporting each changed file as it changes.
+struct Executor {
+    tools: Tools,
+    output: Arc<Output>,
+}
+
+impl ToolExecutor for Executor {
+    fn execute<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> Pin<Box<dyn Future<Output = ToolResult> + Send + 'a>> {
+        Box::pin(async move {
+            match self.tools.call(&call.name, &call.arguments).await {
+                Ok(output) => {
+                    for change in output.changes {
+                        // A closed output is the loop's to notice, at its next line.
+                        let _ = self.output.line(&Line::FileChange {
+                            path: change.path,
+                            kind: change.kind,
+                        });
+                    }
+                    ToolResult {
+                        call_id: call.id.clone(),
+                        ok: true,
+                        data: Some(output.data),
+                        error: None,
+                        images: Vec::new(),
+                    }
+                }
+                Err(error) => ToolResult {
+                    call_id: call.id.clone(),
+                    ok: false,
+                    data: None,
+                    error: Some(error.to_string()),
+                    images: Vec::new(),
+                },
+            }
+        })
+    }
+}

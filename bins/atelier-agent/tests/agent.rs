@@ -1,0 +1,1075 @@
+//! atelier-agent's integration tests: the file tools' rules against a real directory, and the
+//! real binary driven by a scripted OpenAI-compatible provider on loopback.
+// The support code outside `#[test]` functions panics on purpose when the setup breaks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::{json, Value};
+
+    /// One request the scripted provider received.
+    #[derive(Debug, Clone)]
+    pub struct Seen {
+        /// The request target as sent: a path, or an absolute URL when sent to a proxy.
+        pub target: String,
+        /// Header names (lowercase) and values.
+        pub headers: Vec<(String, String)>,
+        /// The JSON body.
+        pub body: Value,
+    }
+
+    impl Seen {
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        }
+
+        /// The body's messages without the system message.
+        pub fn conversation(&self) -> Vec<Value> {
+            self.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] != "system")
+                .cloned()
+                .collect()
+        }
+    }
+
+    /// A provider on loopback speaking chat-completions SSE: each request gets the next
+    /// scripted answer, and a 500 once they are used up.
+    pub struct Scripted {
+        pub base_url: String,
+        pub addr: String,
+        seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Scripted {
+        pub fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    pub fn scripted(answers: Vec<Vec<String>>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut answers = answers.into_iter();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let Some(request) = read_request(&mut stream) else {
+                    continue;
+                };
+                log.lock().unwrap().push(request);
+                let response = match answers.next() {
+                    Some(frames) => format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{}",
+                        frames.concat()
+                    ),
+                    None => {
+                        let body = r#"{"error":{"message":"the script has no more answers"}}"#;
+                        format!(
+                            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                };
+                let _ = stream.write_all(response.as_bytes());
+            }
+        });
+        Scripted {
+            base_url: format!("http://{addr}"),
+            addr,
+            seen,
+        }
+    }
+
+    fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+        let mut reader = BufReader::new(stream.try_clone().ok()?);
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let target = line.split_whitespace().nth(1)?.to_owned();
+        let mut headers = Vec::new();
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header).ok()?;
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':')?;
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+        let length: usize = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .and_then(|(_, value)| value.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).ok()?;
+        Some(Seen {
+            target,
+            headers,
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        })
+    }
+
+    fn frames(chunks: &[Value]) -> Vec<String> {
+        let mut frames: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        frames.push("data: [DONE]\n\n".to_owned());
+        frames
+    }
+
+    fn usage() -> Value {
+        json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
+    }
+
+    /// A round in which the model calls each `(id, tool, arguments)`.
+    pub fn tool_round(calls: &[(&str, &str, Value)]) -> Vec<String> {
+        let mut chunks = vec![
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls":
+                calls.iter().enumerate().map(|(i, (id, name, _))| json!({"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}})).collect::<Vec<_>>()
+            }}]}),
+        ];
+        for (i, (_, _, arguments)) in calls.iter().enumerate() {
+            let text = arguments.to_string();
+            let (head, tail) = text.split_at(text.len() / 2);
+            for piece in [head, tail] {
+                chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}}]}));
+            }
+        }
+        chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}));
+        chunks.push(usage());
+        frames(&chunks)
+    }
+
+    /// A round in which the model says `text` (in two pieces) and stops.
+    pub fn text_round(text: &str) -> Vec<String> {
+        let (head, tail) = text.split_at(text.len() / 2);
+        frames(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": head}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": tail}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            usage(),
+        ])
+    }
+
+    /// The key the runs are given; it must never be printed.
+    pub const KEY: &str = "sekrit-test-key-0451";
+
+    /// A workspace, a HOME with a state directory, and a directory outside both.
+    pub struct Site {
+        _tmp: tempfile::TempDir,
+        pub ws: PathBuf,
+        pub home: PathBuf,
+        pub outside: PathBuf,
+    }
+
+    pub fn site() -> Site {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let home = tmp.path().join("home");
+        let outside = tmp.path().join("outside");
+        for dir in [&ws, &home.join("state"), &outside] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        Site {
+            ws,
+            home,
+            outside,
+            _tmp: tmp,
+        }
+    }
+
+    /// A finished run of the binary.
+    pub struct Run {
+        pub code: Option<i32>,
+        pub lines: Vec<Value>,
+        pub stdout: String,
+        pub stderr: String,
+    }
+
+    impl Run {
+        pub fn types(&self) -> Vec<&str> {
+            self.lines
+                .iter()
+                .map(|l| l["type"].as_str().unwrap())
+                .collect()
+        }
+
+        pub fn last(&self) -> &Value {
+            self.lines.last().unwrap()
+        }
+    }
+
+    /// Runs the binary in `site`'s workspace against `base_url` with nothing in its
+    /// environment but HOME, the key and `env`.
+    pub fn agent(
+        site: &Site,
+        base_url: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        prompt: &str,
+    ) -> Run {
+        let output = Command::new(env!("CARGO_BIN_EXE_atelier-agent"))
+            .current_dir(&site.ws)
+            .env_clear()
+            .env("HOME", &site.home)
+            .env("ATELIER_AGENT_API_KEY", KEY)
+            .envs(env.iter().copied())
+            .args([
+                "--provider",
+                "openai-compatible",
+                "--model",
+                "scripted",
+                "--base-url",
+                base_url,
+            ])
+            .args(flags)
+            .arg("--")
+            .arg(prompt)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let lines = stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+            .collect();
+        Run {
+            code: output.status.code(),
+            lines,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn count_entries(dir: &Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+}
+
+/// The path rules, through the same entry point the model's calls take.
+mod paths {
+    use std::os::unix::fs::symlink;
+
+    use atelier_agent::tools::{Workspace, MAX_READ_BYTES};
+    use serde_json::{json, Value};
+
+    use super::support::{site, Site};
+
+    const SECRET: &str = "outside the workspace\n";
+
+    fn planted() -> Site {
+        let site = site();
+        let ws = &site.ws;
+        std::fs::write(site.outside.join("secret.txt"), SECRET).unwrap();
+        std::fs::write(ws.join("index.html"), "<h1>Home</h1>\n").unwrap();
+        std::fs::create_dir_all(ws.join("assets")).unwrap();
+        std::fs::write(ws.join("assets/site.css"), "h1 { color: red }\n").unwrap();
+        symlink("index.html", ws.join("link.html")).unwrap();
+        symlink(&site.outside, ws.join("out")).unwrap();
+        std::fs::hard_link(site.outside.join("secret.txt"), ws.join("hard.txt")).unwrap();
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(ws.join(".builder")).unwrap();
+        std::fs::write(ws.join(".builder/mcp.json"), "{}").unwrap();
+        std::fs::create_dir_all(ws.join("sub/.git")).unwrap();
+        std::fs::write(ws.join("sub/.git/HEAD"), "ref\n").unwrap();
+        std::fs::write(
+            ws.join("big.txt"),
+            vec![b'x'; usize::try_from(MAX_READ_BYTES).unwrap() + 1],
+        )
+        .unwrap();
+        site
+    }
+
+    #[test]
+    fn path_rule_table() {
+        let site = planted();
+        let workspace = Workspace::open(&site.ws).unwrap();
+        let secret = site.outside.join("secret.txt");
+        let absolute = secret.to_str().unwrap();
+        let cases: Vec<(&str, &str, Value, Result<(), &str>)> = vec![
+            (
+                "read a file",
+                "read_file",
+                json!({"path": "index.html"}),
+                Ok(()),
+            ),
+            (
+                "read a symlink",
+                "read_file",
+                json!({"path": "link.html"}),
+                Err("symlink"),
+            ),
+            (
+                "read through a linked directory",
+                "read_file",
+                json!({"path": "out/secret.txt"}),
+                Err("symlink"),
+            ),
+            (
+                "write through a linked directory",
+                "write_file",
+                json!({"path": "out/new.txt", "content": "x"}),
+                Err("symlink"),
+            ),
+            (
+                "write over a symlink",
+                "write_file",
+                json!({"path": "link.html", "content": "x"}),
+                Err("symlink"),
+            ),
+            (
+                "replace in a symlink",
+                "replace",
+                json!({"path": "link.html", "old_string": "Home", "new_string": "x"}),
+                Err("symlink"),
+            ),
+            (
+                "list a linked directory",
+                "list_dir",
+                json!({"path": "out"}),
+                Err("symlink"),
+            ),
+            (
+                "search a linked directory",
+                "search",
+                json!({"pattern": "x", "path": "out"}),
+                Err("symlink"),
+            ),
+            (
+                "read a hard link",
+                "read_file",
+                json!({"path": "hard.txt"}),
+                Err("hard_link"),
+            ),
+            (
+                "write a hard link",
+                "write_file",
+                json!({"path": "hard.txt", "content": "x"}),
+                Err("hard_link"),
+            ),
+            (
+                "replace in a hard link",
+                "replace",
+                json!({"path": "hard.txt", "old_string": "outside", "new_string": "x"}),
+                Err("hard_link"),
+            ),
+            (
+                "dot dot",
+                "read_file",
+                json!({"path": "../outside/secret.txt"}),
+                Err("escape"),
+            ),
+            (
+                "dot dot inside",
+                "write_file",
+                json!({"path": "assets/../x.txt", "content": "x"}),
+                Err("escape"),
+            ),
+            (
+                "absolute",
+                "read_file",
+                json!({"path": absolute}),
+                Err("escape"),
+            ),
+            (
+                "absolute write",
+                "write_file",
+                json!({"path": "/tmp/atelier-agent-test", "content": "x"}),
+                Err("escape"),
+            ),
+            (
+                ".git",
+                "read_file",
+                json!({"path": ".git/config"}),
+                Err("out_of_reach"),
+            ),
+            (
+                ".git deeper",
+                "write_file",
+                json!({"path": "sub/.git/HEAD", "content": "x"}),
+                Err("out_of_reach"),
+            ),
+            (
+                ".builder",
+                "list_dir",
+                json!({"path": ".builder"}),
+                Err("out_of_reach"),
+            ),
+            (
+                ".builder write",
+                "write_file",
+                json!({"path": ".builder/mcp.json", "content": "{}"}),
+                Err("out_of_reach"),
+            ),
+            (
+                "too large to read",
+                "read_file",
+                json!({"path": "big.txt"}),
+                Err("too_large"),
+            ),
+            (
+                "too large to edit",
+                "replace",
+                json!({"path": "big.txt", "old_string": "x", "new_string": "y", "replace_all": true}),
+                Err("too_large"),
+            ),
+            (
+                "not found",
+                "read_file",
+                json!({"path": "missing.html"}),
+                Err("not_found"),
+            ),
+            (
+                "not found below",
+                "read_file",
+                json!({"path": "nowhere/missing.html"}),
+                Err("not_found"),
+            ),
+            (
+                "replace not found",
+                "replace",
+                json!({"path": "missing.html", "old_string": "a", "new_string": "b"}),
+                Err("not_found"),
+            ),
+            (
+                "list not found",
+                "list_dir",
+                json!({"path": "missing"}),
+                Err("not_found"),
+            ),
+            (
+                "read a directory",
+                "read_file",
+                json!({"path": "assets"}),
+                Err("not_regular_file"),
+            ),
+            (
+                "write a directory",
+                "write_file",
+                json!({"path": "assets", "content": "x"}),
+                Err("not_regular_file"),
+            ),
+            (
+                "list a file",
+                "list_dir",
+                json!({"path": "index.html"}),
+                Err("not_directory"),
+            ),
+            (
+                "write below a file",
+                "write_file",
+                json!({"path": "index.html/x", "content": "x"}),
+                Err("not_directory"),
+            ),
+            (
+                "write a new nested file",
+                "write_file",
+                json!({"path": "new/dir/page.html", "content": "<p>new</p>"}),
+                Ok(()),
+            ),
+        ];
+        for (name, tool, arguments, want) in cases {
+            let got = workspace
+                .call_tool(tool, &arguments)
+                .map(|_| ())
+                .map_err(|e| (e.reason(), e.to_string()));
+            match (&want, &got) {
+                (Ok(()), Ok(())) => {}
+                (Err(reason), Err((got, message))) => {
+                    assert_eq!(reason, got, "case {name}: {message}");
+                    let named = match *reason {
+                        "symlink" => "refused: symlink",
+                        "hard_link" => "refused: hard link",
+                        "escape" => "refused: path escapes the workspace",
+                        "out_of_reach" => "is out of reach",
+                        "too_large" => "too large",
+                        "not_found" => "not found",
+                        _ => "",
+                    };
+                    assert!(message.contains(named), "case {name}: {message}");
+                }
+                _ => panic!("case {name}: want {want:?}, got {got:?}"),
+            }
+        }
+        // Nothing refused changed anything.
+        assert_eq!(
+            std::fs::read_to_string(site.outside.join("secret.txt")).unwrap(),
+            SECRET
+        );
+        assert_eq!(super::support::count_entries(&site.outside), 1);
+        assert!(std::fs::symlink_metadata(site.ws.join("link.html"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            std::fs::read_to_string(site.ws.join("index.html")).unwrap(),
+            "<h1>Home</h1>\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.ws.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.ws.join("new/dir/page.html")).unwrap(),
+            "<p>new</p>"
+        );
+    }
+
+    #[test]
+    fn listing_globbing_and_searching_never_reach_past_the_rules() {
+        let site = planted();
+        let workspace = Workspace::open(&site.ws).unwrap();
+        let listed = workspace.call_tool("list_dir", &json!({})).unwrap().data;
+        let entries: Vec<(String, String)> = listed["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["kind"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "assets",
+                "big.txt",
+                "hard.txt",
+                "index.html",
+                "link.html",
+                "out",
+                "sub"
+            ]
+        );
+        assert!(entries.contains(&("link.html".to_owned(), "symlink".to_owned())));
+        assert!(entries.contains(&("out".to_owned(), "symlink".to_owned())));
+
+        let globbed = workspace
+            .call_tool("glob", &json!({"pattern": "**/*"}))
+            .unwrap()
+            .data;
+        assert_eq!(
+            globbed["files"],
+            json!(["assets/site.css", "big.txt", "hard.txt", "index.html"])
+        );
+        let css = workspace
+            .call_tool("glob", &json!({"pattern": "*.css", "path": "assets"}))
+            .unwrap()
+            .data;
+        assert_eq!(css["files"], json!(["assets/site.css"]));
+
+        let found = workspace
+            .call_tool("search", &json!({"pattern": "(?i)OUTSIDE|core|h1"}))
+            .unwrap()
+            .data;
+        let paths: Vec<&str> = found["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["path"].as_str().unwrap())
+            .collect();
+        // The hard link and the big file are skipped, the linked directory and .git unseen.
+        assert_eq!(paths, ["assets/site.css", "index.html"]);
+        assert_eq!(found["files_skipped"], 2);
+        assert_eq!(
+            found["matches"][1],
+            json!({"path": "index.html", "line": 1, "text": "<h1>Home</h1>"})
+        );
+
+        let filtered = workspace
+            .call_tool("search", &json!({"pattern": "h1", "glob": "*.html"}))
+            .unwrap()
+            .data;
+        assert_eq!(filtered["matches"].as_array().unwrap().len(), 1);
+        let one_file = workspace
+            .call_tool(
+                "search",
+                &json!({"pattern": "RED", "path": "assets/site.css", "ignore_case": true}),
+            )
+            .unwrap()
+            .data;
+        assert_eq!(one_file["matches"][0]["line"], 1);
+    }
+
+    #[test]
+    fn reading_a_window_of_lines() {
+        let site = site();
+        std::fs::write(site.ws.join("five.txt"), "1\n2\n3\n4\n5").unwrap();
+        std::fs::write(site.ws.join("empty.txt"), "").unwrap();
+        std::fs::write(site.ws.join("latin1.txt"), b"caf\xe9\n").unwrap();
+        let workspace = Workspace::open(&site.ws).unwrap();
+        let read = |args: Value| workspace.call_tool("read_file", &args);
+        let window = read(json!({"path": "five.txt", "offset": 2, "limit": 2}))
+            .unwrap()
+            .data;
+        assert_eq!(
+            window,
+            json!({"path": "five.txt", "total_lines": 5, "start_line": 2, "end_line": 3, "content": "2\n3\n", "next_offset": 4})
+        );
+        let tail = read(json!({"path": "five.txt", "offset": 5})).unwrap().data;
+        assert_eq!(tail["content"], "5");
+        assert!(tail.get("next_offset").is_none());
+        let past = read(json!({"path": "five.txt", "offset": 6})).unwrap_err();
+        assert_eq!(past.reason(), "invalid_arguments");
+        let empty = read(json!({"path": "empty.txt"})).unwrap().data;
+        assert_eq!(
+            (empty["total_lines"].clone(), empty["content"].clone()),
+            (json!(0), json!(""))
+        );
+        assert_eq!(
+            read(json!({"path": "latin1.txt"})).unwrap_err().reason(),
+            "not_text"
+        );
+    }
+}
+
+/// `replace`: exactly one occurrence, unless every one is asked for.
+mod replace {
+    use atelier_agent::tools::Workspace;
+    use serde_json::json;
+
+    use super::support::site;
+
+    #[test]
+    fn zero_one_or_several_matches() {
+        let site = site();
+        let file = site.ws.join("page.html");
+        let workspace = Workspace::open(&site.ws).unwrap();
+        let replace = |old: &str, new: &str, all: bool| {
+            workspace.call_tool(
+                "replace",
+                &json!({"path": "page.html", "old_string": old, "new_string": new, "replace_all": all}),
+            )
+        };
+        /// (name, old, new, replace_all, replacements or refusal, the file after).
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            bool,
+            Result<usize, &'a str>,
+            &'a str,
+        );
+        let cases: [Case<'_>; 5] = [
+            (
+                "no match",
+                "<b>Kiwi</b>",
+                "x",
+                false,
+                Err("no_match"),
+                "<b>Apple</b> <b>Pear</b> <b>Apple</b>\n",
+            ),
+            (
+                "several without replace_all",
+                "<b>Apple</b>",
+                "x",
+                false,
+                Err("ambiguous"),
+                "<b>Apple</b> <b>Pear</b> <b>Apple</b>\n",
+            ),
+            (
+                "exactly one",
+                "<b>Pear</b>",
+                "<b>Plum</b>",
+                false,
+                Ok(1),
+                "<b>Apple</b> <b>Plum</b> <b>Apple</b>\n",
+            ),
+            (
+                "several with replace_all",
+                "Apple",
+                "Fig",
+                true,
+                Ok(2),
+                "<b>Fig</b> <b>Plum</b> <b>Fig</b>\n",
+            ),
+            (
+                "one with replace_all",
+                "Plum",
+                "Date",
+                true,
+                Ok(1),
+                "<b>Fig</b> <b>Date</b> <b>Fig</b>\n",
+            ),
+        ];
+        std::fs::write(&file, "<b>Apple</b> <b>Pear</b> <b>Apple</b>\n").unwrap();
+        for (name, old, new, all, want, after) in cases {
+            let got = replace(old, new, all);
+            match (want, got) {
+                (Ok(count), Ok(output)) => {
+                    assert_eq!(output.data["replacements"], count, "case {name}");
+                    assert_eq!(output.changes.len(), 1, "case {name}");
+                }
+                (Err(reason), Err(error)) => {
+                    assert_eq!(error.reason(), reason, "case {name}");
+                    if reason == "ambiguous" {
+                        assert!(error.to_string().contains("occurs 2 times"), "{error}");
+                    }
+                }
+                (want, got) => panic!("case {name}: want {want:?}, got {got:?}"),
+            }
+            assert_eq!(
+                std::fs::read_to_string(&file).unwrap(),
+                after,
+                "case {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let site = site();
+        let file = site.ws.join("run.sh");
+        std::fs::write(&file, "echo a\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let workspace = Workspace::open(&site.ws).unwrap();
+        workspace
+            .call_tool(
+                "replace",
+                &json!({"path": "run.sh", "old_string": "a", "new_string": "b"}),
+            )
+            .unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "echo b\n");
+    }
+}
+
+/// The real binary against the scripted provider.
+mod turns {
+    use std::os::unix::fs::symlink;
+
+    use serde_json::{json, Value};
+
+    use super::support::{agent, count_entries, scripted, site, text_round, tool_round, KEY};
+
+    /// The content the model read back for the call `id` in a request's messages.
+    fn tool_message(body: &Value, id: &str) -> String {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id} in {body}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_turn_writes_replaces_and_is_refused_through_a_planted_symlink() {
+        let site = site();
+        std::fs::write(site.ws.join("index.html"), "<h1>Old title</h1>\n").unwrap();
+        std::fs::write(
+            site.ws.join("AGENTS.md"),
+            "# The Museum\nWrite British English.\n",
+        )
+        .unwrap();
+        symlink(&site.outside, site.ws.join("evil")).unwrap();
+        let provider = scripted(vec![
+            tool_round(&[
+                (
+                    "c1",
+                    "write_file",
+                    json!({"path": "about.html", "content": "<p>About</p>\n"}),
+                ),
+                (
+                    "c2",
+                    "replace",
+                    json!({"path": "index.html", "old_string": "Old title", "new_string": "New title"}),
+                ),
+            ]),
+            tool_round(&[(
+                "c3",
+                "write_file",
+                json!({"path": "evil/pwned.html", "content": "x"}),
+            )]),
+            text_round("Done: about page added, title changed."),
+        ]);
+
+        let run = agent(
+            &site,
+            &provider.base_url,
+            &[],
+            &[],
+            "Add an about page and retitle.",
+        );
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.types(),
+            [
+                "tool",
+                "tool",
+                "file_change",
+                "tool_result",
+                "file_change",
+                "tool_result",
+                "tool",
+                "tool_result",
+                "text",
+                "result"
+            ]
+        );
+        let lines = &run.lines;
+        assert_eq!(
+            lines[0],
+            json!({"type": "tool", "id": "c1", "name": "write_file", "input": {"path": "about.html", "content": "<p>About</p>\n"}})
+        );
+        assert_eq!(
+            lines[2],
+            json!({"type": "file_change", "path": "about.html", "kind": "created"})
+        );
+        assert_eq!(
+            lines[3],
+            json!({"type": "tool_result", "id": "c1", "name": "write_file", "ok": true})
+        );
+        assert_eq!(
+            lines[4],
+            json!({"type": "file_change", "path": "index.html", "kind": "modified"})
+        );
+        assert_eq!(lines[7]["ok"], false);
+        let refusal = lines[7]["error"].as_str().unwrap();
+        assert!(refusal.starts_with("refused: symlink (evil"), "{refusal}");
+        assert_eq!(
+            lines[8],
+            json!({"type": "text", "text": "Done: about page added, title changed."})
+        );
+        let result = run.last();
+        assert_eq!(result["stop"], "end_turn");
+        assert_eq!(result["rounds"], 3);
+        assert_eq!(
+            result["usage"],
+            json!({"input_tokens": 300, "output_tokens": 30})
+        );
+        assert!(result.get("cost_usd").is_none());
+        let token = result["resume"].as_str().unwrap();
+        assert_eq!(token.len(), 32);
+        assert!(site
+            .home
+            .join(format!("state/atelier-agent/{token}.json"))
+            .is_file());
+
+        // The workspace holds exactly the two changes; nothing reached the outside.
+        assert_eq!(
+            std::fs::read_to_string(site.ws.join("about.html")).unwrap(),
+            "<p>About</p>\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.ws.join("index.html")).unwrap(),
+            "<h1>New title</h1>\n"
+        );
+        assert_eq!(count_entries(&site.outside), 0);
+
+        // What the provider was sent.
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0].target, "/v1/chat/completions");
+        assert_eq!(
+            seen[0].header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        let first = &seen[0].body;
+        assert_eq!(first["model"], "scripted");
+        let system = first["messages"][0]["content"].as_str().unwrap();
+        assert!(system.contains("atelier-agent"), "{system}");
+        assert!(
+            system.ends_with("# The Museum\nWrite British English.\n"),
+            "{system}"
+        );
+        assert_eq!(
+            first["messages"][1],
+            json!({"role": "user", "content": "Add an about page and retitle."})
+        );
+        let tools: Vec<&str> = first["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            tools,
+            [
+                "read_file",
+                "write_file",
+                "replace",
+                "list_dir",
+                "glob",
+                "search"
+            ]
+        );
+        let written: Value = serde_json::from_str(&tool_message(&seen[1].body, "c1")).unwrap();
+        assert_eq!(
+            written,
+            json!({"path": "about.html", "bytes": 13, "status": "created"})
+        );
+        let replaced: Value = serde_json::from_str(&tool_message(&seen[1].body, "c2")).unwrap();
+        assert_eq!(replaced, json!({"path": "index.html", "replacements": 1}));
+        // The model received the named refusal in the next request.
+        assert_eq!(tool_message(&seen[2].body, "c3"), refusal);
+
+        // The key went to the provider only.
+        assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+    }
+
+    #[test]
+    fn a_resumed_turn_sends_the_first_turns_messages() {
+        let site = site();
+        let provider = scripted(vec![
+            tool_round(&[("c1", "write_file", json!({"path": "a.txt", "content": "a"}))]),
+            text_round("Wrote a.txt."),
+            text_round("It holds one letter."),
+        ]);
+        let first = agent(&site, &provider.base_url, &[], &[], "Write a.txt.");
+        assert_eq!(first.code, Some(0), "{}", first.stdout);
+        let token = first.last()["resume"].as_str().unwrap().to_owned();
+
+        let second = agent(
+            &site,
+            &provider.base_url,
+            &["--resume", &token],
+            &[],
+            "What is in it?",
+        );
+        assert_eq!(second.code, Some(0), "{}", second.stdout);
+        assert_eq!(second.last()["resume"], token.as_str());
+        assert_eq!(second.types(), ["text", "result"]);
+
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 3);
+        let mut expected = seen[1].conversation();
+        expected.push(json!({"role": "assistant", "content": "Wrote a.txt."}));
+        expected.push(json!({"role": "user", "content": "What is in it?"}));
+        assert_eq!(seen[2].conversation(), expected);
+        assert_eq!(
+            expected[0],
+            json!({"role": "user", "content": "Write a.txt."})
+        );
+        // The system prompt is stated afresh, not taken from the saved conversation.
+        assert_eq!(seen[2].body["messages"][0]["role"], "system");
+    }
+
+    #[test]
+    fn requests_go_through_the_proxy_the_environment_names() {
+        let site = site();
+        let proxy = scripted(vec![text_round("Hello.")]);
+        let proxy_url = format!("http://{}", proxy.addr);
+        let run = agent(
+            &site,
+            "http://provider.invalid",
+            &[],
+            &[("HTTP_PROXY", &proxy_url)],
+            "Hi",
+        );
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        let seen = proxy.seen();
+        assert_eq!(seen.len(), 1);
+        // Sent to the proxy as an absolute URL: the provider's name was never resolved here.
+        assert_eq!(
+            seen[0].target,
+            "http://provider.invalid/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn the_round_limit_ends_the_turn_without_running_the_last_calls() {
+        let site = site();
+        let provider = scripted(vec![tool_round(&[(
+            "c1",
+            "write_file",
+            json!({"path": "late.txt", "content": "x"}),
+        )])]);
+        let run = agent(&site, &provider.base_url, &["--max-turns", "1"], &[], "Go.");
+        assert_eq!(run.code, Some(0), "{}", run.stdout);
+        assert_eq!(run.types(), ["tool", "tool_result", "result"]);
+        assert_eq!(run.lines[1]["ok"], false);
+        assert_eq!(run.last()["stop"], "max_turns");
+        assert!(!site.ws.join("late.txt").exists());
+    }
+
+    #[test]
+    fn failures_are_one_named_error_line_and_exit_1() {
+        // A provider that refuses: the conversation so far is still kept.
+        let site = site();
+        let provider = scripted(Vec::new());
+        let run = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(run.code, Some(1));
+        assert_eq!(run.types(), ["error"]);
+        assert_eq!(run.last()["reason"], "provider");
+        assert!(run.last()["message"]
+            .as_str()
+            .unwrap()
+            .contains("no more answers"));
+        let token = run.last()["resume"].as_str().unwrap().to_owned();
+        assert!(site
+            .home
+            .join(format!("state/atelier-agent/{token}.json"))
+            .is_file());
+
+        // Each refusal before the first request: nothing reaches the provider.
+        let unknown = agent(
+            &site,
+            &provider.base_url,
+            &["--resume", "no_such_turn"],
+            &[],
+            "Hi",
+        );
+        assert_eq!(
+            (unknown.code, unknown.last()["reason"].clone()),
+            (Some(1), json!("resume_not_found"))
+        );
+
+        symlink("elsewhere.md", site.ws.join("AGENTS.md")).unwrap();
+        let brief = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(
+            (brief.code, brief.last()["reason"].clone()),
+            (Some(1), json!("brief_refused"))
+        );
+        std::fs::remove_file(site.ws.join("AGENTS.md")).unwrap();
+
+        std::fs::remove_dir_all(site.home.join("state")).unwrap();
+        symlink(&site.outside, site.home.join("state")).unwrap();
+        let state = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(
+            (state.code, state.last()["reason"].clone()),
+            (Some(1), json!("state_unavailable"))
+        );
+        assert_eq!(count_entries(&site.outside), 0);
+
+        assert_eq!(provider.seen().len(), 1);
+    }
+
+    #[test]
+    fn a_missing_key_is_a_usage_error_that_names_the_variable_only() {
+        let site = site();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_atelier-agent"))
+            .current_dir(&site.ws)
+            .env_clear()
+            .env("HOME", &site.home)
+            .args(["--provider", "anthropic", "--model", "m", "Hi"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        let line: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            line,
+            json!({"type": "error", "reason": "usage", "message": "--provider anthropic needs an API key in ATELIER_AGENT_API_KEY"})
+        );
+    }
+}

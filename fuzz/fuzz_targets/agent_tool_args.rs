@@ -1,0 +1,72 @@
+//! Fuzzes what atelier-agent parses from a model: a tool name chosen by the first byte and the
+//! rest as the call's raw argument text, through `atelier_agent::tools::parse_raw_call`.
+//! Checks: no panic; a refusal has a reason and a message naming it; an accepted call keeps
+//! every path relative, free of `..` and of `.git`/`.builder` at any depth, and every string
+//! to be written within its size limit.
+#![no_main]
+
+use std::path::{Component, Path};
+
+use atelier_agent::tools::args::{out_of_reach, MAX_WRITE_BYTES, WORKSPACE_TOOLS};
+use atelier_agent::tools::{parse_raw_call, ToolPath, WorkspaceCall};
+use libfuzzer_sys::fuzz_target;
+
+fn check_path(path: &Path) {
+    assert!(!path.as_os_str().is_empty());
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => assert!(out_of_reach(name).is_none(), "{path:?}"),
+            other => panic!("{path:?} has {other:?}"),
+        }
+    }
+}
+
+fn check(path: Option<&ToolPath>) {
+    if let Some(path) = path {
+        check_path(path.as_path());
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    // One choice past the tools: a name nobody offers.
+    let name = WORKSPACE_TOOLS
+        .get(usize::from(pick) % (WORKSPACE_TOOLS.len() + 1))
+        .copied()
+        .unwrap_or("shell");
+    let raw = String::from_utf8_lossy(rest);
+    match parse_raw_call(name, &raw) {
+        Ok(call) => {
+            assert_eq!(call.tool(), name);
+            match &call {
+                WorkspaceCall::ReadFile {
+                    path,
+                    offset,
+                    limit,
+                } => {
+                    check_path(path.as_path());
+                    assert!(*offset >= 1 && *limit >= 1);
+                }
+                WorkspaceCall::WriteFile { path, content } => {
+                    check_path(path.as_path());
+                    assert!(content.len() <= MAX_WRITE_BYTES);
+                }
+                WorkspaceCall::Replace { path, old, new, .. } => {
+                    check_path(path.as_path());
+                    assert!(!old.is_empty() && old != new);
+                    assert!(old.len() <= MAX_WRITE_BYTES && new.len() <= MAX_WRITE_BYTES);
+                }
+                WorkspaceCall::ListDir { path } | WorkspaceCall::Glob { path, .. } => {
+                    check(path.as_ref())
+                }
+                WorkspaceCall::Search { path, .. } => check(path.as_ref()),
+            }
+        }
+        Err(error) => {
+            assert!(!error.reason().is_empty());
+            assert!(!error.to_string().is_empty());
+        }
+    }
+});
