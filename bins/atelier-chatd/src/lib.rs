@@ -50,6 +50,7 @@ pub use settings::{
 };
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use atelier_daemon::{DaemonError, DaemonSocket};
 use atelier_sd::notify::Notifier;
@@ -114,16 +115,69 @@ pub async fn run_with(
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
     let router = Router::with_services(&settings, services, runner);
+    let serving = format!("serving {}", settings.database.display());
+    let status = tokio::spawn(report_status(
+        notifier.clone(),
+        router.leases().clone(),
+        serving.clone(),
+    ));
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
     };
-    atelier_daemon::serve(
-        listener,
-        handler,
-        notifier,
-        &format!("serving {}", settings.database.display()),
-    )
+    // From the stop signal on, STATUS= tells of the drain.
+    let stop_reporting = status.abort_handle();
+    atelier_daemon::serve_with_stop_hook(listener, handler, notifier, &serving, move || {
+        stop_reporting.abort()
+    })
     .await?;
+    status.abort();
     Ok(())
+}
+
+/// How often `STATUS=` is brought up to date with the turns in flight.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// What `systemctl status` shows while chatd serves: the turns in flight, then what it serves.
+pub fn live_status(turns: usize, serving: &str) -> String {
+    match turns {
+        0 => format!("idle; {serving}"),
+        1 => format!("1 turn in flight; {serving}"),
+        n => format!("{n} turns in flight; {serving}"),
+    }
+}
+
+/// Keeps `STATUS=` up to date, sending it only when it changed.
+async fn report_status(notifier: Notifier, leases: store::Leases, serving: String) {
+    let mut shown = String::new();
+    let mut every = tokio::time::interval(STATUS_EVERY);
+    loop {
+        every.tick().await;
+        let now = live_status(leases.count(), &serving);
+        if now != shown {
+            notifier.status(&now);
+            shown = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn the_status_counts_the_turns_in_flight() {
+        let leases = store::Leases::default();
+        let serving = "serving /var/lib/atelier-chatd-example/chat.sqlite3";
+        assert_eq!(
+            live_status(leases.count(), serving),
+            "idle; serving /var/lib/atelier-chatd-example/chat.sqlite3"
+        );
+        let one = leases.try_acquire("c-1");
+        assert!(live_status(leases.count(), serving).starts_with("1 turn in flight; "));
+        let two = leases.try_acquire("c-2");
+        assert!(live_status(leases.count(), serving).starts_with("2 turns in flight; "));
+        drop((one, two));
+        assert!(live_status(leases.count(), serving).starts_with("idle; "));
+    }
 }

@@ -28,6 +28,11 @@ impl Leases {
             })
     }
 
+    /// How many turns are in flight.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Returns true if and only if a turn holds `conversation_id`.
     pub fn is_held(&self, conversation_id: &str) -> bool {
         self.lock().contains(conversation_id)

@@ -96,11 +96,17 @@ browser -skN --resolve cms.example.org:443:127.0.0.1 -H "Cookie: $SESSION_COOKIE
 stream=$!
 for _ in $(seq 200); do grep -q '"toolRequest"' /tmp/tool-stream && break; sleep 0.1; done
 request=$(grep '"toolRequest"' /tmp/tool-stream | head -n 1)
+# While the turn waits on the browser, systemctl status tells of it.
+status_of_chatd() { systemctl show -P StatusText atelier-chatd@example.service; }
+for _ in $(seq 50); do status_of_chatd | grep -q '^1 turn in flight' && break; sleep 0.1; done
+echo "status_during=$(status_of_chatd)"
 bridge=$(grep '"bridgeReady"' /tmp/tool-stream | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["bridgeId"])')
 request_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["requestId"])' "$request")
 echo "tool_result=$(web POST /tool-result "$ADMIN_COOKIE" "{\"bridgeId\":\"$bridge\",\"requestId\":\"$request_id\",\"result\":{\"ok\":true,\"data\":{\"html\":\"<main uid=\\\"n-root\\\"></main>\",\"css\":\"\",\"pageInfo\":{\"part\":1,\"totalParts\":1,\"nextPart\":null}}}}") $(cat /tmp/body)"
 wait $stream
 sed 's/^/tool| /' /tmp/tool-stream
+for _ in $(seq 50); do status_of_chatd | grep -q '^idle' && break; sleep 0.1; done
+echo "status_after=$(status_of_chatd)"
 
 # A result for one of the CMS's own bridges is the CMS's to answer.
 echo "cms_bridge=$(web POST /tool-result "$EDITOR_COOKIE" "{\"bridgeId\":\"$CMS_BRIDGE\",\"requestId\":\"r-1\",\"result\":{\"ok\":true,\"data\":{\"answer\":42}}}") $(cat /tmp/body)"
@@ -270,6 +276,14 @@ fn the_cms_editor_chats_through_nginx_with_only_its_session_cookie() {
         .collect();
     assert!(said.split_whitespace().count() >= 2, "{said:?}\n{run:?}");
 
+    // systemctl status tells of the turn in flight, then of none.
+    let serving = "serving /var/lib/atelier-chatd-example/chat.sqlite3";
+    assert_eq!(
+        fact("status_during"),
+        format!("1 turn in flight; {serving}"),
+        "{run:?}"
+    );
+    assert_eq!(fact("status_after"), format!("idle; {serving}"), "{run:?}");
     // The browser tool's round trip, and the model's answer after it.
     assert_eq!(fact("tool_result"), r#"200 {"ok":true}"#, "{run:?}");
     let tool = stream(&run, "tool");
