@@ -1,7 +1,7 @@
 //! Fuzzes an agent run's stdout: arbitrary bytes, cut into chunks chosen by the first byte,
-//! through `LineSplitter` and both drivers' parsers. Checks: no panic, the line bound holds,
-//! the chunking changes no line, every event has a body, and a resume token is always one an
-//! argv may carry.
+//! through `LineSplitter` and every driver's parser (Claude Code, opencode, pi, atelier).
+//! Checks: no panic, the line bound holds, the chunking changes no line, every event has a
+//! body, and a resume token is always one an argv may carry.
 #![no_main]
 
 use atelier_agents::{is_resume_token, line_parser, AgentEvent, DriverId, LineSplitter};
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let chunked: Vec<&[u8]> = data.chunks(step).collect();
     let (got, dropped) = lines(&chunked);
     assert_eq!((got.clone(), dropped), lines(&[data]), "the chunking changed the lines");
-    for driver in [DriverId::ClaudeCode, DriverId::Opencode] {
+    for driver in DriverId::ALL {
         let mut parser = line_parser(driver);
         let mut results = 0;
         let events = got

@@ -1,5 +1,6 @@
 //! Fuzzes what atelier-agent parses from a model: a tool name chosen by the first byte and the
-//! rest as the call's raw argument text, through `atelier_agent::tools::parse_raw_call`.
+//! rest as the call's raw argument text, through `atelier_agent::tools::parse_raw_call` with
+//! the workspace at `/w` (so absolute paths below it are accepted, and cut to relative ones).
 //! Checks: no panic; a refusal has a reason and a message naming it; an accepted call keeps
 //! every path relative, free of `..` and of `.git`/`.builder` at any depth, and every string
 //! to be written within its size limit.
@@ -8,7 +9,7 @@
 use std::path::{Component, Path};
 
 use atelier_agent::tools::args::{out_of_reach, MAX_WRITE_BYTES, WORKSPACE_TOOLS};
-use atelier_agent::tools::{parse_raw_call, ToolPath, WorkspaceCall};
+use atelier_agent::tools::{parse_raw_call, ToolPath, WorkspaceCall, WorkspaceDir};
 use libfuzzer_sys::fuzz_target;
 
 fn check_path(path: &Path) {
@@ -37,11 +38,12 @@ fuzz_target!(|data: &[u8]| {
         .copied()
         .unwrap_or("shell");
     let raw = String::from_utf8_lossy(rest);
-    match parse_raw_call(name, &raw) {
+    let workspace = WorkspaceDir::new("/w");
+    match parse_raw_call(name, &raw, workspace.as_ref()) {
         Ok(call) => {
             assert_eq!(call.tool(), name);
             match &call {
-                WorkspaceCall::ReadFile {
+                WorkspaceCall::Read {
                     path,
                     offset,
                     limit,
@@ -49,19 +51,19 @@ fuzz_target!(|data: &[u8]| {
                     check_path(path.as_path());
                     assert!(*offset >= 1 && *limit >= 1);
                 }
-                WorkspaceCall::WriteFile { path, content } => {
+                WorkspaceCall::Write { path, content } => {
                     check_path(path.as_path());
                     assert!(content.len() <= MAX_WRITE_BYTES);
                 }
-                WorkspaceCall::Replace { path, old, new, .. } => {
+                WorkspaceCall::Edit { path, old, new, .. } => {
                     check_path(path.as_path());
                     assert!(!old.is_empty() && old != new);
                     assert!(old.len() <= MAX_WRITE_BYTES && new.len() <= MAX_WRITE_BYTES);
                 }
-                WorkspaceCall::ListDir { path } | WorkspaceCall::Glob { path, .. } => {
+                WorkspaceCall::List { path } | WorkspaceCall::Glob { path, .. } => {
                     check(path.as_ref())
                 }
-                WorkspaceCall::Search { path, .. } => check(path.as_ref()),
+                WorkspaceCall::Grep { path, .. } => check(path.as_ref()),
             }
         }
         Err(error) => {

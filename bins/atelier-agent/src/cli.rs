@@ -8,8 +8,10 @@ use atelier_llm::{
     ProviderKind, ANTHROPIC_BASE_URL, OLLAMA_DEFAULT_BASE_URL, OPENAI_BASE_URL, OPENROUTER_BASE_URL,
 };
 use clap::{Parser, ValueEnum};
+use reqwest::Url;
 
 use crate::conversation::ResumeToken;
+use crate::tools::ServerName;
 
 /// The environment variable holding the provider's API key. Never an argument, which any
 /// process on the host could read; never written anywhere by the agent.
@@ -27,12 +29,14 @@ const HOME_STATE_DIR: &str = "state";
 /// Atelier's own coding agent: one turn of a model editing the workspace.
 ///
 /// Runs in the current directory, the workspace: the model gets file tools confined to it
-/// (read_file, write_file, replace, list_dir, glob, search; no shell, no web), and the brief
-/// in AGENTS.md at its root. It writes one JSON object per line on stdout (text, tool,
-/// tool_result, file_change, then result or error). The provider's API key is read from
-/// ATELIER_AGENT_API_KEY; requests honour HTTPS_PROXY, HTTP_PROXY and NO_PROXY. The
-/// conversation is kept in $HOME/state/atelier-agent/TOKEN.json (or below --state-dir), and
-/// the result line names the token --resume takes.
+/// (read, write, edit, list, glob, grep; no shell, no web), and the brief in AGENTS.md at its
+/// root. With --mcp-url and --mcp-name it is also offered an MCP server's tools, as
+/// mcp__NAME__TOOL; a server that is unavailable is a warning line, not a failed turn. It
+/// writes one JSON object per line on stdout (text, tool, tool_result, file_change, warning,
+/// then result or error). The provider's API key is read from ATELIER_AGENT_API_KEY; requests
+/// to the provider honour HTTPS_PROXY, HTTP_PROXY and NO_PROXY, while the MCP server is always
+/// reached directly. The conversation is kept in $HOME/state/atelier-agent/TOKEN.json (or
+/// below --state-dir), and the result line names the token --resume takes.
 ///
 /// Exit codes: 0 the turn ended (result line); 1 it failed (error line); 2 a usage error.
 #[derive(Debug, Parser)]
@@ -57,6 +61,14 @@ pub struct Cli {
     /// Where conversations are kept (default: $HOME/state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// An MCP server (streamable HTTP) whose tools the model is offered; reached directly,
+    /// never through a proxy, and sent no key. Needs --mcp-name.
+    #[arg(long, value_name = "URL", value_parser = mcp_url, requires = "mcp_name")]
+    pub mcp_url: Option<Url>,
+    /// The MCP server's name in its tools' names, mcp__NAME__TOOL (1 to 32 of A-Z a-z 0-9 _
+    /// -). Needs --mcp-url.
+    #[arg(long, value_name = "NAME", requires = "mcp_url")]
+    pub mcp_name: Option<ServerName>,
     /// The request; `-` reads it from stdin.
     pub prompt: String,
 }
@@ -124,6 +136,30 @@ impl Provider {
     }
 }
 
+/// An MCP server the turn is to offer the tools of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    /// Its name in its tools' names.
+    pub name: ServerName,
+    /// Where it is.
+    pub url: Url,
+}
+
+/// `--mcp-url`: an `http` or `https` URL with a host and no credentials in it.
+fn mcp_url(text: &str) -> Result<Url, String> {
+    let url = Url::parse(text).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("an MCP server is reached over http or https".to_owned());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("the URL names no host".to_owned());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("the URL may not carry credentials".to_owned());
+    }
+    Ok(url)
+}
+
 /// A turn's settings, checked.
 pub struct Settings {
     /// The provider.
@@ -140,6 +176,8 @@ pub struct Settings {
     pub max_turns: u32,
     /// Where conversations are kept.
     pub state_dir: PathBuf,
+    /// The MCP server whose tools are offered, if any.
+    pub mcp: Option<McpServer>,
     /// The request.
     pub prompt: String,
 }
@@ -220,6 +258,11 @@ impl Settings {
         if prompt.trim().is_empty() {
             return Err(SettingsError::EmptyPrompt);
         }
+        // clap sees to both or neither.
+        let mcp = match (cli.mcp_name, cli.mcp_url) {
+            (Some(name), Some(url)) => Some(McpServer { name, url }),
+            _ => None,
+        };
         Ok(Settings {
             provider: cli.provider,
             model: cli.model,
@@ -228,6 +271,7 @@ impl Settings {
             resume: cli.resume,
             max_turns: cli.max_turns,
             state_dir,
+            mcp,
             prompt,
         })
     }
@@ -393,6 +437,69 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("case {name} passed"));
             assert!(error.starts_with(want), "case {name}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_mcp_server_is_named_and_located_together() {
+        let home = [("HOME", "/home/t")];
+        let run = |extra: &[&str]| {
+            let argv: Vec<&str> = ["--provider", "ollama", "--model", "m"]
+                .into_iter()
+                .chain(extra.iter().copied())
+                .chain(["go"])
+                .collect();
+            settings(&argv, &home).map(|s| s.mcp)
+        };
+        assert_eq!(run(&[]), Ok(None));
+        let server = run(&[
+            "--mcp-url",
+            "http://127.0.0.1:3129/mcp",
+            "--mcp-name",
+            "dedalo_publication",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(server.name.to_string(), "dedalo_publication");
+        assert_eq!(server.url.as_str(), "http://127.0.0.1:3129/mcp");
+        for (name, extra, want) in [
+            (
+                "a url alone",
+                &["--mcp-url", "http://127.0.0.1:3129/mcp"][..],
+                "clap MissingRequiredArgument",
+            ),
+            (
+                "a name alone",
+                &["--mcp-name", "p"][..],
+                "clap MissingRequiredArgument",
+            ),
+            (
+                "a name with a dot",
+                &["--mcp-url", "http://127.0.0.1/mcp", "--mcp-name", "a.b"][..],
+                "clap ValueValidation",
+            ),
+            (
+                "not http",
+                &["--mcp-url", "file:///tmp/mcp", "--mcp-name", "p"][..],
+                "clap ValueValidation",
+            ),
+            (
+                "credentials in the url",
+                &[
+                    "--mcp-url",
+                    "https://k:s@api.example/mcp",
+                    "--mcp-name",
+                    "p",
+                ][..],
+                "clap ValueValidation",
+            ),
+            (
+                "not a url",
+                &["--mcp-url", "127.0.0.1:3129", "--mcp-name", "p"][..],
+                "clap ValueValidation",
+            ),
+        ] {
+            assert_eq!(run(extra).err().as_deref(), Some(want), "case {name}");
         }
     }
 }

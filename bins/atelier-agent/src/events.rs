@@ -4,20 +4,22 @@
 //! | `type` | fields | when |
 //! |---|---|---|
 //! | `text` | `text` | a run of the model's text, whole: cut only where a tool call or the end of a round interrupts it |
-//! | `tool` | `id`, `name`, `input` | the model called a tool (before it runs); `input` is its arguments as sent |
+//! | `tool` | `id`, `name`, `input` | the model called a tool (before it runs); `input` is its arguments as sent. The workspace's tools are `read`, `write`, `edit`, `list`, `glob` and `grep`; an MCP server's are `mcp__<server>__<tool>` |
 //! | `tool_result` | `id`, `name`, `ok`, `error`? | the call's outcome; `error` (present exactly when `ok` is false) is the named refusal the model reads, e.g. `refused: symlink (…)` |
 //! | `file_change` | `path`, `kind` | a call created (`"created"`) or changed (`"modified"`) the workspace file `path`, written before that call's `tool_result` |
+//! | `warning` | `message` | something the turn goes on without: an MCP server that is unavailable (its tools are not offered), a tool of it that cannot be offered |
 //! | `result` | `stop`, `rounds`, `usage`, `cost_usd`?, `duration_ms`, `resume` | the turn ended: `stop` is `"end_turn"` (the model stopped calling tools) or `"max_turns"` (the round limit stopped it); `usage` holds `input_tokens`, `output_tokens` and, when reported, `cache_read_tokens`, `cache_write_tokens`; `cost_usd` only when the provider priced the turn itself; `resume` is the token a later turn passes to `--resume` |
 //! | `error` | `reason`, `message`, `resume`? | the turn failed; the last line, and the process exits non-zero. `reason` is a stable code ([`FailureReason`]); `resume` is there when the conversation so far was saved |
 //!
-//! A run writes zero or more `text`, `tool`, `tool_result` and `file_change` lines, then
+//! A run writes zero or more `text`, `tool`, `tool_result`, `file_change` and `warning` lines
+//! (any `warning` before the first model request), then
 //! exactly one `result` (exit 0) or `error` (exit 1) — except when stdout itself goes away.
 //! Absent optional fields are left out, never `null`.
 //!
 //! As session events: `text` → `text`; `tool` → `tool` (its summary from `input.path`, else
 //! `input.pattern`); `file_change` → `file_change` with `files: [path]`; `result` → `result`
 //! with `resumeToken` = `resume`, `costUsd` = `cost_usd`, `durationMs` = `duration_ms`;
-//! `tool_result` is for the log only; `error`'s `message` is the turn's failure.
+//! `tool_result` and `warning` are for the log only; `error`'s `message` is the turn's failure.
 
 use std::io::Write;
 use std::pin::Pin;
@@ -65,6 +67,11 @@ pub enum Line {
         path: String,
         /// Created or modified.
         kind: ChangeKind,
+    },
+    /// Something the turn goes on without.
+    Warning {
+        /// What, for a person.
+        message: String,
     },
     /// The turn ended.
     Result {
@@ -317,28 +324,34 @@ mod tests {
             (
                 Line::Tool {
                     id: "c1".into(),
-                    name: "write_file".into(),
+                    name: "write".into(),
                     input: json!({"path": "a"}),
                 },
-                r#"{"type":"tool","id":"c1","name":"write_file","input":{"path":"a"}}"#,
+                r#"{"type":"tool","id":"c1","name":"write","input":{"path":"a"}}"#,
             ),
             (
                 Line::ToolResult {
                     id: "c1".into(),
-                    name: "write_file".into(),
+                    name: "write".into(),
                     ok: true,
                     error: None,
                 },
-                r#"{"type":"tool_result","id":"c1","name":"write_file","ok":true}"#,
+                r#"{"type":"tool_result","id":"c1","name":"write","ok":true}"#,
             ),
             (
                 Line::ToolResult {
                     id: "c2".into(),
-                    name: "read_file".into(),
+                    name: "read".into(),
                     ok: false,
                     error: Some("not found (a)".into()),
                 },
-                r#"{"type":"tool_result","id":"c2","name":"read_file","ok":false,"error":"not found (a)"}"#,
+                r#"{"type":"tool_result","id":"c2","name":"read","ok":false,"error":"not found (a)"}"#,
+            ),
+            (
+                Line::Warning {
+                    message: "the p server did not answer".into(),
+                },
+                r#"{"type":"warning","message":"the p server did not answer"}"#,
             ),
             (
                 Line::FileChange {
@@ -399,13 +412,13 @@ mod tests {
             text("write it."),
             LoopEvent::ToolCall {
                 tool_call_id: "c1".into(),
-                tool_name: "write_file".into(),
+                tool_name: "write".into(),
                 input: json!({}),
                 status: atelier_llm::ToolCallStatus::Pending,
             },
             LoopEvent::ToolResult {
                 tool_call_id: "c1".into(),
-                tool_name: "write_file".into(),
+                tool_name: "write".into(),
                 ok: true,
                 error: None,
             },

@@ -4,13 +4,16 @@
 //! provider drivers and tool loop, edits the workspace (the current directory) with file tools
 //! that cannot leave it, and every step is written to stdout as a JSON line. Nothing is
 //! started, and nothing is contacted but the provider (through the proxy the environment
-//! names).
+//! names) and, when one is named, an MCP server whose tools the model is offered too (directly:
+//! in the turn door, the gate's relay on loopback).
 //!
 //! Parts:
 //! - [`cli`]: the command line and the turn's [`cli::Settings`] (the API key comes from
 //!   `ATELIER_AGENT_API_KEY`, never an argument).
 //! - [`events`]: the output lines, documented in one place, and [`events::Output`].
-//! - [`tools`]: the [`tools::Tools`] registry and the workspace's file tools.
+//! - [`tools`]: the [`tools::Tools`] registry, the workspace's file tools and an MCP
+//!   server's tools.
+//! - [`mcp`]: the MCP client those are called through.
 //! - [`prompt`]: the system prompt and the brief (`AGENTS.md`).
 //! - [`conversation`]: resume tokens and the conversations kept between turns.
 //! - [`turn`]: one turn from setup to its last line.
@@ -18,6 +21,7 @@
 pub mod cli;
 pub mod conversation;
 pub mod events;
+pub mod mcp;
 pub mod prompt;
 pub mod tools;
 pub mod turn;

@@ -7,6 +7,8 @@ use std::io::Read;
 use atelier_fs::{FsError, Root};
 use atelier_llm::{ToolDefinition, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
 
+use crate::tools::MCP_TOOL_PREFIX;
+
 /// The brief's file name at the workspace root.
 pub const BRIEF_FILE: &str = "AGENTS.md";
 
@@ -23,13 +25,19 @@ to it.
 
 Rules:
 - Only these tools exist: {tools}. There is no shell and no web access.
-- Paths stay inside the workspace: absolute paths and `..` are refused, symbolic links and hard \
-links are never followed, and `.git` and `.builder` are out of reach.
+- Paths stay inside the workspace: an absolute path is accepted only below it, `..` is \
+refused, symbolic links and hard links are never followed, and `.git` and `.builder` are out \
+of reach.
 - A refused or failed call comes back as an error that names the reason (`refused: symlink`, \
 `not found`, `too large`, …). Read it and adjust; do not repeat the same call.
-- Read a file before you change it. Prefer `replace` for a small change and `write_file` for \
-a new file or a rewrite.
+- Read a file before you change it. Prefer `edit` for a small change and `write` for a new \
+file or a rewrite.
 - Keep to the request. When you are done, say briefly what you changed.";
+
+/// The rule added when the model is offered an MCP server's tools.
+const REMOTE_RULE: &str = "
+- Tools named `mcp__<server>__<tool>` are served by a remote server (such as the site's \
+content API): what they return comes from it, not from the workspace.";
 
 /// Reads the brief: `None` when there is none; the text (lossy UTF-8), cut to
 /// [`MAX_BRIEF_BYTES`] with a notice, when there is. A link, a hard-linked file or anything
@@ -66,14 +74,21 @@ fn cut_brief(bytes: &[u8]) -> String {
     text
 }
 
-/// The system prompt's parts: the statement naming `tools`, then (after the boundary that
-/// lets a provider cache what comes before it) the brief, when there is one.
+/// The system prompt's parts: the statement naming `tools` (with the rule of remote tools when
+/// there are some), then (after the boundary that lets a provider cache what comes before it)
+/// the brief, when there is one.
 pub fn system_prompt(tools: &[ToolDefinition], brief: Option<&str>) -> Vec<String> {
     let names: Vec<String> = tools
         .iter()
         .map(|tool| format!("`{}`", tool.name))
         .collect();
-    let statement = STATEMENT.replace("{tools}", &names.join(", "));
+    let mut statement = STATEMENT.replace("{tools}", &names.join(", "));
+    if tools
+        .iter()
+        .any(|tool| tool.name.starts_with(MCP_TOOL_PREFIX))
+    {
+        statement.push_str(REMOTE_RULE);
+    }
     match brief {
         Some(brief) if !brief.trim().is_empty() => vec![
             statement,
@@ -117,15 +132,26 @@ mod tests {
 
     #[test]
     fn the_prompt_names_the_tools_and_puts_the_brief_after_the_boundary() {
-        let tools = crate::tools::Workspace::tool_definitions();
+        let mut tools = crate::tools::Workspace::tool_definitions();
         let parts = system_prompt(&tools, Some("Use British spelling."));
         assert_eq!(parts.len(), 3);
-        assert!(
-            parts[0].contains("`read_file`, `write_file`, `replace`, `list_dir`, `glob`, `search`")
-        );
+        assert!(parts[0].contains("`read`, `write`, `edit`, `list`, `glob`, `grep`"));
+        assert!(!parts[0].contains("mcp__"));
         assert_eq!(parts[1], SYSTEM_PROMPT_DYNAMIC_BOUNDARY);
         assert!(parts[2].ends_with("Use British spelling."));
         assert_eq!(system_prompt(&tools, None).len(), 1);
         assert_eq!(system_prompt(&tools, Some(" \n")).len(), 1);
+
+        tools.push(ToolDefinition {
+            name: "mcp__p__search".to_owned(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+        });
+        let statement = &system_prompt(&tools, None)[0];
+        assert!(
+            statement.contains("`grep`, `mcp__p__search`."),
+            "{statement}"
+        );
+        assert!(statement.ends_with(REMOTE_RULE), "{statement}");
     }
 }

@@ -1,16 +1,17 @@
 //! The tools the model may call: a [`Tools`] registry of [`ToolSource`]s, each offering some
 //! named tools with their JSON schemas and running their calls.
 //!
-//! The workspace's file tools are one source ([`Workspace`]); a remote server's tools (the
-//! Publication API over MCP) are meant to be another, added with [`Tools::add`] under names
-//! of their own. A source never sees a call of another's tool, and two sources cannot offer
-//! the same name.
+//! The workspace's file tools are one source ([`Workspace`]); an MCP server's tools (the
+//! Publication API) are another ([`RemoteTools`]), offered under names of their own. A source
+//! never sees a call of another's tool, and two sources cannot offer the same name.
 //!
 //! Parts: [`args`] (the typed parse of what the model sends), [`Workspace`] (the file tools
-//! over the confined filesystem layer), [`ToolError`] (every refusal, named).
+//! over the confined filesystem layer), [`RemoteTools`] (a server's tools over
+//! [`crate::mcp`]), [`ToolError`] (every refusal, named).
 
 pub mod args;
 mod error;
+mod remote;
 mod walk;
 mod workspace;
 
@@ -23,8 +24,9 @@ use atelier_llm::ToolDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use args::{parse_call, parse_raw_call, ToolPath, WorkspaceCall};
+pub use args::{parse_call, parse_raw_call, ToolPath, WorkspaceCall, WorkspaceDir};
 pub use error::ToolError;
+pub use remote::{RemoteTools, ServerName, MAX_TOOL_NAME_CHARS, MCP_TOOL_PREFIX};
 pub use workspace::{Workspace, MAX_READ_BYTES};
 
 /// A tool call in flight.

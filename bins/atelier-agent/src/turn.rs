@@ -1,5 +1,6 @@
-//! One turn, start to end: open the workspace and the conversation, run the shared tool loop
-//! against the provider with the tools, save the conversation, and write the last line.
+//! One turn, start to end: open the workspace and the conversation, ask the MCP server (when
+//! one is named) for its tools, run the shared tool loop against the provider with the tools,
+//! save the conversation, and write the last line.
 
 use std::future::Future;
 use std::path::Path;
@@ -7,18 +8,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use atelier_fs::Root;
 use atelier_llm::{
     run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver,
-    Endpoint, LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, Role, ToolCall,
-    ToolChoice, ToolExecutor, ToolResult,
+    Endpoint, LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, Role, SinkClosed,
+    ToolCall, ToolChoice, ToolExecutor, ToolResult,
 };
 
-use crate::cli::{Provider, Settings};
+use crate::cli::{McpServer, Provider, Settings};
 use crate::conversation::{Conversation, Conversations, ResumeToken, StoreError};
 use crate::events::{FailureReason, Line, Output, Stop, Usage};
 use crate::prompt::{read_brief, system_prompt, BRIEF_FILE};
-use crate::tools::{Tools, Workspace};
+use crate::tools::{RemoteTools, Tools, Workspace};
 
 /// How the agent names itself to the provider.
 const USER_AGENT: &str = concat!("atelier-agent/", env!("CARGO_PKG_VERSION"));
@@ -77,12 +77,17 @@ pub async fn run(
         Err(failure) => return Ended::Failed(failure),
     };
     let Setup {
-        tools,
+        mut tools,
         brief,
         conversations,
         token,
         mut messages,
     } = setup;
+    if let Some(server) = &settings.mcp {
+        if offer_remote(server, &mut tools, &output).await.is_err() {
+            return Ended::OutputClosed;
+        }
+    }
     messages.push(Message::user_text(settings.prompt.clone()));
     let request = ChatRequest {
         model: settings.model.clone(),
@@ -165,17 +170,17 @@ struct Setup {
 
 impl Setup {
     fn prepare(settings: &Settings, workspace_dir: &Path) -> Result<Setup, Failure> {
-        let root = Root::open(workspace_dir).map_err(|e| {
+        let workspace = Workspace::open(workspace_dir).map_err(|e| {
             Failure::new(
                 FailureReason::WorkspaceUnavailable,
                 format!("the workspace: {e}"),
             )
         })?;
-        let brief = read_brief(&root)
+        let brief = read_brief(workspace.root())
             .map_err(|e| Failure::new(FailureReason::BriefRefused, format!("{BRIEF_FILE}: {e}")))?;
         let mut tools = Tools::new();
         tools
-            .add(Arc::new(Workspace::new(root)))
+            .add(Arc::new(workspace))
             .map_err(|e| Failure::new(FailureReason::Usage, e.to_string()))?;
         let conversations = Conversations::open(&settings.state_dir)
             .map_err(|e| Failure::new(FailureReason::StateUnavailable, e.to_string()))?;
@@ -208,6 +213,35 @@ impl Setup {
             messages,
         })
     }
+}
+
+/// Offers the tools of the MCP server `server` beside the others. A server that cannot be
+/// used (unreachable, an HTTP error, not MCP, too slow), or a tool of it that cannot be
+/// offered, is a `warning` line: the turn goes on without. Fails only when the output is gone.
+async fn offer_remote(
+    server: &McpServer,
+    tools: &mut Tools,
+    output: &Output,
+) -> Result<(), SinkClosed> {
+    let warnings = match RemoteTools::connect(server.name.clone(), server.url.clone()).await {
+        Ok((remote, mut warnings)) => {
+            if let Err(error) = tools.add(Arc::new(remote)) {
+                warnings.push(format!(
+                    "the {} server's tools are not offered: {error}",
+                    server.name
+                ));
+            }
+            warnings
+        }
+        Err(error) => vec![format!(
+            "the MCP server {} is unavailable, so its tools are not offered this turn: {error}",
+            server.name
+        )],
+    };
+    for message in warnings {
+        output.line(&Line::Warning { message })?;
+    }
+    Ok(())
 }
 
 /// The provider's driver, over an HTTP client that takes its proxy from the environment

@@ -1,5 +1,6 @@
 //! atelier-agent's integration tests: the file tools' rules against a real directory, and the
-//! real binary driven by a scripted OpenAI-compatible provider on loopback.
+//! real binary driven by a scripted OpenAI-compatible provider on loopback (and by the lab
+//! model's own script), with the lab's MCP stand-in as the server whose tools it offers.
 // The support code outside `#[test]` functions panics on purpose when the setup breaks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -43,8 +44,8 @@ mod support {
         }
     }
 
-    /// A provider on loopback speaking chat-completions SSE: each request gets the next
-    /// scripted answer, and a 500 once they are used up.
+    /// A provider on loopback speaking chat-completions SSE, answering each request with
+    /// the frames its answerer gives, and a 500 when it gives none.
     pub struct Scripted {
         pub base_url: String,
         pub addr: String,
@@ -57,20 +58,39 @@ mod support {
         }
     }
 
+    /// Each request gets the next scripted answer, and a 500 once they are used up.
     pub fn scripted(answers: Vec<Vec<String>>) -> Scripted {
+        let mut answers = answers.into_iter();
+        provider(move |_| answers.next())
+    }
+
+    /// Each request gets what the lab model's OpenAI script answers it.
+    pub fn lab_provider(script: atelier_lab_model::script::Script) -> Scripted {
+        use atelier_lab_model::openai;
+        let mut n = 0;
+        provider(move |seen| {
+            let request: openai::Request = serde_json::from_value(seen.body.clone()).ok()?;
+            n += 1;
+            let mut chunks = openai::chunks(&request, &script, n);
+            chunks.push(openai::DONE.to_owned());
+            Some(chunks)
+        })
+    }
+
+    fn provider(mut answer: impl FnMut(&Seen) -> Option<Vec<String>> + Send + 'static) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
         std::thread::spawn(move || {
-            let mut answers = answers.into_iter();
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let Some(request) = read_request(&mut stream) else {
                     continue;
                 };
+                let frames = answer(&request);
                 log.lock().unwrap().push(request);
-                let response = match answers.next() {
+                let response = match frames {
                     Some(frames) => format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{}",
                         frames.concat()
@@ -256,6 +276,38 @@ mod support {
     pub fn count_entries(dir: &Path) -> usize {
         std::fs::read_dir(dir).unwrap().count()
     }
+
+    /// A loopback port nothing listens on (bound, then let go).
+    pub fn closed_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// The content the model read back for the call `id` in a request's messages.
+    pub fn tool_message(body: &Value, id: &str) -> String {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id} in {body}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The names of the tools a request offered.
+    pub fn offered(body: &Value) -> Vec<String> {
+        body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
 }
 
 /// The path rules, through the same entry point the model's calls take.
@@ -299,184 +351,194 @@ mod paths {
         let workspace = Workspace::open(&site.ws).unwrap();
         let secret = site.outside.join("secret.txt");
         let absolute = secret.to_str().unwrap();
+        let ws = std::fs::canonicalize(&site.ws).unwrap();
+        let inside = |rel: &str| ws.join(rel).to_str().unwrap().to_owned();
         let cases: Vec<(&str, &str, Value, Result<(), &str>)> = vec![
-            (
-                "read a file",
-                "read_file",
-                json!({"path": "index.html"}),
-                Ok(()),
-            ),
+            ("read a file", "read", json!({"path": "index.html"}), Ok(())),
             (
                 "read a symlink",
-                "read_file",
+                "read",
                 json!({"path": "link.html"}),
                 Err("symlink"),
             ),
             (
                 "read through a linked directory",
-                "read_file",
+                "read",
                 json!({"path": "out/secret.txt"}),
                 Err("symlink"),
             ),
             (
                 "write through a linked directory",
-                "write_file",
+                "write",
                 json!({"path": "out/new.txt", "content": "x"}),
                 Err("symlink"),
             ),
             (
                 "write over a symlink",
-                "write_file",
+                "write",
                 json!({"path": "link.html", "content": "x"}),
                 Err("symlink"),
             ),
             (
-                "replace in a symlink",
-                "replace",
+                "edit in a symlink",
+                "edit",
                 json!({"path": "link.html", "old_string": "Home", "new_string": "x"}),
                 Err("symlink"),
             ),
             (
                 "list a linked directory",
-                "list_dir",
+                "list",
                 json!({"path": "out"}),
                 Err("symlink"),
             ),
             (
                 "search a linked directory",
-                "search",
+                "grep",
                 json!({"pattern": "x", "path": "out"}),
                 Err("symlink"),
             ),
             (
                 "read a hard link",
-                "read_file",
+                "read",
                 json!({"path": "hard.txt"}),
                 Err("hard_link"),
             ),
             (
                 "write a hard link",
-                "write_file",
+                "write",
                 json!({"path": "hard.txt", "content": "x"}),
                 Err("hard_link"),
             ),
             (
-                "replace in a hard link",
-                "replace",
+                "edit in a hard link",
+                "edit",
                 json!({"path": "hard.txt", "old_string": "outside", "new_string": "x"}),
                 Err("hard_link"),
             ),
             (
                 "dot dot",
-                "read_file",
+                "read",
                 json!({"path": "../outside/secret.txt"}),
                 Err("escape"),
             ),
             (
                 "dot dot inside",
-                "write_file",
+                "write",
                 json!({"path": "assets/../x.txt", "content": "x"}),
                 Err("escape"),
             ),
+            ("absolute", "read", json!({"path": absolute}), Err("escape")),
             (
-                "absolute",
-                "read_file",
-                json!({"path": absolute}),
-                Err("escape"),
+                "absolute below the workspace",
+                "read",
+                json!({"path": inside("assets/site.css")}),
+                Ok(()),
+            ),
+            (
+                "absolute below the workspace through a linked directory",
+                "write",
+                json!({"path": inside("out/new.txt"), "content": "x"}),
+                Err("symlink"),
+            ),
+            (
+                "absolute below the workspace into .git",
+                "write",
+                json!({"path": inside(".git/hooks/pre-commit"), "content": "x"}),
+                Err("out_of_reach"),
             ),
             (
                 "absolute write",
-                "write_file",
+                "write",
                 json!({"path": "/tmp/atelier-agent-test", "content": "x"}),
                 Err("escape"),
             ),
             (
                 ".git",
-                "read_file",
+                "read",
                 json!({"path": ".git/config"}),
                 Err("out_of_reach"),
             ),
             (
                 ".git deeper",
-                "write_file",
+                "write",
                 json!({"path": "sub/.git/HEAD", "content": "x"}),
                 Err("out_of_reach"),
             ),
             (
                 ".builder",
-                "list_dir",
+                "list",
                 json!({"path": ".builder"}),
                 Err("out_of_reach"),
             ),
             (
                 ".builder write",
-                "write_file",
+                "write",
                 json!({"path": ".builder/mcp.json", "content": "{}"}),
                 Err("out_of_reach"),
             ),
             (
                 "too large to read",
-                "read_file",
+                "read",
                 json!({"path": "big.txt"}),
                 Err("too_large"),
             ),
             (
                 "too large to edit",
-                "replace",
+                "edit",
                 json!({"path": "big.txt", "old_string": "x", "new_string": "y", "replace_all": true}),
                 Err("too_large"),
             ),
             (
                 "not found",
-                "read_file",
+                "read",
                 json!({"path": "missing.html"}),
                 Err("not_found"),
             ),
             (
                 "not found below",
-                "read_file",
+                "read",
                 json!({"path": "nowhere/missing.html"}),
                 Err("not_found"),
             ),
             (
-                "replace not found",
-                "replace",
+                "edit not found",
+                "edit",
                 json!({"path": "missing.html", "old_string": "a", "new_string": "b"}),
                 Err("not_found"),
             ),
             (
                 "list not found",
-                "list_dir",
+                "list",
                 json!({"path": "missing"}),
                 Err("not_found"),
             ),
             (
                 "read a directory",
-                "read_file",
+                "read",
                 json!({"path": "assets"}),
                 Err("not_regular_file"),
             ),
             (
                 "write a directory",
-                "write_file",
+                "write",
                 json!({"path": "assets", "content": "x"}),
                 Err("not_regular_file"),
             ),
             (
                 "list a file",
-                "list_dir",
+                "list",
                 json!({"path": "index.html"}),
                 Err("not_directory"),
             ),
             (
                 "write below a file",
-                "write_file",
+                "write",
                 json!({"path": "index.html/x", "content": "x"}),
                 Err("not_directory"),
             ),
             (
                 "write a new nested file",
-                "write_file",
+                "write",
                 json!({"path": "new/dir/page.html", "content": "<p>new</p>"}),
                 Ok(()),
             ),
@@ -532,7 +594,7 @@ mod paths {
     fn listing_globbing_and_searching_never_reach_past_the_rules() {
         let site = planted();
         let workspace = Workspace::open(&site.ws).unwrap();
-        let listed = workspace.call_tool("list_dir", &json!({})).unwrap().data;
+        let listed = workspace.call_tool("list", &json!({})).unwrap().data;
         let entries: Vec<(String, String)> = listed["entries"]
             .as_array()
             .unwrap()
@@ -575,7 +637,7 @@ mod paths {
         assert_eq!(css["files"], json!(["assets/site.css"]));
 
         let found = workspace
-            .call_tool("search", &json!({"pattern": "(?i)OUTSIDE|core|h1"}))
+            .call_tool("grep", &json!({"pattern": "(?i)OUTSIDE|core|h1"}))
             .unwrap()
             .data;
         let paths: Vec<&str> = found["matches"]
@@ -593,13 +655,13 @@ mod paths {
         );
 
         let filtered = workspace
-            .call_tool("search", &json!({"pattern": "h1", "glob": "*.html"}))
+            .call_tool("grep", &json!({"pattern": "h1", "glob": "*.html"}))
             .unwrap()
             .data;
         assert_eq!(filtered["matches"].as_array().unwrap().len(), 1);
         let one_file = workspace
             .call_tool(
-                "search",
+                "grep",
                 &json!({"pattern": "RED", "path": "assets/site.css", "ignore_case": true}),
             )
             .unwrap()
@@ -614,7 +676,7 @@ mod paths {
         std::fs::write(site.ws.join("empty.txt"), "").unwrap();
         std::fs::write(site.ws.join("latin1.txt"), b"caf\xe9\n").unwrap();
         let workspace = Workspace::open(&site.ws).unwrap();
-        let read = |args: Value| workspace.call_tool("read_file", &args);
+        let read = |args: Value| workspace.call_tool("read", &args);
         let window = read(json!({"path": "five.txt", "offset": 2, "limit": 2}))
             .unwrap()
             .data;
@@ -639,8 +701,8 @@ mod paths {
     }
 }
 
-/// `replace`: exactly one occurrence, unless every one is asked for.
-mod replace {
+/// `edit`: exactly one occurrence, unless every one is asked for.
+mod edit {
     use atelier_agent::tools::Workspace;
     use serde_json::json;
 
@@ -651,9 +713,9 @@ mod replace {
         let site = site();
         let file = site.ws.join("page.html");
         let workspace = Workspace::open(&site.ws).unwrap();
-        let replace = |old: &str, new: &str, all: bool| {
+        let edit = |old: &str, new: &str, all: bool| {
             workspace.call_tool(
-                "replace",
+                "edit",
                 &json!({"path": "page.html", "old_string": old, "new_string": new, "replace_all": all}),
             )
         };
@@ -710,7 +772,7 @@ mod replace {
         ];
         std::fs::write(&file, "<b>Apple</b> <b>Pear</b> <b>Apple</b>\n").unwrap();
         for (name, old, new, all, want, after) in cases {
-            let got = replace(old, new, all);
+            let got = edit(old, new, all);
             match (want, got) {
                 (Ok(count), Ok(output)) => {
                     assert_eq!(output.data["replacements"], count, "case {name}");
@@ -742,7 +804,7 @@ mod replace {
         let workspace = Workspace::open(&site.ws).unwrap();
         workspace
             .call_tool(
-                "replace",
+                "edit",
                 &json!({"path": "run.sh", "old_string": "a", "new_string": "b"}),
             )
             .unwrap();
@@ -758,20 +820,10 @@ mod turns {
 
     use serde_json::{json, Value};
 
-    use super::support::{agent, count_entries, scripted, site, text_round, tool_round, KEY};
-
-    /// The content the model read back for the call `id` in a request's messages.
-    fn tool_message(body: &Value, id: &str) -> String {
-        body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
-            .unwrap_or_else(|| panic!("no result for {id} in {body}"))["content"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
+    use super::support::{
+        agent, count_entries, lab_provider, offered, scripted, site, text_round, tool_message,
+        tool_round, KEY,
+    };
 
     #[test]
     fn a_turn_writes_replaces_and_is_refused_through_a_planted_symlink() {
@@ -787,18 +839,18 @@ mod turns {
             tool_round(&[
                 (
                     "c1",
-                    "write_file",
+                    "write",
                     json!({"path": "about.html", "content": "<p>About</p>\n"}),
                 ),
                 (
                     "c2",
-                    "replace",
+                    "edit",
                     json!({"path": "index.html", "old_string": "Old title", "new_string": "New title"}),
                 ),
             ]),
             tool_round(&[(
                 "c3",
-                "write_file",
+                "write",
                 json!({"path": "evil/pwned.html", "content": "x"}),
             )]),
             text_round("Done: about page added, title changed."),
@@ -830,7 +882,7 @@ mod turns {
         let lines = &run.lines;
         assert_eq!(
             lines[0],
-            json!({"type": "tool", "id": "c1", "name": "write_file", "input": {"path": "about.html", "content": "<p>About</p>\n"}})
+            json!({"type": "tool", "id": "c1", "name": "write", "input": {"path": "about.html", "content": "<p>About</p>\n"}})
         );
         assert_eq!(
             lines[2],
@@ -838,7 +890,7 @@ mod turns {
         );
         assert_eq!(
             lines[3],
-            json!({"type": "tool_result", "id": "c1", "name": "write_file", "ok": true})
+            json!({"type": "tool_result", "id": "c1", "name": "write", "ok": true})
         );
         assert_eq!(
             lines[4],
@@ -897,22 +949,9 @@ mod turns {
             first["messages"][1],
             json!({"role": "user", "content": "Add an about page and retitle."})
         );
-        let tools: Vec<&str> = first["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["function"]["name"].as_str().unwrap())
-            .collect();
         assert_eq!(
-            tools,
-            [
-                "read_file",
-                "write_file",
-                "replace",
-                "list_dir",
-                "glob",
-                "search"
-            ]
+            offered(first),
+            ["read", "write", "edit", "list", "glob", "grep"]
         );
         let written: Value = serde_json::from_str(&tool_message(&seen[1].body, "c1")).unwrap();
         assert_eq!(
@@ -929,10 +968,47 @@ mod turns {
     }
 
     #[test]
+    fn the_lab_model_s_script_drives_the_agent_unchanged() {
+        let site = site();
+        // The lab names the file by its absolute path, as it does for every agent.
+        let target = std::fs::canonicalize(&site.ws)
+            .unwrap()
+            .join("src/index.html");
+        let script = atelier_lab_model::script::Script {
+            write_path: target.to_str().unwrap().to_owned(),
+            write_content: "<h1 class=\"hero\">Café du lab</h1>\n".to_owned(),
+            final_text: atelier_lab_model::DEFAULT_FINAL_TEXT.to_owned(),
+        };
+        let provider = lab_provider(script.clone());
+        let run = agent(&site, &provider.base_url, &[], &[], "Write the home page.");
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.types(),
+            ["tool", "file_change", "tool_result", "text", "result"]
+        );
+        assert_eq!(run.lines[0]["name"], "write");
+        assert_eq!(
+            run.lines[0]["input"],
+            json!({"path": script.write_path, "content": script.write_content})
+        );
+        assert_eq!(
+            run.lines[1],
+            json!({"type": "file_change", "path": "src/index.html", "kind": "created"})
+        );
+        assert_eq!(run.lines[2]["ok"], true);
+        assert_eq!(run.lines[3]["text"], script.final_text);
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            script.write_content
+        );
+        assert_eq!(provider.seen().len(), 2);
+    }
+
+    #[test]
     fn a_resumed_turn_sends_the_first_turns_messages() {
         let site = site();
         let provider = scripted(vec![
-            tool_round(&[("c1", "write_file", json!({"path": "a.txt", "content": "a"}))]),
+            tool_round(&[("c1", "write", json!({"path": "a.txt", "content": "a"}))]),
             text_round("Wrote a.txt."),
             text_round("It holds one letter."),
         ]);
@@ -992,7 +1068,7 @@ mod turns {
         let site = site();
         let provider = scripted(vec![tool_round(&[(
             "c1",
-            "write_file",
+            "write",
             json!({"path": "late.txt", "content": "x"}),
         )])]);
         let run = agent(&site, &provider.base_url, &["--max-turns", "1"], &[], "Go.");
@@ -1071,5 +1147,174 @@ mod turns {
             line,
             json!({"type": "error", "reason": "usage", "message": "--provider anthropic needs an API key in ATELIER_AGENT_API_KEY"})
         );
+    }
+}
+
+/// The lab's MCP stand-in as the server whose tools the agent offers.
+mod mcp {
+    use atelier_lab_model::mcp::{record, search_tool, McpServer, SEARCH_TOOL, SESSION_ID};
+    use serde_json::{json, Value};
+
+    use super::support::{
+        agent, closed_port, offered, scripted, site, text_round, tool_message, tool_round,
+    };
+
+    /// The server's name, as the driver passes it.
+    const SERVER: &str = "dedalo_publication";
+
+    /// Its tool as the model is offered it.
+    const TOOL: &str = "mcp__dedalo_publication__publication_search";
+
+    fn flags(url: &str) -> [&str; 4] {
+        ["--mcp-name", SERVER, "--mcp-url", url]
+    }
+
+    #[test]
+    fn the_server_s_tool_is_offered_called_and_its_result_reaches_the_model() {
+        let site = site();
+        let server = McpServer::start().unwrap();
+        let provider = scripted(vec![
+            tool_round(&[("m1", TOOL, json!({"query": "amphora"}))]),
+            text_round("Found one record."),
+        ]);
+        let url = server.url();
+        let run = agent(
+            &site,
+            &provider.base_url,
+            &flags(&url),
+            &[],
+            "Find the amphora.",
+        );
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.types(), ["tool", "tool_result", "text", "result"]);
+        assert_eq!(
+            run.lines[0],
+            json!({"type": "tool", "id": "m1", "name": TOOL, "input": {"query": "amphora"}})
+        );
+        assert_eq!(
+            run.lines[1],
+            json!({"type": "tool_result", "id": "m1", "name": TOOL, "ok": true})
+        );
+
+        // The model was offered the tool, with the server's description and schema.
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 2);
+        let first = &seen[0].body;
+        assert_eq!(
+            offered(first),
+            ["read", "write", "edit", "list", "glob", "grep", TOOL]
+        );
+        let tool = &first["tools"][6]["function"];
+        assert_eq!(tool["description"], search_tool()["description"]);
+        assert_eq!(tool["parameters"], search_tool()["inputSchema"]);
+        let system = first["messages"][0]["content"].as_str().unwrap();
+        assert!(system.contains(&format!("`{TOOL}`")), "{system}");
+        assert!(system.contains("served by a remote server"), "{system}");
+
+        // The server's answer reached the model in the next request.
+        let content: Value = serde_json::from_str(&tool_message(&seen[1].body, "m1")).unwrap();
+        assert_eq!(content, record());
+
+        // The server saw one session, the tool under its own name, and no key.
+        let requests = server.seen();
+        let methods: Vec<Value> = requests
+            .iter()
+            .map(|r| r.json()["method"].clone())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "initialize",
+                "notifications/initialized",
+                "tools/list",
+                "tools/call"
+            ]
+        );
+        assert_eq!(requests[0].header("mcp-session-id"), None);
+        for request in &requests {
+            assert_eq!(request.method, "POST");
+            assert!(request
+                .header("accept")
+                .is_some_and(|accept| accept.contains("text/event-stream")));
+            assert_eq!(request.header("authorization"), None);
+            assert_eq!(request.header("x-api-key"), None);
+        }
+        for request in &requests[1..] {
+            assert_eq!(request.header("mcp-session-id"), Some(SESSION_ID));
+            assert_eq!(request.header("mcp-protocol-version"), Some("2025-06-18"));
+        }
+        assert_eq!(
+            requests[3].json()["params"],
+            json!({"name": SEARCH_TOOL, "arguments": {"query": "amphora"}})
+        );
+    }
+
+    #[test]
+    fn the_server_s_refusal_is_a_failed_result_the_model_reads() {
+        let site = site();
+        let server = McpServer::start().unwrap();
+        let provider = scripted(vec![
+            tool_round(&[("m1", TOOL, json!({}))]),
+            text_round("The search needs words."),
+        ]);
+        let url = server.url();
+        let run = agent(&site, &provider.base_url, &flags(&url), &[], "Search.");
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.types(), ["tool", "tool_result", "text", "result"]);
+        let refusal = format!("{TOOL} failed: {SEARCH_TOOL} needs a non-empty `query`");
+        assert_eq!(
+            run.lines[1],
+            json!({"type": "tool_result", "id": "m1", "name": TOOL, "ok": false, "error": refusal})
+        );
+        assert_eq!(tool_message(&provider.seen()[1].body, "m1"), refusal);
+    }
+
+    #[test]
+    fn an_unavailable_server_is_a_warning_and_the_turn_goes_on() {
+        let site = site();
+        let provider = scripted(vec![text_round("Nothing to search with.")]);
+        let url = format!("http://127.0.0.1:{}/mcp", closed_port());
+        let run = agent(&site, &provider.base_url, &flags(&url), &[], "Search.");
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.types(), ["warning", "text", "result"]);
+        let warning = run.lines[0]["message"].as_str().unwrap();
+        assert!(
+            warning.starts_with(
+                "the MCP server dedalo_publication is unavailable, so its tools are not offered"
+            ),
+            "{warning}"
+        );
+        assert_eq!(run.last()["stop"], "end_turn");
+        let tools = offered(&provider.seen()[0].body);
+        assert!(
+            tools.iter().all(|name| !name.starts_with("mcp__")),
+            "{tools:?}"
+        );
+    }
+
+    #[test]
+    fn the_server_is_reached_directly_never_through_the_proxy() {
+        let site = site();
+        let server = McpServer::start().unwrap();
+        let proxy = scripted(vec![text_round("Hello.")]);
+        let proxy_url = format!("http://{}", proxy.addr);
+        let url = server.url();
+        // No NO_PROXY: the loopback server would go to the proxy if the proxy were asked.
+        let run = agent(
+            &site,
+            "http://provider.invalid",
+            &flags(&url),
+            &[("HTTP_PROXY", &proxy_url), ("HTTPS_PROXY", &proxy_url)],
+            "Hi",
+        );
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.types(), ["text", "result"]);
+        let through_proxy: Vec<String> = proxy.seen().into_iter().map(|s| s.target).collect();
+        assert_eq!(
+            through_proxy,
+            ["http://provider.invalid/v1/chat/completions"]
+        );
+        assert_eq!(server.seen().len(), 3);
+        assert!(offered(&proxy.seen()[0].body).contains(&TOOL.to_owned()));
     }
 }

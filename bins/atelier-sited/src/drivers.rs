@@ -310,7 +310,7 @@ fn describe(refusal: &ProbeRefusal) -> String {
 fn question_deadline(driver: DriverId) -> Duration {
     match driver {
         DriverId::Opencode => OPENCODE_PROBE_DEADLINE,
-        DriverId::ClaudeCode | DriverId::Pi => PROBE_DEADLINE,
+        DriverId::ClaudeCode | DriverId::Pi | DriverId::Atelier => PROBE_DEADLINE,
     }
 }
 

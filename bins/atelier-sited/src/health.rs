@@ -68,7 +68,7 @@ mod tests {
             .iter()
             .map(|d| d["id"].as_str().unwrap().to_owned())
             .collect();
-        assert_eq!(ids, ["claude_code", "opencode", "pi"]);
+        assert_eq!(ids, ["claude_code", "opencode", "pi", "atelier"]);
         assert_eq!(value["drivers"][0]["is_default"], true);
         assert_eq!(value["drivers"][1]["is_default"], false);
         assert_eq!(

@@ -52,7 +52,7 @@ struct Args {
     /// A site's disk quota in MiB (default 1024).
     #[arg(long)]
     site_disk_quota_mb: Option<u64>,
-    /// The agent driver sites get by default: claude_code, opencode or pi.
+    /// The agent driver sites get by default: claude_code, opencode, pi or atelier.
     #[arg(long)]
     default_driver: Option<String>,
     /// The label before a site's domain on preproduction (default pre).
@@ -87,6 +87,11 @@ struct Args {
     /// The model id a pi turn names.
     #[arg(long, requires = "openai_base_url")]
     openai_model: Option<String>,
+    /// The model id an atelier turn asks Anthropic's Messages API for (at
+    /// --anthropic-base-url, else Anthropic's own API); set, atelier speaks Anthropic rather
+    /// than the OpenAI-compatible model.
+    #[arg(long)]
+    anthropic_model: Option<String>,
     /// Development only: a PEM file of extra certificate authorities a turn's agent trusts
     /// (a lab model server's test CA); refused unless --deployment development.
     #[arg(long)]
@@ -162,8 +167,10 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
         agent_extra_ca_certs: args.agent_extra_ca_certs,
         openai_base_url: args.openai_base_url,
         openai_model: args.openai_model,
+        anthropic_model: args.anthropic_model,
         opencode_bin: None,
         pi_bin: None,
+        atelier_bin: None,
         session_turn_timeout_ms: args.session_turn_timeout_ms,
         site_identities: None,
         runtime_dir: None,
@@ -178,6 +185,7 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
             publication_api_key: optional_credential(atelier_layout::paths::PUBLICATION_API_KEY)?,
             opencode_env: optional_credential("OPENCODE_ENV")?,
             pi_env: optional_credential("PI_ENV")?,
+            atelier_api_key: optional_credential(atelier_agents::ATELIER_API_KEY_ENV)?,
         },
     }
     .with_environment(std::env::vars())

@@ -82,10 +82,14 @@ pub struct RawSettings {
     pub openai_base_url: Option<String>,
     /// The model a pi turn names.
     pub openai_model: Option<String>,
+    /// The Anthropic model an atelier turn names; set, atelier speaks Anthropic.
+    pub anthropic_model: Option<String>,
     /// opencode's binary.
     pub opencode_bin: Option<PathBuf>,
     /// pi's binary.
     pub pi_bin: Option<PathBuf>,
+    /// atelier-agent's binary.
+    pub atelier_bin: Option<PathBuf>,
     /// A turn's wall-clock limit in milliseconds.
     pub session_turn_timeout_ms: Option<u64>,
     /// `ATELIER_SITE_IDENTITIES`: the declared sites' ordinals as JSON.
@@ -120,6 +124,8 @@ pub struct AgentCredentials {
     pub opencode_env: Option<String>,
     /// `PI_ENV`: `K=V,K=V` pairs for pi turns only.
     pub pi_env: Option<String>,
+    /// atelier-agent's provider key (`ATELIER_AGENT_API_KEY`), for atelier turns only.
+    pub atelier_api_key: Option<String>,
 }
 
 impl fmt::Debug for AgentCredentials {
@@ -130,6 +136,7 @@ impl fmt::Debug for AgentCredentials {
             .field("publication_api_key", &shown(&self.publication_api_key))
             .field("opencode_env", &shown(&self.opencode_env))
             .field("pi_env", &shown(&self.pi_env))
+            .field("atelier_api_key", &shown(&self.atelier_api_key))
             .finish()
     }
 }
@@ -146,6 +153,7 @@ impl AgentSettings {
             anthropic_api_key: self.credentials.anthropic_api_key.clone(),
             opencode_env: pairs(&self.credentials.opencode_env),
             pi_env: pairs(&self.credentials.pi_env),
+            atelier_api_key: self.credentials.atelier_api_key.clone(),
         }
     }
 }
@@ -252,7 +260,7 @@ pub enum SettingsError {
     #[error("{0} must be at least {1}")]
     TooSmall(&'static str, u64),
     /// The default driver is not one the contract knows.
-    #[error("unknown agent driver {0:?}: expected claude_code, opencode or pi")]
+    #[error("unknown agent driver {0:?}: expected claude_code, opencode, pi or atelier")]
     UnknownDriver(String),
     /// The preproduction host prefix is not one DNS label.
     #[error("preprod host prefix {0:?} must be one DNS label")]
@@ -285,6 +293,9 @@ pub enum SettingsError {
     /// The OpenAI-compatible base URL is not one the declaration allows.
     #[error("ATELIER_AGENT_OPENAI_BASE_URL {0:?} is not https://<a public hostname>[/path] (the gate tunnels TLS to hostnames on port 443 only)")]
     BadOpenAiBaseUrl(String),
+    /// The Anthropic model is not one the declaration allows.
+    #[error("ATELIER_AGENT_ANTHROPIC_MODEL {0:?} is not a model id (1-200 characters, no control character, no whitespace at either end, neither '$' nor '`')")]
+    BadAnthropicModel(String),
     /// Only one of the OpenAI-compatible base URL and model is set, or the model is empty.
     #[error("ATELIER_AGENT_OPENAI_BASE_URL and ATELIER_AGENT_OPENAI_MODEL go together, and the model is not empty")]
     IncompleteOpenAiModel,
@@ -435,8 +446,12 @@ impl RawSettings {
                     self.openai_base_url = self.openai_base_url.or(Some(value))
                 }
                 env::AGENT_OPENAI_MODEL => self.openai_model = self.openai_model.or(Some(value)),
+                env::AGENT_ANTHROPIC_MODEL => {
+                    self.anthropic_model = self.anthropic_model.or(Some(value))
+                }
                 env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
                 env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
+                env::ATELIER_AGENT_BIN => self.atelier_bin = self.atelier_bin.or_else(path),
                 env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
                 env::RUNTIME_DIR => self.runtime_dir = self.runtime_dir.or_else(path),
                 env::AGENT_IDENTITY_EPOCH => {
@@ -655,6 +670,10 @@ impl RawSettings {
             }
             _ => return Err(SettingsError::IncompleteOpenAiModel),
         };
+        if let Some(model) = &self.anthropic_model {
+            atelier_layout::declaration::check_model_id(model)
+                .map_err(|_| SettingsError::BadAnthropicModel(model.clone()))?;
+        }
         let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
         let shim_bin = required_path(
             Some(self.shim_bin.clone().unwrap_or_else(|| {
@@ -668,6 +687,7 @@ impl RawSettings {
             (Driver::ClaudeCode, &self.claude_code_bin, "claude_code_bin"),
             (Driver::Opencode, &self.opencode_bin, "opencode_bin"),
             (Driver::Pi, &self.pi_bin, "pi_bin"),
+            (Driver::Atelier, &self.atelier_bin, "atelier_bin"),
         ] {
             // An empty value means "not installed", as the original's `''` did.
             if let Some(bin) = bin.clone().filter(|b| !b.as_os_str().is_empty()) {
@@ -714,6 +734,7 @@ impl RawSettings {
             endpoint: atelier_agents::ModelEndpoint {
                 anthropic_base_url: self.anthropic_base_url.clone(),
                 openai,
+                anthropic_model: self.anthropic_model.clone(),
                 extra_ca_certs,
             },
         })
@@ -997,6 +1018,30 @@ mod tests {
                 SettingsError::IncompleteOpenAiModel,
             ),
             (
+                "an Anthropic model the env file could not carry",
+                RawSettings {
+                    anthropic_model: Some("claude`id`".into()),
+                    ..raw()
+                },
+                SettingsError::BadAnthropicModel("claude`id`".into()),
+            ),
+            (
+                "an empty Anthropic model",
+                RawSettings {
+                    anthropic_model: Some(String::new()),
+                    ..raw()
+                },
+                SettingsError::BadAnthropicModel(String::new()),
+            ),
+            (
+                "relative atelier-agent binary",
+                RawSettings {
+                    atelier_bin: Some("atelier-agent".into()),
+                    ..raw()
+                },
+                SettingsError::BadPath("atelier_bin", "atelier-agent".into()),
+            ),
+            (
                 "PI_ENV setting what pi loads",
                 RawSettings {
                     credentials: AgentCredentials {
@@ -1117,6 +1162,14 @@ mod tests {
         assert_eq!(settings.sites.max_sites, 20);
         assert_eq!(settings.sites.site_disk_quota_mb, 1024);
         assert_eq!(settings.default_driver, "claude_code");
+        let atelier = RawSettings {
+            default_driver: Some("atelier".into()),
+            ..raw()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(atelier.default_driver, "atelier");
+        assert_eq!(atelier.sites.default_driver, Driver::Atelier);
         assert_eq!(settings.sites.preprod_host_prefix, "pre");
         assert!(!format!("{settings:?}").contains(&"t".repeat(32)));
         assert_eq!(settings.agents.confinement, Confinement::SystemdScope);
@@ -1149,6 +1202,7 @@ mod tests {
             credentials: AgentCredentials {
                 anthropic_api_key: Some("sk-ant-secret".into()),
                 opencode_env: Some("OPENAI_API_KEY=sk-openai-secret".into()),
+                atelier_api_key: Some("sk-atelier-secret".into()),
                 ..AgentCredentials::default()
             },
             ..raw()
@@ -1164,9 +1218,18 @@ mod tests {
         );
         let shown = format!("{unconfined:?}");
         assert!(
-            !shown.contains("sk-ant-secret") && !shown.contains("sk-openai-secret"),
+            !shown.contains("sk-ant-secret")
+                && !shown.contains("sk-openai-secret")
+                && !shown.contains("sk-atelier-secret"),
             "{shown}"
         );
+        let credentials = unconfined.agents.driver_credentials();
+        assert_eq!(
+            credentials.atelier_api_key.as_deref(),
+            Some("sk-atelier-secret"),
+            "the key reaches the atelier driver's credentials, for its child alone"
+        );
+        assert!(!format!("{credentials:?}").contains("sk-atelier-secret"));
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -1202,6 +1265,8 @@ mod tests {
             ("ATELIER_SHIM_BIN", "/opt/atelier/bin/atelier-shim"),
             ("ATELIER_BUILD_BIN", "/opt/atelier/bin/atelier-build"),
             ("ATELIER_TEMPLATES_DIR", "/opt/atelier/templates"),
+            ("ATELIER_ATELIER_AGENT_BIN", "/usr/bin/atelier-agent"),
+            ("ATELIER_AGENT_ANTHROPIC_MODEL", "claude-sonnet-4-5"),
             ("PATH", "/usr/bin"),
             ("HOME", "/root"),
         ]))
@@ -1211,7 +1276,14 @@ mod tests {
         let settings = from_env.validate().unwrap();
         assert_eq!(
             settings.agents.bins,
-            [(Driver::ClaudeCode, PathBuf::from("/usr/local/bin/claude"))]
+            [
+                (Driver::ClaudeCode, PathBuf::from("/usr/local/bin/claude")),
+                (Driver::Atelier, PathBuf::from("/usr/bin/atelier-agent")),
+            ]
+        );
+        assert_eq!(
+            settings.agents.endpoint.anthropic_model.as_deref(),
+            Some("claude-sonnet-4-5")
         );
         assert_eq!(settings.agents.turn_timeout, Duration::from_secs(60));
         assert_eq!(settings.sites.releases_retained, 2);

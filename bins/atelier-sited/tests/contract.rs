@@ -92,7 +92,7 @@ const fn opt(name: &'static str, shape: Shape) -> Field {
     }
 }
 
-const DRIVER_IDS: &[&str] = &["claude_code", "opencode", "pi"];
+const DRIVER_IDS: &[&str] = &["claude_code", "opencode", "pi", "atelier"];
 const SESSION_STATES: &[&str] = &["idle", "running", "interrupted", "error"];
 const SURFACES: &[&str] = &["preprod", "prod"];
 const AUDIT_ACTIONS: &[&str] = &[
@@ -1604,6 +1604,15 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
         p,
         "confinement.agent_cli_unsupported",
         "a driver with no binary",
+        &wire,
+    );
+    let wire = main
+        .start_session("alpha", json!({"prompt": "hi", "driver": "atelier"}))
+        .await;
+    expect_reason(
+        p,
+        "confinement.agent_cli_unsupported",
+        "the atelier driver with no binary",
         &wire,
     );
     let wire = main

@@ -471,7 +471,13 @@ async fn create_get_list_delete_round_trip() {
         .unwrap()
         .iter()
         .any(|t| t["id"] == "basic" && t["label"].is_string()));
-    assert_eq!(caps["drivers"].as_array().unwrap().len(), 3);
+    let ids: Vec<&str> = caps["drivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["claude_code", "opencode", "pi", "atelier"]);
 
     // Preproduction and production exist in the webspace; a plain delete leaves production.
     let webspace = instance.webspace("beta.example.org");

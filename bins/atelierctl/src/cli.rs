@@ -254,6 +254,9 @@ pub enum Driver {
     /// pi.
     #[value(name = "pi")]
     Pi,
+    /// Atelier's own agent, atelier-agent.
+    #[value(name = "atelier")]
+    Atelier,
 }
 
 impl Driver {
@@ -262,6 +265,7 @@ impl Driver {
             Driver::ClaudeCode => "claude_code",
             Driver::Opencode => "opencode",
             Driver::Pi => "pi",
+            Driver::Atelier => "atelier",
         }
     }
 }
@@ -1420,6 +1424,20 @@ mod tests {
                 }
             })
         ));
+        for (flag, wire) in [
+            ("claude_code", "claude_code"),
+            ("opencode", "opencode"),
+            ("pi", "pi"),
+            ("atelier", "atelier"),
+        ] {
+            match plan(&["session", "start", "museo", "hello", "--driver", flag]) {
+                Ok(Plan::StartSession {
+                    route: Route::StartSession { driver, .. },
+                    ..
+                }) => assert_eq!(driver.as_deref(), Some(wire), "{flag}"),
+                _ => panic!("{flag}: not a session start"),
+            }
+        }
     }
 
     /// One failure of every class the client can end in (sited's problems and stream frames

@@ -7,7 +7,7 @@ use serde_json::Value;
 /// One agent driver in `/health` and `/v1/capabilities`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct DriverAvailability {
-    /// `claude_code`, `opencode` or `pi`.
+    /// `claude_code`, `opencode`, `pi` or `atelier`.
     pub id: String,
     /// Whether a turn could use it now.
     pub available: bool,

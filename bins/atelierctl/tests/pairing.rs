@@ -24,7 +24,8 @@ async fn pairing_succeeds_once_then_every_call_carries_the_token_and_actor() {
     assert!(!client.is_paired());
     let caps = client.capabilities().await.unwrap();
     assert!(client.is_paired());
-    assert_eq!(caps.drivers.len(), 3);
+    let ids: Vec<&str> = caps.drivers.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["claude_code", "opencode", "pi", "atelier"]);
     client.list_sites().await.unwrap();
     let health = client.pair().await.unwrap();
     assert_eq!(health.service, "dedalo-site-builder");

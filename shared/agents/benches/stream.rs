@@ -1,7 +1,7 @@
 //! Throughput of an agent run's stdout through `LineSplitter` and a driver's parser, against a
 //! baseline in the same process: the same bytes split on `\n` and each line parsed into a
 //! `serde_json::Value`, the least any JSON-lines reader pays. Reports the ratio (ours / the
-//! baseline, lower is better) for both drivers' transcripts, in 64 KiB chunks as the shim
+//! baseline, lower is better) for the drivers' transcripts, in 64 KiB chunks as the shim
 //! relays them and in 100-byte chunks (a slow writer).
 //!
 //! Run: `cargo bench -p atelier-agents --bench stream`.
@@ -62,6 +62,7 @@ fn main() {
     for (driver, name) in [
         (DriverId::ClaudeCode, "site_edit.jsonl"),
         (DriverId::Opencode, "site_edit.jsonl"),
+        (DriverId::Atelier, "site_edit.jsonl"),
     ] {
         let bytes = transcript(driver, name);
         let base = median(|| baseline(&bytes));

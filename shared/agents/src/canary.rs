@@ -10,6 +10,12 @@
 //! (where none may). The script's output is the two answers under fixed markers; [`judge`]
 //! reads it. A project's `.opencode/` is not among the sources: no switch closes it (its
 //! plugins run whatever opencode is told), so the turn unit masks it instead.
+//!
+//! atelier-agent has no canary probe: it reads no configuration source a switch would have to
+//! close (no settings file, no project or home directory it searches, no plugins or skills),
+//! only its argv, its key variable, the proxy and CA variables, the workspace's `AGENTS.md` as
+//! the brief and its own conversations under `--state-dir`; a canary would have nowhere to be
+//! planted. Its help is still judged like every driver's.
 
 use std::fmt;
 use std::path::Path;

@@ -9,6 +9,9 @@
 //! environment and files); [`parse`] (line splitting and the per-driver parsers); [`probe`]
 //! (what to ask a binary and how to judge its answers); [`canary`] (opencode's proof that its
 //! switches close its configuration sources).
+//!
+//! Three drivers run somebody else's CLI (Claude Code, opencode, pi); the fourth, `atelier`,
+//! runs Atelier's own `atelier-agent`, whose output lines its parser reads.
 
 pub mod canary;
 pub mod parse;
@@ -21,12 +24,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use canary::CanaryProbe;
-pub use parse::{line_parser, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson};
+pub use parse::{
+    line_parser, AtelierJson, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson,
+};
 pub use plan::{
     is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,
     validate_pi_env, DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError,
-    PlannedFile, TurnPlan, TurnRequest, CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME,
-    OPENCODE_DB_FILE,
+    PlannedFile, TurnPlan, TurnRequest, ATELIER_API_KEY_ENV, CONFINED_MCP_URL, MAX_BRIEF_BYTES,
+    MCP_SERVER_NAME, OPENCODE_DB_FILE,
 };
 pub use probe::{
     help_argv, judge_help, judge_opencode_accounts, judge_version, opencode_accounts_argv,
@@ -43,11 +48,19 @@ pub enum DriverId {
     Opencode,
     /// pi (`pi --mode json --print`), speaking to an OpenAI-compatible model.
     Pi,
+    /// Atelier's own coding agent (`atelier-agent`), speaking to an OpenAI-compatible model or
+    /// Anthropic's Messages API.
+    Atelier,
 }
 
 impl DriverId {
     /// Every driver, in the order `/health` lists them.
-    pub const ALL: [DriverId; 3] = [DriverId::ClaudeCode, DriverId::Opencode, DriverId::Pi];
+    pub const ALL: [DriverId; 4] = [
+        DriverId::ClaudeCode,
+        DriverId::Opencode,
+        DriverId::Pi,
+        DriverId::Atelier,
+    ];
 
     /// The wire id.
     pub const fn as_str(self) -> &'static str {
@@ -55,6 +68,7 @@ impl DriverId {
             DriverId::ClaudeCode => "claude_code",
             DriverId::Opencode => "opencode",
             DriverId::Pi => "pi",
+            DriverId::Atelier => "atelier",
         }
     }
 
@@ -88,6 +102,9 @@ pub fn capabilities(driver: DriverId) -> Capabilities {
         DriverId::Opencode => (true, true, false),
         // pi resumes its own session file; it speaks no MCP.
         DriverId::Pi => (true, false, false),
+        // atelier-agent keeps its conversation under the resume token, is an MCP client of
+        // the turn's server and says each file it writes.
+        DriverId::Atelier => (true, true, true),
     };
     Capabilities {
         resume,
@@ -172,6 +189,14 @@ mod tests {
         assert_eq!(DriverId::parse("gpt"), None);
         assert!(capabilities(DriverId::ClaudeCode).reports_file_changes);
         assert!(!capabilities(DriverId::Pi).mcp_http);
+        assert!(capabilities(DriverId::Atelier).reports_file_changes);
+        assert!(capabilities(DriverId::Atelier).resume);
+        assert_eq!(DriverId::parse("atelier"), Some(DriverId::Atelier));
+        assert_eq!(
+            DriverId::ALL.map(DriverId::as_str),
+            ["claude_code", "opencode", "pi", "atelier"],
+            "the order /health lists them in"
+        );
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
         DriverId::ClaudeCode => Box::new(ClaudeStreamJson),
         DriverId::Opencode => Box::new(OpencodeJson::default()),
         DriverId::Pi => Box::new(PiJson::default()),
+        DriverId::Atelier => Box::new(AtelierJson::default()),
     }
 }
 
@@ -327,6 +328,61 @@ fn pi_block(block: &Value) -> Option<AgentEvent> {
             &["path", "file_path", "pattern", "command"],
         )),
         _ => None,
+    }
+}
+
+/// atelier-agent's output, one JSON object per line (the agent's `events` module is their one
+/// definition): a `text` is said (a blank one is not), a `tool` is the call's name and its
+/// target (`input.path`, else `input.pattern`), each `file_change` names its one file, and
+/// `result` is the result (`resume`, `cost_usd`, `duration_ms`). An `error` line — the last
+/// before a non-zero exit — is said as text and makes the turn a failure; `tool_result` and
+/// `warning` lines are the agent's own log.
+#[derive(Debug, Default)]
+pub struct AtelierJson {
+    /// The `error` line's message, once one was read.
+    error: Option<String>,
+}
+
+impl LineParser for AtelierJson {
+    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+        let Some(frame) = json_object(line) else {
+            return Vec::new();
+        };
+        let field = |key: &str| frame.get(key).and_then(Value::as_str);
+        let event =
+            match field("type") {
+                Some("text") => field("text")
+                    .filter(|text| !text.trim().is_empty())
+                    .map(|text| AgentEvent::Text {
+                        text: text.to_owned(),
+                    }),
+                Some("tool") => field("name")
+                    .map(|name| tool_event(name, frame.get("input"), &["path", "pattern"])),
+                Some("file_change") => field("path").filter(|path| !path.is_empty()).map(|path| {
+                    AgentEvent::FileChange {
+                        files: vec![path.to_owned()],
+                    }
+                }),
+                Some("result") => Some(AgentEvent::Result {
+                    resume_token: resume_token(frame.get("resume")),
+                    cost_usd: frame.get("cost_usd").and_then(finite),
+                    duration_ms: millis(frame.get("duration_ms")),
+                }),
+                Some("error") => {
+                    let message = field("message").unwrap_or("the turn failed");
+                    let reason = field("reason").unwrap_or("unknown");
+                    self.error = Some(message.to_owned());
+                    Some(AgentEvent::Text {
+                        text: format!("atelier-agent error ({reason}): {message}"),
+                    })
+                }
+                _ => None,
+            };
+        event.into_iter().collect()
+    }
+
+    fn failure(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 }
 
@@ -676,6 +732,144 @@ mod tests {
         }
     }
 
+    #[test]
+    fn atelier_lines_table() {
+        let text = |t: &str| AgentEvent::Text { text: t.to_owned() };
+        let tool = |name: &str, summary: &str| AgentEvent::Tool {
+            name: name.to_owned(),
+            summary: summary.to_owned(),
+        };
+        let cases: Vec<(&str, &str, Vec<AgentEvent>)> = vec![
+            (
+                "text",
+                r#"{"type":"text","text":"Done: about page added."}"#,
+                vec![text("Done: about page added.")],
+            ),
+            ("blank text", r#"{"type":"text","text":" \n"}"#, vec![]),
+            (
+                "text that is not a string",
+                r#"{"type":"text","text":3}"#,
+                vec![],
+            ),
+            (
+                "a tool's target is its path",
+                r#"{"type":"tool","id":"c1","name":"write","input":{"path":"about.html","content":"<p>About</p>\n"}}"#,
+                vec![tool("write", "write: about.html")],
+            ),
+            (
+                "else its pattern",
+                r#"{"type":"tool","id":"c2","name":"glob","input":{"pattern":"**/*.html"}}"#,
+                vec![tool("glob", "glob: **/*.html")],
+            ),
+            (
+                "path before pattern",
+                r#"{"type":"tool","id":"c3","name":"grep","input":{"pattern":"h1","path":"src"}}"#,
+                vec![tool("grep", "grep: src")],
+            ),
+            (
+                "no target",
+                r#"{"type":"tool","id":"c4","name":"list","input":{}}"#,
+                vec![tool("list", "list")],
+            ),
+            (
+                "arguments that were not JSON",
+                r#"{"type":"tool","id":"c5","name":"edit","input":"{\"path\": \"a"}"#,
+                vec![tool("edit", "edit")],
+            ),
+            (
+                "a tool without a name",
+                r#"{"type":"tool","id":"c6","input":{}}"#,
+                vec![],
+            ),
+            (
+                "a tool result is the agent's log",
+                r#"{"type":"tool_result","id":"c1","name":"write","ok":false,"error":"refused: symlink (evil)"}"#,
+                vec![],
+            ),
+            (
+                "a file change names its file",
+                r#"{"type":"file_change","path":"src/index.html","kind":"modified"}"#,
+                vec![AgentEvent::FileChange {
+                    files: vec!["src/index.html".into()],
+                }],
+            ),
+            (
+                "an empty path",
+                r#"{"type":"file_change","path":"","kind":"created"}"#,
+                vec![],
+            ),
+            (
+                "a path that is not a string",
+                r#"{"type":"file_change","path":["a"]}"#,
+                vec![],
+            ),
+            (
+                "the result",
+                r#"{"type":"result","stop":"end_turn","rounds":3,"usage":{"input_tokens":300,"output_tokens":30},"cost_usd":0.25,"duration_ms":1234,"resume":"0f3c9a1e5b7d2c4a6e8f0a1b3c5d7e9f"}"#,
+                vec![AgentEvent::Result {
+                    resume_token: Some("0f3c9a1e5b7d2c4a6e8f0a1b3c5d7e9f".into()),
+                    cost_usd: Some(0.25),
+                    duration_ms: 1234,
+                }],
+            ),
+            (
+                "a result without a price, stopped at the round limit",
+                r#"{"type":"result","stop":"max_turns","rounds":50,"usage":{"input_tokens":0,"output_tokens":0},"duration_ms":9,"resume":"ab_1"}"#,
+                vec![AgentEvent::Result {
+                    resume_token: Some("ab_1".into()),
+                    cost_usd: None,
+                    duration_ms: 9,
+                }],
+            ),
+            (
+                "an option-shaped resume is no token",
+                r#"{"type":"result","duration_ms":-5,"resume":"--settings","cost_usd":"1"}"#,
+                vec![AgentEvent::Result {
+                    resume_token: None,
+                    cost_usd: None,
+                    duration_ms: 0,
+                }],
+            ),
+            (
+                "an error is said",
+                r#"{"type":"error","reason":"provider","message":"the provider refused the request: 401","resume":"ab_1"}"#,
+                vec![text(
+                    "atelier-agent error (provider): the provider refused the request: 401",
+                )],
+            ),
+            (
+                "a warning is the agent's log",
+                r#"{"type":"warning","message":"the dedalo_publication server did not answer"}"#,
+                vec![],
+            ),
+            (
+                "an unknown type",
+                r#"{"type":"thinking","text":"hm"}"#,
+                vec![],
+            ),
+            ("not JSON", "atelier-agent: warning", vec![]),
+        ];
+        for (name, line, want) in cases {
+            let mut parser = AtelierJson::default();
+            assert_eq!(parser.parse_line(line), want, "{name}");
+            assert!(parser.finish().is_empty(), "{name}: the result is a line");
+        }
+    }
+
+    #[test]
+    fn an_atelier_error_line_fails_the_turn() {
+        let mut parser = AtelierJson::default();
+        parser.parse_line(r#"{"type":"text","text":"Working."}"#);
+        assert_eq!(parser.failure(), None);
+        parser.parse_line(
+            r#"{"type":"error","reason":"resume_not_found","message":"no conversation ab_1"}"#,
+        );
+        assert_eq!(parser.failure(), Some("no conversation ab_1"));
+        let mut bare = AtelierJson::default();
+        bare.parse_line(r#"{"type":"error"}"#);
+        assert_eq!(bare.failure(), Some("the turn failed"));
+    }
+
     proptest::proptest! {
         /// No bytes panic a parser, the bound holds, and how the bytes are cut into chunks
         /// changes nothing.
@@ -698,31 +892,34 @@ mod tests {
             proptest::prop_assert_eq!(&lines, &whole);
             proptest::prop_assert_eq!(&last, &whole_last);
             proptest::prop_assert_eq!(dropped, whole_dropped);
-            let mut claude = ClaudeStreamJson;
-            let mut opencode = OpencodeJson::default();
+            let mut parsers = DriverId::ALL.map(line_parser);
             for line in lines.iter().chain(last.iter()) {
                 // Lossy decoding at most triples a line (one replacement per byte).
                 proptest::prop_assert!(line.len() <= 32 * 3);
-                for event in claude.parse_line(line).into_iter().chain(opencode.parse_line(line)) {
-                    proptest::prop_assert!(event.to_body().is_object());
+                for parser in &mut parsers {
+                    for event in parser.parse_line(line) {
+                        proptest::prop_assert!(event.to_body().is_object());
+                    }
                 }
             }
-            opencode.finish();
+            for parser in &mut parsers {
+                parser.finish();
+            }
         }
 
         /// JSON-shaped input reaches deep into the parsers without a panic.
         #[test]
         fn json_shaped_lines(
-            kind in proptest::sample::select(vec!["assistant", "result", "text", "tool_use", "step_finish", "error", "done", "session", "user"]),
-            key in proptest::sample::select(vec!["text", "tool", "name", "input", "part", "session_id", "sessionID", "timestamp", "cost", "duration_ms", "total_cost_usd", "id", "error", "content", "message", "state"]),
+            kind in proptest::sample::select(vec!["assistant", "result", "text", "tool_use", "step_finish", "error", "done", "session", "user", "tool", "tool_result", "file_change", "message_end", "agent_end"]),
+            key in proptest::sample::select(vec!["text", "tool", "name", "input", "part", "session_id", "sessionID", "timestamp", "cost", "duration_ms", "total_cost_usd", "id", "error", "content", "message", "state", "path", "pattern", "resume", "cost_usd", "reason"]),
             value in proptest::sample::select(vec!["null", "1e308", "-1", "18446744073709551616", "\"--x\"", "\"ses_1\"", "[]", "{}", "[{\"type\":\"text\",\"text\":1}]", "{\"text\":\"x\",\"tool\":\"t\",\"cost\":1e308,\"state\":{\"input\":{\"filePath\":2}}}"]),
         ) {
             let line = format!("{{\"type\":\"{kind}\",\"{key}\":{value},\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"name\":\"n\",\"input\":{{\"{key}\":{value}}}}}]}},\"part\":{{\"{key}\":{value}}}}}");
-            let mut claude = ClaudeStreamJson;
-            let mut opencode = OpencodeJson::default();
-            for event in claude.parse_line(&line).into_iter().chain(opencode.parse_line(&line)).chain(opencode.finish()) {
-                if let AgentEvent::Result { resume_token: Some(token), .. } = &event {
-                    proptest::prop_assert!(is_resume_token(token));
+            for mut parser in DriverId::ALL.map(line_parser) {
+                for event in parser.parse_line(&line).into_iter().chain(parser.finish()) {
+                    if let AgentEvent::Result { resume_token: Some(token), .. } = &event {
+                        proptest::prop_assert!(is_resume_token(token));
+                    }
                 }
             }
         }

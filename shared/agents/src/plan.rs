@@ -20,8 +20,9 @@ pub const MCP_SERVER_NAME: &str = "dedalo_publication";
 pub const CONFINED_MCP_URL: &str = "http://127.0.0.1:3129/mcp";
 /// The longest brief passed on the command line, in bytes.
 pub const MAX_BRIEF_BYTES: usize = 96 * 1024;
-/// Claude Code's turn cap.
-const CLAUDE_MAX_TURNS: &str = "50";
+/// The most model rounds a turn may take, for the drivers that take a cap (Claude Code's
+/// `--max-turns`, atelier-agent's).
+const MAX_TURNS: &str = "50";
 /// The tools a Claude Code turn may use.
 const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,TodoWrite,mcp__dedalo_publication";
 /// The tools a Claude Code turn may never use.
@@ -90,8 +91,13 @@ pub struct ModelEndpoint {
     pub anthropic_base_url: Option<String>,
     /// The OpenAI-compatible model a pi turn talks to; pi has no default of its own.
     pub openai: Option<OpenAiModel>,
-    /// Development only: extra certificate authorities the agent trusts
-    /// (`NODE_EXTRA_CA_CERTS`), e.g. a lab model server's test CA.
+    /// The model an atelier turn asks Anthropic's Messages API for (at
+    /// [`ModelEndpoint::anthropic_base_url`], else Anthropic's own API). When set, an atelier
+    /// turn speaks Anthropic; otherwise it speaks to [`ModelEndpoint::openai`].
+    pub anthropic_model: Option<String>,
+    /// Development only: extra certificate authorities the agent trusts, e.g. a lab model
+    /// server's test CA (`NODE_EXTRA_CA_CERTS` for the Node CLIs; for atelier-agent
+    /// `SSL_CERT_FILE`, which then is the only file of authorities it trusts).
     pub extra_ca_certs: Option<PathBuf>,
 }
 
@@ -170,6 +176,8 @@ pub struct DriverCredentials {
     pub opencode_env: Vec<(String, String)>,
     /// pi's (`PI_ENV`).
     pub pi_env: Vec<(String, String)>,
+    /// atelier-agent's provider key, its child's `ATELIER_AGENT_API_KEY`.
+    pub atelier_api_key: Option<String>,
 }
 
 impl fmt::Debug for DriverCredentials {
@@ -184,6 +192,10 @@ impl fmt::Debug for DriverCredentials {
             )
             .field("opencode_env", &names(&self.opencode_env))
             .field("pi_env", &names(&self.pi_env))
+            .field(
+                "atelier_api_key",
+                &self.atelier_api_key.as_ref().map(|_| "[redacted]"),
+            )
             .finish()
     }
 }
@@ -301,6 +313,9 @@ pub enum PlanError {
     /// The driver speaks to an OpenAI-compatible model and none is configured.
     #[error("the {0} driver needs an OpenAI-compatible model (agent.openai_base_url and agent.openai_model in the declaration)")]
     NoModel(DriverId),
+    /// The atelier driver has neither an Anthropic model nor an OpenAI-compatible one.
+    #[error("the atelier driver needs a model: agent.anthropic_model, or agent.openai_base_url and agent.openai_model in the declaration")]
+    NoAtelierModel,
     /// A `PI_ENV` key is not a provider credential pi may get.
     #[error("PI_ENV may not set {0}: only provider credentials (…_API_KEY, …_AUTH_TOKEN, …_ACCESS_KEY_ID, …_SECRET_ACCESS_KEY, …_SESSION_TOKEN)")]
     PiEnvKey(String),
@@ -345,20 +360,29 @@ pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
     if request.resume_token.is_some_and(|t| !is_resume_token(t)) {
         return Err(PlanError::BadResumeToken);
     }
-    let brief = request.brief.map(prepare_brief).transpose()?;
+    // atelier-agent reads AGENTS.md itself, through its own link-refusing reader.
+    let brief = match request.driver {
+        DriverId::Atelier => None,
+        _ => request.brief.map(prepare_brief).transpose()?,
+    };
     let mut plan = match request.driver {
         DriverId::ClaudeCode => plan_claude(request, brief),
         DriverId::Opencode => plan_opencode(request, brief),
         DriverId::Pi => plan_pi(request, brief),
+        DriverId::Atelier => plan_atelier(request),
     }?;
     if request.proxied {
         plan.env.extend(proxy_env());
     }
     if let Some(ca) = &request.endpoint.extra_ca_certs {
-        plan.env.insert(
-            "NODE_EXTRA_CA_CERTS".to_owned(),
-            ca.to_string_lossy().into_owned(),
-        );
+        // The Node CLIs add these to their roots; atelier-agent's TLS reads its roots from
+        // SSL_CERT_FILE instead of the system's.
+        let key = match request.driver {
+            DriverId::Atelier => "SSL_CERT_FILE",
+            DriverId::ClaudeCode | DriverId::Opencode | DriverId::Pi => "NODE_EXTRA_CA_CERTS",
+        };
+        plan.env
+            .insert(key.to_owned(), ca.to_string_lossy().into_owned());
     }
     Ok(plan)
 }
@@ -451,7 +475,7 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
         "--permission-mode",
         "acceptEdits",
         "--max-turns",
-        CLAUDE_MAX_TURNS,
+        MAX_TURNS,
         "--setting-sources",
         "",
         "--settings",
@@ -710,6 +734,84 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
         env,
         files: Vec::new(),
         stated,
+    })
+}
+
+/// atelier-agent's `--provider` for Anthropic's Messages API.
+const ATELIER_ANTHROPIC: &str = "anthropic";
+/// atelier-agent's `--provider` for an OpenAI-compatible chat-completions API.
+const ATELIER_OPENAI_COMPATIBLE: &str = "openai-compatible";
+/// The variable atelier-agent reads its provider's key from (never an argument); the daemon's
+/// credential of the same name is its value.
+pub const ATELIER_API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
+
+/// atelier-agent (`atelier-agent --provider P --model M … -- <prompt>`). It reads no
+/// configuration source of its own (no settings file, no project directory, no plugins or
+/// skills), so all it is told is on this argv: the provider and model — Anthropic's Messages
+/// API when an Anthropic model is declared (at the declared base URL, else Anthropic's own),
+/// else the OpenAI-compatible model —, the round limit, the CLI's state directory, where it
+/// keeps the conversation its result's resume token names, and the MCP server. It reads the
+/// brief, AGENTS.md, itself through its link-refusing reader, and its key only from
+/// `ATELIER_AGENT_API_KEY`. It sends an MCP server no header, so an attachment that needs one
+/// (the Publication API's key, under `none`) is not offered: every request would be refused.
+fn plan_atelier(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
+    let endpoint = request.endpoint;
+    let (provider, model, base_url) = match (&endpoint.anthropic_model, &endpoint.openai) {
+        (Some(model), _) => (
+            ATELIER_ANTHROPIC,
+            model.as_str(),
+            endpoint.anthropic_base_url.as_deref(),
+        ),
+        (None, Some(openai)) => (
+            ATELIER_OPENAI_COMPATIBLE,
+            openai.model.as_str(),
+            Some(openai.base_url.as_str()),
+        ),
+        (None, None) => return Err(PlanError::NoAtelierModel),
+    };
+    let mut argv: Vec<String> = vec![
+        request.bin.to_string_lossy().into_owned(),
+        "--provider".into(),
+        provider.into(),
+        "--model".into(),
+        model.into(),
+    ];
+    if let Some(url) = base_url {
+        argv.extend(["--base-url".to_owned(), url.to_owned()]);
+    }
+    argv.extend([
+        "--max-turns".to_owned(),
+        MAX_TURNS.to_owned(),
+        "--state-dir".to_owned(),
+        request.state_dir.to_string_lossy().into_owned(),
+    ]);
+    if request.mcp.headers.is_empty() {
+        argv.extend([
+            "--mcp-url".to_owned(),
+            request.mcp.url.clone(),
+            "--mcp-name".to_owned(),
+            request.mcp.name.clone(),
+        ]);
+    }
+    if let Some(token) = request.resume_token {
+        argv.extend(["--resume".to_owned(), token.to_owned()]);
+    }
+    // A prompt of `-` alone would tell the agent to read its prompt from stdin.
+    let prompt = if request.prompt == "-" {
+        " -".to_owned()
+    } else {
+        request.prompt.to_owned()
+    };
+    argv.extend(["--".to_owned(), prompt]);
+    let mut env = base_env(request);
+    if let Some(key) = &request.credentials.atelier_api_key {
+        env.insert(ATELIER_API_KEY_ENV.to_owned(), key.clone());
+    }
+    Ok(TurnPlan {
+        argv,
+        env,
+        files: Vec::new(),
+        stated: Vec::new(),
     })
 }
 

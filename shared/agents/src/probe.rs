@@ -78,11 +78,11 @@ impl ProbeRefusal {
 const UNLISTED_CLAUDE_FLAG: &str = "--max-turns";
 
 /// How deep an option line may be indented; deeper lines are prose. Claude Code's help
-/// (commander) indents options by 2; opencode's (yargs) aligns a long-only option under the
-/// long name of one with a short alias, at 6.
+/// (commander) indents options by 2; opencode's (yargs) and atelier-agent's (clap) align a
+/// long-only option under the long name of one with a short alias, at 6.
 fn max_option_indent(driver: DriverId) -> usize {
     match driver {
-        DriverId::Opencode => 6,
+        DriverId::Opencode | DriverId::Atelier => 6,
         DriverId::ClaudeCode | DriverId::Pi => 4,
     }
 }
@@ -90,7 +90,7 @@ fn max_option_indent(driver: DriverId) -> usize {
 /// What a probe question's environment adds to `PATH`, `state_dir` being the CLI's writable
 /// state as the child sees it: opencode gets a turn's restriction and its database; pi opens its session store
 /// even to print its help, so it gets a place of its own there (never what a turn loads), and
-/// its quiet switches.
+/// its quiet switches. Claude Code and atelier-agent answer with nothing more.
 pub fn probe_env(driver: DriverId, state_dir: &Path) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     if driver == DriverId::Opencode {
@@ -165,7 +165,7 @@ pub fn help_argv(driver: DriverId, bin: &Path) -> Vec<String> {
     let bin = bin.to_string_lossy().into_owned();
     match driver {
         DriverId::Opencode => vec![bin, "run".to_owned(), "--help".to_owned()],
-        DriverId::ClaudeCode | DriverId::Pi => vec![bin, "--help".to_owned()],
+        DriverId::ClaudeCode | DriverId::Pi | DriverId::Atelier => vec![bin, "--help".to_owned()],
     }
 }
 
@@ -242,6 +242,9 @@ mod tests {
     /// pi 0.73.1's help, as it prints it.
     const PI_HELP: &str = include_str!("../tests/fixtures/pi/help.txt");
 
+    /// atelier-agent's `--help`, as it prints it (clap's long help).
+    const ATELIER_HELP: &str = include_str!("../tests/fixtures/atelier/help.txt");
+
     /// Claude Code 2.x's help, abridged to the shape commander prints.
     const CLAUDE_HELP: &str = "\
 Usage: claude [options] [command] [prompt]
@@ -301,7 +304,7 @@ Options:
             &'static str,
             Result<&'static str, &'static str>,
         );
-        let cases: [Case; 14] = [
+        let cases: [Case; 16] = [
             (
                 "good semver",
                 DriverId::ClaudeCode,
@@ -366,6 +369,18 @@ Options:
             ),
             ("v prefix", DriverId::Opencode, "v1.2.3", Ok("1.2.3")),
             ("pi semver", DriverId::Pi, "pi 0.4.1", Ok("0.4.1")),
+            (
+                "atelier-agent's clap version",
+                DriverId::Atelier,
+                "atelier-agent 0.1.0\n",
+                Ok("0.1.0"),
+            ),
+            (
+                "atelier-agent without one",
+                DriverId::Atelier,
+                "atelier-agent\n",
+                Err("none"),
+            ),
         ];
         for (name, driver, output, want) in cases {
             let got = judge_version(driver, output);
@@ -486,6 +501,31 @@ Options:
             });
             assert_eq!(got, want, "{name}");
         }
+        // atelier-agent's help lists every flag its argv passes, long-only options at clap's
+        // indent of 6; the possible values below an option are prose, deeper still.
+        assert_eq!(judge_help(DriverId::Atelier, ATELIER_HELP), Ok(()));
+        assert_eq!(
+            judge_help(DriverId::Atelier, &without(ATELIER_HELP, "--state-dir")),
+            Err(ProbeRefusal::MissingFlags {
+                driver: DriverId::Atelier,
+                missing: vec!["--state-dir".into()],
+            })
+        );
+        assert_eq!(
+            judge_help(
+                DriverId::Atelier,
+                &ATELIER_HELP.replace("      --resume", "          --resume")
+            ),
+            Err(ProbeRefusal::MissingFlags {
+                driver: DriverId::Atelier,
+                missing: vec!["--resume".into()],
+            }),
+            "an option indented as prose is not listed"
+        );
+        assert!(matches!(
+            judge_help(DriverId::Atelier, PI_HELP),
+            Err(ProbeRefusal::MissingFlags { .. })
+        ));
         // pi's help (0.73) lists every flag its argv passes; Claude Code's lacks most of them.
         assert_eq!(judge_help(DriverId::Pi, PI_HELP), Ok(()));
         assert!(matches!(
@@ -515,6 +555,10 @@ Options:
             "/h/state/pi-probe/sessions"
         );
         assert_eq!(pi["PI_OFFLINE"], "1");
+        assert!(
+            probe_env(DriverId::Atelier, state).is_empty(),
+            "atelier-agent reads nothing a probe would need to restrict"
+        );
     }
 
     #[test]
@@ -575,18 +619,36 @@ Options:
             pi.iter().all(|f| f.starts_with("--")),
             "values are not flags: {pi:?}"
         );
-        let bin = Path::new("/opt/claude/bin/claude");
+        for (driver, bin, help) in [
+            (
+                DriverId::ClaudeCode,
+                "/opt/claude/bin/claude",
+                &["--help"][..],
+            ),
+            (DriverId::Opencode, "/b/opencode", &["run", "--help"][..]),
+            (DriverId::Atelier, "/usr/bin/atelier-agent", &["--help"][..]),
+        ] {
+            assert_eq!(
+                version_argv(driver, Path::new(bin)),
+                [bin, "--version"],
+                "{driver}"
+            );
+            let mut want = vec![bin];
+            want.extend(help);
+            assert_eq!(help_argv(driver, Path::new(bin)), want, "{driver}");
+        }
         assert_eq!(
-            version_argv(DriverId::ClaudeCode, bin),
-            ["/opt/claude/bin/claude", "--version"]
-        );
-        assert_eq!(
-            help_argv(DriverId::ClaudeCode, bin),
-            ["/opt/claude/bin/claude", "--help"]
-        );
-        assert_eq!(
-            help_argv(DriverId::Opencode, Path::new("/b/opencode")),
-            ["/b/opencode", "run", "--help"]
+            turn_flags(DriverId::Atelier),
+            [
+                "--provider",
+                "--model",
+                "--base-url",
+                "--max-turns",
+                "--state-dir",
+                "--mcp-url",
+                "--mcp-name",
+                "--resume"
+            ]
         );
     }
 }

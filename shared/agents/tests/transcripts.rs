@@ -71,29 +71,47 @@ fn pi_transcripts() {
     check(DriverId::Pi, 2);
 }
 
-/// pi exits 0 after a turn whose model call failed: its parser gives no result and names the
-/// failure, so the daemon ends the turn with an error instead of a made-up success.
 #[test]
-fn a_failed_pi_turn_is_a_failure_not_a_result() {
-    for (name, failure) in [
-        ("provider_error", Some("Connection error.")),
-        ("site_edit", None),
-    ] {
+fn atelier_transcripts() {
+    check(DriverId::Atelier, 4);
+}
+
+/// A turn the agent failed names its failure and gives no result; a good one gives its result
+/// with its lines, so nothing waits for the end of the run. pi exits 0 after a turn whose model
+/// call failed, so its parser's failure is what ends that turn with an error instead of a
+/// made-up success; atelier-agent writes an `error` line, then exits 1.
+#[test]
+fn a_failed_turn_is_a_failure_not_a_result() {
+    let cases = [
+        (DriverId::Pi, "provider_error", Some("Connection error."), 0),
+        (DriverId::Pi, "site_edit", None, 1),
+        (
+            DriverId::Atelier,
+            "provider_error",
+            Some("Custom Provider request failed: error sending request"),
+            0,
+        ),
+        (DriverId::Atelier, "lab_turn", None, 1),
+        (DriverId::Atelier, "site_edit", None, 1),
+        (DriverId::Atelier, "max_turns", None, 1),
+    ];
+    for (driver, name, failure, results) in cases {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/pi")
+            .join("tests/fixtures")
+            .join(driver.as_str())
             .join(format!("{name}.jsonl"));
         let bytes = std::fs::read(path).unwrap();
         let mut splitter = LineSplitter::new(MAX_LINE);
-        let mut parser = line_parser(DriverId::Pi);
-        for line in splitter.push(&bytes) {
-            parser.parse_line(&line);
-        }
-        let finished = parser.finish();
-        assert_eq!(parser.failure(), failure, "{name}");
-        assert!(
-            finished.is_empty(),
-            "{name}: the result came with agent_end"
-        );
+        let mut parser = line_parser(driver);
+        let seen = splitter
+            .push(&bytes)
+            .iter()
+            .flat_map(|line| parser.parse_line(line))
+            .filter(|e| matches!(e, AgentEvent::Result { .. }))
+            .count();
+        assert_eq!(seen, results, "{driver} {name}");
+        assert_eq!(parser.failure(), failure, "{driver} {name}");
+        assert!(parser.finish().is_empty(), "{driver} {name}");
     }
 }
 
@@ -123,7 +141,7 @@ fn an_opencode_result_needs_the_end_of_a_clean_run() {
 /// text does not contain.
 #[test]
 fn every_prefix_of_a_transcript_parses() {
-    for driver in [DriverId::ClaudeCode, DriverId::Opencode] {
+    for driver in [DriverId::ClaudeCode, DriverId::Opencode, DriverId::Atelier] {
         for transcript in transcripts(driver) {
             let bytes = std::fs::read(&transcript).unwrap();
             for cut in (0..bytes.len()).step_by(97) {

@@ -33,9 +33,10 @@ pub fn check_provider_url(value: &str) -> Result<(), (Reason, String)> {
     grammar::provider_url(value).map(|_| ())
 }
 
-/// Checks a model id as `agent.openai_model` must be (1-200 characters, no control character,
-/// no whitespace at either end, neither `$` nor `` ` ``); why not, when not. For a reader of the
-/// rendered value (sited) to hold it to the declaration's own rule.
+/// Checks a model id as `agent.openai_model` and `agent.anthropic_model` must be (1-200
+/// characters, no control character, no whitespace at either end, neither `$` nor `` ` ``); why
+/// not, when not. For a reader of the rendered value (sited) to hold it to the declaration's
+/// own rule.
 pub fn check_model_id(value: &str) -> Result<(), (Reason, String)> {
     grammar::model_id(value).map(|_| ())
 }
@@ -142,14 +143,15 @@ reasons! {
     /// A driver other than claude_code with no provider host to reach.
     MissingProviderHosts => "missing_provider_hosts",
     /// `agent.anthropic_base_url` or `agent.openai_base_url` names a host the turn door's plan
-    /// does not hold, so every model request would be refused by the gate.
+    /// does not hold, or `agent.anthropic_model` would be asked of Anthropic's own API while the
+    /// plan does not hold it, so every model request would be refused by the gate.
     UnplannedProviderUrl => "unplanned_provider_url",
-    /// `agent.openai_model` is empty, longer than 200 characters, has whitespace at an end or
-    /// holds a character sited's env file cannot carry.
+    /// `agent.openai_model` or `agent.anthropic_model` is empty, longer than 200 characters, has
+    /// whitespace at an end or holds a character sited's env file cannot carry.
     BadModelId => "bad_model_id",
     /// Half of an OpenAI-compatible model (`agent.openai_base_url` without
     /// `agent.openai_model`, or the reverse), or neither for the driver pi, which has no default
-    /// model.
+    /// model, nor for the driver atelier without `agent.anthropic_model`.
     MissingOpenaiModel => "missing_openai_model",
     /// Preproduction basic auth with no user and no password file: nobody could log in.
     EmptyPasswordFile => "empty_password_file",
@@ -352,6 +354,8 @@ pub enum AgentDriver {
     Opencode,
     /// pi.
     Pi,
+    /// Atelier's own coding agent, `atelier-agent`.
+    Atelier,
 }
 
 // === impl AgentDriver ===
@@ -363,6 +367,7 @@ impl AgentDriver {
             AgentDriver::ClaudeCode => "claude_code",
             AgentDriver::Opencode => "opencode",
             AgentDriver::Pi => "pi",
+            AgentDriver::Atelier => "atelier",
         }
     }
 }
@@ -570,16 +575,23 @@ pub struct Agent {
     pub provider_hosts: Option<Vec<String>>,
     /// The package registry hosts a build may reach.
     pub registry_hosts: Option<Vec<String>>,
-    /// Where Claude Code sends its model requests, when not Anthropic's own API (an LLM
-    /// gateway): `https://<host>[/path]`, its host one of the turn door's provider hosts.
+    /// Where Claude Code (and an atelier turn with [`Agent::anthropic_model`]) sends its model
+    /// requests, when not Anthropic's own API (an LLM gateway): `https://<host>[/path]`, its
+    /// host one of the turn door's provider hosts.
     pub anthropic_base_url: Option<String>,
-    /// The OpenAI-compatible API a pi turn talks to, the part before `/chat/completions`
+    /// The OpenAI-compatible API a pi turn (or an atelier turn without
+    /// [`Agent::anthropic_model`]) talks to, the part before `/chat/completions`
     /// (`https://<host>[/path]`, e.g. `https://llm.example.org/v1`), its host one of the turn
     /// door's provider hosts. Declared with [`Agent::openai_model`] or not at all; required for
     /// the driver pi, kept (and rendered) for the others so a switch needs no other change.
     pub openai_base_url: Option<String>,
     /// The model id a pi turn asks [`Agent::openai_base_url`] for (pi has no default model).
     pub openai_model: Option<String>,
+    /// The model id an atelier turn asks Anthropic's Messages API for, at
+    /// [`Agent::anthropic_base_url`] or else Anthropic's own API (then one of the provider
+    /// hosts). Declared, it is the atelier driver's model; otherwise that driver speaks to the
+    /// OpenAI-compatible model. Claude Code chooses its own model and ignores it.
+    pub anthropic_model: Option<String>,
     /// systemctl, when not `/usr/bin/systemctl`.
     pub systemctl_bin: Option<PathBuf>,
 }

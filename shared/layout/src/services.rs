@@ -91,13 +91,20 @@ pub mod env {
     pub const OPENCODE_BIN: &str = "ATELIER_OPENCODE_BIN";
     /// pi's binary, when declared.
     pub const PI_BIN: &str = "ATELIER_PI_BIN";
-    /// Where Claude Code sends its model requests, when declared (`agent.anthropic_base_url`).
+    /// atelier-agent's binary (the driver atelier), when declared.
+    pub const ATELIER_AGENT_BIN: &str = "ATELIER_ATELIER_AGENT_BIN";
+    /// Where Claude Code (and an atelier turn's Anthropic model) sends its model requests, when
+    /// declared (`agent.anthropic_base_url`).
     pub const AGENT_ANTHROPIC_BASE_URL: &str = "ATELIER_AGENT_ANTHROPIC_BASE_URL";
-    /// The OpenAI-compatible API a pi turn talks to, the part before `/chat/completions`, when
-    /// declared (`agent.openai_base_url`).
+    /// The OpenAI-compatible API a pi or atelier turn talks to, the part before
+    /// `/chat/completions`, when declared (`agent.openai_base_url`).
     pub const AGENT_OPENAI_BASE_URL: &str = "ATELIER_AGENT_OPENAI_BASE_URL";
-    /// The model id a pi turn asks that API for, when declared (`agent.openai_model`).
+    /// The model id a pi or atelier turn asks that API for, when declared
+    /// (`agent.openai_model`).
     pub const AGENT_OPENAI_MODEL: &str = "ATELIER_AGENT_OPENAI_MODEL";
+    /// The model id an atelier turn asks Anthropic's Messages API for, when declared
+    /// (`agent.anthropic_model`).
+    pub const AGENT_ANTHROPIC_MODEL: &str = "ATELIER_AGENT_ANTHROPIC_MODEL";
     /// Development only, never rendered: a PEM file of extra certificate authorities a turn's
     /// agent trusts (a lab model server's test CA).
     pub const AGENT_EXTRA_CA_CERTS: &str = "ATELIER_AGENT_EXTRA_CA_CERTS";
@@ -151,9 +158,11 @@ pub mod env {
         CLAUDE_CODE_BIN,
         OPENCODE_BIN,
         PI_BIN,
+        ATELIER_AGENT_BIN,
         AGENT_ANTHROPIC_BASE_URL,
         AGENT_OPENAI_BASE_URL,
         AGENT_OPENAI_MODEL,
+        AGENT_ANTHROPIC_MODEL,
         AGENT_EXTRA_CA_CERTS,
         MAX_SITES,
         MAX_CONCURRENT_SESSIONS,
@@ -240,6 +249,7 @@ pub fn driver_bin_env(driver: AgentDriver) -> &'static str {
         AgentDriver::ClaudeCode => env::CLAUDE_CODE_BIN,
         AgentDriver::Opencode => env::OPENCODE_BIN,
         AgentDriver::Pi => env::PI_BIN,
+        AgentDriver::Atelier => env::ATELIER_AGENT_BIN,
     }
 }
 
@@ -278,7 +288,7 @@ impl Layout<'_> {
                     .provider_hosts
                     .clone()
                     .unwrap_or_else(|| vec![ANTHROPIC_API_HOST.to_owned()]),
-                AgentDriver::Opencode | AgentDriver::Pi => {
+                AgentDriver::Opencode | AgentDriver::Pi | AgentDriver::Atelier => {
                     agent.provider_hosts.clone().unwrap_or_default()
                 }
             },
@@ -334,6 +344,50 @@ mod tests {
         });
         let plan = Layout::new(&declared).egress_plan(Door::Build).unwrap();
         assert_eq!(plan.hosts, ["a.example.org", "b.example.org"]);
+    }
+
+    #[test]
+    fn the_atelier_driver_reaches_its_provider_hosts_only() {
+        let decl = example(|text| {
+            let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            doc["agent"] = serde_json::json!({
+                "driver": "atelier",
+                "bins": { "atelier": "/usr/bin/atelier-agent" },
+                "provider_hosts": ["llm.example.org"],
+                "openai_base_url": "https://llm.example.org/v1",
+                "openai_model": "qwen3-coder-30b",
+            });
+            doc.to_string()
+        });
+        assert_eq!(
+            Layout::new(&decl).egress_plan(Door::Turn),
+            Some(EgressPlan {
+                hosts: vec!["llm.example.org".to_owned()],
+                mcp: true
+            }),
+            "no Anthropic default: the declared hosts alone"
+        );
+    }
+
+    #[test]
+    fn every_driver_has_its_own_bin_key() {
+        let drivers = [
+            AgentDriver::ClaudeCode,
+            AgentDriver::Opencode,
+            AgentDriver::Pi,
+            AgentDriver::Atelier,
+        ];
+        let keys: std::collections::BTreeSet<&str> =
+            drivers.iter().map(|d| driver_bin_env(*d)).collect();
+        assert_eq!(keys.len(), drivers.len());
+        for key in keys {
+            assert!(env::ALL.contains(&key), "{key}");
+            assert!(!env::is_secret_looking(key), "{key}");
+        }
+        assert_eq!(
+            driver_bin_env(AgentDriver::Atelier),
+            "ATELIER_ATELIER_AGENT_BIN"
+        );
     }
 
     #[test]

@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use atelier_http::{json_response, Listener, Request, Response};
-use bytes::Bytes;
 use hyper::header::{HeaderMap, CONTENT_TYPE, COOKIE};
 use hyper::{Method, StatusCode};
 use serde::Serialize;
@@ -218,28 +217,7 @@ enum Session {
 pub const BRIDGE_GONE: &str =
     "The AI tool bridge is no longer active. The server may have restarted; send the message again.";
 
-/// One request as it arrived.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordedRequest {
-    /// Its method.
-    pub method: Method,
-    /// Its path (without the query).
-    pub path: String,
-    /// Every header, names lower-cased, in arrival order.
-    pub headers: Vec<(String, String)>,
-    /// The body, byte for byte.
-    pub body: Bytes,
-}
-
-impl RecordedRequest {
-    /// The value of header `name` (lower case), if it came once or more (the first).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use crate::record::RecordedRequest;
 
 /// What the stand-in knows and has seen, shared by every request.
 #[derive(Debug, Default)]
@@ -369,21 +347,7 @@ pub async fn handle(state: Arc<CmsState>, request: Request) -> Response {
         Err(refused) => return error(refused.status(), "Invalid request body."),
     };
     let cookie = session_cookie(&parts.headers);
-    let recorded = RecordedRequest {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_owned(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body,
-    };
+    let recorded = RecordedRequest::new(&parts, body);
     lock(&state.requests).push(recorded.clone());
     if let Some(response) = content::answer(&state, &recorded, parts.uri.query(), cookie.as_deref())
     {

@@ -28,6 +28,10 @@
 //! [`upstream`] (the forwarding to a real model), [`registry`] (the npm packages and their
 //! documents), [`server`] (routing and serving until SIGTERM).
 //!
+//! With `--mcp` the same server answers `/mcp` as a minimal MCP server ([`mcp`]) with one tool,
+//! the Publication API's stand-in; each of those requests is recorded with the SHA-256 of the
+//! key headers it carried.
+//!
 //! Beside the model, [`cms`] is a stand-in for the CMS's session check, its content read routes
 //! and its tool-result route, served on plain HTTP on loopback by its own binary,
 //! `atelier-lab-cms`.
@@ -39,6 +43,7 @@ use clap::Parser;
 
 pub mod anthropic;
 pub mod cms;
+pub mod mcp;
 pub mod openai;
 pub mod record;
 pub mod registry;
@@ -59,7 +64,8 @@ pub const DEFAULT_FINAL_TEXT: &str = "Done: the home page is written.";
              file through the agent's write tool, then says its final text; the registry serves \
              a tiny package made at start for each --package. With --upstream, OpenAI chat \
              completions go to a real model on loopback instead (plain HTTP, streamed back \
-             under the lab's TLS name)."
+             under the lab's TLS name). With --mcp, /mcp is also a minimal MCP server with one \
+             tool."
 )]
 pub struct Cli {
     /// The address to listen on, e.g. 198.18.7.2:443.
@@ -103,6 +109,11 @@ pub struct Cli {
     /// came from.
     #[arg(long = "package", value_name = "NAME@VERSION")]
     pub packages: Vec<registry::PackageSpec>,
+    /// Also serve /mcp: a minimal MCP server (streamable HTTP) with one tool,
+    /// publication_search, answering a fixed record; the record file gets the SHA-256 of the
+    /// key headers (x-api-key, authorization) each of its requests carried.
+    #[arg(long)]
+    pub mcp: bool,
     /// A real OpenAI-compatible model to forward chat completions to, e.g.
     /// http://127.0.0.1:8081 (`scripts/local-model serve 8081`): http:// with a loopback IP
     /// address (127.0.0.0/8 or ::1) and a port, nothing else, so nothing leaves the machine.

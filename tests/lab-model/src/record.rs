@@ -1,11 +1,15 @@
 //! The request log: one JSON line per request received, appended whole in one write so a test
-//! can read the file at any moment; credential headers are redacted.
+//! can read the file at any moment; credential headers are redacted. And, for the stand-ins a
+//! test runs in process, [`RecordedRequest`]: one request kept whole, credentials too, since it
+//! never leaves the test.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::Mutex;
 
+use bytes::Bytes;
+use hyper::http::request::Parts;
 use hyper::{HeaderMap, Method, Uri};
 use serde_json::{Map, Value};
 
@@ -14,6 +18,53 @@ const REDACTED_HEADERS: [&str; 3] = ["authorization", "proxy-authorization", "x-
 
 /// What a redacted header's value becomes.
 pub const REDACTED: &str = "[redacted]";
+
+/// One request as it arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// Its method.
+    pub method: Method,
+    /// Its path (without the query).
+    pub path: String,
+    /// Every header, names lower-cased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body, byte for byte.
+    pub body: Bytes,
+}
+
+impl RecordedRequest {
+    /// The request of `parts` and `body`.
+    pub fn new(parts: &Parts, body: Bytes) -> RecordedRequest {
+        RecordedRequest {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.as_str().to_owned(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body,
+        }
+    }
+
+    /// The value of header `name` (lower case), if it came once or more (the first).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON; `null` when it is empty or not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
 
 /// The open log.
 #[derive(Debug)]
@@ -38,7 +89,12 @@ impl Recorder {
         headers: &HeaderMap,
         body: &[u8],
     ) -> std::io::Result<()> {
-        let mut line = entry(method, uri, headers, body).to_string();
+        self.write(&entry(method, uri, headers, body))
+    }
+
+    /// Appends `entry` (one request's, as [`entry`] makes it, perhaps with more fields).
+    pub fn write(&self, entry: &Value) -> std::io::Result<()> {
+        let mut line = entry.to_string();
         line.push('\n');
         // A poisoned lock only means another line's write panicked; the file is still fine.
         let mut file = self

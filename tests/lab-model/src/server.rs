@@ -1,7 +1,7 @@
 //! Serving: bind, write the CA (the ready signal), then TLS and HTTP/1.1 on every connection,
-//! each request recorded and routed (with `--upstream`, chat completions and the model list
-//! forwarded; else to the model's scripted routes, else to the npm registry's), until SIGTERM
-//! or SIGINT.
+//! each request recorded and routed (with `--mcp`, `/mcp` to the MCP stand-in; with
+//! `--upstream`, chat completions and the model list forwarded; else to the model's scripted
+//! routes, else to the npm registry's), until SIGTERM or SIGINT.
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -22,11 +22,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_rustls::TlsAcceptor;
 
-use crate::record::Recorder;
+use crate::record::{self, Recorder};
 use crate::registry::{self, Registry, Reply};
 use crate::script::Script;
 use crate::upstream::Forwarder;
-use crate::{anthropic, openai, tls, Cli, LabError};
+use crate::{anthropic, mcp, openai, tls, Cli, LabError};
 
 /// The largest request body read: far above an agent's prompt with its tool list.
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024; // 32 MiB
@@ -53,19 +53,23 @@ pub struct State {
     /// What tarball URLs name when the request names no usable `Host`.
     authority: String,
     recorder: Option<Recorder>,
+    /// Whether `/mcp` is the MCP stand-in's.
+    mcp: bool,
     answered: AtomicU64,
 }
 
 impl State {
     /// The state of a lab model following `script` if any, forwarding through `forwarder` if
     /// any, and serving `registry`, whose tarball URLs name `authority` (`host[:port]`) when a
-    /// request has no `Host`; logging to `recorder` if any.
+    /// request has no `Host`; logging to `recorder` if any; serving the MCP stand-in at
+    /// `/mcp` if `mcp`.
     pub fn new(
         script: Option<Script>,
         forwarder: Option<Forwarder>,
         registry: Registry,
         authority: String,
         recorder: Option<Recorder>,
+        mcp: bool,
     ) -> State {
         State {
             script,
@@ -73,6 +77,7 @@ impl State {
             registry,
             authority,
             recorder,
+            mcp,
             answered: AtomicU64::new(0),
         }
     }
@@ -116,6 +121,7 @@ pub async fn serve(cli: Cli) -> Result<(), LabError> {
         registry,
         authority,
         recorder,
+        cli.mcp,
     ));
     let acceptor = TlsAcceptor::from(certificates.server);
     loop {
@@ -200,10 +206,14 @@ async fn handle(
         Ok(bytes) => bytes.clone(),
         Err(error) => Bytes::from(format!("[unread: {error}]")),
     };
+    let to_mcp = state.mcp && parts.uri.path() == mcp::MCP_PATH;
     if let Some(recorder) = &state.recorder {
-        if let Err(error) =
-            recorder.record(&parts.method, &parts.uri, &parts.headers, &recorded_body)
-        {
+        let mut entry = record::entry(&parts.method, &parts.uri, &parts.headers, &recorded_body);
+        if to_mcp {
+            // The keys themselves stay redacted; their fingerprints show which key came.
+            entry["keys"] = mcp::key_fingerprints(&parts.headers);
+        }
+        if let Err(error) = recorder.write(&entry) {
             // A request the test cannot see must not look answered.
             eprintln!("atelier-lab-model: record: {error}");
             return Ok(json(
@@ -214,6 +224,7 @@ async fn handle(
     }
     let host = parts.headers.get(HOST).and_then(|host| host.to_str().ok());
     Ok(match body {
+        Ok(body) if to_mcp => mcp::answer(&parts.method, &parts.headers, &body),
         Ok(body) => match (&state.forwarder, &parts.method, parts.uri.path()) {
             (Some(forwarder), &Method::POST, CHAT_COMPLETIONS) => {
                 let body = crate::upstream::flatten_text_parts(&body).unwrap_or(body);
@@ -360,6 +371,13 @@ fn whole(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
+/// A response of `status` with no body.
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(whole(Bytes::new()));
+    *response.status_mut() = status;
+    response
+}
+
 /// A JSON response.
 pub(crate) fn json(status: StatusCode, body: &Value) -> Response<Body> {
     let mut response = Response::new(whole(Bytes::from(body.to_string())));
@@ -372,7 +390,7 @@ pub(crate) fn json(status: StatusCode, body: &Value) -> Response<Body> {
 
 /// A `text/event-stream` response whose events go out as separate chunks, as a real
 /// provider's do.
-fn event_stream(events: Vec<String>) -> Response<Body> {
+pub(crate) fn event_stream(events: Vec<String>) -> Response<Body> {
     let frames = futures_util::stream::iter(
         events
             .into_iter()
@@ -405,6 +423,7 @@ mod tests {
             Registry::new(&packages).unwrap(),
             "registry.lab.example".to_owned(),
             None,
+            false,
         )
     }
 

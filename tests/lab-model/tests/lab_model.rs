@@ -492,6 +492,109 @@ async fn a_client_that_does_not_trust_the_lab_ca_is_refused() {
     assert!(lab.records().is_empty());
 }
 
+/// The Publication API key a relay would add, which the record must hold as a fingerprint only.
+const PUBLICATION_KEY: &str = "lab-publication-secret-93";
+
+/// POSTs one MCP message to the lab's `/mcp`, with the key and, after `initialize`, the session.
+async fn mcp_post(
+    lab: &Lab,
+    message: Value,
+    session: Option<&str>,
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, String) {
+    let mut request = lab
+        .client()
+        .post(lab.url("/mcp"))
+        .header("x-api-key", PUBLICATION_KEY)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn with_mcp_a_session_lists_and_calls_the_tool_and_each_key_is_a_fingerprint() {
+    use sha2::Digest as _;
+
+    let lab = Lab::start(&["--mcp"]);
+    let (status, headers, body) = mcp_post(
+        &lab,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let session = headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let initialized: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
+
+    let (status, _, body) = mcp_post(
+        &lab,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(&session),
+    )
+    .await;
+    assert_eq!((status.as_u16(), body.as_str()), (202, ""));
+
+    let (_, _, body) = mcp_post(
+        &lab,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        Some(&session),
+    )
+    .await;
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["result"]["tools"][0]["name"], "publication_search");
+
+    let (status, headers, body) = mcp_post(
+        &lab,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "publication_search", "arguments": {"query": "amphora"}}}),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let answer = sse(&body)
+        .into_iter()
+        .map(|(_, data)| serde_json::from_str::<Value>(&data).unwrap())
+        .find(|message| message["id"] == 3)
+        .unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"],
+        atelier_lab_model::mcp::record()
+    );
+
+    let records = lab.records();
+    assert_eq!(records.len(), 4);
+    let fingerprint = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(PUBLICATION_KEY.as_bytes()))
+    );
+    for entry in &records {
+        assert_eq!(entry["path"], "/mcp");
+        assert_eq!(entry["headers"]["x-api-key"], "[redacted]");
+        assert_eq!(entry["keys"], json!({"x-api-key": fingerprint}));
+    }
+    let text = std::fs::read_to_string(lab.record_path()).unwrap();
+    assert!(!text.contains("secret"), "a key reached the record");
+}
+
+#[tokio::test]
+async fn without_mcp_there_is_no_mcp_endpoint() {
+    let lab = Lab::start(&[]);
+    let (status, _, _) = mcp_post(
+        &lab,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(lab.records()[0].get("keys").is_none());
+}
+
 #[test]
 fn sigterm_stops_it() {
     let mut lab = Lab::start(&[]);

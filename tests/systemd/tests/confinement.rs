@@ -1052,7 +1052,7 @@ fn real_agent_box(declaration: String) -> SystemdBox {
             bins.join("atelier-lab-model"),
             "/usr/local/bin/atelier-lab-model",
         )
-        .install_binaries(&bins, &["atelier-build"])
+        .install_binaries(&bins, &["atelier-build", "atelier-agent"])
         .write("/root/instance.json", declaration, 0o644)
 }
 
@@ -1316,6 +1316,53 @@ fn assert_health_reports(run: &BoxRun, driver: &str, cli: &str) {
     assert_eq!(entry["is_default"], true, "{health}");
 }
 
+/// A turn of the lab model's script, whatever the driver, in the session's common shapes: it
+/// starts, calls `write`, says text, changes a file, ends idle with a resume token, and reached
+/// the model through the gate and nothing else but the MCP relay (whose upstream, the example's
+/// Publication API, does not run in these boxes).
+fn assert_scripted_write_turn(run: &BoxRun, tag: &str) {
+    let turn = events(run, tag);
+    let types: Vec<&str> = turn
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("<none>"))
+        .collect();
+    for wanted in [
+        "turn_start",
+        "tool",
+        "text",
+        "result",
+        "file_change",
+        "turn_end",
+    ] {
+        assert!(types.contains(&wanted), "no {wanted} in {types:?}\n{run:?}");
+    }
+    assert_eq!(
+        turn.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    let tool = turn
+        .iter()
+        .find(|e| e["type"] == "tool")
+        .expect("a tool event");
+    assert_eq!(tool["name"], "write", "{run:?}");
+    let beyond_mcp = || turn.iter().filter(|e| e["egress"]["host"] != "mcp");
+    assert!(
+        beyond_mcp()
+            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
+        "the model was reached through the gate: {run:?}"
+    );
+    assert!(
+        beyond_mcp().all(|e| e["egress"]["verdict"] != "refused"),
+        "the agent reached for nothing else: {run:?}"
+    );
+    let result = turn
+        .iter()
+        .find(|e| e["type"] == "result")
+        .expect("a result");
+    assert!(result["resumeToken"].is_string(), "{run:?}");
+}
+
 /// The example declaration with the real pi as its agent, talking to the lab model's OpenAI
 /// chat completions through the gate.
 fn pi_declaration() -> String {
@@ -1325,12 +1372,17 @@ fn pi_declaration() -> String {
 /// The example declaration with the real `driver` (`pi`, `opencode`) as its agent, talking to
 /// the lab model's OpenAI chat completions through the gate.
 fn openai_declaration(driver: &str) -> String {
+    openai_declaration_with(driver, &real_agent(driver).expect("the real CLI"))
+}
+
+/// [`openai_declaration`] with the agent's binary at `bin`.
+fn openai_declaration_with(driver: &str, bin: &str) -> String {
     let text = std::fs::read_to_string(repo_root().join("deploy/examples/instance.json"))
         .expect("reading the example declaration");
     let mut decl: Value = serde_json::from_str(&text).expect("the example is JSON");
     decl["agent"] = serde_json::json!({
         "driver": driver,
-        "bins": { driver: real_agent(driver).expect("the real CLI") },
+        "bins": { driver: bin },
         "provider_hosts": [LAB_HOST],
         "openai_base_url": "https://model.lab.example/v1",
         "openai_model": "lab-model",
@@ -1381,50 +1433,7 @@ exit 0
 fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_nothing_planted() {
     let run = run_real_agent(pi_declaration(), PI_TURN, "");
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
-    let turn1 = events(&run, "turn1");
-    let types: Vec<&str> = turn1
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("<none>"))
-        .collect();
-    for wanted in [
-        "turn_start",
-        "tool",
-        "text",
-        "result",
-        "file_change",
-        "turn_end",
-    ] {
-        assert!(types.contains(&wanted), "no {wanted} in {types:?}\n{run:?}");
-    }
-    assert_eq!(
-        turn1.last().map(|e| e["state"].clone()),
-        Some("idle".into()),
-        "{run:?}"
-    );
-    let tool = turn1
-        .iter()
-        .find(|e| e["type"] == "tool")
-        .expect("a tool event");
-    assert_eq!(tool["name"], "write", "{run:?}");
-    assert!(
-        turn1
-            .iter()
-            .filter(|e| e["egress"]["host"] != "mcp")
-            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
-        "the model was reached through the gate: {run:?}"
-    );
-    assert!(
-        turn1
-            .iter()
-            .filter(|e| e["egress"]["host"] != "mcp")
-            .all(|e| e["egress"]["verdict"] != "refused"),
-        "pi reached for nothing else: {run:?}"
-    );
-    let result = turn1
-        .iter()
-        .find(|e| e["type"] == "result")
-        .expect("a result");
-    assert!(result["resumeToken"].is_string(), "{run:?}");
+    assert_scripted_write_turn(&run, "turn1");
     // pi writes the template's page in place (it stays the file sited made); what pi itself
     // creates, its session, is the site identity's.
     assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
@@ -1702,16 +1711,23 @@ exit 0
 
 #[test]
 fn the_real_pi_talks_to_the_real_local_model_through_the_gate() {
+    assert_local_model_turn(pi_declaration());
+}
+
+#[test]
+fn atelier_agent_talks_to_the_real_local_model_through_the_gate() {
+    let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
+    assert_local_model_turn(openai_declaration_with("atelier", &bin));
+}
+
+/// Runs [`LOCAL_MODEL_TURN`] with the agent `declaration` names: the session carries the real
+/// model's words.
+fn assert_local_model_turn(declaration: String) {
     let install = atelier_local_model::Install::find().expect("the real local model");
     let script = LOCAL_MODEL_TURN
         .replace("$LLAMA_PYTHON", &install.python.to_string_lossy())
         .replace("$LLAMA_MODEL", &install.model.to_string_lossy());
-    let run = run_real_agent_with_lab(
-        pi_declaration(),
-        &script,
-        "",
-        "--upstream http://127.0.0.1:8081",
-    );
+    let run = run_real_agent_with_lab(declaration, &script, "", "--upstream http://127.0.0.1:8081");
     assert_eq!(fact(&run, "llama_ready"), "yes", "{run:?}");
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     let turn = events(&run, "local");
@@ -1730,7 +1746,7 @@ fn the_real_pi_talks_to_the_real_local_model_through_the_gate() {
         .iter()
         .filter(|e| e["type"] == "text" && e["egress"].is_null())
         .filter_map(|e| e["text"].as_str())
-        .filter(|t| !t.starts_with("pi error"))
+        .filter(|t| !t.starts_with("pi error") && !t.contains("error"))
         .collect();
     assert!(
         said.iter().any(|t| t.split_whitespace().count() >= 3),
@@ -1892,4 +1908,92 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
             .any(|l| l.contains("console account")),
         "the log names the account: {run:?}"
     );
+}
+
+/// Atelier's own agent, `atelier-agent`, runs a turn confined like the real CLIs: as the site's
+/// identity in the turn door, its model (the lab's OpenAI chat completions) reached only through
+/// the gate. Its scripted write lands and is committed alone; a second message resumes the
+/// conversation (the lab sees the first turn's prompt again) and its write through a symlink
+/// planted in the workspace is refused by name, the model reading the refusal, the link's
+/// target untouched.
+const ATELIER_TURN: &str = r#"
+create_site collection www.example.org
+state=/var/lib/atelier/example/agents/s1/turn/state
+id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn1| /'
+echo "page=$(cat $ws1/src/index.html)"
+echo "commit1_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')"
+echo "conversation_owner=$(stat -c %U $state/atelier-agent/*.json)"
+echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
+echo "health=$(curl -sS --unix-socket $sock $base/health)"
+# The page becomes a link out of the workspace; the next scripted write goes through it.
+printf 'outside-untouched\n' > /root/outside.html
+ln -sfn /root/outside.html $ws1/src/index.html
+chown -h atelier-example:atelier-example $ws1/src/index.html
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Write it again. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
+timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
+echo "outside=$(cat /root/outside.html)"
+requests
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+lab_down
+exit 0
+"#;
+
+#[test]
+fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resumes() {
+    let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
+    let run = run_real_agent(openai_declaration_with("atelier", &bin), ATELIER_TURN, "");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    assert_scripted_write_turn(&run, "turn1");
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    assert_eq!(fact(&run, "commit1_files"), "src/index.html,", "{run:?}");
+    assert_eq!(
+        fact(&run, "conversation_owner"),
+        "atelier-a-example_1",
+        "{run:?}"
+    );
+    let health: Value = serde_json::from_str(fact(&run, "health")).expect("/health is JSON");
+    let entry = health["drivers"]
+        .as_array()
+        .and_then(|drivers| drivers.iter().find(|d| d["id"] == "atelier"))
+        .expect("atelier in /health");
+    assert_eq!(entry["available"], true, "{health}");
+    assert_eq!(entry["is_default"], true, "{health}");
+
+    // The second turn: resumed, and refused through the planted link.
+    assert_eq!(fact(&run, "message"), "200", "{run:?}");
+    let all = events(&run, "all");
+    assert_eq!(
+        all.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "outside"), "outside-untouched", "{run:?}");
+    let requests = recorded_requests(&run);
+    let calls: Vec<String> = requests
+        .iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .map(|r| r["body"].to_string())
+        .collect();
+    let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
+    let second: Vec<&String> = calls
+        .iter()
+        .filter(|body| body.contains("second-canary-55d0"))
+        .collect();
+    assert!(
+        !second.is_empty(),
+        "the second turn reached the model: {run:?}"
+    );
+    assert!(
+        second
+            .iter()
+            .all(|body| body.contains("prompt-canary-91c2")),
+        "the resumed turn carries the first turn's messages: {run:?}"
+    );
+    assert!(
+        second.iter().any(|body| body.contains("refused: symlink")),
+        "the model read the named refusal: {run:?}"
+    );
+    assert!(turn1_calls >= 2, "{run:?}");
 }

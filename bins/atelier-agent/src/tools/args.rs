@@ -2,13 +2,13 @@
 //! JSON become a typed [`WorkspaceCall`], or a named [`ToolError`] the model reads.
 //!
 //! Everything that can be judged without touching the disk is judged here: the schema (no
-//! unknown field, no missing one), the paths (relative, no `..`, no NUL, `.git` and `.builder`
-//! out of reach at any depth), the sizes of what is to be written, and the patterns (compiled,
-//! with a bound on the compiled size). The disk decides the rest (links, kinds, sizes of what
-//! is there).
+//! unknown field, no missing one), the paths (relative, or absolute below the workspace's own
+//! path; no `..`, no NUL, `.git` and `.builder` out of reach at any depth), the sizes of what
+//! is to be written, and the patterns (compiled, with a bound on the compiled size). The disk
+//! decides the rest (links, kinds, sizes of what is there).
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use atelier_fs::RelPath;
 use serde::Deserialize;
@@ -16,26 +16,26 @@ use serde_json::Value;
 
 use super::ToolError;
 
-/// `read_file`: a text file, or a window of its lines.
-pub const READ_FILE: &str = "read_file";
-/// `write_file`: create or replace a whole file.
-pub const WRITE_FILE: &str = "write_file";
-/// `replace`: replace an exact span of a file.
-pub const REPLACE: &str = "replace";
-/// `list_dir`: the entries of a directory.
-pub const LIST_DIR: &str = "list_dir";
+/// `read`: a text file, or a window of its lines.
+pub const READ: &str = "read";
+/// `write`: create or replace a whole file.
+pub const WRITE: &str = "write";
+/// `edit`: replace an exact span of a file.
+pub const EDIT: &str = "edit";
+/// `list`: the entries of a directory.
+pub const LIST: &str = "list";
 /// `glob`: the files whose path matches a glob pattern.
 pub const GLOB: &str = "glob";
-/// `search`: the lines of files that match a regular expression.
-pub const SEARCH: &str = "search";
+/// `grep`: the lines of files that match a regular expression.
+pub const GREP: &str = "grep";
 
 /// Every workspace tool, in the order they are offered.
-pub const WORKSPACE_TOOLS: [&str; 6] = [READ_FILE, WRITE_FILE, REPLACE, LIST_DIR, GLOB, SEARCH];
+pub const WORKSPACE_TOOLS: [&str; 6] = [READ, WRITE, EDIT, LIST, GLOB, GREP];
 
 /// The directory names no tool reaches, at any depth.
 pub const OUT_OF_REACH: [&str; 2] = [".git", ".builder"];
 
-/// The most bytes a `write_file` content or a `replace` string may hold.
+/// The most bytes a `write` content or an `edit` string may hold.
 pub const MAX_WRITE_BYTES: usize = 1024 * 1024; // 1 MiB
 
 /// The longest glob or regular expression accepted, in bytes.
@@ -45,8 +45,41 @@ pub const MAX_PATTERN_BYTES: usize = 1024;
 /// but a pattern such as `\w{1000}` compiles large, so its size is bounded too.
 const MAX_REGEX_COMPILED_BYTES: usize = 1024 * 1024; // 1 MiB
 
-/// How many lines `read_file` returns when the model does not say.
+/// How many lines `read` returns when the model does not say.
 pub const DEFAULT_READ_LINES: usize = 2000;
+
+/// Where the workspace is on the host. Models are used to file tools that take absolute
+/// paths (and a scripted model may only know those), so an absolute path below this one is
+/// taken as the relative path under it: cut lexically, then judged like any other. Every other
+/// absolute path is an escape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceDir {
+    path: PathBuf,
+}
+
+// === impl WorkspaceDir ===
+
+impl WorkspaceDir {
+    /// `path`, if it is absolute and made of plain names only, as a canonical path is.
+    pub fn new(path: impl Into<PathBuf>) -> Option<WorkspaceDir> {
+        let path = path.into();
+        let mut components = path.components();
+        let plain = components.next() == Some(Component::RootDir)
+            && components.all(|component| matches!(component, Component::Normal(_)));
+        plain.then_some(WorkspaceDir { path })
+    }
+
+    /// The absolute path.
+    pub fn as_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What `given` names below the workspace, when it is an absolute path at or below it.
+    fn below<'a>(&self, given: &'a str) -> Option<&'a str> {
+        // The part left is a slice of `given` cut at a `/`, so it is UTF-8 like the rest.
+        Path::new(given).strip_prefix(&self.path).ok()?.to_str()
+    }
+}
 
 /// A path below the workspace, checked lexically: plain names only, none of them out of reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +90,19 @@ pub struct ToolPath {
 // === impl ToolPath ===
 
 impl ToolPath {
-    /// Validates `given` into a path naming an entry below the workspace.
-    pub fn parse(given: &str) -> Result<ToolPath, ToolError> {
-        let rel = RelPath::new(given)?;
+    /// Validates `given` into a path naming an entry below the workspace; an absolute path is
+    /// accepted only below `dir`.
+    pub fn parse(given: &str, dir: Option<&WorkspaceDir>) -> Result<ToolPath, ToolError> {
+        let below = dir.and_then(|dir| dir.below(given));
+        let rel = RelPath::new(below.unwrap_or(given)).map_err(|error| {
+            match (below, ToolError::from(error)) {
+                // `..` after the workspace's own path: name the path as the model gave it.
+                (Some(_), ToolError::Escape { .. }) => ToolError::Escape {
+                    path: given.to_owned(),
+                },
+                (_, error) => error,
+            }
+        })?;
         if let Some(name) = rel.names().find_map(out_of_reach) {
             return Err(ToolError::OutOfReach {
                 name,
@@ -69,18 +112,24 @@ impl ToolPath {
         Ok(ToolPath { rel })
     }
 
-    /// A directory argument: absent, empty or `.` is the workspace itself (`None`).
-    pub fn parse_dir(given: Option<&str>) -> Result<Option<ToolPath>, ToolError> {
-        match given {
-            None => Ok(None),
-            Some(text)
-                if !text.starts_with('/')
-                    && text.split('/').all(|part| part.is_empty() || part == ".") =>
-            {
-                Ok(None)
-            }
-            Some(text) => ToolPath::parse(text).map(Some),
+    /// A directory argument: absent, empty, `.` or the workspace's own path is the workspace
+    /// itself (`None`).
+    pub fn parse_dir(
+        given: Option<&str>,
+        dir: Option<&WorkspaceDir>,
+    ) -> Result<Option<ToolPath>, ToolError> {
+        let Some(given) = given else {
+            return Ok(None);
+        };
+        let relative = dir.and_then(|dir| dir.below(given)).unwrap_or(given);
+        if !relative.starts_with('/')
+            && relative
+                .split('/')
+                .all(|part| part.is_empty() || part == ".")
+        {
+            return Ok(None);
         }
+        ToolPath::parse(given, dir).map(Some)
     }
 
     /// The normalised relative path.
@@ -162,7 +211,7 @@ impl Glob {
 #[derive(Debug, Clone)]
 pub enum WorkspaceCall {
     /// Read lines `offset..offset+limit` (1-based) of a text file.
-    ReadFile {
+    Read {
         /// The file.
         path: ToolPath,
         /// The first line to return, from 1.
@@ -171,14 +220,14 @@ pub enum WorkspaceCall {
         limit: usize,
     },
     /// Create or replace a file with `content`.
-    WriteFile {
+    Write {
         /// The file.
         path: ToolPath,
         /// Its new content.
         content: String,
     },
     /// Replace `old` with `new` in a file: exactly once, or every occurrence with `all`.
-    Replace {
+    Edit {
         /// The file.
         path: ToolPath,
         /// The exact text to find (not empty).
@@ -189,7 +238,7 @@ pub enum WorkspaceCall {
         all: bool,
     },
     /// List a directory (`None`: the workspace).
-    ListDir {
+    List {
         /// The directory.
         path: Option<ToolPath>,
     },
@@ -201,7 +250,7 @@ pub enum WorkspaceCall {
         path: Option<ToolPath>,
     },
     /// Search file contents by regular expression.
-    Search {
+    Grep {
         /// The compiled expression.
         regex: regex::Regex,
         /// A file or a directory to search (`None`: the workspace).
@@ -217,19 +266,19 @@ impl WorkspaceCall {
     /// The tool's name.
     pub fn tool(&self) -> &'static str {
         match self {
-            WorkspaceCall::ReadFile { .. } => READ_FILE,
-            WorkspaceCall::WriteFile { .. } => WRITE_FILE,
-            WorkspaceCall::Replace { .. } => REPLACE,
-            WorkspaceCall::ListDir { .. } => LIST_DIR,
+            WorkspaceCall::Read { .. } => READ,
+            WorkspaceCall::Write { .. } => WRITE,
+            WorkspaceCall::Edit { .. } => EDIT,
+            WorkspaceCall::List { .. } => LIST,
             WorkspaceCall::Glob { .. } => GLOB,
-            WorkspaceCall::Search { .. } => SEARCH,
+            WorkspaceCall::Grep { .. } => GREP,
         }
     }
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReadFileArgs {
+struct ReadArgs {
     path: String,
     offset: Option<u64>,
     limit: Option<u64>,
@@ -237,14 +286,14 @@ struct ReadFileArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WriteFileArgs {
+struct WriteArgs {
     path: String,
     content: String,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReplaceArgs {
+struct EditArgs {
     path: String,
     old_string: String,
     new_string: String,
@@ -253,7 +302,7 @@ struct ReplaceArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListDirArgs {
+struct ListArgs {
     path: Option<String>,
 }
 
@@ -266,7 +315,7 @@ struct GlobArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SearchArgs {
+struct GrepArgs {
     pattern: String,
     path: Option<String>,
     glob: Option<String>,
@@ -275,12 +324,21 @@ struct SearchArgs {
 
 /// Parses the raw argument text of a call of `name`, as the provider streamed it: blank or
 /// malformed JSON counts as `{}`, so the schema check names what is missing.
-pub fn parse_raw_call(name: &str, raw_arguments: &str) -> Result<WorkspaceCall, ToolError> {
-    parse_call(name, &atelier_llm::parse_tool_arguments(raw_arguments))
+pub fn parse_raw_call(
+    name: &str,
+    raw_arguments: &str,
+    dir: Option<&WorkspaceDir>,
+) -> Result<WorkspaceCall, ToolError> {
+    parse_call(name, &atelier_llm::parse_tool_arguments(raw_arguments), dir)
 }
 
-/// Parses a call of the workspace tool `name` with `arguments`.
-pub fn parse_call(name: &str, arguments: &Value) -> Result<WorkspaceCall, ToolError> {
+/// Parses a call of the workspace tool `name` with `arguments`; absolute paths are accepted
+/// below `dir` only.
+pub fn parse_call(
+    name: &str,
+    arguments: &Value,
+    dir: Option<&WorkspaceDir>,
+) -> Result<WorkspaceCall, ToolError> {
     let tool = WORKSPACE_TOOLS
         .into_iter()
         .find(|tool| *tool == name)
@@ -294,10 +352,10 @@ pub fn parse_call(name: &str, arguments: &Value) -> Result<WorkspaceCall, ToolEr
         ));
     }
     match tool {
-        READ_FILE => {
-            let args: ReadFileArgs = schema(tool, arguments)?;
-            Ok(WorkspaceCall::ReadFile {
-                path: ToolPath::parse(&args.path)?,
+        READ => {
+            let args: ReadArgs = schema(tool, arguments)?;
+            Ok(WorkspaceCall::Read {
+                path: ToolPath::parse(&args.path, dir)?,
                 offset: count(args.offset.unwrap_or(1)).max(1),
                 limit: args
                     .limit
@@ -305,18 +363,18 @@ pub fn parse_call(name: &str, arguments: &Value) -> Result<WorkspaceCall, ToolEr
                     .clamp(1, DEFAULT_READ_LINES),
             })
         }
-        WRITE_FILE => {
-            let args: WriteFileArgs = schema(tool, arguments)?;
-            let path = ToolPath::parse(&args.path)?;
+        WRITE => {
+            let args: WriteArgs = schema(tool, arguments)?;
+            let path = ToolPath::parse(&args.path, dir)?;
             check_size("content", &args.content)?;
-            Ok(WorkspaceCall::WriteFile {
+            Ok(WorkspaceCall::Write {
                 path,
                 content: args.content,
             })
         }
-        REPLACE => {
-            let args: ReplaceArgs = schema(tool, arguments)?;
-            let path = ToolPath::parse(&args.path)?;
+        EDIT => {
+            let args: EditArgs = schema(tool, arguments)?;
+            let path = ToolPath::parse(&args.path, dir)?;
             check_size("old_string", &args.old_string)?;
             check_size("new_string", &args.new_string)?;
             if args.old_string.is_empty() {
@@ -328,28 +386,28 @@ pub fn parse_call(name: &str, arguments: &Value) -> Result<WorkspaceCall, ToolEr
                     "old_string and new_string are the same",
                 ));
             }
-            Ok(WorkspaceCall::Replace {
+            Ok(WorkspaceCall::Edit {
                 path,
                 old: args.old_string,
                 new: args.new_string,
                 all: args.replace_all.unwrap_or(false),
             })
         }
-        LIST_DIR => {
-            let args: ListDirArgs = schema(tool, arguments)?;
-            Ok(WorkspaceCall::ListDir {
-                path: ToolPath::parse_dir(args.path.as_deref())?,
+        LIST => {
+            let args: ListArgs = schema(tool, arguments)?;
+            Ok(WorkspaceCall::List {
+                path: ToolPath::parse_dir(args.path.as_deref(), dir)?,
             })
         }
         GLOB => {
             let args: GlobArgs = schema(tool, arguments)?;
             Ok(WorkspaceCall::Glob {
                 pattern: Glob::parse(&args.pattern)?,
-                path: ToolPath::parse_dir(args.path.as_deref())?,
+                path: ToolPath::parse_dir(args.path.as_deref(), dir)?,
             })
         }
         _ => {
-            let args: SearchArgs = schema(tool, arguments)?;
+            let args: GrepArgs = schema(tool, arguments)?;
             check_pattern_size(&args.pattern)?;
             let regex = regex::RegexBuilder::new(&args.pattern)
                 .case_insensitive(args.ignore_case.unwrap_or(false))
@@ -359,9 +417,9 @@ pub fn parse_call(name: &str, arguments: &Value) -> Result<WorkspaceCall, ToolEr
                 .map_err(|e| ToolError::InvalidPattern {
                     detail: e.to_string(),
                 })?;
-            Ok(WorkspaceCall::Search {
+            Ok(WorkspaceCall::Grep {
                 regex,
-                path: ToolPath::parse_dir(args.path.as_deref())?,
+                path: ToolPath::parse_dir(args.path.as_deref(), dir)?,
                 glob: args.glob.as_deref().map(Glob::parse).transpose()?,
             })
         }
@@ -403,21 +461,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The workspace's own path in the tables.
+    const WS: &str = "/srv/sites/demo";
+
     /// What a call parses to, in a form a table can name.
     fn outcome(name: &str, arguments: Value) -> Result<String, &'static str> {
-        match parse_call(name, &arguments) {
-            Ok(WorkspaceCall::ReadFile {
+        let dir = WorkspaceDir::new(WS).unwrap();
+        match parse_call(name, &arguments, Some(&dir)) {
+            Ok(WorkspaceCall::Read {
                 path,
                 offset,
                 limit,
             }) => Ok(format!("read {} {offset} {limit}", path.shown())),
-            Ok(WorkspaceCall::WriteFile { path, content }) => {
+            Ok(WorkspaceCall::Write { path, content }) => {
                 Ok(format!("write {} {}", path.shown(), content.len()))
             }
-            Ok(WorkspaceCall::Replace { path, all, .. }) => {
-                Ok(format!("replace {} {all}", path.shown()))
-            }
-            Ok(WorkspaceCall::ListDir { path }) => Ok(format!(
+            Ok(WorkspaceCall::Edit { path, all, .. }) => Ok(format!("edit {} {all}", path.shown())),
+            Ok(WorkspaceCall::List { path }) => Ok(format!(
                 "list {}",
                 path.map_or_else(|| ".".to_owned(), |p| p.shown())
             )),
@@ -426,8 +486,8 @@ mod tests {
                 pattern.as_str(),
                 path.map_or_else(|| ".".to_owned(), |p| p.shown())
             )),
-            Ok(WorkspaceCall::Search { regex, glob, .. }) => Ok(format!(
-                "search {} {}",
+            Ok(WorkspaceCall::Grep { regex, glob, .. }) => Ok(format!(
+                "grep {} {}",
                 regex.as_str(),
                 glob.map_or_else(|| "-".to_owned(), |g| g.source)
             )),
@@ -441,178 +501,217 @@ mod tests {
         let cases: Vec<(&str, &str, Value, Result<&str, &str>)> = vec![
             (
                 "read with defaults",
-                READ_FILE,
+                READ,
                 json!({"path": "a.html"}),
                 Ok("read a.html 1 2000"),
             ),
             (
                 "read a window",
-                READ_FILE,
+                READ,
                 json!({"path": "./a/b.css", "offset": 10, "limit": 5}),
                 Ok("read a/b.css 10 5"),
             ),
             (
                 "offset zero is the first line",
-                READ_FILE,
+                READ,
                 json!({"path": "a", "offset": 0}),
                 Ok("read a 1 2000"),
             ),
             (
                 "limit is capped",
-                READ_FILE,
+                READ,
                 json!({"path": "a", "limit": 1_000_000}),
                 Ok("read a 1 2000"),
             ),
             (
                 "null optionals",
-                READ_FILE,
+                READ,
                 json!({"path": "a", "offset": null}),
                 Ok("read a 1 2000"),
             ),
             (
                 "negative offset",
-                READ_FILE,
+                READ,
                 json!({"path": "a", "offset": -1}),
                 Err("invalid_arguments"),
             ),
-            (
-                "missing path",
-                READ_FILE,
-                json!({}),
-                Err("invalid_arguments"),
-            ),
+            ("missing path", READ, json!({}), Err("invalid_arguments")),
             (
                 "unknown field",
-                READ_FILE,
+                READ,
                 json!({"path": "a", "file_path": "b"}),
                 Err("invalid_arguments"),
             ),
-            (
-                "not an object",
-                READ_FILE,
-                json!("a"),
-                Err("invalid_arguments"),
-            ),
+            ("not an object", READ, json!("a"), Err("invalid_arguments")),
             (
                 "absolute path",
-                READ_FILE,
+                READ,
                 json!({"path": "/etc/passwd"}),
                 Err("escape"),
             ),
             (
+                "absolute below the workspace",
+                WRITE,
+                json!({"path": "/srv/sites/demo/src/index.html", "content": "x"}),
+                Ok("write src/index.html 1"),
+            ),
+            (
+                "absolute below the workspace, spelled loosely",
+                READ,
+                json!({"path": "//srv/./sites/demo//a.css"}),
+                Ok("read a.css 1 2000"),
+            ),
+            (
+                "absolute: the workspace itself is no file",
+                WRITE,
+                json!({"path": "/srv/sites/demo", "content": "x"}),
+                Err("empty_path"),
+            ),
+            (
+                "absolute: a sibling with the same prefix",
+                READ,
+                json!({"path": "/srv/sites/demo2/a.css"}),
+                Err("escape"),
+            ),
+            (
+                "absolute: out again with ..",
+                WRITE,
+                json!({"path": "/srv/sites/demo/../other/x", "content": ""}),
+                Err("escape"),
+            ),
+            (
+                "absolute: .git below the workspace",
+                READ,
+                json!({"path": "/srv/sites/demo/.git/config"}),
+                Err("out_of_reach"),
+            ),
+            (
                 "parent component",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "a/../../x", "content": ""}),
                 Err("escape"),
             ),
             (
                 "empty path",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "", "content": ""}),
                 Err("empty_path"),
             ),
             (
                 "nul byte",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "a\u{0}b", "content": ""}),
                 Err("nul_byte"),
             ),
             (
                 ".git at the top",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": ".git/config", "content": ""}),
                 Err("out_of_reach"),
             ),
             (
                 ".git deep down",
-                READ_FILE,
+                READ,
                 json!({"path": "a/b/.git/HEAD"}),
                 Err("out_of_reach"),
             ),
             (
                 ".builder",
-                READ_FILE,
+                READ,
                 json!({"path": ".builder/mcp.json"}),
                 Err("out_of_reach"),
             ),
             (
                 ".GIT in another case",
-                READ_FILE,
+                READ,
                 json!({"path": "x/.GIT/config"}),
                 Err("out_of_reach"),
             ),
             (
                 ".gitignore is reachable",
-                READ_FILE,
+                READ,
                 json!({"path": ".gitignore"}),
                 Ok("read .gitignore 1 2000"),
             ),
             (
                 "write",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "p/index.html", "content": "hi"}),
                 Ok("write p/index.html 2"),
             ),
             (
                 "write too large",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "a", "content": big}),
                 Err("too_large"),
             ),
             (
                 "write content not a string",
-                WRITE_FILE,
+                WRITE,
                 json!({"path": "a", "content": 3}),
                 Err("invalid_arguments"),
             ),
             (
                 "replace once",
-                REPLACE,
+                EDIT,
                 json!({"path": "a", "old_string": "x", "new_string": "y"}),
-                Ok("replace a false"),
+                Ok("edit a false"),
             ),
             (
                 "replace all",
-                REPLACE,
+                EDIT,
                 json!({"path": "a", "old_string": "x", "new_string": "y", "replace_all": true}),
-                Ok("replace a true"),
+                Ok("edit a true"),
             ),
             (
                 "replace nothing",
-                REPLACE,
+                EDIT,
                 json!({"path": "a", "old_string": "", "new_string": "y"}),
                 Err("invalid_arguments"),
             ),
             (
                 "replace with itself",
-                REPLACE,
+                EDIT,
                 json!({"path": "a", "old_string": "x", "new_string": "x"}),
                 Err("invalid_arguments"),
             ),
-            ("list the workspace", LIST_DIR, json!({}), Ok("list .")),
-            ("list dot", LIST_DIR, json!({"path": "."}), Ok("list .")),
-            (
-                "list dot slash",
-                LIST_DIR,
-                json!({"path": "./"}),
-                Ok("list ."),
-            ),
+            ("list the workspace", LIST, json!({}), Ok("list .")),
+            ("list dot", LIST, json!({"path": "."}), Ok("list .")),
+            ("list dot slash", LIST, json!({"path": "./"}), Ok("list .")),
             (
                 "list a directory",
-                LIST_DIR,
+                LIST,
                 json!({"path": "assets/"}),
                 Ok("list assets"),
             ),
             (
                 "list .builder",
-                LIST_DIR,
+                LIST,
                 json!({"path": ".builder"}),
                 Err("out_of_reach"),
             ),
-            ("list above", LIST_DIR, json!({"path": ".."}), Err("escape")),
+            ("list above", LIST, json!({"path": ".."}), Err("escape")),
+            (
+                "list the workspace by its own path",
+                LIST,
+                json!({"path": "/srv/sites/demo/"}),
+                Ok("list ."),
+            ),
+            (
+                "list below the workspace by absolute path",
+                LIST,
+                json!({"path": "/srv/sites/demo/assets"}),
+                Ok("list assets"),
+            ),
+            (
+                "list above the workspace by absolute path",
+                LIST,
+                json!({"path": "/srv/sites"}),
+                Err("escape"),
+            ),
             (
                 "list the root of the host",
-                LIST_DIR,
+                LIST,
                 json!({"path": "/"}),
                 Err("escape"),
             ),
@@ -642,25 +741,25 @@ mod tests {
             ),
             (
                 "search",
-                SEARCH,
+                GREP,
                 json!({"pattern": "h[1-6]", "glob": "*.html"}),
-                Ok("search h[1-6] *.html"),
+                Ok("grep h[1-6] *.html"),
             ),
             (
                 "search bad regex",
-                SEARCH,
+                GREP,
                 json!({"pattern": "("}),
                 Err("invalid_pattern"),
             ),
             (
                 "search regex compiles too large",
-                SEARCH,
+                GREP,
                 json!({"pattern": "\\w{1000}\\w{1000}\\w{1000}"}),
                 Err("invalid_pattern"),
             ),
             (
                 "search in .git",
-                SEARCH,
+                GREP,
                 json!({"pattern": "x", "path": ".git"}),
                 Err("out_of_reach"),
             ),
@@ -682,12 +781,41 @@ mod tests {
 
     #[test]
     fn raw_text_that_is_not_json_reads_as_no_arguments() {
-        let error = parse_raw_call(WRITE_FILE, "{\"path\": \"a").unwrap_err();
+        let error = parse_raw_call(WRITE, "{\"path\": \"a", None).unwrap_err();
         assert_eq!(error.reason(), "invalid_arguments");
         assert!(
             error.to_string().contains("missing field `path`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn without_the_workspace_s_path_every_absolute_path_escapes() {
+        for given in [WS, "/srv/sites/demo/a.html", "/etc/passwd"] {
+            let error = ToolPath::parse(given, None).unwrap_err();
+            assert_eq!(error.reason(), "escape", "{given}");
+            let error = ToolPath::parse_dir(Some(given), None).unwrap_err();
+            assert_eq!(error.reason(), "escape", "{given}");
+        }
+        let error =
+            ToolPath::parse("/srv/sites/demo/../x", WorkspaceDir::new(WS).as_ref()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "refused: path escapes the workspace (/srv/sites/demo/../x)"
+        );
+    }
+
+    #[test]
+    fn a_workspace_path_is_absolute_and_plain() {
+        for (path, ok) in [
+            ("/srv/sites/demo", true),
+            ("/", true),
+            ("srv/sites", false),
+            ("/srv/../etc", false),
+            ("/srv/./x", true),
+        ] {
+            assert_eq!(WorkspaceDir::new(path).is_some(), ok, "{path}");
+        }
     }
 
     #[test]
@@ -708,22 +836,22 @@ mod tests {
         fn any_arguments_parse_or_are_refused_by_name(
             pick in 0usize..=WORKSPACE_TOOLS.len(),
             raw in "\\PC{0,64}",
-            path in proptest::sample::select(vec!["a", "./b/c", "", ".", "..", "/x", "a/.git/b", ".Builder", "x/../y", "a\u{0}", "d/"]),
+            path in proptest::sample::select(vec!["a", "./b/c", "", ".", "..", "/x", "a/.git/b", ".Builder", "x/../y", "a\u{0}", "d/", "/w", "/w/a", "/w/../x", "/w/.git", "/wx/a"]),
             field in proptest::sample::select(vec!["path", "content", "old_string", "pattern", "offset", "glob", "x"]),
         ) {
             let name = WORKSPACE_TOOLS.get(pick).copied().unwrap_or("shell");
             let shaped = format!("{{\"path\":{path:?},\"{field}\":{raw:?},\"new_string\":\"n\",\"pattern\":{raw:?}}}");
             for text in [raw.as_str(), shaped.as_str()] {
-                match parse_raw_call(name, text) {
+                match parse_raw_call(name, text, WorkspaceDir::new("/w").as_ref()) {
                     Ok(call) => {
                         proptest::prop_assert_eq!(call.tool(), name);
                         let path = match &call {
-                            WorkspaceCall::ReadFile { path, .. }
-                            | WorkspaceCall::WriteFile { path, .. }
-                            | WorkspaceCall::Replace { path, .. } => Some(path),
-                            WorkspaceCall::ListDir { path }
+                            WorkspaceCall::Read { path, .. }
+                            | WorkspaceCall::Write { path, .. }
+                            | WorkspaceCall::Edit { path, .. } => Some(path),
+                            WorkspaceCall::List { path }
                             | WorkspaceCall::Glob { path, .. }
-                            | WorkspaceCall::Search { path, .. } => path.as_ref(),
+                            | WorkspaceCall::Grep { path, .. } => path.as_ref(),
                         };
                         if let Some(path) = path {
                             for component in path.as_path().components() {

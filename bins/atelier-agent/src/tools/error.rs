@@ -90,13 +90,13 @@ pub enum ToolError {
         /// The file.
         path: String,
     },
-    /// `replace`'s `old_string` does not occur in the file.
+    /// `edit`'s `old_string` does not occur in the file.
     #[error("no match: old_string does not occur in {path}")]
     NoMatch {
         /// The file.
         path: String,
     },
-    /// `replace`'s `old_string` occurs more than once and `replace_all` is not set.
+    /// `edit`'s `old_string` occurs more than once and `replace_all` is not set.
     #[error(
         "ambiguous: old_string occurs {count} times in {path}; include more surrounding text to \
          make it unique, or set replace_all"
@@ -117,6 +117,22 @@ pub enum ToolError {
     #[error("failed: {detail}")]
     Failed {
         /// What failed.
+        detail: String,
+    },
+    /// A remote server's tool answered the call with an error: its own words.
+    #[error("{tool} failed: {detail}")]
+    Remote {
+        /// The tool as the model called it.
+        tool: String,
+        /// What the server said.
+        detail: String,
+    },
+    /// A remote server could not be asked, or did not answer in time or in shape.
+    #[error("unavailable: the {server} server did not answer ({detail})")]
+    Unavailable {
+        /// The server's name.
+        server: String,
+        /// What went wrong.
         detail: String,
     },
 }
@@ -144,6 +160,8 @@ impl ToolError {
             ToolError::Ambiguous { .. } => "ambiguous",
             ToolError::InvalidPattern { .. } => "invalid_pattern",
             ToolError::Failed { .. } => "failed",
+            ToolError::Remote { .. } => "remote_error",
+            ToolError::Unavailable { .. } => "unavailable",
         }
     }
 

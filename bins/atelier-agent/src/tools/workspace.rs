@@ -1,8 +1,9 @@
-//! The workspace's file tools: read, write, replace an exact span, list, glob and search, each
-//! through a [`Root`] held on the workspace, so no path leaves it and no link is followed.
+//! The workspace's file tools: `read`, `write`, `edit` (replace an exact span), `list`, `glob`
+//! and `grep`, each through a [`Root`] held on the workspace, so no path leaves it and no link
+//! is followed.
 //!
 //! On top of what the filesystem layer refuses (symlinks at any level, hard-linked files on
-//! read, non-regular files, lexical escapes), a write or replace also refuses a target with
+//! read, non-regular files, lexical escapes), a write or an edit also refuses a target with
 //! more than one hard link: the write would leave the other name holding the old bytes, which
 //! may be a file outside the workspace the agent was never meant to see change.
 
@@ -13,35 +14,37 @@ use atelier_fs::{tree, FileKind, FsError, Outcome, Root};
 use atelier_llm::ToolDefinition;
 use serde_json::{json, Value};
 
-use super::args::{self, Glob, ToolPath, WorkspaceCall, DEFAULT_READ_LINES, MAX_WRITE_BYTES};
+use super::args::{
+    self, Glob, ToolPath, WorkspaceCall, WorkspaceDir, DEFAULT_READ_LINES, MAX_WRITE_BYTES,
+};
 use super::walk::{Flow, Walk};
 use super::{ChangeKind, FileChange, ToolError, ToolFuture, ToolOutput, ToolSource};
 
-/// The largest file `read_file` and `replace` open.
+/// The largest file `read` and `edit` open.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024; // 1 MiB
 
-/// The most text one `read_file` returns; the rest is for a later call with an offset.
+/// The most text one `read` returns; the rest is for a later call with an offset.
 const MAX_READ_OUTPUT_BYTES: usize = 256 * 1024; // 256 KiB
 
-/// The longest line `read_file` returns whole, in characters (minified files have huge ones).
+/// The longest line `read` returns whole, in characters (minified files have huge ones).
 const MAX_LINE_CHARS: usize = 4000;
 
-/// The most entries `list_dir` returns.
+/// The most entries `list` returns.
 const MAX_LIST_ENTRIES: usize = 1000;
 
 /// The most paths `glob` returns.
 const MAX_GLOB_RESULTS: usize = 500;
 
-/// The most matching lines `search` returns.
+/// The most matching lines `grep` returns.
 const MAX_SEARCH_MATCHES: usize = 200;
 
-/// The largest file `search` reads; bigger ones are skipped and counted.
+/// The largest file `grep` reads; bigger ones are skipped and counted.
 const MAX_SEARCH_FILE_BYTES: u64 = 1024 * 1024; // 1 MiB
 
-/// The longest matching line `search` quotes, in characters.
+/// The longest matching line `grep` quotes, in characters.
 const MAX_MATCH_CHARS: usize = 300;
 
-/// How far into a file `search` looks for a NUL byte to tell binary from text.
+/// How far into a file `grep` looks for a NUL byte to tell binary from text.
 const BINARY_SNIFF_BYTES: usize = 8192;
 
 /// The permission bits of a file the agent creates: what the door's `UMask=0007` leaves of
@@ -59,19 +62,28 @@ const SET_GROUP_ID: u32 = 0o2000;
 #[derive(Debug)]
 pub struct Workspace {
     root: Root,
+    /// Where the workspace is, for the absolute paths a model gives; without it every
+    /// absolute path is refused.
+    dir: Option<WorkspaceDir>,
 }
 
 // === impl Workspace ===
 
 impl Workspace {
-    /// The file tools over `root`.
-    pub fn new(root: Root) -> Workspace {
-        Workspace { root }
+    /// The file tools over `root`, which is at `dir` on the host.
+    pub fn new(root: Root, dir: Option<WorkspaceDir>) -> Workspace {
+        Workspace { root, dir }
     }
 
     /// The file tools over the directory at `path` (its last component may not be a link).
     pub fn open(path: impl AsRef<Path>) -> Result<Workspace, FsError> {
-        Root::open(path).map(Workspace::new)
+        let root = Root::open(&path)?;
+        Ok(Workspace::new(root, located(path.as_ref())))
+    }
+
+    /// The workspace held open.
+    pub fn root(&self) -> &Root {
+        &self.root
     }
 
     /// The workspace tools as the model sees them, in [`args::WORKSPACE_TOOLS`] order.
@@ -82,43 +94,38 @@ impl Workspace {
     /// Runs a parsed call.
     pub fn run(&self, call: &WorkspaceCall) -> Result<ToolOutput, ToolError> {
         match call {
-            WorkspaceCall::ReadFile {
+            WorkspaceCall::Read {
                 path,
                 offset,
                 limit,
-            } => self.read_file(path, *offset, *limit),
-            WorkspaceCall::WriteFile { path, content } => self.write_file(path, content),
-            WorkspaceCall::Replace {
+            } => self.read(path, *offset, *limit),
+            WorkspaceCall::Write { path, content } => self.write(path, content),
+            WorkspaceCall::Edit {
                 path,
                 old,
                 new,
                 all,
-            } => self.replace(path, old, new, *all),
-            WorkspaceCall::ListDir { path } => self.list_dir(path.as_ref()),
+            } => self.edit(path, old, new, *all),
+            WorkspaceCall::List { path } => self.list(path.as_ref()),
             WorkspaceCall::Glob { pattern, path } => self.glob(pattern, path.as_ref()),
-            WorkspaceCall::Search { regex, path, glob } => {
-                self.search(regex, path.as_ref(), glob.as_ref())
+            WorkspaceCall::Grep { regex, path, glob } => {
+                self.grep(regex, path.as_ref(), glob.as_ref())
             }
         }
     }
 
     /// Parses and runs a call of the workspace tool `name`.
     pub fn call_tool(&self, name: &str, arguments: &Value) -> Result<ToolOutput, ToolError> {
-        self.run(&args::parse_call(name, arguments)?)
+        self.run(&args::parse_call(name, arguments, self.dir.as_ref())?)
     }
 
-    fn read_file(
-        &self,
-        path: &ToolPath,
-        offset: usize,
-        limit: usize,
-    ) -> Result<ToolOutput, ToolError> {
+    fn read(&self, path: &ToolPath, offset: usize, limit: usize) -> Result<ToolOutput, ToolError> {
         let text = self.read_text(path)?;
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let total = lines.len();
         if offset > total.max(1) {
             return Err(ToolError::invalid(
-                args::READ_FILE,
+                args::READ,
                 format!(
                     "offset {offset} is past the end of {} ({total} lines)",
                     path.shown()
@@ -158,7 +165,7 @@ impl Workspace {
         Ok(ToolOutput::data(data))
     }
 
-    fn write_file(&self, path: &ToolPath, content: &str) -> Result<ToolOutput, ToolError> {
+    fn write(&self, path: &ToolPath, content: &str) -> Result<ToolOutput, ToolError> {
         let existing = self.existing_file(path)?;
         if existing.is_none() {
             if let Some(parent) = path.rel().parent() {
@@ -193,7 +200,7 @@ impl Workspace {
         Ok(output)
     }
 
-    fn replace(
+    fn edit(
         &self,
         path: &ToolPath,
         old: &str,
@@ -238,7 +245,7 @@ impl Workspace {
         })
     }
 
-    fn list_dir(&self, path: Option<&ToolPath>) -> Result<ToolOutput, ToolError> {
+    fn list(&self, path: Option<&ToolPath>) -> Result<ToolOutput, ToolError> {
         let (entries, truncated) = self.with_dir(path, |dir, _| {
             let mut entries = Vec::new();
             for (name, kind) in tree::list_dir(dir, None)? {
@@ -290,7 +297,7 @@ impl Workspace {
         Ok(ToolOutput::data(data))
     }
 
-    fn search(
+    fn grep(
         &self,
         regex: &regex::Regex,
         path: Option<&ToolPath>,
@@ -440,6 +447,12 @@ impl Found {
     }
 }
 
+/// Where the directory at `path` is on the host, for [`WorkspaceDir`]: its canonical path, or
+/// `None` when it has none (then absolute paths are refused).
+fn located(path: &Path) -> Option<WorkspaceDir> {
+    std::fs::canonicalize(path).ok().and_then(WorkspaceDir::new)
+}
+
 fn kind_word(kind: FileKind) -> &'static str {
     match kind {
         FileKind::File => "file",
@@ -460,11 +473,11 @@ fn definitions() -> Vec<ToolDefinition> {
         description: description.to_owned(),
         input_schema,
     };
-    let path = json!({"type": "string", "description": "Relative to the workspace, e.g. `index.html` or `assets/site.css`."});
+    let path = json!({"type": "string", "description": "Relative to the workspace, e.g. `index.html` or `assets/site.css` (an absolute path is accepted below the workspace only)."});
     let dir = json!({"type": "string", "description": "A directory relative to the workspace; omit for the workspace itself."});
     vec![
         tool(
-            args::READ_FILE,
+            args::READ,
             &format!(
                 "Read a UTF-8 text file. Returns up to {DEFAULT_READ_LINES} lines from `offset` \
                  (1-based), and `next_offset` when more follow. Files over {MAX_READ_BYTES} \
@@ -482,7 +495,7 @@ fn definitions() -> Vec<ToolDefinition> {
             }),
         ),
         tool(
-            args::WRITE_FILE,
+            args::WRITE,
             &format!(
                 "Create a file, or replace a whole file, with `content`. Missing directories \
                  are created. At most {MAX_WRITE_BYTES} bytes."
@@ -495,9 +508,9 @@ fn definitions() -> Vec<ToolDefinition> {
             }),
         ),
         tool(
-            args::REPLACE,
-            "Replace an exact span of a file: `old_string` must occur exactly once (include \
-             enough surrounding text to make it unique), unless `replace_all` is true.",
+            args::EDIT,
+            "Edit a file by replacing an exact span: `old_string` must occur exactly once \
+             (include enough surrounding text to make it unique), unless `replace_all` is true.",
             json!({
                 "type": "object",
                 "properties": {
@@ -511,7 +524,7 @@ fn definitions() -> Vec<ToolDefinition> {
             }),
         ),
         tool(
-            args::LIST_DIR,
+            args::LIST,
             "List a directory: each entry's name, kind (file, dir, symlink, other) and, for \
              files, size in bytes.",
             json!({
@@ -533,7 +546,7 @@ fn definitions() -> Vec<ToolDefinition> {
             }),
         ),
         tool(
-            args::SEARCH,
+            args::GREP,
             "Search file contents with a regular expression (Rust regex syntax), line by \
              line. Returns each matching line with its path and line number. `path` may name \
              a file or a directory; `glob` keeps only the files it matches (a pattern without \
@@ -578,10 +591,7 @@ mod tests {
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o2770)).unwrap();
         let workspace = Workspace::open(tmp.path()).unwrap();
         workspace
-            .call_tool(
-                args::WRITE_FILE,
-                &json!({"path": "a/b/c.txt", "content": "c"}),
-            )
+            .call_tool(args::WRITE, &json!({"path": "a/b/c.txt", "content": "c"}))
             .unwrap();
         let mode = |rel: &str| {
             std::fs::metadata(tmp.path().join(rel))

@@ -138,6 +138,7 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
         ),
         (env::AGENT_OPENAI_BASE_URL, &decl.agent.openai_base_url),
         (env::AGENT_OPENAI_MODEL, &decl.agent.openai_model),
+        (env::AGENT_ANTHROPIC_MODEL, &decl.agent.anthropic_model),
     ] {
         if let Some(value) = value {
             keys.insert(key, value.clone());

@@ -537,6 +537,47 @@ fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
     }
 }
 
+/// A declaration selecting the driver atelier with an Anthropic model renders what sited needs
+/// to run it: the driver, atelier-agent's binary, the model, the plan's provider host, and its
+/// key as a credential PID 1 hands over, never a line of the env file.
+#[test]
+fn the_atelier_driver_reaches_sited_env_and_its_key_a_credential() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["agent"] = serde_json::json!({
+        "driver": "atelier",
+        "bins": { "atelier": "/usr/bin/atelier-agent" },
+        "provider_hosts": ["api.anthropic.com"],
+        "anthropic_model": "claude-sonnet-4-5",
+    });
+    doc["secrets"] = serde_json::json!({
+        "ATELIER_AGENT_API_KEY": "/etc/atelier/example/credentials/ATELIER_AGENT_API_KEY",
+    });
+    let decl = Declaration::parse(&doc.to_string()).unwrap();
+    let all = render(&decl, &FACTS).unwrap();
+    let env = text_of(&all, "/etc/atelier/example/env");
+    for line in [
+        "ATELIER_AGENT_DRIVER=\"atelier\"",
+        "ATELIER_ATELIER_AGENT_BIN=\"/usr/bin/atelier-agent\"",
+        "ATELIER_AGENT_ANTHROPIC_MODEL=\"claude-sonnet-4-5\"",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line}\n{env}");
+    }
+    assert!(
+        !env.contains("ATELIER_AGENT_API_KEY="),
+        "the key is no setting\n{env}"
+    );
+    let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
+    assert!(sited.lines().any(|l| l
+        == "LoadCredential=ATELIER_AGENT_API_KEY:/etc/atelier/example/credentials/ATELIER_AGENT_API_KEY"));
+    let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
+    let plan: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
+    assert_eq!(plan["hosts"], serde_json::json!(["api.anthropic.com"]));
+}
+
 /// The binary and template paths are one derivation: by default where the Debian package
 /// installs them, and a declared `paths.bin_dir` / `paths.templates_dir` reaches every unit's
 /// `ExecStart=` and sited's env file (the shim it expects, the build binary it hands the build

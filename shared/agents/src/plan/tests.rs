@@ -55,6 +55,7 @@ fn credentials() -> DriverCredentials {
             ),
         ],
         pi_env: vec![("OPENAI_API_KEY".into(), "pi-canary".into())],
+        atelier_api_key: Some("atelier-canary".into()),
     }
 }
 
@@ -116,7 +117,7 @@ fn claude_argv_states_every_source_and_tool() {
 fn a_prompt_that_looks_like_an_option_stays_the_prompt() {
     let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
-    for driver in [DriverId::ClaudeCode, DriverId::Opencode] {
+    for driver in [DriverId::ClaudeCode, DriverId::Opencode, DriverId::Atelier] {
         let mut req = request(driver, &mcp, &creds, None, None);
         req.prompt = "--dangerously-skip-permissions";
         let plan = plan_turn(&req).unwrap();
@@ -209,6 +210,18 @@ fn child_environment_is_an_exact_allowlist() {
             [&["OPENAI_API_KEY"], &pi_keys[..]].concat(),
         ),
         ("pi without a key", DriverId::Pi, &none, pi_keys.to_vec()),
+        (
+            "atelier with its key",
+            DriverId::Atelier,
+            &all,
+            vec!["ATELIER_AGENT_API_KEY", "PATH"],
+        ),
+        (
+            "atelier without a key",
+            DriverId::Atelier,
+            &none,
+            vec!["PATH"],
+        ),
     ];
     for (name, driver, creds, keys) in cases {
         let plan = plan_turn(&request(driver, &mcp, creds, Some(b"brief"), None)).unwrap();
@@ -232,6 +245,7 @@ fn child_environment_is_an_exact_allowlist() {
             (DriverId::ClaudeCode, "sk-ant-canary"),
             (DriverId::Opencode, "sk-openai-canary"),
             (DriverId::Pi, "pi-canary"),
+            (DriverId::Atelier, "atelier-canary"),
         ] {
             if owner != driver {
                 assert!(!everything.contains(canary), "{name}: {canary}");
@@ -248,6 +262,12 @@ fn child_environment_is_an_exact_allowlist() {
     );
     let plan = plan_turn(&request(DriverId::Opencode, &mcp, &none, None, None)).unwrap();
     assert_eq!(plan.env["OPENCODE_AUTH_CONTENT"], "{}");
+    let plan = plan_turn(&request(DriverId::Atelier, &mcp, &all, None, None)).unwrap();
+    assert_eq!(plan.env["ATELIER_AGENT_API_KEY"], "atelier-canary");
+    assert!(
+        !plan.argv.iter().any(|arg| arg.contains("atelier-canary")),
+        "the key is never an argument"
+    );
 }
 
 #[test]
@@ -403,6 +423,33 @@ fn refusals_table() {
                 ..base
             },
             PlanError::NoModel(DriverId::Pi),
+        ),
+        (
+            "atelier without a model",
+            TurnRequest {
+                driver: DriverId::Atelier,
+                endpoint: &no_model,
+                ..base
+            },
+            PlanError::NoAtelierModel,
+        ),
+        (
+            "atelier resume token that is an option",
+            TurnRequest {
+                driver: DriverId::Atelier,
+                resume_token: Some("--state-dir"),
+                ..base
+            },
+            PlanError::BadResumeToken,
+        ),
+        (
+            "atelier relative binary",
+            TurnRequest {
+                driver: DriverId::Atelier,
+                bin: Path::new("atelier-agent"),
+                ..base
+            },
+            PlanError::BinNotAbsolute(PathBuf::from("atelier-agent")),
         ),
         (
             "pi env that is not a credential",
@@ -715,11 +762,13 @@ fn debug_output_names_no_secret() {
     let mcp = McpAttachment::unconfined("https://a.example", Some("pub-key"));
     let claude = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();
     let opencode = plan_turn(&request(DriverId::Opencode, &mcp, &creds, None, None)).unwrap();
-    let shown = format!("{creds:?} {mcp:?} {claude:?} {opencode:?}");
+    let atelier = plan_turn(&request(DriverId::Atelier, &mcp, &creds, None, None)).unwrap();
+    let shown = format!("{creds:?} {mcp:?} {claude:?} {opencode:?} {atelier:?}");
     for secret in [
         "sk-ant-canary",
         "sk-openai-canary",
         "pi-canary",
+        "atelier-canary",
         "auth-canary",
         "pub-key",
     ] {
@@ -817,6 +866,35 @@ fn egress_environment_per_door_and_driver() {
                 ])
                 .collect(),
             vec!["ANTHROPIC_BASE_URL", "DISABLE_AUTOUPDATER"],
+        ),
+        (
+            "confined atelier: the proxy, the lab CA as its only roots, no Node or claude switch",
+            DriverId::Atelier,
+            true,
+            &lab,
+            proxy_keys
+                .iter()
+                .copied()
+                .chain([("SSL_CERT_FILE", "/etc/atelier-lab/ca.pem")])
+                .collect(),
+            vec![
+                "NODE_EXTRA_CA_CERTS",
+                "ANTHROPIC_BASE_URL",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                "HOME",
+            ],
+        ),
+        (
+            "unconfined atelier: no proxy",
+            DriverId::Atelier,
+            false,
+            &ENDPOINT,
+            vec![("PATH", "/usr/bin:/bin")],
+            proxy_keys
+                .iter()
+                .map(|(k, _)| *k)
+                .chain(["SSL_CERT_FILE"])
+                .collect(),
         ),
         (
             "opencode never gets claude's base URL",
@@ -946,27 +1024,208 @@ fn pi_states_its_model_tools_and_prompts_and_discovers_nothing() {
     assert_eq!(models["providers"]["atelier"]["apiKey"], "no-key");
 }
 
+/// pi has no `--`: a prompt it would read as an option or a file to attach gets a leading
+/// space; atelier-agent takes `-` alone as "read stdin", so that one gets a space too.
 #[test]
-fn a_pi_prompt_is_never_an_option_or_a_file() {
+fn a_prompt_is_never_an_option_a_file_or_stdin() {
     let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
-    for (prompt, passed) in [
-        ("Make a page", "Make a page"),
-        ("--version", " --version"),
-        ("-p", " -p"),
-        ("@/etc/passwd", " @/etc/passwd"),
-        ("---", " ---"),
-        (" -already spaced", " -already spaced"),
+    for (driver, prompt, passed) in [
+        (DriverId::Pi, "Make a page", "Make a page"),
+        (DriverId::Pi, "--version", " --version"),
+        (DriverId::Pi, "-p", " -p"),
+        (DriverId::Pi, "@/etc/passwd", " @/etc/passwd"),
+        (DriverId::Pi, "---", " ---"),
+        (DriverId::Pi, " -already spaced", " -already spaced"),
+        (DriverId::Atelier, "Make a page", "Make a page"),
+        (DriverId::Atelier, "--version", "--version"),
+        (DriverId::Atelier, "-", " -"),
+        (DriverId::Atelier, "--", "--"),
+        (DriverId::Atelier, " -", " -"),
     ] {
         let plan = plan_turn(&TurnRequest {
             prompt,
-            ..request(DriverId::Pi, &mcp, &creds, None, None)
+            ..request(driver, &mcp, &creds, None, None)
         })
         .unwrap();
         assert_eq!(
             plan.argv.last().map(String::as_str),
             Some(passed),
-            "{prompt}"
+            "{driver}: {prompt:?}"
         );
+    }
+}
+
+#[test]
+fn atelier_states_its_provider_model_and_state_and_nothing_else() {
+    let mcp = McpAttachment::confined();
+    let creds = credentials();
+    let token = "5d1f0c2b7e440b6c5a382f8e4d6a9a51";
+    // The OpenAI-compatible model, resumed; the brief is not passed (the agent reads AGENTS.md
+    // itself), so one no argv could carry refuses nothing.
+    let plan = plan_turn(&request(
+        DriverId::Atelier,
+        &mcp,
+        &creds,
+        Some(b"# Brief\0with a NUL"),
+        Some(token),
+    ))
+    .unwrap();
+    assert_eq!(
+        plan.argv,
+        strings(&[
+            "/usr/local/bin/agent",
+            "--provider",
+            "openai-compatible",
+            "--model",
+            "coder-7b",
+            "--base-url",
+            "https://llm.example.org/v1",
+            "--max-turns",
+            "50",
+            "--state-dir",
+            STATE,
+            "--mcp-url",
+            "http://127.0.0.1:3129/mcp",
+            "--mcp-name",
+            "dedalo_publication",
+            "--resume",
+            token,
+            "--",
+            "Make a page",
+        ])
+    );
+    assert!(
+        plan.files.is_empty(),
+        "nothing is written into the workspace"
+    );
+    assert!(
+        plan.stated.is_empty(),
+        "nothing is stated: it reads no configuration"
+    );
+
+    // An Anthropic model wins over the OpenAI-compatible one kept for a switch; its base URL
+    // is the declared gateway, else the agent's own default (Anthropic's API).
+    type Case = (&'static str, ModelEndpoint, Vec<&'static str>);
+    let cases: Vec<Case> = vec![
+        (
+            "anthropic through a gateway",
+            ModelEndpoint {
+                anthropic_model: Some("claude-sonnet-4-5".into()),
+                anthropic_base_url: Some("https://gateway.example.org/anthropic".into()),
+                ..ENDPOINT.clone()
+            },
+            vec![
+                "--provider",
+                "anthropic",
+                "--model",
+                "claude-sonnet-4-5",
+                "--base-url",
+                "https://gateway.example.org/anthropic",
+            ],
+        ),
+        (
+            "anthropic's own API",
+            ModelEndpoint {
+                anthropic_model: Some("claude-sonnet-4-5".into()),
+                ..ModelEndpoint::default()
+            },
+            vec!["--provider", "anthropic", "--model", "claude-sonnet-4-5"],
+        ),
+        (
+            "an anthropic gateway without an anthropic model is Claude Code's only",
+            ModelEndpoint {
+                anthropic_base_url: Some("https://gateway.example.org/anthropic".into()),
+                ..ENDPOINT.clone()
+            },
+            vec![
+                "--provider",
+                "openai-compatible",
+                "--model",
+                "coder-7b",
+                "--base-url",
+                "https://llm.example.org/v1",
+            ],
+        ),
+    ];
+    for (name, endpoint, head) in cases {
+        let plan = plan_turn(&TurnRequest {
+            endpoint: &endpoint,
+            ..request(DriverId::Atelier, &mcp, &creds, None, None)
+        })
+        .unwrap();
+        let mut want = vec!["/usr/local/bin/agent"];
+        want.extend(head);
+        want.extend([
+            "--max-turns",
+            "50",
+            "--state-dir",
+            STATE,
+            "--mcp-url",
+            CONFINED_MCP_URL,
+            "--mcp-name",
+            MCP_SERVER_NAME,
+            "--",
+            "Make a page",
+        ]);
+        assert_eq!(plan.argv, strings(&want), "{name}");
+        assert_eq!(
+            plan.env.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["ATELIER_AGENT_API_KEY", "PATH"],
+            "{name}"
+        );
+    }
+}
+
+/// atelier-agent reaches its MCP server directly and sends it no header: the relay's loopback
+/// port under confinement, the Publication API itself under `none` when it needs no key, and
+/// no server when it does (the key never reaches the agent, so every request would fail).
+#[test]
+fn atelier_is_offered_the_mcp_server_it_can_reach_without_a_key() {
+    let creds = DriverCredentials::default();
+    let mcp_flags = |mcp: &McpAttachment| -> Vec<String> {
+        let plan = plan_turn(&request(DriverId::Atelier, mcp, &creds, None, None)).unwrap();
+        let mut flags = Vec::new();
+        for (at, arg) in plan.argv.iter().enumerate() {
+            if arg == "--mcp-url" || arg == "--mcp-name" {
+                flags.extend([arg.clone(), plan.argv[at + 1].clone()]);
+            }
+        }
+        let everything = format!("{:?}{:?}", plan.argv, plan.env.values().collect::<Vec<_>>());
+        assert!(
+            !everything.contains("pub-key"),
+            "the Publication API key never reaches the agent"
+        );
+        flags
+    };
+    let cases = [
+        (
+            "confined: the gate's relay",
+            McpAttachment::confined(),
+            strings(&[
+                "--mcp-url",
+                "http://127.0.0.1:3129/mcp",
+                "--mcp-name",
+                "dedalo_publication",
+            ]),
+        ),
+        (
+            "unconfined, no key: the API itself",
+            McpAttachment::unconfined("http://127.0.0.1:3100/api", None),
+            strings(&[
+                "--mcp-url",
+                "http://127.0.0.1:3100/api/mcp",
+                "--mcp-name",
+                "dedalo_publication",
+            ]),
+        ),
+        (
+            "unconfined with a key: none",
+            McpAttachment::unconfined("https://api.example.org/v2", Some("pub-key")),
+            Vec::new(),
+        ),
+    ];
+    for (name, mcp, want) in cases {
+        assert_eq!(mcp_flags(&mcp), want, "{name}");
     }
 }

@@ -141,6 +141,7 @@ pub(crate) struct RawAgent {
     pub anthropic_base_url: Option<String>,
     pub openai_base_url: Option<String>,
     pub openai_model: Option<String>,
+    pub anthropic_model: Option<String>,
     pub systemctl_bin: Option<String>,
 }
 

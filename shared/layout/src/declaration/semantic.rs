@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode, WebServer};
 use crate::names::{self, parse_site_identity, Door};
 use crate::paths::{overlaps, Layout};
+use crate::services::ANTHROPIC_API_HOST;
 
 /// Adds an issue for every cross-field rule the declaration breaks.
 pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
@@ -127,11 +128,35 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
             );
         }
     }
+    // An Anthropic model without a gateway is asked of Anthropic's own API.
+    let anthropic_api_planned = turn_plan.iter().any(|h| h == ANTHROPIC_API_HOST);
+    if decl.agent.anthropic_model.is_some()
+        && decl.agent.anthropic_base_url.is_none()
+        && !anthropic_api_planned
+    {
+        refuse(
+            &agent_at.key("anthropic_model"),
+            Reason::UnplannedProviderUrl,
+            format!("is asked of {ANTHROPIC_API_HOST} (no agent.anthropic_base_url), which is not in agent.provider_hosts: the gate would refuse every model request"),
+        );
+    }
 
     // An OpenAI-compatible model is a base URL and a model id together: half of one names no
-    // model a turn could ask for. pi has no default model, so it needs both.
+    // model a turn could ask for. pi has no default model, so it needs both; so does atelier,
+    // unless it speaks to an Anthropic model.
     let has_url = decl.agent.openai_base_url.is_some();
     let has_model = decl.agent.openai_model.is_some();
+    let needs_openai = match decl.agent.driver {
+        AgentDriver::Pi => Some(
+            "is required for the driver pi: pi has no default model and needs \
+             agent.openai_base_url and agent.openai_model",
+        ),
+        AgentDriver::Atelier if decl.agent.anthropic_model.is_none() => Some(
+            "is required for the driver atelier without agent.anthropic_model: its model is \
+             agent.openai_base_url and agent.openai_model, or agent.anthropic_model",
+        ),
+        AgentDriver::Atelier | AgentDriver::ClaudeCode | AgentDriver::Opencode => None,
+    };
     for (key, declared, other, other_declared) in [
         ("openai_base_url", has_url, "openai_model", has_model),
         ("openai_model", has_model, "openai_base_url", has_url),
@@ -139,13 +164,11 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         if declared {
             continue;
         }
-        if decl.agent.driver == AgentDriver::Pi {
+        if let Some(why) = needs_openai {
             refuse(
                 &agent_at.key(key),
                 Reason::MissingOpenaiModel,
-                "is required for the driver pi: pi has no default model and needs \
-                 agent.openai_base_url and agent.openai_model"
-                    .to_owned(),
+                why.to_owned(),
             );
         } else if other_declared {
             refuse(

@@ -91,6 +91,29 @@ fn pi(doc: &mut Value) {
     set(doc, "/agent/bins", json!({ "pi": "/usr/local/bin/pi" }));
 }
 
+/// Switches the base to the driver atelier with an OpenAI-compatible model.
+fn atelier(doc: &mut Value) {
+    openai(doc);
+    set(doc, "/agent/driver", json!("atelier"));
+    set(
+        doc,
+        "/agent/bins",
+        json!({ "atelier": "/usr/bin/atelier-agent" }),
+    );
+}
+
+/// Switches the base to the driver atelier with an Anthropic model on Anthropic's own API.
+fn atelier_anthropic(doc: &mut Value) {
+    set(doc, "/agent/driver", json!("atelier"));
+    set(
+        doc,
+        "/agent/bins",
+        json!({ "atelier": "/usr/bin/atelier-agent" }),
+    );
+    set(doc, "/agent/provider_hosts", json!(["api.anthropic.com"]));
+    set(doc, "/agent/anthropic_model", json!("claude-sonnet-4-5"));
+}
+
 type Mutation = fn(&mut Value);
 
 /// A named bad declaration: its name, its change to the valid base, its exact refusals.
@@ -701,6 +724,127 @@ const CASES: &[Case] = &[
         },
         &[("agent.openai_models", Reason::UnknownKey)],
     ),
+    // The driver atelier: an OpenAI-compatible model, or an Anthropic one.
+    (
+        "atelier without its binary",
+        |d| {
+            atelier(d);
+            set(d, "/agent/bins", json!({ "pi": "/usr/local/bin/pi" }));
+        },
+        &[("agent.bins", Reason::MissingAgentBin)],
+    ),
+    (
+        "atelier's binary misspelt as the program's name",
+        |d| {
+            atelier(d);
+            set(
+                d,
+                "/agent/bins",
+                json!({ "atelier-agent": "/usr/bin/atelier-agent" }),
+            );
+        },
+        &[("agent.bins['atelier-agent']", Reason::UnknownKey)],
+    ),
+    (
+        "atelier without provider hosts",
+        |d| {
+            atelier(d);
+            remove(d, "/agent/provider_hosts");
+        },
+        &[
+            ("agent.provider_hosts", Reason::MissingProviderHosts),
+            ("agent.openai_base_url", Reason::UnplannedProviderUrl),
+        ],
+    ),
+    (
+        "atelier without any model",
+        |d| {
+            atelier(d);
+            remove(d, "/agent/openai_base_url");
+            remove(d, "/agent/openai_model");
+        },
+        &[
+            ("agent.openai_base_url", Reason::MissingOpenaiModel),
+            ("agent.openai_model", Reason::MissingOpenaiModel),
+        ],
+    ),
+    (
+        "atelier with half an openai model",
+        |d| {
+            atelier(d);
+            remove(d, "/agent/openai_model");
+        },
+        &[("agent.openai_model", Reason::MissingOpenaiModel)],
+    ),
+    (
+        "atelier with an anthropic model and half an openai one",
+        |d| {
+            atelier_anthropic(d);
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://api.anthropic.com/v1"),
+            );
+        },
+        &[("agent.openai_model", Reason::MissingOpenaiModel)],
+    ),
+    (
+        "an anthropic model asked of Anthropic's API off the plan",
+        |d| {
+            atelier_anthropic(d);
+            set(d, "/agent/provider_hosts", json!(["llm.example.org"]));
+        },
+        &[("agent.anthropic_model", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an anthropic model through a gateway off the plan",
+        |d| {
+            atelier_anthropic(d);
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://gateway.example.org/anthropic"),
+            );
+        },
+        &[("agent.anthropic_base_url", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an anthropic model kept off the plan under pi",
+        |d| {
+            pi(d);
+            set(d, "/agent/anthropic_model", json!("claude-sonnet-4-5"));
+        },
+        &[("agent.anthropic_model", Reason::UnplannedProviderUrl)],
+    ),
+    (
+        "an empty anthropic model",
+        |d| {
+            atelier_anthropic(d);
+            set(d, "/agent/anthropic_model", json!(""));
+        },
+        &[("agent.anthropic_model", Reason::BadModelId)],
+    ),
+    (
+        "an anthropic model the env file cannot carry",
+        |d| {
+            atelier_anthropic(d);
+            set(d, "/agent/anthropic_model", json!("claude`id`"));
+        },
+        &[("agent.anthropic_model", Reason::BadModelId)],
+    ),
+    (
+        "an anthropic model that is not a string",
+        |d| set(d, "/agent/anthropic_model", json!(["claude"])),
+        &[("agent.anthropic_model", Reason::WrongType)],
+    ),
+    (
+        "the program's name as the driver",
+        |d| {
+            atelier(d);
+            set(d, "/agent/driver", json!("atelier-agent"));
+        },
+        &[("agent.driver", Reason::BadValue)],
+    ),
     (
         "basic auth with nobody to log in",
         |d| set(d, "/serving/preprod/auth/users", json!([])),
@@ -929,7 +1073,78 @@ const ACCEPTED_OPENAI: &[(&str, Mutation)] = &[
         pi(d);
         set(d, "/agent/openai_model", json!("m".repeat(200)));
     }),
+    ("atelier with its OpenAI-compatible model", atelier),
 ];
+
+/// Declarations of the driver atelier with an Anthropic model that are accepted: the model
+/// and the gateway come out exactly as written.
+const ACCEPTED_ATELIER_ANTHROPIC: &[(&str, Mutation)] = &[
+    ("on Anthropic's own API", atelier_anthropic),
+    ("through a gateway on the plan", |d| {
+        atelier_anthropic(d);
+        set(d, "/agent/provider_hosts", json!(["gateway.example.org"]));
+        set(
+            d,
+            "/agent/anthropic_base_url",
+            json!("https://gateway.example.org/anthropic"),
+        );
+    }),
+    ("with an OpenAI-compatible model kept for a switch", |d| {
+        atelier_anthropic(d);
+        set(
+            d,
+            "/agent/provider_hosts",
+            json!(["api.anthropic.com", "llm.example.org"]),
+        );
+        set(
+            d,
+            "/agent/openai_base_url",
+            json!("https://llm.example.org/v1"),
+        );
+        set(d, "/agent/openai_model", json!("qwen3-coder-30b"));
+    }),
+    ("kept under claude_code on its default plan", |d| {
+        set(d, "/agent/anthropic_model", json!("claude-sonnet-4-5"));
+    }),
+];
+
+#[test]
+fn atelier_anthropic_models_are_accepted_whole() {
+    let mut failures = Vec::new();
+    for (name, mutate) in ACCEPTED_ATELIER_ANTHROPIC {
+        let mut doc = base();
+        mutate(&mut doc);
+        let written = (
+            doc.pointer("/agent/anthropic_model")
+                .and_then(Value::as_str),
+            doc.pointer("/agent/anthropic_base_url")
+                .and_then(Value::as_str),
+        );
+        match Declaration::parse(&doc.to_string()) {
+            Ok(decl) => {
+                let got = (
+                    decl.agent.anthropic_model.as_deref(),
+                    decl.agent.anthropic_base_url.as_deref(),
+                );
+                if got != written || got.0.is_none() {
+                    failures.push(format!("{name}: {written:?} came out as {got:?}"));
+                }
+            }
+            Err(err) => failures.push(format!("{name}: refused\n{err}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let mut doc = base();
+    atelier(&mut doc);
+    let decl = Declaration::parse(&doc.to_string()).unwrap();
+    assert_eq!(decl.agent.driver, super::AgentDriver::Atelier);
+    assert_eq!(decl.agent.driver.as_str(), "atelier");
+    assert_eq!(
+        decl.agent.bins[&super::AgentDriver::Atelier],
+        std::path::Path::new("/usr/bin/atelier-agent")
+    );
+    assert_eq!(decl.agent.anthropic_model, None);
+}
 
 #[test]
 fn openai_models_are_accepted_whole() {

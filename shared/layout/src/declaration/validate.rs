@@ -175,10 +175,11 @@ impl Validator<'_> {
     }
 }
 
-const DRIVERS: [(&str, AgentDriver); 3] = [
+const DRIVERS: [(&str, AgentDriver); 4] = [
     ("claude_code", AgentDriver::ClaudeCode),
     ("opencode", AgentDriver::Opencode),
     ("pi", AgentDriver::Pi),
+    ("atelier", AgentDriver::Atelier),
 ];
 
 /// Builds the typed declaration; `None` when any value was refused (the issues say why).
@@ -512,6 +513,11 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
         grammar::provider_url,
     );
     let openai_model = v.optional(raw.openai_model, &at.key("openai_model"), grammar::model_id);
+    let anthropic_model = v.optional(
+        raw.anthropic_model,
+        &at.key("anthropic_model"),
+        grammar::model_id,
+    );
     let systemctl_bin = v.optional(
         raw.systemctl_bin,
         &at.key("systemctl_bin"),
@@ -525,6 +531,7 @@ fn agent(v: &mut Validator<'_>, raw: RawAgent, at: &JsonPath) -> Option<Agent> {
         anthropic_base_url: anthropic_base_url?,
         openai_base_url: openai_base_url?,
         openai_model: openai_model?,
+        anthropic_model: anthropic_model?,
         systemctl_bin: systemctl_bin?,
     })
 }
