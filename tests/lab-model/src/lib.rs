@@ -30,7 +30,8 @@
 //!
 //! With `--mcp` the same server answers `/mcp` as a minimal MCP server ([`mcp`]) with one tool,
 //! the Publication API's stand-in; each of those requests is recorded with the SHA-256 of the
-//! key headers it carried.
+//! key headers it carried. With `--call-mcp-tool SUFFIX` the OpenAI script first calls the
+//! offered tool whose name ends with SUFFIX, then writes, then says its final text.
 //!
 //! Beside the model, [`cms`] is a stand-in for the CMS's session check, its content read routes
 //! and its tool-result route, served on plain HTTP on loopback by its own binary,
@@ -114,6 +115,12 @@ pub struct Cli {
     /// key headers (x-api-key, authorization) each of its requests carried.
     #[arg(long)]
     pub mcp: bool,
+    /// Before its write, the OpenAI script calls the offered tool whose name ends with this
+    /// (e.g. publication_search, the MCP stand-in's tool as an agent offers it), with a fixed
+    /// query; the write follows that tool's result. A request offering no such tool is
+    /// answered as without it; the Anthropic script ignores it.
+    #[arg(long, value_name = "SUFFIX")]
+    pub call_mcp_tool: Option<String>,
     /// A real OpenAI-compatible model to forward chat completions to, e.g.
     /// http://127.0.0.1:8081 (`scripts/local-model serve 8081`): http:// with a loopback IP
     /// address (127.0.0.0/8 or ::1) and a port, nothing else, so nothing leaves the machine.
@@ -199,6 +206,21 @@ mod tests {
 
     use super::*;
 
+    /// A scripted lab model's command line, nothing optional.
+    const SCRIPTED: [&str; 11] = [
+        "atelier-lab-model",
+        "--listen",
+        "127.0.0.1:8443",
+        "--host",
+        "registry.lab.example",
+        "--ca-out",
+        "/tmp/ca.pem",
+        "--write-path",
+        "/a",
+        "--write-content",
+        "hi",
+    ];
+
     #[test]
     fn the_write_path_must_be_absolute() {
         let base = [
@@ -221,19 +243,7 @@ mod tests {
 
     #[test]
     fn packages_are_repeatable_and_checked_at_parse() {
-        let base = [
-            "atelier-lab-model",
-            "--listen",
-            "127.0.0.1:8443",
-            "--host",
-            "registry.lab.example",
-            "--ca-out",
-            "/tmp/ca.pem",
-            "--write-path",
-            "/a",
-            "--write-content",
-            "hi",
-        ];
+        let base = SCRIPTED;
         let cli = Cli::try_parse_from(base).unwrap();
         assert!(cli.packages.is_empty());
         let cli = Cli::try_parse_from(base.iter().copied().chain([
@@ -333,6 +343,19 @@ mod tests {
                 None => assert!(cli.is_err(), "{name}"),
             }
         }
+    }
+
+    #[test]
+    fn the_mcp_tool_to_call_first_is_opt_in() {
+        let base = SCRIPTED;
+        assert_eq!(Cli::try_parse_from(base).unwrap().call_mcp_tool, None);
+        let cli = Cli::try_parse_from(base.iter().copied().chain([
+            "--mcp",
+            "--call-mcp-tool",
+            "publication_search",
+        ]))
+        .unwrap();
+        assert_eq!(cli.call_mcp_tool.as_deref(), Some("publication_search"));
     }
 
     #[test]

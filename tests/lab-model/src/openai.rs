@@ -1,6 +1,11 @@
 //! OpenAI chat completions as the lab model speaks it, for agents that talk that wire: the
 //! request fields the script reads, the answer as one JSON completion or as `data:` chunks
 //! ending with `data: [DONE]`, the tool call in the `tool_calls` delta shape.
+//!
+//! On this wire the script has an opt-in first step ([`Step::Search`]): given a tool name
+//! suffix, a request that offers a tool so named is answered with a call of it (arguments
+//! [`search_arguments`]) before the write, so a test sees an MCP server's tool reach the
+//! model and its result come back.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -52,11 +57,29 @@ pub struct Function {
     pub parameters: Value,
 }
 
-/// One message, by its role alone.
+/// One message, by its role and the tool calls it made.
 #[derive(Debug, Deserialize)]
 pub struct Message {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
+    /// An assistant's tool calls, read leniently (only their names, when they are there):
+    /// whatever a client sends here must not make the request unreadable.
+    #[serde(default)]
+    pub tool_calls: Value,
+}
+
+/// What the query of the opt-in search asks for.
+pub const SEARCH_QUERY: &str = "amphora";
+
+/// The next answer of the script, with the opt-in search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'r> {
+    /// Call the offered tool of this name, before anything else.
+    Search(&'r str),
+    /// Call the write tool.
+    Write,
+    /// Say the final text and stop.
+    Finish,
 }
 
 impl Request {
@@ -66,6 +89,67 @@ impl Request {
             Some(message) if message.role == "tool" => Turn::Finish,
             _ => Turn::Write,
         }
+    }
+
+    /// The next step when the script searches first with the offered tool whose name ends
+    /// with `search` (none: [`Request::turn`] alone). Before any tool result since the last
+    /// user message, that tool is called if the request offers it; a tool result answering
+    /// it is followed by the write; any other tool result by the final text.
+    pub fn step(&self, search: Option<&str>) -> Step<'_> {
+        let Some(suffix) = search else {
+            return self.plain_step();
+        };
+        match self.turn() {
+            Turn::Write => self
+                .tools
+                .iter()
+                .map(|tool| tool.function.name.as_str())
+                .find(|name| name.ends_with(suffix))
+                .map_or(Step::Write, Step::Search),
+            Turn::Finish if self.last_call_named(suffix) => Step::Write,
+            Turn::Finish => Step::Finish,
+        }
+    }
+
+    fn plain_step(&self) -> Step<'_> {
+        match self.turn() {
+            Turn::Write => Step::Write,
+            Turn::Finish => Step::Finish,
+        }
+    }
+
+    /// Whether the last assistant message called a tool whose name ends with `suffix`.
+    fn last_call_named(&self, suffix: &str) -> bool {
+        self.messages
+            .iter()
+            .rev()
+            .find(|message| message.role == "assistant")
+            .and_then(|message| message.tool_calls.as_array())
+            .is_some_and(|calls| {
+                calls.iter().any(|call| {
+                    call["function"]["name"]
+                        .as_str()
+                        .is_some_and(|name| name.ends_with(suffix))
+                })
+            })
+    }
+}
+
+/// The opt-in search's arguments, as the JSON string the wire carries.
+pub fn search_arguments() -> String {
+    json!({ "query": SEARCH_QUERY }).to_string()
+}
+
+/// The tool call or the text of `step`: `(tool name, arguments)` or the words.
+fn answer_of<'s>(
+    step: Step<'s>,
+    request: &Request,
+    script: &'s Script,
+) -> Result<(&'s str, String), &'s str> {
+    match step {
+        Step::Search(name) => Ok((name, search_arguments())),
+        Step::Write => Ok((WRITE_TOOL, write_arguments(request, script))),
+        Step::Finish => Err(&script.final_text),
     }
 }
 
@@ -92,9 +176,18 @@ pub fn write_arguments(request: &Request, script: &Script) -> String {
 
 /// The answer as stream chunks, each framed `data: <json>\n\n`, without the final [`DONE`].
 pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
-    let (first, deltas, finish_reason) = match request.turn() {
-        Turn::Write => {
-            let arguments = write_arguments(request, script);
+    chunks_searching(request, script, None, n)
+}
+
+/// [`chunks`] with the opt-in search first (see [`Request::step`]).
+pub fn chunks_searching(
+    request: &Request,
+    script: &Script,
+    search: Option<&str>,
+    n: u64,
+) -> Vec<String> {
+    let (first, deltas, finish_reason) = match answer_of(request.step(search), request, script) {
+        Ok((name, arguments)) => {
             let first = json!({
                 "role": "assistant",
                 "content": null,
@@ -102,7 +195,7 @@ pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
                     "index": 0,
                     "id": format!("call_lab_{n}"),
                     "type": "function",
-                    "function": { "name": WRITE_TOOL, "arguments": "" },
+                    "function": { "name": name, "arguments": "" },
                 }],
             });
             let deltas = pieces(&arguments, ARGUMENT_PIECES)
@@ -111,9 +204,9 @@ pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
                 .collect::<Vec<_>>();
             (first, deltas, "tool_calls")
         }
-        Turn::Finish => {
+        Err(text) => {
             let first = json!({ "role": "assistant", "content": "" });
-            let deltas = pieces(&script.final_text, TEXT_PIECES)
+            let deltas = pieces(text, TEXT_PIECES)
                 .into_iter()
                 .map(|piece| json!({ "content": piece }))
                 .collect::<Vec<_>>();
@@ -138,27 +231,37 @@ pub fn chunks(request: &Request, script: &Script, n: u64) -> Vec<String> {
 
 /// The answer as one JSON completion (a request without `"stream": true`).
 pub fn completion(request: &Request, script: &Script, n: u64) -> Value {
-    let (message, finish_reason, completion_tokens) = match request.turn() {
-        Turn::Write => {
-            let arguments = write_arguments(request, script);
-            let completion_tokens = tokens(&arguments);
-            let message = json!({
-                "role": "assistant",
-                "content": null,
-                "tool_calls": [{
-                    "id": format!("call_lab_{n}"),
-                    "type": "function",
-                    "function": { "name": WRITE_TOOL, "arguments": arguments },
-                }],
-            });
-            (message, "tool_calls", completion_tokens)
-        }
-        Turn::Finish => (
-            json!({ "role": "assistant", "content": script.final_text }),
-            "stop",
-            tokens(&script.final_text),
-        ),
-    };
+    completion_searching(request, script, None, n)
+}
+
+/// [`completion`] with the opt-in search first (see [`Request::step`]).
+pub fn completion_searching(
+    request: &Request,
+    script: &Script,
+    search: Option<&str>,
+    n: u64,
+) -> Value {
+    let (message, finish_reason, completion_tokens) =
+        match answer_of(request.step(search), request, script) {
+            Ok((name, arguments)) => {
+                let completion_tokens = tokens(&arguments);
+                let message = json!({
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": format!("call_lab_{n}"),
+                        "type": "function",
+                        "function": { "name": name, "arguments": arguments },
+                    }],
+                });
+                (message, "tool_calls", completion_tokens)
+            }
+            Err(text) => (
+                json!({ "role": "assistant", "content": text }),
+                "stop",
+                tokens(text),
+            ),
+        };
     json!({
         "id": format!("chatcmpl-lab-{n}"),
         "object": "chat.completion",
@@ -260,6 +363,136 @@ mod tests {
         assert_eq!(last.turn(), Turn::Finish);
     }
 
+    /// The tool call's arguments the streamed `chunks` carry, joined and parsed.
+    fn joined_arguments(chunks: &[Value]) -> Value {
+        let arguments: String = chunks
+            .iter()
+            .filter_map(|chunk| {
+                chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+            })
+            .collect();
+        serde_json::from_str(&arguments).unwrap()
+    }
+
+    const SEARCH: &str = "mcp__dedalo_publication__publication_search";
+
+    /// A request offering `tools` (by name) with `messages`.
+    fn offering(tools: &[&str], messages: Value) -> Request {
+        let tools: Vec<Value> = tools
+            .iter()
+            .map(|name| json!({ "type": "function", "function": { "name": name, "parameters": { "properties": { "path": {} } } } }))
+            .collect();
+        serde_json::from_value(
+            json!({ "model": "m", "stream": true, "messages": messages, "tools": tools }),
+        )
+        .unwrap()
+    }
+
+    /// An assistant message calling `name`, then its result.
+    fn called(name: &str, result: &str) -> [Value; 2] {
+        [
+            json!({ "role": "assistant", "content": null, "tool_calls": [{ "id": "c", "type": "function", "function": { "name": name, "arguments": "{}" } }] }),
+            json!({ "role": "tool", "tool_call_id": "c", "content": result }),
+        ]
+    }
+
+    #[test]
+    fn the_opt_in_search_comes_first_then_the_write_then_the_text() {
+        let user = json!({ "role": "user", "content": "go" });
+        let [search_call, search_result] = called(SEARCH, "{\"total\":1}");
+        let [write_call, write_result] = called(WRITE_TOOL, "ok");
+        let done = json!({ "role": "assistant", "content": "Finished." });
+        let again = json!({ "role": "user", "content": "again" });
+        let tools = ["read", WRITE_TOOL, SEARCH];
+        for (name, offered, messages, search, step) in [
+            (
+                "first request",
+                &tools[..],
+                json!([user]),
+                Some("publication_search"),
+                Step::Search(SEARCH),
+            ),
+            (
+                "after the search",
+                &tools[..],
+                json!([user, search_call, search_result]),
+                Some("publication_search"),
+                Step::Write,
+            ),
+            (
+                "after the write",
+                &tools[..],
+                json!([user, search_call, search_result, write_call, write_result]),
+                Some("publication_search"),
+                Step::Finish,
+            ),
+            (
+                "a resumed turn searches again",
+                &tools[..],
+                json!([
+                    user,
+                    search_call,
+                    search_result,
+                    write_call,
+                    write_result,
+                    done,
+                    again
+                ]),
+                Some("publication_search"),
+                Step::Search(SEARCH),
+            ),
+            (
+                "the tool not offered",
+                &tools[..2],
+                json!([user]),
+                Some("publication_search"),
+                Step::Write,
+            ),
+            ("not opted in", &tools[..], json!([user]), None, Step::Write),
+            (
+                "not opted in, after a tool",
+                &tools[..],
+                json!([user, search_call, search_result]),
+                None,
+                Step::Finish,
+            ),
+        ] {
+            assert_eq!(offering(offered, messages).step(search), step, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_search_call_names_the_offered_tool_with_a_query() {
+        let request = offering(
+            &[WRITE_TOOL, SEARCH],
+            json!([{ "role": "user", "content": "go" }]),
+        );
+        let chunks: Vec<Value> =
+            chunks_searching(&request, &script(), Some("publication_search"), 2)
+                .iter()
+                .map(|chunk| data(chunk))
+                .collect();
+        assert_eq!(
+            chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"],
+            SEARCH
+        );
+        assert_eq!(joined_arguments(&chunks), json!({ "query": SEARCH_QUERY }));
+        assert_eq!(
+            chunks.last().unwrap()["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+        let whole = completion_searching(&request, &script(), Some("publication_search"), 2);
+        let call = &whole["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], SEARCH);
+        assert_eq!(call["function"]["arguments"], search_arguments());
+        // Without the opt-in the same request is answered with the write.
+        let plain = completion(&request, &script(), 2);
+        assert_eq!(
+            plain["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            WRITE_TOOL
+        );
+    }
+
     #[test]
     fn a_streamed_tool_call_joins_to_the_arguments() {
         let chunks = chunks(
@@ -271,14 +504,8 @@ mod tests {
         let call = &chunks[0]["choices"][0]["delta"]["tool_calls"][0];
         assert_eq!(call["id"], "call_lab_4");
         assert_eq!(call["function"]["name"], "write");
-        let arguments: String = chunks
-            .iter()
-            .filter_map(|chunk| {
-                chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
-            })
-            .collect();
         assert_eq!(
-            serde_json::from_str::<Value>(&arguments).unwrap(),
+            joined_arguments(&chunks),
             json!({ "path": "/srv/a.html", "content": "<p>é</p>" })
         );
         let last = chunks.last().unwrap();

@@ -55,6 +55,8 @@ pub struct State {
     recorder: Option<Recorder>,
     /// Whether `/mcp` is the MCP stand-in's.
     mcp: bool,
+    /// With `--call-mcp-tool`: the suffix of the tool the OpenAI script calls first.
+    search: Option<String>,
     answered: AtomicU64,
 }
 
@@ -78,7 +80,17 @@ impl State {
             authority,
             recorder,
             mcp,
+            search: None,
             answered: AtomicU64::new(0),
+        }
+    }
+
+    /// The same state whose OpenAI script first calls the offered tool whose name ends with
+    /// `suffix`, when there is one (see [`openai::Request::step`]).
+    pub fn searching_first(self, suffix: Option<String>) -> State {
+        State {
+            search: suffix,
+            ..self
         }
     }
 
@@ -115,14 +127,17 @@ pub async fn serve(cli: Cli) -> Result<(), LabError> {
         }
     })?;
     let authority = default_authority(cli.hosts.first(), cli.listen);
-    let state = Arc::new(State::new(
-        cli.script(),
-        cli.upstream.map(Forwarder::new),
-        registry,
-        authority,
-        recorder,
-        cli.mcp,
-    ));
+    let state = Arc::new(
+        State::new(
+            cli.script(),
+            cli.upstream.map(Forwarder::new),
+            registry,
+            authority,
+            recorder,
+            cli.mcp,
+        )
+        .searching_first(cli.call_mcp_tool),
+    );
     let acceptor = TlsAcceptor::from(certificates.server);
     loop {
         tokio::select! {
@@ -342,12 +357,16 @@ fn chat_completions(state: &State, body: &[u8]) -> Response<Body> {
         }
     };
     let n = state.next();
+    let search = state.search.as_deref();
     if request.stream {
-        let mut chunks = openai::chunks(&request, script, n);
+        let mut chunks = openai::chunks_searching(&request, script, search, n);
         chunks.push(openai::DONE.to_owned());
         event_stream(chunks)
     } else {
-        json(StatusCode::OK, &openai::completion(&request, script, n))
+        json(
+            StatusCode::OK,
+            &openai::completion_searching(&request, script, search, n),
+        )
     }
 }
 

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use atelier_lab_model::mcp::{fingerprint, McpServer, RECORD_CANARY, SEARCH_TOOL};
 use atelier_systemd_tests::{
     built_binaries_dir, real_agent, real_claude, repo_root, BoxRun, SystemdBox,
 };
@@ -1996,4 +1997,126 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
         "the model read the named refusal: {run:?}"
     );
     assert!(turn1_calls >= 2, "{run:?}");
+}
+
+/// The agent's name for the Publication API stand-in's one tool: the server the atelier driver
+/// attaches (`dedalo_publication`) and the tool.
+const MCP_SEARCH_TOOL: &str = "mcp__dedalo_publication__publication_search";
+
+/// A confined atelier turn whose model (the lab's, opted in) first calls the Publication API's
+/// search tool through the turn door's MCP relay, then writes. The key file's SHA-256 is
+/// printed; the key itself is looked for in everything the agent kept or sent its model.
+const MCP_TURN: &str = r#"
+create_site collection www.example.org
+state=/var/lib/atelier/example/agents/s1/turn/state
+key=/etc/atelier/example/credentials/PUBLICATION_API_KEY
+echo "key_sha256=$(sha256sum < $key | cut -d' ' -f1)"
+id=$(start_session collection '"Look the collection up, then write the home page."')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" > /tmp/turn1
+sed 's/^/turn1| /' /tmp/turn1
+echo "page=$(cat $ws1/src/index.html)"
+echo "key_held_by_agent=$(grep -rslF -f $key $state /root/lab-requests.jsonl /tmp/turn1 | wc -l)"
+requests
+journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | tail -n 20 | sed 's/^/gate-log| /'
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+lab_down
+exit 0
+"#;
+
+#[test]
+fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_the_key() {
+    // The Publication API stand-in, on the loopback the box shares; the declaration points
+    // the relay at it (the relay posts to the declared URL's `/mcp`).
+    let publication = McpServer::start().expect("the MCP stand-in");
+    let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
+    let mut declaration: Value = serde_json::from_str(&openai_declaration_with("atelier", &bin))
+        .expect("the declaration is JSON");
+    declaration["publication_api"]["url"] = format!("http://{}", publication.addr).into();
+    let declaration = serde_json::to_string_pretty(&declaration).expect("serializing it");
+    let run = run_real_agent_with_lab(
+        declaration,
+        MCP_TURN,
+        "",
+        &format!("--call-mcp-tool {SEARCH_TOOL}"),
+    );
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+
+    // The turn: the search, then the write, ending idle; the relay's decisions are events.
+    let turn = events(&run, "turn1");
+    assert_eq!(
+        turn.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    let tools: Vec<&str> = turn
+        .iter()
+        .filter(|e| e["type"] == "tool")
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(tools, [MCP_SEARCH_TOOL, "write"], "{run:?}");
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    let relayed: Vec<&Value> = turn
+        .iter()
+        .filter(|e| e["egress"]["host"] == "mcp")
+        .collect();
+    assert!(!relayed.is_empty(), "the relay's decisions: {run:?}");
+    assert!(
+        relayed.iter().all(|e| e["egress"]["verdict"] == "relayed"),
+        "every MCP request was relayed: {run:?}"
+    );
+
+    // The model was offered the tool, called it, and read the stand-in's record.
+    let calls: Vec<Value> = recorded_requests(&run)
+        .into_iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .collect();
+    assert!(calls.len() >= 3, "search, write, final text: {run:?}");
+    assert!(
+        offered_tools(&calls[0]).contains(&MCP_SEARCH_TOOL),
+        "{:?}",
+        offered_tools(&calls[0])
+    );
+    let last_message = |call: &Value| call["body"]["messages"].as_array()?.last().cloned();
+    let after_search = last_message(&calls[1]).expect("the second request's messages");
+    assert_eq!(after_search["role"], "tool", "{run:?}");
+    assert!(
+        after_search["content"].to_string().contains(RECORD_CANARY),
+        "the tool's result reached the model: {after_search}"
+    );
+
+    // The stand-in: listed and called through the relay, every request with the declared key
+    // as the relay's X-API-Key, which the agent never held.
+    let seen = publication.seen();
+    let methods: Vec<String> = seen
+        .iter()
+        .filter_map(|r| r.json()["method"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        methods.iter().any(|m| m == "tools/list") && methods.iter().any(|m| m == "tools/call"),
+        "{methods:?}"
+    );
+    let call = seen
+        .iter()
+        .map(|r| r.json())
+        .find(|body| body["method"] == "tools/call")
+        .expect("the call");
+    assert_eq!(call["params"]["name"], SEARCH_TOOL, "{call}");
+    let declared = format!("sha256:{}", fact(&run, "key_sha256"));
+    for request in &seen {
+        let keys: Vec<String> = request
+            .headers
+            .iter()
+            .filter(|(name, _)| name == "x-api-key")
+            .map(|(_, value)| fingerprint(value.as_bytes()))
+            .collect();
+        assert_eq!(
+            keys,
+            std::slice::from_ref(&declared),
+            "{} {}",
+            request.method,
+            request.path
+        );
+    }
+    assert_eq!(fact(&run, "key_held_by_agent"), "0", "{run:?}");
 }
