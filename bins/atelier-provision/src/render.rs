@@ -186,5 +186,22 @@ fn safe_path(path: &Path) -> Result<String, RenderError> {
     Ok(text.to_owned())
 }
 
+/// An origin as text fit for a unit's `Environment=` or a `proxy_pass`: the declaration's
+/// grammars allow only `http(s)://`, host characters, `:`, digits and IPv6 brackets; held again
+/// wherever one is rendered.
+fn safe_origin(value: &str) -> Result<String, RenderError> {
+    let ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '/' | '.' | '-' | '[' | ']'));
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(RenderError::UnsafeValue {
+            what: format!("origin {value:?}"),
+            why: "an origin is a scheme, a host and a port, nothing else",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;

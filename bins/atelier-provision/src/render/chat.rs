@@ -16,7 +16,7 @@ use atelier_layout::paths::Role;
 use atelier_layout::Layout;
 
 use super::vhosts::{letsencrypt_comment, nginx_servers, Certificate, Tls};
-use super::{artifact, safe_path, RenderError};
+use super::{artifact, safe_origin, safe_path, RenderError};
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 
 /// The chat routes' prefix, chatd's.
@@ -74,22 +74,10 @@ struct CmsView {
 
 impl CmsView {
     fn new(layout: &Layout<'_>, chat: &Chat) -> Result<Self, RenderError> {
-        // The grammar allows only `http://` + an address and a port; held again where it
-        // becomes a directive.
-        if !chat
-            .cms_origin
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '/' | '.' | '[' | ']'))
-        {
-            return Err(RenderError::UnsafeValue {
-                what: "chat.cms_origin".to_owned(),
-                why: "an origin is a scheme, an address and a port, nothing else",
-            });
-        }
         Ok(Self {
             instance: layout.instance().to_string(),
             host: chat.host.clone(),
-            cms: chat.cms_origin.clone(),
+            cms: safe_origin(&chat.cms_origin)?,
             chatd_socket: safe_path(&layout.chatd_socket_path())?,
             proxy_auth: safe_path(&layout.chat_proxy_auth_path())?,
             tls: Tls::of(layout, &chat.host)?,

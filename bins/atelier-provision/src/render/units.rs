@@ -10,7 +10,7 @@ use atelier_layout::services::{self, env, CHATD_DATABASE_FILE, DOOR_ENV, WORKDIR
 use atelier_layout::{Layout, SiteOrdinal};
 
 use super::template::{self, fill};
-use super::{artifact, safe_path, RenderError, RenderFacts, PRIVATE_PIDS_SINCE};
+use super::{artifact, safe_origin, safe_path, RenderError, RenderFacts, PRIVATE_PIDS_SINCE};
 use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 
 // The in-unit environment of the git door, which reads no configuration of anyone's.
@@ -166,8 +166,8 @@ fn chatd_service(layout: &Layout<'_>, chat: &Chat) -> Result<String, RenderError
     let mut values = chatd_common(layout)?;
     values.extend([
         ("CHATD_SOCKET_UNIT", names::chatd_socket_unit(inst)),
-        ("PUBLIC_ORIGIN", origin(&chat.public_origin)?),
-        ("CMS_ORIGIN", origin(&chat.cms_origin)?),
+        ("PUBLIC_ORIGIN", safe_origin(&chat.public_origin)?),
+        ("CMS_ORIGIN", safe_origin(&chat.cms_origin)?),
         ("LOAD_CREDENTIALS", credentials),
     ]);
     fill(template::CHATD_SERVICE, &values)
@@ -175,22 +175,6 @@ fn chatd_service(layout: &Layout<'_>, chat: &Chat) -> Result<String, RenderError
 
 fn chatd_purge_service(layout: &Layout<'_>) -> Result<String, RenderError> {
     fill(template::CHATD_PURGE_SERVICE, &chatd_common(layout)?)
-}
-
-/// An origin as a unit's `Environment=` value: the declaration's grammars allow only
-/// `http(s)://`, host characters, `:`, digits and IPv6 brackets; held again here.
-fn origin(value: &str) -> Result<String, RenderError> {
-    let ok = value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '/' | '.' | '-' | '[' | ']'));
-    if ok {
-        Ok(value.to_owned())
-    } else {
-        Err(RenderError::UnsafeValue {
-            what: format!("origin {value:?}"),
-            why: "an origin is a scheme, a host and a port, nothing else",
-        })
-    }
 }
 
 fn sited_socket(layout: &Layout<'_>) -> Result<String, RenderError> {
