@@ -978,6 +978,7 @@ mod turns {
             write_path: target.to_str().unwrap().to_owned(),
             write_content: "<h1 class=\"hero\">Café du lab</h1>\n".to_owned(),
             final_text: atelier_lab_model::DEFAULT_FINAL_TEXT.to_owned(),
+            replace: None,
         };
         let provider = lab_provider(script.clone());
         let run = agent(&site, &provider.base_url, &[], &[], "Write the home page.");

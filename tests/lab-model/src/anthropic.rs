@@ -223,6 +223,7 @@ mod tests {
             write_path: "/srv/site/src/index.html".to_owned(),
             write_content: "<h1>Hello \"lab\"</h1>\n".to_owned(),
             final_text: "All done.".to_owned(),
+            replace: None,
         }
     }
 

@@ -31,7 +31,10 @@
 //! With `--mcp` the same server answers `/mcp` as a minimal MCP server ([`mcp`]) with one tool,
 //! the Publication API's stand-in; each of those requests is recorded with the SHA-256 of the
 //! key headers it carried. With `--call-mcp-tool SUFFIX` the OpenAI script first calls the
-//! offered tool whose name ends with SUFFIX, then writes, then says its final text.
+//! offered tool whose name ends with SUFFIX, then writes, then says its final text. With
+//! `--replace-path`, `--replace-old` and `--replace-new` the OpenAI script follows its write
+//! with an exact replace through the offered `edit` tool. Each request is recorded with the
+//! instant it was received, so a benchmark in the same box can time it.
 //!
 //! Beside the model, [`cms`] is a stand-in for the CMS's session check, its content read routes
 //! and its tool-result route, served on plain HTTP on loopback by its own binary,
@@ -121,6 +124,23 @@ pub struct Cli {
     /// answered as without it; the Anthropic script ignores it.
     #[arg(long, value_name = "SUFFIX")]
     pub call_mcp_tool: Option<String>,
+    /// After its write, the OpenAI script replaces --replace-old with --replace-new in this
+    /// file (absolute; all three or none) with the offered tool named `edit`; the final
+    /// text follows that tool's result. A request offering no `edit` is answered as without
+    /// it; the Anthropic script ignores it.
+    #[arg(
+        long,
+        value_name = "PATH",
+        value_parser = absolute,
+        requires_all = ["replace_old", "replace_new"]
+    )]
+    pub replace_path: Option<String>,
+    /// The exact span the replace looks for (with --replace-path).
+    #[arg(long, value_name = "TEXT", requires = "replace_path")]
+    pub replace_old: Option<String>,
+    /// What the span becomes (with --replace-path).
+    #[arg(long, value_name = "TEXT", requires = "replace_path")]
+    pub replace_new: Option<String>,
     /// A real OpenAI-compatible model to forward chat completions to, e.g.
     /// http://127.0.0.1:8081 (`scripts/local-model serve 8081`): http:// with a loopback IP
     /// address (127.0.0.0/8 or ::1) and a port, nothing else, so nothing leaves the machine.
@@ -137,6 +157,19 @@ impl Cli {
                 write_path: write_path.clone(),
                 write_content: write_content.clone(),
                 final_text: self.final_text.clone(),
+                replace: self.replace(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The opt-in replace, if `--replace-path` was given (clap sees to all three or none).
+    fn replace(&self) -> Option<script::Replace> {
+        match (&self.replace_path, &self.replace_old, &self.replace_new) {
+            (Some(path), Some(old), Some(new)) => Some(script::Replace {
+                path: path.clone(),
+                old: old.clone(),
+                new: new.clone(),
             }),
             _ => None,
         }
@@ -220,6 +253,47 @@ mod tests {
         "--write-content",
         "hi",
     ];
+
+    #[test]
+    fn the_replace_takes_all_three_options_and_an_absolute_path() {
+        let with = |extra: &[&'static str]| Cli::try_parse_from(SCRIPTED.iter().chain(extra));
+        let full = [
+            "--replace-path",
+            "/srv/a.css",
+            "--replace-old",
+            "48rem",
+            "--replace-new",
+            "60rem",
+        ];
+        let replace = with(&full).unwrap().script().unwrap().replace.unwrap();
+        assert_eq!(
+            (
+                replace.path.as_str(),
+                replace.old.as_str(),
+                replace.new.as_str()
+            ),
+            ("/srv/a.css", "48rem", "60rem")
+        );
+        assert_eq!(with(&[]).unwrap().script().unwrap().replace, None);
+        for (name, args) in [
+            ("no new", &full[..4]),
+            ("only the path", &full[..2]),
+            ("no path", &full[2..]),
+            (
+                "relative path",
+                &[
+                    "--replace-path",
+                    "a.css",
+                    "--replace-old",
+                    "a",
+                    "--replace-new",
+                    "b",
+                ][..],
+            ),
+        ] {
+            assert!(with(args).is_err(), "{name}");
+        }
+    }
 
     #[test]
     fn the_write_path_must_be_absolute() {

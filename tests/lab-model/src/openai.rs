@@ -2,19 +2,23 @@
 //! request fields the script reads, the answer as one JSON completion or as `data:` chunks
 //! ending with `data: [DONE]`, the tool call in the `tool_calls` delta shape.
 //!
-//! On this wire the script has an opt-in first step ([`Step::Search`]): given a tool name
-//! suffix, a request that offers a tool so named is answered with a call of it (arguments
+//! On this wire the script has two opt-in steps. [`Step::Search`]: given a tool name suffix,
+//! a request that offers a tool so named is answered with a call of it (arguments
 //! [`search_arguments`]) before the write, so a test sees an MCP server's tool reach the
-//! model and its result come back.
+//! model and its result come back. [`Step::Replace`]: given a [`Replace`], the write's result
+//! is answered with a call of the offered `edit` tool, so a test sees an exact replace.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::anthropic::INPUT_TOKENS;
-use crate::script::{pieces, tokens, Script, Turn};
+use crate::script::{pieces, tokens, Replace, Script, Turn};
 
-/// The tool the model calls.
+/// The tool the model writes with.
 pub const WRITE_TOOL: &str = "write";
+
+/// The tool the opt-in replace calls.
+pub const EDIT_TOOL: &str = "edit";
 
 /// How many chunks carry the tool call's arguments.
 const ARGUMENT_PIECES: usize = 3;
@@ -71,13 +75,15 @@ pub struct Message {
 /// What the query of the opt-in search asks for.
 pub const SEARCH_QUERY: &str = "amphora";
 
-/// The next answer of the script, with the opt-in search.
+/// The next answer of the script, with its opt-in steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step<'r> {
     /// Call the offered tool of this name, before anything else.
     Search(&'r str),
     /// Call the write tool.
     Write,
+    /// Call the edit tool with the script's replace.
+    Replace,
     /// Say the final text and stop.
     Finish,
 }
@@ -91,47 +97,68 @@ impl Request {
         }
     }
 
-    /// The next step when the script searches first with the offered tool whose name ends
-    /// with `search` (none: [`Request::turn`] alone). Before any tool result since the last
-    /// user message, that tool is called if the request offers it; a tool result answering
-    /// it is followed by the write; any other tool result by the final text.
-    pub fn step(&self, search: Option<&str>) -> Step<'_> {
-        let Some(suffix) = search else {
-            return self.plain_step();
-        };
+    /// The next step. Plainly: the write, then (after any tool result) the final text.
+    /// With `search` (a tool name suffix), the offered tool so named is called first, and its
+    /// result is followed by the write. With `replacing`, the write's result is followed by
+    /// a call of the offered `edit` tool. An opt-in whose tool is not offered is skipped.
+    pub fn step(&self, search: Option<&str>, replacing: bool) -> Step<'_> {
+        let searched = |name: &str| search.is_some_and(|suffix| name.ends_with(suffix));
         match self.turn() {
             Turn::Write => self
                 .tools
                 .iter()
                 .map(|tool| tool.function.name.as_str())
-                .find(|name| name.ends_with(suffix))
+                .find(|name| searched(name))
                 .map_or(Step::Write, Step::Search),
-            Turn::Finish if self.last_call_named(suffix) => Step::Write,
+            Turn::Finish if self.last_call_named(searched) => Step::Write,
+            Turn::Finish
+                if replacing
+                    && self.last_call_named(|name| name == WRITE_TOOL)
+                    && self.offers(EDIT_TOOL) =>
+            {
+                Step::Replace
+            }
             Turn::Finish => Step::Finish,
         }
     }
 
-    fn plain_step(&self) -> Step<'_> {
-        match self.turn() {
-            Turn::Write => Step::Write,
-            Turn::Finish => Step::Finish,
-        }
+    /// Whether a tool named `name` is offered.
+    fn offers(&self, name: &str) -> bool {
+        self.tools.iter().any(|tool| tool.function.name == name)
     }
 
-    /// Whether the last assistant message called a tool whose name ends with `suffix`.
-    fn last_call_named(&self, suffix: &str) -> bool {
+    /// Whether the last assistant message called a tool whose name `matches`.
+    fn last_call_named(&self, matches: impl Fn(&str) -> bool) -> bool {
         self.messages
             .iter()
             .rev()
             .find(|message| message.role == "assistant")
             .and_then(|message| message.tool_calls.as_array())
             .is_some_and(|calls| {
-                calls.iter().any(|call| {
-                    call["function"]["name"]
-                        .as_str()
-                        .is_some_and(|name| name.ends_with(suffix))
-                })
+                calls
+                    .iter()
+                    .any(|call| call["function"]["name"].as_str().is_some_and(&matches))
             })
+    }
+
+    /// The name among `candidates` that the offered tool `tool`'s schema uses for a
+    /// parameter, `fallback` when the tool is not offered or uses none of them.
+    fn parameter_name(
+        &self,
+        tool: &str,
+        candidates: [&'static str; 3],
+        fallback: &'static str,
+    ) -> &'static str {
+        self.tools
+            .iter()
+            .find(|offered| offered.function.name == tool)
+            .and_then(|offered| offered.function.parameters.get("properties"))
+            .and_then(|properties| {
+                candidates
+                    .into_iter()
+                    .find(|key| properties.get(key).is_some())
+            })
+            .unwrap_or(fallback)
     }
 }
 
@@ -146,31 +173,46 @@ fn answer_of<'s>(
     request: &Request,
     script: &'s Script,
 ) -> Result<(&'s str, String), &'s str> {
-    match step {
-        Step::Search(name) => Ok((name, search_arguments())),
-        Step::Write => Ok((WRITE_TOOL, write_arguments(request, script))),
-        Step::Finish => Err(&script.final_text),
+    match (step, &script.replace) {
+        (Step::Search(name), _) => Ok((name, search_arguments())),
+        (Step::Write, _) => Ok((WRITE_TOOL, write_arguments(request, script))),
+        (Step::Replace, Some(replace)) => Ok((EDIT_TOOL, replace_arguments(request, replace))),
+        (Step::Replace, None) | (Step::Finish, _) => Err(&script.final_text),
     }
 }
 
-/// The write tool's arguments, as the JSON string the wire carries. The path goes under the
-/// name the offered write tool's schema uses (opencode's `filePath`, Claude Code's
-/// `file_path`); `path` when the request offers no such tool (pi's name).
+/// The names a tool's schema may give the file's path: opencode's `filePath`, Claude Code's
+/// `file_path`, pi's and atelier-agent's `path` (also the fallback).
+const PATH_NAMES: [&str; 3] = ["filePath", "file_path", "path"];
+
+/// The write tool's arguments, as the JSON string the wire carries, the path under the name
+/// the offered write tool's schema uses.
 pub fn write_arguments(request: &Request, script: &Script) -> String {
-    let path_key = request
-        .tools
-        .iter()
-        .find(|tool| tool.function.name == WRITE_TOOL)
-        .and_then(|tool| tool.function.parameters.get("properties"))
-        .and_then(|properties| {
-            ["filePath", "file_path", "path"]
-                .into_iter()
-                .find(|key| properties.get(key).is_some())
-        })
-        .unwrap_or("path");
+    let path_key = request.parameter_name(WRITE_TOOL, PATH_NAMES, "path");
     let mut arguments = serde_json::Map::new();
     arguments.insert(path_key.to_owned(), json!(script.write_path));
     arguments.insert("content".to_owned(), json!(script.write_content));
+    Value::Object(arguments).to_string()
+}
+
+/// The edit tool's arguments for `replace`, under the names the offered edit tool's schema
+/// uses (opencode's `oldString`, pi's `oldText`, `old_string` otherwise).
+pub fn replace_arguments(request: &Request, replace: &Replace) -> String {
+    let path_key = request.parameter_name(EDIT_TOOL, PATH_NAMES, "path");
+    let old_key = request.parameter_name(
+        EDIT_TOOL,
+        ["oldString", "oldText", "old_string"],
+        "old_string",
+    );
+    let new_key = request.parameter_name(
+        EDIT_TOOL,
+        ["newString", "newText", "new_string"],
+        "new_string",
+    );
+    let mut arguments = serde_json::Map::new();
+    arguments.insert(path_key.to_owned(), json!(replace.path));
+    arguments.insert(old_key.to_owned(), json!(replace.old));
+    arguments.insert(new_key.to_owned(), json!(replace.new));
     Value::Object(arguments).to_string()
 }
 
@@ -186,7 +228,11 @@ pub fn chunks_searching(
     search: Option<&str>,
     n: u64,
 ) -> Vec<String> {
-    let (first, deltas, finish_reason) = match answer_of(request.step(search), request, script) {
+    let (first, deltas, finish_reason) = match answer_of(
+        request.step(search, script.replace.is_some()),
+        request,
+        script,
+    ) {
         Ok((name, arguments)) => {
             let first = json!({
                 "role": "assistant",
@@ -241,27 +287,30 @@ pub fn completion_searching(
     search: Option<&str>,
     n: u64,
 ) -> Value {
-    let (message, finish_reason, completion_tokens) =
-        match answer_of(request.step(search), request, script) {
-            Ok((name, arguments)) => {
-                let completion_tokens = tokens(&arguments);
-                let message = json!({
-                    "role": "assistant",
-                    "content": null,
-                    "tool_calls": [{
-                        "id": format!("call_lab_{n}"),
-                        "type": "function",
-                        "function": { "name": name, "arguments": arguments },
-                    }],
-                });
-                (message, "tool_calls", completion_tokens)
-            }
-            Err(text) => (
-                json!({ "role": "assistant", "content": text }),
-                "stop",
-                tokens(text),
-            ),
-        };
+    let (message, finish_reason, completion_tokens) = match answer_of(
+        request.step(search, script.replace.is_some()),
+        request,
+        script,
+    ) {
+        Ok((name, arguments)) => {
+            let completion_tokens = tokens(&arguments);
+            let message = json!({
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{
+                    "id": format!("call_lab_{n}"),
+                    "type": "function",
+                    "function": { "name": name, "arguments": arguments },
+                }],
+            });
+            (message, "tool_calls", completion_tokens)
+        }
+        Err(text) => (
+            json!({ "role": "assistant", "content": text }),
+            "stop",
+            tokens(text),
+        ),
+    };
     json!({
         "id": format!("chatcmpl-lab-{n}"),
         "object": "chat.completion",
@@ -292,6 +341,7 @@ mod tests {
             write_path: "/srv/a.html".to_owned(),
             write_content: "<p>é</p>".to_owned(),
             final_text: "Finished.".to_owned(),
+            replace: None,
         }
     }
 
@@ -457,7 +507,129 @@ mod tests {
                 Step::Finish,
             ),
         ] {
-            assert_eq!(offering(offered, messages).step(search), step, "{name}");
+            assert_eq!(
+                offering(offered, messages).step(search, false),
+                step,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_opt_in_replace_follows_the_write_when_edit_is_offered() {
+        let user = json!({ "role": "user", "content": "go" });
+        let [write_call, write_result] = called(WRITE_TOOL, "ok");
+        let [edit_call, edit_result] = called(EDIT_TOOL, "ok");
+        let [search_call, search_result] = called(SEARCH, "{}");
+        let tools = [WRITE_TOOL, EDIT_TOOL];
+        for (name, offered, messages, replacing, step) in [
+            (
+                "first request",
+                &tools[..],
+                json!([user]),
+                true,
+                Step::Write,
+            ),
+            (
+                "after the write",
+                &tools[..],
+                json!([user, write_call, write_result]),
+                true,
+                Step::Replace,
+            ),
+            (
+                "after the replace",
+                &tools[..],
+                json!([user, write_call, write_result, edit_call, edit_result]),
+                true,
+                Step::Finish,
+            ),
+            (
+                "edit not offered",
+                &tools[..1],
+                json!([user, write_call, write_result]),
+                true,
+                Step::Finish,
+            ),
+            (
+                "not opted in",
+                &tools[..],
+                json!([user, write_call, write_result]),
+                false,
+                Step::Finish,
+            ),
+            (
+                "after another tool",
+                &tools[..],
+                json!([user, search_call, search_result]),
+                true,
+                Step::Finish,
+            ),
+        ] {
+            assert_eq!(
+                offering(offered, messages).step(None, replacing),
+                step,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_replace_call_takes_the_edit_tools_parameter_names() {
+        let replace = Replace {
+            path: "/srv/a.css".to_owned(),
+            old: "48rem".to_owned(),
+            new: "60rem".to_owned(),
+        };
+        let scripted = Script {
+            replace: Some(replace.clone()),
+            ..script()
+        };
+        let after_write = |properties: Value| -> Request {
+            let [write_call, write_result] = called(WRITE_TOOL, "ok");
+            serde_json::from_value(json!({
+                "model": "m",
+                "messages": [{ "role": "user", "content": "go" }, write_call, write_result],
+                "tools": [
+                    { "type": "function", "function": { "name": WRITE_TOOL, "parameters": { "properties": { "path": {} } } } },
+                    { "type": "function", "function": { "name": EDIT_TOOL, "parameters": { "properties": properties } } },
+                ],
+            }))
+            .unwrap()
+        };
+        for (name, properties, keys) in [
+            (
+                "atelier-agent",
+                json!({ "path": {}, "old_string": {}, "new_string": {} }),
+                ["path", "old_string", "new_string"],
+            ),
+            (
+                "opencode",
+                json!({ "filePath": {}, "oldString": {}, "newString": {} }),
+                ["filePath", "oldString", "newString"],
+            ),
+            (
+                "pi",
+                json!({ "path": {}, "oldText": {}, "newText": {} }),
+                ["path", "oldText", "newText"],
+            ),
+        ] {
+            let request = after_write(properties);
+            let arguments: Value =
+                serde_json::from_str(&replace_arguments(&request, &replace)).unwrap();
+            assert_eq!(
+                arguments,
+                json!({ keys[0]: "/srv/a.css", keys[1]: "48rem", keys[2]: "60rem" }),
+                "{name}"
+            );
+            let whole = completion(&request, &scripted, 3);
+            let call = &whole["choices"][0]["message"]["tool_calls"][0];
+            assert_eq!(call["function"]["name"], EDIT_TOOL, "{name}");
+            let streamed: Vec<Value> = chunks(&request, &scripted, 3)
+                .iter()
+                .map(|chunk| data(chunk))
+                .collect();
+            assert_eq!(joined_arguments(&streamed), arguments, "{name}");
         }
     }
 

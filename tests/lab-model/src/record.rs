@@ -92,8 +92,19 @@ impl Recorder {
         self.write(&entry(method, uri, headers, body))
     }
 
-    /// Appends `entry` (one request's, as [`entry`] makes it, perhaps with more fields).
+    /// Appends `entry` (one request's, as [`entry`] makes it, perhaps with more fields),
+    /// stamped `received_unix_us` (the wall clock, microseconds) so a benchmark in the same
+    /// box can time a request against its own clock.
     pub fn write(&self, entry: &Value) -> std::io::Result<()> {
+        let mut entry = entry.clone();
+        if let Value::Object(fields) = &mut entry {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| {
+                    u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+                });
+            fields.insert("received_unix_us".to_owned(), Value::from(now));
+        }
         let mut line = entry.to_string();
         line.push('\n');
         // A poisoned lock only means another line's write panicked; the file is still fine.

@@ -19,6 +19,20 @@ pub struct Script {
     pub write_content: String,
     /// What the model says once the tool result is back.
     pub final_text: String,
+    /// The opt-in exact replace after the write (OpenAI wire only).
+    pub replace: Option<Replace>,
+}
+
+/// An exact replace the OpenAI script asks for once its write's result is back, of an
+/// agent offering a tool named `edit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replace {
+    /// The absolute path of the file to change.
+    pub path: String,
+    /// The span to find, exactly once.
+    pub old: String,
+    /// What it becomes.
+    pub new: String,
 }
 
 /// Splits `text` into `count` pieces of about equal length on character boundaries; fewer when

@@ -437,6 +437,7 @@ mod tests {
                 write_path: "/a.html".to_owned(),
                 write_content: "a".to_owned(),
                 final_text: "b".to_owned(),
+                replace: None,
             }),
             None,
             Registry::new(&packages).unwrap(),
