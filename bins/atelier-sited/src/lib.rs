@@ -15,7 +15,8 @@
 //! Sessions and runs (issue 4, items 3-7):
 //! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
 //! - [`sessions`]: live sessions and their fan-out, listing, admission, stop, the boot sweep
-//!   and the SSE follow; [`turns`]: one turn from plan to `turn_end`.
+//!   and the SSE follow; [`turns`]: one turn from plan to `turn_end`; [`turn_fault`]: the
+//!   faults a turn ends with and the `error` event (reason, retriable, message) of each.
 //! - [`drivers`]: the configured agent CLIs, their probes and plans (`atelier-agents`).
 //! - [`runs`]: the confinement seam every turn, build and git command goes through.
 //! - [`audit`]: the append-only audit log.
@@ -44,6 +45,7 @@ pub mod site_table;
 pub mod sites;
 pub mod slug;
 pub mod templates;
+pub mod turn_fault;
 pub mod turns;
 
 pub use health::{instance_fingerprint, Health};

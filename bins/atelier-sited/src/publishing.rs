@@ -4,14 +4,14 @@
 
 use std::time::SystemTime;
 
-use atelier_fs::Root;
+use atelier_fs::{FsError, Root};
 use atelier_releases::{ReleaseError, Store, Strategy};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::actor::Actor;
 use crate::manifest::{self, Published};
-use crate::site_table::SiteRow;
+use crate::site_table::{self, SiteRow, SurfacePaths};
 use crate::sites::{iso8601, SiteError, Sites};
 
 /// The longest publish note kept, in characters.
@@ -96,30 +96,32 @@ impl PublishRequest {
 
 /// The site's two stores, after its webspace was proved.
 fn stores(row: &SiteRow) -> Result<(Store, Store), PublishError> {
-    let preprod = match Store::open(
-        &row.surfaces.preprod.store_dir,
-        &row.surfaces.preprod.link_path,
-    ) {
-        Ok(store) => store,
-        // A store the first build has not made yet holds nothing to publish.
-        Err(ReleaseError::Fs(atelier_fs::FsError::NotFound { .. })) => {
-            return Err(PublishError::NoBuild(
-                "Nothing to publish — build the site first",
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    // A store the first build has not made yet holds nothing to publish.
+    let preprod = open_store(
+        &row.surfaces.preprod,
+        "Nothing to publish — build the site first",
+    )?;
     Ok((preprod, prod_store(row)?))
 }
 
 /// The site's production store, after its webspace was proved.
 fn prod_store(row: &SiteRow) -> Result<Store, PublishError> {
-    match Store::open(&row.surfaces.prod.store_dir, &row.surfaces.prod.link_path) {
+    // Purged with its site: nothing was published since.
+    open_store(
+        &row.surfaces.prod,
+        "Nothing is published — publish the site first",
+    )
+}
+
+/// Opens a surface's store: a missing one is `no_build` with `missing` as its detail, a
+/// refused one (a planted link is never followed) the webspace's refusal.
+fn open_store(paths: &SurfacePaths, missing: &'static str) -> Result<Store, PublishError> {
+    match Store::open(&paths.store_dir, &paths.link_path) {
         Ok(store) => Ok(store),
-        // Purged with its site: nothing was published since.
-        Err(ReleaseError::Fs(atelier_fs::FsError::NotFound { .. })) => Err(PublishError::NoBuild(
-            "Nothing is published — publish the site first",
-        )),
+        Err(ReleaseError::Fs(FsError::NotFound { .. })) => Err(PublishError::NoBuild(missing)),
+        Err(e) if e.is_refusal() => {
+            Err(SiteError::from(site_table::store_refused(&paths.store_dir, e)).into())
+        }
         Err(e) => Err(e.into()),
     }
 }

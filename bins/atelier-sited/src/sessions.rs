@@ -685,7 +685,7 @@ impl Sessions {
             let session = blocking(move || this.begin_turn(&slug, &id)).await?;
             let session2 = Arc::clone(&session);
             blocking(move || {
-                session2.append(crate::turns::error_event("turn_interrupted", true))?;
+                session2.append(crate::turn_fault::TurnFault::Interrupted.event())?;
                 session2.append(json!({"type": "turn_end", "state": "interrupted"}))?;
                 Ok(())
             })

@@ -127,6 +127,12 @@ pub fn prove_webspace(row: &SiteRow, instance: &str) -> Result<Root, WebspaceErr
     Ok(root)
 }
 
+/// A release store the webspace refuses: a link, a file or another refused entry where the
+/// store (or a directory above it) belongs, which is never followed.
+pub fn store_refused(store: &Path, why: impl std::fmt::Display) -> WebspaceError {
+    WebspaceError(format!("release store {}: {why}", store.display()))
+}
+
 /// The relative path of `path` inside `webspace` (both already checked by [`SiteTable::read`]).
 pub fn inside(webspace: &Path, path: &Path) -> Option<PathBuf> {
     path.strip_prefix(webspace).ok().map(Path::to_path_buf)

@@ -611,14 +611,21 @@ impl Sites {
     /// the proved webspace (whose setgid bit gives it the web group): a delete without purge
     /// took preproduction's, a purge production's, and a site created again under the same
     /// slug builds and publishes without another `apply`. An existing store is left as it is.
+    ///
+    /// Each level is opened without following a link, so a link planted where the store (or
+    /// the stores' directory) was is refused as `webspace_unavailable`, and nothing is made
+    /// where it points.
     pub fn ensure_store(&self, row: &SiteRow, surface: &'static str) -> Result<(), SiteError> {
         let webspace = site_table::prove_webspace(row, &self.config.instance)?;
         let store = &surface_paths(row, surface).store_dir;
         let rel = site_table::inside(&row.webspace, store)
             .ok_or_else(|| WebspaceError(format!("{} is outside the webspace", store.display())))?;
         let mode = atelier_layout::paths::mode_rule(atelier_layout::paths::Role::ReleaseStore).mode;
-        webspace.create_dir_all(&rel, mode)?;
-        Ok(())
+        match webspace.create_dir_all(&rel, mode) {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_refusal() => Err(site_table::store_refused(store, e).into()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Removes a surface's served link, then its release store; never the webspace itself.

@@ -5,7 +5,8 @@
 //! A turn has exactly one terminal fault: a stop is `turn_interrupted`, a deadline
 //! `turn_timeout`, a connection without an exit record `turn_unit_lost`, a non-zero exit
 //! `turn_agent_exited` (or `turn_agent_killed` for a signal) after the agent's stderr tail as
-//! `agent_output`. Whatever happens, `turn_end` is written and the site and slot are released.
+//! `agent_output`; each is a [`TurnFault`], whose `error` event carries a fixed sentence.
+//! Whatever happens, `turn_end` is written and the site and slot are released.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,9 +24,10 @@ use crate::agents_md::AGENTS_FILE;
 use crate::drivers::AGENT_PATH;
 use crate::git;
 use crate::reservations::Reservation;
-use crate::runs::{RunItem, RunRefusal, RunSpec, RunTarget};
+use crate::runs::{RunItem, RunSpec, RunTarget};
 use crate::session_log::{self, SessionMeta};
 use crate::sessions::{LiveSession, Sessions, TurnSlot};
+use crate::turn_fault::TurnFault;
 use atelier_layout::workspace::MCP_CONFIG_FILE;
 
 /// The most of an agent's stderr kept for its `agent_output` event.
@@ -104,7 +106,7 @@ enum Ending {
     Stopped,
     TimedOut,
     /// The run was never opened.
-    NotOpened(&'static str),
+    NotOpened(TurnFault),
 }
 
 impl Turn {
@@ -157,11 +159,11 @@ impl Turn {
         )
         .await
         {
-            Err((reason, why)) => {
+            Err((fault, why)) => {
                 tracing::warn!(session = %id, site = %slug, "turn setup failed: {why}");
-                Ending::NotOpened(reason)
+                Ending::NotOpened(fault)
             }
-            Ok(_) if control.stop_requested() => Ending::NotOpened("turn_interrupted"),
+            Ok(_) if control.stop_requested() => Ending::NotOpened(TurnFault::Interrupted),
             Ok((plan, stated_dir)) => {
                 planned = plan.files.clone();
                 let written = match write_stated(&stated_dir, &plan.stated).await {
@@ -171,7 +173,7 @@ impl Turn {
                 match written {
                     Err(e) => {
                         tracing::warn!(session = %id, site = %slug, error = %e, "could not write the turn's files");
-                        Ending::NotOpened("turn_setup_failed")
+                        Ending::NotOpened(TurnFault::SetupFailed)
                     }
                     Ok(()) => {
                         let spec = RunSpec {
@@ -204,9 +206,8 @@ impl Turn {
                 }
             }
         };
-        if let Ending::NotOpened(reason) = &ending {
-            let retriable = *reason == "turn_interrupted";
-            events.persist(error_event(reason, retriable)).await;
+        if let Ending::NotOpened(fault) = &ending {
+            events.persist(fault.event()).await;
             saw_error = true;
         }
         control.mark_run_gone();
@@ -325,7 +326,7 @@ impl Relay<'_> {
             Ok(run) => run,
             Err(refusal) => {
                 tracing::warn!(site = %target.slug, "the turn's run was refused: {refusal}");
-                return Ending::NotOpened(refusal_reason(&refusal));
+                return Ending::NotOpened(TurnFault::of_refusal(&refusal));
             }
         };
         if sessions.runner().is_unconfined() {
@@ -425,9 +426,9 @@ async fn report_ending(
             json!({"type": "agent_output", "source": "stderr", "text": text, "truncated": tail.len() >= STDERR_TAIL_BYTES})
         })
     };
-    let error = match ending {
+    let fault = match ending {
         Ending::Exit(ExitRecord { code: Some(0), .. }) if failed && !saw_result => {
-            error_event("turn_agent_exited", false)
+            TurnFault::AgentExited
         }
         Ending::Exit(ExitRecord { code: Some(0), .. }) => {
             if !saw_result {
@@ -441,67 +442,24 @@ async fn report_ending(
             if let Some(output) = output() {
                 events.persist(output).await;
             }
-            error_event("turn_agent_exited", false)
+            TurnFault::AgentExited
         }
         Ending::Exit(ExitRecord { code: None, .. }) => {
             if let Some(output) = output() {
                 events.persist(output).await;
             }
-            error_event("turn_agent_killed", true)
+            TurnFault::AgentKilled
         }
         Ending::Lost(why) => {
             tracing::warn!("the turn's run ended without an exit record: {why}");
-            error_event("turn_unit_lost", true)
+            TurnFault::UnitLost
         }
-        Ending::Stopped => error_event("turn_interrupted", true),
-        Ending::TimedOut => error_event("turn_timeout", true),
+        Ending::Stopped => TurnFault::Interrupted,
+        Ending::TimedOut => TurnFault::Timeout,
         Ending::NotOpened(_) => return false,
     };
-    events.persist(error).await;
+    events.persist(fault.event()).await;
     true
-}
-
-/// A turn's terminal fault as its session shows it: the machine `reason`, whether trying again
-/// may work, and a fixed sentence for the engine's UI to show (never the agent's own words,
-/// which an `agent_output` event carries).
-pub(crate) fn error_event(reason: &str, retriable: bool) -> Value {
-    json!({
-        "type": "error",
-        "reason": reason,
-        "retriable": retriable,
-        "message": error_message(reason),
-    })
-}
-
-/// The sentence of each turn-ending reason.
-pub(crate) fn error_message(reason: &str) -> &'static str {
-    match reason {
-        "turn_agent_exited" => "The agent stopped with an error before it finished the turn.",
-        "turn_agent_killed" => "The agent was ended before it finished the turn.",
-        "turn_unit_lost" => {
-            "The agent's run was lost before it finished; the turn can be tried again."
-        }
-        "turn_interrupted" => "The turn was stopped before it finished.",
-        "turn_timeout" => "The turn ran past its time limit and was stopped.",
-        "turn_setup_failed" => "The turn could not be prepared, so the agent was not started.",
-        "confinement.agent_cli_unsupported" => {
-            "The configured agent cannot run turns on this host."
-        }
-        "confinement.agent_cli_unproved" => {
-            "The configured agent could not be checked, so the turn was not started."
-        }
-        "confinement.daemon_stopping" => "The site daemon is shutting down; try again in a moment.",
-        "confinement.site_busy" => "The site is busy with another run; try again in a moment.",
-        reason if reason.starts_with("confinement") => {
-            "The host refused to run the agent for this site; its operator's log says why."
-        }
-        _ => "The turn ended with an error.",
-    }
-}
-
-/// The `reason` of the error event a refused run leaves.
-fn refusal_reason(refusal: &RunRefusal) -> &'static str {
-    crate::problem::Reason::of_refusal(refusal).as_str()
 }
 
 fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
@@ -586,7 +544,7 @@ async fn plan(
     target: &RunTarget,
     prompt: &str,
     resume_token: Option<&str>,
-) -> Result<(TurnPlan, PathBuf), (&'static str, String)> {
+) -> Result<(TurnPlan, PathBuf), (TurnFault, String)> {
     let brief = {
         let (sessions, slug) = (sessions.clone(), target.slug.clone());
         tokio::task::spawn_blocking(move || {
@@ -600,7 +558,7 @@ async fn plan(
         .await
         .map_err(|e| e.to_string())
         .and_then(|read| read)
-        .map_err(|why| ("turn_setup_failed", why))?
+        .map_err(|why| (TurnFault::SetupFailed, why))?
     };
     let agents = sessions.agents();
     let mcp = if sessions.runner().is_unconfined() {
@@ -615,7 +573,7 @@ async fn plan(
     let dirs = sessions
         .runner()
         .turn_dirs(&target.slug)
-        .map_err(|refusal| (refusal_reason(&refusal), refusal.to_string()))?;
+        .map_err(|refusal| (TurnFault::of_refusal(&refusal), refusal.to_string()))?;
     let request = TurnRequest {
         driver,
         bin,
@@ -632,41 +590,7 @@ async fn plan(
         stated_dir: &dirs.stated,
         state_dir: &dirs.state,
     };
-    let plan = atelier_agents::plan_turn(&request).map_err(|e| (e.reason(), e.to_string()))?;
+    let plan =
+        atelier_agents::plan_turn(&request).map_err(|e| (TurnFault::SetupFailed, e.to_string()))?;
     Ok((plan, dirs.stated))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every reason a turn can end with has its own sentence, which the engine's UI shows.
-    #[test]
-    fn every_turn_ending_reason_has_its_own_message() {
-        let generic = error_message("no such reason");
-        let mut reasons = vec![
-            "turn_agent_exited",
-            "turn_agent_killed",
-            "turn_unit_lost",
-            "turn_interrupted",
-            "turn_timeout",
-            "turn_setup_failed",
-        ];
-        reasons.extend(
-            crate::problem::Reason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .filter(|r| r.starts_with("confinement")),
-        );
-        for reason in reasons {
-            let event = error_event(reason, true);
-            let message = event["message"].as_str().unwrap_or_default();
-            assert_ne!(message, generic, "{reason}");
-            assert!(
-                message.ends_with('.') && message.len() > 20,
-                "{reason}: {message}"
-            );
-            assert_eq!(event["reason"], reason);
-        }
-    }
 }

@@ -361,6 +361,108 @@ async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
     }
 }
 
+/// The store a deleted site lost is made again without following a link planted where it (or
+/// the stores' directory) was: the build fails naming the refusal, publish and rollback are
+/// `webspace_unavailable`, and nothing lands where the link points.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_planted_where_a_deleted_store_was_is_refused_never_followed() {
+    let instance = instance(|_| {}).await;
+    let webspace = instance.webspace();
+    let elsewhere = instance.root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    for (case, planted, query) in [
+        ("the preprod store", ".releases/pre", "/v1/sites/alpha"),
+        (
+            "the stores' directory",
+            ".releases",
+            "/v1/sites/alpha?purge_prod=true",
+        ),
+    ] {
+        let deleted = call(
+            &instance.socket,
+            Method::DELETE,
+            query,
+            json!({"actor": actor()}),
+        )
+        .await;
+        assert_eq!(deleted.status, StatusCode::OK, "{case}: {}", deleted.body);
+        let planted = webspace.join(planted);
+        if planted.is_dir() {
+            std::fs::remove_dir_all(&planted).unwrap();
+        }
+        std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+        let created = instance
+            .post(
+                "/v1/sites",
+                json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+            )
+            .await;
+        assert_eq!(
+            created.status,
+            StatusCode::CREATED,
+            "{case}: {}",
+            created.body
+        );
+
+        let built = instance.build().await;
+        assert_eq!(built["outcome"], "failed", "{case}: {built}");
+        let log = built["log"].as_str().unwrap();
+        assert!(
+            log.contains("# refused: release store") && log.contains("symbolic link"),
+            "{case}: {log}"
+        );
+        let published = instance
+            .post(
+                "/v1/sites/alpha/publish",
+                json!({"confirm": true, "actor": actor()}),
+            )
+            .await;
+        assert_eq!(
+            published.status,
+            StatusCode::CONFLICT,
+            "{case}: {}",
+            published.body
+        );
+        assert_eq!(published.json()["reason"], "webspace_unavailable", "{case}");
+        let rollback = instance
+            .post(
+                "/v1/sites/alpha/rollback",
+                json!({"release": "20990101T000000000Z-000000", "actor": actor()}),
+            )
+            .await;
+        if planted.ends_with(".releases") {
+            assert_eq!(
+                rollback.status,
+                StatusCode::CONFLICT,
+                "{case}: {}",
+                rollback.body
+            );
+            assert_eq!(rollback.json()["reason"], "webspace_unavailable", "{case}");
+        } else {
+            // Production was kept: it answers for itself, and knows no such release.
+            assert_eq!(
+                rollback.status,
+                StatusCode::NOT_FOUND,
+                "{case}: {}",
+                rollback.body
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(&elsewhere).unwrap().count(),
+            0,
+            "{case}: nothing made through the link"
+        );
+        assert!(
+            std::fs::symlink_metadata(&planted)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{case}: the link is left as it was"
+        );
+        std::fs::remove_file(&planted).unwrap();
+    }
+}
+
 /// A build program that cannot even start leaves no step event; its log still says how the run
 /// ended, so a failed build never shows an empty log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1441,6 +1441,18 @@ async fn every_route_answers_its_success_status_headers_and_shape() {
     );
 }
 
+/// Every fault a turn can end with leaves an `error` event of the shape table's: a reason the
+/// engine knows, and the sentence its UI shows.
+#[test]
+fn every_turn_fault_event_has_the_error_shape() {
+    let mut cov = Coverage::default();
+    for fault in atelier_sited::turn_fault::TurnFault::ALL {
+        let mut faults = Vec::new();
+        check(&EVENT_BODY, &fault.event(), "error", &mut cov, &mut faults);
+        assert!(faults.is_empty(), "{fault:?}: {faults:?}");
+    }
+}
+
 // === The reason table test ===
 
 /// Checks a refusal against §5.1/§5.2 and records which reason it proved.

@@ -570,6 +570,65 @@ fn printable_replaces_controls_and_cuts() {
     assert_eq!(printable(&"x".repeat(300)).len(), MAX_LOG_TEXT);
 }
 
+/// What stands for the target of a head that did not parse: the second word of what was
+/// received of the request line, escaped and bounded, `-` when there is none.
+#[test]
+fn the_requested_target_is_what_was_received_of_it() {
+    let long = format!("CONNECT {}", "a".repeat(300));
+    let cases: [(&str, &[u8], &str); 12] = [
+        ("nothing received", b"", "-"),
+        ("the method only", b"CONNECT", "-"),
+        ("the method and its space", b"CONNECT ", "-"),
+        ("cut off in the host", b"CONNECT api.exa", "api.exa"),
+        ("cut off after the port's colon", b"CONNECT host:", "host:"),
+        (
+            "cut off in the version",
+            b"CONNECT api.example.com:443 HTT",
+            "api.example.com:443",
+        ),
+        (
+            "a whole request line",
+            b"CONNECT api.example.com:443 HTTP/1.1\r\n",
+            "api.example.com:443",
+        ),
+        (
+            "only the request line counts",
+            b"GET /x HTTP/1.1\r\nHost: a b\r\n",
+            "/x",
+        ),
+        (
+            "control bytes the client sent",
+            b"CONNECT a\x1b[2J\x00b\x07",
+            "a?[2J?b?",
+        ),
+        ("bytes that are not UTF-8", b"CONNECT a\xff\xfeb", "a??b"),
+        ("a bare line feed", b"CONNECT a\nb", "a?b"),
+        (
+            "a target over the bound",
+            long.as_bytes(),
+            &"a".repeat(MAX_LOG_TEXT),
+        ),
+    ];
+    for (what, received, want) in cases {
+        assert_eq!(requested_target(received), want, "{what}");
+    }
+}
+
+/// A deadline that drops the head's read while it waits leaves in the buffer exactly the
+/// bytes received, which is all the log line is made from.
+#[tokio::test]
+async fn a_head_read_cut_off_by_its_deadline_keeps_only_the_bytes_received() {
+    let (mut client, mut server) = UnixStream::pair().unwrap();
+    let mut buf = Vec::new();
+    for part in [&b"CONNECT "[..], b"host", b":"] {
+        client.write_all(part).await.unwrap();
+        let cut = timeout(Duration::from_millis(50), read_head(&mut server, &mut buf)).await;
+        assert!(cut.is_err(), "a partial head never parses");
+    }
+    assert_eq!(buf, b"CONNECT host:");
+    assert_eq!(requested_target(&buf), "host:");
+}
+
 #[test]
 fn the_log_keeps_at_most_its_bound_of_distinct_lines() {
     let log = DecisionLog::new(DoorName::Build);
