@@ -116,11 +116,12 @@ pub async fn run_with(
     })?;
     let router = Router::with_services(&settings, services, runner);
     let serving = format!("serving {}", settings.database.display());
-    let status = tokio::spawn(report_status(
-        notifier.clone(),
-        router.leases().clone(),
-        serving.clone(),
-    ));
+    let status = {
+        let (leases, serving) = (router.leases().clone(), serving.clone());
+        notifier.spawn_status(STATUS_EVERY, serving.clone(), move || {
+            live_status(leases.count(), &serving)
+        })
+    };
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
@@ -144,20 +145,6 @@ pub fn live_status(turns: usize, serving: &str) -> String {
         0 => format!("idle; {serving}"),
         1 => format!("1 turn in flight; {serving}"),
         n => format!("{n} turns in flight; {serving}"),
-    }
-}
-
-/// Keeps `STATUS=` up to date, sending it only when it changed.
-async fn report_status(notifier: Notifier, leases: store::Leases, serving: String) {
-    let mut shown = String::new();
-    let mut every = tokio::time::interval(STATUS_EVERY);
-    loop {
-        every.tick().await;
-        let now = live_status(leases.count(), &serving);
-        if now != shown {
-            notifier.status(&now);
-            shown = now;
-        }
     }
 }
 

@@ -17,6 +17,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,6 +139,34 @@ pub struct Door {
     pub log: Arc<DecisionLog>,
     /// How open tunnels move their bytes.
     pub mode: Mode,
+    /// The door's tunnels open now, for the gate's `STATUS=`.
+    pub open: OpenTunnels,
+}
+
+/// How many of a door's tunnels are open: each counted from its 200 to its close.
+#[derive(Debug, Default)]
+pub struct OpenTunnels(AtomicUsize);
+
+impl OpenTunnels {
+    /// The tunnels open now.
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Counts one tunnel until the guard is dropped, however its task ends.
+    fn enter(&self) -> OpenTunnel<'_> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        OpenTunnel(&self.0)
+    }
+}
+
+/// One counted tunnel; dropping it uncounts it.
+struct OpenTunnel<'a>(&'a AtomicUsize);
+
+impl Drop for OpenTunnel<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Door {
@@ -151,6 +180,7 @@ impl Door {
             dialer: Arc::new(TcpDialer),
             log: Arc::new(DecisionLog::new(name)),
             mode: Mode::Splice,
+            open: OpenTunnels::default(),
         }
     }
 
@@ -288,6 +318,7 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
     if client.write_all(ESTABLISHED).await.is_err() {
         return;
     }
+    let _open = door.open.enter();
     buf.drain(..head_len);
     match read_first_flight(&mut client, &mut buf, door.limits.first_flight_timeout).await {
         Ok(sni) => match check_server_name(target.host(), &sni) {

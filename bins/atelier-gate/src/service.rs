@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use atelier_layout::files::McpRelay;
@@ -117,6 +118,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut sockets = by_file_name(sockets)?;
     let mut tasks = tokio::task::JoinSet::new();
     let mut logs = HashMap::new();
+    let mut doors = Vec::new();
     for (door, path) in &settings.plans {
         let plan = load_plan(path, &settings.instance, settings.site, door)
             .with_context(|| format!("loading the {door} plan {}", path.display()))?;
@@ -137,6 +139,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             tasks.spawn(async move { ("mcp".to_owned(), mcp::serve(mcp_listener, relay).await) });
         }
         logs.insert(name, Arc::clone(&door.log));
+        doors.push(Arc::clone(&door));
         tracing::info!(door = %name, hosts = door.hosts.len(), "serving");
         tasks.spawn(async move { (name.to_string(), serve(listener, door).await) });
     }
@@ -157,8 +160,16 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!(socket = %unused, "a passed socket no door uses");
     }
     let notifier = Notifier::from_env();
-    notifier.ready();
+    let open = move || -> Vec<(DoorName, usize)> {
+        doors
+            .iter()
+            .map(|door| (door.name(), door.open.count()))
+            .collect()
+    };
+    let shown = live_status(&open());
+    notifier.ready_with_status(&shown);
     let _watchdog = notifier.spawn_watchdog();
+    let status = notifier.spawn_status(STATUS_EVERY, shown, move || live_status(&open()));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listening for SIGTERM")?;
     let outcome = tokio::select! {
@@ -170,8 +181,34 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             Err(error) => Err(anyhow::anyhow!("a listener task failed: {error}")),
         },
     };
+    status.abort();
     notifier.stopping();
+    notifier.status("stopping; open tunnels are cut");
     outcome
+}
+
+/// How often `STATUS=` is brought up to date with the tunnels open.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// What `systemctl status` shows while the gate serves: its tunnels open now, per door, and
+/// the doors it serves.
+pub fn live_status(open: &[(DoorName, usize)]) -> String {
+    let serving = open
+        .iter()
+        .map(|(door, _)| door.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let total: usize = open.iter().map(|(_, count)| count).sum();
+    let per_door = open
+        .iter()
+        .map(|(door, count)| format!("{door} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match total {
+        0 => format!("idle; serving {serving}"),
+        1 => format!("1 tunnel open ({per_door}); serving {serving}"),
+        n => format!("{n} tunnels open ({per_door}); serving {serving}"),
+    }
 }
 
 /// The passed unix listeners by the file name of the path each is bound to. systemd gives

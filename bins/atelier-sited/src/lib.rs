@@ -119,7 +119,9 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
     let reservations = router.sites().reservations().clone();
     let instance = settings.instance.as_str().to_owned();
     let serving = live_status(&instance, &reservations);
-    let status = tokio::spawn(report_status(notifier.clone(), reservations, instance));
+    let status = notifier.spawn_status(STATUS_EVERY, serving.clone(), move || {
+        live_status(&instance, &reservations)
+    });
     let on_signal = {
         let sessions = sessions.clone();
         move || {
@@ -151,24 +153,6 @@ pub fn live_status(instance: &str, reservations: &reservations::Reservations) ->
         count(reservations::Hold::Session, "turn", "turns"),
         count(reservations::Hold::Build, "build", "builds"),
     )
-}
-
-/// Keeps `STATUS=` up to date, sending it only when it changed.
-async fn report_status(
-    notifier: Notifier,
-    reservations: reservations::Reservations,
-    instance: String,
-) {
-    let mut shown = live_status(&instance, &reservations);
-    let mut every = tokio::time::interval(STATUS_EVERY);
-    loop {
-        every.tick().await;
-        let now = live_status(&instance, &reservations);
-        if now != shown {
-            notifier.status(&now);
-            shown = now;
-        }
-    }
 }
 
 /// The boot preflight: not root (outside development), the sites root marked for this

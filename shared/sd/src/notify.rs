@@ -264,6 +264,33 @@ impl Notifier {
             }
         }))
     }
+
+    /// Keeps `STATUS=` at what `status` says: asks it every `every` and sends only a change
+    /// from what was last shown, starting from `shown` (what READY carried). Abort the task
+    /// when another voice takes over, e.g. the stop signal's account of the drain.
+    pub fn spawn_status<F>(
+        &self,
+        every: Duration,
+        mut shown: String,
+        status: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn() -> String + Send + 'static,
+    {
+        let notifier = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let now = status();
+                if now != shown {
+                    notifier.status(&now);
+                    shown = now;
+                }
+            }
+        })
+    }
 }
 
 fn status_line(status: &str) -> String {

@@ -1929,6 +1929,7 @@ echo "style=$(grep -c 'max-width: 60rem' $ws1/src/style.css)"
 echo "conversation_owner=$(stat -c %U $state/atelier-agent/*.json)"
 echo "requests_after_turn1=$(wc -l < /root/lab-requests.jsonl)"
 echo "health=$(curl -sS --unix-socket $sock $base/health)"
+echo "gate_status=$(systemctl show -P StatusText atelier-example-s1-gate.service)"
 # The page becomes a link out of the workspace; the next scripted write goes through it.
 printf 'outside-untouched\n' > /root/outside.html
 ln -sfn /root/outside.html $ws1/src/index.html
@@ -1983,6 +1984,12 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
         .expect("atelier in /health");
     assert_eq!(entry["available"], true, "{health}");
     assert_eq!(entry["is_default"], true, "{health}");
+    // The turn's tunnel closed with the turn; the gate says so.
+    let gate_status = fact(&run, "gate_status");
+    assert!(
+        gate_status.starts_with("idle; serving ") && gate_status.contains("turn"),
+        "{run:?}"
+    );
 
     // The second turn: resumed, and refused through the planted link.
     assert_eq!(fact(&run, "message"), "200", "{run:?}");

@@ -142,6 +142,7 @@ impl LabConfig {
             }),
             log: Arc::new(DecisionLog::new(DoorName::Turn)),
             mode: self.mode,
+            open: OpenTunnels::default(),
         });
         let server = tokio::spawn(serve(listener, Arc::clone(&door)));
         Lab {
@@ -772,4 +773,30 @@ fn a_new_subscription_restarts_the_journal_window() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(lines[0].starts_with(&over), "{lines:?}");
     assert_eq!(lines[1], first, "logged again in the new window");
+}
+
+#[tokio::test]
+async fn a_tunnel_is_counted_open_from_its_200_to_its_close() {
+    let (upstream, received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    assert_eq!(lab.door.open.count(), 0);
+    let refused = lab.exchange(&head("elsewhere.example.com:443")).await;
+    assert!(refused.starts_with(b"HTTP/1.1 403"), "{refused:?}");
+    assert_eq!(lab.door.open.count(), 0, "a refused CONNECT is no tunnel");
+    let mut client = lab.tunnel().await;
+    assert_eq!(lab.door.open.count(), 1);
+    client
+        .write_all(&Hello::named(HOST).flight())
+        .await
+        .unwrap();
+    client.shutdown().await.unwrap();
+    let _ = read_all(&mut client).await;
+    upstream_received(received).await;
+    // The tunnel's task ends after both sides closed; wait for it, bounded.
+    let closed = async {
+        while lab.door.open.count() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    timeout(WAIT, closed).await.expect("the count returns to 0");
 }

@@ -82,3 +82,31 @@ fn the_benchmark_range_is_refused_in_production_and_allowed_in_development() {
         .to_string()
         .starts_with("benchmark_range_in_production: "));
 }
+
+#[test]
+fn the_status_counts_the_tunnels_open_per_door() {
+    for (name, open, status) in [
+        (
+            "none open",
+            vec![(DoorName::Turn, 0), (DoorName::Build, 0)],
+            "idle; serving turn, build",
+        ),
+        (
+            "one",
+            vec![(DoorName::Turn, 1), (DoorName::Build, 0)],
+            "1 tunnel open (turn 1, build 0); serving turn, build",
+        ),
+        (
+            "several across doors",
+            vec![(DoorName::Turn, 2), (DoorName::Build, 1)],
+            "3 tunnels open (turn 2, build 1); serving turn, build",
+        ),
+        (
+            "one door",
+            vec![(DoorName::Build, 4)],
+            "4 tunnels open (build 4); serving build",
+        ),
+    ] {
+        assert_eq!(live_status(&open), status, "{name}");
+    }
+}

@@ -346,3 +346,28 @@ fn notifier_is_clone_send_sync() {
     fn assert_traits<T: Clone + Send + Sync + 'static>() {}
     assert_traits::<Notifier>();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_task_sends_each_change_once_and_nothing_after_its_abort() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let receiver = Receiver::in_tempdir();
+    let notifier = Notifier::new(Some(&receiver.address), None);
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    let task = notifier.spawn_status(Duration::from_millis(5), "0 open".to_owned(), move || {
+        format!("{} open", seen.load(Ordering::SeqCst))
+    });
+    count.store(1, Ordering::SeqCst);
+    // Blocking here is fine: the task ticks on the other worker.
+    assert_eq!(receiver.recv(), "STATUS=1 open");
+    count.store(2, Ordering::SeqCst);
+    assert_eq!(receiver.recv(), "STATUS=2 open");
+    // Unchanged across many ticks: nothing more is sent.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    receiver.assert_empty();
+    task.abort();
+    assert!(task.await.is_err_and(|e| e.is_cancelled()));
+    count.store(3, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    receiver.assert_empty();
+}
