@@ -154,6 +154,112 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// One error of every kind [`ApiError::reason`] tells apart, each reason once (its
+    /// message fields are placeholders); the API document's reason list is held against it.
+    pub const ALL: [ApiError; 39] = [
+        ApiError::Unauthorized,
+        ApiError::MfaRequired,
+        ApiError::CmsUnavailable(CmsProblem::SessionUnreachable),
+        ApiError::CmsUnavailable(CmsProblem::SessionUnreadable),
+        ApiError::CmsUnavailable(CmsProblem::ForwardFailed),
+        ApiError::Forbidden,
+        ApiError::InvalidOrigin,
+        ApiError::NotFound,
+        ApiError::MethodNotAllowed,
+        ApiError::InvalidBody,
+        ApiError::ScopeQueryRequired,
+        ApiError::ChatTooLarge,
+        ApiError::ConversationNotFound,
+        ApiError::ImageNotFound,
+        ApiError::ScopeMismatch {
+            actual: "site",
+            requested: "content",
+        },
+        ApiError::NoCredential,
+        ApiError::ConversationBusy,
+        ApiError::ModelChanged,
+        ApiError::ModelWithoutVision,
+        ApiError::ModelWithoutTools,
+        ApiError::BridgeGone,
+        ApiError::CredentialInaccessible,
+        ApiError::CredentialNotFound,
+        ApiError::CredentialUnusable(String::new()),
+        ApiError::DuplicateCredential(String::new()),
+        ApiError::EncryptionNotConfigured,
+        ApiError::CredentialCreateFailed,
+        ApiError::EmptyApiKey,
+        ApiError::WrongAuthMode {
+            provider: "Ollama",
+            expected: "baseUrl",
+        },
+        ApiError::BadBaseUrl,
+        ApiError::CredentialIsDefault,
+        ApiError::UnknownScope(String::new()),
+        ApiError::DefaultCredentialMissing,
+        ApiError::UnknownProvider(String::new()),
+        ApiError::BadTimeZone(String::new()),
+        ApiError::BadLimit(String::new()),
+        ApiError::ImageRefused {
+            too_large: false,
+            message: String::new(),
+        },
+        ApiError::ImageRefused {
+            too_large: true,
+            message: String::new(),
+        },
+        ApiError::Internal(String::new()),
+    ];
+
+    /// The stable name of the error's kind, as the API document lists it. It is not sent: the
+    /// wire carries only the message, which is the original's.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::MfaRequired => "mfa_required",
+            ApiError::CmsUnavailable(CmsProblem::SessionUnreachable) => "cms_session_unreachable",
+            ApiError::CmsUnavailable(CmsProblem::SessionUnreadable) => "cms_session_unreadable",
+            ApiError::CmsUnavailable(CmsProblem::ForwardFailed) => "cms_forward_failed",
+            ApiError::Forbidden => "forbidden",
+            ApiError::InvalidOrigin => "invalid_origin",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::InvalidBody => "invalid_body",
+            ApiError::ScopeQueryRequired => "scope_query_required",
+            ApiError::ChatTooLarge => "chat_too_large",
+            ApiError::ConversationNotFound => "conversation_not_found",
+            ApiError::ImageNotFound => "image_not_found",
+            ApiError::ScopeMismatch { .. } => "scope_mismatch",
+            ApiError::NoCredential => "no_credential",
+            ApiError::ConversationBusy => "conversation_busy",
+            ApiError::ModelChanged => "model_changed",
+            ApiError::ModelWithoutVision => "model_without_vision",
+            ApiError::ModelWithoutTools => "model_without_tools",
+            ApiError::BridgeGone => "bridge_gone",
+            ApiError::CredentialInaccessible => "credential_inaccessible",
+            ApiError::CredentialNotFound => "credential_not_found",
+            ApiError::CredentialUnusable(_) => "credential_unusable",
+            ApiError::DuplicateCredential(_) => "duplicate_credential",
+            ApiError::EncryptionNotConfigured => "encryption_not_configured",
+            ApiError::CredentialCreateFailed => "credential_create_failed",
+            ApiError::EmptyApiKey => "empty_api_key",
+            ApiError::WrongAuthMode { .. } => "wrong_auth_mode",
+            ApiError::BadBaseUrl => "bad_base_url",
+            ApiError::CredentialIsDefault => "credential_is_default",
+            ApiError::UnknownScope(_) => "unknown_scope",
+            ApiError::DefaultCredentialMissing => "default_credential_missing",
+            ApiError::UnknownProvider(_) => "unknown_provider",
+            ApiError::BadTimeZone(_) => "bad_time_zone",
+            ApiError::BadLimit(_) => "bad_limit",
+            ApiError::ImageRefused {
+                too_large: false, ..
+            } => "image_refused",
+            ApiError::ImageRefused {
+                too_large: true, ..
+            } => "image_too_large",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
     /// The status this error is answered with.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -325,79 +431,180 @@ impl Router {
         authenticator.check_origin(request.method(), request.headers())?;
         let (caller, session) = authenticator.identify(request.headers()).await?;
         let segments: Vec<&str> = rest.split('/').collect();
+        let (route, params) = Route::find(&segments).ok_or(ApiError::NotFound)?;
         let method = request.method().clone();
+        if !route.methods.contains(&method.as_str()) {
+            return Err(ApiError::MethodNotAllowed);
+        }
         let query = request.uri().query().map(str::to_owned);
         let query = query.as_deref();
         let state = &self.state;
-        match segments.as_slice() {
-            ["audit"] => {
-                only(&method, Method::GET)?;
-                audit::handle(state, &caller, query).await
-            }
-            ["audit", "events"] => {
-                only(&method, Method::GET)?;
-                audit::events(state, &caller, query).await
-            }
-            ["chat", scope] => {
-                let scope = Scope::parse(scope).ok_or(ApiError::NotFound)?;
-                only(&method, Method::POST)?;
+        match route.endpoint {
+            Endpoint::Audit => audit::handle(state, &caller, query).await,
+            Endpoint::AuditEvents => audit::events(state, &caller, query).await,
+            Endpoint::Chat => {
+                // `find` only matches a known scope.
+                let scope = Scope::parse(params.at(0)).ok_or(ApiError::NotFound)?;
                 chat::handle(state, &caller, &session, scope, request).await
             }
-            ["tool-result"] => {
-                only(&method, Method::POST)?;
+            Endpoint::ToolResult => {
                 crate::bridge::handle_tool_result(state, &caller, &session, request).await
             }
-            ["credentials"] => match method {
-                Method::GET => credentials::list(state, &caller).await,
-                Method::POST => credentials::create(state, &caller, request).await,
-                _ => Err(ApiError::MethodNotAllowed),
-            },
-            ["credentials", id] if !id.is_empty() => {
-                let id = (*id).to_owned();
-                match method {
-                    Method::PUT => credentials::update(state, &caller, id, request).await,
-                    Method::DELETE => credentials::delete(state, &caller, id).await,
-                    _ => Err(ApiError::MethodNotAllowed),
+            Endpoint::Credentials if method == Method::GET => {
+                credentials::list(state, &caller).await
+            }
+            Endpoint::Credentials => credentials::create(state, &caller, request).await,
+            Endpoint::Credential => {
+                let id = params.at(0).to_owned();
+                if method == Method::PUT {
+                    credentials::update(state, &caller, id, request).await
+                } else {
+                    credentials::delete(state, &caller, id).await
                 }
             }
-            ["credentials", id, "test"] if !id.is_empty() => {
-                only(&method, Method::POST)?;
-                credentials::test(state, &caller, (*id).to_owned()).await
+            Endpoint::CredentialTest => {
+                credentials::test(state, &caller, params.at(0).to_owned()).await
             }
-            ["conversations"] => match method {
-                Method::GET => conversations::list(state, &caller, request.uri().query()).await,
-                Method::POST => conversations::create(state, &caller, request).await,
-                _ => Err(ApiError::MethodNotAllowed),
-            },
-            ["conversations", id] if !id.is_empty() => {
-                let id = (*id).to_owned();
+            Endpoint::Conversations if method == Method::GET => {
+                conversations::list(state, &caller, query).await
+            }
+            Endpoint::Conversations => conversations::create(state, &caller, request).await,
+            Endpoint::Conversation => {
+                let id = params.at(0).to_owned();
                 match method {
                     Method::GET => conversations::detail(state, &caller, id).await,
                     Method::PUT => conversations::update(state, &caller, id, request).await,
-                    Method::DELETE => conversations::delete(state, &caller, id).await,
-                    _ => Err(ApiError::MethodNotAllowed),
+                    _ => conversations::delete(state, &caller, id).await,
                 }
             }
-            ["conversations", conversation, "messages", message, "images", index]
-                if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                only(&method, Method::GET)?;
-                let (conversation, message) = ((*conversation).to_owned(), (*message).to_owned());
-                conversations::image(state, &caller, conversation, message, index).await
+            Endpoint::ConversationImage => {
+                let (conversation, message) = (params.at(0).to_owned(), params.at(1).to_owned());
+                conversations::image(state, &caller, conversation, message, params.at(2)).await
             }
-            ["defaults"] => {
-                only(&method, Method::GET)?;
-                defaults::list(state, &caller).await
-            }
-            ["defaults", scope] => {
-                let scope = (*scope).to_owned();
+            Endpoint::Defaults => defaults::list(state, &caller).await,
+            Endpoint::Default => {
+                let scope = params.at(0).to_owned();
                 defaults::scoped(state, &caller, &method, &scope, request).await
             }
-            ["providers", id, "models"] => {
-                only(&method, Method::GET)?;
-                catalogue::models(state, &caller, id, query).await
+            Endpoint::ProviderModels => {
+                catalogue::models(state, &caller, params.at(0), query).await
             }
-            _ => Err(ApiError::NotFound),
+        }
+    }
+}
+
+/// Which handler a route runs; each is named by exactly one entry of [`ROUTES`], the only way a
+/// request reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Audit,
+    AuditEvents,
+    Chat,
+    ToolResult,
+    Credentials,
+    Credential,
+    CredentialTest,
+    Conversations,
+    Conversation,
+    ConversationImage,
+    Defaults,
+    Default,
+    ProviderModels,
+}
+
+/// One entry of the route table.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// The path under [`API_PREFIX`]; `{name}` stands for one path segment.
+    pub path: &'static str,
+    /// The methods answered; any other is 405.
+    pub methods: &'static [&'static str],
+    endpoint: Endpoint,
+}
+
+/// Every route chatd serves, in the original's dispatch order. Requests are matched against
+/// this table alone, so a route is served exactly when it is listed here (and the API document
+/// is held against this list).
+pub const ROUTES: &[Route] = &[
+    route("audit", &["GET"], Endpoint::Audit),
+    route("audit/events", &["GET"], Endpoint::AuditEvents),
+    route("chat/{scope}", &["POST"], Endpoint::Chat),
+    route("tool-result", &["POST"], Endpoint::ToolResult),
+    route("credentials", &["GET", "POST"], Endpoint::Credentials),
+    route("credentials/{id}", &["PUT", "DELETE"], Endpoint::Credential),
+    route("credentials/{id}/test", &["POST"], Endpoint::CredentialTest),
+    route("conversations", &["GET", "POST"], Endpoint::Conversations),
+    route(
+        "conversations/{id}",
+        &["GET", "PUT", "DELETE"],
+        Endpoint::Conversation,
+    ),
+    route(
+        "conversations/{conversationId}/messages/{messageId}/images/{index}",
+        &["GET"],
+        Endpoint::ConversationImage,
+    ),
+    route("defaults", &["GET"], Endpoint::Defaults),
+    route("defaults/{scope}", &["PUT", "DELETE"], Endpoint::Default),
+    route("providers/{id}/models", &["GET"], Endpoint::ProviderModels),
+];
+
+const fn route(path: &'static str, methods: &'static [&'static str], endpoint: Endpoint) -> Route {
+    Route {
+        path,
+        methods,
+        endpoint,
+    }
+}
+
+/// The path segments a route's `{name}` placeholders matched, in order.
+struct Params<'a>(Vec<&'a str>);
+
+impl<'a> Params<'a> {
+    fn at(&self, index: usize) -> &'a str {
+        self.0.get(index).copied().unwrap_or_default()
+    }
+}
+
+impl Route {
+    /// The first route whose template matches `segments` (the path after [`API_PREFIX`], split
+    /// on `/`) and whose placeholders hold what the route takes; a path that names no
+    /// resource (an empty id, an unknown chat scope, a non-numeric image index) matches none.
+    fn find<'a>(segments: &[&'a str]) -> Option<(&'static Route, Params<'a>)> {
+        ROUTES.iter().find_map(|route| {
+            let params = route.matches(segments)?;
+            route.takes(&params).then_some((route, params))
+        })
+    }
+
+    fn matches<'a>(&self, segments: &[&'a str]) -> Option<Params<'a>> {
+        let template: Vec<&str> = self.path.split('/').collect();
+        if template.len() != segments.len() {
+            return None;
+        }
+        let mut params = Vec::new();
+        for (expected, actual) in template.iter().zip(segments) {
+            if expected.starts_with('{') {
+                params.push(*actual);
+            } else if expected != actual {
+                return None;
+            }
+        }
+        Some(Params(params))
+    }
+
+    fn takes(&self, params: &Params<'_>) -> bool {
+        match self.endpoint {
+            Endpoint::Chat => Scope::parse(params.at(0)).is_some(),
+            Endpoint::Credential | Endpoint::CredentialTest | Endpoint::Conversation => {
+                !params.at(0).is_empty()
+            }
+            Endpoint::ConversationImage => {
+                let index = params.at(2);
+                !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+            }
+            // The defaults route names an unknown scope itself (400), after the method.
+            _ => true,
         }
     }
 }
@@ -412,14 +619,6 @@ fn services(settings: &Settings, store: Arc<Store>) -> Services {
     Services::new(store, credentials)
 }
 
-fn only(method: &Method, allowed: Method) -> Result<(), ApiError> {
-    if *method == allowed {
-        Ok(())
-    } else {
-        Err(ApiError::MethodNotAllowed)
-    }
-}
-
 /// Runs a store call off the async threads: every write waits for an fsync.
 pub(crate) async fn blocking<T, F>(store: &Arc<Store>, work: F) -> Result<T, ApiError>
 where
@@ -431,4 +630,55 @@ where
         .await
         .map_err(|error| ApiError::Internal(format!("store task: {error}")))?
         .map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(path: &str) -> Option<(Endpoint, Vec<String>)> {
+        let segments: Vec<&str> = path.split('/').collect();
+        Route::find(&segments).map(|(route, params)| {
+            let params = params.0.iter().map(|p| (*p).to_owned()).collect();
+            (route.endpoint, params)
+        })
+    }
+
+    #[test]
+    fn paths_find_their_route_and_only_resources_match_placeholders() {
+        let cases: [(&str, Option<Endpoint>); 14] = [
+            ("audit", Some(Endpoint::Audit)),
+            ("audit/events", Some(Endpoint::AuditEvents)),
+            ("chat/site", Some(Endpoint::Chat)),
+            ("chat/garden", None),
+            ("credentials/c-1", Some(Endpoint::Credential)),
+            ("credentials/", None),
+            ("credentials//test", None),
+            (
+                "conversations/c-1/messages/m-1/images/12",
+                Some(Endpoint::ConversationImage),
+            ),
+            ("conversations/c-1/messages/m-1/images/1a", None),
+            ("conversations/c-1/messages/m-1/images/", None),
+            // The defaults route answers an unknown scope itself, after the method.
+            ("defaults/garden", Some(Endpoint::Default)),
+            ("providers/nobody/models", Some(Endpoint::ProviderModels)),
+            ("conversations/c-1/extra", None),
+            ("", None),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(endpoint(path).map(|(e, _)| e), expected, "{path:?}");
+        }
+        assert_eq!(
+            endpoint("conversations/c-1/messages/m-1/images/3").map(|(_, p)| p),
+            Some(vec!["c-1".to_owned(), "m-1".to_owned(), "3".to_owned()])
+        );
+    }
+
+    #[test]
+    fn every_error_kind_has_one_reason() {
+        let reasons: std::collections::HashSet<&str> =
+            ApiError::ALL.iter().map(ApiError::reason).collect();
+        assert_eq!(reasons.len(), ApiError::ALL.len());
+    }
 }

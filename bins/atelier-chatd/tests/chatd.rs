@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod openapi;
 mod support;
 
 use std::future::Future;
