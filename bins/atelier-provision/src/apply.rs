@@ -6,6 +6,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use atelier_fs::{FsError, Root};
 use serde::Serialize;
@@ -77,9 +79,49 @@ enum StepError {
     Other(String),
 }
 
+/// What an apply tells its caller while it runs.
+pub trait Watch {
+    /// One action's outcome, as soon as it is known.
+    fn completed(&mut self, outcome: &ActionOutcome);
+
+    /// How often to be told about an action that makes the operator wait ([`waits`]), or
+    /// `None` to be told nothing until it ends.
+    fn pace(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A waiting action has been running for `elapsed`: told as it starts, then every
+    /// [`Watch::pace`] until it ends (its outcome follows through [`Watch::completed`]).
+    fn waiting(&mut self, _action: &Action, _elapsed: Duration) {}
+}
+
+/// A watch told only of outcomes.
+struct Outcomes<'a>(&'a mut dyn FnMut(&ActionOutcome));
+
+impl Watch for Outcomes<'_> {
+    fn completed(&mut self, outcome: &ActionOutcome) {
+        (self.0)(outcome);
+    }
+}
+
 /// Executes `actions` in order below `root`, telling `completed` each outcome as it is known
 /// (an operator watching a long apply sees each step as it ends, not all of them at the end).
 pub fn apply(actions: &[Action], root: &Path, completed: &mut dyn FnMut(&ActionOutcome)) -> Report {
+    apply_watched(actions, root, &mut Outcomes(completed))
+}
+
+/// Whether `action` may keep the operator waiting: it runs a command (systemd starting or
+/// restarting units, the web server's test, an account tool) or hashes passwords.
+pub fn waits(action: &Action) -> bool {
+    match action {
+        Action::Account { .. } | Action::Exec { .. } => true,
+        Action::File { content, .. } => matches!(content, Content::Htpasswd(_)),
+        _ => false,
+    }
+}
+
+/// [`apply`], telling `watch` also how long each waiting action has been running.
+pub fn apply_watched(actions: &[Action], root: &Path, watch: &mut dyn Watch) -> Report {
     let mut report = Report::default();
     let mut failed = false;
     for action in actions {
@@ -89,7 +131,7 @@ pub fn apply(actions: &[Action], root: &Path, completed: &mut dyn FnMut(&ActionO
                 Some("not attempted: an earlier action failed".into()),
             )
         } else {
-            match execute(action, root) {
+            match execute_watched(action, root, watch) {
                 Ok(status) => (status, None),
                 Err(e) => {
                     failed = true;
@@ -112,10 +154,40 @@ pub fn apply(actions: &[Action], root: &Path, completed: &mut dyn FnMut(&ActionO
             status,
             error,
         };
-        completed(&outcome);
+        watch.completed(&outcome);
         report.outcomes.push(outcome);
     }
     report
+}
+
+/// Executes `action`; one that [`waits`] runs on a thread of its own when `watch` keeps pace,
+/// so that `watch` hears of it while it runs.
+fn execute_watched(
+    action: &Action,
+    root: &Path,
+    watch: &mut dyn Watch,
+) -> Result<Status, StepError> {
+    let Some(pace) = watch.pace().filter(|_| waits(action)) else {
+        return execute(action, root);
+    };
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let (done, result) = mpsc::channel();
+        scope.spawn(move || {
+            // The receiver outlives the thread: the scope joins it first.
+            let _ = done.send(execute(action, root));
+        });
+        loop {
+            watch.waiting(action, started.elapsed());
+            match result.recv_timeout(pace) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(StepError::Other("the step ended without a result".into()))
+                }
+            }
+        }
+    })
 }
 
 fn execute(action: &Action, root: &Path) -> Result<Status, StepError> {
@@ -525,6 +597,71 @@ mod tests {
                 .unwrap(),
             token
         );
+    }
+
+    /// Remembers what an apply told it, at a pace of `pace`.
+    struct Told {
+        pace: Option<Duration>,
+        waiting: Vec<(String, Duration)>,
+        completed: Vec<Status>,
+    }
+
+    impl Watch for Told {
+        fn completed(&mut self, outcome: &ActionOutcome) {
+            self.completed.push(outcome.status);
+        }
+
+        fn pace(&self) -> Option<Duration> {
+            self.pace
+        }
+
+        fn waiting(&mut self, action: &Action, elapsed: Duration) {
+            self.waiting.push((action.to_string(), elapsed));
+        }
+    }
+
+    #[test]
+    fn a_waiting_action_is_told_while_it_runs_and_only_when_asked() {
+        let actions = vec![
+            Action::Exec {
+                step: ExecStep::DaemonReload,
+                argv: vec!["sleep".into(), "0.35".into()],
+            },
+            file(
+                "/etc/quick",
+                Disposition::Create,
+                Content::Literal(b"q".to_vec()),
+                0o644,
+            ),
+        ];
+        let cases = [
+            ("kept pace with", Some(Duration::from_millis(100)), 3),
+            ("not asked", None, 0),
+        ];
+        for (name, pace, at_least) in cases {
+            let (tmp, _, _) = host_root();
+            let mut told = Told {
+                pace,
+                waiting: Vec::new(),
+                completed: Vec::new(),
+            };
+            let report = apply_watched(&actions, tmp.path(), &mut told);
+            assert_eq!(told.completed, [Status::Done, Status::Done], "{name}");
+            assert_eq!(report.outcomes.len(), 2, "{name}");
+            assert!(told.waiting.len() >= at_least, "{name}: {:?}", told.waiting);
+            assert!(
+                told.waiting
+                    .iter()
+                    .all(|(a, _)| a == "service  run sleep 0.35"),
+                "{name}: only the command waits: {:?}",
+                told.waiting
+            );
+            assert!(
+                told.waiting.windows(2).all(|w| w[0].1 <= w[1].1),
+                "{name}: elapsed only grows"
+            );
+        }
+        assert!(waits(&actions[0]) && !waits(&actions[1]));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use atelier_clidocs::progress::{self, Mode, ProgressLine};
 use atelier_layout::declaration::DeclarationError;
 use atelier_layout::Declaration;
 use clap::{Parser, Subcommand};
@@ -373,12 +374,25 @@ fn wants_json(args: &[OsString]) -> bool {
         .any(|a| a == "--json")
 }
 
-/// Runs the command line `args` (program name first), printing to `out` and `err`.
+/// Runs the command line `args` (program name first), printing to `out` and `err`, with no
+/// progress line.
 pub fn run(
     args: impl IntoIterator<Item = OsString>,
     render: Renderer<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
+) -> Exit {
+    run_showing(args, render, out, err, ProgressLine::new(Mode::Plain, 0))
+}
+
+/// [`run`], with `progress` drawn on `err` while `apply` waits on a long step (it draws
+/// nothing unless `err` is a terminal: see [`ProgressLine::for_stderr`]).
+pub fn run_showing(
+    args: impl IntoIterator<Item = OsString>,
+    render: Renderer<'_>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    progress: ProgressLine,
 ) -> Exit {
     let args: Vec<OsString> = args.into_iter().collect();
     let json = wants_json(&args);
@@ -401,7 +415,12 @@ pub fn run(
     // Every line is printed only after the secret guard has read it; from the first that looks
     // like a credential on, nothing more is.
     let mut guard = SecretGuard::new(out);
-    let exit = match prepare_and_execute(&cli, render, &mut guard) {
+    let live = Live {
+        line: progress,
+        err: &mut *err,
+        withheld: false,
+    };
+    let exit = match prepare_and_execute(&cli, render, &mut guard, live) {
         Ok(exit) => exit,
         Err(failure) => {
             let _ = writeln!(err, "atelier-provision: {failure}");
@@ -500,6 +519,7 @@ fn prepare_and_execute(
     cli: &Cli,
     render: Renderer<'_>,
     out: &mut dyn Write,
+    live: Live<'_>,
 ) -> Result<Exit, Failure> {
     let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove);
     if mutates && cli.root != Path::new("/") {
@@ -511,7 +531,7 @@ fn prepare_and_execute(
         .clone()
         .ok_or(Failure::DeclarationRequired)?;
     let (decl, bytes) = load(&path)?;
-    Ok(execute(cli, &decl, &bytes, render, out)?)
+    Ok(execute(cli, &decl, &bytes, render, out, live)?)
 }
 
 fn load(path: &Path) -> Result<(Declaration, Vec<u8>), Failure> {
@@ -552,6 +572,7 @@ fn execute(
     bytes: &[u8],
     render: Renderer<'_>,
     out: &mut dyn Write,
+    live: Live<'_>,
 ) -> Result<Exit, VerbError> {
     let root = cli.root.as_path();
     let io = VerbError::Output;
@@ -635,7 +656,14 @@ fn execute(
             Ok(exit)
         }
         Verb::Apply => {
-            let (mut silent, mut lines) = ((), OutcomeLines { out, failed: None });
+            let (mut silent, mut lines) = (
+                (),
+                OutcomeLines {
+                    out,
+                    failed: None,
+                    live: Some(live),
+                },
+            );
             let progress: &mut dyn verbs::Progress =
                 if cli.json { &mut silent } else { &mut lines };
             let (applied, exit) = verbs::apply_verb(decl, Some(bytes), root, render, progress)?;
@@ -660,15 +688,34 @@ fn execute(
     }
 }
 
-/// `apply`'s plain progress: the plan's size, then one line per action as it completes.
-struct OutcomeLines<'a> {
+/// `apply`'s plain progress: the plan's size, then one line per action as it completes; on a
+/// terminal also the progress line while an action waits.
+struct OutcomeLines<'a, 'e> {
     out: &'a mut dyn Write,
     /// The first write that failed; the rest are not tried.
     failed: Option<std::io::Error>,
+    /// The progress line, if there is one.
+    live: Option<Live<'e>>,
 }
 
-impl OutcomeLines<'_> {
+/// The progress line of a waiting action, drawn on the error stream and erased before each
+/// outcome line. It shows the action as its outcome line will, read first by
+/// [`looks_like_a_secret`] like every line printed.
+struct Live<'a> {
+    line: ProgressLine,
+    err: &'a mut dyn Write,
+    /// Set by the first text that looked like a credential: from then on nothing is drawn.
+    withheld: bool,
+}
+
+impl OutcomeLines<'_, '_> {
     fn line(&mut self, line: std::fmt::Arguments<'_>) {
+        if let Some(live) = &mut self.live {
+            if live.line.clear(live.err).is_err() {
+                // A progress line that cannot be written is dropped; the outcomes go on.
+                self.live = None;
+            }
+        }
         if self.failed.is_none() {
             if let Err(error) = writeln!(self.out, "{line}") {
                 self.failed = Some(error);
@@ -677,7 +724,7 @@ impl OutcomeLines<'_> {
     }
 }
 
-impl verbs::Progress for OutcomeLines<'_> {
+impl verbs::Progress for OutcomeLines<'_, '_> {
     fn planned(&mut self, actions: &[crate::plan::Action]) {
         self.line(format_args!("{} actions", actions.len()));
     }
@@ -685,9 +732,37 @@ impl verbs::Progress for OutcomeLines<'_> {
     fn completed(&mut self, o: &crate::apply::ActionOutcome) {
         let status = serde_json::to_value(o.status).unwrap_or_default();
         let status = status.as_str().unwrap_or("?");
-        match &o.error {
-            Some(e) => self.line(format_args!("{status:<10} {} -- {e}", o.action)),
-            None => self.line(format_args!("{status:<10} {}", o.action)),
+        let text = match &o.error {
+            Some(e) => format!("{status:<10} {} -- {e}", o.action),
+            None => format!("{status:<10} {}", o.action),
+        };
+        if let Some(live) = &mut self.live {
+            // The guard withholds this line and every later one; the progress line follows.
+            live.withheld |= looks_like_a_secret(&text);
+        }
+        self.line(format_args!("{text}"));
+    }
+
+    fn pace(&self) -> Option<std::time::Duration> {
+        self.live
+            .as_ref()
+            .filter(|live| live.line.is_live() && !live.withheld)
+            .map(|_| progress::TICK)
+    }
+
+    fn waiting(&mut self, action: &crate::plan::Action, elapsed: std::time::Duration) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        let label = action.to_string();
+        live.withheld |= looks_like_a_secret(&label);
+        let drawn = if live.withheld {
+            live.line.clear(live.err)
+        } else {
+            live.line.show(live.err, &label, elapsed)
+        };
+        if drawn.is_err() {
+            self.live = None;
         }
     }
 }
@@ -730,9 +805,12 @@ pub fn looks_like_a_secret(line: &str) -> bool {
 mod tests {
     use std::io::Write as _;
 
-    use super::{looks_like_a_secret, OutcomeLines, SecretGuard};
-    use crate::apply::{ActionOutcome, Status};
-    use crate::verbs::Progress as _;
+    use std::path::Path;
+
+    use super::{looks_like_a_secret, Live, Mode, OutcomeLines, ProgressLine, SecretGuard};
+    use crate::apply::{apply_watched, ActionOutcome, Status};
+    use crate::plan::{Action, ExecStep};
+    use crate::verbs::{Progress as _, Watching};
 
     #[test]
     fn guarded_output_passes_whole_lines_and_withholds_from_the_first_secret_on() {
@@ -764,6 +842,7 @@ mod tests {
         let mut lines = OutcomeLines {
             out: &mut out,
             failed: None,
+            live: None,
         };
         lines.planned(&[]);
         lines.completed(&ActionOutcome {
@@ -783,6 +862,71 @@ mod tests {
              done       service  run systemctl daemon-reload\n\
              failed     web      run nginx -t -- exit status 1\n"
         );
+    }
+
+    /// Applies `actions` with outcome lines on `out` and a progress line in `mode` on `err`.
+    fn apply_showing(actions: &[Action], mode: Mode) -> (String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut lines = OutcomeLines {
+            out: &mut out,
+            failed: None,
+            live: Some(Live {
+                line: ProgressLine::new(mode, 80),
+                err: &mut err,
+                withheld: false,
+            }),
+        };
+        apply_watched(actions, Path::new("/"), &mut Watching(&mut lines));
+        assert!(lines.failed.is_none());
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    fn exec(argv: &[&str]) -> Action {
+        Action::Exec {
+            step: ExecStep::RestartServices,
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn on_a_terminal_a_waiting_action_shows_a_line_erased_before_its_outcome() {
+        let actions = [exec(&["sleep", "0.35"]), exec(&["true"])];
+        let plain = "done       service  run sleep 0.35\ndone       service  run true\n";
+        let (out, err) = apply_showing(&actions, Mode::Plain);
+        assert_eq!((out.as_str(), err.as_str()), (plain, ""), "plain");
+
+        let (out, err) = apply_showing(&actions, Mode::Terminal);
+        assert_eq!(out, plain, "the outcome lines are the plain ones");
+        let frames: Vec<&str> = err.split('\r').skip(1).collect();
+        assert!(frames.len() >= 5, "{err:?}");
+        assert!(
+            frames[0].starts_with("| 0s service  run sleep 0.35"),
+            "{err:?}"
+        );
+        assert!(
+            frames.iter().all(|f| f.ends_with("\x1b[K")),
+            "every frame clears its row: {err:?}"
+        );
+        assert!(err.ends_with("\r\x1b[K"), "the line is erased: {err:?}");
+        assert!(!err.contains('\n'), "{err:?}");
+        assert_eq!(err.matches("\r\x1b[K").count(), 2, "once per step");
+    }
+
+    #[test]
+    fn the_progress_line_never_draws_what_looks_like_a_credential() {
+        let actions = [
+            exec(&["sh", "-c", "sleep 0.25 # TOKEN=abcdefgh12345"]),
+            exec(&["sleep", "0.25"]),
+        ];
+        let (out, err) = apply_showing(&actions, Mode::Terminal);
+        assert!(
+            out.contains("TOKEN=abcdefgh12345"),
+            "the guard's to withhold"
+        );
+        assert_eq!(err, "", "and from that line on, nothing is drawn");
     }
 
     #[test]

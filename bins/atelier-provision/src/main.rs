@@ -12,11 +12,12 @@ fn main() -> ExitCode {
     ) {
         return atelier_clidocs::exit_code(done);
     }
-    let exit = cli::run(
+    let exit = cli::run_showing(
         std::env::args_os(),
         &verbs::render_artifacts,
         &mut std::io::stdout(),
         &mut std::io::stderr(),
+        atelier_clidocs::progress::ProgressLine::for_stderr(),
     );
     ExitCode::from(exit.code())
 }

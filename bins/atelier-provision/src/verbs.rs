@@ -2,6 +2,7 @@
 //! plan. Each verb then prints, executes or only reports the plan.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use atelier_layout::declaration::Site;
 use atelier_layout::{Declaration, Layout, SiteOrdinal};
@@ -256,6 +257,29 @@ pub trait Progress {
     fn planned(&mut self, actions: &[Action]);
     /// One action's outcome, as soon as it is known.
     fn completed(&mut self, outcome: &ActionOutcome);
+    /// How often to be told about an action that makes the operator wait, if at all.
+    fn pace(&self) -> Option<Duration> {
+        None
+    }
+    /// An action that makes the operator wait has been running for `elapsed`.
+    fn waiting(&mut self, _action: &Action, _elapsed: Duration) {}
+}
+
+/// Hands the executor's news to a [`Progress`].
+pub struct Watching<'p>(pub &'p mut dyn Progress);
+
+impl apply::Watch for Watching<'_> {
+    fn completed(&mut self, outcome: &ActionOutcome) {
+        self.0.completed(outcome);
+    }
+
+    fn pace(&self) -> Option<Duration> {
+        self.0.pace()
+    }
+
+    fn waiting(&mut self, action: &Action, elapsed: Duration) {
+        self.0.waiting(action, elapsed);
+    }
 }
 
 /// Tells nothing (the `--json` report is printed whole at the end).
@@ -276,7 +300,7 @@ pub fn apply_verb(
     let actions = plan_verb(decl, declaration_bytes, root, render)?;
     progress.planned(&actions);
     let report = if actions.iter().any(Action::changes_host) {
-        apply::apply(&actions, root, &mut |outcome| progress.completed(outcome))
+        apply::apply_watched(&actions, root, &mut Watching(progress))
     } else {
         Report::default()
     };

@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use atelier_clidocs::progress::{self, Mode, ProgressLine};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
@@ -701,7 +703,12 @@ pub fn run(cli: Cli) -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(execute(cli, &mut std::io::stdout())),
+        Ok(runtime) => runtime.block_on(execute_showing(
+            cli,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+            ProgressLine::for_stderr(),
+        )),
         Err(e) => Err(Failure::Runtime(e)),
     };
     match result {
@@ -717,8 +724,25 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Runs one command, writing its output to `out`.
+/// Runs one command, writing its output to `out`, with no progress line.
 pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
+    execute_showing(
+        cli,
+        out,
+        &mut std::io::sink(),
+        ProgressLine::new(Mode::Plain, 0),
+    )
+    .await
+}
+
+/// [`execute`], with `progress` drawn on `err` while `build start --wait` waits for the build
+/// (it draws nothing unless `err` is a terminal: see [`ProgressLine::for_stderr`]).
+pub async fn execute_showing(
+    cli: Cli,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    progress: ProgressLine,
+) -> Result<(), Failure> {
     let c = &cli.connection;
     let options = TargetOptions {
         socket: c.socket.clone(),
@@ -736,6 +760,8 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     let mut output = Output {
         out,
         json: cli.json,
+        progress,
+        err,
     };
     plan.run(&client, &mut output).await
 }
@@ -744,14 +770,47 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
 struct Output<'a> {
     out: &'a mut dyn Write,
     json: bool,
+    /// The line that shows a long wait, drawn on `err`; erased before anything is written.
+    progress: ProgressLine,
+    err: &'a mut dyn Write,
 }
 
 impl Output<'_> {
     fn write(&mut self, text: &str) -> Result<(), Failure> {
+        self.clear_progress();
         self.out
             .write_all(text.as_bytes())
             .and_then(|()| self.out.flush())
             .map_err(Failure::Output)
+    }
+
+    /// Shows `label` on the progress line, running for `elapsed`. The line is a courtesy: a
+    /// stderr that cannot be written fails nothing.
+    fn show_progress(&mut self, label: &str, elapsed: Duration) {
+        let _ = self.progress.show(self.err, label, elapsed);
+    }
+
+    /// Erases the progress line, if it is drawn.
+    fn clear_progress(&mut self) {
+        let _ = self.progress.clear(self.err);
+    }
+
+    /// Waits `period`, keeping the progress line (if any) current with `label` and the time
+    /// since `started`.
+    async fn wait_showing(&mut self, period: Duration, label: &str, started: Instant) {
+        if !self.progress.is_live() {
+            tokio::time::sleep(period).await;
+            return;
+        }
+        let until = Instant::now() + period;
+        loop {
+            self.show_progress(label, started.elapsed());
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(progress::TICK)).await;
+        }
     }
 
     /// The body as sent (one line), or the rendering of its shape.
@@ -1218,7 +1277,30 @@ async fn wait_for_build(
     build: Id,
     out: &mut Output<'_>,
 ) -> Result<(), Failure> {
-    let route = Route::GetBuild { slug, build };
+    let started = Instant::now();
+    let waited = poll_build(client, Route::GetBuild { slug, build }, started, out).await;
+    // A failure is told on stderr next: it must not land on the progress line.
+    out.clear_progress();
+    waited
+}
+
+/// The progress line's text while a build runs: the step its log last announced.
+fn build_label(log: &str) -> String {
+    let step = log
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("# "))
+        .unwrap_or("starting");
+    format!("building: {step}")
+}
+
+/// [`wait_for_build`]'s polling, from `started`.
+async fn poll_build(
+    client: &Client,
+    route: Route,
+    started: Instant,
+    out: &mut Output<'_>,
+) -> Result<(), Failure> {
     // How much of the log is shown: each poll shows the lines added since (the JSON output is
     // the final record alone).
     let mut shown = 0;
@@ -1244,7 +1326,8 @@ async fn wait_for_build(
                 })
             };
         }
-        tokio::time::sleep(BUILD_POLL).await;
+        out.wait_showing(BUILD_POLL, &build_label(&record.log), started)
+            .await;
     }
 }
 
@@ -1266,6 +1349,31 @@ mod tests {
                 assert_eq!(f.exit(), Exit::Usage, "{args:?}");
                 f.to_string()
             }
+        }
+    }
+
+    #[test]
+    fn the_build_label_is_the_step_the_log_last_announced() {
+        let cases = [
+            ("an empty log", "", "building: starting"),
+            (
+                "the install step",
+                "# install: npm ci\nadded 5 packages\n",
+                "building: install: npm ci",
+            ),
+            (
+                "the build step after it",
+                "# install: npm ci\nok\n\n# build: node build.js\nhalf a li",
+                "building: build: node build.js",
+            ),
+            (
+                "a refusal",
+                "# install: x\n\n# refused: step_timeout\n",
+                "building: refused: step_timeout",
+            ),
+        ];
+        for (name, log, want) in cases {
+            assert_eq!(build_label(log), want, "{name}");
         }
     }
 

@@ -31,18 +31,7 @@ async fn build(instance: &support::Instance) -> Value {
 async fn build_preview_publish_and_rollback_through_the_binary() {
     support::require_turn_binaries();
     let instance = support::instance().await;
-    let created = instance
-        .ctl(&[
-            "sites",
-            "create",
-            "alpha",
-            "--name",
-            "Alpha",
-            "--domain",
-            "alpha.example.org",
-        ])
-        .await;
-    assert_eq!(created.code, 0, "{created:?}");
+    let created = create_alpha(&instance).await;
     assert!(created.stdout.starts_with("created alpha\n"), "{created:?}");
 
     let nothing = instance.ctl(&["publish", "alpha", "--confirm"]).await;
@@ -163,26 +152,8 @@ async fn build_preview_publish_and_rollback_through_the_binary() {
 async fn a_failed_build_exits_4_with_its_error() {
     support::require_turn_binaries();
     let instance = support::instance().await;
-    instance
-        .ctl(&[
-            "sites",
-            "create",
-            "alpha",
-            "--name",
-            "Alpha",
-            "--domain",
-            "alpha.example.org",
-        ])
-        .await;
-    let manifest_path = instance.root.join("sites/alpha/site.json");
-    let mut manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
-    manifest["build"]["build"] = "false".into();
-    std::fs::write(
-        &manifest_path,
-        serde_json::to_string_pretty(&manifest).unwrap() + "\n",
-    )
-    .unwrap();
+    create_alpha(&instance).await;
+    set_build_command(&instance, "build", "false");
 
     let out = instance.ctl(&["build", "start", "alpha", "--wait"]).await;
     assert_eq!(out.code, 4, "{out:?}");
@@ -202,4 +173,130 @@ async fn a_failed_build_exits_4_with_its_error() {
     assert_eq!(lines[0]["outcome"], "failed");
     assert_eq!(lines[1]["reason"], "build_failed", "{json:?}");
     assert_eq!(lines[1]["exit"], "unsuccessful", "{json:?}");
+}
+
+/// Creates the site alpha; returns what the binary printed.
+async fn create_alpha(instance: &support::Instance) -> support::Ctl {
+    let created = instance
+        .ctl(&[
+            "sites",
+            "create",
+            "alpha",
+            "--name",
+            "Alpha",
+            "--domain",
+            "alpha.example.org",
+        ])
+        .await;
+    assert_eq!(created.code, 0, "{created:?}");
+    created
+}
+
+/// Sets alpha's manifest's `step` (`install` or `build`) to `command`.
+fn set_build_command(instance: &support::Instance, step: &str, command: &str) {
+    let manifest_path = instance.root.join("sites/alpha/site.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    manifest["build"][step] = command.into();
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_string_pretty(&manifest).unwrap() + "\n",
+    )
+    .unwrap();
+}
+
+/// Runs `argv` with stderr on a fresh pseudo-terminal; returns stdout and everything the
+/// terminal was sent.
+fn ctl_on_a_terminal(argv: Vec<String>) -> (i32, String, String) {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    use std::io::Read as _;
+    use std::os::unix::ffi::OsStrExt as _;
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(std::ffi::OsStr::from_bytes(name.as_bytes()))
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut master = std::fs::File::from(master);
+        let mut seen = Vec::new();
+        let mut buf = [0; 4096];
+        // Reading ends in EIO once the last descriptor of the terminal side closes.
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(seen).unwrap()
+    });
+    let output = {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_atelierctl"));
+        command
+            .args(&argv)
+            .env_clear()
+            .env("TERM", "xterm")
+            .stderr(std::process::Stdio::from(terminal));
+        command.output().unwrap()
+    };
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        reader.join().unwrap(),
+    )
+}
+
+/// The `| # ...` lines of a build's shown log: the steps, the same in every build of a site.
+fn step_lines(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| l.starts_with("| #")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_wait_draws_a_progress_line_only_on_a_terminal() {
+    support::require_turn_binaries();
+    let instance = support::instance().await;
+    create_alpha(&instance).await;
+    // An install step that sleeps makes the build take a while.
+    set_build_command(&instance, "install", "sleep 1.5");
+    let args = ["build", "start", "alpha", "--wait"];
+
+    let plain = instance.ctl(&args).await;
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert_eq!(plain.stderr, "", "a pipe gets no progress line: {plain:?}");
+    assert!(
+        !plain.stdout.contains(['\r', '\x1b']),
+        "plain lines only: {plain:?}"
+    );
+
+    let argv = instance.argv(&args);
+    let (code, stdout, terminal) = tokio::task::spawn_blocking(move || ctl_on_a_terminal(argv))
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        !stdout.contains(['\r', '\x1b']),
+        "stdout keeps its plain lines: {stdout:?}"
+    );
+    assert_eq!(step_lines(&stdout), step_lines(&plain.stdout), "{stdout}");
+    assert!(stdout.contains("\noutcome   success\n"), "{stdout}");
+
+    assert!(
+        terminal.contains("s building: install: sleep 1.5\x1b[K"),
+        "the last step and the time are shown: {terminal:?}"
+    );
+    let frames: Vec<&str> = terminal.split('\r').skip(1).collect();
+    assert!(frames.len() >= 3, "{terminal:?}");
+    assert!(
+        frames.iter().all(|f| f.ends_with("\x1b[K")),
+        "every frame clears its row: {terminal:?}"
+    );
+    assert!(
+        terminal.ends_with("\r\x1b[K"),
+        "the line is erased at the end: {terminal:?}"
+    );
+    assert!(
+        !terminal.contains('\n'),
+        "no lines on the terminal: {terminal:?}"
+    );
 }

@@ -15,6 +15,9 @@
 //! way and installs what they write; no unit or rendered environment ever sets it. Every page
 //! carries the date [`DATE_ENV`] (`ATELIER_DOCS_DATE`, `YYYY-MM-DD`) gives: the packager dates
 //! the pages by the commit, so a package built twice from one commit has the same pages.
+//!
+//! The operator commands share one more piece of their terminal manners here: [`progress`],
+//! the line that shows a long step while it runs.
 
 use std::fs;
 use std::io;
@@ -23,6 +26,8 @@ use std::process::ExitCode;
 
 use clap::Command;
 use clap_complete::Shell;
+
+pub mod progress;
 
 /// The environment variable that asks a binary to write its documentation to the directory it
 /// names, then exit.

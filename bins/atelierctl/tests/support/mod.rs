@@ -243,6 +243,11 @@ impl Instance {
 
     /// Runs the atelierctl binary against this instance (connection flags first).
     pub async fn ctl(&self, args: &[&str]) -> Ctl {
+        ctl(self.argv(args)).await
+    }
+
+    /// The arguments that run `args` against this instance (connection flags first).
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
         let mut argv: Vec<String> = vec![
             "--socket".into(),
             self.socket.display().to_string(),
@@ -256,7 +261,7 @@ impl Instance {
             "ops".into(),
         ];
         argv.extend(args.iter().map(|a| (*a).to_owned()));
-        ctl(argv).await
+        argv
     }
 }
 
