@@ -49,7 +49,7 @@ pub mod turn_fault;
 pub mod turns;
 
 pub use health::{instance_fingerprint, Health};
-pub use router::{BootError, Router, MAX_BODY_BYTES, SERVICE_NAME};
+pub use router::{BootError, Router, MAX_BODY_BYTES, ROUTES, SERVICE_NAME};
 pub use settings::{
     AgentCredentials, AgentSettings, Confinement, RawSettings, Settings, SettingsError,
     DEFAULT_BASE_PATH, SERVICE_TOKEN_CREDENTIAL,

@@ -34,8 +34,9 @@ const UNCONFINED_DIR_MODE: u32 = 0o700;
 /// The largest request body, as the original daemon's server limited it.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// The routes after the gate: path segments (`:name` is a parameter) and their methods.
-const ROUTES: &[(&[&str], &[Method])] = &[
+/// The routes after the gate: path segments (`:name` is a parameter) and their methods. Public
+/// so the API document's test can hold `docs/openapi/sited.json` to exactly these.
+pub const ROUTES: &[(&[&str], &[Method])] = &[
     (&["health"], &[Method::GET]),
     (&["v1", "capabilities"], &[Method::GET]),
     (&["v1", "sites"], &[Method::GET, Method::POST]),

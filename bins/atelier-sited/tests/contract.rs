@@ -11,6 +11,7 @@
     reason = "test helpers outside #[test] functions panic on broken fixtures by design"
 )]
 
+mod openapi;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,23 +4,18 @@
 //! a request to every documented operation with a documented status and a body the document's
 //! schema accepts.
 
-mod schema;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use atelier_chatd::router::{API_PREFIX, ROUTES};
 use atelier_chatd::ApiError;
+use atelier_schema_check as schema;
+use atelier_schema_check::openapi::{self, METHODS};
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::{send, serve, user, As, Events, Reply, Server};
-
-/// The methods an OpenAPI path item can hold.
-const METHODS: [&str; 8] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace",
-];
 
 /// Every capability chatd checks.
 const EVERY_CAPABILITY: &str = "ai.chat,ai.tools.write,ai.providers.manage,ai.audit.read";
@@ -29,19 +24,6 @@ fn document() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi/chatd.json");
     let text = std::fs::read_to_string(&path).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-/// `(path, method)` of every operation the document describes, the method lower-case.
-fn documented_operations(document: &Value) -> BTreeSet<(String, String)> {
-    let mut operations = BTreeSet::new();
-    for (path, item) in document["paths"].as_object().unwrap() {
-        for method in METHODS {
-            if item.get(method).is_some() {
-                operations.insert((path.clone(), method.to_owned()));
-            }
-        }
-    }
-    operations
 }
 
 #[test]
@@ -56,17 +38,7 @@ fn the_document_and_the_route_table_name_the_same_operations() {
                 .map(move |method| (format!("{API_PREFIX}{}", route.path), method.to_lowercase()))
         })
         .collect();
-    let documented = documented_operations(&document);
-    let undocumented: Vec<_> = served.difference(&documented).collect();
-    assert!(
-        undocumented.is_empty(),
-        "routes without documentation: {undocumented:?}"
-    );
-    let unserved: Vec<_> = documented.difference(&served).collect();
-    assert!(
-        unserved.is_empty(),
-        "documented routes the router does not serve: {unserved:?}"
-    );
+    openapi::check_operations(&document, &served).unwrap();
     assert_eq!(document["openapi"], "3.1.0");
 }
 
@@ -108,28 +80,15 @@ fn reasons_of_message(document: &Value, message: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every `x-reasons` list of the document with the status it is filed under.
+/// Every `x-reasons` list of the document with the status it is filed under, the
+/// unmatched-request block's (listed by status directly) included.
 fn filed_reasons(document: &Value) -> Vec<(String, String)> {
-    let mut filed = Vec::new();
-    let mut file = |responses: &Value| {
-        for (status, response) in responses.as_object().unwrap() {
-            let reasons = response.get("x-reasons").or_else(|| {
-                // The unmatched-request block lists reasons by status directly.
-                response.is_array().then_some(response)
-            });
-            for reason in reasons.and_then(Value::as_array).into_iter().flatten() {
-                filed.push((status.clone(), reason.as_str().unwrap().to_owned()));
-            }
-        }
-    };
-    for item in document["paths"].as_object().unwrap().values() {
-        for method in METHODS {
-            if let Some(operation) = item.get(method) {
-                file(&operation["responses"]);
-            }
+    let mut filed = openapi::filed_reasons(document);
+    for (status, reasons) in document["x-unmatched"]["x-reasons"].as_object().unwrap() {
+        for reason in reasons.as_array().unwrap() {
+            filed.push((status.clone(), reason.as_str().unwrap().to_owned()));
         }
     }
-    file(&document["x-unmatched"]["x-reasons"]);
     filed
 }
 
@@ -178,20 +137,7 @@ fn every_reason_the_router_can_answer_with_is_documented_and_no_other() {
     }
 
     let filed = filed_reasons(&document);
-    for (status, reason) in &filed {
-        assert!(
-            enumerated.contains(reason),
-            "{reason} is not in the Reason enum"
-        );
-        assert_eq!(
-            details[reason]["status"].to_string(),
-            *status,
-            "{reason} is filed under {status}"
-        );
-    }
-    let used: BTreeSet<String> = filed.into_iter().map(|(_, reason)| reason).collect();
-    let unused: Vec<_> = enumerated.difference(&used).collect();
-    assert!(unused.is_empty(), "reasons no response lists: {unused:?}");
+    openapi::check_filed_reasons(&filed, details).unwrap();
 }
 
 /// Sends requests to a live chatd and holds each answer against the document.
@@ -694,12 +640,7 @@ async fn a_live_chatd_answers_every_documented_operation_as_documented() {
         )
         .await;
 
-    let documented = documented_operations(&prober.document);
-    let unprobed: Vec<_> = documented.difference(&prober.probed).collect();
-    assert!(
-        unprobed.is_empty(),
-        "documented operations never probed: {unprobed:?}"
-    );
+    openapi::check_probed(&prober.document, &prober.probed).unwrap();
 }
 
 #[tokio::test]

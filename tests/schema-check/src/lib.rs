@@ -1,8 +1,12 @@
-//! A checker for the part of JSON Schema the API document uses: `type` (one or a list),
-//! `enum`, `required`, `properties`, `additionalProperties`, `propertyNames`, `items`,
-//! `minItems`/`maxItems`, `minLength`/`maxLength`, `minimum`/`maximum`, `pattern`, `oneOf`
-//! and `$ref` into the document's components. Any other keyword is prose and checks nothing,
-//! so a schema is never stricter here than it reads.
+//! A checker for the part of JSON Schema the API documents under `docs/openapi/` use: `type`
+//! (one or a list), `enum`, `required`, `properties`, `additionalProperties`, `propertyNames`,
+//! `items`, `minItems`/`maxItems`, `minLength`/`maxLength`, `minimum`/`maximum`, `pattern`,
+//! `oneOf` and `$ref` into the document's components. Any other keyword is prose and checks
+//! nothing, so a schema is never stricter here than it reads. The daemons' conformance tests
+//! share it, and [`openapi`]'s readers of a document's operations and reasons, so both
+//! documents are read by the same rules.
+
+pub mod openapi;
 
 use serde_json::{Map, Value};
 
