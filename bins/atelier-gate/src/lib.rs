@@ -28,6 +28,30 @@ pub mod plan;
 pub mod serve;
 pub mod service;
 
+/// The committed seed corpus of fuzz target `target` (`fuzz/seeds/make.py`) as (file name,
+/// bytes), at least 20 of them: the parsers' tests hold each seed to what its name says.
+#[cfg(test)]
+pub(crate) fn fuzz_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/seeds")
+        .join(target);
+    let seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let entry = entry.expect("a seed entry");
+            let name = entry.file_name().into_string().expect("a UTF-8 seed name");
+            (name, std::fs::read(entry.path()).expect("a readable seed"))
+        })
+        .collect();
+    assert!(
+        seeds.len() >= 20,
+        "{} seeds in {}",
+        seeds.len(),
+        dir.display()
+    );
+    seeds
+}
+
 pub use address::{classify, parse_and_classify, Policy, Reason, Verdict};
 pub use client_hello::{
     check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,

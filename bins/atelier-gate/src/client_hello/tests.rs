@@ -611,3 +611,30 @@ proptest! {
         prop_assert!(prefix == FirstFlight::NeedMore || prefix == whole, "{:?} vs {:?}", prefix, whole);
     }
 }
+
+/// The fuzz target's committed seeds (`fuzz/seeds/make.py`), each deciding as its name says:
+/// so a seed corpus that no longer reaches past the walker's first checks is caught here.
+#[test]
+fn the_fuzz_seeds_decide_as_their_names_say() {
+    for (name, flight) in crate::fuzz_seeds("client_hello") {
+        let decided = inspect_first_flight(&flight);
+        match name.as_str() {
+            "not-tls" | "no-server-name" => {
+                assert!(
+                    matches!(decided, FirstFlight::Refuse(_)),
+                    "{name}: {decided:?}"
+                )
+            }
+            truncated if truncated.ends_with("-truncated") => {
+                assert_eq!(decided, FirstFlight::NeedMore, "{name}")
+            }
+            accepted => match decided {
+                FirstFlight::Accept { sni } => assert!(
+                    accepted.contains(&format!("-{sni}")) && !sni.is_empty(),
+                    "{name}: {sni}"
+                ),
+                other => panic!("{name}: {other:?}"),
+            },
+        }
+    }
+}

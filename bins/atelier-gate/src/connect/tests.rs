@@ -252,3 +252,37 @@ fn hostname_grammar_edges() {
     assert!(!is_valid_hostname("Example.com"), "callers lowercase first");
     assert!(!is_valid_hostname(&format!("a.{}", "b".repeat(64))));
 }
+
+/// The fuzz target's committed seeds (`fuzz/seeds/make.py`), each deciding as its name says:
+/// accepted, incomplete, or refused for the named reason.
+#[test]
+fn the_fuzz_seeds_decide_as_their_names_say() {
+    for (name, seed) in crate::fuzz_seeds("connect_head") {
+        let decided = parse_head(&seed);
+        let expected = match name.as_str() {
+            accepted if accepted.starts_with("accepted") => {
+                assert!(matches!(decided, Ok(Some(_))), "{name}: {decided:?}");
+                continue;
+            }
+            "incomplete" => Ok(None),
+            "method-get" | "method-lowercase" => Err(ConnectRefusal::MethodNotAllowed),
+            "port-80" | "no-port" => Err(ConnectRefusal::PortNotAllowed),
+            "ipv4" | "ipv6" => Err(ConnectRefusal::IpLiteral),
+            "bad-host" | "single-label" | "trailing-dot" | "long-label" => {
+                Err(ConnectRefusal::InvalidHost)
+            }
+            special if special.starts_with("special-") => Err(ConnectRefusal::SpecialUseHost),
+            "bad-version" | "extra-space" | "control-byte" => {
+                Err(ConnectRefusal::MalformedRequestLine)
+            }
+            "bare-lf" => Ok(None),
+            "too-large" => Err(ConnectRefusal::HeadTooLarge),
+            other => panic!("a seed with no expectation: {other}"),
+        };
+        assert_eq!(
+            decided.map(|head| head.map(|(target, _)| target)),
+            expected,
+            "{name}"
+        );
+    }
+}
