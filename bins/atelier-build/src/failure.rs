@@ -1,5 +1,5 @@
 //! Every way a build ends without output: one enum whose [`BuildFailure::as_str`] is exactly
-//! the `error` string the build record stores (daemon contract §8.2), with an exit code each.
+//! the `error` string the build record stores, with an exit code each.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,7 +1,7 @@
 //! sited's side of atelier-build's output: the shim relays atelier-build's stdout as `O` frame
 //! payloads, and their concatenation is itself a frame stream. [`EventReader`] decodes it from
 //! chunks of any size into typed [`BuildItem`]s; [`BuildReport`] folds the events into the
-//! build's outcome; [`log_bytes`] renders an item in the build log's layout (contract §8.2).
+//! build's outcome; [`log_bytes`] renders an item in the build log's layout.
 
 use bytes::Bytes;
 
@@ -135,7 +135,7 @@ impl BuildReport {
     }
 }
 
-/// `item` in the build log's layout (contract §8.2): `# install: <argv>` before the install
+/// `item` in the build log's layout: `# install: <argv>` before the install
 /// step's output, `# build: <argv>` after a blank line before the build's, the output bytes as
 /// they came, and `# refused: <reason>` after a blank line for a refusal. Other events add
 /// nothing. sited appends the promote's lines (`# promote to preprod`, `released <id>`) itself.

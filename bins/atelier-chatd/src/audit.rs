@@ -1,4 +1,4 @@
-//! `GET /audit?since=&tz=` (chat_runtime.md §1.8, §8): usage totals and rollups by user,
+//! `GET /audit?since=&tz=`: usage totals and rollups by user,
 //! scope, model and day, the days in the viewer's IANA time zone. A zone that does not exist is
 //! a 400, never a silent UTC.
 //!

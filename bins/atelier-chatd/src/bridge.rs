@@ -1,4 +1,4 @@
-//! The browser bridge (§5): a chat turn asks the editor in the browser to run a tool by
+//! The browser bridge: a chat turn asks the editor in the browser to run a tool by
 //! emitting `toolRequest` on its stream, and waits until the browser posts the result to
 //! `POST /admin/api/ai/tool-result` (or 90 s pass, or the turn ends).
 //!
@@ -311,7 +311,7 @@ struct BridgeOf {
     bridge_id: String,
 }
 
-/// `POST /tool-result` (§1.3). The route is shared with the CMS's own editor bridges: a result
+/// `POST /tool-result`. The route is shared with the CMS's own editor bridges: a result
 /// for a bridge open in this process is answered here; any other goes to the CMS unchanged (the
 /// same session cookie, body and content type) and its answer comes back as it is.
 pub(crate) async fn handle_tool_result(

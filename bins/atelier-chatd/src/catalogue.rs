@@ -1,4 +1,4 @@
-//! `GET /providers/:id/models` (chat_runtime.md §1.7): a provider's live catalogue through
+//! `GET /providers/:id/models`: a provider's live catalogue through
 //! the caller's credential (or none), Anthropic and OpenAI models enriched with list prices and
 //! context windows from the pricing catalogue. The request's cancellation reaches the provider
 //! call: the listing stops once nobody waits for it.

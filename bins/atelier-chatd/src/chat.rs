@@ -1,6 +1,7 @@
-//! `POST /admin/api/ai/chat/:scope` (§1.2): the checks in the original's order, the
-//! single-writer lease, the user message appended before anything streams, and the NDJSON
-//! stream of §2 whose turn is run by a [`TurnRunner`] and persisted as it goes (§6.3).
+//! `POST /admin/api/ai/chat/:scope`: the checks in the original's order (so a client meets the
+//! refusal it met before), the single-writer lease, the user message appended before anything
+//! streams, and the NDJSON event stream whose turn is run by a [`TurnRunner`] and persisted as
+//! it goes.
 //!
 //! Abort owns the whole response: the turn runs in a task that watches the response body; when
 //! the client goes away the runner's future is dropped (cancelling its provider request and any
@@ -66,12 +67,12 @@ pub struct Turn {
     /// What the runner resolved before the turn was stored: the model's capabilities and the
     /// driver to run it on.
     pub prepared: Prepared,
-    /// Where the runner sends its events (everything of §2 but `bridgeReady`); the turn ends
-    /// with the runner's future, or at its first `done` or `error`.
+    /// Where the runner sends its events (every event of the chat stream but `bridgeReady`);
+    /// the turn ends with the runner's future, or at its first `done` or `error`.
     pub events: mpsc::UnboundedSender<LoopEvent>,
 }
 
-/// Why a turn is refused before anything is stored (§1.2 steps 7–8 and 11–12).
+/// Why a turn is refused before anything is stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelRefusal {
     /// The conversation's credential is not the caller's, or gone (404).
@@ -118,7 +119,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 }
 
-/// The capability gate of §1.2 steps 11–12: an image needs vision; an agent turn (one that
+/// The capability gate: an image needs vision; an agent turn (one that
 /// offers tools) needs tool calling.
 pub fn check_capabilities(
     capabilities: &ModelCapabilities,
@@ -272,7 +273,7 @@ pub(crate) async fn handle(
     if conversation.credential_id.is_none() {
         return Err(ApiError::NoCredential);
     }
-    // The cheap image checks (§9 preflight) come before anything asks a provider.
+    // The cheap image checks come before anything asks a provider.
     let content = images::preflight(content).map_err(ApiError::from)?;
     // A client that goes away while this resolves drops this future: nothing was stored.
     let has_images = content
@@ -300,7 +301,7 @@ pub(crate) async fn handle(
         .map_err(ApiError::from)?;
 
     // Re-read under the lease: the conversation may have been deleted or repointed while the
-    // body was checked (the reference's step 15). The history comes in the same hop.
+    // body was checked. The history comes in the same hop.
     let user = caller.user_id.clone();
     let id = conversation.id.clone();
     let (current, mut messages) = blocking(&state.store, move |store| {
@@ -470,7 +471,7 @@ async fn drive_turn(
     drop(lease);
 }
 
-/// Writes rows as events pass (§6.3): text accumulates and is flushed as one assistant row
+/// Writes rows as events pass: text accumulates and is flushed as one assistant row
 /// before a tool call, usage, an error or the end; each tool call and each result is a row.
 struct Persister {
     store: Arc<Store>,

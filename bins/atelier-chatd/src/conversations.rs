@@ -1,4 +1,4 @@
-//! Conversations CRUD (§1.4), every query scoped to the acting user, and the wire views.
+//! Conversations CRUD, every query scoped to the acting user, and the wire views.
 
 use atelier_http::{json_response, Request, Response};
 use hyper::header::{

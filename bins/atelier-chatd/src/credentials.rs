@@ -1,4 +1,4 @@
-//! Provider credentials (chat_runtime.md §1.5), per user and gated by `ai.providers.manage`:
+//! Provider credentials, per user and gated by `ai.providers.manage`:
 //! the auth shape follows from the provider, secrets are sealed under the master key before
 //! they reach SQLite, and no answer ever carries one. A new credential seeds the defaults of
 //! every scope that has none from its live catalogue, best-effort.

@@ -1,4 +1,4 @@
-//! Per-scope defaults (chat_runtime.md §1.6): one row per scope, site-wide; read with
+//! Per-scope defaults: one row per scope, site-wide; read with
 //! `ai.chat`, changed with `ai.providers.manage`.
 
 use atelier_http::{json_response, Request, Response};

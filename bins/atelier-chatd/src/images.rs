@@ -1,4 +1,4 @@
-//! User images (chat_runtime.md §9): the server trusts nothing the browser did. A cheap
+//! User images: the server trusts nothing the browser did. A cheap
 //! preflight checks the message shape, canonical base64, the decoded size and the JPEG magic;
 //! then, under the conversation's writer lease, each image's structure and dimensions are read
 //! before any pixel is decoded, and the image is fully decoded (EXIF orientation applied) and

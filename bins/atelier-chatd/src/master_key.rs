@@ -1,4 +1,4 @@
-//! The master key that seals provider secrets at rest (chat_runtime.md §6.6): AES-256-GCM with
+//! The master key that seals provider secrets at rest: AES-256-GCM with
 //! a fresh 12-byte nonce per secret, the 16-byte tag appended to the ciphertext, no associated
 //! data. The key arrives as the `CHATD_MASTER_KEY` systemd credential (base64 of 32 bytes) and
 //! is identified by a fingerprint — the first 16 hex digits of its SHA-256 — that reveals

@@ -1,4 +1,4 @@
-//! Prices and context windows (chat_runtime.md §7.3): OpenRouter's public catalogue, kept in a
+//! Prices and context windows: OpenRouter's public catalogue, kept in a
 //! six-hour memo refreshed in the background and copied into SQLite so a cold start prices the
 //! first turn from the last known data. A failed refresh keeps what was there.
 

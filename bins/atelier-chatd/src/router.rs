@@ -21,7 +21,7 @@ use crate::{audit, catalogue, conversations, credentials, defaults};
 /// The prefix every chatd route lives under.
 pub const API_PREFIX: &str = "/admin/api/ai/";
 
-/// Every way a request can fail, each with exactly one status and body (§1.1–1.4).
+/// Every way a request can fail, each with exactly one status and body.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApiError {
     /// No or a wrong service token, or no session the CMS knows.

@@ -195,8 +195,8 @@ fn failed(call: &ToolCall, error: String) -> ToolResult {
 pub fn prepare_input(spec: &ToolSpec, caller: &Caller, arguments: &Value) -> Result<Value, String> {
     let mut arguments = arguments.clone();
     // The loop adds the screenshot flag, which the tool's schema does not declare: it is
-    // taken out for validation and put back after, so the browser really receives it (the
-    // original lost it in validation, §0.8).
+    // taken out for validation and put back after, so the browser really receives it instead
+    // of validation dropping it as an undeclared key.
     let screenshot = match (spec.name, arguments.as_object_mut()) {
         (atelier_llm::SCREENSHOT_TOOL, Some(map)) => map.remove("captureScreenshot"),
         _ => None,

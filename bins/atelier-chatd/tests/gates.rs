@@ -1,4 +1,4 @@
-//! Every route's capability gate (chat_runtime.md §1.1–1.8), as a table: a caller holding
+//! Every route's capability gate, as a table: a caller holding
 //! every capability but the route's own is refused 403 `Forbidden`, and one holding only the
 //! route's own capability gets past the gate (whatever the route answers next).
 

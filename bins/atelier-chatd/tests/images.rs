@@ -1,4 +1,4 @@
-//! User images through chatd's real socket (chat_runtime.md §9): a table of named bad
+//! User images through chatd's real socket: a table of named bad
 //! messages, each refused with its status and message before anything is stored, and accepted
 //! images that come back re-encoded — EXIF orientation applied, every metadata segment gone.
 

@@ -563,7 +563,7 @@ async fn a_turn_after_a_crash_replays_a_healed_history() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Model capabilities (§1.2 steps 10–12, §11): refused before anything is stored.
+// Model capabilities: refused before anything is stored.
 
 /// An Ollama `/api/show` that answers `show` after `delay`, counting requests.
 async fn start_show(show: Value, delay: Duration) -> (Endpoint, Arc<AtomicUsize>) {

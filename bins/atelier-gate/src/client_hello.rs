@@ -25,7 +25,8 @@
 /// The most bytes of first flight the gate buffers.
 pub const MAX_FIRST_FLIGHT: usize = 64 * 1024;
 
-/// The largest TLS record length accepted (2^14 + 2048, RFC 8446 §5.2).
+/// The largest TLS record length accepted: 2^14 + 2048, the most any TLS version lets a record
+/// carry, so no record a client may lawfully send is refused.
 pub const MAX_RECORD_LEN: usize = 18_432;
 
 /// The largest ClientHello message body accepted.

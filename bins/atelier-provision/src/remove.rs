@@ -359,25 +359,22 @@ fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), String> {
     }
 }
 
-/// `YYYYMMDDTHHMMSSZ` for `secs` since the epoch (UTC).
+/// `YYYYMMDDTHHMMSSZ` for `secs` since the epoch (UTC); a time past the year 9999 is written
+/// as one late in that year.
 pub fn utc_stamp(secs: u64) -> String {
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil from days (Howard Hinnant's algorithm), for days since 1970-01-01.
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let at = i64::try_from(secs)
+        .ok()
+        .and_then(|secs| jiff::Timestamp::from_second(secs).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    let t = jiff::tz::TimeZone::UTC.to_datetime(at);
     format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
     )
 }
 

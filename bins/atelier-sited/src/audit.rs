@@ -1,4 +1,4 @@
-//! The audit log (§8.7): one compact JSON line per mutation with its actor, appended to
+//! The audit log: one compact JSON line per mutation with its actor, appended to
 //! `<AUDIT_DIR>/audit.jsonl`, and `GET /v1/audit` reading it back newest first.
 //!
 //! A failed append is logged loudly and never fails the request it records: the mutation has

@@ -1,4 +1,4 @@
-//! Builds (§8.1–8.3): `POST /v1/sites/:slug/build` admits a build and runs it detached through
+//! Builds: `POST /v1/sites/:slug/build` admits a build and runs it detached through
 //! the site's build door (`atelier-build` with the manifest's steps as its plan); sited writes
 //! the log from the relayed frames, promotes the verified output into preproduction, and
 //! always ends with one terminal record, so the site's hold always clears.
@@ -48,7 +48,7 @@ pub struct BuildSettings {
     pub extra_ca_certs: Option<PathBuf>,
 }
 
-/// `BuildStatus` (§4.3), the record in `.builder/builds/<id>.json`.
+/// `BuildStatus`, the record in `.builder/builds/<id>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildRecord {
@@ -118,7 +118,7 @@ impl Builds {
         }
     }
 
-    /// `POST /v1/sites/:slug/build` after the actor check (§8.1): the site, its preproduction
+    /// `POST /v1/sites/:slug/build` after the actor check: the site, its preproduction
     /// webspace, the hold, existence under the hold, the record; then the run, detached.
     pub async fn start(&self, slug: &str) -> Result<String, BuildError> {
         if self.runner.is_stopping() {

@@ -3,7 +3,7 @@
 //! The binary's `main` parses arguments into [`Settings`] and calls [`run`]; everything a test
 //! needs to drive without systemd — the router, the health payload, the settings — lives here.
 //!
-//! Sites (issue 4, item 2):
+//! Sites:
 //! - [`slug`], [`domain`]: the grammars; [`actor`]: mutating bodies and their actor.
 //! - [`manifest`]: `site.json`; [`templates`]: `templates/<id>/`; [`agents_md`]: the brief.
 //! - [`git`]: the workspace repository under a constructed environment.
@@ -12,7 +12,7 @@
 //! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
 //!   every error to its RFC 9457 problem and `reason`.
 //!
-//! Sessions and runs (issue 4, items 3-7):
+//! Sessions and runs:
 //! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
 //! - [`sessions`]: live sessions and their fan-out, listing, admission, stop, the boot sweep
 //!   and the SSE follow; [`turns`]: one turn from plan to `turn_end`; [`turn_fault`]: the
@@ -21,7 +21,7 @@
 //! - [`runs`]: the confinement seam every turn, build and git command goes through.
 //! - [`audit`]: the append-only audit log.
 //!
-//! Builds and publishing (issue 7): [`builds`] (the build door, the log, the promote) and
+//! Builds and publishing: [`builds`] (the build door, the log, the promote) and
 //! [`publishing`] (preview, publish, releases, rollback).
 
 pub mod actor;

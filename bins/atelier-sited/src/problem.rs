@@ -1,5 +1,5 @@
 //! The one mapping from every error sited answers with to its RFC 9457 problem: status, `type`
-//! URI, title and machine `reason` (§5 of the contract; the complete reason list is [`Reason`]).
+//! URI, title and machine `reason` (the complete reason list is [`Reason`]).
 
 use atelier_http::{Problem, Response};
 use hyper::{Method, StatusCode};
@@ -17,7 +17,8 @@ use crate::sites::SiteError;
 /// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
 pub const PROBLEM_TYPE_BASE: &str = "https://dedalo.dev/site-builder/problems/";
 
-/// Every machine `reason` the daemon may emit (§5.2), and nothing else.
+/// Every machine `reason` the daemon may emit, and nothing else: clients branch on these
+/// strings, so the list is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// 409: a `site.json` exists.

@@ -1,4 +1,4 @@
-//! Preview, publish, releases and rollback (§8.4–8.6): production gets exactly the bytes of
+//! Preview, publish, releases and rollback: production gets exactly the bytes of
 //! the preproduction release that was previewed — a copy into its own store, never a rebuild —
 //! and any retained production release can be served again by flipping the link back.
 

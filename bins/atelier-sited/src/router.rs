@@ -287,7 +287,8 @@ impl Router {
                 Ok(json_response(StatusCode::OK, &json!({ "data": list })))
             }
             (["v1", "sites", _, "sessions"], _) => {
-                // The site is checked before the body and the actor (§3).
+                // The site is checked before the body and the actor, so a request for a missing
+                // site is a 404 whatever its body holds.
                 let slug = param(&segments[2])?;
                 let check = slug.clone();
                 off_the_workers(sites, move |s| s.get(&check)).await?;

@@ -1,5 +1,5 @@
 //! A session's durable state in its workspace: the JSONL event log
-//! (`.builder/sessions/<id>.jsonl`, §6.5) and the `SessionMeta` file (`<id>.meta.json`, §4.4).
+//! (`.builder/sessions/<id>.jsonl`) and the `SessionMeta` file (`<id>.meta.json`).
 //!
 //! The workspace is writable by the site's agent identity, so every open walks from held
 //! directory descriptors with `O_NOFOLLOW`, and a log file that is a link, not a regular file,
@@ -83,7 +83,7 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// One line of the log and one SSE `data:` payload: `{"seq","ts","body"}` (§6.5).
+/// One line of the log and one SSE `data:` payload: `{"seq","ts","body"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredEvent {
     /// Monotonic per session, from 0, across turns.
@@ -329,7 +329,7 @@ fn read_events_once(
     Ok((events, bad_lines))
 }
 
-/// `SessionMeta` (§4.4), written tmp+rename and pretty-printed with a trailing newline.
+/// `SessionMeta`, written tmp+rename and pretty-printed with a trailing newline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionMeta {
     /// The session.
@@ -354,7 +354,7 @@ pub struct SessionMeta {
     pub recovery_pending: bool,
 }
 
-/// `SessionSummary` (§4.5), what `GET /v1/sites/:slug/sessions` lists.
+/// `SessionSummary`, what `GET /v1/sites/:slug/sessions` lists.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionSummary {
     /// The session.
@@ -392,7 +392,8 @@ pub fn write_meta(workspace: &Root, meta: &SessionMeta) -> Result<(), SessionLog
 }
 
 /// Reads `id`'s meta in site `slug`'s workspace: `None` when absent, or when its content names
-/// another session or site than its location (§4.4). A planted link is refused.
+/// another session or site than its location (the agent can write there, so a copied meta must
+/// not pass for another session's). A planted link is refused.
 pub fn read_meta(
     workspace: &Root,
     slug: &str,

@@ -1,6 +1,6 @@
-//! Agent sessions (§6): the live sessions of this process and their fan-out, the session → site
+//! Agent sessions: the live sessions of this process and their fan-out, the session → site
 //! index, listing, admission of a first turn and of a follow-up, stop, the boot sweep, and the
-//! SSE follow endpoint (§6.7). A turn itself runs in [`crate::turns`].
+//! SSE follow endpoint. A turn itself runs in [`crate::turns`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +31,8 @@ pub const MAX_PROMPT_UNITS: usize = 32 * 1024;
 const FAN_OUT_CAPACITY: usize = 1024;
 /// SSE frames queued for one client before the follower waits for it.
 const CLIENT_QUEUE: usize = 64;
-/// The keep-alive comment's interval (§6.7).
+/// The keep-alive comment's interval, so a stream with no events is not closed as idle by a
+/// proxy or client in between.
 pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Why a session operation was refused or failed; `problem.rs` maps each to its problem.
@@ -52,7 +53,7 @@ pub enum SessionError {
     /// Every global turn slot is taken.
     #[error("At most {0} agent turns may run at once")]
     MaxConcurrent(u32),
-    /// The site has no readable driver record (§6.2 step 3).
+    /// The body named no driver and the site has no readable driver record to fall back on.
     #[error("no driver record for site '{0}'")]
     NoDriverRecord(String),
     /// The driver may not run a turn here.
@@ -390,8 +391,9 @@ impl Sessions {
             .collect())
     }
 
-    /// `POST /v1/sites/:slug/sessions` after the route's site and actor checks: the admission
-    /// order of §6.2, the meta, and the first turn launched detached. Returns the new session.
+    /// `POST /v1/sites/:slug/sessions` after the route's site and actor checks: admission in the
+    /// numbered order below, so a request that breaks several rules always meets the same
+    /// refusal; then the meta, and the first turn launched detached. Returns the new session.
     pub async fn start(
         &self,
         slug: &str,
@@ -439,7 +441,7 @@ impl Sessions {
         Ok(id)
     }
 
-    /// `POST /v1/sessions/:id/messages` after the route's actor check (§6.3): a follow-up turn
+    /// `POST /v1/sessions/:id/messages` after the route's actor check: a follow-up turn
     /// of the session, resuming the driver's own session when it left a token.
     pub async fn send_message(&self, id: &str, body: &Value) -> Result<String, SessionError> {
         let message = validate_prompt(body.get("message"), "message")?;
@@ -469,9 +471,9 @@ impl Sessions {
         .await
     }
 
-    /// Steps 4-9 of §6.2 (and of §6.3 for a follow-up of `session`): confinement admission,
-    /// the driver's binary, the site's hold, existence under the hold, quota, a global slot,
-    /// then the driver's probe, run through the site's own turn door.
+    /// Admission steps 4-9 of [`Sessions::start`], also run for a follow-up of `session`:
+    /// confinement admission, the driver's binary, the site's hold, existence under the hold,
+    /// quota, a global slot, then the driver's probe, run through the site's own turn door.
     async fn admit_turn(
         &self,
         slug: &str,
@@ -555,7 +557,7 @@ impl Sessions {
         Ok(())
     }
 
-    /// `POST /v1/sessions/:id/stop` after the route's actor check (§6.8): asks the running
+    /// `POST /v1/sessions/:id/stop` after the route's actor check: asks the running
     /// turn to stop and answers once its agent run is gone; the commit and `turn_end` follow.
     /// A session with no running turn in this process — unknown ids included — is
     /// `not_running`, never 404. Returns the site, for the audit line.
@@ -615,7 +617,7 @@ impl Sessions {
         tokio::time::timeout(deadline, wait).await.is_ok()
     }
 
-    /// The boot sweep (§6.9), before sited listens: indexes every site's sessions; a session
+    /// The boot sweep, before sited listens: indexes every site's sessions; a session
     /// left running by a dead process gets its one error and `turn_end` (interrupted) and is
     /// marked for recovery, its site held `site_recovering`. The recovery commits themselves
     /// go through the git door, which PID 1 starts only once sited is ready, so they are
@@ -745,7 +747,7 @@ impl Sessions {
         }
     }
 
-    /// `GET /v1/sessions/:id/events?after=N` (§6.7): the stream response, or 404.
+    /// `GET /v1/sessions/:id/events?after=N`: the stream response, or 404.
     pub async fn follow(&self, id: &str, after: i64) -> Result<Response, SessionError> {
         let unknown = SessionError::UnknownSession(id.to_owned());
         let id = SessionId::parse(id).ok_or(unknown)?;

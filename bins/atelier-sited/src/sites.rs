@@ -268,7 +268,8 @@ impl Sites {
             .map_err(|e| SiteError::Task(e.to_string()))?
     }
 
-    /// Creates a site from a request body, in the contract's order (§7.4).
+    /// Creates a site from a request body, checked in the numbered order of `admit` so a
+    /// request that breaks several rules always meets the same refusal.
     pub async fn create(&self, body: &Value, actor: &Actor) -> Result<SiteStatus, SiteError> {
         let (body, owner) = (body.clone(), actor.user_id);
         let (init, manifest) = self.blocking(move |s| s.admit(&body, owner)).await?;
@@ -560,7 +561,7 @@ impl Sites {
         }
     }
 
-    /// Deletes site `slug` (§7.5): refused while anything holds it, and then nothing is
+    /// Deletes site `slug`: refused while anything holds it, and then nothing is
     /// removed; otherwise its workspace, driver record and preproduction (plus production when
     /// `purge_prod`) go. A surface whose webspace cannot be proved is skipped and reported.
     pub fn delete(&self, slug: &str, purge_prod: bool) -> Result<DeleteReport, SiteError> {
@@ -677,7 +678,7 @@ impl Sites {
         Ok(total)
     }
 
-    /// The driver site `slug`'s sessions use, from its driver record (§7.7); `None` when the
+    /// The driver site `slug`'s sessions use, from its driver record; `None` when the
     /// record is missing, planted or unreadable.
     pub fn recorded_driver(&self, slug: &str) -> Option<Driver> {
         let slug = Slug::parse(slug).ok()?;
@@ -734,28 +735,15 @@ fn driver_record(slug: &str) -> PathBuf {
     Path::new(DRIVER_RECORDS_DIR).join(format!("{slug}.json"))
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, as JavaScript's `toISOString` writes it.
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, as JavaScript's `toISOString` writes it. A time before the
+/// epoch is written as the epoch, one past the year 9999 as one late in that year.
 pub fn iso8601(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
+    let at = i64::try_from(since.as_millis())
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    format!("{at:.3}")
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! One agent turn, start to end (§6.4): plan the driver's run, open it through the site's turn
+//! One agent turn, start to end: plan the driver's run, open it through the site's turn
 //! door, turn its stdout into session events, end it on stop or deadline, derive the changed
 //! files from git, commit, then write the meta and `turn_end`.
 //!

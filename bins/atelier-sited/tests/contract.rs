@@ -1,7 +1,7 @@
-//! sited's contract test (issue 4) against the reference `daemon_contract.md` §1–§8: every
-//! route of the §3 table answers its success status, headers and shape (a shape table written
-//! from §4, so a key added, removed or retyped fails); every `reason` of §5.2 is produced with
-//! its status, `type` and title, or listed with why `none` confinement cannot produce it; no
+//! sited's contract test, the promises the engine relies on checked from outside: every route of
+//! the route table answers its success status, headers and shape (a shape table, so a key
+//! added, removed or retyped fails); every `reason` sited may emit is produced with its status,
+//! `type` and title, or listed with why `none` confinement cannot produce it; no
 //! unauthenticated request can be told from another; 404 against 405 with `Allow`; the
 //! `BASE_PATH` rule. Everything runs for real: the shim, the scripted agent, atelier-build, git.
 
@@ -32,14 +32,15 @@ const WAIT: Duration = Duration::from_secs(60);
 const JSON_TYPE: &str = "application/json; charset=utf-8";
 const EVENT_STREAM_TYPE: &str = "text/event-stream; charset=utf-8";
 const PROBLEM_TYPE: &str = "application/problem+json; charset=utf-8";
-/// §5.1: every problem `type` is this plus the class's suffix.
+/// Every problem `type` is this plus the class's suffix.
 const PROBLEM_BASE: &str = "https://dedalo.dev/site-builder/problems/";
-/// §2.3's test vector: instance `test` with the support module's token.
+/// A fixed pairing fingerprint, instance `test` with the support module's token, so a change to
+/// how it is derived fails here.
 const TEST_FINGERPRINT: &str = "2eca5043adb9e40a704c689d74e9fe6db3270c4559dde3920109fb378fccdc46";
 /// A well-formed session id no site has.
 const UNKNOWN_SESSION: &str = "00000000-0000-4000-8000-000000000000";
 
-// === The shape table (§4, §2.3, §2.4, §6.5, §8.7) ===
+// === The shape table ===
 
 /// A JSON value's expected type.
 #[derive(Debug, Clone, Copy)]
@@ -66,7 +67,7 @@ enum Shape {
     },
     /// An object the contract shapes by a sibling key; checked by the route's own rule.
     AnyObject,
-    /// A shape of §4 by name: coverage is counted per name, wherever it appears.
+    /// A named shape: coverage is counted per name, wherever it appears.
     Named(&'static str, &'static Shape),
 }
 
@@ -106,7 +107,7 @@ const AUDIT_ACTIONS: &[&str] = &[
     "publish",
     "rollback",
 ];
-/// §6.6: a turn's one terminal error names a turn fault or the refusal's own reason.
+/// A turn's one terminal error names a turn fault or the refusal's own reason.
 const TURN_ERROR_REASONS: &[&str] = &[
     "turn_timeout",
     "turn_interrupted",
@@ -315,7 +316,7 @@ const PREVIEW: Shape = Shape::Named(
     &Shape::Object(&[
         req("url", Shape::Str),
         req("release", Shape::OrNull(&Shape::Str)),
-        // §3 row 14: `built_at` is always null.
+        // `built_at` is always null.
         req("built_at", Shape::Null),
     ]),
 );
@@ -348,7 +349,7 @@ const AUDIT_ENTRY: Shape = Shape::Named(
     ]),
 );
 
-/// §8.7: each action's `detail`.
+/// Each action's `detail`.
 const AUDIT_DETAILS: &[(&str, &[Field])] = &[
     (
         "create_site",
@@ -378,7 +379,7 @@ const AUDIT_LIST: Shape = Shape::Named(
     &Shape::Object(&[req("data", Shape::List(&AUDIT_ENTRY))]),
 );
 
-/// §6.5: the `SessionEventBody` union.
+/// The `SessionEventBody` union.
 const EVENT_BODY: Shape = Shape::Named(
     "SessionEventBody",
     &Shape::Union {
@@ -430,8 +431,8 @@ const EVENT_BODY: Shape = Shape::Named(
                     req("message", Shape::Str),
                 ],
             ),
-            // The contract leaves this one's fields open (§6.5 "UNVERIFIED shape"); these are
-            // sited's, pinned so that a change is a decision.
+            // The engine does not fix this one's fields; these are sited's, pinned so that a
+            // change is a decision.
             (
                 "agent_output",
                 &[
@@ -455,7 +456,7 @@ const EVENT_BODY: Shape = Shape::Named(
     },
 );
 
-/// §6.5: a log line and an SSE `data:`.
+/// A log line and an SSE `data:`.
 const STORED_EVENT: Shape = Shape::Named(
     "StoredEvent",
     &Shape::Object(&[
@@ -479,12 +480,12 @@ const NEVER_FILLED: &[(&str, &str)] = &[
     ),
 ];
 
-// === The route table (§3) ===
+// === The route table ===
 
 #[derive(Debug, Clone, Copy)]
 enum Body {
     Json(&'static Shape),
-    /// `text/event-stream` of `id: <seq>` / `data: <StoredEvent>` frames (§6.7).
+    /// `text/event-stream` of `id: <seq>` / `data: <StoredEvent>` frames.
     Events,
 }
 
@@ -561,7 +562,7 @@ const ROUTE_TABLE: [Route; 18] = [
     route("GET", "/v1/audit", 200, Body::Json(&AUDIT_LIST)),
 ];
 
-/// Each path of the route table and its methods, sorted as `Allow` lists them (§2.1).
+/// Each path of the route table and its methods, sorted as `Allow` lists them.
 const PATH_METHODS: &[(&str, &[&str])] = &[
     ("/health", &["GET"]),
     ("/v1/capabilities", &["GET"]),
@@ -585,7 +586,7 @@ const METHODS: &[&str] = &[
     "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "PURGE",
 ];
 
-// === The reason list (§5.2) ===
+// === The reason list ===
 
 const REASONS: [(&str, u16); 24] = [
     ("slug_exists", 409),
@@ -636,7 +637,7 @@ const NOT_PRODUCED_IN_NONE_MODE: &[(&str, &str)] = &[
     ),
 ];
 
-/// §5.1: the `type` suffix and title of a reason's class.
+/// The `type` suffix and title of a reason's class.
 fn problem_class(reason: &str, status: u16) -> (String, &'static str) {
     match (status, reason) {
         (409, _) => ("conflict".into(), "Conflict"),
@@ -1088,7 +1089,8 @@ impl Contract {
                     Some(EVENT_STREAM_TYPE),
                     "{path}"
                 );
-                // §6.7's other two headers.
+                // An event stream's other two headers: keep the connection, and no buffering in
+                // nginx.
                 assert_eq!(wire.header("connection"), Some("keep-alive"), "{path}");
                 assert_eq!(wire.header("x-accel-buffering"), Some("no"), "{path}");
                 let events = parse_event_stream(&wire.text(), &mut faults);
@@ -1107,7 +1109,7 @@ impl Contract {
         value
     }
 
-    /// §8.7: each audit entry's `detail` is its action's.
+    /// Each audit entry's `detail` is its action's.
     fn check_audit_details(&mut self, list: &Value, faults: &mut Vec<String>) {
         for entry in list["data"].as_array().into_iter().flatten() {
             let action = entry["action"].as_str().unwrap_or_default();
@@ -1129,8 +1131,8 @@ impl Contract {
     }
 }
 
-/// §6.7's framing: each event is exactly `id: <seq>` then `data: <StoredEvent>`, a blank line
-/// after it; `:` lines are keep-alive comments; the seqs follow each other.
+/// An event stream's framing: each event is exactly `id: <seq>` then `data: <StoredEvent>`, a
+/// blank line after it; `:` lines are keep-alive comments; the seqs follow each other.
 fn parse_event_stream(text: &str, faults: &mut Vec<String>) -> Vec<Value> {
     if !text.is_empty() && !text.ends_with("\n\n") {
         faults.push(format!(
@@ -1456,7 +1458,7 @@ fn every_turn_fault_event_has_the_error_shape() {
 
 // === The reason table test ===
 
-/// Checks a refusal against §5.1/§5.2 and records which reason it proved.
+/// Checks a refusal's problem and reason and records which reason it proved.
 fn expect_reason(
     produced: &mut BTreeMap<&'static str, &'static str>,
     reason: &'static str,
@@ -1492,7 +1494,7 @@ fn expect_reason(
     produced.entry(reason).or_insert(case);
 }
 
-/// The reason a request meets while `hold` holds the site (§5.2, §7.5).
+/// The reason a request meets while `hold` holds the site.
 fn reason_of_hold(hold: Hold) -> &'static str {
     match hold {
         Hold::Init => "site_initializing",
@@ -1535,7 +1537,7 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
     let alpha_manifest = main.workspace("alpha").join("site.json");
     let manifest_before = std::fs::read(&alpha_manifest).unwrap();
 
-    // Create (§7.4).
+    // Create.
     let wire = main.create("alpha", "alpha.example.org").await;
     expect_reason(p, "slug_exists", "create of an existing slug", &wire);
     let wire = main.create("beta", "alpha.example.org").await;
@@ -1566,7 +1568,7 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
     let wire = limited.create("beta", "beta.example.org").await;
     expect_reason(p, "max_sites", "create over max_sites", &wire);
 
-    // Publish, stop (§8.4, §6.8).
+    // Publish, stop.
     let body = json!({"confirm": true, "actor": actor()});
     let wire = main
         .call(Method::POST, "/v1/sites/alpha/publish", body)
@@ -1578,7 +1580,7 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
         .await;
     expect_reason(p, "not_running", "stop of a session with no turn", &wire);
 
-    // Every holder refuses a delete with its reason and nothing is removed (§7.5).
+    // Every holder refuses a delete with its reason and nothing is removed.
     for hold in Hold::ALL {
         let held = main
             .router
@@ -1594,7 +1596,7 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
         assert_eq!(std::fs::read(&alpha_manifest).unwrap(), manifest_before);
     }
 
-    // Turn admission (§6.2): the global slots, the quota, the drivers, the seam.
+    // Turn admission: the global slots, the quota, the drivers, the seam.
     let slot = main.router.sessions().take_slot().unwrap();
     let wire = main.start_session("alpha", json!({"prompt": "hi"})).await;
     expect_reason(
@@ -1720,7 +1722,7 @@ async fn no_unauthenticated_request_can_be_told_from_another() {
     let created = instance.create("alpha", "alpha.example.org").await;
     assert_eq!(created.status, 201, "{}", created.text());
 
-    // §2.1: no usable `Bearer <token>` is "missing"; a token that is not the service's is
+    // No usable `Bearer <token>` is "missing"; a token that is not the service's is
     // "invalid". Within each, nothing tells one request from another.
     let wrong_same_length = format!("Bearer {}", "x".repeat(TOKEN.len()));
     let longer = format!("Bearer {TOKEN}x");
@@ -1862,7 +1864,7 @@ async fn no_unauthenticated_request_can_be_told_from_another() {
     invalid["detail"] = Value::Null;
     assert_eq!(missing, invalid);
 
-    // Only exactly `GET /health` is public, wherever §1's path rules put it.
+    // Only exactly `GET /health` is public, wherever the base path puts it.
     let public = instance.stranger("GET", &format!("{BASE}/health")).await;
     assert_eq!(public.status, 200);
     assert_eq!(public.json()["instance_fingerprint"], TEST_FINGERPRINT);
@@ -1882,7 +1884,7 @@ async fn no_unauthenticated_request_can_be_told_from_another() {
 
 // === 404 against 405, and BASE_PATH ===
 
-/// Asserts a plain problem of §5.1: its status, `type`, title and detail, and no `reason`.
+/// Asserts a plain problem: its status, `type`, title and detail, and no `reason`.
 fn expect_problem(wire: &Wire, status: u16, slug: &str, title: &str, case: &str) -> Value {
     assert_eq!(wire.status, status, "{case}: {}", wire.text());
     assert_eq!(wire.header("content-type"), Some(PROBLEM_TYPE), "{case}");
@@ -1971,7 +1973,7 @@ async fn base_path_is_stripped_when_present_and_empty_segments_are_ignored() {
         .raw("GET", &format!("{BASE}/v1/capabilities"))
         .await;
     assert_eq!(reference.status, 200, "{}", reference.text());
-    // §1: the prefix is stripped only when the path starts with it, empty segments dropped.
+    // The prefix is stripped only when the path starts with it, empty segments dropped.
     for target in [
         "/v1/capabilities".to_owned(),
         format!("{BASE}//v1//capabilities"),

@@ -1,5 +1,7 @@
-//! [`Client`]: HTTP/1.1 over sited's unix socket, paired the way the engine pairs (§2.3, §12)
-//! before the first byte of any other call, then every route of the table.
+//! [`Client`]: HTTP/1.1 over sited's unix socket, paired the way the engine pairs (`/health`
+//! must carry the fingerprint of this instance and token) before the first byte of any other
+//! call, so the token never reaches a daemon it does not belong to; then every route of the
+//! table.
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -513,40 +513,9 @@ pub fn actor(user_id: Option<i64>, username: Option<&str>) -> Result<Actor, Inva
 }
 
 /// The name of `uid` as the system's user database (NSS, so LDAP too) has it.
-#[allow(
-    unsafe_code,
-    reason = "getpwuid_r is the only way to ask NSS for a user name and no crate in the \
-              workspace wraps it; the buffer and result live across the call"
-)]
 fn login_name(uid: u32) -> Option<String> {
-    let mut buffer = vec![0u8; 4096];
-    loop {
-        // SAFETY: passwd is plain old data (integers and pointers); all-zero is a valid value.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is to a live, writable object of the right type, and the
-        // length is the buffer's; getpwuid_r writes only inside them.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut entry,
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                &mut found,
-            )
-        };
-        if rc == libc::ERANGE && buffer.len() < 1024 * 1024 {
-            buffer.resize(buffer.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-            return None;
-        }
-        // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`,
-        // which outlives this borrow.
-        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
-        return name.to_str().ok().map(str::to_owned);
-    }
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
+    Some(user.name)
 }
 
 #[cfg(test)]
@@ -949,5 +918,22 @@ mod tests {
         let given = super::actor(Some(7), Some("ana")).unwrap();
         assert_eq!((given.user_id(), given.username()), (7, "ana"));
         assert!(super::actor(Some(7), Some("")).is_err());
+    }
+
+    #[test]
+    fn the_login_name_of_the_calling_uid_is_the_one_id_reports() {
+        let uid = rustix::process::getuid().as_raw();
+        let id = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap();
+        assert!(id.status.success(), "id -un failed: {id:?}");
+        let reported = String::from_utf8(id.stdout).unwrap();
+        assert_eq!(login_name(uid).as_deref(), Some(reported.trim_end()));
+    }
+
+    #[test]
+    fn a_uid_without_an_entry_has_no_login_name() {
+        assert_eq!(login_name(4_000_000_000), None);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// A problem+json answer from sited (§5.1 of the contract).
+/// A problem+json answer from sited.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The HTTP status of the answer.
@@ -16,7 +16,7 @@ pub struct Problem {
     pub r#type: String,
     /// The problem's title, e.g. `Conflict`.
     pub title: String,
-    /// The machine reason (§5.2), when sited named one.
+    /// The machine reason, when sited named one.
     pub reason: Option<String>,
     /// Prose for a log; `""` when sited sent none.
     pub detail: String,

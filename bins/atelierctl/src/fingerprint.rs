@@ -1,4 +1,4 @@
-//! The engine's pairing fingerprint (§2.3): what `/health` must carry for the client to believe
+//! The engine's pairing fingerprint: what `/health` must carry for the client to believe
 //! it reached the instance its token belongs to.
 
 use subtle::ConstantTimeEq;

@@ -11,6 +11,8 @@
 //! - [`fingerprint`]: the pairing fingerprint.
 //! - [`cli`], [`render`]: the command line and its readable output.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod client;
 pub mod config;

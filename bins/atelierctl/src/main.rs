@@ -1,5 +1,7 @@
 //! atelierctl's entry point: parse the command line and run it (`atelierctl --help`).
 
+#![forbid(unsafe_code)]
+
 use clap::CommandFactory as _;
 
 fn main() -> std::process::ExitCode {

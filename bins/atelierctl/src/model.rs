@@ -1,5 +1,6 @@
-//! The shapes sited answers with (§4 and the route table), as the client reads them: fields
-//! the contract names are required, anything else sited adds is ignored.
+//! The shapes sited answers with, as the client reads them: the fields sited always sends are
+//! required, and anything else a newer sited adds is ignored, so an upgrade of sited alone never
+//! breaks the client.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -87,7 +88,7 @@ pub struct Published {
     pub by: String,
 }
 
-/// `site.json` (§4.1).
+/// `site.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct SiteManifest {
     /// The slug.
@@ -128,7 +129,7 @@ pub struct Preprod {
     pub release: Option<String>,
 }
 
-/// A build's record (§4.3).
+/// A build's record.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct BuildStatus {
     /// The build id.
@@ -145,7 +146,7 @@ pub struct BuildStatus {
     pub error: Option<String>,
 }
 
-/// `SiteStatus` (§4.2): `GET /v1/sites/:slug`, list items, and the create answer.
+/// `SiteStatus`: `GET /v1/sites/:slug`, list items, and the create answer.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct SiteStatus {
     /// The manifest.
@@ -214,7 +215,7 @@ pub struct SessionStopped {
     pub stopped: bool,
 }
 
-/// A session in `GET /v1/sites/:slug/sessions` (§4.5).
+/// A session in `GET /v1/sites/:slug/sessions`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct SessionSummary {
     /// The session.
@@ -282,7 +283,7 @@ pub struct AuditActor {
     pub username: String,
 }
 
-/// One line of the audit log (§8.7).
+/// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct AuditEntry {
     /// When.
@@ -331,7 +332,7 @@ impl TurnState {
     }
 }
 
-/// A session event's body (§6.5), read from its `type`. A body whose fields do not fit its
+/// A session event's body, read from its `type`. A body whose fields do not fit its
 /// type's shape reads as [`Event::Other`], so a newer sited never breaks a follower.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -448,7 +449,7 @@ enum KnownBody {
     },
 }
 
-/// One stored session event (§6.5): a JSONL line of the log and an SSE frame's `data:`.
+/// One stored session event: a JSONL line of the log and an SSE frame's `data:`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct StoredEvent {
     /// Monotonic per session, from 0.

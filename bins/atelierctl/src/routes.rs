@@ -1,4 +1,4 @@
-//! The route table of the contract (§3) as calls: each route's method, path under the base
+//! sited's route table as calls: each route's method, path under the base
 //! path, query and body fields. The actor is added by the client to every mutating body.
 
 use hyper::Method;

@@ -84,7 +84,7 @@ impl fmt::Display for DriverId {
     }
 }
 
-/// What a driver can do (§10.1).
+/// What a driver can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// A later turn can resume the CLI's own session.
@@ -146,7 +146,7 @@ pub enum AgentEvent {
 }
 
 impl AgentEvent {
-    /// The session event body exactly as the contract spells it (§6.5).
+    /// The session event body exactly as the engine reads it.
     pub fn to_body(&self) -> Value {
         match self {
             AgentEvent::Text { text } => json!({"type": "text", "text": text}),

@@ -115,7 +115,7 @@ pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
     }
 }
 
-/// Claude Code's `--output-format stream-json` (§10.4): `assistant` frames' text and
+/// Claude Code's `--output-format stream-json`: `assistant` frames' text and
 /// tool_use blocks, and the `result` frame. A result with `is_error: true` still maps to
 /// `ok: true` (the contract's quirk: the daemon's own faults are its errors).
 #[derive(Debug, Default)]
@@ -390,8 +390,9 @@ impl LineParser for AtelierJson {
 /// `text` and `tool_use` parts become events, `step_finish` costs add up, `error` is said
 /// as text (opencode writes it to stdout, so no stderr tail would carry it), and `done` (or,
 /// for a version without it, [`LineParser::finish`]) is the result: the session to resume,
-/// the summed cost and the span of the timestamps. The reference's flat frames (a string
-/// `text` or `tool`, `{type: "session", id}`) map as §10.5 says.
+/// the summed cost and the span of the timestamps. Flat frames without a `part` are read too,
+/// as the original daemon read them: a string `text` is a text event, a string `tool` a tool
+/// event of that name, and `{type: "session", id}` the result, resuming that session.
 #[derive(Debug, Default)]
 pub struct OpencodeJson {
     tally: RunTally,

@@ -326,7 +326,7 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// The stable machine reason of the turn's error event (§6.6): every plan that cannot
+    /// The stable machine reason of the turn's error event: every plan that cannot
     /// be made is a failed setup (a driver refused by its confinement or its probe is refused
     /// at admission, before any plan).
     pub fn reason(&self) -> &'static str {

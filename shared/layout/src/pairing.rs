@@ -1,5 +1,5 @@
 //! The engine's pairing with an instance: the keys of its environment fragment and the
-//! fingerprint `/health` carries, which both sides compute the same way (contract §2.3).
+//! fingerprint `/health` carries, which both sides compute the same way.
 
 use sha2::{Digest, Sha256};
 

@@ -1,5 +1,5 @@
 //! What a model can do — vision input, tool calling, its context window — resolved per turn
-//! from the provider's model endpoints where it has them (§11), cached and de-duplicated.
+//! from the provider's model endpoints where it has them, cached and de-duplicated.
 //!
 //! A lookup that fails or times out answers the provider's static capabilities with vision
 //! off (fail-closed: an image to a model that cannot see it is refused, never sent), and that

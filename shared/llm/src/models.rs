@@ -1,4 +1,4 @@
-//! The live model catalogue of each provider (chat_runtime.md §4.1–4.6, §11): one REST call
+//! The live model catalogue of each provider: one REST call
 //! per provider mapped to [`ProviderModel`]s, and [`ModelCatalogue`], which bounds every listing
 //! by a deadline, de-duplicates concurrent listings of one endpoint and keeps successful ones
 //! for a while.

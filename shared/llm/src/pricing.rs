@@ -1,6 +1,5 @@
-//! List prices and context windows from OpenRouter's public model catalogue (chat_runtime.md
-//! §7), the one normalisation of model ids into pricing keys, and the cache-aware cost of a
-//! round's tokens.
+//! List prices and context windows from OpenRouter's public model catalogue, the one
+//! normalisation of model ids into pricing keys, and the cache-aware cost of a round's tokens.
 //!
 //! Parts: [`pricing_key`]; [`parse_openrouter_catalogue`] and [`fetch_openrouter_catalogue`];
 //! [`compute_cost_usd`].

@@ -1,8 +1,8 @@
 //! The multi-round tool loop: stream a provider round, run the calls it issued, answer them,
 //! and go again until the model stops calling tools, fails, or the consumer goes away.
 //!
-//! The loop writes the turn's stream as [`LoopEvent`]s (already the NDJSON wire lines of
-//! chat_runtime.md §2) into an [`EventSink`]: a bounded or unbounded tokio [`mpsc`] sender, or
+//! The loop writes the turn's stream as [`LoopEvent`]s (already the NDJSON wire lines the
+//! browser reads) into an [`EventSink`]: a bounded or unbounded tokio [`mpsc`] sender, or
 //! the caller's own. Between `bridgeReady` (the runner's)
 //! and the terminal line, a turn's lines are, in order:
 //!
@@ -52,8 +52,8 @@ use evidence::HeavyEvidence;
 pub const INTERRUPTED_TOOL_RESULT_ERROR: &str =
     "Tool call did not complete — the previous turn was interrupted before a result was produced.";
 
-/// The default [`LoopOptions::max_rounds`]. The reference has no limit (chat_runtime.md §0.9);
-/// this one only stops a model that never stops calling tools.
+/// The default [`LoopOptions::max_rounds`]. The original server had no limit; this one only
+/// stops a model that never stops calling tools.
 pub const DEFAULT_MAX_ROUNDS: u32 = 64;
 
 /// Why a tool call could not be carried out at all (as opposed to a tool that ran and

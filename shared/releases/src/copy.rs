@@ -44,7 +44,7 @@
 //! unchanged file survive a release; a copied file gets the promote's time (never the
 //! workspace's, which the agent controls).
 //!
-//! Costs the contract's quota (§7.10) does not see: usage counts each link's bytes, so it
+//! Costs the publish quota does not see: usage counts each link's bytes, so it
 //! over-counts shared files, which only refuses earlier. And `atelier-fs`'s readers refuse a
 //! file with more than one link, so a release file is read here through [`open_own`] instead,
 //! which proves ownership and mode.

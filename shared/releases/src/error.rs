@@ -17,7 +17,7 @@ pub enum ReleaseError {
         path: PathBuf,
     },
     /// The store is not strictly below the directory that holds the link, so the link could
-    /// not carry a relative target into it (contract §8.3).
+    /// not carry a relative target into it.
     #[error("refused store {store}: it is not below {link}'s directory")]
     StoreNotUnderLinkDir {
         /// The store.
@@ -61,7 +61,7 @@ pub enum ReleaseError {
         store: PathBuf,
     },
     /// Publish was given one store as both preprod and prod: preprod's pruning would then
-    /// delete what production serves (the seed's reason for two stores).
+    /// delete what production serves.
     #[error("refused {store}: preprod and prod are the same store")]
     SameStore {
         /// The store.

@@ -1,10 +1,14 @@
-//! Release ids (contract §8.3): the UTC time to the millisecond with `-`, `:` and `.` removed,
+//! Release ids: the UTC time to the millisecond with `-`, `:` and `.` removed,
 //! `-`, and a 6-digit process-local counter, e.g. `20260715T102030123Z-000000`. Ids sort
 //! lexically in the order they were made; build ids come from the same generator.
 
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use jiff::civil::Date;
+use jiff::tz::TimeZone;
+use jiff::{Span, Timestamp};
 
 use crate::error::ReleaseError;
 
@@ -53,11 +57,22 @@ impl ReleaseId {
     }
 
     /// The id for `unix_ms` (milliseconds since the epoch, UTC) and `counter` (taken mod a
-    /// million).
+    /// million). A time past the year 9999 is written as one late in that year.
     pub fn at(unix_ms: u64, counter: u32) -> ReleaseId {
-        let (year, month, day, hour, minute, second, milli) = civil(unix_ms);
+        let at = i64::try_from(unix_ms)
+            .ok()
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+            .unwrap_or(Timestamp::MAX);
+        let t = TimeZone::UTC.to_datetime(at);
         ReleaseId(format!(
-            "{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}{milli:03}Z-{:06}",
+            "{:04}{:02}{:02}T{:02}{:02}{:02}{:03}Z-{:06}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond(),
             counter % COUNTER_MODULUS
         ))
     }
@@ -98,17 +113,33 @@ impl ReleaseId {
         }
     }
 
-    /// The id's time, in milliseconds since the epoch.
+    /// The id's time, in milliseconds since the epoch (a date before it counts as its first day).
+    /// The shape does not promise a real date: a month or day past its end rolls over into the
+    /// next ones, so every id still maps to a time.
     pub fn unix_ms(&self) -> u64 {
-        let digits = |range: std::ops::Range<usize>| self.0[range].parse::<u64>().unwrap_or(0);
-        let days = days_from_civil(
-            i64::try_from(digits(0..4)).unwrap_or(0),
-            digits(4..6),
-            digits(6..8),
-        );
+        let digits = |range: std::ops::Range<usize>| self.0[range].parse::<i64>().unwrap_or(0);
+        let midnight = midnight_ms(digits(0..4), digits(4..6), digits(6..8)).unwrap_or(0);
         let seconds = digits(9..11) * 3600 + digits(11..13) * 60 + digits(13..15);
-        u64::try_from(days).unwrap_or(0) * 86_400_000 + seconds * 1000 + digits(15..18)
+        u64::try_from(midnight).unwrap_or(0)
+            + u64::try_from(seconds * 1000 + digits(15..18)).unwrap_or(0)
     }
+}
+
+/// Milliseconds since the epoch of the start of `year`-`month`-`day` UTC, counting months
+/// from January 1 and days from the month's first, so that out-of-range fields roll over.
+fn midnight_ms(year: i64, month: i64, day: i64) -> Option<i64> {
+    let jan1 = Date::new(i16::try_from(year).ok()?, 1, 1).ok()?;
+    let date = jan1
+        .checked_add(Span::new().try_months(month - 1).ok()?)
+        .ok()?
+        .checked_add(Span::new().try_days(day - 1).ok()?)
+        .ok()?;
+    Some(
+        date.to_zoned(TimeZone::UTC)
+            .ok()?
+            .timestamp()
+            .as_millisecond(),
+    )
 }
 
 impl fmt::Display for ReleaseId {
@@ -121,47 +152,6 @@ impl AsRef<str> for ReleaseId {
     fn as_ref(&self) -> &str {
         &self.0
     }
-}
-
-/// The UTC calendar fields of `unix_ms`: year, month, day, hour, minute, second, millisecond.
-fn civil(unix_ms: u64) -> (i64, u64, u64, u64, u64, u64, u64) {
-    let milli = unix_ms % 1000;
-    let secs = unix_ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil-from-days, on days since 1970-01-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
-    (
-        year,
-        unsigned(month),
-        unsigned(day),
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        milli,
-    )
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (the inverse of [`civil`]).
-fn days_from_civil(year: i64, month: u64, day: u64) -> i64 {
-    let month = i64::try_from(month).unwrap_or(1);
-    let day = i64::try_from(day).unwrap_or(1);
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let mp = if month > 2 { month - 3 } else { month + 9 };
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -181,6 +171,23 @@ mod tests {
         for ms in [0, 951_782_400_000, ms, 4_102_444_799_999] {
             assert_eq!(ReleaseId::at(ms, 7).unix_ms(), ms);
         }
+    }
+
+    #[test]
+    fn an_impossible_date_rolls_over_into_the_next_days() {
+        let rolled = ReleaseId::parse("20260231T000000000Z-000000").unwrap();
+        let real = ReleaseId::parse("20260303T000000000Z-000000").unwrap();
+        assert_eq!(rolled.unix_ms(), real.unix_ms());
+        let month_13 = ReleaseId::parse("20261301T010203004Z-000000").unwrap();
+        let january = ReleaseId::parse("20270101T010203004Z-000000").unwrap();
+        assert_eq!(month_13.unix_ms(), january.unix_ms());
+    }
+
+    #[test]
+    fn a_time_past_the_year_9999_still_gives_a_well_shaped_id() {
+        let id = ReleaseId::at(u64::MAX, 0);
+        assert!(id.as_str().starts_with("9999"), "{id}");
+        assert_eq!(ReleaseId::parse(id.as_str()).unwrap(), id);
     }
 
     #[test]

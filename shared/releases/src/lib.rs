@@ -4,7 +4,7 @@
 //! Every touch of a webspace's release stores goes through this crate, and through
 //! `atelier-fs` descriptors: walks never follow a link, the source of a promote is read without
 //! trusting it, and the served link changes only by one `rename(2)` of a new link with a
-//! relative target (contract §8.3–8.6, the seed's "Build and publish").
+//! relative target.
 //!
 //! Parts:
 //! - [`id`]: [`ReleaseId`], the lexically sortable `<UTC ms>Z-<counter>` ids (also build ids).

@@ -1,7 +1,7 @@
 //! [`Store`]: one surface's release store and the link that serves it, and every operation on
 //! them — promote, publish, current, list, activate (rollback) and prune.
 //!
-//! Layout (contract §8.3), e.g. preprod of one site:
+//! Layout, e.g. preprod of one site:
 //! ```text
 //! <webspace>/pre                 -> .releases/pre/<id>   (the served link, a relative target)
 //! <webspace>/.releases/pre/<id>/ a complete release, never changed after its rename
@@ -145,7 +145,7 @@ impl Store {
     /// to the store itself), or a target that is not a release of this store.
     ///
     /// The target is resolved lexically against the link's directory and must be a direct
-    /// child of the store named like a release id (contract §8.3 `currentRelease`).
+    /// child of the store named like a release id.
     pub fn current(&self) -> Result<Option<ReleaseId>, ReleaseError> {
         let target = match rustix::fs::readlinkat(&self.link_dir, &self.link_name, Vec::new()) {
             Ok(target) => PathBuf::from(OsStr::from_bytes(target.as_bytes())),
@@ -204,7 +204,7 @@ impl Store {
     }
 
     /// Bytes of the regular files of release `id` (each hard link counted, links not
-    /// followed): publish's quota question (contract §7.10).
+    /// followed): publish's quota question.
     pub fn release_bytes(&self, id: &ReleaseId) -> Result<u64, ReleaseError> {
         self.open_release(id)?;
         Ok(tree::usage_bytes(
@@ -407,7 +407,7 @@ impl Store {
 }
 
 /// Publishes the release `preprod` serves into `prod` and serves it there: the exact bytes
-/// that were previewed, never a rebuild (contract §8.4).
+/// that were previewed, never a rebuild.
 ///
 /// Refused: [`ReleaseError::NothingToPublish`] when preprod serves no release,
 /// [`ReleaseError::UnknownRelease`] when its directory is gone ("rebuild"), and

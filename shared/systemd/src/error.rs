@@ -3,7 +3,7 @@
 use crate::names::NameError;
 use crate::property::Nonconformant;
 
-/// The refusal a failure becomes on sited's wire (reference §8.5).
+/// The refusal a failure becomes on sited's wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// The host cannot confine: no bus, PID 1 too old or unreadable, the polkit grant absent.

@@ -2,8 +2,9 @@
 //! atelierctl over real sockets, served by a real nginx.
 //!
 //! The crate has no library code; its tests live in `tests/`:
-//! - `sessions.rs`: issue 4's journey through the atelierctl library and binary.
-//! - `publishing.rs`: issue 7's journey through nginx, and the env file's limits reaching sited.
+//! - `sessions.rs`: the engine's session journey through the atelierctl library and binary.
+//! - `publishing.rs`: build, publish and rollback through nginx, and the env file's limits
+//!   reaching sited.
 //! - `flips.rs`: 100 publish/rollback flips under continuous nginx load.
 //!
 //! Each test renders a small declaration with `atelier-provision render`, installs what lives

@@ -1,7 +1,7 @@
-//! Issue 7 under load: while two keep-alive clients fetch production's page, stylesheet and
-//! script from a real nginx on the rendered vhost, 100 publish/rollback flips through sited's
-//! routes produce no failed response, no file that is not one whole release's, and no page
-//! whose assets come from another release when no flip was under way.
+//! Publish and rollback under load: while two keep-alive clients fetch production's page,
+//! stylesheet and script from a real nginx on the rendered vhost, 100 publish/rollback flips
+//! through sited's routes produce no failed response, no file that is not one whole release's,
+//! and no page whose assets come from another release when no flip was under way.
 //!
 //! Each build stamps one fresh id into the first and last line of every file it serves (the
 //! scripted agent writes that build step). A client brackets each page-and-assets fetch with

@@ -1,4 +1,4 @@
-//! Issue 7's journey in `none` confinement, served by a real nginx on the provisioner's
+//! Build, publish and rollback in `none` confinement, served by a real nginx on the provisioner's
 //! rendered vhosts: a turn edits the site, a build promotes it, `Host: pre.<domain>` serves
 //! the built page, publish makes `Host: <domain>` serve the same bytes, a second turn, build
 //! and publish, then a rollback serves the first release's bytes again.

@@ -1,5 +1,5 @@
-//! Issue 4's journey end to end: sited's real binary on an instance rendered by the real
-//! provisioner, driven as the engine drives it through the atelierctl library — pairing (a
+//! The engine's session journey end to end: sited's real binary on an instance rendered by the
+//! real provisioner, driven as the engine drives it through the atelierctl library — pairing (a
 //! wrong instance or token is refused having sent nothing but `/health`), a site from
 //! `basic`, a scripted-agent turn followed live to `turn_end`, its commit, a follow-up, a stop
 //! of a hanging turn, the audit log — and the atelierctl binary with `--json` on the same

@@ -1,9 +1,9 @@
-//! Confined runs on a real PID 1 (issue 5's "Done when"): the provisioned example instance,
-//! sited started through its socket in `systemd_scope` mode, turns run by PID 1 as the site's
-//! identity; the isolation matrix tried from inside real door units; tampered doors refused by
-//! name before anything starts; a shim started by hand refusing; `kill -9` of sited during a
-//! turn recovered on the next boot; and the start latency of a door against its twin unit and
-//! the unconfined shim, measured and printed.
+//! Confined runs on a real PID 1: the provisioned example instance, sited started through its
+//! socket in `systemd_scope` mode, turns run by PID 1 as the site's identity; the isolation
+//! matrix tried from inside real door units; tampered doors refused by name before anything
+//! starts; a shim started by hand refusing; `kill -9` of sited during a turn recovered on the
+//! next boot; and the start latency of a door against its twin unit and the unconfined shim,
+//! measured and printed.
 //!
 //! Each test boots its own box; boxes take turns machine-wide (`SystemdBox` holds a lock), so
 //! two never share the two cores or the host's network (and the latencies are measured on a

@@ -1,7 +1,7 @@
 //! JSON Schemas written once, as data, and the one validator every tool input goes through.
 //!
-//! The builders emit the JSON Schema shapes TypeBox emitted for the original (chat_runtime.md
-//! §10.2), so what providers are offered is what the browser validates. [`validate`] does what
+//! The builders emit the JSON Schema shapes TypeBox emitted for the original editor, so what
+//! providers are offered is what the browser validates. [`validate`] does what
 //! TypeBox's `Value.Parse` did — defaults applied, undeclared keys dropped, primitives coerced,
 //! then checked — and names the first thing that is wrong, for the model to correct.
 

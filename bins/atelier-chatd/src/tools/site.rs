@@ -1,4 +1,4 @@
-//! The site editor's 35 tools (chat_runtime.md §10.3–10.4): six catalogue reads answered by
+//! The site editor's 35 tools: six catalogue reads answered by
 //! chatd, twenty-nine run by the editor in the browser. Names, shapes and capability groups are
 //! the editor's contract; every description is Atelier's own.
 

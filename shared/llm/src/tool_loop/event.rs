@@ -1,8 +1,8 @@
 //! The events of one chat turn, shaped exactly as the lines of the browser's NDJSON stream.
 //!
 //! Every [`LoopEvent`] serializes (with `serde_json::to_string`) to the JSON object of one
-//! stream line of the reference's event union (chat_runtime.md §2), field for field and in the
-//! same order, with absent optional fields omitted:
+//! stream line as the browser's editor reads it, field for field and in the order the original
+//! server wrote them, with absent optional fields omitted:
 //!
 //! | variant | wire line |
 //! |---|---|

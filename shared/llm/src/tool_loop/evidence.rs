@@ -46,8 +46,8 @@ pub fn elided_result(name: &str, result: &ToolResult) -> ToolResult {
 
 /// `call` as the executor receives it: [`SCREENSHOT_TOOL`]'s input (an object, or `{}`) gets
 /// `captureScreenshot` set to whether the model can see tool-result images. The flag is added
-/// here, outside the tool's schema, so the executor must keep it through validation (the
-/// reference loses it there, chat_runtime.md §0.8).
+/// here, outside the tool's schema, so the executor must keep it through validation, which
+/// would otherwise drop it as an undeclared key.
 pub fn prepare_call(call: &ToolCall, tool_result_images: bool) -> ToolCall {
     let mut call = call.clone();
     if call.name == SCREENSHOT_TOOL {
