@@ -655,7 +655,7 @@ fn problem_class(reason: &str, status: u16) -> (String, &'static str) {
                 "Agent Run Refused",
             )
         }
-        _ => panic!("§5.1 has no class for {reason} at {status}"),
+        _ => panic!("the contract has no class for {reason} at {status}"),
     }
 }
 
@@ -1055,7 +1055,7 @@ impl Contract {
             .iter()
             .enumerate()
             .find(|(_, r)| r.method == method && matches_pattern(r.pattern, bare))
-            .unwrap_or_else(|| panic!("{method} {path} is no route of §3"));
+            .unwrap_or_else(|| panic!("{method} {path} is no route of the contract"));
         let name = format!("{method} {}", route.pattern);
         assert_eq!(
             wire.status,
@@ -1125,7 +1125,9 @@ impl Contract {
                     &mut self.coverage,
                     faults,
                 ),
-                None => faults.push(format!("AuditEntry: an action §8.7 lacks: {entry}")),
+                None => faults.push(format!(
+                    "AuditEntry: an action the contract does not list: {entry}"
+                )),
             }
         }
     }
@@ -1469,7 +1471,7 @@ fn expect_reason(
         .iter()
         .find(|(r, _)| *r == reason)
         .map(|(_, s)| *s)
-        .unwrap_or_else(|| panic!("{reason} is not a reason of §5.2"));
+        .unwrap_or_else(|| panic!("{reason} is not a reason the contract lists"));
     assert_eq!(wire.status, status, "{case}: {}", wire.text());
     assert_eq!(wire.header("content-type"), Some(PROBLEM_TYPE), "{case}");
     assert_eq!(wire.header("cache-control"), Some("no-store"), "{case}");
@@ -1699,7 +1701,10 @@ async fn every_reason_is_produced_or_named_as_impossible_unconfined() {
     assert!(NOT_PRODUCED_IN_NONE_MODE
         .iter()
         .all(|(_, why)| !why.is_empty()));
-    assert!(impossible.is_subset(&all), "only §5.2 reasons are listed");
+    assert!(
+        impossible.is_subset(&all),
+        "only the contract's reasons are listed"
+    );
     let made: BTreeSet<&str> = produced.keys().copied().collect();
     let both: Vec<_> = made.intersection(&impossible).collect();
     assert!(
