@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use atelier_clidocs::progress::is_reordering;
+
 use crate::model::{
     AuditEntry, BuildRecord, BuildStatus, Capabilities, DeleteReport, Event, Health, Preview,
     Releases, Served, SessionSummary, SiteStatus, StoredEvent,
@@ -26,12 +28,6 @@ pub fn clean(text: &str) -> String {
         }
     }
     out
-}
-
-/// Bidirectional embeddings, overrides and isolates: they make a terminal show text in
-/// another order than it is.
-fn is_reordering(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// `text` cleaned and cut to `max` characters.

@@ -133,8 +133,8 @@ fn fit(text: &str, columns: usize) -> String {
 }
 
 /// Bidirectional embeddings, overrides, isolates and marks: they make a terminal show text in
-/// another order than it is.
-fn is_reordering(c: char) -> bool {
+/// another order than it is. Every CLI that prints text from elsewhere escapes them.
+pub fn is_reordering(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
