@@ -363,6 +363,23 @@ check "chatd asked the lab model (through no gate: chatd is not a site's agent)"
   grep -q '/v1/chat/completions' "$work/lab-requests"
 kill "$cms_pid"
 
+step "metrics: what the instance did, as its monitoring group reads it"
+# Each daemon's own socket, for the declaration's monitoring group (prometheus) alone.
+metrics() { curl -sS --unix-socket /run/atelier/$inst/metrics/$1.sock http://metrics/metrics; }
+series() { metrics "$1" | awk -v s="$2" '$1 == s { print $2 }'; }
+say "$(stat -c '%n %U:%G %a' /run/atelier/$inst/metrics/*.sock | paste -sd ' ')"
+metrics sited | grep -E '^atelier_sited_(turns_started_total|turns_ended_total|builds_total|sites) ' | show
+metrics s1-gate | grep -E '^atelier_gate_(connects_allowed_total|relayed_bytes_total)' | show
+metrics chatd | grep -E '^atelier_chatd_(turns_started_total|turns_ended_total|first_byte_seconds_count)' | show
+check "sited counted two turns, both ended idle" \
+  test "$(series sited atelier_sited_turns_started_total)/$(series sited 'atelier_sited_turns_ended_total{state="idle"}')" = 2/2
+check "… and two successful builds" \
+  test "$(series sited 'atelier_sited_builds_total{outcome="success"}')" = 2
+check "the gate counted the agent's tunnels to its model" \
+  test "$(series s1-gate 'atelier_gate_connects_allowed_total{door="turn"}')" -ge 2
+check "chatd counted the editor's turn, done" \
+  test "$(series chatd 'atelier_chatd_turns_ended_total{outcome="done"}')" = 1
+
 step "systemctl stop $sited"
 systemctl stop $sited 2>&1 | show
 check "sited exited 0 (STOPPING, drained)" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What an operator provides before `atelier-provision apply` of deploy/examples/instance.json:
-# the engine's group, the credential files the declaration names, TLS certificates
+# the engine's and the monitoring groups, the credential files the declaration names, TLS certificates
 # (self-signed here) and, for the Apache twin, the Apache modules its vhosts use. Used by the
 # demo and the systemd tests.
 #   CREDENTIAL_VALUE  written into every credential file (random when unset)
@@ -12,6 +12,9 @@
 #   arguments         extra domains to make certificates for
 set -euo pipefail
 groupadd --system dedalo-example
+# The monitoring group may read the daemons' metrics sockets (Debian's prometheus package
+# makes it; a host without one gets it here).
+getent group prometheus > /dev/null || groupadd --system prometheus
 install -d -m 0700 /etc/atelier/example/credentials
 for id in PUBLICATION_API_KEY ANTHROPIC_API_KEY PREPROD_PASSWORD; do
   value=${CREDENTIAL_VALUE:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}

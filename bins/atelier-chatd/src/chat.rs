@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use atelier_http::{ndjson_response, Request, Response};
 use atelier_llm::{BilledTokens, Driver, LoopEvent, ModelCapabilities, ProviderKind};
@@ -22,6 +23,7 @@ use crate::auth::{Caller, Capability, SessionCookie};
 use crate::bridge::Bridge;
 use crate::cms::reads::CmsReader;
 use crate::images::{self, ImageError};
+use crate::metrics::{Metrics, TurnMeter, TurnOutcome};
 use crate::pricing::Pricing;
 use crate::router::{blocking, ApiError, State};
 use crate::store::events::{AuditEvent, ChatTurn, TurnTotals, TURN_ABORTED_ERROR};
@@ -70,6 +72,8 @@ pub struct Turn {
     /// Where the runner sends its events (every event of the chat stream but `bridgeReady`);
     /// the turn ends with the runner's future, or at its first `done` or `error`.
     pub events: mpsc::UnboundedSender<LoopEvent>,
+    /// Where the runner counts what only it knows, such as how the provider failed.
+    pub metrics: Metrics,
 }
 
 /// Why a turn is refused before anything is stored.
@@ -248,13 +252,15 @@ async fn read_chat_body(request: Request) -> Result<ChatBody, ApiError> {
     Ok(body)
 }
 
-/// `POST /chat/:scope`; the turn reads the CMS with `session`, the caller's cookie.
+/// `POST /chat/:scope`, which arrived at `arrived`; the turn reads the CMS with `session`, the
+/// caller's cookie.
 pub(crate) async fn handle(
     state: &State,
     caller: &Caller,
     session: &SessionCookie,
     scope: Scope,
     request: Request,
+    arrived: Instant,
 ) -> Result<Response, ApiError> {
     caller.require(Capability::Chat)?;
     let body = read_chat_body(request).await?;
@@ -366,7 +372,8 @@ pub(crate) async fn handle(
     let _ = out_tx.try_send(LoopEvent::BridgeReady {
         bridge_id: bridge.id().to_owned(),
     });
-    let pricing = prepared.provider.map(|provider| PricedModel {
+    let provider = prepared.provider;
+    let pricing = provider.map(|provider| PricedModel {
         pricing: Arc::clone(&state.services.pricing),
         provider,
         model_id: conversation.model_id.clone(),
@@ -379,12 +386,14 @@ pub(crate) async fn handle(
         bridge: Arc::clone(&bridge),
         prepared,
         events: loop_tx,
+        metrics: state.metrics.clone(),
     };
     let run = state.runner.run(turn);
     let mut persister = Persister::new(
         Arc::clone(&state.store),
         lease.conversation_id().to_owned(),
         out_tx,
+        state.metrics.turn_started(scope, provider, arrived),
     );
     persister.pricing = pricing;
     persister.commit = Some(commit);
@@ -495,10 +504,17 @@ struct Persister {
     started: Option<ChatTurn>,
     /// What the turn booked so far, for the record of its end.
     booked: TurnTotals,
+    /// The turn's metrics; dropping it with the task takes the turn off the in-flight gauge.
+    meter: TurnMeter,
 }
 
 impl Persister {
-    fn new(store: Arc<Store>, conversation_id: String, out: mpsc::Sender<LoopEvent>) -> Self {
+    fn new(
+        store: Arc<Store>,
+        conversation_id: String,
+        out: mpsc::Sender<LoopEvent>,
+        meter: TurnMeter,
+    ) -> Self {
         Self {
             store,
             conversation_id,
@@ -513,6 +529,7 @@ impl Persister {
             actor: String::new(),
             started: None,
             booked: TurnTotals::default(),
+            meter,
         }
     }
 
@@ -560,12 +577,19 @@ impl Persister {
         self.booked.prompt_tokens += usage.prompt_tokens;
         self.booked.completion_tokens += usage.completion_tokens;
         self.booked.cost_usd += usage.cost_usd;
+        self.meter.booked(&usage);
         Ok(())
     }
 
     async fn emit(&mut self, event: LoopEvent) {
-        if !self.consumer_gone && self.out.send(event).await.is_err() {
+        if self.consumer_gone {
+            return;
+        }
+        let answer = matches!(event, LoopEvent::Text { .. } | LoopEvent::ToolCall { .. });
+        if self.out.send(event).await.is_err() {
             self.consumer_gone = true;
+        } else if answer {
+            self.meter.answer_sent();
         }
     }
 
@@ -726,6 +750,11 @@ impl Persister {
         }
         // Recorded before the last line: a client that saw the turn end can read its record.
         self.record_end(&ending).await;
+        self.meter.ended(match ending {
+            Ending::Done => TurnOutcome::Done,
+            Ending::Error(_) => TurnOutcome::Error,
+            Ending::Aborted => TurnOutcome::Cancelled,
+        });
         match ending {
             Ending::Done | Ending::Aborted => self.emit(LoopEvent::Done).await,
             Ending::Error(message) => self.emit(LoopEvent::Error { message }).await,

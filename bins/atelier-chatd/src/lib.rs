@@ -19,6 +19,7 @@
 //! - [`pricing`]: the pricing memo and its durable copy.
 //! - [`tools`]: the site and content tool catalogues, their checks and server-side reads.
 //! - [`prompts`]: the per-scope system prompts.
+//! - [`metrics`]: the turn, provider, latency, token and cost metrics.
 //! - [`audit`]: usage rollups in the viewer's time zone; the audit log's writes and reads.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
 
@@ -34,6 +35,7 @@ pub mod defaults;
 mod ids;
 pub mod images;
 pub mod master_key;
+pub mod metrics;
 pub mod pricing;
 pub mod prompts;
 pub mod providers;
@@ -52,10 +54,12 @@ pub use settings::{
 use std::sync::Arc;
 use std::time::Duration;
 
-use atelier_daemon::{DaemonError, DaemonSocket};
+use atelier_daemon::{DaemonError, DaemonSocket, Listeners};
 use atelier_sd::notify::Notifier;
+use prometheus_client::registry::Registry;
 
 use crate::chat::TurnRunner;
+use crate::metrics::Metrics;
 use crate::providers::{Credentials, Services, StoredProviders};
 use crate::runtime::LoopRunner;
 use crate::store::{Store, StoreError};
@@ -110,11 +114,14 @@ pub async fn run_with(
     runner: Arc<dyn TurnRunner>,
     notifier: Notifier,
 ) -> Result<(), RunError> {
-    let listener = atelier_daemon::take_listener(DaemonSocket {
+    let Listeners { api, metrics } = atelier_daemon::take_listeners(DaemonSocket {
         fallback: settings.listen.as_deref(),
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
-    let router = Router::with_services(&settings, services, runner);
+    let mut registry = Registry::with_prefix("atelier_chatd");
+    let router = Router::with_metrics(&settings, services, runner, Metrics::new(&mut registry));
+    // Served for the daemon's whole run; dropped with it.
+    let _metrics = atelier_daemon::metrics::spawn(metrics, registry);
     let serving = format!("serving {}", settings.database.display());
     let status = {
         let (leases, serving) = (router.leases().clone(), serving.clone());
@@ -128,7 +135,7 @@ pub async fn run_with(
     };
     // From the stop signal on, STATUS= tells of the drain.
     let stop_reporting = status.abort_handle();
-    atelier_daemon::serve_with_stop_hook(listener, handler, notifier, &serving, move || {
+    atelier_daemon::serve_with_stop_hook(api, handler, notifier, &serving, move || {
         stop_reporting.abort()
     })
     .await?;

@@ -38,6 +38,17 @@ pub fn provider_kind(provider_id: &str) -> Option<ProviderKind> {
     }
 }
 
+/// The provider id of `kind`, the inverse of [`provider_kind`].
+pub fn provider_id(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::OpenAi => "openai",
+        ProviderKind::Ollama => "ollama",
+        ProviderKind::OpenRouter => "openrouter",
+        ProviderKind::OpenAiCompatible => "openai-compatible",
+    }
+}
+
 /// The auth shape a provider takes: hosted APIs a key; Ollama and custom endpoints a base URL
 /// (with an optional bearer key).
 pub fn auth_mode_of(kind: ProviderKind) -> AuthMode {

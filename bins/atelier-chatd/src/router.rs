@@ -3,6 +3,7 @@
 //! to status and body.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use atelier_http::{json_response, Request, Response};
 use hyper::header::{HeaderValue, CACHE_CONTROL};
@@ -13,6 +14,7 @@ use crate::auth::{Authenticator, Clock, SystemClock};
 use crate::bridge::Bridges;
 use crate::chat::{self, TurnRunner};
 use crate::cms::{CmsClient, CmsProblem};
+use crate::metrics::Metrics;
 use crate::providers::{Credentials, Services};
 use crate::settings::Settings;
 use crate::store::{Leases, Scope, Store, StoreError};
@@ -345,6 +347,7 @@ pub(crate) struct State {
     pub(crate) runner: Arc<dyn TurnRunner>,
     pub(crate) services: Services,
     pub(crate) authenticator: Authenticator,
+    pub(crate) metrics: Metrics,
 }
 
 /// Answers every request chatd receives.
@@ -370,6 +373,16 @@ impl Router {
         Self::with_clock(settings, services, runner, Arc::new(SystemClock))
     }
 
+    /// [`Router::with_services`] counting its turns in `metrics`.
+    pub fn with_metrics(
+        settings: &Settings,
+        services: Services,
+        runner: Arc<dyn TurnRunner>,
+        metrics: Metrics,
+    ) -> Self {
+        Self::build(settings, services, runner, Arc::new(SystemClock), metrics)
+    }
+
     /// [`Router::with_services`] whose cache of the CMS's session answers reads `clock` (tests
     /// move one by hand to see answers expire).
     pub fn with_clock(
@@ -377,6 +390,16 @@ impl Router {
         services: Services,
         runner: Arc<dyn TurnRunner>,
         clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::build(settings, services, runner, clock, Metrics::unregistered())
+    }
+
+    fn build(
+        settings: &Settings,
+        services: Services,
+        runner: Arc<dyn TurnRunner>,
+        clock: Arc<dyn Clock>,
+        metrics: Metrics,
     ) -> Self {
         Self {
             state: Arc::new(State {
@@ -391,6 +414,7 @@ impl Router {
                     CmsClient::new(settings.cms_origin),
                     clock,
                 ),
+                metrics,
             }),
         }
     }
@@ -412,13 +436,15 @@ impl Router {
 
     /// Answers one request.
     pub async fn handle(&self, request: Request) -> Response {
-        match self.dispatch(request).await {
+        // A chat turn's first byte is timed from here, the checks and the CMS's answer included.
+        let arrived = Instant::now();
+        match self.dispatch(request, arrived).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
         }
     }
 
-    async fn dispatch(&self, request: Request) -> Result<Response, ApiError> {
+    async fn dispatch(&self, request: Request, arrived: Instant) -> Result<Response, ApiError> {
         // The token comes first: without it nothing, not even which paths exist, is answered,
         // and the CMS is never asked about a request that did not come through the web server.
         let authenticator = &self.state.authenticator;
@@ -445,7 +471,7 @@ impl Router {
             Endpoint::Chat => {
                 // `find` only matches a known scope.
                 let scope = Scope::parse(params.at(0)).ok_or(ApiError::NotFound)?;
-                chat::handle(state, &caller, &session, scope, request).await
+                chat::handle(state, &caller, &session, scope, request, arrived).await
             }
             Endpoint::ToolResult => {
                 crate::bridge::handle_tool_result(state, &caller, &session, request).await
@@ -610,7 +636,7 @@ impl Route {
 }
 
 /// The services a router builds from its settings when none are given.
-fn services(settings: &Settings, store: Arc<Store>) -> Services {
+pub fn services(settings: &Settings, store: Arc<Store>) -> Services {
     let credentials = Credentials::new(
         settings.master_key.clone(),
         settings.provider_urls.clone(),

@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use atelier_llm::{
-    run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEvent, LoopOptions,
-    Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall, ToolChoice, ToolExecutor,
-    ToolRejection, ToolResult,
+    run_tool_loop, ChatRequest, ContentBlock as LlmBlock, Driver, Image, LoopEnd, LoopError,
+    LoopEvent, LoopOptions, Message, ModelCapabilities, ProviderKind, Role as LlmRole, ToolCall,
+    ToolChoice, ToolExecutor, ToolRejection, ToolResult,
 };
 use serde_json::Value;
 
@@ -112,6 +112,7 @@ impl TurnRunner for LoopRunner {
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let scope = turn.conversation.scope;
         let tools = self.offered_tools(scope, &turn.caller);
+        let provider = turn.prepared.provider;
         let driver = turn
             .prepared
             .driver
@@ -150,6 +151,13 @@ impl TurnRunner for LoopRunner {
             };
             let outcome =
                 run_tool_loop(driver.as_ref(), &executor, request, options, &turn.events).await;
+            // The error line went into an unbounded channel without waiting, so this runs in
+            // the same poll, before the turn's driver can see that line and drop this future.
+            if let (LoopEnd::Failed(LoopError::Provider(error)), Some(provider)) =
+                (&outcome.end, provider)
+            {
+                turn.metrics.provider_failed(provider, error);
+            }
             tracing::info!(
                 conversation_id = %turn.conversation.id,
                 rounds = outcome.rounds,

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atelier_chatd::auth::Caller;
+use atelier_chatd::metrics::Metrics;
 use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Scope, Store};
 use atelier_chatd::tools::{Execution, ToolSpec};
@@ -23,6 +24,8 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, StatusCode};
 use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
@@ -158,6 +161,9 @@ struct Chatd {
     router: Router,
 }
 
+/// Nothing listens there: the pricing catalogue is unreachable, and never off-host.
+const NO_PRICING: &str = "http://127.0.0.1:9";
+
 fn start_chatd(provider: &Provider) -> Chatd {
     start_chatd_with(provider, None)
 }
@@ -166,6 +172,22 @@ fn start_chatd_with(
     provider: &Provider,
     capabilities: Option<(Arc<CapabilityResolver>, Endpoint)>,
 ) -> Chatd {
+    start_metered_chatd(
+        &provider.base_url,
+        NO_PRICING,
+        capabilities,
+        Metrics::unregistered(),
+    )
+}
+
+/// chatd whose model is at `provider_url` and whose pricing catalogue at `openrouter_url`,
+/// counting in `metrics`.
+fn start_metered_chatd(
+    provider_url: &str,
+    openrouter_url: &str,
+    capabilities: Option<(Arc<CapabilityResolver>, Endpoint)>,
+    metrics: Metrics,
+) -> Chatd {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("chatd.sock");
     let database = dir.path().join("chat.sqlite3");
@@ -173,8 +195,7 @@ fn start_chatd_with(
         database: Some(database.clone()),
         public_origins: vec!["https://cms.example".into()],
         service_token: Some(TOKEN.into()),
-        // Nothing listens there: the pricing catalogue is unreachable, and never off-host.
-        openrouter_url: Some("http://127.0.0.1:9".into()),
+        openrouter_url: Some(openrouter_url.into()),
         cms_origin: Some(support::cms_origin()),
         ..RawSettings::default()
     }
@@ -193,12 +214,13 @@ fn start_chatd_with(
     let store = Arc::new(Store::open(&database).unwrap());
     let runner = LoopRunner::new(
         Arc::new(ScriptedAnthropic {
-            base_url: provider.base_url.clone(),
+            base_url: provider_url.to_owned(),
             capabilities,
         }),
         vec![tool],
     );
-    let router = Router::new(&settings, store, Arc::new(runner));
+    let services = atelier_chatd::router::services(&settings, store);
+    let router = Router::with_metrics(&settings, services, Arc::new(runner), metrics);
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let handler = router.clone();
     tokio::spawn(atelier_http::serve(
@@ -434,7 +456,9 @@ async fn a_client_disconnect_cancels_the_provider_request_and_releases_the_lease
         hang_at_end: true,
     }])
     .await;
-    let chatd = start_chatd(&provider);
+    let mut registry = Registry::with_prefix("atelier_chatd");
+    let metrics = Metrics::new(&mut registry);
+    let chatd = start_metered_chatd(&provider.base_url, NO_PRICING, None, metrics);
     let socket = &chatd.socket;
     let id = new_conversation(socket).await;
 
@@ -464,6 +488,13 @@ async fn a_client_disconnect_cancels_the_provider_request_and_releases_the_lease
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{reply}");
+    let streaming = samples(&registry);
+    assert_eq!(streaming["atelier_chatd_turns_in_flight"], 1.0);
+    // The refused send never started.
+    assert_eq!(
+        streaming[r#"atelier_chatd_turns_started_total{scope="site"}"#],
+        1.0
+    );
 
     connection.abort();
     drop(body);
@@ -484,6 +515,16 @@ async fn a_client_disconnect_cancels_the_provider_request_and_releases_the_lease
         messages[1].content,
         [atelier_chatd::store::ContentBlock::Text { text: "Hel".into() }]
     );
+    // The turn ended as cancelled before its lease was released, and left the gauge.
+    let ended = samples(&registry);
+    assert_eq!(ended["atelier_chatd_turns_in_flight"], 0.0);
+    assert_eq!(
+        ended[r#"atelier_chatd_turns_ended_total{outcome="cancelled"}"#],
+        1.0
+    );
+    assert!(!ended
+        .keys()
+        .any(|series| series.contains("outcome=\"done\"")));
 }
 
 #[tokio::test]
@@ -921,4 +962,117 @@ async fn each_turn_leaves_its_start_and_its_end_in_the_audit_log() {
     }
     let (_, everything) = audit_log(socket, "ai.audit.read", "").await;
     assert_eq!(everything["events"].as_array().unwrap().len(), 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The metrics.
+
+/// Every sample of `registry` by series (`name{labels}`), histogram buckets left out.
+fn samples(registry: &Registry) -> std::collections::BTreeMap<String, f64> {
+    let mut text = String::new();
+    encode(&mut text, registry).unwrap();
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.contains("_bucket{"))
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_good_turn_and_a_rate_limited_one_move_the_metrics_by_exactly_themselves() {
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&rounds);
+    let provider = support::scripted(move |seen| match seen.path.as_str() {
+        "/v1/messages" if counted.fetch_add(1, Ordering::SeqCst) == 0 => support::Answer::Sse {
+            frames: support::text_round("Hello"),
+            hang: false,
+        },
+        "/v1/messages" => support::Answer::Json(
+            StatusCode::TOO_MANY_REQUESTS,
+            json!({"error": {"message": "slow down"}}),
+        ),
+        "/openrouter/v1/models" => support::Answer::Json(
+            StatusCode::OK,
+            json!({"data": [{"id": "anthropic/claude-test",
+                             "pricing": {"prompt": "0.000003", "completion": "0.000015"}}]}),
+        ),
+        _ => support::Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let mut registry = Registry::with_prefix("atelier_chatd");
+    let metrics = Metrics::new(&mut registry);
+    let chatd = start_metered_chatd(
+        &provider.base_url,
+        &format!("{}/openrouter", provider.base_url),
+        None,
+        metrics,
+    );
+    let socket = &chatd.socket;
+    let id = new_conversation(socket).await;
+    let before = samples(&registry);
+
+    let good = turn_lines(socket, &id).await;
+    assert_eq!(good.last().unwrap()["type"], "done", "{good:?}");
+    let usage = good.iter().find(|l| l["type"] == "usage").unwrap();
+    let cost = usage["costUsd"].as_f64().unwrap();
+    assert!(cost > 0.0, "{usage}");
+    let failed = turn_lines(socket, &id).await;
+    assert_eq!(failed.last().unwrap()["type"], "error", "{failed:?}");
+    assert_eq!(rounds.load(Ordering::SeqCst), 2);
+
+    // Every line was sent after its turn was counted: nothing is left to wait for.
+    let after = samples(&registry);
+    let moved: std::collections::BTreeMap<&str, f64> = after
+        .iter()
+        .filter(|(series, _)| !series.contains("first_byte_seconds_sum"))
+        .map(|(series, value)| {
+            let was = before.get(series).copied().unwrap_or(0.0);
+            (series.as_str(), value - was)
+        })
+        .filter(|(_, delta)| *delta != 0.0)
+        .collect();
+    let prompt = usage["promptTokens"].as_f64().unwrap();
+    let completion = usage["completionTokens"].as_f64().unwrap();
+    assert_eq!((prompt, completion), (100.0, 8.0));
+    let expected = [
+        (r#"atelier_chatd_turns_started_total{scope="site"}"#, 2.0),
+        (r#"atelier_chatd_turns_ended_total{outcome="done"}"#, 1.0),
+        (r#"atelier_chatd_turns_ended_total{outcome="error"}"#, 1.0),
+        (
+            r#"atelier_chatd_provider_errors_total{provider="anthropic",class="rate_limited"}"#,
+            1.0,
+        ),
+        (
+            r#"atelier_chatd_first_byte_seconds_count{provider="anthropic"}"#,
+            1.0,
+        ),
+        (
+            r#"atelier_chatd_tokens_total{provider="anthropic",kind="input"}"#,
+            prompt,
+        ),
+        (
+            r#"atelier_chatd_tokens_total{provider="anthropic",kind="output"}"#,
+            completion,
+        ),
+        (
+            r#"atelier_chatd_cost_usd_total{provider="anthropic"}"#,
+            cost,
+        ),
+    ];
+    assert_eq!(
+        moved.keys().copied().collect::<Vec<_>>(),
+        {
+            let mut names: Vec<&str> = expected.iter().map(|(series, _)| *series).collect();
+            names.sort_unstable();
+            names
+        },
+        "{moved:?}"
+    );
+    for (series, value) in expected {
+        assert!((moved[series] - value).abs() < 1e-12, "{series}: {moved:?}");
+    }
+    assert_eq!(after["atelier_chatd_turns_in_flight"], 0.0);
+    assert!(after[r#"atelier_chatd_first_byte_seconds_sum{provider="anthropic"}"#] > 0.0);
 }

@@ -13,6 +13,7 @@
 //! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for
 //!   one run ([`decisions::serve`]); the decisions themselves are recorded in each door's
 //!   [`serve::DecisionLog`].
+//! - [`metrics`]: what the gate counts for the operator ([`metrics::Metrics`]).
 //! - [`service`]: the systemd service around them ([`service::run`]).
 //!
 //! Each refusal is one closed enum with stable snake_case names (`as_str()`), so logs and
@@ -24,6 +25,7 @@ pub mod client_hello;
 pub mod connect;
 pub mod decisions;
 pub mod mcp;
+pub mod metrics;
 pub mod plan;
 pub mod serve;
 pub mod service;

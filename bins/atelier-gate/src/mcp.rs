@@ -24,6 +24,7 @@ use hyper::header::{HeaderName, HeaderValue, ALLOW};
 use hyper::{Method, StatusCode};
 use tokio::net::UnixListener;
 
+use crate::metrics::{McpOutcome, Metrics};
 use crate::serve::DecisionLog;
 
 /// The only path the relay serves.
@@ -141,6 +142,8 @@ pub struct McpDoor {
     client: reqwest::Client,
     /// The decisions of the door the relay serves (the turn door's).
     pub log: Arc<DecisionLog>,
+    /// Where each request's outcome is counted.
+    metrics: Metrics,
 }
 
 impl McpDoor {
@@ -171,7 +174,13 @@ impl McpDoor {
             key,
             client,
             log,
+            metrics: Metrics::default(),
         })
+    }
+
+    /// The same relay, counting each request's outcome into `metrics`.
+    pub fn with_metrics(self, metrics: Metrics) -> McpDoor {
+        McpDoor { metrics, ..self }
     }
 
     fn record(&self, method: &Method, verdict: Verdict, outcome: &str) {
@@ -185,6 +194,7 @@ impl McpDoor {
 
     fn refuse(&self, method: &Method, refusal: McpRefusal) -> Response {
         self.record(method, Verdict::Refused, refusal.as_str());
+        self.metrics.mcp_request(McpOutcome::Refused(refusal));
         refusal.response()
     }
 }
@@ -251,6 +261,7 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
         return door.refuse(&method, McpRefusal::UpstreamRedirect);
     }
     door.record(&method, Verdict::Relayed, answer.status().as_str());
+    door.metrics.mcp_request(McpOutcome::Relayed);
     let mut response = hyper::Response::builder().status(answer.status().as_u16());
     for name in RESPONSE_HEADERS {
         for value in answer.headers().get_all(name) {

@@ -11,16 +11,17 @@
 //! Every decision is recorded in the door's [`DecisionLog`] before the client hears of it: a
 //! refusal or failure before its reply, `allowed` (the tunnel's address) before the 200, and a
 //! refused first flight before the tunnel is closed. So a subscriber that ends its subscription
-//! after the client saw its answer has that decision.
+//! after the client saw its answer has that decision. Each decision is counted in the door's
+//! [`Metrics`] where it is recorded, and a tunnel's bytes as they move.
 
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -36,6 +37,7 @@ use crate::client_hello::{
 use crate::connect::{
     check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
 };
+use crate::metrics::{Failure, FlightRefusal, Metrics, Refusal};
 
 mod decision_log;
 pub mod tunnel;
@@ -139,39 +141,48 @@ pub struct Door {
     pub log: Arc<DecisionLog>,
     /// How open tunnels move their bytes.
     pub mode: Mode,
-    /// The door's tunnels open now, for the gate's `STATUS=`.
+    /// The door's tunnels open now, for the gate's `STATUS=` and its metrics.
     pub open: OpenTunnels,
+    /// Where the door counts its decisions and relayed bytes.
+    pub metrics: Metrics,
 }
 
-/// How many of a door's tunnels are open: each counted from its 200 to its close.
+/// How many of a door's tunnels are open: each counted from its 200 to its close. The count
+/// is the door's `tunnels_open` gauge itself, so `STATUS=` and a scrape read the same number.
 #[derive(Debug, Default)]
-pub struct OpenTunnels(AtomicUsize);
+pub struct OpenTunnels(Gauge);
 
 impl OpenTunnels {
+    /// Counts into `gauge` ([`Metrics::tunnels_open`]).
+    pub fn new(gauge: Gauge) -> OpenTunnels {
+        OpenTunnels(gauge)
+    }
+
     /// The tunnels open now.
     pub fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        usize::try_from(self.0.get()).unwrap_or(0)
     }
 
     /// Counts one tunnel until the guard is dropped, however its task ends.
     fn enter(&self) -> OpenTunnel<'_> {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.0.inc();
         OpenTunnel(&self.0)
     }
 }
 
 /// One counted tunnel; dropping it uncounts it.
-struct OpenTunnel<'a>(&'a AtomicUsize);
+struct OpenTunnel<'a>(&'a Gauge);
 
 impl Drop for OpenTunnel<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
 impl Door {
-    /// A production door: the system resolver, direct dials, default limits, a new log.
-    pub fn new(name: DoorName, hosts: Vec<String>, policy: Policy) -> Door {
+    /// A production door: the system resolver, direct dials, default limits, a new log,
+    /// counting into `metrics`.
+    pub fn new(name: DoorName, hosts: Vec<String>, policy: Policy, metrics: Metrics) -> Door {
         Door {
             hosts,
             policy,
@@ -180,7 +191,8 @@ impl Door {
             dialer: Arc::new(TcpDialer),
             log: Arc::new(DecisionLog::new(name)),
             mode: Mode::Splice,
-            open: OpenTunnels::default(),
+            open: OpenTunnels::new(metrics.tunnels_open(name)),
+            metrics,
         }
     }
 
@@ -195,10 +207,38 @@ impl Door {
             .record(target.host(), Some(target.port()), verdict, reason);
     }
 
-    /// Records the refusal of a connection whose head did not parse: `raw` stands for the
-    /// target (as the client wrote it, or `-`).
-    fn refuse_unparsed(&self, raw: &str, reason: &str) {
-        self.log.record(raw, None, Decided::Refused, reason);
+    /// Records and counts the refusal of a CONNECT whose head parsed; `detail`, when given,
+    /// follows the reason's name in the log.
+    fn refuse(&self, target: &ConnectTarget, refusal: Refusal, detail: Option<&str>) {
+        self.record(
+            target,
+            Decided::Refused,
+            &with_detail(refusal.as_str(), detail),
+        );
+        self.metrics.connect_refused(self.name(), refusal);
+    }
+
+    /// Records and counts the refusal of a connection whose head did not parse (or was not
+    /// read): `raw` stands for the target (as the client wrote it, or `-`).
+    fn refuse_unparsed(&self, raw: &str, refusal: Refusal, detail: Option<&str>) {
+        let reason = with_detail(refusal.as_str(), detail);
+        self.log.record(raw, None, Decided::Refused, &reason);
+        self.metrics.connect_refused(self.name(), refusal);
+    }
+
+    /// Records and counts a CONNECT that found no way to its planned host.
+    fn fail(&self, target: &ConnectTarget, failure: Failure, detail: &str) {
+        let reason = with_detail(failure.as_str(), Some(detail));
+        self.record(target, Decided::Failed, &reason);
+        self.metrics.connect_failed(self.name(), failure);
+    }
+}
+
+/// A decision's reason: the stable name, then what the operator needs to know about it.
+fn with_detail(name: &str, detail: Option<&str>) -> String {
+    match detail {
+        Some(detail) => format!("{name}: {detail}"),
+        None => name.to_owned(),
     }
 }
 
@@ -220,10 +260,11 @@ pub async fn serve(listener: UnixListener, door: Arc<Door>) -> io::Result<()> {
             Err(_) => {
                 door.refuse_unparsed(
                     "-",
-                    &format!(
-                        "over_cap: this door already holds {}",
+                    Refusal::OverCap,
+                    Some(&format!(
+                        "this door already holds {}",
                         door.limits.max_connections
-                    ),
+                    )),
                 );
                 refuse_over_cap(stream);
             }
@@ -298,13 +339,13 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
         Ok((target, len)) => match check_plan(&target, &door.hosts) {
             Ok(()) => (target, len),
             Err(refusal) => {
-                door.record(&target, Decided::Refused, refusal.as_str());
+                door.refuse(&target, Refusal::Connect(refusal), None);
                 reply(&mut client, &refusal.reply()).await;
                 return;
             }
         },
         Err(refusal) => {
-            door.refuse_unparsed(&requested_target(&buf), refusal.as_str());
+            door.refuse_unparsed(&requested_target(&buf), Refusal::Connect(refusal), None);
             reply(&mut client, &refusal.reply()).await;
             return;
         }
@@ -315,6 +356,7 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
     // The original daemon's order: the tunnel's address is the decision, recorded before the
     // 200; a first flight refused later is a second decision, recorded before the close.
     door.record(&target, Decided::Allowed, &format!("via {address}"));
+    door.metrics.connect_allowed(door.name());
     if client.write_all(ESTABLISHED).await.is_err() {
         return;
     }
@@ -322,20 +364,21 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
     buf.drain(..head_len);
     match read_first_flight(&mut client, &mut buf, door.limits.first_flight_timeout).await {
         Ok(sni) => match check_server_name(target.host(), &sni) {
-            Ok(()) => pass_through(client, upstream, &buf, door.mode).await,
-            Err(refusal) => close_tunnel(door, &target, refusal.as_str()),
+            Ok(()) => pass_through(client, upstream, &buf, door).await,
+            Err(refusal) => close_tunnel(door, &target, FlightRefusal::Hello(refusal)),
         },
         Err(why) => close_tunnel(door, &target, why),
     }
 }
 
-/// Records why the tunnel is closed unused; the caller then drops both sockets.
-fn close_tunnel(door: &Door, target: &ConnectTarget, why: &str) {
+/// Records and counts why the tunnel is closed unused; the caller then drops both sockets.
+fn close_tunnel(door: &Door, target: &ConnectTarget, why: FlightRefusal) {
     door.record(
         target,
         Decided::Refused,
-        &format!("{why}; nothing was sent upstream"),
+        &format!("{}; nothing was sent upstream", why.as_str()),
     );
+    door.metrics.first_flight_refused(door.name(), why);
 }
 
 /// Reads until a head parses. `Ok(None)`: the client closed first.
@@ -396,13 +439,13 @@ async fn open_upstream(
     let answers = match door.resolver.resolve(target.host()).await {
         Ok(answers) => answers,
         Err(error) => {
-            door.record(target, Decided::Failed, &format!("lookup_failed: {error}"));
+            door.fail(target, Failure::LookupFailed, &error.to_string());
             reply(client, BAD_GATEWAY).await;
             return None;
         }
     };
     if answers.is_empty() {
-        door.record(target, Decided::Refused, "no_address");
+        door.refuse(target, Refusal::NoAddress, None);
         reply(client, FORBIDDEN).await;
         return None;
     }
@@ -410,15 +453,14 @@ async fn open_upstream(
         .iter()
         .filter_map(|ip| match door.policy.classify(*ip) {
             Verdict::Public => None,
-            Verdict::Refused(reason) => Some(format!("{ip} {reason}")),
+            Verdict::Refused(reason) => {
+                door.metrics.address_refused(door.name(), reason);
+                Some(format!("{ip} {reason}"))
+            }
         })
         .collect();
     if !refused.is_empty() {
-        door.record(
-            target,
-            Decided::Refused,
-            &format!("not_public: {}", refused.join(", ")),
-        );
+        door.refuse(target, Refusal::NotPublic, Some(&refused.join(", ")));
         reply(client, FORBIDDEN).await;
         return None;
     }
@@ -431,11 +473,7 @@ async fn open_upstream(
             Err(_) => failures.push(format!("{address} timed out")),
         }
     }
-    door.record(
-        target,
-        Decided::Failed,
-        &format!("dial_failed: {}", failures.join(", ")),
-    );
+    door.fail(target, Failure::DialFailed, &failures.join(", "));
     reply(client, BAD_GATEWAY).await;
     None
 }
@@ -445,36 +483,39 @@ async fn read_first_flight(
     client: &mut UnixStream,
     buf: &mut Vec<u8>,
     limit: Duration,
-) -> Result<String, &'static str> {
+) -> Result<String, FlightRefusal> {
     let deadline = Instant::now() + limit;
     loop {
         match inspect_first_flight(buf) {
             FirstFlight::Accept { sni } => return Ok(sni),
-            FirstFlight::Refuse(refusal) => return Err(refusal.as_str()),
+            FirstFlight::Refuse(refusal) => return Err(FlightRefusal::Hello(refusal)),
             FirstFlight::NeedMore if buf.len() >= MAX_FIRST_FLIGHT => {
-                return Err(HelloRefusal::TooLarge.as_str())
+                return Err(FlightRefusal::Hello(HelloRefusal::TooLarge))
             }
             FirstFlight::NeedMore => {}
         }
         match tokio::time::timeout_at(deadline, read_some(client, buf, MAX_FIRST_FLIGHT)).await {
-            Err(_) => return Err(HelloRefusal::Timeout.as_str()),
-            Ok(Ok(0)) | Ok(Err(_)) => return Err("client_closed"),
+            Err(_) => return Err(FlightRefusal::Hello(HelloRefusal::Timeout)),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(FlightRefusal::ClientClosed),
             Ok(Ok(_)) => {}
         }
     }
 }
 
-/// Sends the accepted first flight upstream, then moves bytes both ways until both sides close.
+/// Sends the accepted first flight upstream, then moves bytes both ways until both sides
+/// close, counting them into the door's relayed bytes as they move.
 async fn pass_through(
     client: UnixStream,
     mut upstream: TcpStream,
     first_flight: &[u8],
-    mode: Mode,
+    door: &Door,
 ) {
+    let relayed = door.metrics.relayed(door.name());
     if upstream.write_all(first_flight).await.is_err() {
         return;
     }
-    match tunnel::run(&client, &upstream, mode).await {
+    relayed.upstream.inc_by(first_flight.len() as u64);
+    match tunnel::run(&client, &upstream, door.mode, &relayed).await {
         Ok(moved) => tracing::debug!(?moved, "tunnel closed"),
         Err(error) => tracing::debug!(%error, "tunnel failed"),
     }

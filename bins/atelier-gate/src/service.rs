@@ -4,7 +4,9 @@
 //! The listeners, told apart by the file name of the path each is bound to: one per door
 //! (`turn.sock`, `build.sock`), the turn door's MCP relay (`mcp.sock`), and, optionally, the
 //! decisions socket ([`DECISIONS_SOCKET_FILE`]) through which sited subscribes to a door's
-//! decisions.
+//! decisions. The metrics socket, a socket unit of its own, is told apart by its descriptor
+//! name ([`METRICS_SOCKET_NAME`](atelier_layout::names::METRICS_SOCKET_NAME)) instead, and is
+//! optional too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixListener;
@@ -19,10 +21,12 @@ use atelier_layout::names::GATE_MCP_SOCKET_FILE;
 use atelier_proto::Door as DoorName;
 use atelier_sd::listen::{listeners_from_env, ActivatedSocket, NamedSocket};
 use atelier_sd::notify::Notifier;
+use prometheus_client::registry::Registry;
 
 use crate::address::Policy;
 use crate::decisions::{self, Subscriptions};
 use crate::mcp::{self, McpDoor};
+use crate::metrics::{self, Metrics};
 use crate::plan::{load_plan, Plan};
 use crate::serve::{serve, DecisionLog, Door};
 
@@ -104,18 +108,24 @@ pub fn parse_plan_arg(value: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// Checks the settings, loads every plan, takes each door's listener from systemd (the one
-/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay) and the decisions
-/// socket when one was passed, signals READY and serves until SIGTERM or SIGINT. Fails before
-/// READY if a setting or a plan is bad, a door's listener or the relay's credential is
-/// missing.
+/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay), the decisions
+/// socket and the metrics socket when they were passed, signals READY and serves until
+/// SIGTERM or SIGINT. Fails before READY if a setting or a plan is bad, a door's listener or
+/// the relay's credential is missing.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let policy = settings.check()?;
     if policy.allow_benchmark_range {
         tracing::warn!("--allow-benchmark-range: 198.18.0.0/15 counts as public (tests only)");
     }
     raise_open_file_limit();
-    let sockets = listeners_from_env().context("reading the sockets systemd passed")?;
+    let mut sockets = listeners_from_env().context("reading the sockets systemd passed")?;
+    // Taken by its name before the rest are sorted by file name, which would call it a
+    // socket no door uses.
+    let metrics_listener =
+        atelier_daemon::take_metrics_listener(&mut sockets).context("taking the metrics socket")?;
     let mut sockets = by_file_name(sockets)?;
+    let mut registry = Registry::with_prefix(metrics::PREFIX);
+    let metrics = Metrics::new(&mut registry);
     let mut tasks = tokio::task::JoinSet::new();
     let mut logs = HashMap::new();
     let mut doors = Vec::new();
@@ -130,11 +140,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         } = plan;
         let name = door_name(&name)?;
         let listener = tokio_listener(&mut sockets, &socket_file)?;
-        let door = Arc::new(Door::new(name, hosts, policy));
+        let door = Arc::new(Door::new(name, hosts, policy, metrics.clone()));
         // The relay's decisions are the door's: one log, one subscription for both.
         if let Some(relay) = relay_of(mcp.as_ref(), Arc::clone(&door.log))? {
             let mcp_listener = tokio_listener(&mut sockets, GATE_MCP_SOCKET_FILE)?;
-            let relay = Arc::new(relay);
+            let relay = Arc::new(relay.with_metrics(metrics.clone()));
             tracing::info!(upstream = %relay.upstream, "serving the MCP relay");
             tasks.spawn(async move { ("mcp".to_owned(), mcp::serve(mcp_listener, relay).await) });
         }
@@ -159,6 +169,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     for unused in sockets.keys() {
         tracing::warn!(socket = %unused, "a passed socket no door uses");
     }
+    let _metrics = atelier_daemon::metrics::spawn(metrics_listener, registry);
     let notifier = Notifier::from_env();
     let open = move || -> Vec<(DoorName, usize)> {
         doors

@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::thread::sleep;
 use std::time::Duration;
@@ -126,6 +127,104 @@ fn an_allowed_host_passes_bytes_both_ways() {
     ));
     // One lookup for the one tunnel: the gate resolves once and pins the answer.
     assert_eq!(lab.lab.queries("A", HOST), 1);
+}
+
+/// Every sample the gate's metrics socket at `socket` serves: `name{labels}` to its value.
+fn scrape(socket: &std::path::Path) -> BTreeMap<String, i64> {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(support::lab::WAIT)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: gate\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let answer = String::from_utf8(read_to_close(&mut stream)).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            (series.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Waits (bounded) until exactly `want` moved at `socket` since `before`, each series by its
+/// amount and no other series at all: the gate counts a moment after the bytes it moved
+/// reach the test.
+fn assert_moved(socket: &std::path::Path, before: &BTreeMap<String, i64>, want: &[(&str, i64)]) {
+    let want: BTreeMap<String, i64> = want
+        .iter()
+        .map(|(series, change)| ((*series).to_owned(), *change))
+        .collect();
+    let moved = || -> BTreeMap<String, i64> {
+        scrape(socket)
+            .into_iter()
+            .filter_map(|(series, value)| {
+                let change = value - before.get(&series).copied().unwrap_or(0);
+                (change != 0).then_some((series, change))
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + support::lab::WAIT;
+    while moved() != want && std::time::Instant::now() < deadline {
+        sleep(Duration::from_millis(10));
+    }
+    assert_eq!(moved(), want);
+}
+
+/// One tunnel relaying a known number of bytes each way (a raw echo upstream: the gate reads
+/// only the ClientHello) and one refused CONNECT, read from the real gate's metrics socket.
+#[test]
+fn the_metrics_socket_counts_one_tunnel_and_one_refusal_exactly() {
+    let lab = Tunnels::start(&[(HOST, HOST_ADDR)], &[], &[], &[]);
+    let listener = lab.lab.listen(HOST_ADDR, 443);
+    let echo = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut reader = stream.try_clone().unwrap();
+        std::io::copy(&mut reader, &mut stream).unwrap()
+    });
+    let metrics = lab.gate.socket("metrics");
+    // The lab's activation probe was refused before this: the baseline holds it.
+    let before = scrape(metrics);
+
+    let (mut stream, reply) = connect(lab.turn(), HOST);
+    assert_eq!(reply, ESTABLISHED);
+    let (_, mut sent) = client_hello(&lab.ca.client_config(true), HOST);
+    sent.extend((0..32 * 1024u32).map(|i| (i % 251) as u8));
+    stream.write_all(&sent).unwrap();
+    let mut echoed = vec![0u8; sent.len()];
+    std::io::Read::read_exact(&mut stream, &mut echoed).unwrap();
+    assert!(echoed == sent, "the echo differs");
+    let len = i64::try_from(sent.len()).unwrap();
+    let tunnel = [
+        (r#"atelier_gate_connects_allowed_total{door="turn"}"#, 1),
+        (
+            r#"atelier_gate_relayed_bytes_total{door="turn",direction="upstream"}"#,
+            len,
+        ),
+        (
+            r#"atelier_gate_relayed_bytes_total{door="turn",direction="downstream"}"#,
+            len,
+        ),
+    ];
+    let open = r#"atelier_gate_tunnels_open{door="turn"}"#;
+    let mut during = tunnel.to_vec();
+    during.push((open, 1));
+    assert_moved(metrics, &before, &during);
+    assert_eq!(scrape(metrics)[open], 1);
+
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(read_to_close(&mut stream), b"");
+    assert_eq!(echo.join().unwrap(), sent.len() as u64);
+    let (_, reply) = connect(lab.turn(), "elsewhere.example.com");
+    assert_eq!(reply, FORBIDDEN);
+    let mut after = tunnel.to_vec();
+    after.push((
+        r#"atelier_gate_connects_refused_total{door="turn",reason="not_in_plan"}"#,
+        1,
+    ));
+    assert_moved(metrics, &before, &after);
+    assert_eq!(scrape(metrics)[open], 0);
 }
 
 #[test]
@@ -489,4 +588,17 @@ fn the_relay_refuses_an_upstream_redirect() {
     relay
         .gate
         .wait_for_log("door=turn host=mcp verdict=refused reason=POST /mcp upstream_redirect");
+    // Counted before the agent had its answer, as the relay's one request.
+    let counted = scrape(relay.gate.socket("metrics"));
+    let mcp: Vec<(&String, &i64)> = counted
+        .iter()
+        .filter(|(series, _)| series.starts_with("atelier_gate_mcp_requests_total"))
+        .collect();
+    assert_eq!(
+        mcp,
+        [(
+            &r#"atelier_gate_mcp_requests_total{outcome="upstream_redirect"}"#.to_owned(),
+            &1
+        )]
+    );
 }

@@ -506,7 +506,8 @@ pub fn sites_of<'d>(layout: &Layout<'d>, allocation: &Allocation) -> Vec<(SiteOr
 }
 
 /// The units of the instance that must be enabled and active: sited's socket, per site its
-/// doors' and its gate's sockets, and with a chat block chatd's socket and its purge timer.
+/// doors' and its gate's sockets, with a chat block chatd's socket and its purge timer, and
+/// every daemon's metrics socket.
 pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<String> {
     let inst = layout.instance();
     let mut units = vec![names::sited_socket_unit(inst)];
@@ -521,6 +522,7 @@ pub fn socket_units(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<
         units.push(names::chatd_socket_unit(inst));
         units.push(names::chatd_purge_timer_unit(inst));
     }
+    units.extend(layout.metrics_sockets(sites).into_iter().map(|s| s.unit));
     units
 }
 
@@ -536,6 +538,8 @@ fn made_at_run_time(role: Role) -> bool {
             | Role::GateSocket
             | Role::GateDecisionsSocket
             | Role::ChatSocket
+            | Role::MetricsDir
+            | Role::MetricsSocket
     )
 }
 
@@ -650,6 +654,7 @@ impl RetiredPaths {
         }
         units.push(layout.unit_path(&names::gate_socket_unit(inst, k)));
         units.push(layout.unit_path(&names::gate_decisions_socket_unit(inst, k)));
+        units.push(layout.unit_path(&layout.gate_metrics_socket(k).unit));
         units.push(layout.unit_path(&names::gate_service_unit(inst, k)));
         let mut files: Vec<PathBuf> = Door::ALL
             .into_iter()
@@ -787,7 +792,9 @@ impl Planner<'_> {
         }
         let decl = self.input.layout.declaration();
         let accounts = &self.input.host.accounts;
-        for (what, group) in [("engine", &decl.engine.group), ("web", &decl.web.group)] {
+        let monitoring = decl.monitoring.as_ref().map(|m| ("monitoring", &m.group));
+        let groups = [("engine", &decl.engine.group), ("web", &decl.web.group)];
+        for (what, group) in groups.into_iter().chain(monitoring) {
             if accounts.group(group).is_none() {
                 self.refuse(
                     group,
@@ -1709,6 +1716,7 @@ mod tests {
                 group("root", 0),
                 group("www-data", 33),
                 group("dedalo-example", 500),
+                group("prometheus", 501),
             ],
             shadow: Some(vec![]),
         }
@@ -2061,7 +2069,7 @@ mod tests {
             [
                 "systemctl daemon-reload",
                 "systemd-tmpfiles --create /etc/tmpfiles.d/atelier-example.conf",
-                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s1-gate-decisions.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket atelier-example-s2-gate-decisions.socket atelier-chatd@example.socket atelier-chatd-purge@example.timer",
+                "systemctl enable --now atelier-sited@example.socket atelier-example-s1-turn.socket atelier-example-s1-build.socket atelier-example-s1-git.socket atelier-example-s1-gate.socket atelier-example-s1-gate-decisions.socket atelier-example-s2-turn.socket atelier-example-s2-build.socket atelier-example-s2-git.socket atelier-example-s2-gate.socket atelier-example-s2-gate-decisions.socket atelier-chatd@example.socket atelier-chatd-purge@example.timer atelier-sited-metrics@example.socket atelier-chatd-metrics@example.socket atelier-example-s1-gate-metrics.socket atelier-example-s2-gate-metrics.socket",
                 "nginx -t",
                 "systemctl try-reload-or-restart nginx.service",
             ]

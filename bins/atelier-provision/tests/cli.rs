@@ -26,7 +26,7 @@ fn host(with_engine_group: bool) -> tempfile::TempDir {
         "root:x:0:0:root:/root:/bin/sh\n",
     )
     .unwrap();
-    let mut groups = String::from("root:x:0:\nwww-data:x:33:\n");
+    let mut groups = String::from("root:x:0:\nwww-data:x:33:\nprometheus:x:591:\n");
     if with_engine_group {
         groups.push_str("dedalo-example:x:590:\n");
     }

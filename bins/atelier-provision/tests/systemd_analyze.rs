@@ -81,9 +81,10 @@ fn render_units(dir: &Path) -> Vec<(PathBuf, Artifact)> {
 fn every_rendered_unit_verifies_without_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let units = render_units(dir.path());
-    // 2 sited units, per site 3 doors × 3 units plus the gate's 3 (two sockets, a service), and
-    // chatd's socket, service, purge timer and purge service.
-    assert_eq!(units.len(), 2 + 2 * (9 + 3) + 4);
+    // sited's 3 units (two sockets, a service), per site 3 doors × 3 units plus the gate's 4
+    // (three sockets, a service), and chatd's two sockets, service, purge timer and purge
+    // service.
+    assert_eq!(units.len(), 3 + 2 * (9 + 4) + 5);
     let mut args: Vec<&std::ffi::OsStr> = vec!["verify".as_ref(), "--no-pager".as_ref()];
     args.extend(units.iter().map(|(p, _)| p.as_os_str()));
     let (ok, text) = systemd_analyze(&args);

@@ -5,7 +5,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use atelier_build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
 use atelier_fs::{FsError, Root};
@@ -16,6 +16,7 @@ use atelier_proto::Door;
 use atelier_releases::{ReleaseId, Store, Strategy};
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::Metrics;
 use crate::reservations::{Hold, Reservation};
 use crate::runs::{base_env, RunItem, RunSpec, Runner};
 use crate::sites::{iso8601, SiteError, Sites};
@@ -54,8 +55,8 @@ pub struct BuildSettings {
 pub struct BuildRecord {
     /// The build id.
     pub id: String,
-    /// `running`, `success` or `failed`.
-    pub outcome: String,
+    /// Where the build is.
+    pub outcome: BuildOutcome,
     /// When it started.
     pub started_at: String,
     /// When it ended.
@@ -64,6 +65,29 @@ pub struct BuildRecord {
     pub release: Option<String>,
     /// Why it failed (the contract's strings).
     pub error: Option<String>,
+}
+
+/// Where a build is: running, or how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuildOutcome {
+    /// Not ended yet (or its process died, until the boot sweep).
+    Running,
+    /// Promoted into preproduction.
+    Success,
+    /// Ended without a release; the record's `error` says why.
+    Failed,
+}
+
+impl BuildOutcome {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildOutcome::Running => "running",
+            BuildOutcome::Success => "success",
+            BuildOutcome::Failed => "failed",
+        }
+    }
 }
 
 /// Why a build was refused or could not be read.
@@ -106,15 +130,17 @@ pub struct Builds {
     sites: Sites,
     runner: Runner,
     settings: BuildSettings,
+    metrics: Metrics,
 }
 
 impl Builds {
-    /// Builds of `sites` through `runner`.
-    pub fn new(sites: Sites, runner: Runner, settings: BuildSettings) -> Builds {
+    /// Builds of `sites` through `runner`, counted in `metrics`.
+    pub fn new(sites: Sites, runner: Runner, settings: BuildSettings, metrics: Metrics) -> Builds {
         Builds {
             sites,
             runner,
             settings,
+            metrics,
         }
     }
 
@@ -124,15 +150,24 @@ impl Builds {
         if self.runner.is_stopping() {
             return Err(crate::runs::RunRefusal::DaemonStopping.into());
         }
+        let admitted = Instant::now();
         let this = self.clone();
         let owned = slug.to_owned();
         let (reservation, id, plan) = tokio::task::spawn_blocking(move || this.admit(&owned))
             .await
             .map_err(|e| SiteError::Task(e.to_string()))??;
-        if let Some(plan) = plan {
-            let this = self.clone();
-            let (slug, build_id) = (slug.to_owned(), id.clone());
-            tokio::spawn(async move { this.run(slug, build_id, plan, reservation).await });
+        match plan {
+            Some(plan) => {
+                let this = self.clone();
+                let (slug, build_id) = (slug.to_owned(), id.clone());
+                tokio::spawn(
+                    async move { this.run(slug, build_id, plan, reservation, admitted).await },
+                );
+            }
+            // Its record already says it failed.
+            None => self
+                .metrics
+                .build_ended(BuildOutcome::Failed, admitted.elapsed()),
         }
         Ok(id)
     }
@@ -161,7 +196,7 @@ impl Builds {
             .map_err(SiteError::from)?;
         let record = BuildRecord {
             id: id.clone(),
-            outcome: "running".to_owned(),
+            outcome: BuildOutcome::Running,
             started_at: iso8601(SystemTime::now()),
             finished_at: None,
             release: None,
@@ -194,8 +229,19 @@ impl Builds {
     }
 
     /// The pipeline; never fails out: every path ends in one terminal record.
-    async fn run(self, slug: String, id: String, plan: BuildPlan, reservation: Reservation) {
+    async fn run(
+        self,
+        slug: String,
+        id: String,
+        plan: BuildPlan,
+        reservation: Reservation,
+        admitted: Instant,
+    ) {
         let outcome = self.pipeline(&slug, &id, &plan).await;
+        let ended = match outcome {
+            Ok(_) => BuildOutcome::Success,
+            Err(_) => BuildOutcome::Failed,
+        };
         let this = self.clone();
         let (slug2, id2) = (slug.clone(), id.clone());
         let written = tokio::task::spawn_blocking(move || -> Result<(), BuildError> {
@@ -214,8 +260,9 @@ impl Builds {
                 tracing::error!(site = %slug, build = %id, error = %e, "the build record task failed")
             }
         }
+        self.metrics.build_ended(ended, admitted.elapsed());
         drop(reservation);
-        tracing::info!(site = %slug, build = %id, "build ended");
+        tracing::info!(site = %slug, build = %id, outcome = ended.as_str(), "build ended");
     }
 
     async fn pipeline(&self, slug: &str, id: &str, plan: &BuildPlan) -> Result<String, String> {
@@ -399,7 +446,7 @@ impl Builds {
                     continue;
                 };
                 if let Ok(mut record) = read_record(&workspace, &slug, id) {
-                    if record.outcome == "running" {
+                    if record.outcome == BuildOutcome::Running {
                         finish(
                             &mut record,
                             Err(BuildFailure::Interrupted.as_str().into_owned()),
@@ -452,11 +499,11 @@ fn finish(record: &mut BuildRecord, outcome: Result<String, String>) {
     record.finished_at = Some(iso8601(SystemTime::now()));
     match outcome {
         Ok(release) => {
-            record.outcome = "success".to_owned();
+            record.outcome = BuildOutcome::Success;
             record.release = Some(release);
         }
         Err(error) => {
-            record.outcome = "failed".to_owned();
+            record.outcome = BuildOutcome::Failed;
             record.error = Some(error);
         }
     }

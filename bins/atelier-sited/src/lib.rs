@@ -19,7 +19,7 @@
 //!   faults a turn ends with and the `error` event (reason, retriable, message) of each.
 //! - [`drivers`]: the configured agent CLIs, their probes and plans (`atelier-agents`).
 //! - [`runs`]: the confinement seam every turn, build and git command goes through.
-//! - [`audit`]: the append-only audit log.
+//! - [`audit`]: the append-only audit log; [`metrics`]: the counters the metrics socket serves.
 //!
 //! Builds and publishing: [`builds`] (the build door, the log, the promote) and
 //! [`publishing`] (preview, publish, releases, rollback).
@@ -33,6 +33,7 @@ pub mod drivers;
 pub mod git;
 mod health;
 pub mod manifest;
+pub mod metrics;
 pub mod problem;
 pub mod publishing;
 pub mod reservations;
@@ -58,8 +59,12 @@ pub use sites::{Sites, SitesConfig};
 
 use std::time::Duration;
 
-use atelier_daemon::{DaemonError, DaemonSocket};
+use atelier_daemon::{DaemonError, DaemonSocket, Listeners};
 use atelier_sd::notify::Notifier;
+use prometheus_client::registry::Registry;
+
+/// The prefix of every metric sited serves.
+pub const METRICS_PREFIX: &str = "atelier_sited";
 
 /// How often `STATUS=` is brought up to date with the runs in progress.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
@@ -89,11 +94,18 @@ pub enum RunError {
 /// with `turn_end`), requests drain, and the turns' commits are waited for.
 pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError> {
     preflight(&settings)?;
-    let listener = atelier_daemon::take_listener(DaemonSocket {
+    let Listeners {
+        api: listener,
+        metrics: metrics_listener,
+    } = atelier_daemon::take_listeners(DaemonSocket {
         fallback: settings.listen.as_deref(),
         fallback_mode: settings::FALLBACK_SOCKET_MODE,
     })?;
-    let router = Router::new(&settings)?;
+    let mut registry = Registry::with_prefix(METRICS_PREFIX);
+    let metrics = metrics::Metrics::new(&mut registry);
+    let router = Router::with_metrics(&settings, metrics)?;
+    // Served for the daemon's whole run: the handle stops the server when dropped.
+    let _metrics_server = atelier_daemon::metrics::spawn(metrics_listener, registry);
     if let Some(doors) = router.sessions().runner().systemd_doors() {
         notifier.status("reconciling the sites' runs with PID 1");
         let quarantined = doors.reconcile().await;

@@ -13,6 +13,7 @@ use crate::audit::{self, Audit};
 use crate::builds::Builds;
 use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
+use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::publishing::{PublishError, PublishRequest};
 use crate::runs::{DoorSettings, Mode, NoneSpawner, Runner, SystemdDoors};
@@ -93,8 +94,14 @@ pub enum BootError {
 }
 
 impl Router {
-    /// Builds the router and the services behind it for an instance.
+    /// Builds the router and the services behind it for an instance, its metrics registered
+    /// nowhere.
     pub fn new(settings: &Settings) -> Result<Self, BootError> {
+        Self::with_metrics(settings, Metrics::unregistered())
+    }
+
+    /// Builds the router and the services behind it for an instance, counting in `metrics`.
+    pub fn with_metrics(settings: &Settings, metrics: Metrics) -> Result<Self, BootError> {
         let fingerprint = instance_fingerprint(settings.instance.as_str(), &settings.service_token);
         let agents = &settings.agents;
         let mode = match agents.confinement {
@@ -137,7 +144,12 @@ impl Router {
         let runner = Runner::new(mode).map_err(BootError::Netns)?;
         let drivers = Drivers::new(agents.bins.iter().cloned(), settings.sites.default_driver);
         let sites = Sites::new(settings.sites.clone(), runner.clone());
-        let builds = Builds::new(sites.clone(), runner.clone(), settings.builds.clone());
+        let builds = Builds::new(
+            sites.clone(),
+            runner.clone(),
+            settings.builds.clone(),
+            metrics.clone(),
+        );
         let turn_settings = TurnSettings {
             turn_timeout: agents.turn_timeout,
             credentials: agents.driver_credentials(),
@@ -151,7 +163,9 @@ impl Router {
             drivers.clone(),
             turn_settings,
             settings.max_concurrent_sessions,
+            metrics,
         );
+        sessions.metrics().sites_counted(sites.slugs().len());
         Ok(Self {
             inner: Arc::new(RouterState {
                 base_path: settings.base_path.clone(),
@@ -249,7 +263,9 @@ impl Router {
             (["v1", "sites"], _) => {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let status = sites.create(&body, &actor).await?;
+                let created = sites.create(&body, &actor).await;
+                self.count_sites().await;
+                let status = created?;
                 tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
                 let detail =
                     json!({"template": status.manifest.template, "domain": status.manifest.domain});
@@ -267,7 +283,9 @@ impl Router {
                 let purge_prod = query_flag(request.uri().query(), "purge_prod");
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let report = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await?;
+                let deleted = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await;
+                self.count_sites().await;
+                let report = deleted?;
                 tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
                 let detail = json!({
                     "purge_prod": report.purged_prod,
@@ -430,6 +448,16 @@ impl Router {
                 Ok(self.inner.sessions.follow(&id, after).await?)
             }
             _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),
+        }
+    }
+
+    /// Brings the sites gauge up to date after a create or delete, whether or not it
+    /// succeeded (a failure may have left or removed part of a site).
+    async fn count_sites(&self) {
+        let counted = off_the_workers(&self.inner.sites, |s| Ok(s.slugs().len())).await;
+        match counted {
+            Ok(count) => self.inner.sessions.metrics().sites_counted(count),
+            Err(error) => tracing::warn!(?error, "counting the sites failed"),
         }
     }
 

@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc, Notify};
 use crate::actor::Actor;
 use crate::drivers::{AdmitError, Drivers};
 use crate::manifest::{self, Driver};
+use crate::metrics::{Metrics, Open};
 use crate::reservations::{Busy, Hold, Reservation};
 use crate::runs::{RunRefusal, Runner};
 use crate::session_log::{
@@ -143,6 +144,7 @@ struct SessionsState {
     drivers: Drivers,
     agents: TurnSettings,
     max_concurrent: u32,
+    metrics: Metrics,
     running_turns: Mutex<u32>,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
     index: Mutex<HashMap<SessionId, String>>,
@@ -192,13 +194,15 @@ impl Drop for TurnSlot {
 }
 
 impl Sessions {
-    /// The service over `sites`, with at most `max_concurrent` turns at once.
+    /// The service over `sites`, with at most `max_concurrent` turns at once, counting its
+    /// turns and followers in `metrics`.
     pub fn new(
         sites: Sites,
         runner: Runner,
         drivers: Drivers,
         agents: TurnSettings,
         max_concurrent: u32,
+        metrics: Metrics,
     ) -> Self {
         Self {
             inner: Arc::new(SessionsState {
@@ -207,6 +211,7 @@ impl Sessions {
                 drivers,
                 agents,
                 max_concurrent,
+                metrics,
                 running_turns: Mutex::new(0),
                 live: Mutex::new(HashMap::new()),
                 index: Mutex::new(HashMap::new()),
@@ -229,6 +234,11 @@ impl Sessions {
     /// The drivers.
     pub fn drivers(&self) -> &Drivers {
         &self.inner.drivers
+    }
+
+    /// The daemon's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 
     /// What turns run with.
@@ -486,7 +496,7 @@ impl Sessions {
         let this = self.clone();
         let owned_slug = slug.to_owned();
         let is_follow_up = session.is_some();
-        let (reservation, slot) = blocking(move || {
+        let (reservation, running, slot) = blocking(move || {
             let sites = &this.inner.sites;
             let reservation = sites
                 .reservations()
@@ -498,11 +508,13 @@ impl Sessions {
                         SessionError::Busy(busy)
                     }
                 })?;
+            // The gauge goes with the hold, so it reads what `STATUS=` counts.
+            let running = this.inner.metrics.turn_running();
             // Under the hold: a delete that finished meanwhile leaves nothing to start in.
             sites.get(&owned_slug)?;
             sites.check_quota(&owned_slug, 0)?;
             let slot = this.take_slot()?;
-            Ok((reservation, slot))
+            Ok((reservation, running, slot))
         })
         .await?;
         let target = self.inner.sites.config().run_target(slug);
@@ -516,6 +528,7 @@ impl Sessions {
             driver,
             bin,
             reservation,
+            running,
             slot,
         })
     }
@@ -551,8 +564,10 @@ impl Sessions {
             bin: admitted.bin,
             reservation: admitted.reservation,
             slot: admitted.slot,
+            running: admitted.running,
             control,
         };
+        self.inner.metrics.turn_started();
         tokio::spawn(turn.run());
         Ok(())
     }
@@ -770,9 +785,13 @@ impl Sessions {
             frames,
         };
         tokio::spawn(follower.run(live, receiver));
-        let stream = futures_util::stream::unfold(queue, |mut queue| async move {
-            queue.recv().await.map(|frame| (frame, queue))
-        });
+        // The stream holds the follower's count: it ends, or the client goes, and it is given
+        // back.
+        let following = self.inner.metrics.sse_follower();
+        let stream =
+            futures_util::stream::unfold((queue, following), |(mut queue, following)| async move {
+                queue.recv().await.map(|frame| (frame, (queue, following)))
+            });
         let mut response = sse_response(
             stream,
             SseKeepAlive::new(SSE_KEEP_ALIVE).with_comment("ping"),
@@ -850,6 +869,7 @@ struct Admitted {
     driver: Driver,
     bin: std::path::PathBuf,
     reservation: Reservation,
+    running: Open,
     slot: TurnSlot,
 }
 

@@ -13,7 +13,7 @@ use crate::problem::Reason;
 use crate::runs::RunRefusal;
 
 /// Why a turn ended in fault; a turn has at most one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TurnFault {
     /// The turn could not be prepared (its plan, brief or files), so no run was opened.
     SetupFailed,

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::agents_md::AGENTS_FILE;
 use crate::drivers::AGENT_PATH;
 use crate::git;
+use crate::metrics::Open;
 use crate::reservations::Reservation;
 use crate::runs::{RunItem, RunSpec, RunTarget};
 use crate::session_log::{self, SessionMeta};
@@ -95,8 +96,32 @@ pub struct Turn {
     pub reservation: Reservation,
     /// The global slot.
     pub slot: TurnSlot,
+    /// Its place on the running-turns gauge, taken with the site's hold.
+    pub running: Open,
     /// Stop and its acknowledgement.
     pub control: Arc<TurnControl>,
+}
+
+/// The state a turn ended in, as its `turn_end` and the session's meta name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnEnd {
+    /// It finished without a fault.
+    Idle,
+    /// A stop, or sited stopping, ended it.
+    Interrupted,
+    /// It ended with this fault.
+    Error(TurnFault),
+}
+
+impl TurnEnd {
+    /// The wire `state`.
+    pub fn state(self) -> &'static str {
+        match self {
+            TurnEnd::Idle => "idle",
+            TurnEnd::Interrupted => "interrupted",
+            TurnEnd::Error(_) => "error",
+        }
+    }
 }
 
 /// How the agent run ended.
@@ -121,6 +146,7 @@ impl Turn {
             bin,
             reservation,
             slot,
+            running,
             control,
         } = self;
         let turn = meta.turns + 1;
@@ -146,7 +172,7 @@ impl Turn {
             .await;
         sessions.set_site_state(&slug, "running", &id);
 
-        let mut saw_error = false;
+        let mut fault: Option<TurnFault> = None;
         let mut last_token: Option<String> = None;
         let mut planned: Vec<PlannedFile> = Vec::new();
         let ending = match plan(
@@ -199,16 +225,15 @@ impl Turn {
                         let failed = relay.parser.failure().is_some();
                         let tail = std::mem::take(&mut relay.stderr_tail);
                         drop(relay);
-                        saw_error |=
-                            report_ending(&events, &ending, saw_result, failed, &tail).await;
+                        fault = report_ending(&events, &ending, saw_result, failed, &tail).await;
                         ending
                     }
                 }
             }
         };
-        if let Ending::NotOpened(fault) = &ending {
-            events.persist(fault.event()).await;
-            saw_error = true;
+        if let Ending::NotOpened(refused) = &ending {
+            events.persist(refused.event()).await;
+            fault = Some(*refused);
         }
         control.mark_run_gone();
         remove_planned(&sessions, &slug, &planned).await;
@@ -242,13 +267,14 @@ impl Turn {
             }
         }
 
-        let state = if matches!(ending, Ending::Stopped) || control.stop_requested() {
-            "interrupted"
-        } else if saw_error {
-            "error"
+        let ended = if matches!(ending, Ending::Stopped) || control.stop_requested() {
+            TurnEnd::Interrupted
+        } else if let Some(fault) = fault {
+            TurnEnd::Error(fault)
         } else {
-            "idle"
+            TurnEnd::Idle
         };
+        let state = ended.state();
         meta.turns = turn;
         meta.state = state.to_owned();
         meta.resume_token = last_token.clone();
@@ -275,7 +301,8 @@ impl Turn {
         session.mark_finished();
         sessions.set_site_state(&slug, state, &id);
         sessions.forget_turn(&id);
-        drop((reservation, slot));
+        sessions.metrics().turn_ended(ended);
+        drop((reservation, slot, running));
         tracing::info!(session = %id, site = %slug, turn, state, "turn ended");
     }
 }
@@ -411,15 +438,15 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// Writes the terminal events of an opened run; returns whether one was an error. `failed`:
-/// the agent's own output said the turn failed although it exited 0.
+/// Writes the terminal events of an opened run; returns the fault it ended with, if any.
+/// `failed`: the agent's own output said the turn failed although it exited 0.
 async fn report_ending(
     events: &Events,
     ending: &Ending,
     saw_result: bool,
     failed: bool,
     tail: &[u8],
-) -> bool {
+) -> Option<TurnFault> {
     let output = || {
         let text = String::from_utf8_lossy(tail).trim().to_owned();
         (!text.is_empty()).then(|| {
@@ -436,7 +463,7 @@ async fn report_ending(
                     .persist(json!({"type": "result", "ok": true, "durationMs": 0}))
                     .await;
             }
-            return false;
+            return None;
         }
         Ending::Exit(ExitRecord { code: Some(_), .. }) => {
             if let Some(output) = output() {
@@ -456,10 +483,10 @@ async fn report_ending(
         }
         Ending::Stopped => TurnFault::Interrupted,
         Ending::TimedOut => TurnFault::Timeout,
-        Ending::NotOpened(_) => return false,
+        Ending::NotOpened(_) => return None,
     };
     events.persist(fault.event()).await;
-    true
+    Some(fault)
 }
 
 fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {

@@ -11,6 +11,7 @@
     reason = "test helpers outside #[test] functions panic on broken fixtures by design"
 )]
 
+mod metrics;
 mod openapi;
 mod support;
 
@@ -19,9 +20,11 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use atelier_sited::metrics::Metrics;
 use atelier_sited::reservations::Hold;
 use atelier_sited::{RawSettings, Router};
 use hyper::Method;
+use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use support::{actor, declare_sites, make_roots, raw_settings, BASE, TOKEN};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -909,9 +912,13 @@ struct Instance {
     root: PathBuf,
     socket: PathBuf,
     router: Router,
+    /// Where its metrics are scraped, served as the daemon serves them.
+    metrics_socket: PathBuf,
+    _metrics: atelier_daemon::metrics::MetricsServer,
 }
 
-/// An instance of `test` in `none` confinement declaring `sites`, served on a temp socket.
+/// An instance of `test` in `none` confinement declaring `sites`, served on a temp socket, its
+/// metrics on another.
 async fn instance(
     sites: &[(&str, &str)],
     configure: impl FnOnce(&mut RawSettings, &Path),
@@ -922,14 +929,21 @@ async fn instance(
     declare_sites(&root, sites);
     let mut raw = raw_settings(&root);
     configure(&mut raw, &root);
-    let router = Router::new(&raw.validate().unwrap()).unwrap();
+    let mut registry = Registry::with_prefix(atelier_sited::METRICS_PREFIX);
+    let metrics = Metrics::new(&mut registry);
+    let router = Router::with_metrics(&raw.validate().unwrap(), metrics).unwrap();
     let socket = root.join("sited.sock");
     support::serve(router.clone(), &socket);
+    let metrics_socket = root.join("metrics.sock");
+    let listener = tokio::net::UnixListener::bind(&metrics_socket).unwrap();
+    let metrics_server = atelier_daemon::metrics::spawn(Some(listener.into()), registry);
     Instance {
         _dir: dir,
         root,
         socket,
         router,
+        metrics_socket,
+        _metrics: metrics_server,
     }
 }
 

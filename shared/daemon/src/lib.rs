@@ -1,14 +1,21 @@
 //! The life of a socket-activated Atelier daemon, one way for all of them: take the one
 //! listener systemd passed (or bind the development fallback), report READY with a status,
 //! keep the watchdog fed, and on SIGTERM or SIGINT report STOPPING and drain within a deadline.
+//! Beside it, the daemon's [`metrics`] socket when systemd passed one.
 
 use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
 use atelier_http::{Listener, Request, Response, ServeReport};
-use atelier_sd::listen::{sole_listener, SoleListener, SoleListenerError};
+use atelier_layout::names::METRICS_SOCKET_NAME;
+use atelier_sd::listen::{
+    listeners_from_env, pick_sole_listener, take_unix_listener, ListenError, NamedSocket,
+    SoleListener, SoleListenerError,
+};
 use atelier_sd::notify::Notifier;
+
+pub mod metrics;
 
 /// How long in-flight requests may run on after SIGTERM before their connections are closed.
 /// The units' `TimeoutStopSec=` is 30 s; 25 s leaves PID 1 no reason to SIGKILL a daemon.
@@ -37,13 +44,40 @@ pub struct DaemonSocket<'a> {
     pub fallback_mode: u32,
 }
 
-/// Takes the daemon's listener; must run inside a tokio runtime.
-pub fn take_listener(socket: DaemonSocket<'_>) -> Result<Listener, DaemonError> {
-    match sole_listener(socket.fallback, socket.fallback_mode)? {
+/// The listeners systemd passed a daemon.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The daemon's own surface.
+    pub api: Listener,
+    /// Its metrics socket, when one was passed (named [`METRICS_SOCKET_NAME`]).
+    pub metrics: Option<Listener>,
+}
+
+/// Takes the daemon's listener and its metrics socket, if one was passed; must run inside a
+/// tokio runtime.
+pub fn take_listeners(socket: DaemonSocket<'_>) -> Result<Listeners, DaemonError> {
+    let mut sockets = listeners_from_env().map_err(SoleListenerError::Activation)?;
+    let metrics = take_metrics_listener(&mut sockets)?;
+    let api = match pick_sole_listener(sockets, socket.fallback, socket.fallback_mode)? {
         SoleListener::Unix(l) => Listener::try_from(l),
         SoleListener::Tcp(l) => Listener::try_from(l),
     }
-    .map_err(DaemonError::Register)
+    .map_err(DaemonError::Register)?;
+    Ok(Listeners { api, metrics })
+}
+
+/// Takes the metrics socket out of `sockets`, if systemd passed one (named
+/// [`METRICS_SOCKET_NAME`]); for a daemon that tells its other listeners apart itself.
+pub fn take_metrics_listener(
+    sockets: &mut Vec<NamedSocket>,
+) -> Result<Option<Listener>, DaemonError> {
+    match take_unix_listener(sockets, METRICS_SOCKET_NAME) {
+        Ok(listener) => Listener::try_from(listener)
+            .map(Some)
+            .map_err(DaemonError::Register),
+        Err(ListenError::NotPassed { .. }) => Ok(None),
+        Err(error) => Err(SoleListenerError::Activation(error).into()),
+    }
 }
 
 /// Serves `handler` (wrapped in the request log) on `listener` until SIGTERM or SIGINT, then
@@ -101,7 +135,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_daemon_without_a_socket_or_fallback_refuses_by_name() {
-        let err = take_listener(DaemonSocket {
+        let err = take_listeners(DaemonSocket {
             fallback: None,
             fallback_mode: 0o600,
         })
@@ -117,12 +151,13 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("daemon.sock");
-        let listener = take_listener(DaemonSocket {
+        let listeners = take_listeners(DaemonSocket {
             fallback: Some(&path),
             fallback_mode: 0o660,
         })
         .unwrap();
-        assert!(matches!(listener, Listener::Unix(_)));
+        assert!(matches!(listeners.api, Listener::Unix(_)));
+        assert!(listeners.metrics.is_none());
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
     }

@@ -428,6 +428,16 @@ pub struct Declaration {
     pub resources: Resources,
     /// The CMS's AI chat runtime, when the instance serves one.
     pub chat: Option<Chat>,
+    /// Who may read the daemons' metrics sockets, when declared (root alone otherwise).
+    pub monitoring: Option<Monitoring>,
+}
+
+/// Who reads the daemons' metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Monitoring {
+    /// The group that may connect to every metrics socket of the instance (a Prometheus
+    /// exporter's or agent's group); Atelier does not create it.
+    pub group: String,
 }
 
 /// The CMS engine paired with the instance.

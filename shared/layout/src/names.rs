@@ -329,6 +329,26 @@ pub fn gate_decisions_socket_unit(inst: &InstanceName, k: SiteOrdinal) -> String
     format!("{}{k}-gate-decisions.socket", site_unit_prefix(inst))
 }
 
+/// sited's metrics socket unit: `atelier-sited-metrics@<inst>.socket`.
+pub fn sited_metrics_socket_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-sited-metrics@{inst}.socket")
+}
+
+/// chatd's metrics socket unit: `atelier-chatd-metrics@<inst>.socket`.
+pub fn chatd_metrics_socket_unit(inst: &InstanceName) -> String {
+    format!("{PROJECT}-chatd-metrics@{inst}.socket")
+}
+
+/// Site `k`'s gate's metrics socket unit: `atelier-<inst>-s<k>-gate-metrics.socket`.
+pub fn gate_metrics_socket_unit(inst: &InstanceName, k: SiteOrdinal) -> String {
+    format!("{}{k}-gate-metrics.socket", site_unit_prefix(inst))
+}
+
+/// The `FileDescriptorName=` of every daemon's metrics socket: the daemon tells it from its
+/// other listeners by this name (each metrics socket is a socket unit of its own, so the name
+/// marks that one descriptor alone).
+pub const METRICS_SOCKET_NAME: &str = "metrics";
+
 /// The file name of the gate's decisions listener; the gate tells it from the others by it.
 pub const GATE_DECISIONS_SOCKET_FILE: &str = "decisions.sock";
 

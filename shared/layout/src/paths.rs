@@ -113,6 +113,11 @@ pub fn sited_socket_path(inst: &InstanceName) -> PathBuf {
     runtime_dir(inst).join(SITED_SOCKET_FILE)
 }
 
+/// The metrics sockets' dir: `/run/atelier/<inst>/metrics`.
+pub fn metrics_dir(inst: &InstanceName) -> PathBuf {
+    runtime_dir(inst).join("metrics")
+}
+
 /// Site `k`'s door socket: `/run/atelier/<inst>/s<k>-<door>.sock`.
 pub fn door_socket_path(inst: &InstanceName, k: SiteOrdinal, door: Door) -> PathBuf {
     runtime_dir(inst).join(format!("s{k}-{door}.sock"))
@@ -285,6 +290,8 @@ pub enum Principal {
     EngineGroup,
     /// The web server's group.
     WebGroup,
+    /// The declared monitoring group; root when none is declared.
+    MonitoringGroup,
     /// The entry's site identity `atelier-a-<inst>_<k>`.
     SiteIdentity,
     /// The entry's site private group (same name as the identity).
@@ -391,6 +398,10 @@ pub enum Role {
     ChatSocket,
     /// The web server's include carrying chatd's service token.
     ChatProxyAuth,
+    /// `/run/atelier/<inst>/metrics`.
+    MetricsDir,
+    /// A daemon's metrics socket.
+    MetricsSocket,
 }
 
 /// One row of the mode matrix: a role's owner, group, mode and kind.
@@ -426,7 +437,8 @@ const fn rule(
 
 use EntryKind::{Directory as D, File as F, Socket as S};
 use Principal::{
-    EngineGroup, Root, ServiceGroup, ServiceUser, SiteIdentity, SitePrivateGroup, WebGroup,
+    EngineGroup, MonitoringGroup, Root, ServiceGroup, ServiceUser, SiteIdentity, SitePrivateGroup,
+    WebGroup,
 };
 
 /// The mode matrix: every role's owner, group and mode. Everything else reads it.
@@ -494,6 +506,10 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::ChatSocket, Root, WebGroup, 0o660, S),
     // The web server reads its configuration as root; nobody else may read the token.
     rule(Role::ChatProxyAuth, Root, Root, 0o600, F),
+    // Traversable by all, like the runtime dir: each socket's own mode is the lock.
+    rule(Role::MetricsDir, Root, Root, 0o755, D),
+    // Counts of what the instance does, no content; still only the monitoring group's.
+    rule(Role::MetricsSocket, Root, MonitoringGroup, 0o660, S),
 ];
 
 /// The mode matrix's row for `role`.
@@ -506,8 +522,8 @@ pub fn mode_rule(role: Role) -> ModeRule {
         .unwrap_or(rule(role, Root, Root, 0o700, D))
 }
 
-/// Resolves a principal the instance name alone determines (everything but the engine's and
-/// the web server's groups, which only the declaration names: `None`). A site principal
+/// Resolves a principal the instance name alone determines (everything but the engine's, the
+/// web server's and the monitoring groups, which only the declaration names: `None`). A site principal
 /// resolved without its site is root, the owner that grants nothing.
 pub fn instance_principal_name(
     principal: Principal,
@@ -518,11 +534,47 @@ pub fn instance_principal_name(
         (Principal::Root, _) => "root".to_owned(),
         (Principal::ServiceUser, _) => names::service_user(inst),
         (Principal::ServiceGroup, _) => names::service_group(inst),
-        (Principal::EngineGroup | Principal::WebGroup, _) => return None,
+        (Principal::EngineGroup | Principal::WebGroup | Principal::MonitoringGroup, _) => {
+            return None
+        }
         (Principal::SiteIdentity, Some(k)) => names::site_identity(inst, k),
         (Principal::SitePrivateGroup, Some(k)) => names::site_private_group(inst, k),
         (Principal::SiteIdentity | Principal::SitePrivateGroup, None) => "root".to_owned(),
     })
+}
+
+/// One daemon's metrics socket: a socket unit of its own whose `Service=` is the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSocket {
+    /// The socket unit.
+    pub unit: String,
+    /// The daemon's service unit, which the socket is passed to.
+    pub service: String,
+    /// Where it listens.
+    pub path: PathBuf,
+    /// Whose metrics it serves.
+    pub daemon: MetricsDaemon,
+}
+
+/// The daemon a metrics socket belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsDaemon {
+    /// The instance's site daemon.
+    Sited,
+    /// The instance's chat runtime.
+    Chatd,
+    /// Site `k`'s gate.
+    Gate(SiteOrdinal),
+}
+
+impl MetricsDaemon {
+    /// The site whose gate it is; `None` for the instance's daemons.
+    pub fn site(self) -> Option<SiteOrdinal> {
+        match self {
+            MetricsDaemon::Gate(k) => Some(k),
+            MetricsDaemon::Sited | MetricsDaemon::Chatd => None,
+        }
+    }
 }
 
 /// One resolved entry of an instance's tree.
@@ -732,6 +784,47 @@ impl<'d> Layout<'d> {
     /// `/run/atelier/<inst>/gate-s<k>/decisions.sock`.
     pub fn gate_decisions_socket_path(&self, k: SiteOrdinal) -> PathBuf {
         gate_decisions_socket_path(self.instance(), k)
+    }
+
+    /// `/run/atelier/<inst>/metrics`.
+    pub fn metrics_dir(&self) -> PathBuf {
+        metrics_dir(self.instance())
+    }
+
+    /// Every daemon's metrics socket: sited's, chatd's with a chat block, and each site's
+    /// gate's.
+    pub fn metrics_sockets(&self, sites: &[(SiteOrdinal, &Site)]) -> Vec<MetricsSocket> {
+        let inst = self.instance();
+        let dir = self.metrics_dir();
+        let mut out = vec![MetricsSocket {
+            unit: names::sited_metrics_socket_unit(inst),
+            service: names::sited_service_unit(inst),
+            path: dir.join("sited.sock"),
+            daemon: MetricsDaemon::Sited,
+        }];
+        if self.decl.chat.is_some() {
+            out.push(MetricsSocket {
+                unit: names::chatd_metrics_socket_unit(inst),
+                service: names::chatd_service_unit(inst),
+                path: dir.join("chatd.sock"),
+                daemon: MetricsDaemon::Chatd,
+            });
+        }
+        for &(k, _) in sites {
+            out.push(self.gate_metrics_socket(k));
+        }
+        out
+    }
+
+    /// Site `k`'s gate's metrics socket: `/run/atelier/<inst>/metrics/s<k>-gate.sock`.
+    pub fn gate_metrics_socket(&self, k: SiteOrdinal) -> MetricsSocket {
+        let inst = self.instance();
+        MetricsSocket {
+            unit: names::gate_metrics_socket_unit(inst, k),
+            service: names::gate_service_unit(inst, k),
+            path: self.metrics_dir().join(format!("s{k}-gate.sock")),
+            daemon: MetricsDaemon::Gate(k),
+        }
     }
 
     /// `/run/atelier/<inst>/chatd.sock`.
@@ -948,6 +1041,11 @@ impl<'d> Layout<'d> {
         match principal {
             Principal::EngineGroup => self.decl.engine.group.clone(),
             Principal::WebGroup => self.decl.web.group.clone(),
+            Principal::MonitoringGroup => self
+                .decl
+                .monitoring
+                .as_ref()
+                .map_or_else(|| "root".to_owned(), |m| m.group.clone()),
             _ => instance_principal_name(principal, self.instance(), k)
                 .unwrap_or_else(|| "root".to_owned()),
         }
@@ -1047,6 +1145,10 @@ impl<'d> Layout<'d> {
         if self.decl.chat.is_some() {
             out.push(self.entry(Role::ChatSocket, self.chatd_socket_path(), None));
         }
+        out.push(self.entry(Role::MetricsDir, self.metrics_dir(), None));
+        for socket in self.metrics_sockets(sites) {
+            out.push(self.entry(Role::MetricsSocket, socket.path, socket.daemon.site()));
+        }
         for &(k, _) in sites {
             for door in Door::ALL {
                 out.push(self.entry(Role::DoorSocket, self.door_socket_path(k, door), Some(k)));
@@ -1117,6 +1219,10 @@ impl<'d> Layout<'d> {
             ] {
                 out.push(self.entry(Role::UnitFile, self.unit_path(&unit), Some(k)));
             }
+        }
+        for socket in self.metrics_sockets(sites) {
+            let k = socket.daemon.site();
+            out.push(self.entry(Role::UnitFile, self.unit_path(&socket.unit), k));
         }
         out.push(self.entry(Role::TmpfilesFile, self.tmpfiles_path(), None));
         out.push(self.entry(Role::PolkitRule, self.polkit_rule_path(), None));

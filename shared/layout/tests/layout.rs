@@ -434,10 +434,23 @@ fn mode_matrix_golden_rows() {
             );
         }
     }
-    // 12 units per site (3 doors × socket, target, template + the gate's two sockets and its
-    // service) + sited's 2 + chatd's socket, service, purge timer and purge service.
+    // 13 units per site (3 doors × socket, target, template + the gate's three sockets and its
+    // service) + sited's 3 + chatd's socket, service, purge timer, purge service and metrics
+    // socket.
     let units = matrix.iter().filter(|e| e.role == Role::UnitFile).count();
-    assert_eq!(units, 2 + 2 * 12 + 4);
+    assert_eq!(units, 3 + 2 * 13 + 5);
+    // Every metrics socket is the declared monitoring group's alone, in a dir all may traverse.
+    assert_eq!(
+        find("/run/atelier/example/metrics"),
+        ("root", "root", 0o755, D)
+    );
+    for socket in ["sited.sock", "chatd.sock", "s1-gate.sock", "s2-gate.sock"] {
+        assert_eq!(
+            find(&format!("/run/atelier/example/metrics/{socket}")),
+            ("root", "prometheus", 0o660, S),
+            "{socket}"
+        );
+    }
     // chatd: only the web server's group connects; its token and include are root's alone; the
     // declared master key is a credential like any other in the credentials dir.
     assert_eq!(

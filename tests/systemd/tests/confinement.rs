@@ -2383,3 +2383,128 @@ fn agents_side_by_side_start_to_first_model_request_and_peak_rss() {
     }
     eprintln!("{text}");
 }
+
+/// The metrics sockets of sited and the site's gate, scraped around and during the events that
+/// must move them: a turn (followed over SSE while it runs, then stopped), a build, a refused
+/// CONNECT. The monitoring group reads them; anyone else is refused by the socket's mode.
+const METRICS: &str = r#"
+metrics_dir=/run/atelier/example/metrics
+scrape() { curl -sS --max-time 20 --unix-socket $metrics_dir/$1.sock http://metrics/metrics; }
+metric() { # daemon series -> its value, 0 while the series is absent
+  scrape "$1" | awk -v s="$2" '$1 == s { v = $2 } END { print (v == "" ? 0 : v) }'
+}
+snapshot() { # tag: every series this test reads, as facts
+  echo "$1_started=$(metric sited atelier_sited_turns_started_total)"
+  echo "$1_running=$(metric sited atelier_sited_turns_running)"
+  echo "$1_interrupted=$(metric sited 'atelier_sited_turns_ended_total{state="interrupted"}')"
+  echo "$1_followers=$(metric sited atelier_sited_sse_followers)"
+  echo "$1_builds=$(metric sited 'atelier_sited_builds_total{outcome="success"}')"
+  echo "$1_build_durations=$(metric sited 'atelier_sited_build_duration_seconds_count{outcome="success"}')"
+  echo "$1_refused=$(metric s1-gate 'atelier_gate_connects_refused_total{door="turn",reason="not_in_plan"}')"
+  echo "$1_allowed=$(metric s1-gate 'atelier_gate_connects_allowed_total{door="turn"}')"
+}
+echo "modes=$(stat -c '%n %U:%G %a' $metrics_dir/*.sock | sed "s|$metrics_dir/||" | sort | paste -sd ',')"
+useradd --system --no-create-home --groups prometheus scraper
+echo "scraper_reads=$(runuser -u scraper -- curl -s -o /dev/null -w '%{http_code}' --unix-socket $metrics_dir/sited.sock http://metrics/metrics)"
+runuser -u nobody -- curl -s -o /dev/null --unix-socket $metrics_dir/sited.sock http://metrics/metrics
+echo "nobody_curl_exit=$?"
+echo "content_type=$(curl -s -o /dev/null -w '%{content_type}' --unix-socket $metrics_dir/sited.sock http://metrics/metrics)"
+create_site collection www.example.org
+snapshot before
+
+# A turn that writes, then hangs until it is stopped; its stream followed meanwhile.
+id=$(start_session collection '"write src/metrics.txt counted\nhang"')
+echo "start=$(cat /tmp/start-status)"
+for _ in $(seq 1 200); do [ -e $ws1/src/metrics.txt ] && break; sleep 0.05; done
+follow "$id" > /tmp/followed &
+follower=$!
+for _ in $(seq 1 100); do [ "$(metric sited atelier_sited_sse_followers)" = 1 ] && break; sleep 0.05; done
+snapshot during
+api -o /dev/null -w 'stop=%{http_code}\n' -d "{$actor}" $base/v1/sessions/$id/stop
+wait $follower
+echo "followed_last=$(tail -n 1 /tmp/followed)"
+# The turn's end and the stream's close reach the gauges a moment after the client sees them.
+for _ in $(seq 1 100); do
+  [ "$(metric sited atelier_sited_turns_running)/$(metric sited atelier_sited_sse_followers)" = 0/0 ] && break
+  sleep 0.05
+done
+snapshot after_turn
+
+build=$(start_build collection)
+wait_build "$build" collection build
+for _ in $(seq 1 100); do
+  [ "$(metric sited 'atelier_sited_builds_total{outcome="success"}')" = 1 ] && break
+  sleep 0.05
+done
+snapshot after_build
+
+# A CONNECT to a host on no plan, as the site's identity would send it.
+runuser -u atelier-a-example_1 -- curl -s -o /dev/null -w '%{http_code}' --max-time 20 \
+  --unix-socket /run/atelier/example/egress/s1/turn.sock \
+  -X CONNECT --request-target not-planned.example.com:443 http://gate/ > /tmp/connect
+echo "connect=$(cat /tmp/connect)"
+snapshot after_connect
+scrape sited | sed 's/^/sited-metrics| /'
+scrape s1-gate | sed 's/^/gate-metrics| /'
+exit 0
+"#;
+
+#[test]
+fn the_metrics_sockets_count_a_turn_a_build_and_a_refused_connect_exactly() {
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    let run = confined_box()
+        .install_binaries(&bins, &["atelier-build"])
+        .timeout(Duration::from_secs(300))
+        .run(&format!("{PREAMBLE}\n{WAIT_BUILD}\n{METRICS}"))
+        .expect("booting systemd in a container");
+    run.assert_success();
+    assert_eq!(fact(&run, "apply"), "0", "{run:?}");
+    assert_eq!(
+        fact(&run, "modes"),
+        "chatd.sock root:prometheus 660,s1-gate.sock root:prometheus 660,\
+         s2-gate.sock root:prometheus 660,sited.sock root:prometheus 660",
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "scraper_reads"), "200", "{run:?}");
+    assert_eq!(
+        fact(&run, "nobody_curl_exit"),
+        "7",
+        "a user outside the monitoring group cannot connect: {run:?}"
+    );
+    assert_eq!(
+        fact(&run, "content_type"),
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    assert_eq!(fact(&run, "stop"), "200", "{run:?}");
+    assert_eq!(fact(&run, "build_outcome"), "success", "{run:?}");
+    assert_eq!(fact(&run, "connect"), "403", "{run:?}");
+    // Each snapshot: (started, running, interrupted, followers, builds, build durations,
+    // refused, allowed).
+    let snapshot = |tag: &str| -> Vec<String> {
+        [
+            "started",
+            "running",
+            "interrupted",
+            "followers",
+            "builds",
+            "build_durations",
+            "refused",
+            "allowed",
+        ]
+        .iter()
+        .map(|series| fact(&run, &format!("{tag}_{series}")).to_owned())
+        .collect()
+    };
+    let expected = |values: [u8; 8]| -> Vec<String> { values.iter().map(u8::to_string).collect() };
+    for (tag, values) in [
+        ("before", [0, 0, 0, 0, 0, 0, 0, 0]),
+        ("during", [1, 1, 0, 1, 0, 0, 0, 0]),
+        ("after_turn", [1, 0, 1, 0, 0, 0, 0, 0]),
+        ("after_build", [1, 0, 1, 0, 1, 1, 0, 0]),
+        ("after_connect", [1, 0, 1, 0, 1, 1, 1, 0]),
+    ] {
+        assert_eq!(snapshot(tag), expected(values), "{tag}: {run:?}");
+    }
+}

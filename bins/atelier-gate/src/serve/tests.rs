@@ -100,11 +100,13 @@ impl Drop for Lab {
 }
 
 pub(crate) struct LabConfig {
-    answers: Vec<(&'static str, Vec<IpAddr>)>,
+    pub(crate) answers: Vec<(&'static str, Vec<IpAddr>)>,
     routes: Vec<(SocketAddr, SocketAddr)>,
     policy: Policy,
-    limits: Limits,
+    pub(crate) limits: Limits,
     mode: Mode,
+    /// Where the door counts; its `tunnels_open` gauge is the door's open count.
+    pub(crate) metrics: Metrics,
 }
 
 impl LabConfig {
@@ -118,6 +120,7 @@ impl LabConfig {
             },
             limits: Limits::default(),
             mode: Mode::Splice,
+            metrics: Metrics::default(),
         }
     }
 
@@ -142,7 +145,8 @@ impl LabConfig {
             }),
             log: Arc::new(DecisionLog::new(DoorName::Turn)),
             mode: self.mode,
-            open: OpenTunnels::default(),
+            open: OpenTunnels::new(self.metrics.tunnels_open(DoorName::Turn)),
+            metrics: self.metrics,
         });
         let server = tokio::spawn(serve(listener, Arc::clone(&door)));
         Lab {

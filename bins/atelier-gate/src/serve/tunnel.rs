@@ -12,10 +12,13 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use prometheus_client::metrics::counter::Counter;
 use rustix::net::Shutdown;
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
+
+use crate::metrics::Relayed;
 
 /// The pipe size asked for each direction; the kernel may grant less (pipe-max-size).
 const PIPE_SIZE: usize = 1024 * 1024; // 1 MiB
@@ -84,12 +87,18 @@ macro_rules! socket {
 socket!(UnixStream);
 socket!(TcpStream);
 
-/// Moves bytes both ways between `client` and `upstream` until both directions have ended.
-/// Returns what moved, or the first error (after which both sockets are shut down).
-pub async fn run(client: &UnixStream, upstream: &TcpStream, mode: Mode) -> io::Result<Moved> {
+/// Moves bytes both ways between `client` and `upstream` until both directions have ended,
+/// adding each write's bytes to `relayed` as it completes (a scrape during a long tunnel sees
+/// them move). Returns what moved, or the first error (after which both sockets are shut down).
+pub async fn run(
+    client: &UnixStream,
+    upstream: &TcpStream,
+    mode: Mode,
+    relayed: &Relayed,
+) -> io::Result<Moved> {
     let (up, down) = tokio::join!(
-        direction(client, upstream, mode),
-        direction(upstream, client, mode),
+        direction(client, upstream, mode, &relayed.upstream),
+        direction(upstream, client, mode, &relayed.downstream),
     );
     Ok(Moved {
         up: up?,
@@ -97,11 +106,16 @@ pub async fn run(client: &UnixStream, upstream: &TcpStream, mode: Mode) -> io::R
     })
 }
 
-async fn direction<A: Socket, B: Socket>(from: &A, to: &B, mode: Mode) -> io::Result<Flow> {
+async fn direction<A: Socket, B: Socket>(
+    from: &A,
+    to: &B,
+    mode: Mode,
+    counter: &Counter,
+) -> io::Result<Flow> {
     let mut moved = Flow::default();
     let result = match mode {
         Mode::Splice => match Pipe::new() {
-            Ok(pipe) => splice_loop(from, to, &pipe, &mut moved).await,
+            Ok(pipe) => splice_loop(from, to, &pipe, &mut moved, counter).await,
             Err(error) => {
                 tracing::debug!(%error, "no pipe for splice; copying");
                 Err(Unsupported)
@@ -112,7 +126,7 @@ async fn direction<A: Socket, B: Socket>(from: &A, to: &B, mode: Mode) -> io::Re
     let result = match result {
         Ok(()) => Ok(()),
         // Nothing was spliced yet when the kernel refused: the copy starts from the start.
-        Err(SpliceError::Unsupported) => copy_loop(from, to, &mut moved).await,
+        Err(SpliceError::Unsupported) => copy_loop(from, to, &mut moved, counter).await,
         Err(SpliceError::Io(error)) => Err(error),
     };
     match result {
@@ -161,6 +175,7 @@ async fn splice_loop<A: Socket, B: Socket>(
     to: &B,
     pipe: &Pipe,
     moved: &mut Flow,
+    counter: &Counter,
 ) -> Result<(), SpliceError> {
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
@@ -192,6 +207,7 @@ async fn splice_loop<A: Socket, B: Socket>(
                 Ok(n) => {
                     held -= n;
                     moved.spliced += n as u64;
+                    counter.inc_by(n as u64);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 // Bytes already sit in the pipe, so there is no falling back now.
@@ -213,7 +229,12 @@ fn fd<S: AsFd>(socket: &S) -> BorrowedFd<'_> {
     socket.as_fd()
 }
 
-async fn copy_loop<A: Socket, B: Socket>(from: &A, to: &B, moved: &mut Flow) -> io::Result<()> {
+async fn copy_loop<A: Socket, B: Socket>(
+    from: &A,
+    to: &B,
+    moved: &mut Flow,
+    counter: &Counter,
+) -> io::Result<()> {
     let mut buffer = vec![0u8; COPY_BUFFER];
     loop {
         from.ready_for(Interest::READABLE).await?;
@@ -238,7 +259,10 @@ async fn copy_loop<A: Socket, B: Socket>(from: &A, to: &B, moved: &mut Flow) -> 
                 )
                 .map_err(io::Error::from)
             }) {
-                Ok(n) => written += n,
+                Ok(n) => {
+                    written += n;
+                    counter.inc_by(n as u64);
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 Err(error) => return Err(error),
             }

@@ -17,7 +17,9 @@
 //! The gate is socket-activated by `systemd-socket-activate` (real `LISTEN_FDS`,
 //! `LISTEN_FDNAMES` and `NOTIFY_SOCKET`), which starts it on the first connection; the lab makes
 //! that connection and waits for `READY=1`. Besides each door's listener (and the relay's), the
-//! gate gets a decisions listener (`decisions.sock`), which a test subscribes to as sited does. Everything is torn down on drop; namespaces a
+//! gate gets a decisions listener (`decisions.sock`), which a test subscribes to as sited does,
+//! and a metrics listener (`metrics.sock`, named `metrics` as its own socket unit names it),
+//! which a test scrapes. Everything is torn down on drop; namespaces a
 //! crashed earlier run left behind are removed when the next lab starts.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
+use atelier_layout::names::METRICS_SOCKET_NAME;
 use atelier_layout::stamp::{stamped, CommentStyle};
 use atelier_proto::egress::{Decision, Subscribe};
 use atelier_proto::Door;
@@ -296,6 +299,8 @@ impl Lab {
         // through, stays a door.
         listeners.push(self.path(DECISIONS_SOCKET_FILE));
         names.push("decisions".to_owned());
+        listeners.push(self.path("metrics.sock"));
+        names.push(METRICS_SOCKET_NAME.to_owned());
         let notify_path = self.path("notify");
         let _ = std::fs::remove_file(&notify_path);
         let notify = UnixDatagram::bind(&notify_path).unwrap();
@@ -427,14 +432,14 @@ pub struct Gate {
     child: Child,
     log: PathBuf,
     /// The listeners, in the order given (each door, then `mcp` after the turn door, then
-    /// `decisions`).
+    /// `decisions`, then `metrics`).
     pub sockets: Vec<PathBuf>,
     /// Whether the gate sent `READY=1`.
     pub ready: bool,
 }
 
 impl Gate {
-    /// The listener for `name` (`turn`, `build`, `mcp` or `decisions`).
+    /// The listener for `name` (`turn`, `build`, `mcp`, `decisions` or `metrics`).
     pub fn socket(&self, name: &str) -> &Path {
         self.sockets
             .iter()

@@ -43,11 +43,12 @@ template!(
     "units",
     "atelier-chatd-purge.service.in"
 );
+template!(METRICS_SOCKET, "units", "atelier-metrics.socket.in");
 template!(TMPFILES, "tmpfiles", "atelier.conf.in");
 template!(POLKIT_RULE, "polkit", "atelier.rules.in");
 
 /// Every template, for the test that each one's placeholders are filled.
-pub const ALL: [Template; 14] = [
+pub const ALL: [Template; 15] = [
     SITED_SOCKET,
     SITED_SERVICE,
     DOOR_SOCKET,
@@ -60,6 +61,7 @@ pub const ALL: [Template; 14] = [
     CHATD_SERVICE,
     CHATD_PURGE_TIMER,
     CHATD_PURGE_SERVICE,
+    METRICS_SOCKET,
     TMPFILES,
     POLKIT_RULE,
 ];

@@ -422,7 +422,11 @@ fn an_instance_without_sites_grants_nothing() {
     let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
     assert!(rule.contains("if (/^(?!)$/.test(unit))"), "{rule}");
     let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
-    assert!(!sited.contains("Wants="));
+    // Of the sockets, sited wants only its metrics socket: no door, no gate.
+    assert!(
+        sited.contains("Wants=atelier-sited-metrics@example.socket\n"),
+        "{sited}"
+    );
     assert!(!all.iter().any(|a| a.kind == ArtifactKind::Gate));
 }
 
@@ -462,8 +466,8 @@ fn five_hundred_sites_render_every_unit() {
         .iter()
         .filter(|a| a.path.starts_with("/etc/systemd/system"))
         .count();
-    // sited's 2, 12 per site, chatd's 4.
-    assert_eq!(units, 2 + 500 * 12 + 4);
+    // sited's 3, 13 per site, chatd's 5 (each daemon's metrics socket among them).
+    assert_eq!(units, 3 + 500 * 13 + 5);
     let rule = text_of(&all, "/etc/polkit-1/rules.d/49-atelier-example.rules");
     assert!(rule.contains("-s(1|2|3|") && rule.contains("|499|500)-("));
     eprintln!("rendered {} artifacts for 500 sites in {took:?}", all.len());

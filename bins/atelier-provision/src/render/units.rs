@@ -1,11 +1,13 @@
 //! The unit files: sited's socket and service; per site and door the socket, the target and
-//! the run template; per site the gate's socket and service.
+//! the run template; per site the gate's socket and service; every daemon's metrics socket.
 
 use std::fmt::Write as _;
 
 use atelier_layout::declaration::{Chat, Site};
-use atelier_layout::names::{self, Door};
-use atelier_layout::paths::{mode_rule, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX};
+use atelier_layout::names::{self, Door, METRICS_SOCKET_NAME};
+use atelier_layout::paths::{
+    mode_rule, MetricsDaemon, MetricsSocket, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX,
+};
 use atelier_layout::services::{self, env, CHATD_DATABASE_FILE, DOOR_ENV, WORKDIR_ENV};
 use atelier_layout::{Layout, SiteOrdinal};
 
@@ -98,6 +100,14 @@ pub(super) fn render(
             &gate_service(layout, k)?,
         ));
     }
+    for socket in layout.metrics_sockets(sites) {
+        let kind = match socket.daemon {
+            MetricsDaemon::Sited => ArtifactKind::Unit,
+            MetricsDaemon::Chatd => ArtifactKind::Chat,
+            MetricsDaemon::Gate(_) => ArtifactKind::Gate,
+        };
+        out.push(unit(&socket.unit, kind, &metrics_socket(layout, &socket)?));
+    }
     if let Some(chat) = &layout.declaration().chat {
         for (name, body) in [
             (names::chatd_socket_unit(inst), chatd_socket(layout)?),
@@ -121,6 +131,22 @@ pub(super) fn render(
         }
     }
     Ok(())
+}
+
+fn metrics_socket(layout: &Layout<'_>, socket: &MetricsSocket) -> Result<String, RenderError> {
+    let (user, group, mode) = owned(layout, Role::MetricsSocket, socket.daemon.site());
+    fill(
+        template::METRICS_SOCKET,
+        &[
+            ("SERVICE_UNIT", socket.service.clone()),
+            ("METRICS_SOCKET_PATH", safe_path(&socket.path)?),
+            ("FD_NAME", METRICS_SOCKET_NAME.to_owned()),
+            ("SOCKET_USER", user),
+            ("SOCKET_GROUP", group),
+            ("SOCKET_MODE", mode),
+            ("DIRECTORY_MODE", mode_of(Role::MetricsDir)),
+        ],
+    )
 }
 
 fn chatd_socket(layout: &Layout<'_>) -> Result<String, RenderError> {
@@ -166,6 +192,10 @@ fn chatd_service(layout: &Layout<'_>, chat: &Chat) -> Result<String, RenderError
     let mut values = chatd_common(layout)?;
     values.extend([
         ("CHATD_SOCKET_UNIT", names::chatd_socket_unit(inst)),
+        (
+            "CHATD_METRICS_SOCKET_UNIT",
+            names::chatd_metrics_socket_unit(inst),
+        ),
         ("PUBLIC_ORIGIN", safe_origin(&chat.public_origin)?),
         ("CMS_ORIGIN", safe_origin(&chat.cms_origin)?),
         ("LOAD_CREDENTIALS", credentials),
@@ -198,7 +228,7 @@ fn sited_service(
 ) -> Result<String, RenderError> {
     let inst = layout.instance();
     let decl = layout.declaration();
-    let mut sockets = Vec::new();
+    let mut sockets = vec![names::sited_metrics_socket_unit(inst)];
     for &(k, _) in sites {
         for door in Door::ALL {
             sockets.push(names::door_socket_unit(inst, k, door));
@@ -206,12 +236,8 @@ fn sited_service(
         sockets.push(names::gate_socket_unit(inst, k));
         sockets.push(names::gate_decisions_socket_unit(inst, k));
     }
-    let socket_dependencies = if sockets.is_empty() {
-        String::new()
-    } else {
-        let list = sockets.join(" ");
-        format!("Wants={list}\nAfter={list}\n")
-    };
+    let list = sockets.join(" ");
+    let socket_dependencies = format!("Wants={list}\nAfter={list}\n");
     let mut credentials = String::new();
     for (id, source) in layout.credential_sources() {
         check_credential_id(&id)?;
@@ -528,9 +554,10 @@ fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErr
             (
                 "GATE_SOCKET_UNITS",
                 format!(
-                    "{} {}",
+                    "{} {} {}",
                     names::gate_socket_unit(inst, k),
-                    names::gate_decisions_socket_unit(inst, k)
+                    names::gate_decisions_socket_unit(inst, k),
+                    layout.gate_metrics_socket(k).unit,
                 ),
             ),
             (

@@ -24,6 +24,13 @@ pub(crate) struct RawDeclaration {
     pub limits: Option<RawLimits>,
     pub resources: Option<RawResources>,
     pub chat: Option<RawChat>,
+    pub monitoring: Option<RawMonitoring>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMonitoring {
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -67,9 +67,12 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         }
     }
 
-    // Groups: neither the engine's nor the web server's may be one Atelier creates.
+    // Groups: neither the engine's, the web server's nor the monitoring one may be one Atelier
+    // creates.
     let service_group = names::service_group(&decl.instance);
-    for (key, group) in [("engine", &decl.engine.group), ("web", &decl.web.group)] {
+    let monitoring = decl.monitoring.as_ref().map(|m| ("monitoring", &m.group));
+    let groups = [("engine", &decl.engine.group), ("web", &decl.web.group)];
+    for (key, group) in groups.into_iter().chain(monitoring) {
         let is_identity = parse_site_identity(group).is_some_and(|(inst, _)| inst == decl.instance);
         if *group == service_group || is_identity {
             refuse(

@@ -33,7 +33,8 @@ fn base() -> Value {
         },
         "agent": { "driver": "claude_code", "bins": { "claude_code": "/usr/local/bin/claude" } },
         "secrets": { "ANTHROPIC_API_KEY": "/etc/atelier/example/credentials/ANTHROPIC_API_KEY" },
-        "limits": { "max_sites": 8, "releases_retained": 10 }
+        "limits": { "max_sites": 8, "releases_retained": 10 },
+        "monitoring": { "group": "prometheus" }
     })
 }
 
@@ -220,6 +221,21 @@ const CASES: &[Case] = &[
         "missing required key",
         |d| remove(d, "/engine/group"),
         &[("engine.group", Reason::MissingKey)],
+    ),
+    (
+        "monitoring without its group",
+        |d| remove(d, "/monitoring/group"),
+        &[("monitoring.group", Reason::MissingKey)],
+    ),
+    (
+        "monitoring with a key it does not know",
+        |d| set(d, "/monitoring/port", json!(9100)),
+        &[("monitoring.port", Reason::UnknownKey)],
+    ),
+    (
+        "monitoring group not a unix name",
+        |d| set(d, "/monitoring/group", json!("Prom etheus")),
+        &[("monitoring.group", Reason::BadUnixName)],
     ),
     (
         "wrong type",
@@ -464,6 +480,11 @@ const CASES: &[Case] = &[
         "web group is a site identity",
         |d| set(d, "/web/group", json!("atelier-a-example_1")),
         &[("web.group", Reason::GroupCollision)],
+    ),
+    (
+        "monitoring group is the instance's own",
+        |d| set(d, "/monitoring/group", json!("atelier-example")),
+        &[("monitoring.group", Reason::GroupCollision)],
     ),
     (
         "driver without a binary",

@@ -8,13 +8,13 @@ use serde_json::Value;
 
 use super::grammar::{self, Refusal};
 use super::raw::{
-    RawAgent, RawAuth, RawChat, RawDeclaration, RawEngine, RawLimits, RawPaths, RawPreprod,
-    RawPublicationApi, RawResources, RawRoots, RawServing, RawSite, RawTls, RawWeb,
+    RawAgent, RawAuth, RawChat, RawDeclaration, RawEngine, RawLimits, RawMonitoring, RawPaths,
+    RawPreprod, RawPublicationApi, RawResources, RawRoots, RawServing, RawSite, RawTls, RawWeb,
 };
 use super::{
     Agent, AgentDriver, AuthMode, AuthUser, Chat, Declaration, DeclaredPaths, DeclaredRoots,
-    Engine, Issue, JsonPath, Limits, Preprod, PreprodAuth, Prod, PublicationApi, Reason, Resources,
-    Serving, Site, Tls, TlsMode, Web, WebServer,
+    Engine, Issue, JsonPath, Limits, Monitoring, Preprod, PreprodAuth, Prod, PublicationApi,
+    Reason, Resources, Serving, Site, Tls, TlsMode, Web, WebServer,
 };
 use crate::names::{InstanceName, MAX_ORDINAL};
 
@@ -225,6 +225,10 @@ pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<D
         None => Some(None),
         Some(raw) => chat(v, raw, &root.key("chat")).map(Some),
     };
+    let monitoring = match raw.monitoring {
+        None => Some(None),
+        Some(raw) => monitoring(v, raw, &root.key("monitoring")).map(Some),
+    };
 
     Some(Declaration {
         instance: instance?,
@@ -242,6 +246,7 @@ pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<D
         limits: limits?,
         resources: resources?,
         chat: chat?,
+        monitoring: monitoring?,
     })
 }
 
@@ -264,6 +269,11 @@ fn chat(v: &mut Validator<'_>, raw: RawChat, at: &JsonPath) -> Option<Chat> {
         public_origin,
         master_key: master_key?,
     })
+}
+
+fn monitoring(v: &mut Validator<'_>, raw: RawMonitoring, at: &JsonPath) -> Option<Monitoring> {
+    let group = v.required(raw.group, &at.key("group"), grammar::unix_name);
+    Some(Monitoring { group: group? })
 }
 
 fn engine(v: &mut Validator<'_>, raw: RawEngine, at: &JsonPath) -> Option<Engine> {

@@ -61,6 +61,20 @@ field() { python3 -c 'import json,sys; v=json.load(open("/tmp/body")); print(eva
 echo "nosession=$(web GET '/conversations?scope=site' '') $(cat /tmp/body)"
 echo "chatd_after=$(systemctl is-active atelier-chatd@example.service)"
 echo "client=$(web GET '/conversations?scope=site' "$CLIENT_COOKIE") $(cat /tmp/body)"
+# chatd's metrics socket, scraped around and during each turn below.
+metric() { # series -> its value, 0 while the series is absent
+  curl -sS --max-time 20 --unix-socket /run/atelier/example/metrics/chatd.sock http://metrics/metrics \
+    | awk -v s="$1" '$1 == s { v = $2 } END { print (v == "" ? 0 : v) }'
+}
+snapshot() { # tag
+  echo "$1_started=$(metric 'atelier_chatd_turns_started_total{scope="site"}')"
+  echo "$1_done=$(metric 'atelier_chatd_turns_ended_total{outcome="done"}')"
+  echo "$1_errors=$(metric 'atelier_chatd_turns_ended_total{outcome="error"}')"
+  echo "$1_in_flight=$(metric atelier_chatd_turns_in_flight)"
+  echo "$1_first_bytes=$(metric 'atelier_chatd_first_byte_seconds_count{provider="openai-compatible"}')"
+  echo "$1_provider_errors=$(metric 'atelier_chatd_provider_errors_total{provider="openai-compatible",class="request"}')"
+}
+snapshot before
 
 # The administrator configures the local model and chats with it on the site's snapshot.
 echo "credential=$(web POST /credentials "$ADMIN_COOKIE" "{\"providerId\":\"openai-compatible\",\"authMode\":\"baseUrl\",\"displayLabel\":\"Local llama\",\"baseUrl\":\"$LLAMA_BASE/v1\"}")"
@@ -78,6 +92,7 @@ browser -skN --resolve cms.example.org:443:127.0.0.1 -H "Cookie: $SESSION_COOKIE
   -D /tmp/turn-headers "$base/chat/site" | sed 's/^/local| /'
 echo "turn_type=$(grep -i '^content-type' /tmp/turn-headers | tr -d '\r' | cut -d' ' -f2)"
 echo "chatd_running=$(systemctl is-active atelier-chatd@example.service)"
+snapshot after_local
 
 # A scripted model asks for a browser tool; the browser answers through tool-result.
 web POST /credentials "$ADMIN_COOKIE" "{\"providerId\":\"openai-compatible\",\"authMode\":\"baseUrl\",\"displayLabel\":\"Scripted\",\"baseUrl\":\"$SCRIPTED_BASE/v1\"}" > /dev/null
@@ -100,6 +115,7 @@ request=$(grep '"toolRequest"' /tmp/tool-stream | head -n 1)
 status_of_chatd() { systemctl show -P StatusText atelier-chatd@example.service; }
 for _ in $(seq 50); do status_of_chatd | grep -q '^1 turn in flight' && break; sleep 0.1; done
 echo "status_during=$(status_of_chatd)"
+snapshot during_tool
 bridge=$(grep '"bridgeReady"' /tmp/tool-stream | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["bridgeId"])')
 request_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["requestId"])' "$request")
 echo "tool_result=$(web POST /tool-result "$ADMIN_COOKIE" "{\"bridgeId\":\"$bridge\",\"requestId\":\"$request_id\",\"result\":{\"ok\":true,\"data\":{\"html\":\"<main uid=\\\"n-root\\\"></main>\",\"css\":\"\",\"pageInfo\":{\"part\":1,\"totalParts\":1,\"nextPart\":null}}}}") $(cat /tmp/body)"
@@ -107,6 +123,17 @@ wait $stream
 sed 's/^/tool| /' /tmp/tool-stream
 for _ in $(seq 50); do status_of_chatd | grep -q '^idle' && break; sleep 0.1; done
 echo "status_after=$(status_of_chatd)"
+snapshot after_tool
+
+# A provider nobody answers: the turn fails, counted by the failure's class.
+web POST /credentials "$ADMIN_COOKIE" '{"providerId":"openai-compatible","authMode":"baseUrl","displayLabel":"Gone","baseUrl":"http://127.0.0.1:9/v1"}' > /dev/null
+gone_credential=$(field '["credential"]["id"]')
+web POST /conversations "$ADMIN_COOKIE" "{\"scope\":\"site\",\"credentialId\":\"$gone_credential\",\"modelId\":\"$SCRIPTED_MODEL\"}" > /dev/null
+conversation=$(field '["conversation"]["id"]')
+web POST /chat/site "$ADMIN_COOKIE" "{\"conversationId\":\"$conversation\",\"content\":[{\"kind\":\"text\",\"text\":\"Hello?\"}]}" > /dev/null
+sed 's/^/gone| /' /tmp/body
+snapshot after_gone
+curl -sS --unix-socket /run/atelier/example/metrics/chatd.sock http://metrics/metrics | sed 's/^/chatd-metrics| /'
 
 # A result for one of the CMS's own bridges is the CMS's to answer.
 echo "cms_bridge=$(web POST /tool-result "$EDITOR_COOKIE" "{\"bridgeId\":\"$CMS_BRIDGE\",\"requestId\":\"r-1\",\"result\":{\"ok\":true,\"data\":{\"answer\":42}}}") $(cat /tmp/body)"
@@ -333,6 +360,31 @@ fn the_cms_editor_chats_through_nginx_with_only_its_session_cookie() {
                 .any(|l| l.starts_with("chatd-log|") && l.contains(cookie)),
             "{run:?}"
         );
+    }
+    // The metrics moved by exactly these turns: (started, done, errors, in flight, first
+    // bytes, provider errors of the request class).
+    let snapshot = |tag: &str| -> Vec<String> {
+        [
+            "started",
+            "done",
+            "errors",
+            "in_flight",
+            "first_bytes",
+            "provider_errors",
+        ]
+        .iter()
+        .map(|series| fact(&format!("{tag}_{series}")))
+        .collect()
+    };
+    let expected = |values: [u8; 6]| -> Vec<String> { values.iter().map(u8::to_string).collect() };
+    for (tag, values) in [
+        ("before", [0, 0, 0, 0, 0, 0]),
+        ("after_local", [1, 1, 0, 0, 1, 0]),
+        ("during_tool", [2, 1, 0, 1, 2, 0]),
+        ("after_tool", [2, 2, 0, 0, 2, 0]),
+        ("after_gone", [3, 2, 1, 0, 2, 1]),
+    ] {
+        assert_eq!(snapshot(tag), expected(values), "{tag}: {run:?}");
     }
     drop(cms);
     drop(model);

@@ -98,7 +98,9 @@ sed 's/^/hook| /' /tmp/hook
 https() { web "$@" --resolve www.example.org:443:127.0.0.1 --cacert $ca/ca.pem https://www.example.org/; }
 echo "https_status=$(wait_for 200 https -o /dev/null -w '%{http_code}')"
 echo "https_body=$(https)"
-echo "redirect=$(web -o /dev/null -w '%{http_code} %{redirect_url}' $(http www.example.org /))"
+# The https answer is a worker of the new configuration; port 80 may still be answered by an
+# old worker a moment longer, until the reload has retired them all.
+echo "redirect=$(wait_for '301 https://www.example.org/' web -o /dev/null -w '%{http_code} %{redirect_url}' $(http www.example.org /))"
 echo "challenge_after=$(web $challenge)"
 web -o /dev/null --resolve www.example.org:443:127.0.0.1 https://www.example.org/ 2>/dev/null
 echo "https_untrusted=$?"

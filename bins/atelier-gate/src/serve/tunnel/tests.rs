@@ -20,6 +20,8 @@ struct Pair {
     /// The test's end of the upstream side.
     upstream: TcpStream,
     tunnel: JoinHandle<io::Result<Moved>>,
+    /// The byte counters the tunnel adds to.
+    relayed: Relayed,
 }
 
 async fn open(mode: Mode) -> Pair {
@@ -29,11 +31,15 @@ async fn open(mode: Mode) -> Pair {
         .await
         .unwrap();
     let (gate_upstream, _) = listener.accept().await.unwrap();
-    let tunnel = tokio::spawn(async move { run(&gate_client, &gate_upstream, mode).await });
+    let relayed = Relayed::default();
+    let counters = relayed.clone();
+    let tunnel =
+        tokio::spawn(async move { run(&gate_client, &gate_upstream, mode, &counters).await });
     Pair {
         client,
         upstream,
         tunnel,
+        relayed,
     }
 }
 
@@ -117,6 +123,12 @@ async fn a_half_close_reaches_the_other_side_while_the_other_way_goes_on() {
         assert_eq!(answer, b"late answer", "{mode:?}");
         let moved = pair.tunnel.await.unwrap().unwrap();
         assert_eq!((moved.up.total(), moved.down.total()), (7, 11), "{mode:?}");
+        let counted = (pair.relayed.upstream.get(), pair.relayed.downstream.get());
+        assert_eq!(
+            counted,
+            (7, 11),
+            "the counters moved with the bytes ({mode:?})"
+        );
     }
 }
 
@@ -127,6 +139,7 @@ async fn an_upstream_reset_ends_the_tunnel_and_closes_the_client() {
         mut client,
         upstream,
         tunnel,
+        ..
     } = pair;
     // SO_LINGER 0: close sends RST instead of FIN.
     rustix::net::sockopt::set_socket_linger(&upstream, Some(std::time::Duration::ZERO)).unwrap();
