@@ -745,6 +745,11 @@ for _ in $(seq 1 100); do
   sleep 0.05
 done
 echo "status_during=$(systemctl show -P StatusText atelier-sited@example.service)"
+# The engine's client follows the turn across the kill: it must reconnect by itself.
+atelierctl --engine-env /etc/atelier/example/engine.env.fragment --token-file /etc/atelier/example/credentials/SERVICE_TOKEN \
+  --actor-id 1 --actor-name admin session follow "$id" --json > /tmp/followed.jsonl 2> /tmp/followed.err &
+follower=$!
+for _ in $(seq 1 100); do [ -s /tmp/followed.jsonl ] && break; sleep 0.05; done
 sited_pid=$(systemctl show -P MainPID atelier-sited@example.service)
 kill -9 "$sited_pid"
 for _ in $(seq 1 200); do
@@ -762,7 +767,14 @@ for _ in $(seq 1 200); do
 done
 echo "sited_pid_changed=$([ "$(systemctl show -P MainPID atelier-sited@example.service)" != "$sited_pid" ] && echo yes)"
 echo "sessions=$(api $base/v1/sites/collection/sessions)"
-timeout 20 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/events| /'
+timeout 20 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" > /tmp/all-events
+sed -n 's/^data: //p' /tmp/all-events | sed 's/^/events| /'
+timeout 60 tail --pid=$follower -f /dev/null
+wait $follower; echo "follower_exit=$?"
+echo "followed_ids=$(python3 -c 'import json,sys; print(",".join(str(e["seq"]) for e in map(json.loads, open(sys.argv[1])) if "seq" in e))' /tmp/followed.jsonl)"
+echo "log_ids=$(sed -n 's/^id: //p' /tmp/all-events | paste -sd ',')"
+sed 's/^/follower-err| /' /tmp/followed.err
+sed 's/^/followed| /' /tmp/followed.jsonl
 # The recovery commit goes through the git door once sited is ready: wait for it.
 for _ in $(seq 1 200); do
   git_in $ws1 log -1 --format=%s | grep -q '^agent: recovered' && break
@@ -779,10 +791,18 @@ exit 0
 
 /// `kill -9` of sited mid-turn: PID 1 stops the run (BindsTo=), the socket starts sited again,
 /// its boot marks the session interrupted before it listens, and once it is ready (door units
-/// are ordered after sited) the recovery point is committed through the git door.
+/// are ordered after sited) the recovery point is committed through the git door. The engine's
+/// client, following the turn the whole time, reconnects by itself and shows every event once.
 #[test]
 fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recovers_it() {
-    let run = run_in_box(KILLED, Duration::from_secs(240));
+    let bins = built_binaries_dir().expect("locating the built binaries");
+    let run = confined_box()
+        .install_binaries(&bins, &["atelierctl"])
+        .timeout(Duration::from_secs(240))
+        .run(&format!("{PREAMBLE}\n{KILLED}"))
+        .expect("booting systemd in a container");
+    run.assert_success();
+    assert_eq!(fact(&run, "apply"), "0", "{run:?}");
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     let unit = fact(&run, "run_unit");
     assert!(unit.starts_with("atelier-example-s1-turn@"), "{run:?}");
@@ -813,6 +833,18 @@ fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recove
             |l| l.contains("\"type\":\"turn_end\"") && l.contains("\"state\":\"interrupted\"")
         ),
         "{run:?}"
+    );
+    // The follower's output is the session's whole log, each event once, in order; it ended
+    // with the interrupted turn (exit 4 and its failure line: the turn did not end idle).
+    let log_ids = fact(&run, "log_ids");
+    assert!(log_ids.split(',').count() >= 3, "{run:?}");
+    assert_eq!(fact(&run, "followed_ids"), log_ids, "{run:?}");
+    assert_eq!(fact(&run, "follower_exit"), "4", "{run:?}");
+    assert!(
+        tagged(&run, "follower-err")
+            .iter()
+            .any(|l| l.starts_with("note: stream_lost")),
+        "the follower lost its stream with sited and followed again: {run:?}"
     );
     assert_eq!(
         tagged(&run, "sweep-error"),
