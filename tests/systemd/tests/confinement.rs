@@ -2452,6 +2452,10 @@ follow "$id" > /tmp/followed &
 follower=$!
 for _ in $(seq 1 100); do [ "$(metric sited atelier_sited_sse_followers)" = 1 ] && break; sleep 0.05; done
 snapshot during
+# STATUS= is brought up to date every second.
+sited_status() { systemctl show -P StatusText atelier-sited@example.service; }
+for _ in $(seq 1 100); do sited_status | grep -q ': 1 turn and' && break; sleep 0.05; done
+echo "status_during=$(sited_status)"
 api -o /dev/null -w 'stop=%{http_code}\n' -d "{$actor}" $base/v1/sessions/$id/stop
 wait $follower
 echo "followed_last=$(tail -n 1 /tmp/followed)"
@@ -2461,6 +2465,8 @@ for _ in $(seq 1 100); do
   sleep 0.05
 done
 snapshot after_turn
+for _ in $(seq 1 100); do sited_status | grep -q ': 0 turns and' && break; sleep 0.05; done
+echo "status_after=$(sited_status)"
 
 build=$(start_build collection)
 wait_build "$build" collection build
@@ -2510,6 +2516,17 @@ fn the_metrics_sockets_count_a_turn_a_build_and_a_refused_connect_exactly() {
     );
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     assert_eq!(fact(&run, "stop"), "200", "{run:?}");
+    // systemctl status tells of the turn while it runs, and of none after.
+    assert_eq!(
+        fact(&run, "status_during"),
+        "serving instance example: 1 turn and 0 builds running",
+        "{run:?}"
+    );
+    assert_eq!(
+        fact(&run, "status_after"),
+        "serving instance example: 0 turns and 0 builds running",
+        "{run:?}"
+    );
     assert_eq!(fact(&run, "build_outcome"), "success", "{run:?}");
     assert_eq!(fact(&run, "connect"), "403", "{run:?}");
     // Each snapshot: (started, running, interrupted, followers, builds, build durations,
