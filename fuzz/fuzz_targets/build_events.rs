@@ -3,7 +3,7 @@
 //! verdict however they are split.
 #![no_main]
 
-use atelier_build::{BuildReport, EventReader};
+use atelier_proto::build::{BuildReport, EventReader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

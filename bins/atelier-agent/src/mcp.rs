@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use atelier_llm::SseParser;
+use atelier_sse::{SseItem, SseParser};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
@@ -469,22 +469,27 @@ async fn read_events(
         if read > MAX_ANSWER_BYTES {
             return Err(McpError::TooLarge);
         }
-        for frame in parser.push(&chunk) {
-            if let Some(answer) = frame_answer(frame.data.as_deref(), id) {
-                return Ok(answer);
+        let items = parser
+            .push(&chunk)
+            .map_err(|e| McpError::Protocol(e.to_string()))?;
+        for item in items {
+            if let SseItem::Frame(frame) = item {
+                if let Some(answer) = frame_answer(&frame.data, id) {
+                    return Ok(answer);
+                }
             }
         }
     }
     parser
-        .finish()
-        .and_then(|frame| frame_answer(frame.data.as_deref(), id))
+        .take_unterminated()
+        .and_then(|frame| frame_answer(&frame.data, id))
         .ok_or_else(|| McpError::Protocol("the event stream ended without the answer".to_owned()))
 }
 
 /// The answer to `id` in one event's data, if that is what it carries. Events that are not
 /// JSON, or carry another message, are passed over.
-fn frame_answer(data: Option<&str>, id: u64) -> Option<Result<Value, McpError>> {
-    let value: Value = serde_json::from_str(data?).ok()?;
+fn frame_answer(data: &str, id: u64) -> Option<Result<Value, McpError>> {
+    let value: Value = serde_json::from_str(data).ok()?;
     answer_to(&value, id)
 }
 
@@ -678,8 +683,8 @@ mod tests {
         for (name, message, want) in cases {
             assert_eq!(answer_to(&message, 3), want, "case {name}");
         }
-        assert_eq!(frame_answer(Some("not json"), 3), None);
-        assert_eq!(frame_answer(None, 3), None);
+        assert_eq!(frame_answer("not json", 3), None);
+        assert_eq!(frame_answer("", 3), None);
     }
 
     #[test]

@@ -1,31 +1,24 @@
 //! Runs a site's install and build steps as argv inside the build door, reporting step events
 //! as frames.
 //!
-//! sited reads and validates the site manifest (the workspace is agent-writable, so
-//! atelier-build never reads `site.json`) and passes a [`BuildPlan`] as `--plan <json>`
-//! ([`BuildPlan::to_argv`]). atelier-build runs in the workspace (its working directory, set by
-//! the shim), and its stdout is a frame stream: `T` frames carrying
-//! [`BuildEvent`](atelier_proto::BuildEvent)s and `O`/`E` frames carrying the steps' output.
+//! atelier-build runs in the workspace (its working directory, set by the shim) the
+//! [`BuildPlan`] sited passed as `--plan <json>`, and its stdout is a frame stream: `T` frames
+//! carrying [`BuildEvent`](atelier_proto::BuildEvent)s and `O`/`E` frames carrying the steps'
+//! output. What crosses the door (the plan, the failures' strings, sited's reader of the
+//! stream) is the protocol's, in [`atelier_proto::build`]; this crate is the door's side only.
 //!
 //! Parts:
-//! - [`plan`]: [`BuildPlan`], [`split_command`] (the manifest's whitespace rule).
 //! - [`scripts`]: what "lifecycle scripts off" adds to a step.
 //! - [`runner`]: [`run`]: the steps, their process groups and deadlines, the leftover sweep.
 //! - [`output`]: [`verify_output`], the output directory's proof and count.
-//! - [`failure`]: [`BuildFailure`], every failure's contract string and exit code.
-//! - [`reader`]: sited's side: [`EventReader`], [`BuildReport`], [`log_bytes`].
 
-pub mod failure;
 pub mod output;
-pub mod plan;
-pub mod reader;
 pub mod runner;
 pub mod scripts;
 
-pub use failure::BuildFailure;
-pub use output::{verify_output, OutputRefusal, VerifiedOutput};
-pub use plan::{split_command, BuildPlan, PlanError, PLAN_FLAG};
-pub use reader::{log_bytes, BuildItem, BuildReport, EventReader, ReadError};
+use atelier_proto::build::{BuildFailure, BuildPlan, PlanError};
+
+pub use output::{verify_output, OutputRefusal};
 pub use runner::run;
 
 /// The exit status of a command line atelier-build cannot use (EX_USAGE).

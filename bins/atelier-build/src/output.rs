@@ -9,23 +9,13 @@
 use std::path::{Component, Path};
 
 use atelier_fs::{tree, FileKind, FsError, Root};
-
-use crate::failure::BuildFailure;
+use atelier_proto::build::{BuildFailure, VerifiedOutput};
 
 /// Directory levels the walk descends at most.
 const MAX_DEPTH: usize = 64;
 
 /// Entries the walk visits at most, so a tree of millions of names cannot pin the build.
 const MAX_ENTRIES: u64 = 200_000;
-
-/// What a proved output directory holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VerifiedOutput {
-    /// Regular files in it, at any depth.
-    pub files: u64,
-    /// Their total size, in bytes.
-    pub bytes: u64,
-}
 
 /// A refused output: the contract's failure, and a sentence for the build log naming what was
 /// found where.

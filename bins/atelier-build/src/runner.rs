@@ -14,15 +14,14 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use atelier_proto::build::{BuildFailure, BuildPlan, VerifiedOutput};
 use atelier_proto::{write_frame, BuildEvent, BuildStep, Frame, FrameKind, StepOutcome};
 use rustix::process::{Pid, Signal, WaitOptions};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use crate::failure::BuildFailure;
-use crate::output::{verify_output, VerifiedOutput};
-use crate::plan::BuildPlan;
+use crate::output::verify_output;
 use crate::scripts;
 
 /// How long the pipes of a step may stay open after its process tree was killed; only

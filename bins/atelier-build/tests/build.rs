@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atelier_build::{BuildItem, BuildPlan, BuildReport, EventReader, VerifiedOutput};
+use atelier_proto::build::{BuildItem, BuildPlan, BuildReport, EventReader, VerifiedOutput};
 use atelier_proto::{BuildEvent, BuildStep, StepOutcome};
 
 const BIN: &str = env!("CARGO_BIN_EXE_atelier-build");

@@ -2,9 +2,7 @@
 //! the bind fallback, a turn refused without a stored credential, SIGTERM, state kept across
 //! runs, and the `purge` subcommand run beside a serving chatd.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -3,9 +3,8 @@
 //! against what Anthropic, OpenAI function calling and chat/completions document they accept;
 //! and for every tool one valid input that passes and two invalid ones refused by name.
 //!
-//! `ATELIER_UPDATE_GOLDEN=1 cargo test -p atelier-chatd --test catalogue` rewrites the golden.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `ATELIER_UPDATE_GOLDEN=1 cargo test -p atelier-chatd --test main catalogue::` rewrites the
+//! golden.
 
 use std::collections::HashSet;
 use std::path::PathBuf;

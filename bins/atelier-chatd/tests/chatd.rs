@@ -3,10 +3,8 @@
 //! SQLite, per-user isolation, the browser bridge, the single-writer lease and client aborts.
 //! Turns are run by a scripted [`TurnRunner`] that calls browser tools through the real bridge.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod openapi;
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

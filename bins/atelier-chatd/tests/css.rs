@@ -2,8 +2,6 @@
 //! the rules the editor's importer will create (bare class, ambient, media-conditioned,
 //! keyframes, other at-rule; `!important` counted) or is refused with its line and column.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use atelier_chatd::tools::css::{check_apply_css, check_css, RuleKind};
 use serde_json::json;
 

@@ -2,9 +2,7 @@
 //! every capability but the route's own is refused 403 `Forbidden`, and one holding only the
 //! route's own capability gets past the gate (whatever the route answers next).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,9 +2,7 @@
 //! messages, each refused with its status and message before anything is stored, and accepted
 //! images that come back re-encoded — EXIF orientation applied, every metadata segment gone.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -3,13 +3,11 @@
 //! answers, logs), defaults seeded from the live catalogue, models with prices and context
 //! windows, a priced chat, and the audit binned into days of two time zones across midnight.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+use crate::support;
 
-mod support;
-
+use crate::support::{anthropic_frames, call, prepare_dir, scripted, start, Answer};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{anthropic_frames, call, prepare_dir, scripted, start, Answer};
 
 const CANARY_KEY: &str = "sk-ant-CANARY-7f3a9c1e5b2d4086";
 const OPUS: &str = "claude-opus-4-8-20260514";

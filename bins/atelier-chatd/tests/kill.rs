@@ -3,19 +3,19 @@
 //! integrity check passes, nothing half-written is visible, the killed turn's start gets its
 //! end in the audit log, and the conversation goes on.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{
+    call, chat_frames, kill_9, prepare_dir, scripted, send, start, Answer, ALL_CAPS,
+};
 use base64::Engine as _;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{call, chat_frames, kill_9, prepare_dir, scripted, send, start, Answer, ALL_CAPS};
 
 const INTERRUPTED: &str =
     "Tool call did not complete — the previous turn was interrupted before a result was produced.";

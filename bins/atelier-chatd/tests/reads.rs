@@ -5,16 +5,17 @@
 //! prompts: a static prefix byte-identical across turns and providers, the dynamic suffix
 //! built from the snapshot.
 //!
-//! `ATELIER_UPDATE_GOLDEN=1 cargo test -p atelier-chatd --test reads` rewrites the goldens.
+//! `ATELIER_UPDATE_GOLDEN=1 cargo test -p atelier-chatd --test main reads::` rewrites the goldens.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::support::{
+    last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer,
+};
 use atelier_chatd::auth::{Caller, SessionCookie};
 use atelier_chatd::cms::reads::CmsReader;
 use atelier_chatd::cms::CmsClient;
@@ -31,7 +32,6 @@ use atelier_llm::{
 use hyper::header::{HeaderMap, COOKIE};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Map, Value};
-use support::{last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

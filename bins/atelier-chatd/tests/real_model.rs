@@ -3,16 +3,14 @@
 //! "Custom Provider", as an editor would configure a self-hosted model. A missing install
 //! fails these tests; it never skips them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 
+use crate::support::{call, prepare_dir, send, start, ALL_CAPS};
 use atelier_local_model::LocalModel;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{call, prepare_dir, send, start, ALL_CAPS};
 
 async fn server() -> LocalModel {
     LocalModel::start().await.unwrap_or_else(|e| panic!("{e}"))

@@ -5,18 +5,18 @@
 //! The stream, the bridge traffic, what the model was sent and the persisted history are
 //! checked against the reference's shapes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::support::{
+    last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer,
+};
 use atelier_chatd::prompts::SITE_PREFIX;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer};
 
 const CAPS: &str = "ai.chat,ai.tools.write,site.read,site.structure.edit,site.style.edit";
 

@@ -1,9 +1,7 @@
 //! End to end: chatd's real socket, the shared tool loop, the Anthropic driver and a scripted
 //! provider on loopback replaying recorded SSE transcripts; the test plays the browser.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};

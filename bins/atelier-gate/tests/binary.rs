@@ -3,8 +3,6 @@
 //! optional and streams a run's decisions, a head cut off by its deadline is logged as the
 //! bytes received, a bad plan stops the gate before READY.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
@@ -16,7 +14,7 @@ use atelier_layout::stamp::{stamped, CommentStyle};
 use atelier_proto::egress::{Decision, Subscribe, Verdict};
 use atelier_proto::Door;
 
-mod support;
+use crate::support;
 
 const GATE: &str = env!("CARGO_BIN_EXE_atelier-gate");
 const WAIT: Duration = Duration::from_secs(20);

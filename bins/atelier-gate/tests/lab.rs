@@ -3,23 +3,21 @@
 //! from rustls (as sent, edited, or re-framed), and the MCP relay against a Publication API
 //! stand-in. Needs root, iproute2 and dnsmasq-base; never skips.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::thread::sleep;
 use std::time::Duration;
 
-use atelier_proto::egress::{Decision, Verdict};
-use atelier_proto::Door;
-use support::lab::{GateDoor, Lab};
-use support::mcp::{send, Upstream};
-use support::tls::{
+use crate::support::lab::{GateDoor, Lab};
+use crate::support::mcp::{send, Upstream};
+use crate::support::tls::{
     client_hello, connect, finish_and_echo, handshake_of, read_to_close, records,
     server_name_extension, with_extension, LabCa, TlsServer, ESTABLISHED,
 };
+use atelier_proto::egress::{Decision, Verdict};
+use atelier_proto::Door;
 
 const HOST: &str = "api.example.com";
 const HOST_ADDR: &str = "198.18.0.10";

@@ -1,15 +1,10 @@
 //! A canary value planted in every credential file the declaration names appears in no
 //! rendered artifact, for either web server. The declaration holds only paths; the renderer
 //! must never read them, and nothing else may smuggle a value in.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test]: a failure is the test failing"
-)]
-
-mod common;
 
 use std::path::Path;
+
+use crate::common;
 
 const CANARY: &str = "canary-7f3a9c1e-do-not-render-0b5d";
 

@@ -1,11 +1,6 @@
 //! The command line's verbs and exit codes, run in process against a host root in a temp dir
 //! (read-only verbs only: `apply` and `remove` act on the real host and refuse a root).
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers: a failed setup step must fail the test"
-)]
-
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

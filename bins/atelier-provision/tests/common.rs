@@ -1,10 +1,4 @@
 //! Shared by the render tests: the committed example declaration, rendered with fixed facts.
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "shared by several test binaries; a failure is the test failing"
-)]
 
 use std::path::{Path, PathBuf};
 
@@ -66,15 +60,6 @@ pub fn render_decl(decl: &Declaration) -> Vec<Artifact> {
 /// Where an artifact lands under a review folder: its absolute path without the leading `/`.
 pub fn relative(artifact: &Artifact) -> PathBuf {
     artifact.path.strip_prefix("/").unwrap().to_owned()
-}
-
-/// Writes every artifact under `dir` at its relative path.
-pub fn write_tree(dir: &Path, artifacts: &[Artifact]) {
-    for artifact in artifacts {
-        let path = dir.join(relative(artifact));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &artifact.bytes).unwrap();
-    }
 }
 
 /// The example declaration with `paths` moved under `dir`: units into `dir/units`, binaries

@@ -1,18 +1,13 @@
 //! The committed rendered trees under deploy/examples/ are exactly what the renderer produces
 //! for deploy/examples/instance.json (nginx) and its Apache twin. `ATELIER_UPDATE_EXAMPLES=1`
 //! rewrites them.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test]: a failure is the test failing"
-)]
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use atelier_provision::artifact::Artifact;
+
+use crate::common;
 
 fn index(artifacts: &[Artifact]) -> String {
     let mut out = String::from(

@@ -1,19 +1,14 @@
 //! Every rendered unit passes `systemd-analyze verify` with no warning at all, and
 //! `systemd-analyze security --offline=true` scores each door run ≤ 1.0, each gate ≤ 2.0 and
 //! sited ≤ 2.0. systemd-analyze missing is a failure, never a skip.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test]: a failure is the test failing"
-)]
-
-mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use atelier_provision::artifact::{Artifact, ArtifactKind};
+
+use crate::common;
 
 const DOOR_BOUND: f64 = 1.0;
 const GATE_BOUND: f64 = 2.0;

@@ -3,18 +3,13 @@
 //! Every TLS mode and both preproduction auth modes are exercised, and letsencrypt's vhosts
 //! both before their certificates exist (the stand-ins, tested with no certificate anywhere)
 //! and after.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test]: a failure is the test failing"
-)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use atelier_provision::artifact::{Artifact, ArtifactKind};
+
+use crate::common;
 
 /// Writes a self-signed certificate and key for `domain` under `dir`.
 fn certificate(dir: &Path, domain: &str) {

@@ -7,11 +7,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use atelier_build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
 use atelier_fs::{FsError, Root};
 use atelier_layout::workspace::{
     BUILDER_DIR, BUILDER_DIR_MODE, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
+use atelier_proto::build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
 use atelier_proto::Door;
 use atelier_releases::{ReleaseId, Store, Strategy};
 use serde::{Deserialize, Serialize};

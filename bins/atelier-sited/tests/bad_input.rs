@@ -2,14 +2,6 @@
 //! reason, and the instance's whole tree — and a directory outside it that planted links point
 //! at — is byte-for-byte what it was before.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
-mod support;
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +10,9 @@ use std::time::Duration;
 use atelier_sited::Router;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{actor, call, declare_sites, make_roots, raw_settings, Reply};
+
+use crate::support;
+use crate::support::{actor, call, declare_sites, make_roots, raw_settings, Reply};
 
 struct Instance {
     _dir: tempfile::TempDir,

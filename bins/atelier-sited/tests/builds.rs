@@ -2,21 +2,15 @@
 //! sited writes the log and promotes; publish copies the previewed bytes; rollback flips back.
 //! Every refusal is named and promotes nothing.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atelier_sited::Router;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{actor, call, declare_sites, make_roots, raw_settings, Reply};
+
+use crate::support;
+use crate::support::{actor, call, declare_sites, make_roots, raw_settings, Reply};
 
 struct Instance {
     _dir: tempfile::TempDir,

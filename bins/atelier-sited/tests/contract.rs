@@ -5,15 +5,8 @@
 //! unauthenticated request can be told from another; 404 against 405 with `Allow`; the
 //! `BASE_PATH` rule. Everything runs for real: the shim, the scripted agent, atelier-build, git.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
 mod metrics;
 mod openapi;
-mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt as _;
@@ -26,8 +19,10 @@ use atelier_sited::{RawSettings, Router};
 use hyper::Method;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
-use support::{actor, declare_sites, make_roots, raw_settings, BASE, TOKEN};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::support;
+use crate::support::{actor, declare_sites, make_roots, raw_settings, BASE, TOKEN};
 
 /// How long a stream or a build may take before the test gives up.
 const WAIT: Duration = Duration::from_secs(60);

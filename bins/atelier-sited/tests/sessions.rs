@@ -1,14 +1,6 @@
 //! Sessions over a real unix socket: the SSE follow's seam (no gap, no duplicate), replay of a
 //! finished session, listing, admission refusals, and planted links under `.builder/`.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +9,7 @@ use std::time::Duration;
 use atelier_sited::reservations::Hold;
 use atelier_sited::session_log::{SessionId, SessionMeta, SESSIONS_DIR};
 use atelier_sited::{RawSettings, Router};
+use atelier_sse::{SseFrame as Frame, SseItem, SseParser};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, StatusCode};
@@ -24,6 +17,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::net::UnixStream;
+
+use crate::support;
 
 const TOKEN: &str = "test-service-token-000000000000000000000000";
 const BASE: &str = "/publication/site_builder";
@@ -45,14 +40,6 @@ impl Reply {
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
-}
-
-/// One SSE frame as a client parses it.
-#[derive(Debug, Clone, PartialEq)]
-struct Frame {
-    id: Option<String>,
-    event: Option<String>,
-    data: String,
 }
 
 async fn open(
@@ -135,26 +122,26 @@ async fn follow_at(
     (headers, parse_frames(std::str::from_utf8(&body).unwrap()))
 }
 
+/// The frames of a whole stream, read by the shared SSE reader; sited writes only `id`,
+/// `event` and `data` fields and comments, and a closed stream ends with a whole frame.
 fn parse_frames(text: &str) -> Vec<Frame> {
-    assert!(text.is_empty() || text.ends_with("\n\n"), "{text:?}");
-    text.split_terminator("\n\n")
-        .filter(|block| !block.starts_with(':'))
-        .map(|block| {
-            let mut frame = Frame {
-                id: None,
-                event: None,
-                data: String::new(),
-            };
-            for line in block.lines() {
-                let (field, value) = line.split_once(": ").unwrap_or_else(|| panic!("{line:?}"));
-                match field {
-                    "id" => frame.id = Some(value.to_owned()),
-                    "event" => frame.event = Some(value.to_owned()),
-                    "data" => frame.data = value.to_owned(),
-                    other => panic!("unexpected field {other}"),
-                }
-            }
-            frame
+    for line in text.lines() {
+        assert!(
+            line.is_empty()
+                || [":", "id: ", "event: ", "data: "]
+                    .iter()
+                    .any(|p| line.starts_with(p)),
+            "unexpected field in {line:?}"
+        );
+    }
+    let mut parser = SseParser::new();
+    let items = parser.push(text.as_bytes()).expect("a well-formed stream");
+    parser.finish().expect("the stream ends with a whole frame");
+    items
+        .into_iter()
+        .filter_map(|item| match item {
+            SseItem::Frame(frame) => Some(frame),
+            SseItem::Comment(_) => None,
         })
         .collect()
 }

@@ -1,14 +1,6 @@
 //! sited over a real unix socket: the routes and the bearer gate through the library's router,
 //! and the binary itself run the way a developer runs it (bind fallback, SIGTERM, exit 0).
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -22,6 +14,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::net::UnixStream;
+
+use crate::support;
 
 const TOKEN: &str = "test-service-token-000000000000000000000000";
 const BASE: &str = "/publication/site_builder";

@@ -2,14 +2,6 @@
 //! scripted test agent as Claude Code, real git. Each fault has its one terminal error, every
 //! turn its commit and `turn_end`, and sited's own binary survives a `kill -9` mid-turn.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test helpers outside #[test] functions panic on broken fixtures by design"
-)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -17,7 +9,9 @@ use std::time::Duration;
 use atelier_sited::Router;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{actor, call, declare_sites, follow_events, make_roots, raw_settings};
+
+use crate::support;
+use crate::support::{actor, call, declare_sites, follow_events, make_roots, raw_settings};
 
 const WAIT: Duration = Duration::from_secs(60);
 

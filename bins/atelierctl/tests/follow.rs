@@ -3,14 +3,6 @@
 //! scripted live stream (rendering as events arrive, escaping, and the exit status the last
 //! `turn_end` decides).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on a broken fixture by design"
-)]
-
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +12,8 @@ use atelier_sited::session_log::SessionId;
 use atelierctl::{Event, Id, NewSite, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::json;
+
+use crate::support;
 
 async fn with_site(instance: &support::Instance, slug: &str) {
     instance

@@ -2,20 +2,14 @@
 //! any other call; a mismatch sends nothing else; a token rotated after pairing meets sited's
 //! 401; no answer is `unreachable` or `timeout`.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on a broken fixture by design"
-)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atelierctl::{instance_fingerprint, Error, Mismatch, Route};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_succeeds_once_then_every_call_carries_the_token_and_actor() {

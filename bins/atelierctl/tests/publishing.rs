@@ -3,15 +3,9 @@
 //! exits by the build's outcome, every command's `--json` is the daemon's body, refusals are
 //! sited's problems.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on a broken fixture by design"
-)]
-
-mod support;
-
 use serde_json::Value;
+
+use crate::support;
 
 fn json_line(out: &support::Ctl) -> Value {
     assert_eq!(out.code, 0, "{out:?}");
@@ -212,7 +206,9 @@ fn ctl_on_a_terminal(argv: Vec<String>) -> (i32, String, String) {
     use std::io::Read as _;
     use std::os::unix::ffi::OsStrExt as _;
 
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    // Close-on-exec: the other tests of this binary spawn processes meanwhile, which must not
+    // inherit the terminal.
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
     grantpt(&master).unwrap();
     unlockpt(&master).unwrap();
     let name = ptsname(&master, Vec::new()).unwrap();

@@ -2,20 +2,12 @@
 //! delete, the audit of each with its actor, `--json` printing the daemon's body exactly, the
 //! exit codes, and a sweep of every route of the table answering its shape or a problem.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on a broken fixture by design"
-)]
-
-mod support;
-
-/// Every failure under `--json`, in this binary rather than one of its own.
-#[path = "sites/failures.rs"]
-mod failures;
-
 use atelierctl::{Error, Id, NewSite, Route, Slug};
 use serde_json::Value;
+
+use crate::support;
+
+mod failures;
 
 fn slug(text: &str) -> Slug {
     Slug::parse(text).unwrap()

@@ -2,11 +2,6 @@
 //! (`root/` and its sibling `outside/`), so a refused operation that wrote, truncated, created
 //! or re-moded anything anywhere fails.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers: a failed setup step must fail the test"
-)]
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};

@@ -1,11 +1,6 @@
 //! Owned writes and owner/mode reconciliation: the owner is on the file before it has its final
 //! name, an existing right file is left alone, and links are refused.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers: a failed setup step must fail the test"
-)]
-
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
 use atelier_fs::{FsError, Outcome, Root};

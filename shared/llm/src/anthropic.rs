@@ -5,13 +5,13 @@ use serde_json::{json, Value};
 use crate::driver::Driver;
 use crate::error::LlmError;
 use crate::prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
-use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
     ToolResult, Usage,
 };
+use atelier_sse::SseFrame;
 
 /// Anthropic's production base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -240,7 +240,7 @@ impl AnthropicTranslator {
 
 impl Translator for AnthropicTranslator {
     fn frame(&mut self, frame: &SseFrame, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
-        let Some(Ok(data)) = frame.data.as_deref().map(serde_json::from_str::<Value>) else {
+        let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
             return Ok(());
         };
         let kind = data

@@ -9,12 +9,12 @@ use crate::anthropic::{config_error, str_field};
 use crate::driver::Driver;
 use crate::error::{extract_error_message, LlmError};
 use crate::prompt::join_system_parts;
-use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
+use atelier_sse::SseFrame;
 
 /// Ollama's usual local base URL.
 pub const OLLAMA_DEFAULT_BASE_URL: &str = "http://127.0.0.1:11434";
@@ -250,7 +250,7 @@ impl ChatCompletionsTranslator {
 
 impl Translator for ChatCompletionsTranslator {
     fn frame(&mut self, frame: &SseFrame, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
-        let Some(Ok(chunk)) = frame.data.as_deref().map(serde_json::from_str::<Value>) else {
+        let Ok(chunk) = serde_json::from_str::<Value>(&frame.data) else {
             return Ok(());
         };
         self.answered = true;

@@ -3,7 +3,7 @@
 //! One [`Driver`] trait; five drivers that only map canonical [`ChatRequest`]s to a wire and
 //! the wire's SSE back to [`StreamEvent`]s: [`AnthropicDriver`], [`ResponsesDriver::openai`],
 //! [`ResponsesDriver::openrouter`], [`ChatCompletionsDriver::ollama`] and
-//! [`ChatCompletionsDriver::openai_compatible`]. They share one SSE parser ([`SseParser`]),
+//! [`ChatCompletionsDriver::openai_compatible`]. They share one SSE reader (`atelier-sse`, shared with every other stream Atelier reads),
 //! one tool-argument parser ([`parse_tool_arguments`]), one prompt-boundary constant
 //! ([`SYSTEM_PROMPT_DYNAMIC_BOUNDARY`]), one transport with a per-read idle timeout, and one
 //! error classification ([`classify_http_failure`] into [`LlmError`]).
@@ -28,7 +28,6 @@ mod models;
 mod pricing;
 mod prompt;
 mod responses;
-mod sse;
 mod tool_args;
 mod tool_loop;
 mod transport;
@@ -61,7 +60,6 @@ pub use prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
 pub use responses::{
     prompt_cache_key, ResponsesDriver, ResponsesFlavor, OPENAI_BASE_URL, OPENROUTER_BASE_URL,
 };
-pub use sse::{SseFrame, SseParser};
 pub use tool_args::parse_tool_arguments;
 pub use tool_loop::{
     elide_historical_user_images, elided_result, is_heavy, prepare_call, run_tool_loop, EventSink,

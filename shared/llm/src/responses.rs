@@ -6,12 +6,12 @@ use crate::anthropic::{config_error, str_field};
 use crate::driver::Driver;
 use crate::error::LlmError;
 use crate::prompt::join_system_parts;
-use crate::sse::SseFrame;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
+use atelier_sse::SseFrame;
 
 /// OpenAI's production base URL (the driver appends `/v1/responses`).
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com";
@@ -221,7 +221,7 @@ struct ResponsesTranslator {
 
 impl Translator for ResponsesTranslator {
     fn frame(&mut self, frame: &SseFrame, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
-        let Some(Ok(data)) = frame.data.as_deref().map(serde_json::from_str::<Value>) else {
+        let Ok(data) = serde_json::from_str::<Value>(&frame.data) else {
             return Ok(());
         };
         let kind = data

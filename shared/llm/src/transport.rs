@@ -10,8 +10,8 @@ use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 
 use crate::error::{classify_http_failure, LlmError};
-use crate::sse::{SseFrame, SseParser};
 use crate::types::{RoundEnd, StreamEvent};
+use atelier_sse::{SseFrame, SseItem, SseParser};
 
 /// A provider round's events; ends after [`StreamEvent::Finished`] or the first error.
 /// Dropping it cancels the provider request.
@@ -200,9 +200,23 @@ async fn next_event(mut reading: Reading) -> Option<(Result<StreamEvent, LlmErro
                     reading,
                 ));
             }
-            Ok(Some(Ok(bytes))) => frames = reading.parser.push(&bytes),
+            Ok(Some(Ok(bytes))) => match reading.parser.push(&bytes) {
+                Ok(items) => frames.extend(items.into_iter().filter_map(|item| match item {
+                    SseItem::Frame(frame) => Some(frame),
+                    SseItem::Comment(_) => None,
+                })),
+                Err(error) => {
+                    reading.ended = true;
+                    let stream = LlmError::Stream {
+                        label: reading.label,
+                        detail: error.to_string(),
+                    };
+                    return Some((Err(stream), reading));
+                }
+            },
             Ok(None) => {
-                frames.extend(reading.parser.finish());
+                // A provider that never closed its last frame: what it sent is used.
+                frames.extend(reading.parser.take_unterminated());
                 at_end = true;
             }
         }

@@ -2,16 +2,13 @@
 //! answers, one request per key while a lookup is in flight, the 5-minute cache, and the
 //! fail-closed answer on errors and timeouts (never cached).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use atelier_llm::{CapabilityResolver, Endpoint, ModelCapabilities, ProviderKind};
 use serde_json::{json, Value};
 
-#[path = "support/scripted.rs"]
-mod scripted;
+use crate::scripted;
 
 use scripted::{start, Reply, Script, ScriptedProvider};
 

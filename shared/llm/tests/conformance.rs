@@ -3,8 +3,6 @@
 
 // The helpers below are test code too: a panic is how they report a broken expectation
 // (clippy's allow-unwrap-in-tests only covers `#[test]` functions themselves).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use atelier_llm::{
@@ -17,8 +15,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-#[path = "support/scripted.rs"]
-mod scripted;
+use crate::scripted;
 
 use scripted::{error_answer, start, start_sequence, transcript, Reply, Script, ScriptedProvider};
 

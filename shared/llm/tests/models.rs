@@ -2,8 +2,6 @@
 //! capability lookups in batches of six, and the catalogue's deadline, sharing, cache and
 //! forwarded cancellation.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

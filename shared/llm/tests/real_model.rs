@@ -3,8 +3,6 @@
 //! prove the driver parses what the fixtures say; these prove the fixtures say what a real
 //! server sends. A missing install fails these tests; it never skips them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use atelier_llm::{

@@ -2,8 +2,6 @@
 //! turn, summed usage, tool failures, heavy-evidence elision, round limits and abort.
 
 // The helpers below are test code too: a panic is how they report a broken expectation.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,8 +16,7 @@ use atelier_llm::{
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-#[path = "support/scripted.rs"]
-mod scripted;
+use crate::scripted;
 
 use scripted::{start_sequence, transcript, Reply, Script, ScriptedProvider};
 

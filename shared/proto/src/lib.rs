@@ -13,7 +13,10 @@
 //!   closed key set and validation after parsing.
 //! - [`egress`]: the gate's decisions socket, in JSON lines rather than frames: sited's
 //!   [`Subscribe`] and the gate's [`Decision`]s.
+//! - [`build`]: the build door's protocol between sited and atelier-build: the plan passed on
+//!   its command line, the reader of its event stream, the failures it reports.
 
+pub mod build;
 pub mod decoder;
 pub mod egress;
 pub mod frame;

@@ -3,22 +3,15 @@
 //! exactly one release's file (every file names its release first and last). Run for the
 //! plain configuration (`disable_symlinks off`) and the provisioner's (`if_not_owner`).
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test code: a failed step must fail the test"
-)]
-
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::support::nginx::{Nginx, SymlinkPolicy};
+use crate::support::{is_whole_file, tag_of, Webspace};
 use atelier_fs::Root;
 use atelier_releases::{publish, Store, Strategy};
-use support::nginx::{Nginx, SymlinkPolicy};
-use support::{is_whole_file, tag_of, Webspace};
 
 /// Releases retained in prod, as a deployment would keep them (`RELEASES_RETAINED`).
 const RETAINED: usize = 5;

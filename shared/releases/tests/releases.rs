@@ -2,12 +2,7 @@
 //! every refusal as a named case that is checked to change nothing, the strategies' sharing
 //! rules, and a reader racing 100 flips.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers: a failed setup step must fail the test"
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
@@ -15,9 +10,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::support::{snapshot, Webspace};
 use atelier_fs::Root;
 use atelier_releases::{publish, ReleaseId, Store, Strategy};
-use support::{snapshot, Webspace};
 
 #[test]
 fn promote_copies_the_tree_and_flips_a_relative_link() {

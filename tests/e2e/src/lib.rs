@@ -1,7 +1,8 @@
 //! Cross-binary end-to-end tests: sited, the shim, atelier-build and the test agent driven with
 //! atelierctl over real sockets, served by a real nginx.
 //!
-//! The crate has no library code; its tests live in `tests/`:
+//! The crate has no library code; its tests are one binary, `tests/main.rs`, with a module
+//! for each journey in `tests/`:
 //! - `sessions.rs`: the engine's session journey through the atelierctl library and binary.
 //! - `publishing.rs`: build, publish and rollback through nginx, and the env file's limits
 //!   reaching sited.

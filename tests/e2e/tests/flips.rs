@@ -12,22 +12,15 @@
 //! 101 served states is verified. Triples that overlap a flip may straddle it (each request
 //! resolves the link once) and are only counted.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test code: a failed step must fail the test"
-)]
-
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
-use support::instance::{Instance, RELEASES_RETAINED};
-use support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
-use support::nginx::{Nginx, WebClient};
+
+use crate::support::instance::{Instance, RELEASES_RETAINED};
+use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
+use crate::support::nginx::{Nginx, WebClient};
 
 const PROD: &str = "alpha.example.org";
 const FLIPS: usize = 100;
@@ -115,7 +108,7 @@ impl Flips {
 
     /// Waits until `state` was checked by `CLIENTS` quiet triples.
     async fn await_checks(&self, state: usize) {
-        let deadline = Instant::now() + support::WAIT;
+        let deadline = Instant::now() + crate::support::WAIT;
         while self.checks(state) < CLIENTS as u64 {
             assert!(
                 Instant::now() < deadline,

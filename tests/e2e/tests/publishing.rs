@@ -3,18 +3,11 @@
 //! the built page, publish makes `Host: <domain>` serve the same bytes, a second turn, build
 //! and publish, then a rollback serves the first release's bytes again.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test code: a failed step must fail the test"
-)]
-
-mod support;
-
 use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
-use support::instance::Instance;
-use support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
-use support::nginx::{Nginx, WebResponse};
+
+use crate::support::instance::Instance;
+use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
+use crate::support::nginx::{Nginx, WebResponse};
 
 const PRE: &str = "pre.alpha.example.org";
 const PROD: &str = "alpha.example.org";

@@ -5,24 +5,17 @@
 //! of a hanging turn, the audit log — and the atelierctl binary with `--json` on the same
 //! instance.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test code: a failed step must fail the test"
-)]
-
-mod support;
-
 use std::collections::BTreeSet;
 
 use atelierctl::model::AuditActor;
 use atelierctl::{Client, Event, Id, NewSite, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
-use support::instance::Instance;
-use support::journey::{bodies, follow_to_end, when_free};
-use support::proxy::RecordingProxy;
-use support::{ctl, git, processes_with, WAIT};
+
+use crate::support::instance::Instance;
+use crate::support::journey::{bodies, follow_to_end, when_free};
+use crate::support::proxy::RecordingProxy;
+use crate::support::{ctl, git, processes_with, WAIT};
 
 const HEALTH: &str = "GET /publication/site_builder/health";
 

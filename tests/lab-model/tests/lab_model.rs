@@ -5,8 +5,6 @@
 //! With `--upstream`: chat completions forwarded to a stand-in upstream on loopback and
 //! streamed back, and a dead upstream answered with a 502.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -8,8 +8,6 @@
 //! The store is read when a client is built, from the environment, which a test must not
 //! change in its own process: each client is built in a child run of this test binary.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -101,7 +99,7 @@ fn a_default_client_trusts_the_os_store_and_nothing_else() {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "a_default_client_trusts_the_os_store_and_nothing_else",
+                "os_trust_store::a_default_client_trusts_the_os_store_and_nothing_else",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -117,6 +115,12 @@ fn a_default_client_trusts_the_os_store_and_nothing_else() {
             store.display(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
+        );
+        // A filter that matched no test would pass without fetching anything.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test: {stdout}"
         );
     }
 }

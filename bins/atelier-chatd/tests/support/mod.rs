@@ -4,7 +4,10 @@
 //! every request, with the Anthropic rounds it plays; and the CMS stand-in that knows every test
 //! user's session.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+#![allow(
+    dead_code,
+    reason = "the benches include this file by path, each using a part of it"
+)]
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt as _;

@@ -22,8 +22,6 @@
 //! which a test scrapes. Everything is torn down on drop; namespaces a
 //! crashed earlier run left behind are removed when the next lab starts.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -475,18 +473,6 @@ impl Gate {
                 "the gate never logged {needle:?}:\n{}",
                 self.log()
             );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the gate to exit; its status.
-    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the gate did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
     }

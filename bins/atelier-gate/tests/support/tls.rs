@@ -2,8 +2,6 @@
 //! (tokio-rustls) that greet and echo, and a rustls client driven by hand over the gate's
 //! tunnel so a test can send the real ClientHello as it is, edited, or re-framed.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;

@@ -1,8 +1,6 @@
 //! What sited's integration tests share: an instance's settings in `none` confinement, with the
 //! real shim and the scripted test agent as Claude Code.
 
-#![allow(dead_code, reason = "each test file uses part of the support module")]
-
 use std::path::{Path, PathBuf};
 
 use atelier_sited::RawSettings;
@@ -164,14 +162,16 @@ pub async fn follow_events(
         .expect("the stream closes in time")
         .expect("the stream")
         .to_bytes();
-    let text = String::from_utf8(body.to_vec()).expect("UTF-8");
-    text.split_terminator("\n\n")
-        .filter(|block| !block.starts_with(':'))
-        .filter_map(|block| {
-            block
-                .lines()
-                .find_map(|line| line.strip_prefix("data: "))
-                .map(|data| serde_json::from_str(data).expect("JSON data"))
+    let mut parser = atelier_sse::SseParser::new();
+    let items = parser.push(&body).expect("a well-formed stream");
+    parser.finish().expect("the stream ends with a whole frame");
+    items
+        .into_iter()
+        .filter_map(|item| match item {
+            atelier_sse::SseItem::Frame(frame) => {
+                Some(serde_json::from_str(&frame.data).expect("JSON data"))
+            }
+            atelier_sse::SseItem::Comment(_) => None,
         })
         .collect()
 }

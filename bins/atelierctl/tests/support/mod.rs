@@ -1,11 +1,9 @@
 //! What atelierctl's integration tests share: a real sited `Router` of instance `test` served
 //! on a temporary unix socket, a log of every request it received, and a client for it.
 
-#![allow(dead_code, reason = "each test file uses part of the support module")]
 #![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test fixtures panic on a broken fixture by design"
+    dead_code,
+    reason = "the client benchmark includes this module too and uses only part of it"
 )]
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -48,8 +46,8 @@ impl Seen {
 
 /// A sited instance serving on a temporary socket.
 pub struct Instance {
-    /// Keeps the tree alive.
-    pub dir: tempfile::TempDir,
+    /// Keeps the tree alive: it is removed when the instance is dropped.
+    _dir: tempfile::TempDir,
     /// The tree: sites/, audit/, agents/, www/, sites.json, sited.sock, token.
     pub root: PathBuf,
     /// The socket.
@@ -208,7 +206,7 @@ pub async fn instance_with(health_token: &str, routes_token: &str) -> Instance {
     std::fs::write(&token_file, format!("{health_token}\n")).unwrap();
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     Instance {
-        dir,
+        _dir: dir,
         root,
         socket,
         router,
@@ -292,9 +290,4 @@ pub async fn ctl(argv: Vec<String>) -> Ctl {
         stdout: String::from_utf8(output.stdout).unwrap(),
         stderr: String::from_utf8(output.stderr).unwrap(),
     }
-}
-
-/// The actor every library mutation names.
-pub fn ana() -> serde_json::Value {
-    serde_json::json!({"user_id": 42, "username": "ana"})
 }

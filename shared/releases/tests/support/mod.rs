@@ -2,12 +2,6 @@
 //! provisioner's (stores, placeholder links), source trees whose every file names its
 //! release, tree snapshots, and [`nginx`], the real-nginx helper (see its docs for reuse).
 
-#![allow(dead_code, reason = "each test target uses a different part")]
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers: a failed setup step must fail the test"
-)]
-
 pub mod nginx;
 
 use std::collections::BTreeMap;

@@ -29,14 +29,10 @@ pub const RELEASES_RETAINED: u64 = 64;
 pub struct SiteRow {
     /// The slug.
     pub slug: String,
-    /// The production domain.
-    pub domain: String,
     /// The webspace.
     pub webspace: PathBuf,
     /// Preproduction's release store.
     pub preprod_store: PathBuf,
-    /// Preproduction's served link.
-    pub preprod_link: PathBuf,
     /// Production's release store.
     pub prod_store: PathBuf,
     /// Production's served link.
@@ -203,22 +199,12 @@ impl Instance {
         &self.socket
     }
 
-    /// The root-only `SERVICE_TOKEN` file.
-    pub fn token_file(&self) -> &Path {
-        &self.token_file
-    }
-
     /// The token.
     pub fn token(&self) -> String {
         std::fs::read_to_string(&self.token_file)
             .expect("the token")
             .trim()
             .to_owned()
-    }
-
-    /// The rendered engine pairing fragment, installed.
-    pub fn engine_fragment(&self) -> &Path {
-        &self.engine_fragment
     }
 
     /// The rendered nginx vhosts (in the rendered tree).
@@ -408,10 +394,8 @@ fn read_site_table(path: &Path) -> Vec<SiteRow> {
         .iter()
         .map(|row| SiteRow {
             slug: row["slug"].as_str().expect("a slug").to_owned(),
-            domain: row["domain"].as_str().expect("a domain").to_owned(),
             webspace: path_of(&row["webspace"]),
             preprod_store: path_of(&row["surfaces"]["preprod"]["store_dir"]),
-            preprod_link: path_of(&row["surfaces"]["preprod"]["link_path"]),
             prod_store: path_of(&row["surfaces"]["prod"]["store_dir"]),
             prod_link: path_of(&row["surfaces"]["prod"]["link_path"]),
         })

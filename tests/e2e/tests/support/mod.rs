@@ -3,13 +3,6 @@
 //! vhosts ([`nginx`]), a recording proxy in front of sited's socket ([`proxy`]), and the
 //! helpers that drive turns and builds through the atelierctl library ([`journey`]).
 
-#![allow(dead_code, reason = "each test file uses part of the support module")]
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "test fixtures panic on a broken fixture by design"
-)]
-
 pub mod instance;
 pub mod journey;
 pub mod nginx;

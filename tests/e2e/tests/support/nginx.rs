@@ -94,11 +94,6 @@ impl Nginx {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
     }
 
-    /// A keep-alive client of this nginx.
-    pub fn client(&self) -> WebClient {
-        WebClient::new(self.port)
-    }
-
     /// `GET path` with `Host: host` on a fresh connection, off the async workers.
     pub async fn get(&self, host: &str, path: &str) -> WebResponse {
         let (port, host_owned, path_owned) = (self.port, host.to_owned(), path.to_owned());

@@ -2,9 +2,6 @@
 //! script of a sequence (the last one repeats), replaying recorded SSE transcripts and JSON
 //! error answers from `tests/fixtures/`, and records what it received.
 
-// Shared by several test crates, each of which uses only part of it.
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

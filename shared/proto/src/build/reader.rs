@@ -5,10 +5,8 @@
 
 use bytes::Bytes;
 
-use atelier_proto::{BuildEvent, BuildStep, Decoder, Frame, FrameError, FrameKind, MessageError};
-
-use crate::failure::BuildFailure;
-use crate::output::VerifiedOutput;
+use crate::build::{BuildFailure, VerifiedOutput};
+use crate::{BuildEvent, BuildStep, Decoder, Frame, FrameError, FrameKind, MessageError};
 
 /// One decoded item of atelier-build's stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +163,7 @@ pub fn log_bytes(item: &BuildItem) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use atelier_proto::{encode, StepOutcome};
+    use crate::{encode, StepOutcome};
 
     fn stream() -> (Vec<u8>, Vec<BuildItem>) {
         let items = vec![

@@ -26,8 +26,8 @@ pub struct BuildPlan {
     /// The build step's deadline, in milliseconds (`BUILD_TIMEOUT_MS`); at least 1.
     pub build_timeout_ms: u64,
     /// Whether package managers may run npm-style lifecycle scripts (`preinstall`,
-    /// `postinstall`, `prepare`, `prebuild`, …). Off unless the manifest names them; see
-    /// [`crate::scripts`] for exactly what "off" does.
+    /// `postinstall`, `prepare`, `prebuild`, …). Off unless the manifest names them;
+    /// atelier-build decides exactly what "off" adds to each step.
     pub lifecycle_scripts: bool,
 }
 
@@ -112,7 +112,7 @@ impl BuildPlan {
 
     /// Checks what serde cannot: programs not empty, no NUL byte anywhere, an output named,
     /// deadlines above zero. Whether the output stays inside the workspace is a question about
-    /// the tree, answered after the build ([`crate::output`]).
+    /// the tree, answered by atelier-build after the build.
     pub fn validate(&self) -> Result<(), PlanError> {
         check_argv("install", &self.install)?;
         check_argv("build", &self.build)?;

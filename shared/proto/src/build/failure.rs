@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use atelier_proto::BuildStep;
+use crate::BuildStep;
 
 /// Why a build produced no promotable output.
 ///
