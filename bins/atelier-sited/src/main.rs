@@ -181,10 +181,10 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
         build_timeout_ms: None,
         build_bin: args.build_bin,
         credentials: AgentCredentials {
-            anthropic_api_key: optional_credential("ANTHROPIC_API_KEY")?,
+            anthropic_api_key: optional_credential(atelier_layout::paths::ANTHROPIC_API_KEY)?,
             publication_api_key: optional_credential(atelier_layout::paths::PUBLICATION_API_KEY)?,
-            opencode_env: optional_credential("OPENCODE_ENV")?,
-            pi_env: optional_credential("PI_ENV")?,
+            opencode_env: optional_credential(atelier_layout::paths::OPENCODE_ENV)?,
+            pi_env: optional_credential(atelier_layout::paths::PI_ENV)?,
             atelier_api_key: optional_credential(atelier_agents::ATELIER_API_KEY_ENV)?,
         },
     }

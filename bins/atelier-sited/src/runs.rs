@@ -27,7 +27,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 pub use decisions::Decisions;
 pub use none::NoneSpawner;
-pub use systemd::{layout_door, DoorSettings, SystemdDoors};
+pub use systemd::{DoorSettings, SystemdDoors};
 
 /// How long the shim has to say hello once the connection exists. PID 1 starting a fully
 /// sandboxed unit takes about 100 ms; a shim that has not spoken after this never will.
@@ -200,7 +200,7 @@ impl Runner {
     /// so its program is given the proxy environment: every door with a way out under systemd;
     /// nothing under `none`, where no gate listens.
     pub fn has_gate(&self, door: Door) -> bool {
-        matches!(self.inner.mode, Mode::Systemd(_)) && layout_door(door).has_way_out()
+        matches!(self.inner.mode, Mode::Systemd(_)) && door.has_way_out()
     }
 
     /// Where a turn of `slug` finds the daemon's statement and keeps its state: the turn HOME's

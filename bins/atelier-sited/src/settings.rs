@@ -700,19 +700,25 @@ impl RawSettings {
             1000,
             "session_turn_timeout_ms",
         )?;
-        for (name, pairs) in [
-            ("OPENCODE_ENV", &self.credentials.opencode_env),
-            ("PI_ENV", &self.credentials.pi_env),
-        ] {
+        // Each `K=V,K=V` credential with the check of what its agent may be given.
+        type Check = fn(&[(String, String)]) -> Result<(), atelier_agents::PlanError>;
+        let pair_credentials: [(&'static str, &Option<String>, Check); 2] = [
+            (
+                atelier_layout::paths::OPENCODE_ENV,
+                &self.credentials.opencode_env,
+                atelier_agents::validate_opencode_env,
+            ),
+            (
+                atelier_layout::paths::PI_ENV,
+                &self.credentials.pi_env,
+                atelier_agents::validate_pi_env,
+            ),
+        ];
+        for (name, pairs, check) in pair_credentials {
             if let Some(pairs) = pairs {
                 let parsed =
                     parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
-                let checked = if name == "OPENCODE_ENV" {
-                    atelier_agents::validate_opencode_env(&parsed)
-                } else {
-                    atelier_agents::validate_pi_env(&parsed)
-                };
-                checked.map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
+                check(&parsed).map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
             }
         }
         let site_identities = match &self.site_identities {

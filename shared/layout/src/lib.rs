@@ -22,5 +22,5 @@ pub mod stamp;
 pub mod workspace;
 
 pub use declaration::{Declaration, DeclarationError, Issue, LoadError, Reason};
-pub use names::{Door, InstanceName, NameError, SiteOrdinal};
+pub use names::{Door, InstanceName, NameError, SiteOrdinal, UnknownDoor};
 pub use paths::Layout;

@@ -152,7 +152,7 @@ impl Door {
     pub const ALL: [Door; 3] = [Door::Turn, Door::Build, Door::Git];
 
     /// The door's name in units and frames: `turn`, `build` or `git`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Door::Turn => "turn",
             Door::Build => "build",
@@ -192,6 +192,23 @@ impl fmt::Display for Door {
         f.write_str(self.as_str())
     }
 }
+
+impl std::str::FromStr for Door {
+    type Err = UnknownDoor;
+
+    fn from_str(name: &str) -> Result<Door, UnknownDoor> {
+        Door::ALL
+            .into_iter()
+            .find(|door| door.as_str() == name)
+            .ok_or_else(|| UnknownDoor(name.to_owned()))
+    }
+}
+
+/// A door name that is not `turn`, `build` or `git` (in a frame, a unit's environment, a
+/// command line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown door {0:?}: expected turn, build or git")]
+pub struct UnknownDoor(pub String);
 
 /// The instance's service user, which runs sited: `atelier-<inst>`.
 pub fn service_user(inst: &InstanceName) -> String {

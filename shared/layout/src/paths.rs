@@ -70,6 +70,12 @@ pub const ACME_CHALLENGE_PATH: &str = ".well-known/acme-challenge";
 pub const SERVICE_TOKEN: &str = "SERVICE_TOKEN";
 /// The Publication API key's credential id, when `publication_api.key_path` is declared.
 pub const PUBLICATION_API_KEY: &str = "PUBLICATION_API_KEY";
+/// The Anthropic key sited hands to Claude Code turns, when the declaration names it.
+pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+/// opencode's provider credentials (`K=V,K=V`), for opencode turns only.
+pub const OPENCODE_ENV: &str = "OPENCODE_ENV";
+/// pi's provider credentials (`K=V,K=V`), for pi turns only.
+pub const PI_ENV: &str = "PI_ENV";
 
 /// The token the CMS's web server shows chatd, minted by the provisioner.
 pub const CHATD_SERVICE_TOKEN: &str = "CHATD_SERVICE_TOKEN";

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::frame::{Frame, FrameError, FrameKind};
+pub use atelier_layout::names::{Door, UnknownDoor};
 
 /// The only protocol version spoken: the `v` of [`Hello`] and [`Spec`].
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -109,57 +109,9 @@ pub enum MessageError {
         /// The key whose value is bad.
         key: String,
     },
-    /// A door name is not `turn`, `build` or `git`.
-    #[error("unknown door {0:?}: expected turn, build or git")]
-    UnknownDoor(String),
     /// The message does not fit in a frame of its kind.
     #[error(transparent)]
     Frame(#[from] FrameError),
-}
-
-/// Which door unit a run goes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Door {
-    /// An agent turn.
-    Turn,
-    /// A site build.
-    Build,
-    /// A git operation.
-    Git,
-}
-
-// === impl Door ===
-
-impl Door {
-    /// Every door.
-    pub const ALL: [Door; 3] = [Door::Turn, Door::Build, Door::Git];
-
-    /// The door's wire name: `turn`, `build` or `git`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Door::Turn => "turn",
-            Door::Build => "build",
-            Door::Git => "git",
-        }
-    }
-}
-
-impl fmt::Display for Door {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Door {
-    type Err = MessageError;
-
-    fn from_str(name: &str) -> Result<Door, MessageError> {
-        Door::ALL
-            .into_iter()
-            .find(|door| door.as_str() == name)
-            .ok_or_else(|| MessageError::UnknownDoor(name.to_owned()))
-    }
 }
 
 /// `H`: the shim's first frame, `{"v":1,"door":..,"unit":..}`.

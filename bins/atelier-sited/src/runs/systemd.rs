@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atelier_layout::names::{self, Door as LayoutDoor, InstanceName, SiteOrdinal};
+use atelier_layout::names::{self, InstanceName, SiteOrdinal};
 use atelier_proto::Door;
 use atelier_systemd::{door_expectations, DoorFacts, Error as SystemdError, Signal, Systemd};
 use tokio::net::UnixStream;
@@ -114,7 +114,7 @@ impl SystemdDoors {
         self.ensure_idle(&target.slug, k).await?;
         self.conform(&target.slug, k, door).await?;
         // Before the connect: the program must not make a decision nobody is listening for.
-        let decisions = if layout_door(door).has_way_out() {
+        let decisions = if door.has_way_out() {
             let path =
                 atelier_layout::paths::gate_decisions_socket_path(&self.settings.instance, k);
             let decisions = Decisions::subscribe(&path, door)
@@ -124,8 +124,7 @@ impl SystemdDoors {
         } else {
             None
         };
-        let path =
-            atelier_layout::paths::door_socket_path(&self.settings.instance, k, layout_door(door));
+        let path = atelier_layout::paths::door_socket_path(&self.settings.instance, k, door);
         let stream = UnixStream::connect(&path)
             .await
             .map_err(|e| RunRefusal::UnitRefused {
@@ -165,7 +164,7 @@ impl SystemdDoors {
                     RunRefusal::Unavailable(format!("{identity} is not in /etc/passwd"))
                 })?;
             if let Some(home) =
-                atelier_layout::paths::agent_home(&self.settings.agents_root, k, LayoutDoor::Turn)
+                atelier_layout::paths::agent_home(&self.settings.agents_root, k, Door::Turn)
             {
                 let daemon = rustix::process::geteuid().as_raw();
                 super::host::check_turn_home(&home, uid, daemon)
@@ -179,7 +178,7 @@ impl SystemdDoors {
     /// and one that will not die quarantines the site.
     pub async fn ensure_idle(&self, slug: &str, k: SiteOrdinal) -> Result<(), RunRefusal> {
         let systemd = self.bus().await?;
-        let patterns: Vec<String> = LayoutDoor::ALL
+        let patterns: Vec<String> = Door::ALL
             .iter()
             .map(|&d| {
                 format!(
@@ -231,7 +230,7 @@ impl SystemdDoors {
             instance: s.instance.clone(),
             site: k,
             slug: slug.to_owned(),
-            door: layout_door(door),
+            door,
             sites_root: s.sites_root.clone(),
             agents_root: s.agents_root.clone(),
             config_dir: s.config_dir.clone(),
@@ -305,14 +304,5 @@ fn door_index(door: Door) -> usize {
         Door::Turn => 0,
         Door::Build => 1,
         Door::Git => 2,
-    }
-}
-
-/// The layout's name for a wire door (the same three doors).
-pub fn layout_door(door: Door) -> LayoutDoor {
-    match door {
-        Door::Turn => LayoutDoor::Turn,
-        Door::Build => LayoutDoor::Build,
-        Door::Git => LayoutDoor::Git,
     }
 }
