@@ -20,7 +20,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::auth::{Caller, Capability};
-use crate::router::{blocking, ApiError, State};
+use crate::error::ApiError;
+use crate::state::{blocking, State};
 use crate::store::audit::SlotSample;
 use crate::store::events::AuditEvent;
 use crate::store::{Scope, Store, StoreError, USAGE_SLOT_SECS};

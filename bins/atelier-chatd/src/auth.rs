@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::cms::{CmsClient, SessionCheck};
-use crate::router::ApiError;
+use crate::error::ApiError;
 use crate::settings::normalize_origin;
 
 /// The name of the CMS's session cookie.

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{Caller, Capability, SessionCookie};
 use crate::cms::CmsProblem;
-use crate::router::{ApiError, State};
+use crate::error::ApiError;
+use crate::state::State;
 use atelier_llm::LoopEvent;
 
 /// How long a browser tool may take before the call fails.

@@ -9,8 +9,9 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use crate::auth::{Caller, Capability};
+use crate::error::ApiError;
 use crate::providers::provider_kind;
-use crate::router::{blocking, ApiError, State};
+use crate::state::{blocking, State};
 
 /// The `credentialId` of a query string, percent-decoding nothing: ids are hex.
 fn credential_param(query: Option<&str>) -> Option<String> {

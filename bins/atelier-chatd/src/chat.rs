@@ -22,10 +22,11 @@ use tokio::sync::mpsc;
 use crate::auth::{Caller, Capability, SessionCookie};
 use crate::bridge::Bridge;
 use crate::cms::reads::CmsReader;
+use crate::error::ApiError;
 use crate::images::{self, ImageError};
 use crate::metrics::{Metrics, TurnMeter, TurnOutcome};
 use crate::pricing::Pricing;
-use crate::router::{blocking, ApiError, State};
+use crate::state::{blocking, State};
 use crate::store::events::{AuditEvent, ChatTurn, TurnTotals, TURN_ABORTED_ERROR};
 use crate::store::history::{self, HistoryEntry, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::auth::{Caller, Capability};
-use crate::router::{blocking, private_json, ApiError, State, API_PREFIX};
+use crate::error::ApiError;
+use crate::state::{blocking, State, API_PREFIX};
 use crate::store::{
     ContentBlock, Conversation, ConversationUpdate, Message, NewConversation, Role, Scope,
 };
@@ -221,6 +222,15 @@ pub(crate) async fn detail(
         StatusCode::OK,
         &json!({ "conversation": ConversationDetailView { conversation, messages } }),
     ))
+}
+
+/// A JSON answer marked `Cache-Control: private, no-store`, as the detail and chat answers are.
+fn private_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    let mut response = json_response(status, value);
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    response
 }
 
 /// `PUT /conversations/:id`.

@@ -14,8 +14,9 @@ use serde_json::json;
 use crate::audit::record;
 use crate::auth::{Caller, Capability};
 use crate::conversations::read_json;
+use crate::error::ApiError;
 use crate::providers::{auth_mode_of, provider_kind, Credentials, ResolvedCredential, Services};
-use crate::router::{blocking, ApiError, State};
+use crate::state::{blocking, State};
 use crate::store::events::{AuditEvent, CredentialFacts, CredentialField, TestOutcome};
 use crate::store::{AuthMode, CredentialChange, CredentialRow, NewCredential};
 

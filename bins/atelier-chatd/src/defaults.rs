@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use crate::audit::record;
 use crate::auth::{Caller, Capability};
 use crate::conversations::read_json;
-use crate::router::{blocking, ApiError, State};
+use crate::error::ApiError;
+use crate::state::{blocking, State};
 use crate::store::events::AuditEvent;
 use crate::store::Scope;
 

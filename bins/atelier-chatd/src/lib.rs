@@ -4,7 +4,10 @@
 //! The binary's `main` parses arguments into [`Settings`] and calls [`run`]; everything a test
 //! drives without systemd — the router, the bridge, the chat stream, the settings — lives here.
 //!
-//! - [`router`]: the bearer gate, the Origin check, the route table, [`ApiError`].
+//! - [`router`]: the bearer gate, the Origin check, the route table; it matches and dispatches.
+//! - `state`: what every handler shares — the application state, the route prefix, and
+//!   store calls run off the async threads.
+//! - [`error`]: [`ApiError`], every way a request fails, and its one mapping to status and body.
 //! - [`auth`]: the service token, the session cookie and the cached answer about its user.
 //! - [`cms`]: the CMS on loopback: its session check, the tool results for its bridges, and
 //!   its content read as the chatting user.
@@ -22,6 +25,13 @@
 //! - [`metrics`]: the turn, provider, latency, token and cost metrics.
 //! - [`audit`]: usage rollups in the viewer's time zone; the audit log's writes and reads.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
+//!
+//! Imports run one way around the router: this file wires [`Router`], and no other module
+//! imports [`router`]. The router imports the handler modules (`audit`, `bridge`, `chat`,
+//! `conversations`, `credentials`, `defaults`, `catalogue`); they and the router take what they
+//! share from `state` and fail with [`error`]. [`error`] imports only the store's and the
+//! CMS's error types; `state` imports the types it holds (among them the chat's turn runner
+//! and the bridge registry) but no handler.
 
 pub mod audit;
 pub mod auth;
@@ -32,6 +42,7 @@ pub mod cms;
 pub mod conversations;
 pub mod credentials;
 pub mod defaults;
+pub mod error;
 mod ids;
 pub mod images;
 pub mod master_key;
@@ -42,10 +53,12 @@ pub mod providers;
 pub mod router;
 pub mod runtime;
 mod settings;
+mod state;
 pub mod store;
 pub mod tools;
 
-pub use router::{ApiError, Router};
+pub use error::ApiError;
+pub use router::Router;
 pub use settings::{
     normalize_origin, RawSettings, Settings, SettingsError, DEFAULT_DATABASE,
     SERVICE_TOKEN_CREDENTIAL,

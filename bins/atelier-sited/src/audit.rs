@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actor::Actor;
-use crate::sites::iso8601;
+use crate::dates::iso8601;
 
 pub use atelier_layout::paths::AUDIT_FILE;
 

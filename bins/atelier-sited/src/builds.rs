@@ -14,17 +14,14 @@ use atelier_layout::workspace::{
 use atelier_proto::build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
 use atelier_proto::Door;
 use atelier_releases::{ReleaseId, Store, Strategy};
-use serde::{Deserialize, Serialize};
 
+use crate::build_record::{self, BuildOutcome, BuildRecord, RecordError, BUILDS_DIR};
+use crate::dates::iso8601;
 use crate::metrics::Metrics;
 use crate::reservations::{Hold, Reservation};
 use crate::runs::{base_env, RunItem, RunSpec, Runner};
-use crate::sites::{iso8601, SiteError, Sites};
+use crate::sites::{SiteError, Sites};
 
-/// Build records and logs, below a workspace.
-pub const BUILDS_DIR: &str = ".builder/builds";
-/// A build record larger than this is not one sited wrote.
-const MAX_RECORD_BYTES: u64 = 64 * 1024;
 /// The most of a build log `GET` returns.
 const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 /// Beyond the two steps' deadlines, the time atelier-build may take to verify the output
@@ -47,47 +44,6 @@ pub struct BuildSettings {
     /// Development only: extra certificate authorities the build's steps trust
     /// (`NODE_EXTRA_CA_CERTS`, which npm and Node read), e.g. a lab registry's test CA.
     pub extra_ca_certs: Option<PathBuf>,
-}
-
-/// `BuildStatus`, the record in `.builder/builds/<id>.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BuildRecord {
-    /// The build id.
-    pub id: String,
-    /// Where the build is.
-    pub outcome: BuildOutcome,
-    /// When it started.
-    pub started_at: String,
-    /// When it ended.
-    pub finished_at: Option<String>,
-    /// The preproduction release it made.
-    pub release: Option<String>,
-    /// Why it failed (the contract's strings).
-    pub error: Option<String>,
-}
-
-/// Where a build is: running, or how it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BuildOutcome {
-    /// Not ended yet (or its process died, until the boot sweep).
-    Running,
-    /// Promoted into preproduction.
-    Success,
-    /// Ended without a release; the record's `error` says why.
-    Failed,
-}
-
-impl BuildOutcome {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BuildOutcome::Running => "running",
-            BuildOutcome::Success => "success",
-            BuildOutcome::Failed => "failed",
-        }
-    }
 }
 
 /// Why a build was refused or could not be read.
@@ -476,21 +432,6 @@ fn busy_detail(hold: Hold) -> String {
     }
 }
 
-/// The newest build record in `workspace` (ids sort chronologically), if any. Blocking.
-pub fn latest_record(workspace: &Root, slug: &str) -> Option<BuildRecord> {
-    let names = atelier_fs::tree::list_dir(workspace, Some(Path::new(BUILDS_DIR))).ok()?;
-    let newest = names
-        .into_iter()
-        .filter_map(|(name, _)| name.to_str()?.strip_suffix(".json").map(str::to_owned))
-        .filter(|id| ReleaseId::parse(id).is_ok())
-        .max()?;
-    read_record(workspace, slug, &newest).ok()
-}
-
-fn record_path(id: &str) -> PathBuf {
-    Path::new(BUILDS_DIR).join(format!("{id}.json"))
-}
-
 fn log_path(id: &str) -> PathBuf {
     Path::new(BUILDS_DIR).join(format!("{id}.log"))
 }
@@ -510,36 +451,28 @@ fn finish(record: &mut BuildRecord, outcome: Result<String, String>) {
 }
 
 fn write_record(workspace: &Root, record: &BuildRecord) -> Result<(), BuildError> {
-    let mut bytes =
-        serde_json::to_vec_pretty(record).map_err(|_| BuildError::Corrupt(record.id.clone()))?;
-    bytes.push(b'\n');
-    workspace
-        .write_atomic(record_path(&record.id), &bytes, PRIVATE_FILE_MODE)
-        .map_err(|source| BuildError::Unreadable {
+    build_record::write(workspace, record).map_err(|e| match e {
+        RecordError::Fs(source) => BuildError::Unreadable {
             id: record.id.clone(),
             source,
-        })?;
-    Ok(())
+        },
+        // A record that does not serialize; a write never finds one missing.
+        RecordError::Corrupt | RecordError::Missing => BuildError::Corrupt(record.id.clone()),
+    })
 }
 
 fn read_record(workspace: &Root, slug: &str, id: &str) -> Result<BuildRecord, BuildError> {
-    let unreadable = |source| BuildError::Unreadable {
-        id: id.to_owned(),
-        source,
-    };
-    let bytes = workspace
-        .read_own_limited(record_path(id), MAX_RECORD_BYTES)
-        .map_err(unreadable)?
-        .ok_or_else(|| BuildError::UnknownBuild {
+    build_record::read(workspace, id).map_err(|e| match e {
+        RecordError::Missing => BuildError::UnknownBuild {
             slug: slug.to_owned(),
             id: id.to_owned(),
-        })?;
-    let record: BuildRecord =
-        serde_json::from_slice(&bytes).map_err(|_| BuildError::Corrupt(id.to_owned()))?;
-    if record.id != id {
-        return Err(BuildError::Corrupt(id.to_owned()));
-    }
-    Ok(record)
+        },
+        RecordError::Fs(source) => BuildError::Unreadable {
+            id: id.to_owned(),
+            source,
+        },
+        RecordError::Corrupt => BuildError::Corrupt(id.to_owned()),
+    })
 }
 
 /// Appends to the build's log; a failed append is logged, never the build's failure.

@@ -9,33 +9,42 @@
 //! - [`git`]: the workspace repository under a constructed environment.
 //! - [`reservations`]: who holds a site, and the busy reason it answers with.
 //! - [`site_table`]: the provisioner's `sites.json` and the webspace proof.
-//! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
-//!   every error to its RFC 9457 problem and `reason`.
+//! - [`sites`]: create, get, list, delete and the disk quota; [`reason`]: the closed list of
+//!   machine `reason`s; [`problem`]: the one mapping of every error to its RFC 9457 problem
+//!   and `reason`.
+//! - [`dates`]: the timestamp format every record carries.
 //!
 //! Sessions and runs:
-//! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`.
-//! - [`sessions`]: live sessions and their fan-out, listing, admission, stop, the boot sweep
-//!   and the SSE follow; [`turns`]: one turn from plan to `turn_end`; [`turn_fault`]: the
-//!   faults a turn ends with and the `error` event (reason, retriable, message) of each.
+//! - [`session_log`]: the JSONL event log with its `seq`, and `SessionMeta`;
+//!   [`live_session`]: a session's log writer and its fan-out to live followers.
+//! - [`sessions`]: live sessions, listing, admission, stop, the boot sweep and the SSE follow;
+//!   [`turns`]: one turn from plan to `turn_end`, what it is given to run with, the turn slots
+//!   and the running turns; [`turn_fault`]: the faults a turn ends with, the `error` event
+//!   (reason, retriable, message) of each, and the state a turn ends in.
 //! - [`drivers`]: the configured agent CLIs, their probes and plans (`atelier-agents`).
 //! - [`runs`]: the confinement seam every turn, build and git command goes through.
 //! - [`audit`]: the append-only audit log; [`metrics`]: the counters the metrics socket serves.
 //!
-//! Builds and publishing: [`builds`] (the build door, the log, the promote) and
-//! [`publishing`] (preview, publish, releases, rollback).
+//! Builds and publishing: [`builds`] (the build door, the log, the promote),
+//! [`build_record`] (a build's record on disk) and [`publishing`] (preview, publish, releases,
+//! rollback).
 
 pub mod actor;
 pub mod agents_md;
 pub mod audit;
+pub mod build_record;
 pub mod builds;
+pub mod dates;
 pub mod domain;
 pub mod drivers;
 pub mod git;
 mod health;
+pub mod live_session;
 pub mod manifest;
 pub mod metrics;
 pub mod problem;
 pub mod publishing;
+pub mod reason;
 pub mod reservations;
 mod router;
 pub mod runs;

@@ -14,6 +14,9 @@ const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
 pub(crate) use atelier_layout::workspace::WORKSPACE_FILE_MODE;
 
+/// The template a create without one uses, and the one a manifest without a `template` names.
+pub const DEFAULT_TEMPLATE: &str = "basic";
+
 /// The longest site name, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
 
@@ -92,7 +95,7 @@ pub struct SiteManifest {
 }
 
 fn default_template() -> String {
-    crate::templates::DEFAULT_TEMPLATE.to_owned()
+    DEFAULT_TEMPLATE.to_owned()
 }
 
 /// Why a manifest could not be read or written.

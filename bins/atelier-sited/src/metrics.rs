@@ -30,8 +30,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::builds::BuildOutcome;
-use crate::turns::TurnEnd;
+use crate::build_record::BuildOutcome;
+use crate::turn_fault::TurnEnd;
 
 /// The upper bounds of the build duration buckets, in seconds: a static site's build takes
 /// seconds when its dependencies are cached and minutes when they are not; the longest

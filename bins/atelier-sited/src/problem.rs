@@ -9,184 +9,12 @@ use crate::builds::BuildError;
 use crate::drivers::AdmitError;
 use crate::git::GitError;
 use crate::publishing::PublishError;
-use crate::reservations::Hold;
-use crate::runs::RunRefusal;
+use crate::reason::Reason;
 use crate::sessions::SessionError;
 use crate::sites::SiteError;
 
 /// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
 pub const PROBLEM_TYPE_BASE: &str = "https://dedalo.dev/site-builder/problems/";
-
-/// Every machine `reason` the daemon may emit, and nothing else: clients branch on these
-/// strings, so the list is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// 409: a `site.json` exists.
-    SlugExists,
-    /// 409: something non-site is at the workspace path.
-    WorkspaceExists,
-    /// 409: another site has the domain.
-    DomainTaken,
-    /// 409: the site table or webspace refused.
-    WebspaceUnavailable,
-    /// 409: nothing to publish.
-    NoBuild,
-    /// 409: no live turn to stop.
-    NotRunning,
-    /// 409: a turn holds the site.
-    SessionRunning,
-    /// 409: a build holds the site.
-    BuildRunning,
-    /// 409: a create holds the site.
-    SiteInitializing,
-    /// 409: the boot recovery holds the site.
-    SiteRecovering,
-    /// 409: a git operation holds the site.
-    GitRunning,
-    /// 409: a delete holds the site.
-    SiteDeleting,
-    /// 429: the instance has its maximum of sites.
-    MaxSites,
-    /// 429: the global turn semaphore is full.
-    MaxConcurrentSessions,
-    /// 429: over the site's disk quota.
-    DiskQuota,
-    /// 503: the host cannot confine runs.
-    ConfinementUnavailable,
-    /// 503: a second run on a site.
-    ConfinementSiteBusy,
-    /// 503: no identity for the site.
-    ConfinementIdentityMissing,
-    /// 503: a previous run would not die.
-    ConfinementIdentityQuarantined,
-    /// 503: the unit never said hello.
-    ConfinementUnitRefused,
-    /// 503: the loaded unit differs from what was rendered.
-    ConfinementUnitNonconformant,
-    /// 503: the daemon is stopping.
-    ConfinementDaemonStopping,
-    /// 503: the agent CLI lacks a required flag.
-    ConfinementAgentCliUnsupported,
-    /// 503: the agent CLI probe did not finish.
-    ConfinementAgentCliUnproved,
-}
-
-impl Reason {
-    /// Every reason.
-    pub const ALL: [Reason; 24] = [
-        Reason::SlugExists,
-        Reason::WorkspaceExists,
-        Reason::DomainTaken,
-        Reason::WebspaceUnavailable,
-        Reason::NoBuild,
-        Reason::NotRunning,
-        Reason::SessionRunning,
-        Reason::BuildRunning,
-        Reason::SiteInitializing,
-        Reason::SiteRecovering,
-        Reason::GitRunning,
-        Reason::SiteDeleting,
-        Reason::MaxSites,
-        Reason::MaxConcurrentSessions,
-        Reason::DiskQuota,
-        Reason::ConfinementUnavailable,
-        Reason::ConfinementSiteBusy,
-        Reason::ConfinementIdentityMissing,
-        Reason::ConfinementIdentityQuarantined,
-        Reason::ConfinementUnitRefused,
-        Reason::ConfinementUnitNonconformant,
-        Reason::ConfinementDaemonStopping,
-        Reason::ConfinementAgentCliUnsupported,
-        Reason::ConfinementAgentCliUnproved,
-    ];
-
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::SlugExists => "slug_exists",
-            Reason::WorkspaceExists => "workspace_exists",
-            Reason::DomainTaken => "domain_taken",
-            Reason::WebspaceUnavailable => "webspace_unavailable",
-            Reason::NoBuild => "no_build",
-            Reason::NotRunning => "not_running",
-            Reason::SessionRunning => "session_running",
-            Reason::BuildRunning => "build_running",
-            Reason::SiteInitializing => "site_initializing",
-            Reason::SiteRecovering => "site_recovering",
-            Reason::GitRunning => "git_running",
-            Reason::SiteDeleting => "site_deleting",
-            Reason::MaxSites => "max_sites",
-            Reason::MaxConcurrentSessions => "max_concurrent_sessions",
-            Reason::DiskQuota => "disk_quota",
-            Reason::ConfinementUnavailable => "confinement_unavailable",
-            Reason::ConfinementSiteBusy => "confinement.site_busy",
-            Reason::ConfinementIdentityMissing => "confinement.identity_missing",
-            Reason::ConfinementIdentityQuarantined => "confinement.identity_quarantined",
-            Reason::ConfinementUnitRefused => "confinement.unit_refused",
-            Reason::ConfinementUnitNonconformant => "confinement.unit_nonconformant",
-            Reason::ConfinementDaemonStopping => "confinement.daemon_stopping",
-            Reason::ConfinementAgentCliUnsupported => "confinement.agent_cli_unsupported",
-            Reason::ConfinementAgentCliUnproved => "confinement.agent_cli_unproved",
-        }
-    }
-
-    /// Status, `type` suffix and title.
-    fn class(self) -> (StatusCode, String, &'static str) {
-        match self {
-            Reason::MaxSites | Reason::MaxConcurrentSessions | Reason::DiskQuota => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "limit-exceeded".into(),
-                "Limit Exceeded",
-            ),
-            Reason::ConfinementUnavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "confinement-unavailable".into(),
-                "Agent Confinement Unavailable",
-            ),
-            Reason::ConfinementSiteBusy
-            | Reason::ConfinementIdentityMissing
-            | Reason::ConfinementIdentityQuarantined
-            | Reason::ConfinementUnitRefused
-            | Reason::ConfinementUnitNonconformant
-            | Reason::ConfinementDaemonStopping
-            | Reason::ConfinementAgentCliUnsupported
-            | Reason::ConfinementAgentCliUnproved => {
-                let code = self.as_str().trim_start_matches("confinement.");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("confinement-{}", code.replace('_', "-")),
-                    "Agent Run Refused",
-                )
-            }
-            _ => (StatusCode::CONFLICT, "conflict".into(), "Conflict"),
-        }
-    }
-
-    /// The reason a refused run answers with.
-    pub fn of_refusal(refusal: &RunRefusal) -> Reason {
-        match refusal {
-            RunRefusal::DaemonStopping => Reason::ConfinementDaemonStopping,
-            RunRefusal::Unavailable(_) => Reason::ConfinementUnavailable,
-            RunRefusal::UnitRefused { .. } => Reason::ConfinementUnitRefused,
-            RunRefusal::IdentityMissing(_) => Reason::ConfinementIdentityMissing,
-            RunRefusal::Quarantined { .. } => Reason::ConfinementIdentityQuarantined,
-            RunRefusal::Nonconformant(_) => Reason::ConfinementUnitNonconformant,
-            RunRefusal::Systemd(_) => Reason::ConfinementUnitRefused,
-        }
-    }
-
-    /// The reason a hold answers with.
-    pub fn of_hold(hold: Hold) -> Reason {
-        match hold {
-            Hold::Init => Reason::SiteInitializing,
-            Hold::Deleting => Reason::SiteDeleting,
-            Hold::Session => Reason::SessionRunning,
-            Hold::Build => Reason::BuildRunning,
-            Hold::Recovery => Reason::SiteRecovering,
-            Hold::Git => Reason::GitRunning,
-        }
-    }
-}
 
 /// An error as the router answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,7 +75,7 @@ impl ApiError {
                 detail,
             ),
             ApiError::Refused(reason, detail) => {
-                let (status, slug, title) = reason.class();
+                let (status, slug, title) = class(reason);
                 // The detail is prose for the operator: the engine sees only the reason.
                 if status.is_server_error() {
                     tracing::warn!(reason = reason.as_str(), "refused: {detail}");
@@ -270,6 +98,38 @@ impl ApiError {
     }
 }
 
+/// A reason's status, `type` suffix and title.
+fn class(reason: Reason) -> (StatusCode, String, &'static str) {
+    match reason {
+        Reason::MaxSites | Reason::MaxConcurrentSessions | Reason::DiskQuota => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "limit-exceeded".into(),
+            "Limit Exceeded",
+        ),
+        Reason::ConfinementUnavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "confinement-unavailable".into(),
+            "Agent Confinement Unavailable",
+        ),
+        Reason::ConfinementSiteBusy
+        | Reason::ConfinementIdentityMissing
+        | Reason::ConfinementIdentityQuarantined
+        | Reason::ConfinementUnitRefused
+        | Reason::ConfinementUnitNonconformant
+        | Reason::ConfinementDaemonStopping
+        | Reason::ConfinementAgentCliUnsupported
+        | Reason::ConfinementAgentCliUnproved => {
+            let code = reason.as_str().trim_start_matches("confinement.");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("confinement-{}", code.replace('_', "-")),
+                "Agent Run Refused",
+            )
+        }
+        _ => (StatusCode::CONFLICT, "conflict".into(), "Conflict"),
+    }
+}
+
 impl From<BodyRefusal> for ApiError {
     fn from(refusal: BodyRefusal) -> Self {
         ApiError::Validation(refusal.to_string())
@@ -289,7 +149,7 @@ impl From<SiteError> for ApiError {
             SiteError::WorkspaceExists(_) => ApiError::Refused(Reason::WorkspaceExists, detail),
             SiteError::DomainTaken(_) => ApiError::Refused(Reason::DomainTaken, detail),
             SiteError::Webspace(_) => ApiError::Refused(Reason::WebspaceUnavailable, detail),
-            SiteError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            SiteError::Busy(busy) => ApiError::Refused(busy.0.busy_reason(), detail),
             SiteError::MaxSites(_) => ApiError::Refused(Reason::MaxSites, detail),
             SiteError::DiskQuota { .. } => ApiError::Refused(Reason::DiskQuota, detail),
             SiteError::Git(GitError::Refused(refusal)) => {
@@ -311,7 +171,7 @@ impl From<SessionError> for ApiError {
             SessionError::Validation(_) => ApiError::Validation(detail),
             SessionError::UnknownSession(_) => ApiError::NotFound(detail),
             SessionError::Site(site) => ApiError::from(site),
-            SessionError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            SessionError::Busy(busy) => ApiError::Refused(busy.0.busy_reason(), detail),
             SessionError::MaxConcurrent(_) => {
                 ApiError::Refused(Reason::MaxConcurrentSessions, detail)
             }
@@ -339,7 +199,7 @@ impl From<BuildError> for ApiError {
         let detail = error.to_string();
         match error {
             BuildError::Site(site) => ApiError::from(site),
-            BuildError::Busy(busy) => ApiError::Refused(Reason::of_hold(busy.0), detail),
+            BuildError::Busy(busy) => ApiError::Refused(busy.0.busy_reason(), detail),
             BuildError::UnknownBuild { .. } => ApiError::NotFound(detail),
             BuildError::Run(refusal) => ApiError::Refused(Reason::of_refusal(&refusal), detail),
             BuildError::Unreadable { .. } | BuildError::Corrupt(_) => ApiError::Internal(detail),
@@ -369,7 +229,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for reason in Reason::ALL {
             assert!(seen.insert(reason.as_str()), "{reason:?}");
-            let (status, slug, _) = reason.class();
+            let (status, slug, _) = class(reason);
             let want = match reason.as_str() {
                 "max_sites" | "max_concurrent_sessions" | "disk_quota" => 429,
                 r if r.starts_with("confinement") => 503,

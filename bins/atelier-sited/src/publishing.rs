@@ -10,9 +10,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::actor::Actor;
+use crate::dates::iso8601;
 use crate::manifest::{self, Published};
 use crate::site_table::{self, SiteRow, SurfacePaths};
-use crate::sites::{iso8601, SiteError, Sites};
+use crate::sites::{SiteError, Sites};
 
 /// The longest publish note kept, in characters.
 const MAX_NOTE_CHARS: usize = 500;

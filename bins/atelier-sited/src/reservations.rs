@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::reason::Reason;
+
 /// What holds a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
@@ -32,9 +34,21 @@ impl Hold {
         Hold::Git,
     ];
 
-    /// The `reason` of the 409 a request meets while this holds the site.
+    /// The machine reason of the 409 a request meets while this holds the site.
+    pub fn busy_reason(self) -> Reason {
+        match self {
+            Hold::Init => Reason::SiteInitializing,
+            Hold::Deleting => Reason::SiteDeleting,
+            Hold::Session => Reason::SessionRunning,
+            Hold::Build => Reason::BuildRunning,
+            Hold::Recovery => Reason::SiteRecovering,
+            Hold::Git => Reason::GitRunning,
+        }
+    }
+
+    /// The `reason` of the 409 a request meets while this holds the site, as on the wire.
     pub fn reason(self) -> &'static str {
-        crate::problem::Reason::of_hold(self).as_str()
+        self.busy_reason().as_str()
     }
 }
 

@@ -17,11 +17,11 @@ use crate::metrics::Metrics;
 use crate::problem::ApiError;
 use crate::publishing::{PublishError, PublishRequest};
 use crate::runs::{DoorSettings, Mode, NoneSpawner, Runner, SystemdDoors};
-use crate::sessions::TurnSettings;
 use crate::sessions::{parse_after, Sessions};
 use crate::settings::Confinement;
 use crate::settings::Settings;
 use crate::sites::{SiteError, Sites};
+use crate::turns::TurnSettings;
 use std::path::Path;
 
 /// The `service` name in `/health`, kept from the original daemon because the engine checks it.

@@ -16,11 +16,12 @@ use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::sites::{iso8601, BUILDER_DIR};
+use crate::dates::iso8601;
 
 pub use atelier_layout::workspace::SESSIONS_DIR;
 use atelier_layout::workspace::{
-    BUILDER_DIR_MODE, PRIVATE_DIR_MODE as SESSIONS_DIR_MODE, PRIVATE_FILE_MODE as SESSION_FILE_MODE,
+    BUILDER_DIR, BUILDER_DIR_MODE, PRIVATE_DIR_MODE as SESSIONS_DIR_MODE,
+    PRIVATE_FILE_MODE as SESSION_FILE_MODE,
 };
 /// A meta file larger than this is not one the daemon wrote.
 const MAX_META_BYTES: u64 = 64 * 1024;

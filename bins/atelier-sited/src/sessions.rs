@@ -1,35 +1,37 @@
-//! Agent sessions: the live sessions of this process and their fan-out, the session → site
-//! index, listing, admission of a first turn and of a follow-up, stop, the boot sweep, and the
-//! SSE follow endpoint. A turn itself runs in [`crate::turns`].
+//! Agent sessions: the live sessions of this process (each a [`LiveSession`] with its fan-out),
+//! the session → site index, listing, admission of a first turn and of a follow-up, stop, the
+//! boot sweep, and the SSE follow endpoint. A turn itself runs in [`crate::turns`], handed the
+//! [`TurnServices`] it uses rather than this service.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use atelier_fs::{FileKind, FsError, Root};
+use atelier_fs::{FileKind, Root};
 use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
 use hyper::header::{HeaderValue, CONNECTION};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc, Notify};
+use tokio::sync::{broadcast, mpsc};
 
 use crate::actor::Actor;
+use crate::dates::iso8601;
 use crate::drivers::{AdmitError, Drivers};
+use crate::live_session::LiveSession;
 use crate::manifest::{self, Driver};
 use crate::metrics::{Metrics, Open};
 use crate::reservations::{Busy, Hold, Reservation};
 use crate::runs::{RunRefusal, Runner};
 use crate::session_log::{
-    self, SessionId, SessionLog, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
+    self, SessionId, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
 };
-use crate::sites::{iso8601, SiteError, Sites};
+use crate::sites::{SiteError, Sites};
 use crate::slug::Slug;
-use crate::turns::{Turn, TurnControl};
+use crate::turns::{
+    RunningTurns, Turn, TurnControl, TurnServices, TurnSettings, TurnSlot, TurnSlots,
+};
 
 /// The longest prompt, in UTF-16 code units as the original measured it.
 pub const MAX_PROMPT_UNITS: usize = 32 * 1024;
-/// Live events a subscriber may fall behind by before it catches up from the log instead.
-const FAN_OUT_CAPACITY: usize = 1024;
 /// SSE frames queued for one client before the follower waits for it.
 const CLIENT_QUEUE: usize = 64;
 /// The keep-alive comment's interval, so a stream with no events is not closed as idle by a
@@ -77,61 +79,6 @@ pub enum SessionError {
     Task(String),
 }
 
-/// A session this process has touched: its log writer and the fan-out to live subscribers.
-#[derive(Debug)]
-pub struct LiveSession {
-    id: SessionId,
-    slug: String,
-    writer: Mutex<SessionLog>,
-    events: broadcast::Sender<Arc<StoredEvent>>,
-    running: AtomicBool,
-}
-
-impl LiveSession {
-    /// The session.
-    pub fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    /// Its site.
-    pub fn slug(&self) -> &str {
-        &self.slug
-    }
-
-    /// Appends `body` to the log and only then fans it out, under one lock so live order is
-    /// `seq` order. A `turn_end` marks the session's turn finished after it is fanned out, so
-    /// a follower that sees "not running" has the `turn_end` already buffered.
-    ///
-    /// Blocking: one `write(2)` (and a sync for `turn_end`).
-    pub fn append(&self, body: Value) -> Result<Arc<StoredEvent>, SessionLogError> {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let event = Arc::new(writer.append(body)?);
-        // No subscriber is not an error: the log has it.
-        let _ = self.events.send(Arc::clone(&event));
-        if event.is_turn_end() {
-            self.running.store(false, Ordering::SeqCst);
-        }
-        Ok(event)
-    }
-
-    /// A receiver of every event appended from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
-        self.events.subscribe()
-    }
-
-    /// Whether a turn of this session is running (between [`Sessions::begin_turn`] and its
-    /// `turn_end`).
-    pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
-    }
-
-    /// Marks the turn over even if its `turn_end` could not be appended, so no follower waits
-    /// for a turn that has ended.
-    pub fn mark_finished(&self) {
-        self.running.store(false, Ordering::SeqCst);
-    }
-}
-
 /// The session service, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Sessions {
@@ -142,54 +89,19 @@ struct SessionsState {
     sites: Sites,
     runner: Runner,
     drivers: Drivers,
-    agents: TurnSettings,
-    max_concurrent: u32,
+    agents: Arc<TurnSettings>,
     metrics: Metrics,
-    running_turns: Mutex<u32>,
+    slots: TurnSlots,
     live: Mutex<HashMap<SessionId, Arc<LiveSession>>>,
     index: Mutex<HashMap<SessionId, String>>,
-    turns: Mutex<HashMap<SessionId, Arc<TurnControl>>>,
-    /// Signalled whenever a turn ends, for shutdown to wait on.
-    turn_ended: Notify,
+    turns: Arc<RunningTurns>,
 }
 
 impl std::fmt::Debug for SessionsState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionsState")
-            .field("max_concurrent", &self.max_concurrent)
+            .field("max_concurrent", &self.slots.max())
             .finish_non_exhaustive()
-    }
-}
-
-/// What turns run with besides the sites and the runner.
-#[derive(Debug, Clone)]
-pub struct TurnSettings {
-    /// A turn's wall-clock limit.
-    pub turn_timeout: Duration,
-    /// The drivers' credentials, each for its own driver's child only.
-    pub credentials: atelier_agents::DriverCredentials,
-    /// The Publication API key, attached to the MCP server under `none` only.
-    pub publication_api_key: Option<String>,
-    /// The agent identity epoch resume tokens are stamped with.
-    pub identity_epoch: i64,
-    /// Where the model is, beyond the driver's default.
-    pub endpoint: atelier_agents::ModelEndpoint,
-}
-
-/// One of the global turn slots; dropping it frees the slot.
-#[derive(Debug)]
-pub struct TurnSlot {
-    state: Arc<SessionsState>,
-}
-
-impl Drop for TurnSlot {
-    fn drop(&mut self) {
-        let mut n = self
-            .state
-            .running_turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *n = n.saturating_sub(1);
     }
 }
 
@@ -209,14 +121,12 @@ impl Sessions {
                 sites,
                 runner,
                 drivers,
-                agents,
-                max_concurrent,
+                agents: Arc::new(agents),
                 metrics,
-                running_turns: Mutex::new(0),
+                slots: TurnSlots::new(max_concurrent),
                 live: Mutex::new(HashMap::new()),
                 index: Mutex::new(HashMap::new()),
-                turns: Mutex::new(HashMap::new()),
-                turn_ended: Notify::new(),
+                turns: Arc::new(RunningTurns::default()),
             }),
         }
     }
@@ -241,50 +151,10 @@ impl Sessions {
         &self.inner.metrics
     }
 
-    /// What turns run with.
-    pub fn agents(&self) -> &TurnSettings {
-        &self.inner.agents
-    }
-
-    /// A turn's wall-clock limit.
-    pub fn turn_timeout(&self) -> Duration {
-        self.inner.agents.turn_timeout
-    }
-
-    /// Records a site's live session state for `SiteStatus`.
-    pub fn set_site_state(&self, slug: &str, state: &'static str, id: &SessionId) {
-        self.inner.sites.set_session_state(slug, state, id.as_str());
-    }
-
-    /// Forgets a finished turn's control and wakes anyone waiting for turns to end.
-    pub fn forget_turn(&self, id: &SessionId) {
-        self.inner
-            .turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-        self.inner.turn_ended.notify_waiters();
-    }
-
-    /// Site `slug`'s workspace, for turn code that reports errors as text. Blocking.
-    pub fn workspace_root(&self, slug: &str) -> Result<Root, String> {
-        self.workspace(slug).map_err(|e| e.to_string())
-    }
-
     /// Takes a global turn slot, or refuses with `max_concurrent_sessions`.
     pub fn take_slot(&self) -> Result<TurnSlot, SessionError> {
-        let mut n = self
-            .inner
-            .running_turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if *n >= self.inner.max_concurrent {
-            return Err(SessionError::MaxConcurrent(self.inner.max_concurrent));
-        }
-        *n += 1;
-        Ok(TurnSlot {
-            state: Arc::clone(&self.inner),
-        })
+        let slots = &self.inner.slots;
+        slots.take().ok_or(SessionError::MaxConcurrent(slots.max()))
     }
 
     /// The live session `id`, if this process has one.
@@ -311,20 +181,12 @@ impl Sessions {
             Some(session) => Arc::clone(session),
             None => {
                 let workspace = self.workspace(slug)?;
-                let writer = SessionLog::open(&workspace, id)?;
-                let (events, _) = broadcast::channel(FAN_OUT_CAPACITY);
-                let session = Arc::new(LiveSession {
-                    id: id.clone(),
-                    slug: slug.to_owned(),
-                    writer: Mutex::new(writer),
-                    events,
-                    running: AtomicBool::new(false),
-                });
+                let session = Arc::new(LiveSession::open(&workspace, slug, id)?);
                 live.insert(id.clone(), Arc::clone(&session));
                 session
             }
         };
-        session.running.store(true, Ordering::SeqCst);
+        session.mark_running();
         self.inner
             .index
             .lock()
@@ -334,15 +196,7 @@ impl Sessions {
     }
 
     fn workspace(&self, slug: &str) -> Result<Root, SessionError> {
-        let not_found = || SiteError::NotFound(slug.to_owned());
-        let slug = Slug::parse(slug).map_err(|_| not_found())?;
-        let root = Root::open(&self.inner.sites.config().sites_root).map_err(SiteError::from)?;
-        match root.open_dir(slug.as_str()) {
-            Ok(workspace) => Ok(workspace),
-            Err(e @ FsError::Io { .. }) => Err(SiteError::from(e).into()),
-            // Missing, a file or a planted link: no workspace of a site.
-            Err(_) => Err(not_found().into()),
-        }
+        Ok(self.inner.sites.workspace(slug)?)
     }
 
     /// The site of session `id`: the in-memory index, else a scan of every site's metas.
@@ -550,13 +404,16 @@ impl Sessions {
         })
         .await?;
         let control = TurnControl::new();
-        self.inner
-            .turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, Arc::clone(&control));
+        self.inner.turns.insert(id, Arc::clone(&control));
+        let services = TurnServices {
+            sites: self.inner.sites.clone(),
+            runner: self.inner.runner.clone(),
+            settings: Arc::clone(&self.inner.agents),
+            metrics: self.inner.metrics.clone(),
+            running: Arc::clone(&self.inner.turns),
+        };
         let turn = Turn {
-            sessions: self.clone(),
+            services: Arc::new(services),
             session,
             meta,
             prompt,
@@ -581,10 +438,7 @@ impl Sessions {
         let control = self
             .inner
             .turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .cloned()
+            .control(&id)
             .ok_or(SessionError::NotRunning)?;
         control.request_stop();
         control.run_gone().await;
@@ -602,34 +456,12 @@ impl Sessions {
     /// Shutdown: asks every running turn to stop. Each then writes its error, commit and
     /// `turn_end` as a stop does, so its followers' streams end.
     pub fn interrupt_all(&self) {
-        let turns = self
-            .inner
-            .turns
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        for control in turns.values() {
-            control.request_stop();
-        }
+        self.inner.turns.stop_all();
     }
 
     /// Waits until no turn is running, at most `deadline`; returns whether none is.
     pub async fn wait_idle(&self, deadline: Duration) -> bool {
-        let wait = async {
-            loop {
-                let ended = self.inner.turn_ended.notified();
-                if self
-                    .inner
-                    .turns
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .is_empty()
-                {
-                    return;
-                }
-                ended.await;
-            }
-        };
-        tokio::time::timeout(deadline, wait).await.is_ok()
+        self.inner.turns.wait_idle(deadline).await
     }
 
     /// The boot sweep, before sited listens: indexes every site's sessions; a session

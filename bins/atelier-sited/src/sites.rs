@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use atelier_fs::{FileKind, FsError, Root};
 use serde::Serialize;
@@ -12,19 +12,22 @@ use serde_json::Value;
 
 use crate::actor::Actor;
 use crate::agents_md;
+use crate::build_record::{self, BuildRecord};
+use crate::dates::iso8601;
 use crate::domain::{normalize_domain, BadDomain};
 use crate::git::{Git, GitError};
-use crate::manifest::{self, Driver, ManifestError, Published, SiteManifest, MAX_NAME_CHARS};
+use crate::manifest::{
+    self, Driver, ManifestError, Published, SiteManifest, DEFAULT_TEMPLATE, MAX_NAME_CHARS,
+};
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::runs::{RunTarget, Runner};
 use crate::site_table::{self, SiteRow, SiteTable, WebspaceError};
 use crate::slug::Slug;
-use crate::templates::{TemplateError, Templates, DEFAULT_TEMPLATE, WORKSPACE_DIR_MODE};
+use crate::templates::{TemplateError, Templates, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
 
-pub use atelier_layout::workspace::BUILDER_DIR;
 use atelier_layout::workspace::{
-    BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+    BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
 const BYTES_PER_MB: u64 = 1_048_576;
 
@@ -156,7 +159,7 @@ pub struct SiteStatus {
     /// The session state.
     pub session: SessionState,
     /// The newest build record.
-    pub last_build: Option<crate::builds::BuildRecord>,
+    pub last_build: Option<BuildRecord>,
     /// Preproduction.
     pub preprod: Preprod,
     /// The manifest's `published`.
@@ -250,6 +253,19 @@ impl Sites {
     /// The settings.
     pub fn config(&self) -> &SitesConfig {
         &self.config
+    }
+
+    /// Site `slug`'s workspace, manifest or not: a slug outside the grammar, or a path that is
+    /// missing, a file or a planted link, is no site's. Blocking.
+    pub fn workspace(&self, slug: &str) -> Result<Root, SiteError> {
+        let not_found = || SiteError::NotFound(slug.to_owned());
+        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+        let root = self.sites_root()?;
+        match root.open_dir(slug.as_str()) {
+            Ok(workspace) => Ok(workspace),
+            Err(e @ FsError::Io { .. }) => Err(e.into()),
+            Err(_) => Err(not_found()),
+        }
     }
 
     fn sites_root(&self) -> Result<Root, SiteError> {
@@ -528,7 +544,7 @@ impl Sites {
         let last_build = root
             .open_dir(&manifest.slug)
             .ok()
-            .and_then(|ws| crate::builds::latest_record(&ws, &manifest.slug));
+            .and_then(|ws| build_record::latest(&ws));
         self.status_parts(manifest, release, last_build)
     }
 
@@ -536,7 +552,7 @@ impl Sites {
         &self,
         manifest: SiteManifest,
         release: Option<String>,
-        last_build: Option<crate::builds::BuildRecord>,
+        last_build: Option<BuildRecord>,
     ) -> SiteStatus {
         let url = format!(
             "http://{}.{}/",
@@ -733,33 +749,4 @@ fn has_manifest(root: &Root, slug: &Slug) -> bool {
 
 fn driver_record(slug: &str) -> PathBuf {
     Path::new(DRIVER_RECORDS_DIR).join(format!("{slug}.json"))
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ`, as JavaScript's `toISOString` writes it. A time before the
-/// epoch is written as the epoch, one past the year 9999 as one late in that year.
-pub fn iso8601(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let at = i64::try_from(since.as_millis())
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .unwrap_or(jiff::Timestamp::MAX);
-    format!("{at:.3}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iso8601_matches_javascript() {
-        let cases = [
-            (0, 0, "1970-01-01T00:00:00.000Z"),
-            (951_782_400, 5, "2000-02-29T00:00:00.005Z"),
-            (1_798_761_599, 999, "2026-12-31T23:59:59.999Z"),
-        ];
-        for (secs, millis, want) in cases {
-            let t = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis);
-            assert_eq!(iso8601(t), want);
-        }
-    }
 }

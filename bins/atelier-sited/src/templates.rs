@@ -10,9 +10,6 @@ use crate::manifest::{BuildSpec, WORKSPACE_FILE_MODE};
 use crate::slug::Slug;
 use atelier_fs::tree;
 
-/// The template a create without one uses.
-pub const DEFAULT_TEMPLATE: &str = "basic";
-
 /// The file that makes a directory a template; never copied.
 pub const TEMPLATE_FILE: &str = "template.json";
 
@@ -158,6 +155,7 @@ fn load(root: &Root, id: &str) -> Option<Template> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::DEFAULT_TEMPLATE;
 
     fn shipped() -> Templates {
         Templates::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates"))

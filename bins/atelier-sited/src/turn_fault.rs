@@ -6,10 +6,13 @@
 //! reaches it (an agent's stderr tail has its own `agent_output` event). Every fault is one
 //! variant and every question about it one exhaustive match, so a fault added without its
 //! reason, retriability or sentence does not compile.
+//!
+//! [`TurnEnd`] is the state a turn ends in, with its fault if it has one: what its `turn_end`
+//! says and what the metrics count it by.
 
 use serde_json::{json, Value};
 
-use crate::problem::Reason;
+use crate::reason::Reason;
 use crate::runs::RunRefusal;
 
 /// Why a turn ended in fault; a turn has at most one.
@@ -152,6 +155,28 @@ impl TurnFault {
             "retriable": self.retriable(),
             "message": self.message(),
         })
+    }
+}
+
+/// The state a turn ended in, as its `turn_end` and the session's meta name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnEnd {
+    /// It finished without a fault.
+    Idle,
+    /// A stop, or sited stopping, ended it.
+    Interrupted,
+    /// It ended with this fault.
+    Error(TurnFault),
+}
+
+impl TurnEnd {
+    /// The wire `state`.
+    pub fn state(self) -> &'static str {
+        match self {
+            TurnEnd::Idle => "idle",
+            TurnEnd::Interrupted => "interrupted",
+            TurnEnd::Error(_) => "error",
+        }
     }
 }
 

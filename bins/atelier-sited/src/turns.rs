@@ -7,28 +7,36 @@
 //! `turn_agent_exited` (or `turn_agent_killed` for a signal) after the agent's stderr tail as
 //! `agent_output`; each is a [`TurnFault`], whose `error` event carries a fixed sentence.
 //! Whatever happens, `turn_end` is written and the site and slot are released.
+//!
+//! A turn is given [`TurnServices`], the pieces of the daemon it uses, and its holds; it never
+//! reaches back into the session service that started it. The global turn slots
+//! ([`TurnSlots`]) and the registry of running turns ([`RunningTurns`]) live here too: the
+//! service takes a slot and stops turns through the registry; a turn frees its slot and leaves
+//! the registry when it ends.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use atelier_agents::{
     AgentEvent, DriverId, LineSplitter, McpAttachment, PlannedFile, TurnPlan, TurnRequest,
 };
-use atelier_fs::FsError;
+use atelier_fs::{FsError, Root};
 use atelier_proto::{Door, ExitRecord};
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::agents_md::AGENTS_FILE;
 use crate::drivers::AGENT_PATH;
 use crate::git;
-use crate::metrics::Open;
+use crate::live_session::LiveSession;
+use crate::metrics::{Metrics, Open};
 use crate::reservations::Reservation;
-use crate::runs::{RunItem, RunSpec, RunTarget};
-use crate::session_log::{self, SessionMeta};
-use crate::sessions::{LiveSession, Sessions, TurnSlot};
-use crate::turn_fault::TurnFault;
+use crate::runs::{RunItem, RunSpec, RunTarget, Runner};
+use crate::session_log::{self, SessionId, SessionMeta};
+use crate::sites::Sites;
+use crate::turn_fault::{TurnEnd, TurnFault};
 use atelier_layout::workspace::MCP_CONFIG_FILE;
 
 /// The most of an agent's stderr kept for its `agent_output` event.
@@ -78,10 +86,158 @@ impl TurnControl {
     }
 }
 
+/// What turns run with besides the sites and the runner.
+#[derive(Debug, Clone)]
+pub struct TurnSettings {
+    /// A turn's wall-clock limit.
+    pub turn_timeout: Duration,
+    /// The drivers' credentials, each for its own driver's child only.
+    pub credentials: atelier_agents::DriverCredentials,
+    /// The Publication API key, attached to the MCP server under `none` only.
+    pub publication_api_key: Option<String>,
+    /// The agent identity epoch resume tokens are stamped with.
+    pub identity_epoch: i64,
+    /// Where the model is, beyond the driver's default.
+    pub endpoint: atelier_agents::ModelEndpoint,
+}
+
+/// The global turn slots: at most so many turns run at once in this process.
+#[derive(Debug)]
+pub struct TurnSlots {
+    max: u32,
+    taken: Arc<Mutex<u32>>,
+}
+
+impl TurnSlots {
+    /// `max` slots, none taken.
+    pub fn new(max: u32) -> Self {
+        TurnSlots {
+            max,
+            taken: Arc::new(Mutex::new(0)),
+        }
+    }
+
+    /// How many turns may run at once.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    /// Takes a slot, or `None` when every one is taken.
+    pub fn take(&self) -> Option<TurnSlot> {
+        let mut n = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(TurnSlot {
+            taken: Arc::clone(&self.taken),
+        })
+    }
+}
+
+/// One of the global turn slots; dropping it frees the slot.
+#[derive(Debug)]
+pub struct TurnSlot {
+    taken: Arc<Mutex<u32>>,
+}
+
+impl Drop for TurnSlot {
+    fn drop(&mut self) {
+        let mut n = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+    }
+}
+
+/// The turns running in this process, by session: each one's control, and a signal whenever
+/// one ends, for shutdown to wait on.
+#[derive(Debug, Default)]
+pub struct RunningTurns {
+    controls: Mutex<HashMap<SessionId, Arc<TurnControl>>>,
+    ended: Notify,
+}
+
+impl RunningTurns {
+    /// Records the running turn of session `id`.
+    pub fn insert(&self, id: SessionId, control: Arc<TurnControl>) {
+        self.controls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, control);
+    }
+
+    /// The control of session `id`'s running turn, if it has one.
+    pub fn control(&self, id: &SessionId) -> Option<Arc<TurnControl>> {
+        self.controls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+    }
+
+    /// Forgets a finished turn's control and wakes anyone waiting for turns to end.
+    pub fn forget(&self, id: &SessionId) {
+        self.controls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        self.ended.notify_waiters();
+    }
+
+    /// Asks every running turn to stop.
+    pub fn stop_all(&self) {
+        let controls = self.controls.lock().unwrap_or_else(PoisonError::into_inner);
+        for control in controls.values() {
+            control.request_stop();
+        }
+    }
+
+    /// Waits until no turn is running, at most `deadline`; returns whether none is.
+    pub async fn wait_idle(&self, deadline: Duration) -> bool {
+        let wait = async {
+            loop {
+                let ended = self.ended.notified();
+                if self
+                    .controls
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_empty()
+                {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        tokio::time::timeout(deadline, wait).await.is_ok()
+    }
+}
+
+/// The pieces of the daemon a turn uses, handed to it by the session service that starts it.
+#[derive(Debug, Clone)]
+pub struct TurnServices {
+    /// The site service: where the site's runs happen, its workspace, its git door and the
+    /// session state its status reports.
+    pub sites: Sites,
+    /// The run seam.
+    pub runner: Runner,
+    /// What turns run with.
+    pub settings: Arc<TurnSettings>,
+    /// The daemon's metrics.
+    pub metrics: Metrics,
+    /// The running turns, this one among them until it ends.
+    pub running: Arc<RunningTurns>,
+}
+
+impl TurnServices {
+    /// Site `slug`'s workspace, its error as text. Blocking.
+    fn workspace(&self, slug: &str) -> Result<Root, String> {
+        self.sites.workspace(slug).map_err(|e| e.to_string())
+    }
+}
+
 /// Everything one turn holds while it runs.
 pub struct Turn {
-    /// The session service.
-    pub sessions: Sessions,
+    /// What it uses of the daemon.
+    pub services: Arc<TurnServices>,
     /// The session's log and fan-out.
     pub session: Arc<LiveSession>,
     /// Its meta as it was when the turn was admitted.
@@ -102,28 +258,6 @@ pub struct Turn {
     pub control: Arc<TurnControl>,
 }
 
-/// The state a turn ended in, as its `turn_end` and the session's meta name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TurnEnd {
-    /// It finished without a fault.
-    Idle,
-    /// A stop, or sited stopping, ended it.
-    Interrupted,
-    /// It ended with this fault.
-    Error(TurnFault),
-}
-
-impl TurnEnd {
-    /// The wire `state`.
-    pub fn state(self) -> &'static str {
-        match self {
-            TurnEnd::Idle => "idle",
-            TurnEnd::Interrupted => "interrupted",
-            TurnEnd::Error(_) => "error",
-        }
-    }
-}
-
 /// How the agent run ended.
 enum Ending {
     Exit(ExitRecord),
@@ -138,7 +272,7 @@ impl Turn {
     /// Runs the turn to its end. Never fails: every fault is an event in the log.
     pub async fn run(self) {
         let Turn {
-            sessions,
+            services,
             session,
             mut meta,
             prompt,
@@ -152,13 +286,13 @@ impl Turn {
         let turn = meta.turns + 1;
         let slug = session.slug().to_owned();
         let id = session.id().clone();
-        let target = sessions.sites().config().run_target(&slug);
+        let target = services.sites.config().run_target(&slug);
         let events = Events {
             session: Arc::clone(&session),
         };
         // A token minted under another identity (or before epochs existed) is not replayed:
         // the agent's own session state lived in the old identity's home.
-        let epoch = sessions.agents().identity_epoch;
+        let epoch = services.settings.identity_epoch;
         let mut resume_token = meta.resume_token.clone();
         if resume_token.is_some() && meta.identity_epoch.unwrap_or(0) != epoch {
             resume_token = None;
@@ -170,13 +304,15 @@ impl Turn {
         events
             .persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}))
             .await;
-        sessions.set_site_state(&slug, "running", &id);
+        services
+            .sites
+            .set_session_state(&slug, "running", id.as_str());
 
         let mut fault: Option<TurnFault> = None;
         let mut last_token: Option<String> = None;
         let mut planned: Vec<PlannedFile> = Vec::new();
         let ending = match plan(
-            &sessions,
+            &services,
             driver,
             &bin,
             &target,
@@ -193,7 +329,7 @@ impl Turn {
             Ok((plan, stated_dir)) => {
                 planned = plan.files.clone();
                 let written = match write_stated(&stated_dir, &plan.stated).await {
-                    Ok(()) => write_planned(&sessions, &slug, &plan.files).await,
+                    Ok(()) => write_planned(&services, &slug, &plan.files).await,
                     Err(e) => Err(e),
                 };
                 match written {
@@ -216,7 +352,13 @@ impl Turn {
                             last_token: &mut last_token,
                         };
                         let ending = relay
-                            .run(&sessions, &target, spec, &control, sessions.turn_timeout())
+                            .run(
+                                &services.runner,
+                                &target,
+                                spec,
+                                &control,
+                                services.settings.turn_timeout,
+                            )
                             .await;
                         let clean =
                             matches!(&ending, Ending::Exit(ExitRecord { code: Some(0), .. }));
@@ -236,10 +378,10 @@ impl Turn {
             fault = Some(*refused);
         }
         control.mark_run_gone();
-        remove_planned(&sessions, &slug, &planned).await;
+        remove_planned(&services, &slug, &planned).await;
 
         // The git backstop and the commit, through the git door.
-        let git = sessions.sites().git().clone();
+        let git = services.sites.git().clone();
         match git.changed_files(&target).await {
             Ok(files) if !files.is_empty() => {
                 events
@@ -251,7 +393,7 @@ impl Turn {
                 tracing::warn!(session = %id, error = %e, "could not list the turn's changed files")
             }
         }
-        match sessions.workspace_root(&slug) {
+        match services.workspace(&slug) {
             Ok(workspace) => {
                 if let Err(e) = git
                     .commit(&target, &workspace, &git::turn_message(id.as_str(), turn))
@@ -279,9 +421,9 @@ impl Turn {
         meta.state = state.to_owned();
         meta.resume_token = last_token.clone();
         let meta_written = {
-            let (sessions, slug, meta) = (sessions.clone(), slug.clone(), meta.clone());
+            let (services, slug, meta) = (Arc::clone(&services), slug.clone(), meta.clone());
             tokio::task::spawn_blocking(move || {
-                let workspace = sessions.workspace_root(&slug)?;
+                let workspace = services.workspace(&slug)?;
                 session_log::write_meta(&workspace, &meta).map_err(|e| e.to_string())
             })
             .await
@@ -299,9 +441,9 @@ impl Turn {
         }
         events.persist(end).await;
         session.mark_finished();
-        sessions.set_site_state(&slug, state, &id);
-        sessions.forget_turn(&id);
-        sessions.metrics().turn_ended(ended);
+        services.sites.set_session_state(&slug, state, id.as_str());
+        services.running.forget(&id);
+        services.metrics.turn_ended(ended);
         drop((reservation, slot, running));
         tracing::info!(session = %id, site = %slug, turn, state, "turn ended");
     }
@@ -341,7 +483,7 @@ struct Relay<'a> {
 impl Relay<'_> {
     async fn run(
         &mut self,
-        sessions: &Sessions,
+        runner: &Runner,
         target: &RunTarget,
         spec: RunSpec,
         control: &TurnControl,
@@ -349,14 +491,14 @@ impl Relay<'_> {
     ) -> Ending {
         let deadline = Instant::now() + timeout;
         let mut stop = control.stop.subscribe();
-        let mut run = match sessions.runner().open(target, spec).await {
+        let mut run = match runner.open(target, spec).await {
             Ok(run) => run,
             Err(refusal) => {
                 tracing::warn!(site = %target.slug, "the turn's run was refused: {refusal}");
                 return Ending::NotOpened(TurnFault::of_refusal(&refusal));
             }
         };
-        if sessions.runner().is_unconfined() {
+        if runner.is_unconfined() {
             self.events
                 .persist(json!({
                     "type": "text",
@@ -498,16 +640,16 @@ fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 async fn write_planned(
-    sessions: &Sessions,
+    services: &Arc<TurnServices>,
     slug: &str,
     files: &[PlannedFile],
 ) -> Result<(), String> {
     if files.is_empty() {
         return Ok(());
     }
-    let (sessions, slug, files) = (sessions.clone(), slug.to_owned(), files.to_vec());
+    let (services, slug, files) = (Arc::clone(services), slug.to_owned(), files.to_vec());
     tokio::task::spawn_blocking(move || {
-        let workspace = sessions.workspace_root(&slug)?;
+        let workspace = services.workspace(&slug)?;
         for file in &files {
             workspace
                 .write_atomic(&file.path, &file.contents, file.mode)
@@ -519,13 +661,13 @@ async fn write_planned(
     .map_err(|e| e.to_string())?
 }
 
-async fn remove_planned(sessions: &Sessions, slug: &str, files: &[PlannedFile]) {
+async fn remove_planned(services: &Arc<TurnServices>, slug: &str, files: &[PlannedFile]) {
     if files.is_empty() {
         return;
     }
-    let (sessions, slug, files) = (sessions.clone(), slug.to_owned(), files.to_vec());
+    let (services, slug, files) = (Arc::clone(services), slug.to_owned(), files.to_vec());
     let removed = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let workspace = sessions.workspace_root(&slug)?;
+        let workspace = services.workspace(&slug)?;
         for file in &files {
             workspace
                 .remove_file(&file.path)
@@ -565,7 +707,7 @@ async fn write_stated(dir: &Path, files: &[PlannedFile]) -> Result<(), String> {
 /// followed), the MCP attachment of this confinement, the driver's argv, environment and files;
 /// with the directory its stated files go to.
 async fn plan(
-    sessions: &Sessions,
+    services: &Arc<TurnServices>,
     driver: DriverId,
     bin: &Path,
     target: &RunTarget,
@@ -573,9 +715,9 @@ async fn plan(
     resume_token: Option<&str>,
 ) -> Result<(TurnPlan, PathBuf), (TurnFault, String)> {
     let brief = {
-        let (sessions, slug) = (sessions.clone(), target.slug.clone());
+        let (services, slug) = (Arc::clone(services), target.slug.clone());
         tokio::task::spawn_blocking(move || {
-            let workspace = sessions.workspace_root(&slug)?;
+            let workspace = services.workspace(&slug)?;
             match workspace.read_limited(AGENTS_FILE, MAX_BRIEF_BYTES) {
                 Ok(bytes) => Ok(Some(bytes)),
                 Err(FsError::NotFound { .. }) => Ok(None),
@@ -587,18 +729,18 @@ async fn plan(
         .and_then(|read| read)
         .map_err(|why| (TurnFault::SetupFailed, why))?
     };
-    let agents = sessions.agents();
-    let mcp = if sessions.runner().is_unconfined() {
+    let agents = &services.settings;
+    let mcp = if services.runner.is_unconfined() {
         McpAttachment::unconfined(
-            &sessions.sites().config().publication_api_url,
+            &services.sites.config().publication_api_url,
             agents.publication_api_key.as_deref(),
         )
     } else {
         McpAttachment::confined()
     };
     let mcp_config_path = target.workspace.join(MCP_CONFIG_FILE);
-    let dirs = sessions
-        .runner()
+    let dirs = services
+        .runner
         .turn_dirs(&target.slug)
         .map_err(|refusal| (TurnFault::of_refusal(&refusal), refusal.to_string()))?;
     let request = TurnRequest {
@@ -612,7 +754,7 @@ async fn plan(
         mcp_config_path: &mcp_config_path,
         path_env: AGENT_PATH,
         credentials: &agents.credentials,
-        proxied: sessions.runner().has_gate(Door::Turn),
+        proxied: services.runner.has_gate(Door::Turn),
         endpoint: &agents.endpoint,
         stated_dir: &dirs.stated,
         state_dir: &dirs.state,
