@@ -628,6 +628,18 @@ fn the_fuzz_seeds_decide_as_their_names_say() {
             truncated if truncated.ends_with("-truncated") => {
                 assert_eq!(decided, FirstFlight::NeedMore, "{name}")
             }
+            refused if refused.starts_with("refused-") => {
+                // `refused-<reason>[-<variant>]`, the reason's log name with hyphens.
+                let named: Vec<HelloRefusal> = HelloRefusal::ALL
+                    .into_iter()
+                    .filter(|r| {
+                        let prefix = format!("refused-{}", r.as_str().replace('_', "-"));
+                        refused == prefix || refused.starts_with(&format!("{prefix}-"))
+                    })
+                    .collect();
+                assert_eq!(named.len(), 1, "{name} names one refusal");
+                assert_eq!(decided, FirstFlight::Refuse(named[0]), "{name}");
+            }
             accepted => match decided {
                 FirstFlight::Accept { sni } => assert!(
                     accepted.contains(&format!("-{sni}")) && !sni.is_empty(),
