@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use atelier_chatd::auth::{
+use atelier_chatd::caller::{
     find_session_cookie, CookieLookup, MAX_SESSION_COOKIE_LEN, SESSION_COOKIE,
 };
 use atelier_chatd::cms::{parse_me_answer, SessionCheck};

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atelier_chatd::auth::Caller;
+use atelier_chatd::caller::Caller;
 use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Store};
 use atelier_chatd::{RawSettings, Router};

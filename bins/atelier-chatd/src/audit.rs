@@ -19,7 +19,7 @@ use jiff::{Timestamp, ToSpan};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
 use crate::error::ApiError;
 use crate::state::{blocking, State};
 use crate::store::audit::SlotSample;

@@ -2,28 +2,20 @@
 //! token; the browser's session cookie (`instatic_admin_session`) is the only user credential,
 //! and the CMS alone says whose it is: chatd asks it (see [`crate::cms`]) and keeps the answer
 //! for at most [`IDENTITY_TTL`], keyed by a hash of the cookie, never the cookie itself. Also the
-//! Origin allowlist that stands in for CSRF protection.
+//! Origin allowlist that stands in for CSRF protection. What it decides — the [`Caller`] and
+//! their [`SessionCookie`] — lives in [`crate::caller`].
 
-use std::collections::{BTreeSet, HashMap};
-use std::fmt;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, COOKIE, ORIGIN};
+use hyper::header::{HeaderMap, AUTHORIZATION, ORIGIN};
 use hyper::Method;
-use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::caller::{Caller, SessionCookie};
 use crate::cms::{CmsClient, SessionCheck};
 use crate::error::ApiError;
-use crate::settings::normalize_origin;
-
-/// The name of the CMS's session cookie.
-pub const SESSION_COOKIE: &str = "instatic_admin_session";
-
-/// The longest session cookie value sent on to the CMS. Its own are 43 characters; anything far
-/// longer cannot be one of its sessions, and is refused the way the CMS would refuse it.
-pub const MAX_SESSION_COOKIE_LEN: usize = 512;
 
 /// How long the CMS's answer about a session is trusted: a signed-out or demoted user keeps
 /// chatd's access at most this long.
@@ -31,141 +23,6 @@ pub const IDENTITY_TTL: Duration = Duration::from_secs(30);
 
 /// How many sessions' answers are kept at once; past it the expired go, then the oldest.
 const IDENTITY_CACHE_CAPACITY: usize = 4096;
-
-/// A capability a route requires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Capability {
-    /// Chat and manage one's own conversations.
-    Chat,
-    /// Post browser tool results (the editor's write tools run through them).
-    ToolsWrite,
-    /// Manage provider credentials and the per-scope defaults.
-    ProvidersManage,
-    /// Read the usage audit.
-    AuditRead,
-}
-
-impl Capability {
-    /// The capability's name, matched exactly against the CMS's list.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Chat => "ai.chat",
-            Capability::ToolsWrite => "ai.tools.write",
-            Capability::ProvidersManage => "ai.providers.manage",
-            Capability::AuditRead => "ai.audit.read",
-        }
-    }
-}
-
-/// The acting user, as the CMS named them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The CMS's user id; every query is scoped to it.
-    pub user_id: String,
-    /// The user's capabilities, exact strings.
-    pub capabilities: BTreeSet<String>,
-}
-
-impl Caller {
-    /// Returns true if and only if the caller holds `capability`.
-    pub fn has(&self, capability: Capability) -> bool {
-        self.capabilities.contains(capability.as_str())
-    }
-
-    /// `Ok` when the caller holds `capability`, else 403 `Forbidden`.
-    pub fn require(&self, capability: Capability) -> Result<(), ApiError> {
-        if self.has(capability) {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden)
-        }
-    }
-}
-
-/// What the `Cookie` header says about the session cookie, read the way the CMS reads it:
-/// pairs split on `;` and trimmed, the first whose name is exactly [`SESSION_COOKIE`] decides,
-/// and its value is everything after the first `=`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CookieLookup<'a> {
-    /// The value, as sent (quotes and all).
-    Found(&'a [u8]),
-    /// The first session pair has no value.
-    Empty,
-    /// The first session pair's value is over [`MAX_SESSION_COOKIE_LEN`].
-    TooLong,
-    /// No pair names the session cookie.
-    Missing,
-}
-
-/// Finds the session cookie in one `Cookie` header value.
-pub fn find_session_cookie(header: &[u8]) -> CookieLookup<'_> {
-    for part in header.split(|&b| b == b';') {
-        let part = part.trim_ascii();
-        let (name, value) = match part.iter().position(|&b| b == b'=') {
-            Some(eq) => (&part[..eq], &part[eq + 1..]),
-            None => (part, &[][..]),
-        };
-        if name != SESSION_COOKIE.as_bytes() {
-            continue;
-        }
-        return if value.is_empty() {
-            CookieLookup::Empty
-        } else if value.len() > MAX_SESSION_COOKIE_LEN {
-            CookieLookup::TooLong
-        } else {
-            CookieLookup::Found(value)
-        };
-    }
-    CookieLookup::Missing
-}
-
-/// A browser's session cookie, ready to be sent on as `instatic_admin_session=<value>`. Never
-/// printed: its `Debug` is redacted, and only its hash is kept past the request.
-#[derive(Clone)]
-pub struct SessionCookie {
-    header: HeaderValue,
-    key: [u8; 32],
-}
-
-impl fmt::Debug for SessionCookie {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SessionCookie([redacted])")
-    }
-}
-
-impl SessionCookie {
-    /// The session cookie of a request: the first session pair across its `Cookie` headers (a
-    /// second header continues the first, as HTTP/2 splits them). Missing, empty or over-long
-    /// is 401 `Unauthorized`, as the CMS would answer.
-    pub fn from_headers(headers: &HeaderMap) -> Result<SessionCookie, ApiError> {
-        for header in headers.get_all(COOKIE) {
-            match find_session_cookie(header.as_bytes()) {
-                CookieLookup::Found(value) => return SessionCookie::from_value(value),
-                CookieLookup::Empty | CookieLookup::TooLong => break,
-                CookieLookup::Missing => {}
-            }
-        }
-        Err(ApiError::Unauthorized)
-    }
-
-    fn from_value(value: &[u8]) -> Result<SessionCookie, ApiError> {
-        let mut pair = Vec::with_capacity(SESSION_COOKIE.len() + 1 + value.len());
-        pair.extend_from_slice(SESSION_COOKIE.as_bytes());
-        pair.push(b'=');
-        pair.extend_from_slice(value);
-        let mut header = HeaderValue::from_bytes(&pair).map_err(|_| ApiError::Unauthorized)?;
-        header.set_sensitive(true);
-        Ok(SessionCookie {
-            header,
-            key: Sha256::digest(value).into(),
-        })
-    }
-
-    /// `instatic_admin_session=<value>`, for a `Cookie` header to the CMS.
-    pub fn header(&self) -> &HeaderValue {
-        &self.header
-    }
-}
 
 /// Where the identity cache reads the time; tests inject one they move by hand.
 pub trait Clock: Send + Sync {
@@ -348,11 +205,62 @@ impl Authenticator {
     }
 }
 
+/// Reduces an origin or URL to lower-cased `scheme://host[:port]`, keeping the port only when it
+/// is explicit and not the scheme's default; path, query, fragment and user info are dropped.
+/// `None` for anything that is not an `http`/`https` URL with a host.
+pub fn normalize_origin(value: &str) -> Option<String> {
+    let value = value.trim();
+    let (scheme, rest) = value.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    // An IPv6 literal keeps its brackets; its colons are not a port separator.
+    let (host, port) = match host_port.rfind(':') {
+        Some(colon) if !host_port[colon..].contains(']') => {
+            (&host_port[..colon], Some(&host_port[colon + 1..]))
+        }
+        _ => (host_port.as_str(), None),
+    };
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':' | '_'));
+    if !host_ok {
+        return None;
+    }
+    match port {
+        None => Some(format!("{scheme}://{host}")),
+        Some("") => Some(format!("{scheme}://{host}")),
+        Some(port) if port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit()) => {
+            let port = port.trim_start_matches('0');
+            if port == default_port {
+                Some(format!("{scheme}://{host}"))
+            } else {
+                port.parse::<u16>().ok()?;
+                Some(format!("{scheme}://{host}:{port}"))
+            }
+        }
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use hyper::header::HeaderValue;
 
     use super::*;
+    use std::collections::BTreeSet;
+
+    use crate::caller::{find_session_cookie, Capability, CookieLookup, MAX_SESSION_COOKIE_LEN};
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 

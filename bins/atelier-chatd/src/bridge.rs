@@ -18,17 +18,16 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::{Caller, Capability, SessionCookie};
-use crate::cms::CmsProblem;
-use crate::error::ApiError;
-use crate::state::State;
+use crate::caller::{Caller, Capability, SessionCookie};
+use crate::cms::CmsClient;
+use crate::error::{ApiError, CmsProblem};
 use atelier_llm::LoopEvent;
 
 /// How long a browser tool may take before the call fails.
 pub const BROWSER_TOOL_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Tool results carry screenshots; they get the chat body's limit.
-const TOOL_RESULT_BODY_LIMIT: usize = crate::chat::CHAT_MAX_REQUEST_BYTES;
+const TOOL_RESULT_BODY_LIMIT: usize = crate::limits::CHAT_MAX_REQUEST_BYTES;
 
 /// Why a browser tool call failed in transport (as opposed to the tool reporting `ok: false`,
 /// which is a normal result the model can correct).
@@ -316,7 +315,8 @@ struct BridgeOf {
 /// for a bridge open in this process is answered here; any other goes to the CMS unchanged (the
 /// same session cookie, body and content type) and its answer comes back as it is.
 pub(crate) async fn handle_tool_result(
-    state: &State,
+    bridges: &Bridges,
+    cms: &CmsClient,
     caller: &Caller,
     session: &SessionCookie,
     request: Request,
@@ -332,8 +332,7 @@ pub(crate) async fn handle_tool_result(
     }
     // chatd's bridge ids are 126 random bits: an id it does not hold open is the CMS's (or
     // gone, and then the CMS answers the same 404 chatd would).
-    if !state.bridges.is_open(&bridge.bridge_id) {
-        let cms = state.authenticator.cms();
+    if !bridges.is_open(&bridge.bridge_id) {
         return match cms.forward_tool_result(session, content_type, raw).await {
             Ok(relayed) => Ok(relayed.into_response()),
             Err(error) => {
@@ -346,7 +345,7 @@ pub(crate) async fn handle_tool_result(
     if body.request_id.is_empty() {
         return Err(ApiError::InvalidBody);
     }
-    if state.bridges.resolve(
+    if bridges.resolve(
         &caller.user_id,
         &body.bridge_id,
         &body.request_id,

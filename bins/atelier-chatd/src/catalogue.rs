@@ -8,9 +8,9 @@ use atelier_llm::{ListedPrice, ProviderKind, ProviderModel};
 use hyper::StatusCode;
 use serde_json::json;
 
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
 use crate::error::ApiError;
-use crate::providers::provider_kind;
+use crate::provider_ids::provider_kind;
 use crate::state::{blocking, State};
 
 /// The `credentialId` of a query string, percent-decoding nothing: ids are hex.

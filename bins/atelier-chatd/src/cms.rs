@@ -24,7 +24,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
-use crate::auth::{Caller, SessionCookie};
+use crate::caller::{Caller, SessionCookie};
+use crate::error::CmsProblem;
 
 /// The route that names a session's user, role and capabilities.
 pub const ME_PATH: &str = "/admin/api/cms/me";
@@ -137,20 +138,6 @@ pub enum CmsError {
     /// The answer's body is not what the route returns.
     #[error("the CMS's answer cannot be read: {0}")]
     BadAnswer(String),
-}
-
-/// What the browser is told when the CMS could not settle a request; the log has the details.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum CmsProblem {
-    /// The session check could not be made.
-    #[error("The CMS could not be reached to check the session. Try again shortly.")]
-    SessionUnreachable,
-    /// The session check's answer was not the CMS's.
-    #[error("The CMS gave an unexpected answer to the session check.")]
-    SessionUnreadable,
-    /// A tool result for one of the CMS's bridges could not be handed over.
-    #[error("The CMS could not be reached to deliver the tool result. Try again shortly.")]
-    ForwardFailed,
 }
 
 impl CmsError {

@@ -8,7 +8,8 @@ use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
+use crate::encode::encode_component;
 use crate::error::ApiError;
 use crate::state::{blocking, State, API_PREFIX};
 use crate::store::{
@@ -96,19 +97,6 @@ fn view_block(
         ContentBlock::Image { .. } => json!({ "kind": "text", "text": UNSUPPORTED_IMAGE_TEXT }),
         other => serde_json::to_value(other).unwrap_or(Value::Null),
     }
-}
-
-/// `encodeURIComponent`: everything but `A-Za-z0-9-_.!~*'()` percent-encoded.
-pub(crate) fn encode_component(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[derive(Deserialize)]

@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::audit::record;
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
 use crate::conversations::read_json;
 use crate::error::ApiError;
-use crate::providers::{auth_mode_of, provider_kind, Credentials, ResolvedCredential, Services};
+use crate::provider_ids::provider_kind;
+use crate::providers::{auth_mode_of, Credentials, ResolvedCredential, Services};
 use crate::state::{blocking, State};
 use crate::store::events::{AuditEvent, CredentialFacts, CredentialField, TestOutcome};
 use crate::store::{AuthMode, CredentialChange, CredentialRow, NewCredential};

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::audit::record;
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
 use crate::conversations::read_json;
 use crate::error::ApiError;
 use crate::state::{blocking, State};

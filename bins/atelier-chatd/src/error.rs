@@ -6,8 +6,21 @@ use atelier_http::{json_response, Response};
 use hyper::StatusCode;
 use serde_json::json;
 
-use crate::cms::CmsProblem;
 use crate::store::StoreError;
+
+/// What the browser is told when the CMS could not settle a request; the log has the details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CmsProblem {
+    /// The session check could not be made.
+    #[error("The CMS could not be reached to check the session. Try again shortly.")]
+    SessionUnreachable,
+    /// The session check's answer was not the CMS's.
+    #[error("The CMS gave an unexpected answer to the session check.")]
+    SessionUnreadable,
+    /// A tool result for one of the CMS's bridges could not be handed over.
+    #[error("The CMS could not be reached to deliver the tool result. Try again shortly.")]
+    ForwardFailed,
+}
 
 /// Every way a request can fail, each with exactly one status and body.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

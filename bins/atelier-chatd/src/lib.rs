@@ -8,14 +8,18 @@
 //! - `state`: what every handler shares — the application state, the route prefix, and
 //!   store calls run off the async threads.
 //! - [`error`]: [`ApiError`], every way a request fails, and its one mapping to status and body.
-//! - [`auth`]: the service token, the session cookie and the cached answer about its user.
+//! - [`auth`]: the service token, the Origin allowlist, and the CMS's answer about a session
+//!   cookie, cached.
+//! - [`caller`]: the acting user, the capabilities routes require, and the session cookie.
 //! - [`cms`]: the CMS on loopback: its session check, the tool results for its bridges, and
 //!   its content read as the chatting user.
 //! - [`conversations`]: conversations CRUD and the wire views.
 //! - [`bridge`]: browser tools run through the editor.
+//! - [`turn`]: what the chat stream hands a turn runner and what the runner answers.
 //! - [`chat`]: the NDJSON chat stream and its persistence.
 //! - [`images`]: user images checked, decoded and re-encoded.
 //! - [`runtime`]: the turn runner over the shared tool loop.
+//! - [`provider_ids`]: the provider ids and the providers they name.
 //! - [`providers`]: stored credentials resolved into drivers; the production providers.
 //! - [`master_key`]: AES-256-GCM sealing of provider secrets.
 //! - [`credentials`], [`defaults`], [`catalogue`]: the AI settings routes.
@@ -25,30 +29,41 @@
 //! - [`metrics`]: the turn, provider, latency, token and cost metrics.
 //! - [`audit`]: usage rollups in the viewer's time zone; the audit log's writes and reads.
 //! - [`store`]: SQLite, history healing and the single-writer lease.
+//! - `limits`, `encode`, `ids`: the body limit the chat and the bridge share, percent-encoding
+//!   for ids in URL paths, and fresh ids.
 //!
-//! Imports run one way around the router: this file wires [`Router`], and no other module
-//! imports [`router`]. The router imports the handler modules (`audit`, `bridge`, `chat`,
-//! `conversations`, `credentials`, `defaults`, `catalogue`); they and the router take what they
-//! share from `state` and fail with [`error`]. [`error`] imports only the store's and the
-//! CMS's error types; `state` imports the types it holds (among them the chat's turn runner
-//! and the bridge registry) but no handler.
+//! The modules import each other without circles. This file wires [`Router`], and no other
+//! module imports [`router`]. The router imports the handler modules (`audit`, `bridge`,
+//! `chat`, `conversations`, `credentials`, `defaults`, `catalogue`); they and the router take
+//! what they share from `state` and fail with [`error`]. `state` holds the authenticator, the
+//! bridge registry, the turn runner, the providers and the metrics, but imports no handler:
+//! the handlers take from it, never the other way. Below `state`, [`turn`] is the contract the
+//! chat stream and [`runtime`] meet at, so neither imports the other's implementation;
+//! [`providers`] implements the runtime's providers; [`metrics`] reads only [`provider_ids`]
+//! and the store. [`auth`] asks [`cms`], which takes the [`caller`] types and fails with
+//! [`error`]'s CMS problems; [`error`] imports only the store's error type, and nothing below
+//! the handlers imports `settings`.
 
 pub mod audit;
 pub mod auth;
 pub mod bridge;
+pub mod caller;
 pub mod catalogue;
 pub mod chat;
 pub mod cms;
 pub mod conversations;
 pub mod credentials;
 pub mod defaults;
+mod encode;
 pub mod error;
 mod ids;
 pub mod images;
+mod limits;
 pub mod master_key;
 pub mod metrics;
 pub mod pricing;
 pub mod prompts;
+pub mod provider_ids;
 pub mod providers;
 pub mod router;
 pub mod runtime;
@@ -56,12 +71,13 @@ mod settings;
 mod state;
 pub mod store;
 pub mod tools;
+pub mod turn;
 
+pub use auth::normalize_origin;
 pub use error::ApiError;
 pub use router::Router;
 pub use settings::{
-    normalize_origin, RawSettings, Settings, SettingsError, DEFAULT_DATABASE,
-    SERVICE_TOKEN_CREDENTIAL,
+    RawSettings, Settings, SettingsError, DEFAULT_DATABASE, SERVICE_TOKEN_CREDENTIAL,
 };
 
 use std::sync::Arc;
@@ -71,11 +87,11 @@ use atelier_daemon::{DaemonError, DaemonSocket, Listeners};
 use atelier_sd::notify::Notifier;
 use prometheus_client::registry::Registry;
 
-use crate::chat::TurnRunner;
 use crate::metrics::Metrics;
 use crate::providers::{Credentials, Services, StoredProviders};
 use crate::runtime::LoopRunner;
 use crate::store::{Store, StoreError};
+use crate::turn::TurnRunner;
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -33,7 +33,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::providers::provider_id;
+use crate::provider_ids::provider_id;
 use crate::store::{Scope, TurnUsage};
 
 /// The first-byte buckets in seconds: a local model answers in milliseconds, a loaded hosted
@@ -411,8 +411,8 @@ mod tests {
 
     #[test]
     fn provider_labels_are_the_provider_ids() {
-        for id in crate::providers::PROVIDER_IDS {
-            let kind = crate::providers::provider_kind(id).expect("a known id");
+        for id in crate::provider_ids::PROVIDER_IDS {
+            let kind = crate::provider_ids::provider_kind(id).expect("a known id");
             assert_eq!(Provider(kind).as_str(), id);
         }
     }

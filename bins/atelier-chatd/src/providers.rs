@@ -1,4 +1,4 @@
-//! The providers chatd talks to for real: the provider ids and the auth shape each implies,
+//! The providers chatd talks to for real: the auth shape each implies,
 //! where each is reached, stored credentials resolved into endpoints and drivers, and
 //! [`StoredProviders`], the production [`Providers`] that runs every turn on the
 //! conversation's own stored credential.
@@ -11,43 +11,12 @@ use atelier_llm::{
     ProviderKind, ResponsesDriver,
 };
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::master_key::{MasterKey, MASTER_KEY_CREDENTIAL};
 use crate::pricing::Pricing;
+use crate::provider_ids::provider_kind;
 use crate::runtime::{PrepareFuture, ProviderRefusal, ProviderSetup, Providers};
 use crate::store::{AuthMode, Conversation, CredentialRow, Store};
-
-/// Every provider id, in the order error messages list them.
-pub const PROVIDER_IDS: [&str; 5] = [
-    "anthropic",
-    "openai",
-    "ollama",
-    "openrouter",
-    "openai-compatible",
-];
-
-/// The provider behind a provider id; `None` for an unknown id.
-pub fn provider_kind(provider_id: &str) -> Option<ProviderKind> {
-    match provider_id {
-        "anthropic" => Some(ProviderKind::Anthropic),
-        "openai" => Some(ProviderKind::OpenAi),
-        "ollama" => Some(ProviderKind::Ollama),
-        "openrouter" => Some(ProviderKind::OpenRouter),
-        "openai-compatible" => Some(ProviderKind::OpenAiCompatible),
-        _ => None,
-    }
-}
-
-/// The provider id of `kind`, the inverse of [`provider_kind`].
-pub fn provider_id(kind: ProviderKind) -> &'static str {
-    match kind {
-        ProviderKind::Anthropic => "anthropic",
-        ProviderKind::OpenAi => "openai",
-        ProviderKind::Ollama => "ollama",
-        ProviderKind::OpenRouter => "openrouter",
-        ProviderKind::OpenAiCompatible => "openai-compatible",
-    }
-}
 
 /// The auth shape a provider takes: hosted APIs a key; Ollama and custom endpoints a base URL
 /// (with an optional bearer key).

@@ -11,7 +11,7 @@ use hyper::Method;
 
 use crate::auth::{Authenticator, Clock, SystemClock};
 use crate::bridge::Bridges;
-use crate::chat::{self, TurnRunner};
+use crate::chat;
 use crate::cms::CmsClient;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -19,6 +19,7 @@ use crate::providers::{Credentials, Services};
 use crate::settings::Settings;
 use crate::state::State;
 use crate::store::{Leases, Scope, Store};
+use crate::turn::TurnRunner;
 use crate::{audit, catalogue, conversations, credentials, defaults};
 
 pub use crate::state::API_PREFIX;
@@ -147,7 +148,14 @@ impl Router {
                 chat::handle(state, &caller, &session, scope, request, arrived).await
             }
             Endpoint::ToolResult => {
-                crate::bridge::handle_tool_result(state, &caller, &session, request).await
+                crate::bridge::handle_tool_result(
+                    &state.bridges,
+                    state.authenticator.cms(),
+                    &caller,
+                    &session,
+                    request,
+                )
+                .await
             }
             Endpoint::Credentials if method == Method::GET => {
                 credentials::list(state, &caller).await

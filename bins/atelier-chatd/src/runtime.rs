@@ -13,13 +13,13 @@ use atelier_llm::{
 };
 use serde_json::Value;
 
-use crate::auth::Caller;
 use crate::bridge::Bridge;
-use crate::chat::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
+use crate::caller::Caller;
 use crate::cms::reads::CmsReader;
 use crate::store::history::HistoryEntry;
 use crate::store::{ContentBlock, Conversation, Scope};
 use crate::tools::{Execution, ToolSpec};
+use crate::turn::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
 
 /// Resolves the provider a conversation talks to: its driver and what its model can do.
 /// Production chatd uses [`crate::providers::StoredProviders`] (the conversation's stored

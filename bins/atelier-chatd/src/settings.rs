@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::auth::normalize_origin;
 use crate::cms::{CmsOrigin, CmsOriginError};
 use crate::master_key::MasterKey;
 use crate::providers::ProviderUrls;
@@ -273,54 +274,6 @@ impl RawSettings {
             provider_urls,
             cms_origin,
         })
-    }
-}
-
-/// Reduces an origin or URL to lower-cased `scheme://host[:port]`, keeping the port only when it
-/// is explicit and not the scheme's default; path, query, fragment and user info are dropped.
-/// `None` for anything that is not an `http`/`https` URL with a host.
-pub fn normalize_origin(value: &str) -> Option<String> {
-    let value = value.trim();
-    let (scheme, rest) = value.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    let default_port = match scheme.as_str() {
-        "http" => "80",
-        "https" => "443",
-        _ => return None,
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    // An IPv6 literal keeps its brackets; its colons are not a port separator.
-    let (host, port) = match host_port.rfind(':') {
-        Some(colon) if !host_port[colon..].contains(']') => {
-            (&host_port[..colon], Some(&host_port[colon + 1..]))
-        }
-        _ => (host_port.as_str(), None),
-    };
-    let host_ok = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':' | '_'));
-    if !host_ok {
-        return None;
-    }
-    match port {
-        None => Some(format!("{scheme}://{host}")),
-        Some("") => Some(format!("{scheme}://{host}")),
-        Some(port) if port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit()) => {
-            let port = port.trim_start_matches('0');
-            if port == default_port {
-                Some(format!("{scheme}://{host}"))
-            } else {
-                port.parse::<u16>().ok()?;
-                Some(format!("{scheme}://{host}:{port}"))
-            }
-        }
-        Some(_) => None,
     }
 }
 

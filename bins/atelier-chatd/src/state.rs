@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use crate::auth::Authenticator;
 use crate::bridge::Bridges;
-use crate::chat::TurnRunner;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::providers::Services;
 use crate::store::{Leases, Store, StoreError};
+use crate::turn::TurnRunner;
 
 /// The prefix every chatd route lives under.
 pub const API_PREFIX: &str = "/admin/api/ai/";

@@ -23,7 +23,7 @@ pub mod tokens;
 use atelier_llm::ToolDefinition;
 use serde_json::Value;
 
-use crate::auth::{Caller, Capability};
+use crate::caller::{Caller, Capability};
 use crate::store::Scope;
 
 /// Where a tool runs.

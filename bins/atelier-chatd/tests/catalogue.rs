@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use atelier_chatd::auth::Caller;
+use atelier_chatd::caller::Caller;
 use atelier_chatd::runtime::prepare_input;
 use atelier_chatd::tools::{catalogue, Execution};
 use serde_json::{json, Value};

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atelier_chatd::auth::{Clock, ManualClock, SystemClock};
-use atelier_chatd::chat::{Turn, TurnRunner};
 use atelier_chatd::providers::{Credentials, Services};
 use atelier_chatd::store::history::INTERRUPTED_TOOL_RESULT_ERROR;
 use atelier_chatd::store::Store;
+use atelier_chatd::turn::{Turn, TurnRunner};
 use atelier_chatd::{RawSettings, Router};
 use atelier_lab_model::cms::{
     CmsState, LabCms, BRIDGE_GONE, CLIENT_COOKIE, EDITOR_COOKIE, MFA_PENDING_COOKIE, SESSION_COOKIE,

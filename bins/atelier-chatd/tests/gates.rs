@@ -7,8 +7,8 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use atelier_chatd::chat::UnconfiguredRunner;
 use atelier_chatd::store::Store;
+use atelier_chatd::turn::UnconfiguredRunner;
 use atelier_chatd::{RawSettings, Router};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

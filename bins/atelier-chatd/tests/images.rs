@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use atelier_chatd::chat::{Turn, TurnRunner};
 use atelier_chatd::store::Store;
+use atelier_chatd::turn::{Turn, TurnRunner};
 use atelier_chatd::{RawSettings, Router};
 use atelier_llm::LoopEvent;
 use base64::Engine as _;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::support::{
     last_tool_result, scripted, send, serve_in_process, text_round, tool_round, Answer,
 };
-use atelier_chatd::auth::{Caller, SessionCookie};
+use atelier_chatd::caller::{Caller, SessionCookie};
 use atelier_chatd::cms::reads::CmsReader;
 use atelier_chatd::cms::CmsClient;
 use atelier_chatd::prompts::{system_prompt, CONTENT_PREFIX, SITE_PREFIX};

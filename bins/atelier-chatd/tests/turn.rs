@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use atelier_chatd::auth::Caller;
+use atelier_chatd::caller::Caller;
 use atelier_chatd::metrics::Metrics;
 use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Scope, Store};

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{CmsClient, CmsError};
-use crate::auth::SessionCookie;
-use crate::conversations::encode_component;
+use crate::caller::SessionCookie;
+use crate::encode::encode_component;
 
 /// The data tables, with their live row counts.
 pub const TABLES_PATH: &str = "/admin/api/cms/data/tables";

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use atelier_chatd::auth::Caller;
+use atelier_chatd::caller::Caller;
 use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers};
 use atelier_chatd::store::{Conversation, Store};
 use atelier_chatd::{RawSettings, Router};
