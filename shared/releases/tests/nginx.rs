@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::support::nginx::{Nginx, SymlinkPolicy};
 use crate::support::{is_whole_file, tag_of, Webspace};
 use atelier_fs::Root;
 use atelier_releases::{publish, Store, Strategy};
+use atelier_test_support::nginx::{Nginx, SymlinkPolicy};
 
 /// Releases retained in prod, as a deployment would keep them (`RELEASES_RETAINED`).
 const RETAINED: usize = 5;

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use atelier_test_support::nginx::{Nginx, WebClient};
 use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::{Instance, RELEASES_RETAINED};
 use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
-use crate::support::nginx::{Nginx, WebClient};
 
 const PROD: &str = "alpha.example.org";
 const FLIPS: usize = 100;
@@ -120,7 +120,7 @@ impl Flips {
 }
 
 fn load(port: u16, flips: &Flips, known: &[String; 2]) -> Tally {
-    let mut client = WebClient::new(port);
+    let mut client = WebClient::new(port, PROD);
     let mut tally = Tally::default();
     while !flips.stop.load(Ordering::SeqCst) && tally.requests < MAX_REQUESTS_PER_CLIENT {
         let before = flips.epoch.load(Ordering::SeqCst);
@@ -128,7 +128,7 @@ fn load(port: u16, flips: &Flips, known: &[String; 2]) -> Tally {
         for path in FILES {
             tally.requests += 1;
             flips.requests.fetch_add(1, Ordering::SeqCst);
-            match client.get(PROD, path) {
+            match client.get(path) {
                 Ok(r) if r.status == 200 => match stamp_of(&r.body) {
                     Some(stamp) if known.contains(&stamp) => stamps.push(stamp),
                     _ => tally.torn.push(format!("{path}: {:?}", r.text())),

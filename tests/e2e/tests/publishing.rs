@@ -3,11 +3,11 @@
 //! the built page, publish makes `Host: <domain>` serve the same bytes, a second turn, build
 //! and publish, then a rollback serves the first release's bytes again.
 
+use atelier_test_support::nginx::{Nginx, WebResponse};
 use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::Instance;
 use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
-use crate::support::nginx::{Nginx, WebResponse};
 
 const PRE: &str = "pre.alpha.example.org";
 const PROD: &str = "alpha.example.org";

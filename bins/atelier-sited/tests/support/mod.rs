@@ -1,37 +1,13 @@
 //! What sited's integration tests share: an instance's settings in `none` confinement, with the
 //! real shim and the scripted test agent as Claude Code.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atelier_sited::RawSettings;
+pub use atelier_test_support::workspace::{bin as workspace_bin, templates_dir};
 
 /// The service token every test instance uses.
 pub const TOKEN: &str = "test-service-token-000000000000000000000000";
-
-/// A binary the workspace builds (`cargo build --workspace --bins`), beside this test's own
-/// executable's directory.
-pub fn workspace_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let bin = dir.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",
-        bin.display()
-    );
-    bin
-}
-
-/// The shipped templates.
-pub fn templates_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../templates")
-        .canonicalize()
-        .expect("templates/")
-}
 
 /// Settings of instance `test` under `root` (sites/, audit/, agents/, sites.json): unconfined
 /// runs through the real shim, the scripted agent standing in for Claude Code.

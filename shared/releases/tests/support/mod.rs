@@ -1,8 +1,6 @@
 //! Test support shared by this crate's test targets: a webspace laid out like the
 //! provisioner's (stores, placeholder links), source trees whose every file names its
-//! release, tree snapshots, and [`nginx`], the real-nginx helper (see its docs for reuse).
-
-pub mod nginx;
+//! release, and tree snapshots. The real nginx comes from `atelier-test-support`.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;

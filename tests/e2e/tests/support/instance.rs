@@ -284,18 +284,11 @@ impl Drop for Instance {
             return;
         };
         // SIGTERM: sited drains and marks live turns interrupted, as under systemd.
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        atelier_test_support::process::stop(
+            &mut child,
+            atelier_test_support::process::Signal::TERM,
+            Duration::from_secs(10),
+        );
     }
 }
 

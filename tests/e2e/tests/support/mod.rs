@@ -1,43 +1,20 @@
 //! What the end-to-end tests share: the workspace's binaries, an instance rendered by the real
-//! provisioner and served by sited's real binary ([`instance`]), a real nginx on the rendered
-//! vhosts ([`nginx`]), a recording proxy in front of sited's socket ([`proxy`]), and the
-//! helpers that drive turns and builds through the atelierctl library ([`journey`]).
+//! provisioner and served by sited's real binary ([`instance`]), a recording proxy in front of
+//! sited's socket ([`proxy`]), and the helpers that drive turns and builds through the
+//! atelierctl library ([`journey`]). The real nginx on the rendered vhosts comes from
+//! `atelier-test-support`.
 
 pub mod instance;
 pub mod journey;
-pub mod nginx;
 pub mod proxy;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+pub use atelier_test_support::workspace::{bin as workspace_bin, templates_dir};
 
 /// How long any one wait of a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(60);
-
-/// A binary the workspace builds (`cargo build --workspace --bins`), found beside this test's
-/// own executable (`target/<profile>/deps/<test>` → `target/<profile>/<name>`).
-pub fn workspace_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let bin = dir.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",
-        bin.display()
-    );
-    bin
-}
-
-/// The shipped site templates.
-pub fn templates_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../templates")
-        .canonicalize()
-        .expect("templates/")
-}
 
 /// Polls `probe` every 20 ms until it returns `Some`, failing the test with `what` after
 /// [`WAIT`].

@@ -1,9 +1,17 @@
-//! A real nginx (Debian package `nginx`) serving the provisioner's rendered vhosts on a free
-//! loopback port: its own master as a child process (`daemon off;`), configuration, pid file
-//! and logs in a temporary directory, the vhosts included as `sites-enabled` would include
-//! them with only their `listen` lines moved to the port. A catch-all default server answers
-//! 404, so a request is served by a site's vhost only when its `Host` names it. Also a
-//! keep-alive HTTP/1.1 client that sends a `Host`.
+//! A real nginx for tests (Debian package `nginx`): its own master as a child process
+//! (`daemon off;`) on a free loopback port, with configuration, pid file and logs in a
+//! temporary directory. What it serves is one of:
+//! - [`Nginx::start`]: a root (typically a webspace's `pre` or `web` link) served the way the
+//!   provisioner's vhost serves it, under a [`SymlinkPolicy`];
+//! - [`Nginx::serve`]: the provisioner's rendered vhosts, as `sites-enabled` would include
+//!   them, with only their `listen` lines moved to the port and a catch-all default server
+//!   answering 404, so a request reaches a site's vhost only when its `Host` names it;
+//! - [`Nginx::start_servers`]: `server { … }` blocks of the caller's own.
+//!
+//! Every request goes to an access log that [`Nginx::stop`] returns; [`WebClient`] is a
+//! keep-alive HTTP/1.1 client that sends a `Host`. `ATELIER_NGINX_BIN` overrides the binary
+//! (default `/usr/sbin/nginx`). It needs root: the workers run as `user root`, so they can
+//! read a test's 0700 temporary trees. A missing nginx fails the test; it never skips.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -11,14 +19,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The access log's format: status, host, path.
+/// The binary when `ATELIER_NGINX_BIN` does not name another.
+const DEFAULT_BIN: &str = "/usr/sbin/nginx";
+
+/// Debian's MIME types, which the provisioner's nginx serves with; a binary from elsewhere
+/// may come without them, and then [`FALLBACK_TYPES`] stand in.
+const DEBIAN_MIME_TYPES: &str = "/etc/nginx/mime.types";
+
+/// The types a test site's files need when Debian's list is absent.
+const FALLBACK_TYPES: &str = "types {\n        text/html html;\n        text/css css;\n        \
+     application/javascript js;\n        text/plain txt;\n    }";
+
+/// The access log's format: status, host, path (parsed back by [`Nginx::stop`]).
 const LOG_FORMAT: &str = "'$status $host $request_uri'";
 
-/// A running nginx; stopped (SIGTERM, then SIGKILL) when dropped.
-pub struct Nginx {
-    child: Option<Child>,
-    port: u16,
-    dir: tempfile::TempDir,
+/// How long nginx may take to listen, and then to stop gracefully.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// How nginx treats symbolic links on the way to a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymlinkPolicy {
+    /// `disable_symlinks off`: links followed by the kernel's path resolution.
+    Off,
+    /// The provisioner's vhost: `disable_symlinks if_not_owner from=$realpath_root`, each link
+    /// on the way followed only if it and its target have one owner.
+    IfNotOwner,
+}
+
+// === impl SymlinkPolicy ===
+
+impl SymlinkPolicy {
+    fn directive(self) -> &'static str {
+        match self {
+            SymlinkPolicy::Off => "disable_symlinks off;",
+            SymlinkPolicy::IfNotOwner => "disable_symlinks if_not_owner from=$realpath_root;",
+        }
+    }
 }
 
 /// One line of the access log.
@@ -32,30 +68,67 @@ pub struct Logged {
     pub path: String,
 }
 
+/// A running nginx; stopped (SIGQUIT, then SIGKILL) when dropped.
+pub struct Nginx {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+// === impl Nginx ===
+
 impl Nginx {
-    /// Serves the rendered `vhosts`; waits until nginx accepts connections.
+    /// Serves `root` the way the provisioner's vhost does: `root` at the link,
+    /// `open_file_cache off` (a cached descriptor would outlive a flip), `index index.html`,
+    /// `try_files $uri $uri/ =404`, and `policy`; its one server answers any `Host`.
+    pub fn start(root: &Path, policy: SymlinkPolicy) -> Nginx {
+        let root = root.display().to_string();
+        assert!(!root.contains('"'), "root {root} needs no quoting");
+        Nginx::start_servers(|port| {
+            format!(
+                "server {{\n    listen 127.0.0.1:{port};\n    server_name localhost;\n    \
+                 root \"{root}\";\n    index index.html;\n    open_file_cache off;\n    {}\n    \
+                 location / {{\n        try_files $uri $uri/ =404;\n    }}\n}}\n",
+                policy.directive()
+            )
+        })
+    }
+
+    /// Serves the rendered `vhosts` behind a default server that answers 404.
     pub fn serve(vhosts: &[PathBuf]) -> Nginx {
         let texts: Vec<String> = vhosts
             .iter()
             .map(|p| std::fs::read_to_string(p).expect("a rendered vhost"))
             .collect();
+        Nginx::start_servers(|port| {
+            let mut servers = format!(
+                "server {{\n    listen 127.0.0.1:{port} default_server;\n    server_name _;\n    \
+                 return 404;\n}}\n"
+            );
+            for text in &texts {
+                servers.push_str(&on_port(text, port));
+            }
+            servers
+        })
+    }
+
+    /// Starts nginx with the `server { … }` blocks `servers(port)` returns, on a free loopback
+    /// port; waits until it accepts connections.
+    pub fn start_servers(servers: impl Fn(u16) -> String) -> Nginx {
+        let bin = std::env::var_os("ATELIER_NGINX_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BIN));
         let mut last_error = String::new();
         // A free port can be taken between the probe and nginx's bind: try a few.
         for _ in 0..5 {
             let port = free_port();
             let dir = tempfile::tempdir().expect("nginx's directory");
-            let enabled = dir.path().join("sites-enabled");
-            std::fs::create_dir(&enabled).expect("sites-enabled");
-            for (path, text) in vhosts.iter().zip(&texts) {
-                std::fs::write(
-                    enabled.join(path.file_name().expect("a file name")),
-                    on_port(text, port),
-                )
-                .expect("a vhost");
-            }
-            std::fs::write(dir.path().join("nginx.conf"), config(dir.path(), port))
-                .expect("nginx.conf");
-            let child = Command::new("/usr/sbin/nginx")
+            std::fs::write(
+                dir.path().join("nginx.conf"),
+                config(dir.path(), &servers(port)),
+            )
+            .expect("nginx.conf");
+            let child = Command::new(&bin)
                 .arg("-p")
                 .arg(dir.path())
                 .arg("-e")
@@ -69,7 +142,7 @@ impl Nginx {
                 ))
                 .spawn()
                 .unwrap_or_else(|e| {
-                    panic!("cannot start /usr/sbin/nginx (Debian package nginx): {e}")
+                    panic!("cannot start {} (Debian package nginx): {e}", bin.display())
                 });
             let mut nginx = Nginx {
                 child: Some(child),
@@ -89,15 +162,22 @@ impl Nginx {
         self.port
     }
 
-    /// nginx's error log so far.
+    /// nginx's error log so far, for failure messages.
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
     }
 
-    /// `GET path` with `Host: host` on a fresh connection, off the async workers.
+    /// A keep-alive client of this nginx that sends `Host: localhost`.
+    pub fn client(&self) -> WebClient {
+        WebClient::new(self.port, "localhost")
+    }
+
+    /// `GET path` with `Host: host` on a fresh connection, off the async workers; a failed
+    /// request fails the test.
     pub async fn get(&self, host: &str, path: &str) -> WebResponse {
-        let (port, host_owned, path_owned) = (self.port, host.to_owned(), path.to_owned());
-        tokio::task::spawn_blocking(move || WebClient::new(port).get(&host_owned, &path_owned))
+        let mut client = WebClient::new(self.port, host);
+        let path_owned = path.to_owned();
+        tokio::task::spawn_blocking(move || client.get(&path_owned))
             .await
             .expect("the request thread")
             .unwrap_or_else(|e| panic!("GET {path} (Host {host}): {e}"))
@@ -127,22 +207,11 @@ impl Nginx {
         };
         // SIGQUIT is nginx's graceful stop: the master waits for its workers, which finish
         // their requests and log lines; SIGKILL would orphan the workers.
-        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::QUIT);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        crate::process::stop(&mut child, crate::process::Signal::QUIT, PATIENCE);
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + PATIENCE;
         loop {
             let exited = self
                 .child
@@ -158,7 +227,10 @@ impl Nginx {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("not listening after 10 s: {}", self.error_log()));
+                return Err(format!(
+                    "not listening after {PATIENCE:?}: {}",
+                    self.error_log()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -197,9 +269,15 @@ fn on_port(vhost: &str, port: u16) -> String {
 }
 
 /// nginx.conf: everything under `dir`, workers as root (the test's temporary trees are
-/// 0700), Debian's MIME types, every vhost of `sites-enabled`, and a 404 default server.
-fn config(dir: &Path, port: u16) -> String {
+/// 0700), MIME types, the access log, keep-alive for as many requests as a load test makes,
+/// and `servers`.
+fn config(dir: &Path, servers: &str) -> String {
     let d = dir.display();
+    let types = if Path::new(DEBIAN_MIME_TYPES).is_file() {
+        format!("include {DEBIAN_MIME_TYPES};")
+    } else {
+        FALLBACK_TYPES.to_owned()
+    };
     format!(
         "daemon off;\n\
          master_process on;\n\
@@ -207,24 +285,19 @@ fn config(dir: &Path, port: u16) -> String {
          worker_processes 1;\n\
          pid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\n\
-         events {{\n    worker_connections 256;\n}}\n\
+         events {{\n    worker_connections 512;\n}}\n\
          http {{\n\
-         \x20   include /etc/nginx/mime.types;\n\
+         \x20   {types}\n\
          \x20   default_type application/octet-stream;\n\
-         \x20   log_format e2e {LOG_FORMAT};\n\
-         \x20   access_log {d}/access.log e2e;\n\
-         \x20   keepalive_requests 100000;\n\
+         \x20   log_format harness {LOG_FORMAT};\n\
+         \x20   access_log {d}/access.log harness;\n\
+         \x20   keepalive_requests 1000000;\n\
          \x20   client_body_temp_path {d}/client_body;\n\
          \x20   proxy_temp_path {d}/proxy;\n\
          \x20   fastcgi_temp_path {d}/fastcgi;\n\
          \x20   uwsgi_temp_path {d}/uwsgi;\n\
          \x20   scgi_temp_path {d}/scgi;\n\
-         \x20   server {{\n\
-         \x20       listen 127.0.0.1:{port} default_server;\n\
-         \x20       server_name _;\n\
-         \x20       return 404;\n\
-         \x20   }}\n\
-         \x20   include {d}/sites-enabled/*.conf;\n\
+         {servers}\
          }}\n"
     )
 }
@@ -245,6 +318,8 @@ pub struct WebResponse {
     pub body: Vec<u8>,
 }
 
+// === impl WebResponse ===
+
 impl WebResponse {
     /// The body as text.
     pub fn text(&self) -> String {
@@ -252,25 +327,29 @@ impl WebResponse {
     }
 }
 
-/// A keep-alive HTTP/1.1 client on one loopback connection; a connection nginx closed is
-/// replaced before the next request, never in the middle of one.
+/// A keep-alive HTTP/1.1 client of one `Host` on one loopback connection; a connection nginx
+/// closed is replaced before the next request, never in the middle of one.
 pub struct WebClient {
     port: u16,
+    host: String,
     connection: Option<BufReader<TcpStream>>,
 }
 
+// === impl WebClient ===
+
 impl WebClient {
-    /// A client of 127.0.0.1:`port`; it connects on first use.
-    pub fn new(port: u16) -> WebClient {
+    /// A client of 127.0.0.1:`port` sending `Host: host`; it connects on first use.
+    pub fn new(port: u16, host: &str) -> WebClient {
         WebClient {
             port,
+            host: host.to_owned(),
             connection: None,
         }
     }
 
-    /// `GET path` with `Host: host`. Any error is a failed request: it is not retried, so a
-    /// refused or cut connection is counted, never hidden.
-    pub fn get(&mut self, host: &str, path: &str) -> std::io::Result<WebResponse> {
+    /// `GET path`. Any error is a failed request: it is not retried, so a refused or cut
+    /// connection is counted, never hidden.
+    pub fn get(&mut self, path: &str) -> std::io::Result<WebResponse> {
         let connection = match self.connection.take() {
             Some(connection) => connection,
             None => {
@@ -280,7 +359,7 @@ impl WebClient {
                 BufReader::new(stream)
             }
         };
-        let (response, keep) = exchange(connection, host, path)?;
+        let (response, keep) = exchange(connection, &self.host, path)?;
         if let Some(connection) = keep {
             self.connection = Some(connection);
         }
