@@ -1,19 +1,9 @@
 //! The `actor` every mutating body carries: recorded (audit, owner), never used to authorize.
 
-use serde::{Deserialize, Serialize};
+use atelier_site_api::limits::MAX_USERNAME_CHARS;
 use serde_json::Value;
 
-/// The longest username, in characters.
-const MAX_USERNAME_CHARS: usize = 200;
-
-/// Who asked the engine for a mutation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Actor {
-    /// The engine's user id.
-    pub user_id: i64,
-    /// The engine's username.
-    pub username: String,
-}
+pub use atelier_site_api::Actor;
 
 /// A body or actor refusal; the message is the contract's exact 400 detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use atelier_fs::{FsError, Root};
-use serde::{Deserialize, Serialize};
+
 use serde_json::Value;
 
 use crate::actor::Actor;
@@ -20,26 +20,11 @@ pub use atelier_layout::paths::AUDIT_FILE;
 
 /// The audit file's mode: the daemon's alone.
 const AUDIT_FILE_MODE: u32 = 0o600;
-/// How many entries `GET /v1/audit` answers without a `limit`.
-pub const DEFAULT_LIMIT: usize = 100;
-/// The most entries one `GET /v1/audit` answers.
-pub const MAX_LIMIT: usize = 1000;
+pub use atelier_site_api::limits::{
+    DEFAULT_AUDIT_LIMIT as DEFAULT_LIMIT, MAX_AUDIT_LIMIT as MAX_LIMIT,
+};
 
-/// One audit line: `{"ts","actor":{"user_id","username"},"action","site","detail"}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    /// When (ISO-8601).
-    pub ts: String,
-    /// Who, as the engine said.
-    pub actor: Actor,
-    /// What: `create_site`, `delete_site`, `session_start`, `session_message`,
-    /// `session_stop`, `build`, `publish` or `rollback`.
-    pub action: String,
-    /// The site it concerned, if any.
-    pub site: Option<String>,
-    /// The action's details.
-    pub detail: Value,
-}
+pub use atelier_site_api::AuditEntry;
 
 /// The audit log of one instance.
 #[derive(Debug, Clone)]

@@ -6,53 +6,13 @@ use std::path::{Path, PathBuf};
 use atelier_fs::{FsError, Root};
 use atelier_layout::workspace::PRIVATE_FILE_MODE;
 use atelier_releases::ReleaseId;
-use serde::{Deserialize, Serialize};
 
 /// Build records and logs, below a workspace.
 pub const BUILDS_DIR: &str = ".builder/builds";
 /// A build record larger than this is not one sited wrote.
 const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
-/// `BuildStatus`, the record in `.builder/builds/<id>.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BuildRecord {
-    /// The build id.
-    pub id: String,
-    /// Where the build is.
-    pub outcome: BuildOutcome,
-    /// When it started.
-    pub started_at: String,
-    /// When it ended.
-    pub finished_at: Option<String>,
-    /// The preproduction release it made.
-    pub release: Option<String>,
-    /// Why it failed (the contract's strings).
-    pub error: Option<String>,
-}
-
-/// Where a build is: running, or how it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BuildOutcome {
-    /// Not ended yet (or its process died, until the boot sweep).
-    Running,
-    /// Promoted into preproduction.
-    Success,
-    /// Ended without a release; the record's `error` says why.
-    Failed,
-}
-
-impl BuildOutcome {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BuildOutcome::Running => "running",
-            BuildOutcome::Success => "success",
-            BuildOutcome::Failed => "failed",
-        }
-    }
-}
+pub use atelier_site_api::{BuildOutcome, BuildRecord};
 
 /// Why a build record could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -370,7 +370,7 @@ impl Builds {
             id: id.to_owned(),
         };
         let id = ReleaseId::parse(id).map_err(|_| unknown())?;
-        let slug = crate::slug::Slug::parse(slug).map_err(|_| unknown())?;
+        let slug = atelier_site_api::Slug::parse(slug).map_err(|_| unknown())?;
         let workspace = match self.workspace(slug.as_str()) {
             Ok(ws) => ws,
             Err(_) => return Err(unknown()),

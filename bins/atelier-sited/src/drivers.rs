@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use atelier_agents::{DriverId, ProbeRefusal};
 use atelier_proto::Door;
-use serde::Serialize;
 
 use crate::runs::{base_env, RunRefusal, RunSpec, RunTarget, Runner};
 
@@ -32,14 +31,7 @@ const PROBE_OUTPUT_LIMIT: usize = 1024 * 1024;
 /// The `PATH` every agent run gets.
 pub const AGENT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// One agent driver as `/health` and `/v1/capabilities` report it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DriverAvailability {
-    id: &'static str,
-    available: bool,
-    version: Option<String>,
-    is_default: bool,
-}
+pub use atelier_site_api::DriverAvailability;
 
 /// Why a driver may not run a turn; each is a `confinement.*` refusal.
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +120,7 @@ impl Drivers {
                     _ => (false, None),
                 };
                 DriverAvailability {
-                    id: driver.as_str(),
+                    id: driver,
                     available,
                     version,
                     is_default: driver == self.inner.default,

@@ -1,8 +1,8 @@
 //! The unauthenticated `GET /health` payload and the engine's pairing fingerprint.
 
-use serde::Serialize;
+use atelier_site_api::{DriverAvailability, Health as HealthBody, SERVICE_NAME};
 
-use crate::drivers::{DriverAvailability, Drivers};
+use crate::drivers::Drivers;
 
 pub use atelier_layout::pairing::instance_fingerprint;
 
@@ -11,15 +11,6 @@ pub use atelier_layout::pairing::instance_fingerprint;
 pub struct Health {
     instance_fingerprint: String,
     drivers: Drivers,
-}
-
-/// The `/health` body, byte for byte the shape the engine parses.
-#[derive(Debug, Clone, Serialize)]
-pub struct HealthBody<'a> {
-    status: &'static str,
-    service: &'static str,
-    drivers: Vec<DriverAvailability>,
-    instance_fingerprint: &'a str,
 }
 
 impl Health {
@@ -37,12 +28,12 @@ impl Health {
     }
 
     /// The payload.
-    pub fn body(&self) -> HealthBody<'_> {
+    pub fn body(&self) -> HealthBody {
         HealthBody {
-            status: "ok",
-            service: crate::SERVICE_NAME,
+            status: "ok".to_owned(),
+            service: SERVICE_NAME.to_owned(),
             drivers: self.drivers(),
-            instance_fingerprint: &self.instance_fingerprint,
+            instance_fingerprint: self.instance_fingerprint.clone(),
         }
     }
 }

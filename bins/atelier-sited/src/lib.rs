@@ -4,7 +4,7 @@
 //! needs to drive without systemd — the router, the health payload, the settings — lives here.
 //!
 //! Sites:
-//! - [`slug`], [`domain`]: the grammars; [`actor`]: mutating bodies and their actor.
+//! - [`domain`]: the domain grammar (slugs, ids and every wire body are `atelier-site-api`'s); [`actor`]: mutating bodies and their actor.
 //! - [`manifest`]: `site.json`; [`templates`]: `templates/<id>/`; [`agents_md`]: the brief.
 //! - [`git`]: the workspace repository under a constructed environment.
 //! - [`reservations`]: who holds a site, and the busy reason it answers with.
@@ -53,7 +53,6 @@ pub mod sessions;
 mod settings;
 pub mod site_table;
 pub mod sites;
-pub mod slug;
 pub mod templates;
 pub mod turn_fault;
 pub mod turns;

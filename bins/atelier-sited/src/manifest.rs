@@ -2,10 +2,9 @@
 //! atomically through `atelier-fs` (a run can write the workspace, so nothing is trusted).
 
 use atelier_fs::{FsError, Root};
-use serde::{Deserialize, Serialize};
 
 use crate::domain::normalize_domain;
-use crate::slug::Slug;
+use atelier_site_api::Slug;
 
 pub use atelier_layout::workspace::MANIFEST_FILE;
 
@@ -14,89 +13,11 @@ const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
 pub(crate) use atelier_layout::workspace::WORKSPACE_FILE_MODE;
 
-/// The template a create without one uses, and the one a manifest without a `template` names.
-pub const DEFAULT_TEMPLATE: &str = "basic";
+pub use atelier_site_api::limits::MAX_NAME_CHARS;
+pub use atelier_site_api::{BuildSpec, Published, SiteManifest, DEFAULT_TEMPLATE};
 
-/// The longest site name, in characters.
-pub const MAX_NAME_CHARS: usize = 200;
-
-/// The coding agents the contract knows (one definition, in `atelier-agents`).
-pub use atelier_agents::DriverId as Driver;
-
-fn default_install() -> String {
-    "bun install".to_owned()
-}
-fn default_build() -> String {
-    "bun run build".to_owned()
-}
-fn default_output() -> String {
-    "dist".to_owned()
-}
-
-/// How a site is built; absent fields take the contract's defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BuildSpec {
-    /// The install step (`""` means none).
-    #[serde(default = "default_install")]
-    pub install: String,
-    /// The build step.
-    #[serde(default = "default_build")]
-    pub build: String,
-    /// The output directory, relative to the workspace.
-    #[serde(default = "default_output")]
-    pub output: String,
-}
-
-impl Default for BuildSpec {
-    fn default() -> Self {
-        Self {
-            install: default_install(),
-            build: default_build(),
-            output: default_output(),
-        }
-    }
-}
-
-/// The release a surface serves and who published it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Published {
-    /// The release id.
-    pub release: String,
-    /// When, ISO-8601.
-    pub at: String,
-    /// The publishing actor's username.
-    pub by: String,
-}
-
-/// `site.json`, in the key order create writes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SiteManifest {
-    /// The workspace's slug; must equal its directory name.
-    pub slug: String,
-    /// Display name, 1–200 chars.
-    pub name: String,
-    /// The site's public domain.
-    pub domain: String,
-    /// The creator's engine user id; informational only.
-    pub owner_user_id: i64,
-    /// Creation time, ISO-8601.
-    pub created_at: String,
-    /// Display copy of the driver (the driver record is authoritative).
-    pub driver: Driver,
-    /// The template it was scaffolded from.
-    #[serde(default = "default_template")]
-    pub template: String,
-    /// How it is built.
-    #[serde(default)]
-    pub build: BuildSpec,
-    /// What production serves, if anything.
-    #[serde(default)]
-    pub published: Option<Published>,
-}
-
-fn default_template() -> String {
-    DEFAULT_TEMPLATE.to_owned()
-}
+/// The coding agents the contract knows.
+pub use atelier_site_api::DriverId as Driver;
 
 /// Why a manifest could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -114,41 +35,39 @@ pub enum ManifestError {
     },
 }
 
-impl SiteManifest {
-    /// Checks what JSON types cannot: grammars, lengths and that the slug is the workspace's.
-    pub fn validate(&self, workspace_slug: &str) -> Result<(), ManifestError> {
-        let invalid = |why: String| ManifestError::Invalid {
-            slug: workspace_slug.to_owned(),
-            why,
-        };
-        if self.slug != workspace_slug || Slug::parse(&self.slug).is_err() {
-            return Err(invalid(format!(
-                "slug {:?} is not the workspace's",
-                self.slug
-            )));
-        }
-        let name_chars = self.name.chars().count();
-        if self.name.trim().is_empty() || name_chars > MAX_NAME_CHARS {
-            return Err(invalid("name must be 1-200 characters".to_owned()));
-        }
-        if normalize_domain(&self.domain).as_deref() != Ok(self.domain.as_str()) {
-            return Err(invalid(format!(
-                "domain {:?} breaks the grammar",
-                self.domain
-            )));
-        }
-        if self.created_at.is_empty() {
-            return Err(invalid("created_at is empty".to_owned()));
-        }
-        Ok(())
+/// Checks what JSON types cannot: grammars, lengths and that the slug is the workspace's.
+pub fn validate(manifest: &SiteManifest, workspace_slug: &str) -> Result<(), ManifestError> {
+    let invalid = |why: String| ManifestError::Invalid {
+        slug: workspace_slug.to_owned(),
+        why,
+    };
+    if manifest.slug != workspace_slug || Slug::parse(&manifest.slug).is_err() {
+        return Err(invalid(format!(
+            "slug {:?} is not the workspace's",
+            manifest.slug
+        )));
     }
+    let name_chars = manifest.name.chars().count();
+    if manifest.name.trim().is_empty() || name_chars > MAX_NAME_CHARS {
+        return Err(invalid("name must be 1-200 characters".to_owned()));
+    }
+    if normalize_domain(&manifest.domain).as_deref() != Ok(manifest.domain.as_str()) {
+        return Err(invalid(format!(
+            "domain {:?} breaks the grammar",
+            manifest.domain
+        )));
+    }
+    if manifest.created_at.is_empty() {
+        return Err(invalid("created_at is empty".to_owned()));
+    }
+    Ok(())
+}
 
-    /// The manifest as written: 2-space pretty JSON and a trailing newline.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
-        bytes.push(b'\n');
-        bytes
-    }
+/// The manifest as written: 2-space pretty JSON and a trailing newline.
+pub fn to_bytes(manifest: &SiteManifest) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(manifest).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
 }
 
 /// Reads and validates the manifest of the workspace `workspace` (named `slug`); `Ok(None)`
@@ -164,14 +83,14 @@ pub fn read_manifest(workspace: &Root, slug: &str) -> Result<Option<SiteManifest
             slug: slug.to_owned(),
             why: e.to_string(),
         })?;
-    manifest.validate(slug)?;
+    validate(&manifest, slug)?;
     Ok(Some(manifest))
 }
 
 /// Validates and writes the manifest atomically (tmp + fsync + rename) into `workspace`.
 pub fn write_manifest(workspace: &Root, manifest: &SiteManifest) -> Result<(), ManifestError> {
-    manifest.validate(&manifest.slug)?;
-    workspace.write_atomic(MANIFEST_FILE, &manifest.to_bytes(), WORKSPACE_FILE_MODE)?;
+    validate(manifest, &manifest.slug)?;
+    workspace.write_atomic(MANIFEST_FILE, &to_bytes(manifest), WORKSPACE_FILE_MODE)?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelSetEncoder};
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -55,7 +55,8 @@ pub struct Metrics {
 /// The labels of a build's families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct BuildLabels {
-    outcome: BuildOutcome,
+    /// The outcome's wire name.
+    outcome: &'static str,
 }
 
 /// One thing a gauge counts while it is open; dropping it takes it off the gauge.
@@ -148,7 +149,9 @@ impl Metrics {
 
     /// A build wrote its terminal record `elapsed` after its admission.
     pub fn build_ended(&self, outcome: BuildOutcome, elapsed: Duration) {
-        let labels = BuildLabels { outcome };
+        let labels = BuildLabels {
+            outcome: outcome.as_str(),
+        };
         self.builds.get_or_create(&labels).inc();
         self.build_duration
             .get_or_create(&labels)
@@ -183,15 +186,6 @@ impl EncodeLabelSet for TurnEnd {
                 [("state", self.state()), ("reason", fault.reason())].encode(encoder)
             }
         }
-    }
-}
-
-impl EncodeLabelValue for BuildOutcome {
-    fn encode(
-        &self,
-        encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
-    ) -> Result<(), std::fmt::Error> {
-        EncodeLabelValue::encode(&self.as_str(), encoder)
     }
 }
 

@@ -6,7 +6,6 @@ use std::time::SystemTime;
 
 use atelier_fs::{FsError, Root};
 use atelier_releases::{ReleaseError, Store, Strategy};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::actor::Actor;
@@ -15,8 +14,7 @@ use crate::manifest::{self, Published};
 use crate::site_table::{self, SiteRow, SurfacePaths};
 use crate::sites::{SiteError, Sites};
 
-/// The longest publish note kept, in characters.
-const MAX_NOTE_CHARS: usize = 500;
+use atelier_site_api::limits::MAX_NOTE_CHARS;
 
 /// Why a publishing request was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,34 +41,7 @@ pub enum PublishError {
     Release(#[from] ReleaseError),
 }
 
-/// `GET preview`'s answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct Preview {
-    /// `http://<prefix>.<domain>/`.
-    pub url: String,
-    /// The release preproduction serves.
-    pub release: Option<String>,
-    /// Always null, as the original.
-    pub built_at: Option<String>,
-}
-
-/// Publish's and rollback's answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct Served {
-    /// The production release now served.
-    pub release: String,
-    /// `<scheme>://<domain>/`.
-    pub url: String,
-}
-
-/// `GET releases`' answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct Releases {
-    /// Production's releases, newest first.
-    pub releases: Vec<String>,
-    /// The one served.
-    pub current: Option<String>,
-}
+pub use atelier_site_api::{Preview, Releases, Served};
 
 /// What a publish request says.
 #[derive(Debug, Clone)]

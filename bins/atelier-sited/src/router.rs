@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use atelier_http::{json_response, Request, Response};
+use atelier_site_api::{Capabilities, DriverId, Limits};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
@@ -24,16 +25,13 @@ use crate::sites::{SiteError, Sites};
 use crate::turns::TurnSettings;
 use std::path::Path;
 
-/// The `service` name in `/health`, kept from the original daemon because the engine checks it.
-pub const SERVICE_NAME: &str = "dedalo-site-builder";
+pub use atelier_site_api::limits::MAX_BODY_BYTES;
+pub use atelier_site_api::SERVICE_NAME;
 
 /// The directory under the agents' state root holding unconfined runs' door HOMEs.
 const UNCONFINED_DIR: &str = "unconfined";
 /// Its mode: the daemon's alone.
 const UNCONFINED_DIR_MODE: u32 = 0o700;
-
-/// The largest request body, as the original daemon's server limited it.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// The routes after the gate: path segments (`:name` is a parameter) and their methods. Public
 /// so the API document's test can hold `docs/openapi/sited.json` to exactly these.
@@ -68,7 +66,7 @@ struct RouterState {
     base_path: String,
     service_token: String,
     health: Health,
-    default_driver: &'static str,
+    default_driver: DriverId,
     max_concurrent_sessions: u32,
     sites: Sites,
     sessions: Sessions,
@@ -171,7 +169,7 @@ impl Router {
                 base_path: settings.base_path.clone(),
                 service_token: settings.service_token.clone(),
                 health: Health::new(fingerprint, drivers),
-                default_driver: settings.default_driver,
+                default_driver: settings.sites.default_driver,
                 max_concurrent_sessions: settings.max_concurrent_sessions,
                 sites,
                 sessions,
@@ -245,16 +243,16 @@ impl Router {
             (["health"], _) => Ok(json_response(StatusCode::OK, &self.inner.health.body())),
             (["v1", "capabilities"], _) => Ok(json_response(
                 StatusCode::OK,
-                &json!({
-                    "drivers": self.inner.health.drivers(),
-                    "default_driver": self.inner.default_driver,
-                    "templates": sites.templates().list(),
-                    "limits": {
-                        "max_sites": sites.config().max_sites,
-                        "max_concurrent_sessions": self.inner.max_concurrent_sessions,
-                        "site_disk_quota_mb": sites.config().site_disk_quota_mb,
+                &Capabilities {
+                    drivers: self.inner.health.drivers(),
+                    default_driver: self.inner.default_driver,
+                    templates: sites.templates().list(),
+                    limits: Limits {
+                        max_sites: u64::from(sites.config().max_sites),
+                        max_concurrent_sessions: u64::from(self.inner.max_concurrent_sessions),
+                        site_disk_quota_mb: sites.config().site_disk_quota_mb,
                     },
-                }),
+                },
             )),
             (["v1", "sites"], Method::GET) => {
                 let list = off_the_workers(sites, Sites::list).await?;

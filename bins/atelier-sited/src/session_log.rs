@@ -5,7 +5,6 @@
 //! directory descriptors with `O_NOFOLLOW`, and a log file that is a link, not a regular file,
 //! hard-linked or not ours is refused before a byte is written.
 
-use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -26,62 +25,16 @@ use atelier_layout::workspace::{
 /// A meta file larger than this is not one the daemon wrote.
 const MAX_META_BYTES: u64 = 64 * 1024;
 
-/// A session id: a lowercase UUID v4 as the original daemon minted with `randomUUID()`.
-///
-/// Parsing one is the only way a request's id reaches a path, so an id that could escape the
-/// sessions directory is simply not an id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(String);
+pub use atelier_site_api::{SessionId, SessionSummary};
 
-impl SessionId {
-    /// Parses `8-4-4-4-12` lowercase hex; anything else is `None`.
-    pub fn parse(text: &str) -> Option<SessionId> {
-        let groups: Vec<&str> = text.split('-').collect();
-        let shape = [8, 4, 4, 4, 12];
-        let ok = groups.len() == shape.len()
-            && groups.iter().zip(shape).all(|(g, n)| {
-                g.len() == n
-                    && g.bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            });
-        ok.then(|| SessionId(text.to_owned()))
-    }
-
-    /// A fresh random v4 id from the kernel's generator.
-    pub fn new_v4() -> std::io::Result<SessionId> {
-        let mut bytes = [0u8; 16];
-        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-        bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let hex = hex::encode(bytes);
-        Ok(SessionId(format!(
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        )))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    fn log_path(&self) -> PathBuf {
-        Path::new(SESSIONS_DIR).join(format!("{}.jsonl", self.0))
-    }
-
-    fn meta_path(&self) -> PathBuf {
-        Path::new(SESSIONS_DIR).join(format!("{}.meta.json", self.0))
-    }
+/// The log file of session `id`, below the workspace.
+fn log_path(id: &SessionId) -> PathBuf {
+    Path::new(SESSIONS_DIR).join(format!("{id}.jsonl"))
 }
 
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// The meta file of session `id`, below the workspace.
+fn meta_path(id: &SessionId) -> PathBuf {
+    Path::new(SESSIONS_DIR).join(format!("{id}.meta.json"))
 }
 
 /// One line of the log and one SSE `data:` payload: `{"seq","ts","body"}`.
@@ -166,7 +119,7 @@ impl SessionLog {
     pub fn open(workspace: &Root, id: &SessionId) -> Result<SessionLog, SessionLogError> {
         workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
         workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
-        let path = id.log_path();
+        let path = log_path(id);
         let mut file = workspace.open_append(&path, SESSION_FILE_MODE)?;
         let (max_seq, ends_cleanly) = scan(&mut file, &path)?;
         if !ends_cleanly {
@@ -302,7 +255,7 @@ fn read_events_once(
     id: &SessionId,
     after: i64,
 ) -> Result<(Vec<StoredEvent>, Vec<usize>), SessionLogError> {
-    let path = id.log_path();
+    let path = log_path(id);
     let file = match workspace.open_read(&path) {
         Ok(file) => file,
         Err(FsError::NotFound { .. }) => return Ok((Vec::new(), Vec::new())),
@@ -355,19 +308,6 @@ pub struct SessionMeta {
     pub recovery_pending: bool,
 }
 
-/// `SessionSummary`, what `GET /v1/sites/:slug/sessions` lists.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionSummary {
-    /// The session.
-    pub session_id: String,
-    /// When it started.
-    pub started_at: String,
-    /// Turns run so far.
-    pub turns: u32,
-    /// Its state.
-    pub state: String,
-}
-
 impl From<SessionMeta> for SessionSummary {
     fn from(meta: SessionMeta) -> Self {
         SessionSummary {
@@ -388,7 +328,7 @@ pub fn write_meta(workspace: &Root, meta: &SessionMeta) -> Result<(), SessionLog
     let mut bytes =
         serde_json::to_vec_pretty(meta).map_err(|e| SessionLogError::Meta(e.to_string()))?;
     bytes.push(b'\n');
-    workspace.write_atomic(id.meta_path(), &bytes, SESSION_FILE_MODE)?;
+    workspace.write_atomic(meta_path(&id), &bytes, SESSION_FILE_MODE)?;
     Ok(())
 }
 
@@ -400,7 +340,7 @@ pub fn read_meta(
     slug: &str,
     id: &SessionId,
 ) -> Result<Option<SessionMeta>, SessionLogError> {
-    let path = id.meta_path();
+    let path = meta_path(id);
     let file = match workspace.open_read(&path) {
         Ok(file) => file,
         Err(FsError::NotFound { .. }) => return Ok(None),
@@ -504,7 +444,7 @@ mod tests {
             .collect();
         assert_eq!(seqs, [1, 2, 3]);
         assert_eq!(read_events(&ws, &id, -1).unwrap().len(), 4);
-        let mode = std::fs::metadata(ws.path().join(id.log_path())).unwrap();
+        let mode = std::fs::metadata(ws.path().join(log_path(&id))).unwrap();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
             0o600
@@ -529,7 +469,7 @@ mod tests {
         write_meta(&ws, &meta).unwrap();
         assert_eq!(read_meta(&ws, "museum", &id).unwrap(), Some(meta.clone()));
         assert_eq!(read_meta(&ws, "other", &id).unwrap(), None);
-        let text = std::fs::read_to_string(ws.path().join(id.meta_path())).unwrap();
+        let text = std::fs::read_to_string(ws.path().join(meta_path(&id))).unwrap();
         assert!(
             text.ends_with("}\n") && !text.contains("recovery_pending"),
             "{text}"
@@ -548,7 +488,7 @@ mod tests {
         drop(log);
         // A crash mid-append leaves half a line without its newline, and a bad line in the
         // middle of a log (an old writer's bug) must not hide the ones after it.
-        let file = ws.path().join(id.log_path());
+        let file = ws.path().join(log_path(&id));
         let mut text = std::fs::read_to_string(&file).unwrap();
         text.insert_str(0, "not json\n{\"seq\":99,\"ts\":\"x\",\"body\":{}}\n");
         text.push_str(r#"{"seq":3,"ts":"2026-01-01T00:00:00.000Z","bo"#);
@@ -578,7 +518,7 @@ mod tests {
         std::fs::write(&outside, "keep\n").unwrap();
         let id = SessionId::new_v4().unwrap();
         std::fs::create_dir_all(ws.path().join(SESSIONS_DIR)).unwrap();
-        let log = ws.path().join(id.log_path());
+        let log = ws.path().join(log_path(&id));
 
         std::os::unix::fs::symlink(&outside, &log).unwrap();
         let err = SessionLog::open(&ws, &id).unwrap_err();

@@ -25,13 +25,12 @@ use crate::session_log::{
     self, SessionId, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
 };
 use crate::sites::{SiteError, Sites};
-use crate::slug::Slug;
 use crate::turns::{
     RunningTurns, Turn, TurnControl, TurnServices, TurnSettings, TurnSlot, TurnSlots,
 };
+use atelier_site_api::Slug;
 
-/// The longest prompt, in UTF-16 code units as the original measured it.
-pub const MAX_PROMPT_UNITS: usize = 32 * 1024;
+pub use atelier_site_api::limits::MAX_PROMPT_UNITS;
 /// SSE frames queued for one client before the follower waits for it.
 const CLIENT_QUEUE: usize = 64;
 /// The keep-alive comment's interval, so a stream with no events is not closed as idle by a

@@ -8,7 +8,7 @@ use atelier_layout::paths::INSTANCE_MARKER_FILE;
 use atelier_layout::{files, stamp};
 
 use crate::domain::normalize_domain;
-use crate::slug::Slug;
+use atelier_site_api::Slug;
 
 /// The table is a few KiB; a bigger one is refused unread.
 const MAX_TABLE_BYTES: u64 = 4 * 1024 * 1024;

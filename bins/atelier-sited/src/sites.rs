@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use atelier_fs::{FileKind, FsError, Root};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::actor::Actor;
@@ -17,14 +16,14 @@ use crate::dates::iso8601;
 use crate::domain::{normalize_domain, BadDomain};
 use crate::git::{Git, GitError};
 use crate::manifest::{
-    self, Driver, ManifestError, Published, SiteManifest, DEFAULT_TEMPLATE, MAX_NAME_CHARS,
+    self, Driver, ManifestError, SiteManifest, DEFAULT_TEMPLATE, MAX_NAME_CHARS,
 };
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::runs::{RunTarget, Runner};
 use crate::site_table::{self, SiteRow, SiteTable, WebspaceError};
-use crate::slug::Slug;
 use crate::templates::{TemplateError, Templates, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
+use atelier_site_api::Slug;
 
 use atelier_layout::workspace::{
     BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
@@ -75,7 +74,7 @@ impl SitesConfig {
 pub enum SiteError {
     /// The slug breaks the grammar (create).
     #[error(transparent)]
-    BadSlug(#[from] crate::slug::BadSlug),
+    BadSlug(#[from] atelier_site_api::BadSlug),
     /// The name is missing, blank or longer than 200 chars.
     #[error("name must be a non-empty string up to 200 chars")]
     BadName,
@@ -133,60 +132,9 @@ pub enum SiteError {
     Task(String),
 }
 
-/// The in-memory session state of a site as `SiteStatus` reports it.
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionState {
-    /// `idle|running|interrupted|error`.
-    pub state: &'static str,
-    /// The live or last session.
-    pub session_id: Option<String>,
-}
-
-/// Preproduction's address and what it serves.
-#[derive(Debug, Clone, Serialize)]
-pub struct Preprod {
-    /// `http://<prefix>.<domain>/`.
-    pub url: String,
-    /// The release the served link points at.
-    pub release: Option<String>,
-}
-
-/// `SiteStatus`: what GET site, list and create answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct SiteStatus {
-    /// The manifest.
-    pub manifest: SiteManifest,
-    /// The session state.
-    pub session: SessionState,
-    /// The newest build record.
-    pub last_build: Option<BuildRecord>,
-    /// Preproduction.
-    pub preprod: Preprod,
-    /// The manifest's `published`.
-    pub published: Option<Published>,
-}
-
-/// A surface a delete skipped and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SkippedSurface {
-    /// `preprod` or `prod`.
-    pub surface: &'static str,
-    /// Why it could not be proved.
-    pub reason: String,
-}
-
-/// DELETE's answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeleteReport {
-    /// The slug.
-    pub deleted: String,
-    /// Whether production was asked to go too.
-    pub purged_prod: bool,
-    /// Surfaces whose link and store were removed.
-    pub removed_surfaces: Vec<&'static str>,
-    /// Surfaces left alone.
-    pub skipped_surfaces: Vec<SkippedSurface>,
-}
+pub use atelier_site_api::{
+    DeleteReport, Preprod, SiteSession as SessionState, SiteStatus, SkippedSurface,
+};
 
 /// The site service, shared by every request.
 #[derive(Debug, Clone)]
@@ -221,7 +169,7 @@ impl Sites {
             .insert(
                 slug.to_owned(),
                 SessionState {
-                    state,
+                    state: state.to_owned(),
                     session_id: Some(session_id.to_owned()),
                 },
             );
@@ -565,7 +513,7 @@ impl Sites {
             .get(&manifest.slug)
             .cloned()
             .unwrap_or(SessionState {
-                state: "idle",
+                state: "idle".to_owned(),
                 session_id: None,
             });
         SiteStatus {
@@ -610,8 +558,11 @@ impl Sites {
         let mut skipped_surfaces = Vec::new();
         for surface in surfaces {
             match self.remove_surface(&slug, manifest.as_ref(), surface) {
-                Ok(()) => removed_surfaces.push(surface),
-                Err(reason) => skipped_surfaces.push(SkippedSurface { surface, reason }),
+                Ok(()) => removed_surfaces.push(surface.to_owned()),
+                Err(reason) => skipped_surfaces.push(SkippedSurface {
+                    surface: surface.to_owned(),
+                    reason,
+                }),
             }
         }
         tree::remove_tree(&root, slug.as_str())?;

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use atelier_fs::{FileKind, FsError, Root};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::manifest::{BuildSpec, WORKSPACE_FILE_MODE};
-use crate::slug::Slug;
 use atelier_fs::tree;
+use atelier_site_api::Slug;
 
 /// The file that makes a directory a template; never copied.
 pub const TEMPLATE_FILE: &str = "template.json";
@@ -30,16 +30,7 @@ const MAX_SUBSTITUTED_BYTES: u64 = 1_000_000;
 
 pub(crate) use atelier_layout::workspace::WORKSPACE_DIR_MODE;
 
-/// A template as `/v1/capabilities` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TemplateInfo {
-    /// The directory name.
-    pub id: String,
-    /// Display label (defaults to the id).
-    pub label: String,
-    /// Description (defaults to empty).
-    pub description: String,
-}
+pub use atelier_site_api::TemplateInfo;
 
 /// `template.json`. `build` is Atelier's addition: the manifest's build steps for sites made
 /// from it (absent: the contract's defaults).

@@ -24,9 +24,9 @@ use crate::client::{Client, Reply};
 use crate::config::{self, ConfigError, TargetOptions};
 use crate::error::{Error, Invalid};
 use crate::model::{
-    AuditEntry, BuildRecord, BuildStarted, Capabilities, DataList, DeleteReport, Event, Health,
-    MessageAccepted, Preview, Releases, Served, SessionStarted, SessionStopped, SessionSummary,
-    SiteStatus, TurnState,
+    AuditEntry, BuildOutcome, BuildStarted, BuildWithLog, Capabilities, DataList, DeleteReport,
+    Health, MessageAccepted, Preview, Releases, Served, SessionEvent, SessionStarted,
+    SessionStopped, SessionSummary, SiteStatus, TurnState,
 };
 use crate::params::{check_required, check_text, Id, Slug};
 use crate::render;
@@ -856,7 +856,7 @@ enum Plan {
 
 impl Plan {
     fn of(command: &Command) -> Result<Plan, Failure> {
-        let slug = |text: &str| Slug::parse(text);
+        let slug = crate::params::slug;
         let session = |text: &str| Id::parse("session", text);
         Ok(match command {
             Command::Health => Plan::Call(Route::Health),
@@ -1053,7 +1053,7 @@ impl Plan {
             }
             Plan::ShowBuild { route, log } => {
                 let reply = client.send(&route).await?;
-                out.reply(&reply, |b: BuildRecord| render::build(&b, log))
+                out.reply(&reply, |b: BuildWithLog| render::build(&b, log))
             }
         }
     }
@@ -1192,7 +1192,7 @@ async fn follow_session(
                     cursor = i64::try_from(event.seq).unwrap_or(i64::MAX);
                     progressed = true;
                     turn_open = match event.event() {
-                        Event::TurnEnd { state } => {
+                        Ok(SessionEvent::TurnEnd { state, .. }) => {
                             last_end = Some(state);
                             false
                         }
@@ -1306,20 +1306,20 @@ async fn poll_build(
     let mut shown = 0;
     loop {
         let reply = client.send(&route).await?;
-        let record: BuildRecord = reply.parse()?;
-        let ended = record.status.outcome != "running";
+        let record: BuildWithLog = reply.parse()?;
+        let ended = record.record.outcome != BuildOutcome::Running;
         if !out.json {
             out.write(&render::log_since(&record.log, &mut shown, ended))?;
         }
         if ended {
-            out.reply(&reply, |b: BuildRecord| render::build(&b, false))?;
-            return if record.status.outcome == "success" {
+            out.reply(&reply, |b: BuildWithLog| render::build(&b, false))?;
+            return if record.record.outcome == BuildOutcome::Success {
                 Ok(())
             } else {
                 Err(Failure::Build {
-                    outcome: record.status.outcome.clone(),
+                    outcome: record.record.outcome.as_str().to_owned(),
                     error: record
-                        .status
+                        .record
                         .error
                         .clone()
                         .unwrap_or_else(|| "no error recorded".to_owned()),

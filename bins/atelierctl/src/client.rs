@@ -20,7 +20,7 @@ use crate::config::{Target, DEFAULT_TIMEOUT};
 use crate::error::{Error, Mismatch, Problem};
 use crate::fingerprint::{fingerprint_matches, instance_fingerprint};
 use crate::model::{
-    AuditEntry, BuildRecord, BuildStarted, Capabilities, DataList, DeleteReport, Health,
+    AuditEntry, BuildStarted, BuildWithLog, Capabilities, DataList, DeleteReport, Health,
     MessageAccepted, Preview, Releases, Served, SessionStarted, SessionStopped, SessionSummary,
     SiteStatus,
 };
@@ -281,7 +281,7 @@ impl Client {
     }
 
     /// `GET /v1/sites/:slug/builds/:id`.
-    pub async fn build(&self, slug: &Slug, build: &Id) -> Result<BuildRecord, Error> {
+    pub async fn build(&self, slug: &Slug, build: &Id) -> Result<BuildWithLog, Error> {
         let route = Route::GetBuild {
             slug: slug.clone(),
             build: build.clone(),

@@ -6,37 +6,15 @@ use std::fmt;
 
 use crate::error::Invalid;
 
-/// The longest prompt or message, in UTF-16 units as the engine and sited count it.
-pub const MAX_TEXT_UNITS: usize = 32 * 1024;
+pub use atelier_site_api::limits::{MAX_PROMPT_UNITS as MAX_TEXT_UNITS, MAX_USERNAME_CHARS};
+pub use atelier_site_api::Slug;
+
 /// The longest id the engine sends.
 const MAX_ID_LEN: usize = 200;
-/// The longest actor name sited accepts.
-const MAX_USERNAME_CHARS: usize = 200;
 
-/// A site slug (`^[a-z][a-z0-9-]{1,39}$`, the grammar of `atelier-layout`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Slug(String);
-
-impl Slug {
-    /// Checks `text` against the slug grammar.
-    pub fn parse(text: &str) -> Result<Slug, Invalid> {
-        if atelier_layout::names::is_slug(text) {
-            Ok(Slug(text.to_owned()))
-        } else {
-            Err(Invalid::Slug(text.to_owned()))
-        }
-    }
-
-    /// The slug.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Slug {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Checks `text` against the slug grammar, naming it in the refusal.
+pub fn slug(text: &str) -> Result<Slug, Invalid> {
+    Slug::parse(text).map_err(|_| Invalid::Slug(text.to_owned()))
 }
 
 /// A session, build or release id: `[A-Za-z0-9._-]{1,200}` without `..`, the engine's rule.
@@ -179,13 +157,9 @@ mod tests {
             ("non-ascii", "álpha", false),
         ];
         for (name, text, ok) in cases {
-            assert_eq!(Slug::parse(text).is_ok(), *ok, "{name}: {text:?}");
+            assert_eq!(slug(text).is_ok(), *ok, "{name}: {text:?}");
             if !ok {
-                assert_eq!(
-                    Slug::parse(text),
-                    Err(Invalid::Slug((*text).into())),
-                    "{name}"
-                );
+                assert_eq!(slug(text), Err(Invalid::Slug((*text).into())), "{name}");
             }
         }
     }

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use atelier_clidocs::progress::is_reordering;
 
 use crate::model::{
-    AuditEntry, BuildRecord, BuildStatus, Capabilities, DeleteReport, Event, Health, Preview,
-    Releases, Served, SessionSummary, SiteStatus, StoredEvent,
+    AuditEntry, BuildRecord, BuildWithLog, Capabilities, DeleteReport, Health, Preview, Releases,
+    Served, SessionEvent, SessionSummary, SiteStatus, StoredEvent,
 };
 
 /// The most of a prompt an event line shows.
@@ -88,7 +88,7 @@ fn drivers_table(drivers: &[crate::model::DriverAvailability]) -> String {
         .iter()
         .map(|d| {
             vec![
-                clean(&d.id),
+                clean(d.id.as_str()),
                 if d.available { "yes" } else { "no" }.to_owned(),
                 or_none(d.version.as_deref()),
                 if d.is_default { "default" } else { "" }.to_owned(),
@@ -113,7 +113,7 @@ pub fn health(health: &Health) -> String {
 /// `capabilities`.
 pub fn capabilities(caps: &Capabilities) -> String {
     let mut out = fields(&[
-        ("default driver", clean(&caps.default_driver)),
+        ("default driver", clean(caps.default_driver.as_str())),
         ("max sites", caps.limits.max_sites.to_string()),
         (
             "max sessions",
@@ -136,11 +136,11 @@ pub fn capabilities(caps: &Capabilities) -> String {
     out
 }
 
-fn build_summary(build: Option<&BuildStatus>) -> String {
+fn build_summary(build: Option<&BuildRecord>) -> String {
     match build {
         None => "none".to_owned(),
         Some(b) => {
-            let mut text = format!("{} {}", clean(&b.id), clean(&b.outcome));
+            let mut text = format!("{} {}", clean(&b.id), clean(b.outcome.as_str()));
             if let Some(error) = &b.error {
                 let _ = write!(text, ": {}", clean(error));
             }
@@ -163,7 +163,7 @@ pub fn sites(sites: &[SiteStatus]) -> String {
                 clean(&s.session.state),
                 s.last_build
                     .as_ref()
-                    .map(|b| clean(&b.outcome))
+                    .map(|b| clean(b.outcome.as_str()))
                     .unwrap_or_else(|| "-".to_owned()),
                 or_none(s.preprod.release.as_deref()),
                 s.published
@@ -209,7 +209,7 @@ pub fn site(status: &SiteStatus) -> String {
         ("name", clean(&m.name)),
         ("domain", clean(&m.domain)),
         ("template", clean(&m.template)),
-        ("driver", clean(&m.driver)),
+        ("driver", clean(m.driver.as_str())),
         ("owner", m.owner_user_id.to_string()),
         ("created", clean(&m.created_at)),
         (
@@ -277,11 +277,11 @@ pub fn sessions(sessions: &[SessionSummary]) -> String {
 }
 
 /// `build show`.
-pub fn build(record: &BuildRecord, with_log: bool) -> String {
-    let b = &record.status;
+pub fn build(record: &BuildWithLog, with_log: bool) -> String {
+    let b = &record.record;
     let mut out = fields(&[
         ("build", clean(&b.id)),
-        ("outcome", clean(&b.outcome)),
+        ("outcome", clean(b.outcome.as_str())),
         ("started", clean(&b.started_at)),
         ("finished", or_none(b.finished_at.as_deref())),
         ("release", or_none(b.release.as_deref())),
@@ -376,33 +376,36 @@ pub fn audit(entries: &[AuditEntry]) -> String {
 pub fn event_line(event: &StoredEvent) -> String {
     let kind = event.kind().map(clean).unwrap_or_else(|| "?".to_owned());
     let salient = match event.event() {
-        Event::TurnStart { turn, prompt } => format!("turn {turn}: {}", cut(&prompt, PROMPT_CHARS)),
-        Event::Text { text } => clean(&text),
+        Ok(SessionEvent::TurnStart { turn, prompt }) => {
+            format!("turn {turn}: {}", cut(&prompt, PROMPT_CHARS))
+        }
+        Ok(SessionEvent::Text { text, .. }) => clean(&text),
         // The contract's summary already leads with the tool's name.
-        Event::Tool { summary, .. } => clean(&summary),
-        Event::FileChange { files } => {
+        Ok(SessionEvent::Tool { summary, .. }) => clean(&summary),
+        Ok(SessionEvent::FileChange { files }) => {
             let shown: Vec<String> = files.iter().map(|f| clean(f)).collect();
             format!("{} file(s): {}", files.len(), shown.join(", "))
         }
-        Event::Result {
+        Ok(SessionEvent::Result {
             ok,
             cost_usd,
             duration_ms,
-        } => {
+            ..
+        }) => {
             let mut text = if ok { "ok" } else { "not ok" }.to_owned();
             if let Some(cost) = cost_usd {
                 let _ = write!(text, ", cost ${cost:.4}");
             }
             if let Some(ms) = duration_ms {
-                let _ = write!(text, ", {:.1} s", ms / 1000.0);
+                let _ = write!(text, ", {:.1} s", ms as f64 / 1000.0);
             }
             text
         }
-        Event::Error {
+        Ok(SessionEvent::Error {
             reason,
             message,
             retriable,
-        } => {
+        }) => {
             let mut text = match (reason.as_deref(), message.as_deref()) {
                 (Some(reason), Some(message)) => format!("{}: {}", clean(reason), clean(message)),
                 (reason, message) => or_none(reason.or(message)),
@@ -412,13 +415,13 @@ pub fn event_line(event: &StoredEvent) -> String {
             }
             text
         }
-        Event::AgentOutput { source, text } => match source {
+        Ok(SessionEvent::AgentOutput { source, text, .. }) => match source {
             Some(source) => format!("[{}] {}", clean(&source), clean(&text)),
             None => clean(&text),
         },
-        Event::ResumeUnavailable { reason } => or_none(reason.as_deref()),
-        Event::TurnEnd { state } => format!("state {}", clean(state.as_str())),
-        Event::Other { .. } => cut(&event.body.to_string(), 400),
+        Ok(SessionEvent::ResumeUnavailable { reason }) => or_none(reason.as_deref()),
+        Ok(SessionEvent::TurnEnd { state, .. }) => format!("state {}", clean(state.as_str())),
+        Err(_) => cut(&event.body.to_string(), 400),
     };
     format!("{:>6}  {kind:<18} {salient}", event.seq)
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use atelier_sited::session_log::SessionId;
-use atelierctl::{Event, Id, NewSite, Slug, StreamItem, TurnState};
+use atelierctl::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::json;
 
@@ -101,12 +101,14 @@ async fn a_real_turn_is_followed_to_its_end_by_the_binary_and_the_library() {
     assert_eq!(seqs, (0..rendered.len() as u64).collect::<Vec<_>>());
     assert!(matches!(
         events.last().unwrap().0.event(),
-        Event::TurnEnd { .. }
+        Ok(SessionEvent::TurnEnd { .. })
     ));
     assert!(
         matches!(
             events[0].0.event(),
-            Event::TurnStart { turn: 1, .. } | Event::Text { .. } | Event::ResumeUnavailable { .. }
+            Ok(SessionEvent::TurnStart { turn: 1, .. }
+                | SessionEvent::Text { .. }
+                | SessionEvent::ResumeUnavailable { .. })
         ),
         "{:?}",
         events[0]
@@ -283,7 +285,7 @@ async fn a_live_stream_is_rendered_as_it_arrives_and_its_last_turn_end_decides_t
         assert_eq!((out.code, out.stderr.as_str()), (code, stderr), "{state}");
         let end = drain(&client, &session, 3).await;
         assert_eq!(end.len(), 1);
-        let Event::TurnEnd { state: ended } = end[0].0.event() else {
+        let Ok(SessionEvent::TurnEnd { state: ended, .. }) = end[0].0.event() else {
             panic!("{end:?}")
         };
         assert_eq!(ended.as_str(), state);

@@ -18,10 +18,8 @@ pub mod parse;
 pub mod plan;
 pub mod probe;
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use atelier_site_api::SessionEvent;
+use serde_json::Value;
 
 pub use canary::CanaryProbe;
 pub use parse::{
@@ -38,51 +36,8 @@ pub use probe::{
     probe_env, version_argv, ProbeRefusal,
 };
 
-/// The agent CLIs the contract knows, in its order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DriverId {
-    /// Anthropic's Claude Code (`claude -p … --output-format stream-json`).
-    ClaudeCode,
-    /// OpenCode (`opencode run --format json`).
-    Opencode,
-    /// pi (`pi --mode json --print`), speaking to an OpenAI-compatible model.
-    Pi,
-    /// Atelier's own coding agent (`atelier-agent`), speaking to an OpenAI-compatible model or
-    /// Anthropic's Messages API.
-    Atelier,
-}
-
-impl DriverId {
-    /// Every driver, in the order `/health` lists them.
-    pub const ALL: [DriverId; 4] = [
-        DriverId::ClaudeCode,
-        DriverId::Opencode,
-        DriverId::Pi,
-        DriverId::Atelier,
-    ];
-
-    /// The wire id.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            DriverId::ClaudeCode => "claude_code",
-            DriverId::Opencode => "opencode",
-            DriverId::Pi => "pi",
-            DriverId::Atelier => "atelier",
-        }
-    }
-
-    /// The driver with wire id `id`.
-    pub fn parse(id: &str) -> Option<DriverId> {
-        DriverId::ALL.into_iter().find(|d| d.as_str() == id)
-    }
-}
-
-impl fmt::Display for DriverId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The agent CLIs the contract knows (one definition, shared with every end of the contract).
+pub use atelier_site_api::DriverId;
 
 /// What a driver can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,36 +101,35 @@ pub enum AgentEvent {
 }
 
 impl AgentEvent {
-    /// The session event body exactly as the engine reads it.
-    pub fn to_body(&self) -> Value {
-        match self {
-            AgentEvent::Text { text } => json!({"type": "text", "text": text}),
-            AgentEvent::Tool { name, summary } => {
-                json!({"type": "tool", "name": name, "summary": summary})
-            }
-            AgentEvent::FileChange { files } => json!({"type": "file_change", "files": files}),
+    /// The session event this is.
+    pub fn to_event(&self) -> SessionEvent {
+        match self.clone() {
+            AgentEvent::Text { text } => SessionEvent::text(text),
+            AgentEvent::Tool { name, summary } => SessionEvent::Tool { name, summary },
+            AgentEvent::FileChange { files } => SessionEvent::FileChange { files },
             AgentEvent::Result {
                 resume_token,
                 cost_usd,
                 duration_ms,
-            } => {
-                let mut body = json!({"type": "result", "ok": true});
-                if let Some(token) = resume_token {
-                    body["resumeToken"] = json!(token);
-                }
-                if let Some(cost) = cost_usd {
-                    body["costUsd"] = json!(cost);
-                }
-                body["durationMs"] = json!(duration_ms);
-                body
-            }
+            } => SessionEvent::Result {
+                ok: true,
+                resume_token,
+                cost_usd,
+                duration_ms: Some(duration_ms),
+            },
         }
+    }
+
+    /// The session event body exactly as the engine reads it.
+    pub fn to_body(&self) -> Value {
+        serde_json::to_value(self.to_event()).unwrap_or(Value::Null)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ids_and_capabilities() {

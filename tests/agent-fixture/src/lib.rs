@@ -481,20 +481,7 @@ fn number(word: &str, rest: &str) -> Result<u64, String> {
 
 /// A version 4 UUID, as the CLI's session ids are.
 fn random_uuid() -> Result<String, String> {
-    use std::io::Read as _;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("no randomness for a session id: {e}"))?;
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    ))
+    atelier_site_api::SessionId::new_v4()
+        .map(String::from)
+        .map_err(|e| format!("no randomness for a session id: {e}"))
 }

@@ -17,10 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use atelier_test_support::nginx::{Nginx, WebClient};
-use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
+use atelierctl::model::BuildOutcome;
+use atelierctl::{Client, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::{Instance, RELEASES_RETAINED};
-use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
+use crate::support::journey::{
+    build, end_state, follow_to_end, release_prompt, stamp_of, when_free,
+};
 
 const PROD: &str = "alpha.example.org";
 const FLIPS: usize = 100;
@@ -63,14 +66,9 @@ async fn release(
     };
     let id = session.clone().unwrap();
     let events = follow_to_end(client, &id, after).await;
-    assert_eq!(
-        events.last().unwrap().event(),
-        Event::TurnEnd {
-            state: TurnState::Idle
-        }
-    );
+    assert_eq!(end_state(events.last().unwrap()), Some(TurnState::Idle));
     let built = build(client, &slug).await;
-    assert_eq!(built.status.outcome, "success", "{}", built.log);
+    assert_eq!(built.record.outcome, BuildOutcome::Success, "{}", built.log);
     let published = when_free(|| client.publish(&slug, None)).await.unwrap();
     let page = nginx.get(PROD, "/").await;
     assert_eq!(page.status, 200, "{}", nginx.error_log());

@@ -4,10 +4,13 @@
 //! and publish, then a rollback serves the first release's bytes again.
 
 use atelier_test_support::nginx::{Nginx, WebResponse};
-use atelierctl::{Client, Event, Id, NewSite, Slug, TurnState};
+use atelierctl::model::BuildOutcome;
+use atelierctl::{Client, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::Instance;
-use crate::support::journey::{build, follow_to_end, release_prompt, stamp_of, when_free};
+use crate::support::journey::{
+    build, end_state, follow_to_end, release_prompt, stamp_of, when_free,
+};
 
 const PRE: &str = "pre.alpha.example.org";
 const PROD: &str = "alpha.example.org";
@@ -34,10 +37,8 @@ async fn turn(client: &Client, session: Option<&Id>, prompt: &str) -> Id {
     };
     let events = follow_to_end(client, &id, after).await;
     assert_eq!(
-        events.last().unwrap().event(),
-        Event::TurnEnd {
-            state: TurnState::Idle
-        },
+        end_state(events.last().unwrap()),
+        Some(TurnState::Idle),
         "{events:?}"
     );
     id
@@ -82,9 +83,9 @@ async fn a_turn_is_built_previewed_published_and_rolled_back_through_nginx() {
 
     // Build 1 → preproduction serves it, by Host, through the rendered vhost.
     let first = build(&ana, &alpha()).await;
-    assert_eq!(first.status.outcome, "success", "{}", first.log);
+    assert_eq!(first.record.outcome, BuildOutcome::Success, "{}", first.log);
     assert!(first.log.contains("# build: sh build.sh"), "{}", first.log);
-    let pre1 = first.status.release.clone().unwrap();
+    let pre1 = first.record.release.clone().unwrap();
     let page1 = nginx.get(PRE, "/").await;
     let stamp1 = assert_page(&page1, "First release");
     assert_eq!(
@@ -120,7 +121,12 @@ async fn a_turn_is_built_previewed_published_and_rolled_back_through_nginx() {
     // A second turn, build and publish.
     turn(&ana, Some(&session), &release_prompt("Second release")).await;
     let second = build(&ana, &alpha()).await;
-    assert_eq!(second.status.outcome, "success", "{}", second.log);
+    assert_eq!(
+        second.record.outcome,
+        BuildOutcome::Success,
+        "{}",
+        second.log
+    );
     let page2 = nginx.get(PRE, "/").await;
     let stamp2 = assert_page(&page2, "Second release");
     assert_ne!(stamp2, stamp1, "each build has its own stamp");
@@ -200,7 +206,7 @@ async fn the_declared_scheme_retention_and_build_deadline_reach_sited() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", instance.sited_log()));
     let built = build(&ana, &alpha()).await;
-    assert_eq!(built.status.outcome, "success", "{}", built.log);
+    assert_eq!(built.record.outcome, BuildOutcome::Success, "{}", built.log);
 
     let slug = alpha();
     let mut urls = Vec::new();
@@ -218,7 +224,7 @@ async fn the_declared_scheme_retention_and_build_deadline_reach_sited() {
         (
             urls[0].as_str(),
             releases.releases.len(),
-            slow.status.error.as_deref()
+            slow.record.error.as_deref()
         ),
         (
             format!("http://{PROD}/").as_str(),

@@ -7,13 +7,13 @@
 
 use std::collections::BTreeSet;
 
-use atelierctl::model::AuditActor;
-use atelierctl::{Client, Event, Id, NewSite, Slug, StreamItem, TurnState};
+use atelierctl::model::Actor as AuditActor;
+use atelierctl::{Client, Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
 use crate::support::instance::Instance;
-use crate::support::journey::{bodies, follow_to_end, when_free};
+use crate::support::journey::{bodies, end_state, follow_to_end, when_free};
 use crate::support::proxy::RecordingProxy;
 use crate::support::{ctl, git, processes_with, WAIT};
 
@@ -168,7 +168,7 @@ async fn first_turn_is_followed_live_and_committed(instance: &Instance, ana: &Cl
         let StreamItem::Event { event, .. } = item.unwrap() else {
             panic!("an error frame");
         };
-        if let Event::Tool { name, summary } = event.event() {
+        if let Ok(SessionEvent::Tool { name, summary }) = event.event() {
             if !seen_live && name == "Write" && summary.contains("src/index.html") {
                 // The agent sleeps 1.5 s before its next write: this event arrived live.
                 assert!(
@@ -186,38 +186,36 @@ async fn first_turn_is_followed_live_and_committed(instance: &Instance, ana: &Cl
     assert!(seen_live, "the first write was streamed: {events:?}");
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
-    let typed: Vec<Event> = events.iter().map(|e| e.event()).collect();
+    let typed: Vec<SessionEvent> = events
+        .iter()
+        .map(|e| e.event().expect("every event is of a known type"))
+        .collect();
     assert_eq!(
         typed[0],
-        Event::TurnStart {
+        SessionEvent::TurnStart {
             turn: 1,
             prompt: prompt.into()
         }
     );
-    assert!(typed.contains(&Event::Text {
-        text: "I will write the first pages.".into()
-    }));
+    assert!(typed.contains(&SessionEvent::text("I will write the first pages.")));
     let writes = typed
         .iter()
-        .filter(|e| matches!(e, Event::Tool { name, .. } if name == "Write"))
+        .filter(|e| matches!(e, SessionEvent::Tool { name, .. } if name == "Write"))
         .count();
     assert_eq!(writes, 3);
     assert!(
         typed
             .iter()
-            .any(|e| matches!(e, Event::Result { ok: true, .. })),
+            .any(|e| matches!(e, SessionEvent::Result { ok: true, .. })),
         "{typed:?}"
     );
     assert!(
-        !typed.iter().any(|e| matches!(e, Event::Error { .. })),
+        !typed
+            .iter()
+            .any(|e| matches!(e, SessionEvent::Error { .. })),
         "{typed:?}"
     );
-    assert_eq!(
-        typed.last(),
-        Some(&Event::TurnEnd {
-            state: TurnState::Idle
-        })
-    );
+    assert_eq!(events.last().and_then(end_state), Some(TurnState::Idle));
 
     let wrote: BTreeSet<String> = ["notes/plan.md", "src/about.html", "src/index.html"]
         .map(str::to_owned)
@@ -225,7 +223,7 @@ async fn first_turn_is_followed_live_and_committed(instance: &Instance, ana: &Cl
     let changed: Vec<BTreeSet<String>> = typed
         .iter()
         .filter_map(|e| match e {
-            Event::FileChange { files } => Some(files.iter().cloned().collect()),
+            SessionEvent::FileChange { files } => Some(files.iter().cloned().collect()),
             _ => None,
         })
         .collect();
@@ -278,17 +276,12 @@ async fn follow_up_is_turn_two(instance: &Instance, ben: &Client, id: &Id) -> i6
     assert_eq!(events[0].seq, after as u64 + 1, "the cursor is honoured");
     assert_eq!(
         events[0].event(),
-        Event::TurnStart {
+        Ok(SessionEvent::TurnStart {
             turn: 2,
             prompt: "append src/index.html <p>Open daily</p>".into()
-        }
+        })
     );
-    assert_eq!(
-        events.last().unwrap().event(),
-        Event::TurnEnd {
-            state: TurnState::Idle
-        }
-    );
+    assert_eq!(end_state(events.last().unwrap()), Some(TurnState::Idle));
     assert!(bodies(&events).contains(&json!({"type": "file_change", "files": ["src/index.html"]})));
     assert!(git(&workspace, &["log", "-1", "--format=%s"])
         .starts_with(&format!("agent: session {id} turn 2")));
@@ -323,7 +316,7 @@ async fn stop_ends_a_hanging_turn(
         let StreamItem::Event { event, .. } = item.unwrap() else {
             panic!("an error frame");
         };
-        if !stopped && matches!(event.event(), Event::Tool { .. }) {
+        if !stopped && matches!(event.event(), Ok(SessionEvent::Tool { .. })) {
             assert!(!processes_with(&marker).is_empty(), "the agent hangs");
             let reply = ana.stop_session(id).await.unwrap();
             assert_eq!(reply.session_id, id.as_str());
@@ -344,10 +337,8 @@ async fn stop_ends_a_hanging_turn(
         ]
     );
     assert_eq!(
-        events.last().unwrap().event(),
-        Event::TurnEnd {
-            state: TurnState::Interrupted
-        }
+        end_state(events.last().unwrap()),
+        Some(TurnState::Interrupted)
     );
     assert!(
         git(&workspace, &["show", "--name-only", "--format=", "HEAD"])

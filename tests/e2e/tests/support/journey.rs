@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::time::Instant;
 
-use atelierctl::model::BuildRecord;
-use atelierctl::{Client, Error, Id, Slug, StoredEvent, StreamItem};
+use atelierctl::model::{BuildOutcome, BuildWithLog};
+use atelierctl::{Client, Error, Id, SessionEvent, Slug, StoredEvent, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 
 use super::{poll, WAIT};
@@ -64,15 +64,23 @@ where
     }
 }
 
+/// The state a `turn_end` event ended its turn in; `None` for any other event.
+pub fn end_state(event: &StoredEvent) -> Option<TurnState> {
+    match event.event() {
+        Ok(SessionEvent::TurnEnd { state, .. }) => Some(state),
+        _ => None,
+    }
+}
+
 /// Builds `slug` and waits for the build's terminal record.
-pub async fn build(client: &Client, slug: &Slug) -> BuildRecord {
+pub async fn build(client: &Client, slug: &Slug) -> BuildWithLog {
     let started = when_free(|| client.start_build(slug))
         .await
         .expect("the build starts");
     let id = Id::parse("build", &started.build_id).expect("a build id");
     poll("the build's terminal record", || async {
         let record = client.build(slug, &id).await.expect("the build's record");
-        (record.status.outcome != "running").then_some(record)
+        (record.record.outcome != BuildOutcome::Running).then_some(record)
     })
     .await
 }
