@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atelier_fs::Root;
+use atelier_site_api::{SessionEvent, TurnState};
 use atelier_sited::manifest::{self, BuildSpec, Driver, SiteManifest};
 use atelier_sited::session_log::{SessionId, SessionLog};
 use atelier_sited::{RawSettings, Router};
@@ -84,10 +85,16 @@ fn main() {
         .unwrap();
         let mut log = SessionLog::open(&workspace, &id).unwrap();
         for i in 0..REPLAY_EVENTS {
-            log.append(json!({"type": "text", "text": format!("event number {i} of the replay benchmark")}))
+            log.append(SessionEvent::text(format!(
+                "event number {i} of the replay benchmark"
+            )))
                 .unwrap();
         }
-        log.append(json!({"type": "turn_end", "state": "idle"})).unwrap();
+        log.append(SessionEvent::TurnEnd {
+            state: TurnState::Idle,
+            resume_token: None,
+        })
+        .unwrap();
         drop(router);
         let path = root.join(format!("sites/site0/.builder/sessions/{id}.jsonl"));
         let started = Instant::now();

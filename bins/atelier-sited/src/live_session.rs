@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use atelier_fs::Root;
-use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::session_log::{SessionId, SessionLog, SessionLogError, StoredEvent};
+use crate::session_log::{SessionEvent, SessionId, SessionLog, SessionLogError, StoredEvent};
 
 /// Live events a subscriber may fall behind by before it catches up from the log instead.
 const FAN_OUT_CAPACITY: usize = 1024;
@@ -51,17 +50,17 @@ impl LiveSession {
         &self.slug
     }
 
-    /// Appends `body` to the log and only then fans it out, under one lock so live order is
+    /// Appends `event` to the log and only then fans it out, under one lock so live order is
     /// `seq` order. A `turn_end` marks the session's turn finished after it is fanned out, so
     /// a follower that sees "not running" has the `turn_end` already buffered.
     ///
     /// Blocking: one `write(2)` (and a sync for `turn_end`).
-    pub fn append(&self, body: Value) -> Result<Arc<StoredEvent>, SessionLogError> {
+    pub fn append(&self, event: SessionEvent) -> Result<Arc<StoredEvent>, SessionLogError> {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let event = Arc::new(writer.append(body)?);
+        let event = Arc::new(writer.append(event)?);
         // No subscriber is not an error: the log has it.
         let _ = self.events.send(Arc::clone(&event));
-        if event.is_turn_end() {
+        if event.body.is_turn_end() {
             self.running.store(false, Ordering::SeqCst);
         }
         Ok(event)

@@ -13,7 +13,6 @@ use std::time::SystemTime;
 use atelier_fs::{FileKind, FsError, Root};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::dates::iso8601;
 
@@ -37,36 +36,11 @@ fn meta_path(id: &SessionId) -> PathBuf {
     Path::new(SESSIONS_DIR).join(format!("{id}.meta.json"))
 }
 
-/// One line of the log and one SSE `data:` payload: `{"seq","ts","body"}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredEvent {
-    /// Monotonic per session, from 0, across turns.
-    pub seq: u64,
-    /// When it was appended (ISO-8601).
-    pub ts: String,
-    /// The `SessionEventBody`: an object with a string `type`.
-    pub body: Value,
-}
+pub use atelier_site_api::{SessionEvent, StoredEvent};
 
-impl StoredEvent {
-    /// The body's `type`.
-    pub fn kind(&self) -> &str {
-        self.body.get("type").and_then(Value::as_str).unwrap_or("")
-    }
-
-    /// Whether this is the `turn_end` marker that ends a stream.
-    pub fn is_turn_end(&self) -> bool {
-        self.kind() == "turn_end"
-    }
-
-    /// Parses and validates one log line.
-    fn from_line(line: &[u8]) -> Option<StoredEvent> {
-        let event: StoredEvent = serde_json::from_slice(line).ok()?;
-        if event.kind().is_empty() {
-            return None;
-        }
-        Some(event)
-    }
+/// Parses one log line; `None` for a line that is not a whole event of a known shape.
+fn from_line(line: &[u8]) -> Option<StoredEvent> {
+    serde_json::from_slice(line).ok()
 }
 
 /// Why a log or meta operation failed or was refused.
@@ -75,9 +49,6 @@ pub enum SessionLogError {
     /// The confined walk refused or failed (a planted link, a missing workspace, …).
     #[error(transparent)]
     Fs(#[from] FsError),
-    /// An event body is not an object with a string `type`.
-    #[error("an event body must be an object with a string `type`")]
-    BadBody,
     /// The meta could not be encoded or decoded.
     #[error("session meta: {0}")]
     Meta(String),
@@ -141,19 +112,16 @@ impl SessionLog {
         self.next_seq
     }
 
-    /// Appends `body` with the next `seq` as one `write(2)` of one whole line.
+    /// Appends `event` with the next `seq` as one `write(2)` of one whole line.
     ///
     /// The line reaches the kernel before this returns, so a reader (and a restart after the
     /// daemon is killed) sees it; a `turn_end` is also synced to the disk, which makes every
     /// finished turn durable against a power loss at the cost of one sync per turn.
-    pub fn append(&mut self, body: Value) -> Result<StoredEvent, SessionLogError> {
-        if body.get("type").and_then(Value::as_str).is_none() {
-            return Err(SessionLogError::BadBody);
-        }
+    pub fn append(&mut self, event: SessionEvent) -> Result<StoredEvent, SessionLogError> {
         let event = StoredEvent {
             seq: self.next_seq,
             ts: iso8601(SystemTime::now()),
-            body,
+            body: event,
         };
         let mut line =
             serde_json::to_vec(&event).map_err(|e| SessionLogError::Meta(e.to_string()))?;
@@ -165,7 +133,7 @@ impl SessionLog {
             source,
         };
         self.file.write_all(&line).map_err(|e| io("append to", e))?;
-        if event.is_turn_end() {
+        if event.body.is_turn_end() {
             self.file.sync_data().map_err(|e| io("sync", e))?;
         }
         self.next_seq += 1;
@@ -185,7 +153,7 @@ fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, bool), FsError> {
     let mut ends_cleanly = true;
     for_each_line(&mut *file, path, |line, terminated| {
         ends_cleanly = terminated;
-        if let Some(event) = StoredEvent::from_line(line) {
+        if let Some(event) = from_line(line) {
             max = max.max(Some(event.seq));
         }
     })?;
@@ -270,7 +238,7 @@ fn read_events_once(
     let mut number = 0usize;
     for_each_line(file, &path, |line, terminated| {
         number += 1;
-        match StoredEvent::from_line(line) {
+        match from_line(line) {
             Some(event) if i128::from(event.seq) > i128::from(after) => events.push(event),
             Some(_) => {}
             None if line.is_empty() => {}
@@ -390,7 +358,17 @@ pub fn list_metas(workspace: &Root, slug: &str) -> Result<Vec<SessionMeta>, Sess
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn text(i: u64) -> SessionEvent {
+        SessionEvent::text(i.to_string())
+    }
+
+    fn idle_end() -> SessionEvent {
+        SessionEvent::TurnEnd {
+            state: atelier_site_api::TurnState::Idle,
+            resume_token: None,
+        }
+    }
 
     fn workspace() -> (tempfile::TempDir, Root) {
         let dir = tempfile::tempdir().unwrap();
@@ -423,20 +401,13 @@ mod tests {
         let id = SessionId::new_v4().unwrap();
         let mut log = SessionLog::open(&ws, &id).unwrap();
         for i in 0..3 {
-            assert_eq!(log.append(json!({"type":"text","text":i})).unwrap().seq, i);
+            assert_eq!(log.append(text(i)).unwrap().seq, i);
         }
-        assert!(matches!(
-            log.append(json!({"text":"no type"})),
-            Err(SessionLogError::BadBody)
-        ));
+        // A body without a `type` cannot be appended (the type says so); read, it is no event.
+        assert!(from_line(br#"{"seq":3,"ts":"t","body":{"text":"no type"}}"#).is_none());
         drop(log);
         let mut log = SessionLog::open(&ws, &id).unwrap();
-        assert_eq!(
-            log.append(json!({"type":"turn_end","state":"idle"}))
-                .unwrap()
-                .seq,
-            3
-        );
+        assert_eq!(log.append(idle_end()).unwrap().seq, 3);
         let seqs: Vec<u64> = read_events(&ws, &id, 0)
             .unwrap()
             .iter()
@@ -483,7 +454,7 @@ mod tests {
         let id = SessionId::new_v4().unwrap();
         let mut log = SessionLog::open(&ws, &id).unwrap();
         for i in 0..3 {
-            log.append(json!({"type":"text","text":i})).unwrap();
+            log.append(text(i)).unwrap();
         }
         drop(log);
         // A crash mid-append leaves half a line without its newline, and a bad line in the
@@ -496,16 +467,11 @@ mod tests {
 
         let mut log = SessionLog::open(&ws, &id).unwrap();
         assert_eq!(log.next_seq(), 3);
-        assert_eq!(
-            log.append(json!({"type":"turn_end","state":"idle"}))
-                .unwrap()
-                .seq,
-            3
-        );
+        assert_eq!(log.append(idle_end()).unwrap().seq, 3);
         let events = read_events(&ws, &id, -1).unwrap();
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [0, 1, 2, 3]);
-        assert!(events[3].is_turn_end());
+        assert!(events[3].body.is_turn_end());
         // The cut line stays a line of its own; the new event did not glue onto it.
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(text.contains("\"bo\n{\"seq\":3"), "{text}");

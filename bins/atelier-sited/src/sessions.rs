@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use atelier_fs::{FileKind, Root};
 use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
 use hyper::header::{HeaderValue, CONNECTION};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::actor::Actor;
@@ -28,7 +28,7 @@ use crate::sites::{SiteError, Sites};
 use crate::turns::{
     RunningTurns, Turn, TurnControl, TurnServices, TurnSettings, TurnSlot, TurnSlots,
 };
-use atelier_site_api::Slug;
+use atelier_site_api::{SessionEvent, Slug, TurnState};
 
 pub use atelier_site_api::limits::MAX_PROMPT_UNITS;
 /// SSE frames queued for one client before the follower waits for it.
@@ -534,7 +534,10 @@ impl Sessions {
             let session2 = Arc::clone(&session);
             blocking(move || {
                 session2.append(crate::turn_fault::TurnFault::Interrupted.event())?;
-                session2.append(json!({"type": "turn_end", "state": "interrupted"}))?;
+                session2.append(SessionEvent::TurnEnd {
+                    state: TurnState::Interrupted,
+                    resume_token: None,
+                })?;
                 Ok(())
             })
             .await?;
@@ -787,7 +790,7 @@ impl Follower {
                 return Next::Stop;
             }
         }
-        if event.is_turn_end() {
+        if event.body.is_turn_end() {
             Next::Stop
         } else {
             Next::Continue
@@ -834,7 +837,7 @@ impl Follower {
             if let Next::Stop = self.send(event).await {
                 return Next::Stop;
             }
-            if stop_at_turn_end && event.is_turn_end() {
+            if stop_at_turn_end && event.body.is_turn_end() {
                 return Next::Stop;
             }
         }
@@ -845,6 +848,7 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_cursor_parses_as_the_original_did() {

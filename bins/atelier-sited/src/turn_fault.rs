@@ -10,7 +10,7 @@
 //! [`TurnEnd`] is the state a turn ends in, with its fault if it has one: what its `turn_end`
 //! says and what the metrics count it by.
 
-use serde_json::{json, Value};
+use atelier_site_api::SessionEvent;
 
 use crate::reason::Reason;
 use crate::runs::RunRefusal;
@@ -148,13 +148,12 @@ impl TurnFault {
     }
 
     /// The session's `error` event body for this fault.
-    pub fn event(self) -> Value {
-        json!({
-            "type": "error",
-            "reason": self.reason(),
-            "retriable": self.retriable(),
-            "message": self.message(),
-        })
+    pub fn event(self) -> SessionEvent {
+        SessionEvent::Error {
+            reason: Some(self.reason().to_owned()),
+            retriable: Some(self.retriable()),
+            message: Some(self.message().to_owned()),
+        }
     }
 }
 
@@ -185,6 +184,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use serde_json::json;
 
     /// Each fault's event, read back: its reason and retriability as the engine maps them, and
     /// a sentence of its own. The match is exhaustive, so a new fault fails to compile here
@@ -208,7 +208,7 @@ mod tests {
                 TurnFault::UnitRefused => ("confinement.unit_refused", false),
                 TurnFault::UnitNonconformant => ("confinement.unit_nonconformant", false),
             };
-            let event = fault.event();
+            let event = serde_json::to_value(fault.event()).unwrap();
             let message = event["message"].as_str().unwrap_or_default().to_owned();
             assert_eq!(
                 event,

@@ -24,7 +24,7 @@ use atelier_agents::{
 };
 use atelier_fs::{FsError, Root};
 use atelier_proto::{Door, ExitRecord};
-use serde_json::{json, Value};
+use atelier_site_api::{Egress, SessionEvent, TurnState};
 use tokio::sync::{watch, Notify};
 
 use crate::agents_md::AGENTS_FILE;
@@ -297,12 +297,17 @@ impl Turn {
         if resume_token.is_some() && meta.identity_epoch.unwrap_or(0) != epoch {
             resume_token = None;
             events
-                .persist(json!({"type": "resume_unavailable", "reason": "agent identity migrated"}))
+                .persist(SessionEvent::ResumeUnavailable {
+                    reason: Some("agent identity migrated".to_owned()),
+                })
                 .await;
         }
         meta.identity_epoch = Some(epoch);
         events
-            .persist(json!({"type": "turn_start", "turn": turn, "prompt": prompt}))
+            .persist(SessionEvent::TurnStart {
+                turn,
+                prompt: prompt.clone(),
+            })
             .await;
         services
             .sites
@@ -384,9 +389,7 @@ impl Turn {
         let git = services.sites.git().clone();
         match git.changed_files(&target).await {
             Ok(files) if !files.is_empty() => {
-                events
-                    .persist(json!({"type": "file_change", "files": files}))
-                    .await;
+                events.persist(SessionEvent::FileChange { files }).await;
             }
             Ok(_) => {}
             Err(e) => {
@@ -435,11 +438,12 @@ impl Turn {
             }
             Err(e) => tracing::error!(session = %id, error = %e, "the meta task failed"),
         }
-        let mut end = json!({"type": "turn_end", "state": state});
-        if let Some(token) = &last_token {
-            end["resumeToken"] = json!(token);
-        }
-        events.persist(end).await;
+        events
+            .persist(SessionEvent::TurnEnd {
+                state: TurnState::parse(state),
+                resume_token: last_token.clone(),
+            })
+            .await;
         session.mark_finished();
         services.sites.set_session_state(&slug, state, id.as_str());
         services.running.forget(&id);
@@ -455,9 +459,9 @@ struct Events {
 }
 
 impl Events {
-    async fn persist(&self, body: Value) {
+    async fn persist(&self, event: SessionEvent) {
         let session = Arc::clone(&self.session);
-        let written = tokio::task::spawn_blocking(move || session.append(body)).await;
+        let written = tokio::task::spawn_blocking(move || session.append(event)).await;
         match written {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
@@ -500,10 +504,9 @@ impl Relay<'_> {
         };
         if runner.is_unconfined() {
             self.events
-                .persist(json!({
-                    "type": "text",
-                    "text": "[atelier] This turn runs unconfined (agent confinement 'none', a development host): the agent runs as the daemon's own user with its network.",
-                }))
+                .persist(SessionEvent::text(
+                    "[atelier] This turn runs unconfined (agent confinement 'none', a development host): the agent runs as the daemon's own user with its network.",
+                ))
                 .await;
         }
         let ending = loop {
@@ -544,7 +547,7 @@ impl Relay<'_> {
                     *self.last_token = Some(token.clone());
                 }
             }
-            self.events.persist(event.to_body()).await;
+            self.events.persist(event.to_event()).await;
         }
     }
 
@@ -562,17 +565,16 @@ impl Relay<'_> {
 
 /// A gate decision as the session shows it: a `text` event in the original's words, with the
 /// decision's fields beside it for a client that reads them.
-fn egress_event(decision: &atelier_proto::egress::Decision) -> Value {
-    json!({
-        "type": "text",
-        "text": decision.line(),
-        "egress": {
-            "host": decision.host,
-            "port": decision.port,
-            "verdict": decision.verdict.as_str(),
-            "reason": decision.reason,
-        },
-    })
+fn egress_event(decision: &atelier_proto::egress::Decision) -> SessionEvent {
+    SessionEvent::Text {
+        text: decision.line(),
+        egress: Some(Egress {
+            host: decision.host.clone(),
+            port: decision.port,
+            verdict: decision.verdict.as_str().to_owned(),
+            reason: decision.reason.clone(),
+        }),
+    }
 }
 
 /// Resolves once a stop is asked for (the watch's guard never outlives this call).
@@ -591,8 +593,10 @@ async fn report_ending(
 ) -> Option<TurnFault> {
     let output = || {
         let text = String::from_utf8_lossy(tail).trim().to_owned();
-        (!text.is_empty()).then(|| {
-            json!({"type": "agent_output", "source": "stderr", "text": text, "truncated": tail.len() >= STDERR_TAIL_BYTES})
+        (!text.is_empty()).then(|| SessionEvent::AgentOutput {
+            source: Some("stderr".to_owned()),
+            text,
+            truncated: tail.len() >= STDERR_TAIL_BYTES,
         })
     };
     let fault = match ending {
@@ -602,7 +606,12 @@ async fn report_ending(
         Ending::Exit(ExitRecord { code: Some(0), .. }) => {
             if !saw_result {
                 events
-                    .persist(json!({"type": "result", "ok": true, "durationMs": 0}))
+                    .persist(SessionEvent::Result {
+                        ok: true,
+                        resume_token: None,
+                        cost_usd: None,
+                        duration_ms: Some(0),
+                    })
                     .await;
             }
             return None;

@@ -1462,7 +1462,8 @@ fn every_turn_fault_event_has_the_error_shape() {
     let mut cov = Coverage::default();
     for fault in atelier_sited::turn_fault::TurnFault::ALL {
         let mut faults = Vec::new();
-        check(&EVENT_BODY, &fault.event(), "error", &mut cov, &mut faults);
+        let body = serde_json::to_value(fault.event()).unwrap();
+        check(&EVENT_BODY, &body, "error", &mut cov, &mut faults);
         assert!(faults.is_empty(), "{fault:?}: {faults:?}");
     }
 }

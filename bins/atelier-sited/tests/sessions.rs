@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use atelier_site_api::{SessionEvent, TurnState};
 use atelier_sited::reservations::Hold;
 use atelier_sited::session_log::{SessionId, SessionMeta, SESSIONS_DIR};
 use atelier_sited::{RawSettings, Router};
@@ -252,17 +253,13 @@ async fn a_follower_joining_mid_turn_gets_every_event_after_its_cursor_exactly_o
             let (session, written) = (Arc::clone(&session), Arc::clone(&written));
             std::thread::spawn(move || {
                 for i in 0..EVENTS {
-                    session
-                        .append(json!({"type": "text", "text": format!("{i}")}))
-                        .unwrap();
+                    session.append(SessionEvent::text(format!("{i}"))).unwrap();
                     written.store(i + 1, Ordering::SeqCst);
                     if i % 8 == 0 {
                         std::thread::sleep(Duration::from_micros(100));
                     }
                 }
-                session
-                    .append(json!({"type": "turn_end", "state": "idle"}))
-                    .unwrap();
+                session.append(idle_end()).unwrap();
             })
         };
         let mut clients = Vec::new();
@@ -320,12 +317,10 @@ async fn a_follower_that_falls_behind_the_fan_out_catches_up_from_the_log() {
     let writer = std::thread::spawn(move || {
         for i in 0..EVENTS {
             session
-                .append(json!({"type": "text", "text": "x".repeat(200), "i": i}))
+                .append(SessionEvent::text(format!("{i} {}", "x".repeat(200))))
                 .unwrap();
         }
-        session
-            .append(json!({"type": "turn_end", "state": "idle"}))
-            .unwrap();
+        session.append(idle_end()).unwrap();
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let body = tokio::time::timeout(Duration::from_secs(60), response.into_body().collect())
@@ -432,24 +427,19 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
         .begin_turn("alpha", &sid)
         .unwrap();
     session
-        .append(json!({"type": "turn_start", "turn": 2, "prompt": "again"}))
+        .append(SessionEvent::TurnStart {
+            turn: 2,
+            prompt: "again".into(),
+        })
         .unwrap();
-    session
-        .append(json!({"type": "turn_end", "state": "idle"}))
-        .unwrap();
+    session.append(idle_end()).unwrap();
     let (_, frames) = follow(&instance.socket, &id, -1).await;
     assert_eq!(seqs(&frames), (0..n + 2).collect::<Vec<_>>());
 
     // A fresh router (a restart) finds the session from its meta and continues its seq.
     let restarted = Router::new(&instance_settings(&instance)).unwrap();
     let session = restarted.sessions().begin_turn("alpha", &sid).unwrap();
-    assert_eq!(
-        session
-            .append(json!({"type": "text", "text": "x"}))
-            .unwrap()
-            .seq,
-        n + 2
-    );
+    assert_eq!(session.append(SessionEvent::text("x")).unwrap().seq, n + 2);
 }
 
 fn instance_settings(instance: &Instance) -> atelier_sited::Settings {
@@ -644,16 +634,14 @@ async fn ten_thousand_events_and_twenty_followers_at_random_cursors_see_each_eve
         std::thread::spawn(move || {
             for i in 0..EVENTS {
                 session
-                    .append(json!({"type": "text", "text": format!("event {i}")}))
+                    .append(SessionEvent::text(format!("event {i}")))
                     .unwrap();
                 written.store(i + 1, Ordering::SeqCst);
                 if i % 64 == 0 {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            session
-                .append(json!({"type": "turn_end", "state": "idle"}))
-                .unwrap();
+            session.append(idle_end()).unwrap();
         })
     };
     let mut rng = Lcg(20_251_202);
@@ -683,4 +671,12 @@ async fn ten_thousand_events_and_twenty_followers_at_random_cursors_see_each_eve
     }
     writer.join().unwrap();
     assert!(mid_turn >= CLIENTS / 2, "only {mid_turn} joined mid-turn");
+}
+
+/// The `turn_end` of a turn that finished.
+fn idle_end() -> SessionEvent {
+    SessionEvent::TurnEnd {
+        state: TurnState::Idle,
+        resume_token: None,
+    }
 }

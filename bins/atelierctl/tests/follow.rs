@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use atelier_sited::session_log::SessionId;
 use atelierctl::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support;
 
@@ -256,7 +256,7 @@ async fn a_live_stream_is_rendered_as_it_arrives_and_its_last_turn_end_decides_t
                 json!({"type": "turn_end", "state": state}),
             ];
             for (i, body) in bodies.into_iter().enumerate() {
-                live.append(body).unwrap();
+                live.append(event(body)).unwrap();
                 // The library follower sees each event while the turn still runs.
                 let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
                     .await
@@ -369,9 +369,11 @@ async fn a_follow_cut_off_mid_turn_follows_again_without_a_gap_or_a_repeat() {
     with_site(&instance, "alpha").await;
     let id = SessionId::new_v4().unwrap();
     let live = instance.router.sessions().begin_turn("alpha", &id).unwrap();
-    live.append(json!({"type": "turn_start", "turn": 1, "prompt": "make it blue"}))
-        .unwrap();
-    live.append(json!({"type": "text", "text": "before the cut"}))
+    live.append(event(
+        json!({"type": "turn_start", "turn": 1, "prompt": "make it blue"}),
+    ))
+    .unwrap();
+    live.append(event(json!({"type": "text", "text": "before the cut"})))
         .unwrap();
     let relay = Relay::start(instance.socket.clone(), instance.root.join("relay.sock"));
     let events_path = format!("/v1/sessions/{id}/events");
@@ -396,9 +398,9 @@ async fn a_follow_cut_off_mid_turn_follows_again_without_a_gap_or_a_repeat() {
     let cutter = async {
         relay.wait_for("\"seq\":1").await;
         relay.cut();
-        live.append(json!({"type": "text", "text": "after the cut"}))
+        live.append(event(json!({"type": "text", "text": "after the cut"})))
             .unwrap();
-        live.append(json!({"type": "turn_end", "state": "idle"}))
+        live.append(event(json!({"type": "turn_end", "state": "idle"})))
             .unwrap();
     };
     let (out, ()) = tokio::join!(binary, cutter);
@@ -441,4 +443,9 @@ async fn following_an_unknown_session_is_sited_s_404() {
         out.stderr.starts_with("error: Not Found (404): "),
         "{out:?}"
     );
+}
+
+/// A session event from its wire form, written here independently of the types.
+fn event(body: Value) -> SessionEvent {
+    serde_json::from_value(body).expect("a session event")
 }
