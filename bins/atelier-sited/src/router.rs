@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use atelier_http::{json_response, Request, Response};
-use atelier_site_api::{Capabilities, DriverId, Limits};
+use atelier_site_api::{route, Capabilities, DriverId, Endpoint, Limits, Matched, Verb};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
@@ -33,28 +33,9 @@ const UNCONFINED_DIR: &str = "unconfined";
 /// Its mode: the daemon's alone.
 const UNCONFINED_DIR_MODE: u32 = 0o700;
 
-/// The routes after the gate: path segments (`:name` is a parameter) and their methods. Public
-/// so the API document's test can hold `docs/openapi/sited.json` to exactly these.
-pub const ROUTES: &[(&[&str], &[Method])] = &[
-    (&["health"], &[Method::GET]),
-    (&["v1", "capabilities"], &[Method::GET]),
-    (&["v1", "sites"], &[Method::GET, Method::POST]),
-    (&["v1", "sites", ":slug"], &[Method::GET, Method::DELETE]),
-    (
-        &["v1", "sites", ":slug", "sessions"],
-        &[Method::GET, Method::POST],
-    ),
-    (&["v1", "sessions", ":id", "events"], &[Method::GET]),
-    (&["v1", "sessions", ":id", "messages"], &[Method::POST]),
-    (&["v1", "sessions", ":id", "stop"], &[Method::POST]),
-    (&["v1", "sites", ":slug", "build"], &[Method::POST]),
-    (&["v1", "sites", ":slug", "builds", ":id"], &[Method::GET]),
-    (&["v1", "sites", ":slug", "preview"], &[Method::GET]),
-    (&["v1", "sites", ":slug", "publish"], &[Method::POST]),
-    (&["v1", "sites", ":slug", "releases"], &[Method::GET]),
-    (&["v1", "sites", ":slug", "rollback"], &[Method::POST]),
-    (&["v1", "audit"], &[Method::GET]),
-];
+/// The route table (the contract crate's), which the API document's test holds
+/// `docs/openapi/sited.json` to.
+pub use atelier_site_api::ROUTES;
 
 /// Answers every request sited receives.
 #[derive(Clone)]
@@ -227,21 +208,26 @@ impl Router {
         segments: &[String],
         path: &str,
     ) -> Result<Response, ApiError> {
-        let Some((pattern, methods)) = ROUTES.iter().find(|(route, _)| matches(route, segments))
-        else {
-            return Err(ApiError::NotFound(format!("Route not found: {path}")));
-        };
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let method = request.method().clone();
-        if !methods.contains(&method) {
-            return Err(ApiError::MethodNotAllowed(
-                format!("Method {method} not allowed for {path}"),
-                methods.to_vec(),
-            ));
-        }
+        let (endpoint, params) = match route(method.as_str(), &segments) {
+            Matched::Endpoint { endpoint, params } => (endpoint, params),
+            Matched::MethodNotAllowed(verbs) => {
+                return Err(ApiError::MethodNotAllowed(
+                    format!("Method {method} not allowed for {path}"),
+                    verbs.into_iter().map(hyper_method).collect(),
+                ));
+            }
+            Matched::NotFound => {
+                return Err(ApiError::NotFound(format!("Route not found: {path}")))
+            }
+        };
+        // The table gives each endpoint exactly its parameters, in order.
+        let param_at = |i: usize| param(params.get(i).copied().unwrap_or_default());
         let sites = &self.inner.sites;
-        match (*pattern, method) {
-            (["health"], _) => Ok(json_response(StatusCode::OK, &self.inner.health.body())),
-            (["v1", "capabilities"], _) => Ok(json_response(
+        match endpoint {
+            Endpoint::Health => Ok(json_response(StatusCode::OK, &self.inner.health.body())),
+            Endpoint::Capabilities => Ok(json_response(
                 StatusCode::OK,
                 &Capabilities {
                     drivers: self.inner.health.drivers(),
@@ -254,11 +240,11 @@ impl Router {
                     },
                 },
             )),
-            (["v1", "sites"], Method::GET) => {
+            Endpoint::ListSites => {
                 let list = off_the_workers(sites, Sites::list).await?;
                 Ok(json_response(StatusCode::OK, &json!({ "data": list })))
             }
-            (["v1", "sites"], _) => {
+            Endpoint::CreateSite => {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let created = sites.create(&body, &actor).await;
@@ -271,13 +257,13 @@ impl Router {
                     .await;
                 Ok(json_response(StatusCode::CREATED, &status))
             }
-            (["v1", "sites", _], Method::GET) => {
-                let slug = param(&segments[2])?;
+            Endpoint::GetSite => {
+                let slug = param_at(0)?;
                 let status = off_the_workers(sites, move |s| s.get(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &status))
             }
-            (["v1", "sites", _], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::DeleteSite => {
+                let slug = param_at(0)?;
                 let purge_prod = query_flag(request.uri().query(), "purge_prod");
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
@@ -294,18 +280,18 @@ impl Router {
                     .await;
                 Ok(json_response(StatusCode::OK, &report))
             }
-            (["v1", "sites", _, "sessions"], Method::GET) => {
-                let slug = param(&segments[2])?;
+            Endpoint::ListSessions => {
+                let slug = param_at(0)?;
                 let sessions = self.inner.sessions.clone();
                 let list = tokio::task::spawn_blocking(move || sessions.list(&slug))
                     .await
                     .map_err(|e| ApiError::Internal(format!("session task: {e}")))??;
                 Ok(json_response(StatusCode::OK, &json!({ "data": list })))
             }
-            (["v1", "sites", _, "sessions"], _) => {
+            Endpoint::StartSession => {
                 // The site is checked before the body and the actor, so a request for a missing
                 // site is a 404 whatever its body holds.
-                let slug = param(&segments[2])?;
+                let slug = param_at(0)?;
                 let check = slug.clone();
                 off_the_workers(sites, move |s| s.get(&check)).await?;
                 let body = parse_body(&read_body(request).await?)?;
@@ -316,8 +302,8 @@ impl Router {
                     .await;
                 Ok(json_response(StatusCode::CREATED, &detail))
             }
-            (["v1", "sessions", _, "messages"], _) => {
-                let id = param(&segments[2])?;
+            Endpoint::SendMessage => {
+                let id = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let site = self.inner.sessions.send_message(&id, &body).await?;
@@ -333,8 +319,8 @@ impl Router {
                     &json!({ "session_id": id, "accepted": true }),
                 ))
             }
-            (["v1", "sessions", _, "stop"], _) => {
-                let id = param(&segments[2])?;
+            Endpoint::StopSession => {
+                let id = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let slug = self.inner.sessions.stop(&id).await?;
@@ -351,8 +337,8 @@ impl Router {
                     &json!({ "session_id": id, "stopped": true }),
                 ))
             }
-            (["v1", "sites", _, "build"], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::StartBuild => {
+                let slug = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let id = self.inner.builds.start(&slug).await?;
@@ -363,8 +349,8 @@ impl Router {
                     &json!({ "build_id": id }),
                 ))
             }
-            (["v1", "sites", _, "builds", _], _) => {
-                let (slug, id) = (param(&segments[2])?, param(&segments[4])?);
+            Endpoint::GetBuild => {
+                let (slug, id) = (param_at(0)?, param_at(1)?);
                 let builds = self.inner.builds.clone();
                 let (record, log) = tokio::task::spawn_blocking(move || builds.get(&slug, &id))
                     .await
@@ -374,13 +360,13 @@ impl Router {
                 body["log"] = Value::String(log);
                 Ok(json_response(StatusCode::OK, &body))
             }
-            (["v1", "sites", _, "preview"], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::Preview => {
+                let slug = param_at(0)?;
                 let preview = publishing_task(sites, move |s| s.preview(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &preview))
             }
-            (["v1", "sites", _, "publish"], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::Publish => {
+                let slug = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let publish = PublishRequest::from_body(&body)?;
@@ -393,13 +379,13 @@ impl Router {
                 self.record(&actor, "publish", Some(&slug), detail).await;
                 Ok(json_response(StatusCode::OK, &served))
             }
-            (["v1", "sites", _, "releases"], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::Releases => {
+                let slug = param_at(0)?;
                 let releases = publishing_task(sites, move |s| s.releases(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &releases))
             }
-            (["v1", "sites", _, "rollback"], _) => {
-                let slug = param(&segments[2])?;
+            Endpoint::Rollback => {
+                let slug = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let release = match body.get("release") {
@@ -419,7 +405,7 @@ impl Router {
                 .await;
                 Ok(json_response(StatusCode::OK, &served))
             }
-            (["v1", "audit"], _) => {
+            Endpoint::Audit => {
                 let query = request.uri().query();
                 let site = query_value(query, "site");
                 let limit = audit::parse_limit(query_value(query, "limit").as_deref())
@@ -432,8 +418,8 @@ impl Router {
                         .map_err(|e| ApiError::Internal(format!("reading the audit log: {e}")))?;
                 Ok(json_response(StatusCode::OK, &json!({ "data": entries })))
             }
-            (["v1", "sessions", _, "events"], _) => {
-                let id = param(&segments[2])?;
+            Endpoint::Events => {
+                let id = param_at(0)?;
                 // The standard SSE reconnect names the last `id:` seen; it means what `after`
                 // means, and an explicit `?after=` wins.
                 let last_event_id = request
@@ -445,7 +431,6 @@ impl Router {
                 let after = parse_after(after.as_deref())?;
                 Ok(self.inner.sessions.follow(&id, after).await?)
             }
-            _ => Err(ApiError::NotFound(format!("Route not found: {path}"))),
         }
     }
 
@@ -543,12 +528,13 @@ where
         .map_err(ApiError::from)
 }
 
-fn matches(route: &[&str], segments: &[String]) -> bool {
-    route.len() == segments.len()
-        && route
-            .iter()
-            .zip(segments)
-            .all(|(r, s)| r.starts_with(':') || r == s)
+/// The hyper method of a contract verb.
+fn hyper_method(verb: Verb) -> Method {
+    match verb {
+        Verb::Get => Method::GET,
+        Verb::Post => Method::POST,
+        Verb::Delete => Method::DELETE,
+    }
 }
 
 async fn read_body(request: Request) -> Result<hyper::body::Bytes, ApiError> {

@@ -4,6 +4,8 @@
 use hyper::Method;
 use serde_json::{json, Map, Value};
 
+use atelier_site_api::{Endpoint, Verb};
+
 use crate::params::{Id, Slug};
 
 /// The fields of `POST /v1/sites`.
@@ -120,104 +122,140 @@ pub struct Call {
 // === impl Route ===
 
 impl Route {
-    /// The request this route makes.
+    /// The request this route makes: its endpoint's method and path from the contract's one
+    /// route table, the query, and the body's fields.
     pub fn call(&self) -> Call {
-        let get = |path: String| Call {
-            method: Method::GET,
-            path_and_query: path,
-            fields: None,
-        };
-        let send = |method: Method, path: String, fields: Value| Call {
-            method,
-            path_and_query: path,
-            fields: match fields {
-                Value::Object(map) => Some(map),
-                _ => Some(Map::new()),
+        let (endpoint, params, query, fields): (Endpoint, Vec<&str>, String, Option<Value>) =
+            match self {
+                Route::Health => (Endpoint::Health, vec![], String::new(), None),
+                Route::Capabilities => (Endpoint::Capabilities, vec![], String::new(), None),
+                Route::CreateSite(site) => {
+                    let mut fields = json!({"slug": site.slug.as_str(), "name": site.name, "domain": site.domain});
+                    if let Some(template) = &site.template {
+                        fields["template"] = json!(template);
+                    }
+                    if let Some(driver) = &site.driver {
+                        fields["driver"] = json!(driver);
+                    }
+                    (Endpoint::CreateSite, vec![], String::new(), Some(fields))
+                }
+                Route::ListSites => (Endpoint::ListSites, vec![], String::new(), None),
+                Route::GetSite(slug) => {
+                    (Endpoint::GetSite, vec![slug.as_str()], String::new(), None)
+                }
+                Route::DeleteSite { slug, purge_prod } => {
+                    // sited treats only the exact string `true` as a purge; never send `false`.
+                    let query = if *purge_prod { "?purge_prod=true" } else { "" };
+                    (
+                        Endpoint::DeleteSite,
+                        vec![slug.as_str()],
+                        query.to_owned(),
+                        Some(json!({})),
+                    )
+                }
+                Route::StartSession {
+                    slug,
+                    prompt,
+                    driver,
+                } => {
+                    let mut fields = json!({"prompt": prompt});
+                    if let Some(driver) = driver {
+                        fields["driver"] = json!(driver);
+                    }
+                    (
+                        Endpoint::StartSession,
+                        vec![slug.as_str()],
+                        String::new(),
+                        Some(fields),
+                    )
+                }
+                Route::ListSessions(slug) => (
+                    Endpoint::ListSessions,
+                    vec![slug.as_str()],
+                    String::new(),
+                    None,
+                ),
+                Route::Events { session, after } => (
+                    Endpoint::Events,
+                    vec![session.as_str()],
+                    format!("?after={after}"),
+                    None,
+                ),
+                Route::SendMessage { session, message } => (
+                    Endpoint::SendMessage,
+                    vec![session.as_str()],
+                    String::new(),
+                    Some(json!({"message": message})),
+                ),
+                Route::StopSession(session) => (
+                    Endpoint::StopSession,
+                    vec![session.as_str()],
+                    String::new(),
+                    Some(json!({})),
+                ),
+                Route::StartBuild(slug) => (
+                    Endpoint::StartBuild,
+                    vec![slug.as_str()],
+                    String::new(),
+                    Some(json!({})),
+                ),
+                Route::GetBuild { slug, build } => (
+                    Endpoint::GetBuild,
+                    vec![slug.as_str(), build.as_str()],
+                    String::new(),
+                    None,
+                ),
+                Route::Preview(slug) => {
+                    (Endpoint::Preview, vec![slug.as_str()], String::new(), None)
+                }
+                Route::Publish { slug, note } => {
+                    let mut fields = json!({"confirm": true});
+                    if let Some(note) = note {
+                        fields["note"] = json!(note);
+                    }
+                    (
+                        Endpoint::Publish,
+                        vec![slug.as_str()],
+                        String::new(),
+                        Some(fields),
+                    )
+                }
+                Route::Releases(slug) => {
+                    (Endpoint::Releases, vec![slug.as_str()], String::new(), None)
+                }
+                Route::Rollback { slug, release } => (
+                    Endpoint::Rollback,
+                    vec![slug.as_str()],
+                    String::new(),
+                    Some(json!({"release": release.as_str()})),
+                ),
+                Route::Audit { site, limit } => {
+                    let mut query = Vec::new();
+                    if let Some(site) = site {
+                        query.push(format!("site={site}"));
+                    }
+                    if let Some(limit) = limit {
+                        query.push(format!("limit={limit}"));
+                    }
+                    let query = if query.is_empty() {
+                        String::new()
+                    } else {
+                        format!("?{}", query.join("&"))
+                    };
+                    (Endpoint::Audit, vec![], query, None)
+                }
+            };
+        Call {
+            method: match endpoint.verb() {
+                Verb::Get => Method::GET,
+                Verb::Post => Method::POST,
+                Verb::Delete => Method::DELETE,
             },
-        };
-        match self {
-            Route::Health => get("/health".into()),
-            Route::Capabilities => get("/v1/capabilities".into()),
-            Route::CreateSite(site) => {
-                let mut fields =
-                    json!({"slug": site.slug.as_str(), "name": site.name, "domain": site.domain});
-                if let Some(template) = &site.template {
-                    fields["template"] = json!(template);
-                }
-                if let Some(driver) = &site.driver {
-                    fields["driver"] = json!(driver);
-                }
-                send(Method::POST, "/v1/sites".into(), fields)
-            }
-            Route::ListSites => get("/v1/sites".into()),
-            Route::GetSite(slug) => get(format!("/v1/sites/{slug}")),
-            Route::DeleteSite { slug, purge_prod } => {
-                // sited treats only the exact string `true` as a purge; never send `false`.
-                let query = if *purge_prod { "?purge_prod=true" } else { "" };
-                send(
-                    Method::DELETE,
-                    format!("/v1/sites/{slug}{query}"),
-                    json!({}),
-                )
-            }
-            Route::StartSession {
-                slug,
-                prompt,
-                driver,
-            } => {
-                let mut fields = json!({"prompt": prompt});
-                if let Some(driver) = driver {
-                    fields["driver"] = json!(driver);
-                }
-                send(Method::POST, format!("/v1/sites/{slug}/sessions"), fields)
-            }
-            Route::ListSessions(slug) => get(format!("/v1/sites/{slug}/sessions")),
-            Route::Events { session, after } => {
-                get(format!("/v1/sessions/{session}/events?after={after}"))
-            }
-            Route::SendMessage { session, message } => send(
-                Method::POST,
-                format!("/v1/sessions/{session}/messages"),
-                json!({"message": message}),
-            ),
-            Route::StopSession(session) => send(
-                Method::POST,
-                format!("/v1/sessions/{session}/stop"),
-                json!({}),
-            ),
-            Route::StartBuild(slug) => {
-                send(Method::POST, format!("/v1/sites/{slug}/build"), json!({}))
-            }
-            Route::GetBuild { slug, build } => get(format!("/v1/sites/{slug}/builds/{build}")),
-            Route::Preview(slug) => get(format!("/v1/sites/{slug}/preview")),
-            Route::Publish { slug, note } => {
-                let mut fields = json!({"confirm": true});
-                if let Some(note) = note {
-                    fields["note"] = json!(note);
-                }
-                send(Method::POST, format!("/v1/sites/{slug}/publish"), fields)
-            }
-            Route::Releases(slug) => get(format!("/v1/sites/{slug}/releases")),
-            Route::Rollback { slug, release } => send(
-                Method::POST,
-                format!("/v1/sites/{slug}/rollback"),
-                json!({"release": release.as_str()}),
-            ),
-            Route::Audit { site, limit } => {
-                let mut query = Vec::new();
-                if let Some(site) = site {
-                    query.push(format!("site={site}"));
-                }
-                if let Some(limit) = limit {
-                    query.push(format!("limit={limit}"));
-                }
-                let query = if query.is_empty() {
-                    String::new()
-                } else {
-                    format!("?{}", query.join("&"))
-                };
-                get(format!("/v1/audit{query}"))
-            }
+            path_and_query: format!("{}{query}", endpoint.path(&params)),
+            fields: fields.map(|fields| match fields {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            }),
         }
     }
 

@@ -42,10 +42,11 @@ fn the_document_and_the_route_table_name_the_same_operations() {
     let document = document();
     let served: BTreeSet<(String, String)> = ROUTES
         .iter()
-        .flat_map(|(segments, methods)| {
-            methods
-                .iter()
-                .map(move |method| (template_of(segments), method.as_str().to_lowercase()))
+        .map(|spec| {
+            (
+                template_of(spec.segments),
+                spec.verb.as_str().to_lowercase(),
+            )
         })
         .collect();
     openapi::check_operations(&document, &served).unwrap();
