@@ -4,6 +4,7 @@
 //! needs to drive without systemd — the router, the health payload, the settings — lives here.
 //!
 //! Sites:
+//! - [`requests`]: the edge where a mutating body becomes its typed request.
 //! - [`domain`]: the domain grammar (slugs, ids and every wire body are `atelier-site-api`'s); [`actor`]: mutating bodies and their actor.
 //! - [`manifest`]: `site.json`; [`templates`]: `templates/<id>/`; [`agents_md`]: the brief.
 //! - [`git`]: the workspace repository under a constructed environment.
@@ -45,6 +46,7 @@ pub mod metrics;
 pub mod problem;
 pub mod publishing;
 pub mod reason;
+pub mod requests;
 pub mod reservations;
 mod router;
 pub mod runs;

@@ -6,15 +6,12 @@ use std::time::SystemTime;
 
 use atelier_fs::{FsError, Root};
 use atelier_releases::{ReleaseError, Store, Strategy};
-use serde_json::Value;
 
 use crate::actor::Actor;
 use crate::dates::iso8601;
 use crate::manifest::{self, Published};
 use crate::site_table::{self, SiteRow, SurfacePaths};
 use crate::sites::{SiteError, Sites};
-
-use atelier_site_api::limits::MAX_NOTE_CHARS;
 
 /// Why a publishing request was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,29 +39,6 @@ pub enum PublishError {
 }
 
 pub use atelier_site_api::{Preview, Releases, Served};
-
-/// What a publish request says.
-#[derive(Debug, Clone)]
-pub struct PublishRequest {
-    /// The optional note, cut to 500 characters.
-    pub note: Option<String>,
-}
-
-impl PublishRequest {
-    /// Reads `confirm` (which must be exactly `true`) and `note` from a publish body.
-    pub fn from_body(body: &Value) -> Result<PublishRequest, PublishError> {
-        if body.get("confirm") != Some(&Value::Bool(true)) {
-            return Err(PublishError::Validation(
-                "publish requires an explicit confirm: true",
-            ));
-        }
-        let note = body
-            .get("note")
-            .and_then(Value::as_str)
-            .map(|n| n.chars().take(MAX_NOTE_CHARS).collect());
-        Ok(PublishRequest { note })
-    }
-}
 
 /// The site's two stores, after its webspace was proved.
 fn stores(row: &SiteRow) -> Result<(Store, Store), PublishError> {

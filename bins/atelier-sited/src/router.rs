@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use atelier_http::{json_response, Request, Response};
-use atelier_site_api::{route, Capabilities, DriverId, Endpoint, Limits, Matched, Verb};
+use atelier_site_api::{
+    route, BuildStarted, Capabilities, DataList, DriverId, Endpoint, Limits, Matched,
+    MessageAccepted, SessionId, SessionStarted, SessionStopped, Slug, Verb,
+};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
@@ -16,9 +19,10 @@ use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
 use crate::metrics::Metrics;
 use crate::problem::ApiError;
-use crate::publishing::{PublishError, PublishRequest};
+use crate::publishing::PublishError;
+use crate::requests;
 use crate::runs::{DoorSettings, Mode, NoneSpawner, Runner, SystemdDoors};
-use crate::sessions::{parse_after, Sessions};
+use crate::sessions::{parse_after, SessionError, Sessions};
 use crate::settings::Confinement;
 use crate::settings::Settings;
 use crate::sites::{SiteError, Sites};
@@ -224,6 +228,11 @@ impl Router {
         };
         // The table gives each endpoint exactly its parameters, in order.
         let param_at = |i: usize| param(params.get(i).copied().unwrap_or_default());
+        // A path's slug: one outside the grammar names no site.
+        let site_at = |i: usize| {
+            let text = param_at(i)?;
+            Slug::parse(&text).map_err(|_| ApiError::from(SiteError::NotFound(text)))
+        };
         let sites = &self.inner.sites;
         match endpoint {
             Endpoint::Health => Ok(json_response(StatusCode::OK, &self.inner.health.body())),
@@ -242,12 +251,13 @@ impl Router {
             )),
             Endpoint::ListSites => {
                 let list = off_the_workers(sites, Sites::list).await?;
-                Ok(json_response(StatusCode::OK, &json!({ "data": list })))
+                Ok(json_response(StatusCode::OK, &DataList { data: list }))
             }
             Endpoint::CreateSite => {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let created = sites.create(&body, &actor).await;
+                let site = requests::create_site(&body)?;
+                let created = sites.create(site, &actor).await;
                 self.count_sites().await;
                 let status = created?;
                 tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
@@ -286,27 +296,35 @@ impl Router {
                 let list = tokio::task::spawn_blocking(move || sessions.list(&slug))
                     .await
                     .map_err(|e| ApiError::Internal(format!("session task: {e}")))??;
-                Ok(json_response(StatusCode::OK, &json!({ "data": list })))
+                Ok(json_response(StatusCode::OK, &DataList { data: list }))
             }
             Endpoint::StartSession => {
                 // The site is checked before the body and the actor, so a request for a missing
                 // site is a 404 whatever its body holds.
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let check = slug.clone();
-                off_the_workers(sites, move |s| s.get(&check)).await?;
+                off_the_workers(sites, move |s| s.get(check.as_str())).await?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let id = self.inner.sessions.start(&slug, &body, &actor).await?;
+                let start = requests::start_session(&body)?;
+                let id = self.inner.sessions.start(&slug, start, &actor).await?;
                 let detail = json!({ "session_id": id.as_str() });
-                self.record(&actor, "session_start", Some(&slug), detail.clone())
+                self.record(&actor, "session_start", Some(slug.as_str()), detail)
                     .await;
-                Ok(json_response(StatusCode::CREATED, &detail))
+                let started = SessionStarted {
+                    session_id: id.to_string(),
+                };
+                Ok(json_response(StatusCode::CREATED, &started))
             }
             Endpoint::SendMessage => {
                 let id = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let site = self.inner.sessions.send_message(&id, &body).await?;
+                // The message is refused before an unknown session, as the contract orders.
+                let message = requests::send_message(&body)?;
+                let session = SessionId::parse(&id)
+                    .ok_or_else(|| SessionError::UnknownSession(id.clone()))?;
+                let site = self.inner.sessions.send_message(&session, message).await?;
                 self.record(
                     &actor,
                     "session_message",
@@ -314,16 +332,19 @@ impl Router {
                     json!({ "session_id": id }),
                 )
                 .await;
-                Ok(json_response(
-                    StatusCode::OK,
-                    &json!({ "session_id": id, "accepted": true }),
-                ))
+                let accepted = MessageAccepted {
+                    session_id: id,
+                    accepted: true,
+                };
+                Ok(json_response(StatusCode::OK, &accepted))
             }
             Endpoint::StopSession => {
                 let id = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let slug = self.inner.sessions.stop(&id).await?;
+                // An id that is no session's has no running turn to stop.
+                let session = SessionId::parse(&id).ok_or(SessionError::NotRunning)?;
+                let slug = self.inner.sessions.stop(&session).await?;
                 let site = (!slug.is_empty()).then_some(slug);
                 self.record(
                     &actor,
@@ -332,10 +353,11 @@ impl Router {
                     json!({ "session_id": id }),
                 )
                 .await;
-                Ok(json_response(
-                    StatusCode::OK,
-                    &json!({ "session_id": id, "stopped": true }),
-                ))
+                let stopped = SessionStopped {
+                    session_id: id,
+                    stopped: true,
+                };
+                Ok(json_response(StatusCode::OK, &stopped))
             }
             Endpoint::StartBuild => {
                 let slug = param_at(0)?;
@@ -346,7 +368,7 @@ impl Router {
                     .await;
                 Ok(json_response(
                     StatusCode::ACCEPTED,
-                    &json!({ "build_id": id }),
+                    &BuildStarted { build_id: id },
                 ))
             }
             Endpoint::GetBuild => {
@@ -369,7 +391,7 @@ impl Router {
                 let slug = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let publish = PublishRequest::from_body(&body)?;
+                let publish = requests::publish(&body)?;
                 let (who, site) = (actor.clone(), slug.clone());
                 let served = publishing_task(sites, move |s| s.publish(&site, &who)).await?;
                 let mut detail = json!({ "release": served.release });
@@ -388,11 +410,7 @@ impl Router {
                 let slug = param_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let release = match body.get("release") {
-                    None | Some(Value::Null) => String::new(),
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                };
+                let release = requests::rollback(&body).release;
                 let (who, site, wanted) = (actor.clone(), slug.clone(), release.clone());
                 let served =
                     publishing_task(sites, move |s| s.rollback(&site, &wanted, &who)).await?;
@@ -416,7 +434,7 @@ impl Router {
                         .await
                         .map_err(|e| ApiError::Internal(format!("audit task: {e}")))?
                         .map_err(|e| ApiError::Internal(format!("reading the audit log: {e}")))?;
-                Ok(json_response(StatusCode::OK, &json!({ "data": entries })))
+                Ok(json_response(StatusCode::OK, &DataList { data: entries }))
             }
             Endpoint::Events => {
                 let id = param_at(0)?;
@@ -429,7 +447,9 @@ impl Router {
                     .map(str::to_owned);
                 let after = query_value(request.uri().query(), "after").or(last_event_id);
                 let after = parse_after(after.as_deref())?;
-                Ok(self.inner.sessions.follow(&id, after).await?)
+                let session = SessionId::parse(&id)
+                    .ok_or_else(|| SessionError::UnknownSession(id.clone()))?;
+                Ok(self.inner.sessions.follow(&session, after).await?)
             }
         }
     }

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use atelier_fs::{FileKind, Root};
 use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
 use hyper::header::{HeaderValue, CONNECTION};
-use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::actor::Actor;
@@ -28,7 +27,7 @@ use crate::sites::{SiteError, Sites};
 use crate::turns::{
     RunningTurns, Turn, TurnControl, TurnServices, TurnSettings, TurnSlot, TurnSlots,
 };
-use atelier_site_api::{SessionEvent, Slug, TurnState};
+use atelier_site_api::{SendMessage, SessionEvent, Slug, StartSession, TurnState};
 
 pub use atelier_site_api::limits::MAX_PROMPT_UNITS;
 /// SSE frames queued for one client before the follower waits for it.
@@ -259,17 +258,17 @@ impl Sessions {
     /// refusal; then the meta, and the first turn launched detached. Returns the new session.
     pub async fn start(
         &self,
-        slug: &str,
-        body: &Value,
+        slug: &Slug,
+        request: StartSession,
         actor: &Actor,
     ) -> Result<SessionId, SessionError> {
-        // 1. prompt.
-        let prompt = validate_prompt(body.get("prompt"), "prompt")?;
+        // 1. the prompt was checked at the edge.
+        let StartSession {
+            prompt,
+            driver: body_driver,
+        } = request;
+        let slug = slug.as_str();
         // 2-3. the site, then the driver: the body's when valid, else the driver record.
-        let body_driver = body
-            .get("driver")
-            .and_then(Value::as_str)
-            .and_then(Driver::parse);
         let this = self.clone();
         let owned_slug = slug.to_owned();
         let driver = blocking(move || {
@@ -306,17 +305,19 @@ impl Sessions {
 
     /// `POST /v1/sessions/:id/messages` after the route's actor check: a follow-up turn
     /// of the session, resuming the driver's own session when it left a token.
-    pub async fn send_message(&self, id: &str, body: &Value) -> Result<String, SessionError> {
-        let message = validate_prompt(body.get("message"), "message")?;
-        let unknown = || SessionError::UnknownSession(id.to_owned());
-        let id = SessionId::parse(id).ok_or_else(unknown)?;
-        let meta = self.read_meta_of(&id).await?;
+    pub async fn send_message(
+        &self,
+        id: &SessionId,
+        request: SendMessage,
+    ) -> Result<String, SessionError> {
+        let message = request.message;
+        let meta = self.read_meta_of(id).await?;
         let slug = meta.slug.clone();
         let driver = Driver::parse(&meta.driver)
             .ok_or_else(|| SessionError::NoDriverRecord(slug.clone()))?;
-        let admitted = self.admit_turn(&slug, driver, Some(&id)).await?;
+        let admitted = self.admit_turn(&slug, driver, Some(id)).await?;
         // Under the hold: the session may have gone with a delete that finished meanwhile.
-        let mut meta = self.read_meta_of(&id).await?;
+        let mut meta = self.read_meta_of(id).await?;
         meta.state = "running".to_owned();
         self.launch(admitted, meta, message).await?;
         Ok(slug)
@@ -432,12 +433,11 @@ impl Sessions {
     /// turn to stop and answers once its agent run is gone; the commit and `turn_end` follow.
     /// A session with no running turn in this process — unknown ids included — is
     /// `not_running`, never 404. Returns the site, for the audit line.
-    pub async fn stop(&self, id: &str) -> Result<String, SessionError> {
-        let id = SessionId::parse(id).ok_or(SessionError::NotRunning)?;
+    pub async fn stop(&self, id: &SessionId) -> Result<String, SessionError> {
         let control = self
             .inner
             .turns
-            .control(&id)
+            .control(id)
             .ok_or(SessionError::NotRunning)?;
         control.request_stop();
         control.run_gone().await;
@@ -446,7 +446,7 @@ impl Sessions {
             .index
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
+            .get(id)
             .cloned()
             .unwrap_or_default();
         Ok(slug)
@@ -597,9 +597,8 @@ impl Sessions {
     }
 
     /// `GET /v1/sessions/:id/events?after=N`: the stream response, or 404.
-    pub async fn follow(&self, id: &str, after: i64) -> Result<Response, SessionError> {
-        let unknown = SessionError::UnknownSession(id.to_owned());
-        let id = SessionId::parse(id).ok_or(unknown)?;
+    pub async fn follow(&self, id: &SessionId, after: i64) -> Result<Response, SessionError> {
+        let id = id.clone();
         let this = self.clone();
         let lookup = id.clone();
         let slug = blocking(move || {
@@ -653,18 +652,6 @@ pub fn parse_after(value: Option<&str>) -> Result<i64, SessionError> {
     };
     // Every seq is >= 0, so any cursor below -1 means "everything".
     Ok(number.floor().clamp(-1.0, i64::MAX as f64) as i64)
-}
-
-/// A prompt or message: a string whose trim is non-empty, at most 32 Ki UTF-16 units.
-pub fn validate_prompt(value: Option<&Value>, field: &str) -> Result<String, SessionError> {
-    let text = value
-        .and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| SessionError::Validation(format!("{field} must be a non-empty string")))?;
-    if text.encode_utf16().count() > MAX_PROMPT_UNITS {
-        return Err(SessionError::Validation(format!("{field} exceeds 32 KiB")));
-    }
-    Ok(text.to_owned())
 }
 
 async fn blocking<T, F>(work: F) -> Result<T, SessionError>
@@ -848,7 +835,6 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn the_cursor_parses_as_the_original_did() {
@@ -866,17 +852,5 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse_after(input).ok(), want, "{input:?}");
         }
-    }
-
-    #[test]
-    fn prompts_are_checked_in_utf16_units() {
-        assert!(validate_prompt(Some(&json!("  ")), "prompt").is_err());
-        assert!(validate_prompt(Some(&json!(3)), "prompt").is_err());
-        assert!(validate_prompt(None, "prompt").is_err());
-        let max = "é".repeat(MAX_PROMPT_UNITS);
-        assert!(validate_prompt(Some(&json!(max)), "prompt").is_ok());
-        let over = "😀".repeat(MAX_PROMPT_UNITS / 2 + 1);
-        let err = validate_prompt(Some(&json!(over)), "prompt").unwrap_err();
-        assert_eq!(err.to_string(), "prompt exceeds 32 KiB");
     }
 }

@@ -15,15 +15,13 @@ use crate::build_record::{self, BuildRecord};
 use crate::dates::iso8601;
 use crate::domain::{normalize_domain, BadDomain};
 use crate::git::{Git, GitError};
-use crate::manifest::{
-    self, Driver, ManifestError, SiteManifest, DEFAULT_TEMPLATE, MAX_NAME_CHARS,
-};
+use crate::manifest::{self, Driver, ManifestError, SiteManifest, DEFAULT_TEMPLATE};
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::runs::{RunTarget, Runner};
 use crate::site_table::{self, SiteRow, SiteTable, WebspaceError};
 use crate::templates::{TemplateError, Templates, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
-use atelier_site_api::Slug;
+use atelier_site_api::{CreateSite, Slug};
 
 use atelier_layout::workspace::{
     BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
@@ -234,9 +232,9 @@ impl Sites {
 
     /// Creates a site from a request body, checked in the numbered order of `admit` so a
     /// request that breaks several rules always meets the same refusal.
-    pub async fn create(&self, body: &Value, actor: &Actor) -> Result<SiteStatus, SiteError> {
-        let (body, owner) = (body.clone(), actor.user_id);
-        let (init, manifest) = self.blocking(move |s| s.admit(&body, owner)).await?;
+    pub async fn create(&self, site: CreateSite, actor: &Actor) -> Result<SiteStatus, SiteError> {
+        let owner = actor.user_id;
+        let (init, manifest) = self.blocking(move |s| s.admit(site, owner)).await?;
         // 12-13: fill the workspace, or remove everything this request made.
         let made = self.populate(&manifest).await;
         let slug = manifest.slug.clone();
@@ -258,23 +256,26 @@ impl Sites {
     }
 
     /// Steps 1-11: every check, the `init` hold and the exclusive workspace directory.
-    fn admit(&self, body: &Value, owner: i64) -> Result<(Reservation, SiteManifest), SiteError> {
-        // 1-2: slug and name.
-        let slug = Slug::parse(body.get("slug").and_then(Value::as_str).unwrap_or(""))?;
-        let name = body
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|n| !n.is_empty() && n.chars().count() <= MAX_NAME_CHARS)
-            .ok_or(SiteError::BadName)?
-            .to_owned();
+    fn admit(
+        &self,
+        site: CreateSite,
+        owner: i64,
+    ) -> Result<(Reservation, SiteManifest), SiteError> {
+        // 1-2: slug and name, checked at the edge.
+        let CreateSite {
+            slug,
+            name,
+            domain,
+            template,
+            driver,
+        } = site;
         // 3: an existing manifest.
         let root = self.sites_root()?;
         if has_manifest(&root, &slug) {
             return Err(SiteError::SlugExists(slug.to_string()));
         }
         // 4-5: domain grammar, then no other site has it.
-        let domain = normalize_domain(body.get("domain").and_then(Value::as_str).unwrap_or(""))?;
+        let domain = normalize_domain(&domain)?;
         if self
             .manifests(&root)
             .iter()
@@ -296,11 +297,7 @@ impl Sites {
             return Err(SiteError::MaxSites(self.config.max_sites));
         }
         // 10: the template.
-        let template_id = match body.get("template") {
-            None | Some(Value::Null) => DEFAULT_TEMPLATE.to_owned(),
-            Some(Value::String(id)) => id.clone(),
-            Some(other) => return Err(SiteError::UnknownTemplate(other.to_string())),
-        };
+        let template_id = template.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
         let template = self
             .templates
             .get(&template_id)
@@ -313,12 +310,8 @@ impl Sites {
                 SiteError::WorkspaceExists(slug.to_string())
             });
         }
-        // An unknown driver is ignored, as the original ignored one on session start.
-        let driver = body
-            .get("driver")
-            .and_then(Value::as_str)
-            .and_then(Driver::parse)
-            .unwrap_or(self.config.default_driver);
+        // An unknown driver was ignored at the edge, as the original ignored one.
+        let driver = driver.unwrap_or(self.config.default_driver);
         let manifest = SiteManifest {
             slug: slug.to_string(),
             name,

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use atelier_clidocs::progress::{self, Mode, ProgressLine};
+use atelier_site_api::DriverId;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
@@ -261,13 +262,13 @@ pub enum Driver {
     Atelier,
 }
 
-impl Driver {
-    fn as_str(self) -> &'static str {
-        match self {
-            Driver::ClaudeCode => "claude_code",
-            Driver::Opencode => "opencode",
-            Driver::Pi => "pi",
-            Driver::Atelier => "atelier",
+impl From<Driver> for DriverId {
+    fn from(driver: Driver) -> DriverId {
+        match driver {
+            Driver::ClaudeCode => DriverId::ClaudeCode,
+            Driver::Opencode => DriverId::Opencode,
+            Driver::Pi => DriverId::Pi,
+            Driver::Atelier => DriverId::Atelier,
         }
     }
 }
@@ -876,7 +877,7 @@ impl Plan {
                     name: name.clone(),
                     domain: domain.clone(),
                     template: template.clone(),
-                    driver: driver.map(|d| d.as_str().to_owned()),
+                    driver: driver.map(DriverId::from),
                 }))
             }
             Command::Sites(SitesCommand::Show { slug: s }) => Plan::Call(Route::GetSite(slug(s)?)),
@@ -908,7 +909,7 @@ impl Plan {
                     route: Route::StartSession {
                         slug: slug(s)?,
                         prompt,
-                        driver: driver.map(|d| d.as_str().to_owned()),
+                        driver: driver.map(DriverId::from),
                     },
                     follow: *follow,
                 }
@@ -1542,7 +1543,7 @@ mod tests {
                 Ok(Plan::StartSession {
                     route: Route::StartSession { driver, .. },
                     ..
-                }) => assert_eq!(driver.as_deref(), Some(wire), "{flag}"),
+                }) => assert_eq!(driver.map(DriverId::as_str), Some(wire), "{flag}"),
                 _ => panic!("{flag}: not a session start"),
             }
         }

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use atelier_site_api::DriverId;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
@@ -236,13 +237,13 @@ impl Client {
         &self,
         slug: &Slug,
         prompt: &str,
-        driver: Option<&str>,
+        driver: Option<DriverId>,
     ) -> Result<Id, Error> {
         check_text("prompt", prompt)?;
         let route = Route::StartSession {
             slug: slug.clone(),
             prompt: prompt.to_owned(),
-            driver: driver.map(str::to_owned),
+            driver,
         };
         let started: SessionStarted = self.send(&route).await?.parse()?;
         session_id(&started.session_id)

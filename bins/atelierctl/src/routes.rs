@@ -4,24 +4,12 @@
 use hyper::Method;
 use serde_json::{json, Map, Value};
 
-use atelier_site_api::{Endpoint, Verb};
+use atelier_site_api::{DriverId, Endpoint, Publish, Rollback, SendMessage, StartSession, Verb};
 
 use crate::params::{Id, Slug};
 
-/// The fields of `POST /v1/sites`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewSite {
-    /// The slug.
-    pub slug: Slug,
-    /// The display name (1..200 characters, checked by sited).
-    pub name: String,
-    /// The site's domain (checked by sited against its grammar).
-    pub domain: String,
-    /// The template id; sited's default (`basic`) when absent.
-    pub template: Option<String>,
-    /// The agent driver; the instance's default when absent.
-    pub driver: Option<String>,
-}
+/// The fields of `POST /v1/sites` (the contract's own request type).
+pub use atelier_site_api::CreateSite as NewSite;
 
 /// One route of the table with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +38,7 @@ pub enum Route {
         /// The first turn's prompt.
         prompt: String,
         /// The driver, when not the site's.
-        driver: Option<String>,
+        driver: Option<DriverId>,
     },
     /// 8. `GET /v1/sites/:slug/sessions`.
     ListSessions(Slug),
@@ -129,16 +117,12 @@ impl Route {
             match self {
                 Route::Health => (Endpoint::Health, vec![], String::new(), None),
                 Route::Capabilities => (Endpoint::Capabilities, vec![], String::new(), None),
-                Route::CreateSite(site) => {
-                    let mut fields = json!({"slug": site.slug.as_str(), "name": site.name, "domain": site.domain});
-                    if let Some(template) = &site.template {
-                        fields["template"] = json!(template);
-                    }
-                    if let Some(driver) = &site.driver {
-                        fields["driver"] = json!(driver);
-                    }
-                    (Endpoint::CreateSite, vec![], String::new(), Some(fields))
-                }
+                Route::CreateSite(site) => (
+                    Endpoint::CreateSite,
+                    vec![],
+                    String::new(),
+                    Some(fields_of(site)),
+                ),
                 Route::ListSites => (Endpoint::ListSites, vec![], String::new(), None),
                 Route::GetSite(slug) => {
                     (Endpoint::GetSite, vec![slug.as_str()], String::new(), None)
@@ -158,15 +142,15 @@ impl Route {
                     prompt,
                     driver,
                 } => {
-                    let mut fields = json!({"prompt": prompt});
-                    if let Some(driver) = driver {
-                        fields["driver"] = json!(driver);
-                    }
+                    let start = StartSession {
+                        prompt: prompt.clone(),
+                        driver: *driver,
+                    };
                     (
                         Endpoint::StartSession,
                         vec![slug.as_str()],
                         String::new(),
-                        Some(fields),
+                        Some(fields_of(&start)),
                     )
                 }
                 Route::ListSessions(slug) => (
@@ -185,7 +169,9 @@ impl Route {
                     Endpoint::SendMessage,
                     vec![session.as_str()],
                     String::new(),
-                    Some(json!({"message": message})),
+                    Some(fields_of(&SendMessage {
+                        message: message.clone(),
+                    })),
                 ),
                 Route::StopSession(session) => (
                     Endpoint::StopSession,
@@ -209,15 +195,15 @@ impl Route {
                     (Endpoint::Preview, vec![slug.as_str()], String::new(), None)
                 }
                 Route::Publish { slug, note } => {
-                    let mut fields = json!({"confirm": true});
-                    if let Some(note) = note {
-                        fields["note"] = json!(note);
-                    }
+                    let publish = Publish {
+                        confirm: true,
+                        note: note.clone(),
+                    };
                     (
                         Endpoint::Publish,
                         vec![slug.as_str()],
                         String::new(),
-                        Some(fields),
+                        Some(fields_of(&publish)),
                     )
                 }
                 Route::Releases(slug) => {
@@ -227,7 +213,9 @@ impl Route {
                     Endpoint::Rollback,
                     vec![slug.as_str()],
                     String::new(),
-                    Some(json!({"release": release.as_str()})),
+                    Some(fields_of(&Rollback {
+                        release: release.to_string(),
+                    })),
                 ),
                 Route::Audit { site, limit } => {
                     let mut query = Vec::new();
@@ -263,6 +251,11 @@ impl Route {
     pub fn is_stream(&self) -> bool {
         matches!(self, Route::Events { .. })
     }
+}
+
+/// A request body's fields as JSON (an object; the client adds the actor).
+fn fields_of(body: &impl serde::Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or_else(|_| json!({}))
 }
 
 #[cfg(test)]
@@ -315,7 +308,7 @@ mod tests {
                     name: "Alpha".into(),
                     domain: "alpha.example.org".into(),
                     template: Some("basic".into()),
-                    driver: Some("opencode".into()),
+                    driver: Some(DriverId::Opencode),
                 }),
                 Method::POST,
                 "/v1/sites".into(),
@@ -373,7 +366,7 @@ mod tests {
                 Route::StartSession {
                     slug: slug("alpha"),
                     prompt: "p".into(),
-                    driver: Some("claude_code".into()),
+                    driver: Some(DriverId::ClaudeCode),
                 },
                 Method::POST,
                 "/v1/sites/alpha/sessions".into(),
