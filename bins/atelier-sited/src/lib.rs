@@ -10,9 +10,9 @@
 //! - [`git`]: the workspace repository under a constructed environment.
 //! - [`reservations`]: who holds a site, and the busy reason it answers with.
 //! - [`site_table`]: the provisioner's `sites.json` and the webspace proof.
-//! - [`sites`]: create, get, list, delete and the disk quota; [`reason`]: the closed list of
-//!   machine `reason`s; [`problem`]: the one mapping of every error to its RFC 9457 problem
-//!   and `reason`.
+//! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
+//!   every error to its RFC 9457 problem and machine `reason` (the closed list of reasons is
+//!   `atelier-site-api`'s).
 //! - [`dates`]: the timestamp format every record carries.
 //!
 //! Sessions and runs:
@@ -45,7 +45,6 @@ pub mod manifest;
 pub mod metrics;
 pub mod problem;
 pub mod publishing;
-pub mod reason;
 pub mod requests;
 pub mod reservations;
 mod router;

@@ -9,9 +9,9 @@ use crate::builds::BuildError;
 use crate::drivers::AdmitError;
 use crate::git::GitError;
 use crate::publishing::PublishError;
-use crate::reason::Reason;
 use crate::sessions::SessionError;
 use crate::sites::SiteError;
+use atelier_site_api::Reason;
 
 /// Problem `type` URIs are the original daemon's, so the engine's error mapping keeps working.
 pub const PROBLEM_TYPE_BASE: &str = "https://dedalo.dev/site-builder/problems/";
@@ -153,7 +153,7 @@ impl From<SiteError> for ApiError {
             SiteError::MaxSites(_) => ApiError::Refused(Reason::MaxSites, detail),
             SiteError::DiskQuota { .. } => ApiError::Refused(Reason::DiskQuota, detail),
             SiteError::Git(GitError::Refused(refusal)) => {
-                ApiError::Refused(Reason::of_refusal(&refusal), detail)
+                ApiError::Refused(refusal.reason(), detail)
             }
             SiteError::Manifest(_)
             | SiteError::Fs(_)
@@ -185,7 +185,7 @@ impl From<SessionError> for ApiError {
                 ApiError::Refused(Reason::ConfinementAgentCliUnproved, detail)
             }
             SessionError::Driver(AdmitError::Run(refusal)) | SessionError::Run(refusal) => {
-                ApiError::Refused(Reason::of_refusal(&refusal), detail)
+                ApiError::Refused(refusal.reason(), detail)
             }
             SessionError::NotRunning => ApiError::Refused(Reason::NotRunning, detail),
             SessionError::AlreadyRunning(_) => ApiError::Refused(Reason::SessionRunning, detail),
@@ -201,7 +201,7 @@ impl From<BuildError> for ApiError {
             BuildError::Site(site) => ApiError::from(site),
             BuildError::Busy(busy) => ApiError::Refused(busy.0.busy_reason(), detail),
             BuildError::UnknownBuild { .. } => ApiError::NotFound(detail),
-            BuildError::Run(refusal) => ApiError::Refused(Reason::of_refusal(&refusal), detail),
+            BuildError::Run(refusal) => ApiError::Refused(refusal.reason(), detail),
             BuildError::Unreadable { .. } | BuildError::Corrupt(_) => ApiError::Internal(detail),
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::reason::Reason;
+use atelier_site_api::Reason;
 
 /// What holds a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

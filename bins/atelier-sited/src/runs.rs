@@ -21,6 +21,7 @@ use std::time::Duration;
 use atelier_proto::{
     read_frame, write_frame, Decoder, Door, ExitRecord, FrameKind, Hello, Spec, PROTOCOL_VERSION,
 };
+use atelier_site_api::Reason;
 use bytes::Bytes;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -60,12 +61,14 @@ pub enum RunRefusal {
         /// The unit that lives on.
         unit: String,
     },
-    /// PID 1 loaded a door unit differently from what Atelier renders.
+    /// What the door's unit would be given differs from what Atelier renders (seen by sited
+    /// itself, before PID 1 is asked).
     #[error("{0}")]
     Nonconformant(String),
-    /// PID 1 refused what was asked of a unit.
-    #[error("PID 1 refused: {0}")]
-    Systemd(String),
+    /// PID 1 could not be asked, refused, or answered with a unit other than the rendered one;
+    /// which refusal it is follows from the error.
+    #[error(transparent)]
+    Pid1(#[from] atelier_systemd::Error),
     /// The door's unit never said hello, or said something else.
     #[error("the {door} door refused the run: {detail}")]
     UnitRefused {
@@ -74,6 +77,21 @@ pub enum RunRefusal {
         /// What went wrong (for the log).
         detail: String,
     },
+}
+
+impl RunRefusal {
+    /// The machine reason the refusal answers with (as a problem, or as a turn's fault).
+    pub fn reason(&self) -> Reason {
+        match self {
+            RunRefusal::DaemonStopping => Reason::ConfinementDaemonStopping,
+            RunRefusal::Unavailable(_) => Reason::ConfinementUnavailable,
+            RunRefusal::UnitRefused { .. } => Reason::ConfinementUnitRefused,
+            RunRefusal::IdentityMissing(_) => Reason::ConfinementIdentityMissing,
+            RunRefusal::Quarantined { .. } => Reason::ConfinementIdentityQuarantined,
+            RunRefusal::Nonconformant(_) => Reason::ConfinementUnitNonconformant,
+            RunRefusal::Pid1(error) => error.reason().refusal(),
+        }
+    }
 }
 
 /// What a run runs: the program, its complete environment and the door it goes through.

@@ -12,8 +12,9 @@
 
 use atelier_site_api::SessionEvent;
 
-use crate::reason::Reason;
 use crate::runs::RunRefusal;
+use atelier_site_api::Reason;
+use atelier_systemd::Reason as Pid1Reason;
 
 /// Why a turn ended in fault; a turn has at most one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,7 +71,13 @@ impl TurnFault {
             RunRefusal::IdentityMissing(_) => TurnFault::IdentityMissing,
             RunRefusal::Quarantined { .. } => TurnFault::IdentityQuarantined,
             RunRefusal::Nonconformant(_) => TurnFault::UnitNonconformant,
-            RunRefusal::UnitRefused { .. } | RunRefusal::Systemd(_) => TurnFault::UnitRefused,
+            RunRefusal::UnitRefused { .. } => TurnFault::UnitRefused,
+            RunRefusal::Pid1(error) => match error.reason() {
+                Pid1Reason::Unavailable => TurnFault::ConfinementUnavailable,
+                Pid1Reason::IdentityQuarantined => TurnFault::IdentityQuarantined,
+                Pid1Reason::UnitNonconformant => TurnFault::UnitNonconformant,
+                Pid1Reason::UnitRefused => TurnFault::UnitRefused,
+            },
         }
     }
 
@@ -243,12 +250,28 @@ mod tests {
                 door: atelier_proto::Door::Turn,
                 detail: "no hello".to_owned(),
             },
-            RunRefusal::Systemd("denied".to_owned()),
+            RunRefusal::Pid1(atelier_systemd::Error::Denied {
+                method: "StartUnit",
+                unit: "u".to_owned(),
+                message: "denied".to_owned(),
+            }),
+            RunRefusal::Pid1(atelier_systemd::Error::StillAlive {
+                unit: "u".to_owned(),
+                active_state: "deactivating".to_owned(),
+                sub_state: "stop-sigterm".to_owned(),
+                tasks: None,
+            }),
+            RunRefusal::Pid1(atelier_systemd::Error::Refused {
+                method: "StartUnit",
+                unit: "u".to_owned(),
+                name: "org.freedesktop.systemd1.NoSuchUnit".to_owned(),
+                message: "no".to_owned(),
+            }),
         ];
         for refusal in refusals {
             assert_eq!(
                 TurnFault::of_refusal(&refusal).reason(),
-                Reason::of_refusal(&refusal).as_str(),
+                refusal.reason().as_str(),
                 "{refusal:?}"
             );
         }

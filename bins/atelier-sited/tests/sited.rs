@@ -1133,7 +1133,7 @@ async fn the_disk_quota_counts_the_workspace_and_the_release_stores() {
     let problem = atelier_sited::problem::ApiError::from(err);
     assert!(matches!(
         problem,
-        atelier_sited::problem::ApiError::Refused(atelier_sited::reason::Reason::DiskQuota, _)
+        atelier_sited::problem::ApiError::Refused(atelier_site_api::Reason::DiskQuota, _)
     ));
 }
 

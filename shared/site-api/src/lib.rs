@@ -11,12 +11,14 @@
 pub mod event;
 pub mod ids;
 pub mod limits;
+pub mod reason;
 pub mod requests;
 pub mod routes;
 pub mod wire;
 
 pub use event::{Egress, SessionEvent, StoredEvent, TurnState, UnknownEvent};
 pub use ids::{BadSlug, DriverId, SessionId, Slug, SLUG_RULE};
+pub use reason::Reason;
 pub use requests::{CreateSite, Publish, Rollback, SendMessage, StartSession};
 pub use routes::{route, Endpoint, Matched, Verb, ROUTES};
 pub use wire::*;

@@ -1,9 +1,11 @@
-//! Why a question to PID 1 failed, and which `confinement.*` refusal sited makes of it.
+//! Why a question to PID 1 failed, and which kind of refusal that is.
+
+use atelier_site_api::Reason as Refusal;
 
 use crate::names::NameError;
 use crate::property::Nonconformant;
 
-/// The refusal a failure becomes on sited's wire.
+/// The kind of refusal a failure is; sited's HTTP layer names each with its wire reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// The host cannot confine: no bus, PID 1 too old or unreadable, the polkit grant absent.
@@ -19,13 +21,13 @@ pub enum Reason {
 // === impl Reason ===
 
 impl Reason {
-    /// The reason string sited puts on the wire.
-    pub fn as_str(self) -> &'static str {
+    /// The contract's refusal this is, as sited answers it.
+    pub fn refusal(self) -> Refusal {
         match self {
-            Reason::Unavailable => "confinement_unavailable",
-            Reason::IdentityQuarantined => "confinement.identity_quarantined",
-            Reason::UnitNonconformant => "confinement.unit_nonconformant",
-            Reason::UnitRefused => "confinement.unit_refused",
+            Reason::Unavailable => Refusal::ConfinementUnavailable,
+            Reason::IdentityQuarantined => Refusal::ConfinementIdentityQuarantined,
+            Reason::UnitNonconformant => Refusal::ConfinementUnitNonconformant,
+            Reason::UnitRefused => Refusal::ConfinementUnitRefused,
         }
     }
 
@@ -233,7 +235,7 @@ mod tests {
             ),
         ];
         for (case, error, reason, retryable) in cases {
-            assert_eq!(error.reason().as_str(), reason, "{case}");
+            assert_eq!(error.reason().refusal().as_str(), reason, "{case}");
             assert_eq!(error.reason().is_retryable(), retryable, "{case}");
         }
     }

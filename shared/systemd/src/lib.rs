@@ -10,7 +10,7 @@
 //!   ([`door_expectations`]), derived from the layout.
 //! - [`unit_file`]: a unit file read into the same properties, to check rendered units.
 //! - [`names`]: unit names, patterns and signals checked before they are sent.
-//! - [`error`]: [`Error`] and the `confinement.*` [`Reason`] sited makes of it.
+//! - [`error`]: [`Error`] and the kind of refusal ([`Reason`]) each failure is.
 
 pub mod client;
 pub mod door;

@@ -93,8 +93,7 @@ impl SystemdDoors {
                     .await?;
                 Ok::<_, SystemdError>((systemd, version))
             })
-            .await
-            .map_err(refusal)?;
+            .await?;
         Ok(systemd)
     }
 
@@ -188,7 +187,7 @@ impl SystemdDoors {
             })
             .collect();
         let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-        let units = systemd.units_matching(&patterns).await.map_err(refusal)?;
+        let units = systemd.units_matching(&patterns).await?;
         let live: Vec<String> = units
             .into_iter()
             .filter(|u| !u.is_stopped())
@@ -245,10 +244,7 @@ impl SystemdDoors {
             &expectations.target,
             &expectations.service,
         ] {
-            systemd
-                .conform(&unit.unit, &unit.expected)
-                .await
-                .map_err(refusal)?;
+            systemd.conform(&unit.unit, &unit.expected).await?;
         }
         Ok(())
     }
@@ -281,21 +277,6 @@ impl SystemdDoors {
             }
         }
         quarantined
-    }
-}
-
-/// The run refusal a PID 1 failure is.
-fn refusal(error: SystemdError) -> RunRefusal {
-    match error {
-        SystemdError::Nonconformant(n) => RunRefusal::Nonconformant(n.to_string()),
-        SystemdError::StillAlive { unit, .. } => RunRefusal::Quarantined {
-            slug: String::new(),
-            unit,
-        },
-        other => match other.reason() {
-            atelier_systemd::Reason::UnitRefused => RunRefusal::Systemd(other.to_string()),
-            _ => RunRefusal::Unavailable(other.to_string()),
-        },
     }
 }
 

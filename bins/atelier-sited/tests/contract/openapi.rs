@@ -9,8 +9,8 @@ use std::path::Path;
 
 use atelier_schema_check as schema;
 use atelier_schema_check::openapi::{self, METHODS};
+use atelier_site_api::Reason;
 use atelier_sited::problem::ApiError;
-use atelier_sited::reason::Reason;
 use atelier_sited::ROUTES;
 use http_body_util::BodyExt as _;
 use hyper::Method;

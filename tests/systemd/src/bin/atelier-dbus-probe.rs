@@ -102,13 +102,16 @@ fn refused(error: &Error) -> String {
         Error::Nonconformant(n) => {
             return format!(
                 "refused {} nonconformant unit={} property={}: {error}",
-                error.reason().as_str(),
+                error.reason().refusal().as_str(),
                 n.unit,
                 n.property.name
             )
         }
     };
-    format!("refused {} {kind}: {error}", error.reason().as_str())
+    format!(
+        "refused {} {kind}: {error}",
+        error.reason().refusal().as_str()
+    )
 }
 
 fn door(name: &str) -> anyhow::Result<Door> {

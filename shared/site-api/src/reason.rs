@@ -1,9 +1,5 @@
-//! The closed list of machine `reason`s sited refuses a request with, each with its wire
-//! string. It sits below the services, so a hold ([`crate::reservations`]) and a turn's fault
-//! ([`crate::turn_fault`]) name their reason without reaching up to [`crate::problem`], which
-//! alone turns a reason into its HTTP problem.
-
-use crate::runs::RunRefusal;
+//! The closed list of machine `reason`s sited refuses a request (or ends a turn) with, and
+//! their wire strings. Clients branch on these strings, so the list only grows deliberately.
 
 /// Every machine `reason` the daemon may emit, and nothing else: clients branch on these
 /// strings, so the list is closed.
@@ -115,19 +111,6 @@ impl Reason {
             Reason::ConfinementDaemonStopping => "confinement.daemon_stopping",
             Reason::ConfinementAgentCliUnsupported => "confinement.agent_cli_unsupported",
             Reason::ConfinementAgentCliUnproved => "confinement.agent_cli_unproved",
-        }
-    }
-
-    /// The reason a refused run answers with.
-    pub fn of_refusal(refusal: &RunRefusal) -> Reason {
-        match refusal {
-            RunRefusal::DaemonStopping => Reason::ConfinementDaemonStopping,
-            RunRefusal::Unavailable(_) => Reason::ConfinementUnavailable,
-            RunRefusal::UnitRefused { .. } => Reason::ConfinementUnitRefused,
-            RunRefusal::IdentityMissing(_) => Reason::ConfinementIdentityMissing,
-            RunRefusal::Quarantined { .. } => Reason::ConfinementIdentityQuarantined,
-            RunRefusal::Nonconformant(_) => Reason::ConfinementUnitNonconformant,
-            RunRefusal::Systemd(_) => Reason::ConfinementUnitRefused,
         }
     }
 }
