@@ -11,7 +11,7 @@ use atelier_fs::{FsError, Root};
 use atelier_layout::workspace::{
     BUILDER_DIR, BUILDER_DIR_MODE, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
-use atelier_proto::build::{log_bytes, BuildFailure, BuildPlan, BuildReport, EventReader};
+use atelier_proto::build::{BuildFailure, BuildLog, BuildPlan, BuildReport, EventReader};
 use atelier_proto::Door;
 use atelier_releases::{ReleaseId, Store, Strategy};
 
@@ -261,6 +261,7 @@ impl Builds {
             Duration::from_millis(plan.install_timeout_ms + plan.build_timeout_ms) + BUILD_SLACK;
         let mut reader = EventReader::new();
         let mut report = BuildReport::new();
+        let mut lines = BuildLog::new();
         let mut items = Vec::new();
         let ended = tokio::time::timeout(deadline, async {
             loop {
@@ -272,7 +273,7 @@ impl Builds {
                         }
                         for item in &items {
                             report.record(item);
-                            log(&log_bytes(item));
+                            log(&lines.push(item));
                         }
                     }
                     RunItem::Stderr(bytes) => log(&bytes),
@@ -286,6 +287,7 @@ impl Builds {
                             (None, Some(signal)) => Some(format!("was ended by {signal}")),
                             (None, None) => Some("ended without a status".to_owned()),
                         };
+                        log(&lines.finish());
                         if let Some(ended) = ended {
                             log(format!("\n# the build program {ended}\n").as_bytes());
                         }
@@ -297,6 +299,7 @@ impl Builds {
         })
         .await;
         run.stop().await;
+        log(&lines.finish());
         run.take_decisions().await.iter().for_each(log_decision);
         match ended {
             Ok(Ok(())) => {}

@@ -11,7 +11,7 @@
 //! Parts:
 //! - [`plan`]: [`BuildPlan`], [`split_command`] (the manifest's whitespace rule).
 //! - [`failure`]: [`BuildFailure`], every failure's contract string and exit code.
-//! - [`reader`]: sited's side of the stream: [`EventReader`], [`BuildReport`], [`log_bytes`].
+//! - [`reader`]: sited's side of the stream: [`EventReader`], [`BuildReport`], [`BuildLog`].
 
 pub mod failure;
 pub mod plan;
@@ -19,7 +19,7 @@ pub mod reader;
 
 pub use failure::BuildFailure;
 pub use plan::{split_command, BuildPlan, PlanError, PLAN_FLAG};
-pub use reader::{log_bytes, BuildItem, BuildReport, EventReader, ReadError};
+pub use reader::{log_bytes, BuildItem, BuildLog, BuildReport, EventReader, ReadError};
 
 /// What a proved output directory holds: the counts atelier-build sends in `output_verified`
 /// and sited records as the build's result.

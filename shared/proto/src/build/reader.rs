@@ -1,7 +1,8 @@
 //! sited's side of atelier-build's output: the shim relays atelier-build's stdout as `O` frame
 //! payloads, and their concatenation is itself a frame stream. [`EventReader`] decodes it from
 //! chunks of any size into typed [`BuildItem`]s; [`BuildReport`] folds the events into the
-//! build's outcome; [`log_bytes`] renders an item in the build log's layout.
+//! build's outcome; [`BuildLog`] renders items in the build log's layout, one stream's
+//! whole lines at a time.
 
 use bytes::Bytes;
 
@@ -160,6 +161,68 @@ pub fn log_bytes(item: &BuildItem) -> Vec<u8> {
     }
 }
 
+/// The most of one stream's unfinished line held back; a longer one is written as it is.
+const MAX_PENDING_LINE: usize = 64 * 1024;
+
+/// Renders items into the build log with whole lines. A step's stdout and stderr arrive as
+/// separate chunks in whatever order the pipes are read, so two streams written at the same
+/// moment would splice into one line (`curl: (56) COthe build went on…`). Each stream's
+/// unfinished line waits here for its newline (or for the step's next event, or a cap), so
+/// every line in the log is one stream's.
+#[derive(Debug, Default)]
+pub struct BuildLog {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl BuildLog {
+    /// A log with nothing held back.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The log bytes `item` adds now.
+    pub fn push(&mut self, item: &BuildItem) -> Vec<u8> {
+        match item {
+            BuildItem::Stdout(bytes) => whole_lines(&mut self.stdout, bytes),
+            BuildItem::Stderr(bytes) => whole_lines(&mut self.stderr, bytes),
+            BuildItem::Event(_) => {
+                let mut out = self.finish();
+                out.extend(log_bytes(item));
+                out
+            }
+        }
+    }
+
+    /// What is still held back: the streams' unfinished lines, each ended by a newline.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for pending in [&mut self.stdout, &mut self.stderr] {
+            if !pending.is_empty() {
+                out.append(pending);
+                out.push(b'\n');
+            }
+        }
+        out
+    }
+}
+
+/// Adds `bytes` to a stream's `pending` line and takes out every line it completes (all of
+/// it when the unfinished part outgrows its cap).
+fn whole_lines(pending: &mut Vec<u8>, bytes: &[u8]) -> Vec<u8> {
+    pending.extend_from_slice(bytes);
+    if pending.len() > MAX_PENDING_LINE {
+        return std::mem::take(pending);
+    }
+    match pending.iter().rposition(|&b| b == b'\n') {
+        Some(end) => {
+            let rest = pending.split_off(end + 1);
+            std::mem::replace(pending, rest)
+        }
+        None => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +364,48 @@ mod tests {
             String::from_utf8(log).unwrap(),
             "# install: bun install\nok\n\n# build: bun run build\n\n# refused: build failed\n"
         );
+    }
+
+    #[test]
+    fn two_streams_written_at_once_never_share_a_line() {
+        let out = |text: &str| BuildItem::Stdout(Bytes::copy_from_slice(text.as_bytes()));
+        let err = |text: &str| BuildItem::Stderr(Bytes::copy_from_slice(text.as_bytes()));
+        let mut log = BuildLog::new();
+        let mut text = Vec::new();
+        for item in [
+            err("curl: (56) CO"),
+            out("the build went on without it\n"),
+            err("NNECT tunnel failed, response 403\npart"),
+            out("no newline yet"),
+        ] {
+            text.extend(log.push(&item));
+        }
+        text.extend(log.push(&BuildItem::Event(BuildEvent::StepFinished {
+            step: BuildStep::Build,
+            outcome: crate::StepOutcome::Ok,
+            code: Some(0),
+            duration_ms: 1,
+        })));
+        text.extend(log.finish());
+        let text = String::from_utf8(text).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "the build went on without it",
+                "curl: (56) CONNECT tunnel failed, response 403",
+                "no newline yet",
+                "part",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_endless_line_is_written_once_over_its_cap() {
+        let mut log = BuildLog::new();
+        let chunk = BuildItem::Stdout(Bytes::from(vec![b'x'; MAX_PENDING_LINE]));
+        assert!(log.push(&chunk).is_empty());
+        assert_eq!(log.push(&chunk).len(), 2 * MAX_PENDING_LINE);
+        assert!(log.finish().is_empty());
     }
 }
