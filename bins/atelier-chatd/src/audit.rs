@@ -10,6 +10,7 @@
 //! `audit` target), and `GET /audit/events?limit=&action=` reads the newest ones.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use atelier_http::{json_response, Response};
@@ -209,6 +210,43 @@ impl DayBinner {
     }
 }
 
+/// The rollup's hasher for conversation ids: FxHash's multiply-and-rotate, a few cycles per
+/// word where the default SipHash takes tens. The ids are chatd's own random ones, never
+/// chosen by a client, so nobody can pick keys that collide.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdHasher(u64);
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// One conversation's numbers in the window, and the last day it was counted in.
 struct Seen {
     usage: UsageRow,
@@ -224,7 +262,8 @@ pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditRe
     let first_slot = since_second.div_euclid(USAGE_SLOT_SECS);
     let partial = since_second.rem_euclid(USAGE_SLOT_SECS) != 0 || since.subsec_nanosecond() != 0;
     let full_from = if partial { first_slot + 1 } else { first_slot };
-    let mut per_conversation: HashMap<String, Seen> = HashMap::new();
+    let mut per_conversation: HashMap<String, Seen, BuildHasherDefault<IdHasher>> =
+        HashMap::default();
     let mut days: Vec<Keyed<DayKey>> = Vec::new();
     let mut binner = DayBinner::new(zone);
     let mut add = |sample: SlotSample<'_>| {
@@ -272,7 +311,6 @@ pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditRe
             add(SlotSample {
                 slot: first_slot,
                 conversation_id: message.conversation_id,
-                messages: 1,
                 prompt_tokens: message.prompt_tokens,
                 completion_tokens: message.completion_tokens,
                 cost_usd: message.cost_usd,
@@ -282,32 +320,30 @@ pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditRe
         })?;
     }
     store.scan_usage_slots(full_from, &mut add)?;
-    let per_conversation: HashMap<String, UsageRow> = per_conversation
-        .into_iter()
-        .map(|(id, seen)| (id, seen.usage))
-        .collect();
 
     let mut totals = UsageRow::default();
     let mut by_user: HashMap<String, UsageRow> = HashMap::new();
     let mut by_scope: HashMap<Scope, UsageRow> = HashMap::new();
     let mut by_model: HashMap<(String, String), UsageRow> = HashMap::new();
-    let facts = if per_conversation.is_empty() {
-        Vec::new()
-    } else {
-        store.conversation_facts()?
-    };
-    for fact in facts {
-        let Some(row) = per_conversation.get(&fact.id) else {
-            continue;
-        };
-        totals.merge(row);
-        by_user.entry(fact.user_id).or_default().merge(row);
-        by_scope.entry(fact.scope).or_default().merge(row);
-        let provider = fact.provider_id.unwrap_or_else(|| "unknown".to_owned());
-        by_model
-            .entry((provider, fact.model_id))
-            .or_default()
-            .merge(row);
+    if !per_conversation.is_empty() {
+        store.scan_conversation_facts(|fact| {
+            let Some(Seen { usage: row, .. }) = per_conversation.get(fact.id) else {
+                return;
+            };
+            totals.merge(row);
+            match by_user.get_mut(fact.user_id) {
+                Some(user) => user.merge(row),
+                None => {
+                    by_user.insert(fact.user_id.to_owned(), *row);
+                }
+            }
+            by_scope.entry(fact.scope).or_default().merge(row);
+            let provider = fact.provider_id.unwrap_or("unknown");
+            by_model
+                .entry((provider.to_owned(), fact.model_id.to_owned()))
+                .or_default()
+                .merge(row);
+        })?;
     }
     let by_cost = |a: &UsageRow, b: &UsageRow| {
         b.cost_usd

@@ -1,11 +1,15 @@
 //! Conversations and their messages in SQLite: the schema, appends that keep positions and
 //! totals consistent in one transaction, and the single-writer lease per conversation.
 //!
-//! Every write is one transaction on a WAL database with `synchronous=FULL`, so a message is
-//! acknowledged only once it is durable: a `kill -9` right after an append loses nothing.
+//! Every write commits on a WAL database with `synchronous=FULL`, so a message is acknowledged
+//! only once it is durable: a `kill -9` right after an append loses nothing. The writes a turn
+//! makes as it runs (its messages, its usage, its audit records) go through one writer thread
+//! that commits every write waiting at once with a single fsync (group commit), so concurrent
+//! turns share their syncs instead of queueing for one each.
 //!
 //! Parts:
 //! - [`Store`]: open (and migrate) a database; conversations CRUD; [`Store::append_message`].
+//! - `writer`: the group commit behind the appends, bookings and audit records.
 //! - [`ContentBlock`]: the persisted `content_json` union, validated when read.
 //! - [`history`]: the replay history rebuilt from rows, with interrupted tool calls healed.
 //! - [`events`]: the audit log, in the CMS's `audit_events` shape.
@@ -18,17 +22,20 @@ pub mod history;
 mod lease;
 pub mod purge;
 pub mod settings;
+mod writer;
 
 pub use lease::{Lease, Leases};
 pub use settings::{
     AuthMode, CredentialChange, CredentialRow, DefaultRow, NewCredential, PricingRow,
 };
+pub use writer::DEFAULT_MAX_BATCH;
 
+use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 /// The schema, applied in order; `PRAGMA user_version` records how many have run.
@@ -218,6 +225,15 @@ pub enum StoreError {
     /// Another thread panicked while holding the connection.
     #[error("the database connection was poisoned by a panic")]
     Poisoned,
+    /// The write ran, but the group commit that held it failed: nothing of it is stored.
+    #[error("the commit of this write failed: {0}")]
+    Uncommitted(#[source] Arc<rusqlite::Error>),
+    /// The writer thread is gone (it panicked), so nothing more can be written.
+    #[error("the store's writer thread is gone")]
+    WriterGone,
+    /// The writer thread could not be started.
+    #[error("starting the store's writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
 }
 
 /// The four places in the CMS that hold conversations.
@@ -443,12 +459,20 @@ pub struct UserTurn {
 
 /// The database of one chatd.
 pub struct Store {
-    connection: Mutex<Connection>,
+    connection: Arc<Mutex<Connection>>,
+    writer: writer::Writer,
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the database at `path`.
+    /// Opens (creating if needed) and migrates the database at `path`; concurrent appends
+    /// commit together, up to [`DEFAULT_MAX_BATCH`] at a time.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, DEFAULT_MAX_BATCH)
+    }
+
+    /// [`Store::open`] with at most `max_batch` writes per commit; 1 commits every append,
+    /// booking and audit record alone (one transaction and one fsync each).
+    pub fn open_with(path: &Path, max_batch: NonZeroUsize) -> Result<Self, StoreError> {
         let mut connection = Connection::open(path)?;
         connection.busy_timeout(BUSY_TIMEOUT)?;
         // WAL keeps readers off the writer's back; FULL makes every commit durable before it
@@ -461,13 +485,19 @@ impl Store {
         // never retries; taking the write lock at BEGIN waits for it instead.
         connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         migrate(&mut connection)?;
-        Ok(Self {
-            connection: Mutex::new(connection),
-        })
+        let connection = Arc::new(Mutex::new(connection));
+        let writer = writer::Writer::start(Arc::clone(&connection), max_batch)?;
+        Ok(Self { connection, writer })
     }
 
     fn connection(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
         self.connection.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// How many group commits the writer has made since the store was opened (each holds one
+    /// or more appends, bookings or audit records).
+    pub fn group_commits(&self) -> u64 {
+        self.writer.commits()
     }
 
     /// Creates a conversation for `user_id`.
@@ -562,7 +592,7 @@ impl Store {
         Ok(changed > 0)
     }
 
-    /// Books a turn's usage in one transaction: the token and cost columns of the turn's last
+    /// Books a turn's usage in one commit: the token and cost columns of the turn's last
     /// assistant row `message_id`, the conversation's totals, and its latest context size.
     pub fn record_usage(
         &self,
@@ -570,90 +600,13 @@ impl Store {
         message_id: &str,
         usage: &TurnUsage,
     ) -> Result<(), StoreError> {
-        let mut connection = self.connection()?;
-        let transaction = connection.transaction()?;
-        require_live(&transaction, conversation_id)?;
-        // The slot takes the difference, so booking a row twice cannot count it twice.
-        let before: Option<(String, i64, i64, f64, i64, i64)> = transaction
-            .query_row(
-                "SELECT created_at, prompt_tokens, completion_tokens, cost_usd, cache_read_tokens,
-                        cache_creation_tokens
-                 FROM ai_messages WHERE id = ?1 AND conversation_id = ?2",
-                params![message_id, conversation_id],
-                |row| {
-                    Ok((
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(2)?,
-                        row.get(3)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                    ))
-                },
-            )
-            .optional()?;
-        if let Some((created_at, prompt, completion, cost, read, creation)) = before {
-            transaction.execute(
-                &format!(
-                    "UPDATE ai_usage_slots SET prompt_tokens = prompt_tokens + ?3,
-                       completion_tokens = completion_tokens + ?4, cost_usd = cost_usd + ?5,
-                       cache_read_tokens = cache_read_tokens + ?6,
-                       cache_creation_tokens = cache_creation_tokens + ?7
-                     WHERE slot = {} AND conversation_id = ?2",
-                    SLOT_OF.replace('?', "?1")
-                ),
-                params![
-                    created_at,
-                    conversation_id,
-                    usage.prompt_tokens - prompt,
-                    usage.completion_tokens - completion,
-                    usage.cost_usd - cost,
-                    usage.cache_read_tokens - read,
-                    usage.cache_creation_tokens - creation
-                ],
-            )?;
-        }
-        transaction.execute(
-            "UPDATE ai_messages SET prompt_tokens = ?3, completion_tokens = ?4, cost_usd = ?5,
-               cache_read_tokens = ?6, cache_creation_tokens = ?7
-             WHERE id = ?1 AND conversation_id = ?2",
-            params![
-                message_id,
-                conversation_id,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.cost_usd,
-                usage.cache_read_tokens,
-                usage.cache_creation_tokens
-            ],
-        )?;
-        transaction.execute(
-            &format!(
-                "UPDATE ai_conversations SET
-                   prompt_tokens_total = prompt_tokens_total + ?2,
-                   completion_tokens_total = completion_tokens_total + ?3,
-                   cost_usd_total = cost_usd_total + ?4,
-                   cache_read_tokens_total = cache_read_tokens_total + ?5,
-                   cache_creation_tokens_total = cache_creation_tokens_total + ?6,
-                   context_tokens = ?7,
-                   updated_at = {NOW}
-                 WHERE id = ?1"
-            ),
-            params![
-                conversation_id,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.cost_usd,
-                usage.cache_read_tokens,
-                usage.cache_creation_tokens,
-                usage.context_tokens
-            ],
-        )?;
-        transaction.commit()?;
-        Ok(())
+        let (conversation_id, message_id, usage) =
+            (conversation_id.to_owned(), message_id.to_owned(), *usage);
+        self.writer
+            .write(move |connection| book_usage(connection, &conversation_id, &message_id, &usage))
     }
 
-    /// Appends a message at the next position and bumps the conversation, in one transaction.
+    /// Appends a message at the next position and bumps the conversation, in one commit.
     pub fn append_message(
         &self,
         conversation_id: &str,
@@ -664,8 +617,8 @@ impl Store {
 
     /// Appends the user's message of a new turn by `actor` and, while the conversation still
     /// has [`DEFAULT_TITLE`] (a rename meanwhile wins), gives it `auto_title`, and records the
-    /// turn's start in the audit log — in the same transaction, so the turn pays for one
-    /// durable commit before it streams, and a stored turn always has its start recorded.
+    /// turn's start in the audit log — in the same commit, so the turn pays for one durable
+    /// commit before it streams, and a stored turn always has its start recorded.
     pub fn append_user_turn(
         &self,
         conversation_id: &str,
@@ -673,17 +626,22 @@ impl Store {
         auto_title: &str,
         actor: &str,
     ) -> Result<UserTurn, StoreError> {
-        let mut connection = self.connection()?;
-        let transaction = connection.transaction()?;
-        let message = append_in(&transaction, conversation_id, message, Some(auto_title))?;
-        let turn = events::chat_turn(&transaction, conversation_id)?;
-        events::insert(
-            &transaction,
-            Some(actor),
-            &events::AuditEvent::ChatStarted(turn.clone()),
-        )?;
-        transaction.commit()?;
-        Ok(UserTurn { message, turn })
+        let row = MessageRow::of(conversation_id, message, Some(auto_title))?;
+        let actor = actor.to_owned();
+        let (stored, turn) = self.writer.write(move |connection| {
+            let stored = row.insert(connection)?;
+            let turn = events::chat_turn(connection, &row.conversation_id)?;
+            events::insert(
+                connection,
+                Some(&actor),
+                &events::AuditEvent::ChatStarted(turn.clone()),
+            )?;
+            Ok((stored, turn))
+        })?;
+        Ok(UserTurn {
+            message: stored.message(message),
+            turn,
+        })
     }
 
     fn append(
@@ -692,11 +650,11 @@ impl Store {
         message: &NewMessage,
         auto_title: Option<&str>,
     ) -> Result<Message, StoreError> {
-        let mut connection = self.connection()?;
-        let transaction = connection.transaction()?;
-        let message = append_in(&transaction, conversation_id, message, auto_title)?;
-        transaction.commit()?;
-        Ok(message)
+        let row = MessageRow::of(conversation_id, message, auto_title)?;
+        let stored = self
+            .writer
+            .write(move |connection| row.insert(connection))?;
+        Ok(stored.message(message))
     }
 
     /// Closes, as interrupted, every tool call that a turn announced after the conversation's
@@ -831,8 +789,8 @@ fn fetch_conversation(
         .optional()?)
 }
 
-fn require_live(transaction: &Transaction<'_>, conversation_id: &str) -> Result<(), StoreError> {
-    let live: Option<i64> = transaction
+fn require_live(connection: &Connection, conversation_id: &str) -> Result<(), StoreError> {
+    let live: Option<i64> = connection
         .query_row(
             "SELECT 1 FROM ai_conversations WHERE id = ?1 AND deleted_at IS NULL",
             [conversation_id],
@@ -842,63 +800,189 @@ fn require_live(transaction: &Transaction<'_>, conversation_id: &str) -> Result<
     live.map(|_| ()).ok_or(StoreError::ConversationNotFound)
 }
 
-/// Appends `message` at the next position and bumps the conversation (and, with
-/// `auto_title`, titles a conversation that still has [`DEFAULT_TITLE`]), in `transaction`.
-fn append_in(
-    transaction: &Transaction<'_>,
+/// Books `usage` on `message_id` of `conversation_id`, its usage slot and the conversation's
+/// totals, in `connection`'s transaction.
+fn book_usage(
+    connection: &Connection,
     conversation_id: &str,
-    message: &NewMessage,
-    auto_title: Option<&str>,
-) -> Result<Message, StoreError> {
-    validate_message(message)?;
-    let content_json = serde_json::to_string(&message.content)?;
-    require_live(transaction, conversation_id)?;
-    let (id, position): (String, i64) = transaction.query_row(
-        "INSERT INTO ai_messages
-           (id, conversation_id, position, role, content_json, tool_call_id, tool_name)
-         VALUES (lower(hex(randomblob(16))), ?1,
-           (SELECT coalesce(max(position), -1) + 1 FROM ai_messages WHERE conversation_id = ?1),
-           ?2, ?3, ?4, ?5)
-         RETURNING id, position",
+    message_id: &str,
+    usage: &TurnUsage,
+) -> Result<(), StoreError> {
+    require_live(connection, conversation_id)?;
+    // The slot takes the difference, so booking a row twice cannot count it twice.
+    let before: Option<(String, i64, i64, f64, i64, i64)> = connection
+        .query_row(
+            "SELECT created_at, prompt_tokens, completion_tokens, cost_usd, cache_read_tokens,
+                    cache_creation_tokens
+             FROM ai_messages WHERE id = ?1 AND conversation_id = ?2",
+            params![message_id, conversation_id],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            },
+        )
+        .optional()?;
+    if let Some((created_at, prompt, completion, cost, read, creation)) = before {
+        connection.execute(
+            &format!(
+                "UPDATE ai_usage_slots SET prompt_tokens = prompt_tokens + ?3,
+                   completion_tokens = completion_tokens + ?4, cost_usd = cost_usd + ?5,
+                   cache_read_tokens = cache_read_tokens + ?6,
+                   cache_creation_tokens = cache_creation_tokens + ?7
+                 WHERE slot = {} AND conversation_id = ?2",
+                SLOT_OF.replace('?', "?1")
+            ),
+            params![
+                created_at,
+                conversation_id,
+                usage.prompt_tokens - prompt,
+                usage.completion_tokens - completion,
+                usage.cost_usd - cost,
+                usage.cache_read_tokens - read,
+                usage.cache_creation_tokens - creation
+            ],
+        )?;
+    }
+    connection.execute(
+        "UPDATE ai_messages SET prompt_tokens = ?3, completion_tokens = ?4, cost_usd = ?5,
+           cache_read_tokens = ?6, cache_creation_tokens = ?7
+         WHERE id = ?1 AND conversation_id = ?2",
         params![
+            message_id,
             conversation_id,
-            message.role.as_str(),
-            content_json,
-            message.tool_call.as_ref().map(|c| &c.id),
-            message.tool_call.as_ref().map(|c| &c.name),
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cost_usd,
+            usage.cache_read_tokens,
+            usage.cache_creation_tokens
         ],
-        |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
-    transaction.execute(
+    connection.execute(
         &format!(
-            "UPDATE ai_conversations SET updated_at = {NOW},
-               title = CASE WHEN ?2 IS NOT NULL AND title = ?3 THEN ?2 ELSE title END
+            "UPDATE ai_conversations SET
+               prompt_tokens_total = prompt_tokens_total + ?2,
+               completion_tokens_total = completion_tokens_total + ?3,
+               cost_usd_total = cost_usd_total + ?4,
+               cache_read_tokens_total = cache_read_tokens_total + ?5,
+               cache_creation_tokens_total = cache_creation_tokens_total + ?6,
+               context_tokens = ?7,
+               updated_at = {NOW}
              WHERE id = ?1"
         ),
-        params![conversation_id, auto_title, DEFAULT_TITLE],
+        params![
+            conversation_id,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cost_usd,
+            usage.cache_read_tokens,
+            usage.cache_creation_tokens,
+            usage.context_tokens
+        ],
     )?;
-    let created_at: String = transaction.query_row(
-        "SELECT created_at FROM ai_messages WHERE id = ?1",
-        [&id],
-        |row| row.get(0),
-    )?;
-    transaction.execute(
-        &format!(
-            "INSERT INTO ai_usage_slots (slot, conversation_id, messages)
-             VALUES ({}, ?2, 1)
-             ON CONFLICT (slot, conversation_id) DO UPDATE SET messages = messages + 1",
-            SLOT_OF.replace('?', "?1")
-        ),
-        params![created_at, conversation_id],
-    )?;
-    Ok(Message {
-        id,
-        position,
-        role: message.role,
-        content: message.content.clone(),
-        tool_call: message.tool_call.clone(),
-        created_at,
-    })
+    Ok(())
+}
+
+/// A message ready for the writer: checked, and its content already JSON, so the writer
+/// thread spends its time on SQL only.
+struct MessageRow {
+    conversation_id: String,
+    role: Role,
+    content_json: String,
+    tool_call: Option<ToolCallRef>,
+    auto_title: Option<String>,
+}
+
+/// What the database gave a stored message.
+struct StoredRow {
+    id: String,
+    position: i64,
+    created_at: String,
+}
+
+impl MessageRow {
+    /// Checks `message` and encodes its content, for `conversation_id` (and, with
+    /// `auto_title`, to title a conversation that still has [`DEFAULT_TITLE`]).
+    fn of(
+        conversation_id: &str,
+        message: &NewMessage,
+        auto_title: Option<&str>,
+    ) -> Result<Self, StoreError> {
+        validate_message(message)?;
+        Ok(Self {
+            conversation_id: conversation_id.to_owned(),
+            role: message.role,
+            content_json: serde_json::to_string(&message.content)?,
+            tool_call: message.tool_call.clone(),
+            auto_title: auto_title.map(str::to_owned),
+        })
+    }
+
+    /// Appends the row at the next position, bumps (and maybe titles) the conversation, and
+    /// counts it in its usage slot, in `connection`'s transaction.
+    fn insert(&self, connection: &Connection) -> Result<StoredRow, StoreError> {
+        let conversation_id = self.conversation_id.as_str();
+        require_live(connection, conversation_id)?;
+        let (id, position, created_at): (String, i64, String) = connection
+            .prepare_cached(
+                "INSERT INTO ai_messages
+                   (id, conversation_id, position, role, content_json, tool_call_id, tool_name)
+                 VALUES (lower(hex(randomblob(16))), ?1,
+                   (SELECT coalesce(max(position), -1) + 1 FROM ai_messages
+                    WHERE conversation_id = ?1),
+                   ?2, ?3, ?4, ?5)
+                 RETURNING id, position, created_at",
+            )?
+            .query_row(
+                params![
+                    conversation_id,
+                    self.role.as_str(),
+                    self.content_json,
+                    self.tool_call.as_ref().map(|c| &c.id),
+                    self.tool_call.as_ref().map(|c| &c.name),
+                ],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )?;
+        connection
+            .prepare_cached(&format!(
+                "UPDATE ai_conversations SET updated_at = {NOW},
+                   title = CASE WHEN ?2 IS NOT NULL AND title = ?3 THEN ?2 ELSE title END
+                 WHERE id = ?1"
+            ))?
+            .execute(params![conversation_id, self.auto_title, DEFAULT_TITLE])?;
+        connection
+            .prepare_cached(&format!(
+                "INSERT INTO ai_usage_slots (slot, conversation_id, messages)
+                 VALUES ({}, ?2, 1)
+                 ON CONFLICT (slot, conversation_id) DO UPDATE SET messages = messages + 1",
+                SLOT_OF.replace('?', "?1")
+            ))?
+            .execute(params![created_at, conversation_id])?;
+        Ok(StoredRow {
+            id,
+            position,
+            created_at,
+        })
+    }
+}
+
+impl StoredRow {
+    /// The stored `message` as read back.
+    fn message(self, message: &NewMessage) -> Message {
+        Message {
+            id: self.id,
+            position: self.position,
+            role: message.role,
+            content: message.content.clone(),
+            tool_call: message.tool_call.clone(),
+            created_at: self.created_at,
+        }
+    }
 }
 
 /// A title trimmed, or `None` when blank.

@@ -1,7 +1,8 @@
 //! `kill -9` of the chatd binary at its worst moments — mid-turn with a tool call announced
-//! and unanswered, during a pricing refresh, during an image decode — then a restart: SQLite's
-//! integrity check passes, nothing half-written is visible, the killed turn's start gets its
-//! end in the audit log, and the conversation goes on.
+//! and unanswered, during a pricing refresh, during an image decode, amid a burst of
+//! concurrent turns whose writes share group commits — then a restart: SQLite's integrity
+//! check passes, nothing half-written is visible, every acknowledged message is there, the
+//! killed turn's start gets its end in the audit log, and the conversation goes on.
 
 use crate::support;
 
@@ -399,4 +400,280 @@ async fn kill_9_during_an_image_decode_stores_nothing_and_the_conversation_goes_
         &json!({"type": "done"})
     );
     assert!(provider.requests_to("/v1/chat/completions").len() == 1);
+}
+
+/// Conversations taking turns at once in the burst: each a client sending turn after turn.
+const BURST: usize = 48;
+
+/// Acknowledged turns to wait for before each kill: the burst is in full swing by then.
+const ACKED_BEFORE_KILL: usize = 3 * BURST;
+
+/// How many times the burst is killed and chatd restarted.
+const BURST_ROUNDS: usize = 4;
+
+/// How one turn of the burst went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnOutcome {
+    /// The stream's last line, `done`, arrived: chatd acknowledged the turn's messages.
+    Done,
+    /// Another turn of the conversation still held its lease (it ends just after its `done`).
+    Busy,
+    /// Anything else: chatd went away, or answered something else.
+    Lost,
+}
+
+/// Sends one chat turn without panicking when chatd vanishes (a `kill -9` mid-burst), and
+/// reads its stream up to `done`.
+async fn burst_turn(socket: &Path, body: &Value) -> TurnOutcome {
+    use http_body_util::{BodyExt as _, Full};
+    use hyper_util::rt::TokioIo;
+
+    let Ok(stream) = tokio::net::UnixStream::connect(socket).await else {
+        return TurnOutcome::Lost;
+    };
+    let Ok((mut sender, connection)) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    else {
+        return TurnOutcome::Lost;
+    };
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = hyper::Request::builder()
+        .method(Method::POST)
+        .uri("/admin/api/ai/chat/content")
+        .header("host", "chatd")
+        .header("authorization", format!("Bearer {}", support::TOKEN))
+        .header("cookie", support::cookie_for("alice", ALL_CAPS))
+        .header("origin", support::ORIGIN)
+        .body(Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let Ok(response) = sender.send_request(request).await else {
+        return TurnOutcome::Lost;
+    };
+    match response.status() {
+        StatusCode::OK => {}
+        StatusCode::CONFLICT => return TurnOutcome::Busy,
+        _ => return TurnOutcome::Lost,
+    }
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            buffer.extend_from_slice(&data);
+        }
+        while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let Ok(line) = serde_json::from_slice::<Value>(&line) else {
+                return TurnOutcome::Lost;
+            };
+            match line["type"].as_str() {
+                Some("done") => return TurnOutcome::Done,
+                Some("error") => return TurnOutcome::Lost,
+                _ => {}
+            }
+        }
+    }
+    TurnOutcome::Lost
+}
+
+fn burst_text(conversation: usize, turn: usize) -> String {
+    format!("burst {conversation} turn {turn}")
+}
+
+/// Checks, on a chatd restarted after a kill, that every turn of `acked` (per conversation)
+/// is stored with its reply and its end record, that nothing but the turns sent is, and
+/// returns how many turns each conversation holds (the next turn's number).
+async fn check_burst(
+    socket: &Path,
+    database: &Path,
+    conversations: &[String],
+    acked: &[Vec<usize>],
+    sent: &[usize],
+) -> Vec<usize> {
+    let connection = rusqlite::Connection::open(database).unwrap();
+    let mut stored = Vec::new();
+    for (n, id) in conversations.iter().enumerate() {
+        let (status, detail) = call(
+            socket,
+            Method::GET,
+            &format!("/admin/api/ai/conversations/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let rows: Vec<(String, Value)> = detail["conversation"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap().to_owned(), m["content"].clone()))
+            .collect();
+        // Where each turn's user message is: turns are numbered in the order they were sent.
+        let users: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].0 == "user").collect();
+        for (turn, &at) in users.iter().enumerate() {
+            assert_eq!(
+                rows[at].1,
+                json!([{"kind": "text", "text": burst_text(n, turn)}]),
+                "conversation {n}, turn {turn}"
+            );
+        }
+        let last_acked = acked[n].last().map_or(0, |turn| turn + 1);
+        // Every acknowledged turn is there, and at most the turns sent besides.
+        assert!(
+            (last_acked..=sent[n]).contains(&users.len()),
+            "conversation {n}: turns up to {last_acked} acknowledged, {} sent, {} stored",
+            sent[n],
+            users.len()
+        );
+        // An acknowledged turn is its user message, then the reply it streamed.
+        for &turn in &acked[n] {
+            assert_eq!(
+                rows.get(users[turn] + 1),
+                Some(&(
+                    "assistant".to_owned(),
+                    json!([{"kind": "text", "text": format!("echo: {}", burst_text(n, turn))}])
+                )),
+                "conversation {n}, turn {turn}"
+            );
+        }
+        // Its end is recorded too: chatd writes it before the stream's `done`.
+        let completed: usize = connection
+            .query_row(
+                "SELECT count(*) FROM audit_events
+                 WHERE target_id = ?1 AND action = 'ai.chat.completed'",
+                [id],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert!(
+            completed >= acked[n].len(),
+            "conversation {n}: {} turns acknowledged, {completed} completions recorded",
+            acked[n].len()
+        );
+        stored.push(users.len());
+    }
+    stored
+}
+
+#[tokio::test]
+async fn kill_9_during_a_burst_of_concurrent_turns_loses_no_acknowledged_message() {
+    // The provider echoes the turn's text, so every stored reply names its turn. (After a
+    // killed turn, its user message and the next one reach the provider as one.)
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/api/show" => Answer::Json(
+            StatusCode::OK,
+            json!({"capabilities": ["completion", "tools"]}),
+        ),
+        "/v1/chat/completions" => {
+            let last = seen.body["messages"]
+                .as_array()
+                .and_then(|messages| messages.last())
+                .and_then(|message| message["content"].as_str())
+                .unwrap_or_default();
+            let asked = last.rfind("burst ").map_or(last, |at| &last[at..]);
+            Answer::Sse {
+                frames: chat_frames(&text_chunks(&format!("echo: {asked}")), true),
+                hang: false,
+            }
+        }
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let database = dir.path().join("chat.sqlite3");
+    let mut daemon = start(dir.path(), &[], 0).await;
+    let first = ollama_conversation(&daemon.socket, &provider.base_url).await;
+    let (_, detail) = call(
+        &daemon.socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{first}"),
+        None,
+    )
+    .await;
+    let credential = detail["conversation"]["credentialId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut conversations = vec![first];
+    while conversations.len() < BURST {
+        let (status, body) = call(
+            &daemon.socket,
+            Method::POST,
+            "/admin/api/ai/conversations",
+            Some(json!({"scope": "content", "credentialId": credential, "modelId": "qwen3"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        conversations.push(body["conversation"]["id"].as_str().unwrap().to_owned());
+    }
+
+    // Each round kills chatd amid the burst and checks the restarted one; a kill can fall
+    // anywhere in a commit's course, so a few rounds try a few places.
+    let mut next = vec![0; BURST];
+    let mut acked: Vec<Vec<usize>> = vec![Vec::new(); BURST];
+    for round in 0..BURST_ROUNDS {
+        // Each client sends its conversation's turns one after another, and counts a turn as
+        // acknowledged only once its `done` line arrived; it stops at the first turn it lost.
+        let acked_now = Arc::new(AtomicUsize::new(0));
+        let enough = Arc::new(tokio::sync::Notify::new());
+        let clients: Vec<_> = conversations
+            .iter()
+            .enumerate()
+            .map(|(n, id)| {
+                let (socket, id, acked_now, enough) = (
+                    daemon.socket.clone(),
+                    id.clone(),
+                    Arc::clone(&acked_now),
+                    Arc::clone(&enough),
+                );
+                let mut turn = next[n];
+                tokio::spawn(async move {
+                    let mut done = Vec::new();
+                    loop {
+                        let body = json!({"conversationId": id,
+                            "content": [{"kind": "text", "text": burst_text(n, turn)}]});
+                        match burst_turn(&socket, &body).await {
+                            TurnOutcome::Done => {
+                                done.push(turn);
+                                turn += 1;
+                                if acked_now.fetch_add(1, Ordering::SeqCst) + 1 == ACKED_BEFORE_KILL
+                                {
+                                    enough.notify_one();
+                                }
+                            }
+                            TurnOutcome::Busy => {
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                            }
+                            // The lost turn was sent: it may be stored or not.
+                            TurnOutcome::Lost => return (done, turn + 1),
+                        }
+                    }
+                })
+            })
+            .collect();
+        // The kill follows an acknowledgement at once, while the writes of the turns around
+        // it are being committed.
+        let waited = tokio::time::timeout(Duration::from_secs(60), enough.notified()).await;
+        assert!(
+            waited.is_ok(),
+            "round {round}: the burst acknowledged only {} turns",
+            acked_now.load(Ordering::SeqCst)
+        );
+        kill_9(&mut daemon);
+        let mut sent = Vec::new();
+        for (n, client) in clients.into_iter().enumerate() {
+            let (done, sent_up_to) = client.await.unwrap();
+            acked[n].extend(done);
+            sent.push(sent_up_to);
+        }
+        assert!(integrity_ok(dir.path()), "round {round}");
+
+        daemon = start(dir.path(), &[], round + 1).await;
+        next = check_burst(&daemon.socket, &database, &conversations, &acked, &sent).await;
+    }
+    let acked_turns: usize = acked.iter().map(Vec::len).sum();
+    assert!(
+        acked_turns >= BURST_ROUNDS * ACKED_BEFORE_KILL,
+        "{acked_turns}"
+    );
 }

@@ -3,6 +3,7 @@
 //! touching message content), and the conversations' owners, scopes and models.
 
 use rusqlite::params;
+use rusqlite::types::ValueRef;
 
 use super::{Scope, Store, StoreError};
 
@@ -32,9 +33,7 @@ pub struct SlotSample<'a> {
     pub slot: i64,
     /// Its conversation.
     pub conversation_id: &'a str,
-    /// Messages written in it.
-    pub messages: i64,
-    /// Prompt tokens booked on them.
+    /// Prompt tokens booked on its messages.
     pub prompt_tokens: i64,
     /// Completion tokens.
     pub completion_tokens: i64,
@@ -46,19 +45,19 @@ pub struct SlotSample<'a> {
     pub cache_creation_tokens: i64,
 }
 
-/// Who and what a conversation is, for grouping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConversationFacts {
+/// Who and what a conversation is, for grouping; borrowed from the row being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConversationFacts<'a> {
     /// Its id.
-    pub id: String,
+    pub id: &'a str,
     /// Its owner.
-    pub user_id: String,
+    pub user_id: &'a str,
     /// Its scope.
     pub scope: Scope,
     /// Its current model.
-    pub model_id: String,
+    pub model_id: &'a str,
     /// The provider of its current credential; `None` when it has none.
-    pub provider_id: Option<String>,
+    pub provider_id: Option<&'a str>,
 }
 
 impl Store {
@@ -100,7 +99,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let connection = self.connection()?;
         let mut statement = connection.prepare_cached(
-            "SELECT slot, conversation_id, messages, prompt_tokens, completion_tokens, cost_usd,
+            "SELECT slot, conversation_id, prompt_tokens, completion_tokens, cost_usd,
                     cache_read_tokens, cache_creation_tokens
              FROM ai_usage_slots WHERE slot >= ?1 ORDER BY slot",
         )?;
@@ -109,36 +108,47 @@ impl Store {
             visit(SlotSample {
                 slot: row.get(0)?,
                 conversation_id: row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?,
-                messages: row.get(2)?,
-                prompt_tokens: row.get(3)?,
-                completion_tokens: row.get(4)?,
-                cost_usd: row.get(5)?,
-                cache_read_tokens: row.get(6)?,
-                cache_creation_tokens: row.get(7)?,
+                prompt_tokens: row.get(2)?,
+                completion_tokens: row.get(3)?,
+                cost_usd: row.get(4)?,
+                cache_read_tokens: row.get(5)?,
+                cache_creation_tokens: row.get(6)?,
             });
         }
         Ok(())
     }
 
-    /// Every conversation's owner, scope, model and current provider, deleted ones included.
-    pub fn conversation_facts(&self) -> Result<Vec<ConversationFacts>, StoreError> {
+    /// Calls `visit` with every conversation's owner, scope, model and current provider,
+    /// deleted ones included.
+    pub fn scan_conversation_facts(
+        &self,
+        mut visit: impl FnMut(ConversationFacts<'_>),
+    ) -> Result<(), StoreError> {
         let connection = self.connection()?;
         let mut statement = connection.prepare_cached(
             "SELECT c.id, c.user_id, c.scope, c.model_id, cred.provider_id
              FROM ai_conversations c
              LEFT JOIN ai_provider_credentials cred ON cred.id = c.credential_id",
         )?;
-        let rows = statement.query_map([], |row| {
-            let scope: String = row.get(2)?;
-            Ok(ConversationFacts {
-                id: row.get(0)?,
-                user_id: row.get(1)?,
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            visit(ConversationFacts {
+                id: text(row.get_ref(0)?)?,
+                user_id: text(row.get_ref(1)?)?,
                 // The CHECK constraint keeps other scopes out.
-                scope: Scope::parse(&scope).unwrap_or(Scope::Site),
-                model_id: row.get(3)?,
-                provider_id: row.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+                scope: Scope::parse(text(row.get_ref(2)?)?).unwrap_or(Scope::Site),
+                model_id: text(row.get_ref(3)?)?,
+                provider_id: row
+                    .get_ref(4)?
+                    .as_str_or_null()
+                    .map_err(rusqlite::Error::from)?,
+            });
+        }
+        Ok(())
     }
+}
+
+/// A text column, borrowed from its row.
+fn text(value: ValueRef<'_>) -> rusqlite::Result<&str> {
+    value.as_str().map_err(rusqlite::Error::from)
 }

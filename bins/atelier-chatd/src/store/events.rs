@@ -6,7 +6,7 @@
 //! Parts:
 //! - [`AuditEvent`]: every event chatd records, each with its [`Action`], its target and
 //!   typed metadata; the action, target and metadata names are spelled only here.
-//! - [`Store::record_event`]: one event, in its own transaction. The start of a chat turn is
+//! - [`Store::record_event`]: one event, in the next group commit. The start of a chat turn is
 //!   written with the user's message instead (see [`Store::append_user_turn`]).
 //! - [`Store::audit_events`]: the newest events, optionally of one action family.
 //! - [`Store::close_interrupted_turns`]: a failure recorded for every turn that started and
@@ -377,21 +377,46 @@ pub(super) fn insert(
     actor: Option<&str>,
     event: &AuditEvent,
 ) -> Result<(), StoreError> {
-    let (target_type, target_id) = event.target();
-    connection
-        .prepare_cached(
-            "INSERT INTO audit_events (id, actor_user_id, action, target_type, target_id,
-               metadata_json)
-             VALUES (lower(hex(randomblob(16))), ?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![
-            actor,
-            event.action().as_str(),
+    EventRow::of(actor, event)?.insert(connection)
+}
+
+/// A record ready to insert: its metadata already JSON, so the writer thread runs SQL only.
+struct EventRow {
+    actor: Option<String>,
+    action: &'static str,
+    target_type: &'static str,
+    target_id: String,
+    metadata_json: String,
+}
+
+impl EventRow {
+    fn of(actor: Option<&str>, event: &AuditEvent) -> Result<Self, StoreError> {
+        let (target_type, target_id) = event.target();
+        Ok(Self {
+            actor: actor.map(str::to_owned),
+            action: event.action().as_str(),
             target_type,
-            target_id,
-            serde_json::to_string(&event.metadata())?
-        ])?;
-    Ok(())
+            target_id: target_id.to_owned(),
+            metadata_json: serde_json::to_string(&event.metadata())?,
+        })
+    }
+
+    fn insert(&self, connection: &Connection) -> Result<(), StoreError> {
+        connection
+            .prepare_cached(
+                "INSERT INTO audit_events (id, actor_user_id, action, target_type, target_id,
+                   metadata_json)
+                 VALUES (lower(hex(randomblob(16))), ?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                self.actor,
+                self.action,
+                self.target_type,
+                self.target_id,
+                self.metadata_json
+            ])?;
+        Ok(())
+    }
 }
 
 /// The turn facts of `conversation_id` as they stand: its scope, model, and its credential's
@@ -419,9 +444,10 @@ pub(super) fn chat_turn(
 }
 
 impl Store {
-    /// Records `event` by `actor`, in its own transaction.
+    /// Records `event` by `actor`, in the next group commit.
     pub fn record_event(&self, actor: &str, event: &AuditEvent) -> Result<(), StoreError> {
-        insert(&*self.connection()?, Some(actor), event)
+        let row = EventRow::of(Some(actor), event)?;
+        self.writer.write(move |connection| row.insert(connection))
     }
 
     /// The newest `limit` records, newest first; with `action_prefix`, only the actions that
