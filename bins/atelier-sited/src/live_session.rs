@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use atelier_fs::Root;
 use tokio::sync::broadcast;
 
-use crate::session_log::{SessionEvent, SessionId, SessionLog, SessionLogError, StoredEvent};
+use crate::session_log::{LoggedEvent, SessionEvent, SessionId, SessionLog, SessionLogError};
 
 /// Live events a subscriber may fall behind by before it catches up from the log instead.
 const FAN_OUT_CAPACITY: usize = 1024;
@@ -19,7 +19,7 @@ pub struct LiveSession {
     id: SessionId,
     slug: String,
     writer: Mutex<SessionLog>,
-    events: broadcast::Sender<Arc<StoredEvent>>,
+    events: broadcast::Sender<Arc<LoggedEvent>>,
     running: AtomicBool,
 }
 
@@ -55,19 +55,19 @@ impl LiveSession {
     /// a follower that sees "not running" has the `turn_end` already buffered.
     ///
     /// Blocking: one `write(2)` (and a sync for `turn_end`).
-    pub fn append(&self, event: SessionEvent) -> Result<Arc<StoredEvent>, SessionLogError> {
+    pub fn append(&self, event: SessionEvent) -> Result<Arc<LoggedEvent>, SessionLogError> {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         let event = Arc::new(writer.append(event)?);
         // No subscriber is not an error: the log has it.
         let _ = self.events.send(Arc::clone(&event));
-        if event.body.is_turn_end() {
+        if event.turn_end {
             self.running.store(false, Ordering::SeqCst);
         }
         Ok(event)
     }
 
     /// A receiver of every event appended from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<LoggedEvent>> {
         self.events.subscribe()
     }
 

@@ -5,12 +5,14 @@
 //! directory descriptors with `O_NOFOLLOW`, and a log file that is a link, not a regular file,
 //! hard-linked or not ours is refused before a byte is written.
 
+use std::borrow::Cow;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use atelier_fs::{FileKind, FsError, Root};
+use bytes::Bytes;
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
@@ -38,9 +40,54 @@ fn meta_path(id: &SessionId) -> PathBuf {
 
 pub use atelier_site_api::{SessionEvent, StoredEvent};
 
-/// Parses one log line; `None` for a line that is not a whole event of a known shape.
-fn from_line(line: &[u8]) -> Option<StoredEvent> {
-    serde_json::from_slice(line).ok()
+/// One event as the log holds it: its `seq`, whether it ends a turn, and its line (without
+/// the newline), which is already the SSE `data:` a follower is sent, so a replay copies bytes
+/// rather than decoding and encoding every event again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvent {
+    /// Monotonic per session, from 0, across turns.
+    pub seq: u64,
+    /// Whether this is a `turn_end`, the last event of a turn.
+    pub turn_end: bool,
+    /// The stored line, a `{"seq","ts","body"}` object.
+    pub line: Bytes,
+}
+
+/// What a reader needs of a line: the whole line must be a `{"seq","ts","body"}` object whose
+/// body has a string `type`; the rest of the body is passed on as written.
+#[derive(Deserialize)]
+struct LineHead<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    ts: Cow<'a, str>,
+    body: BodyHead,
+}
+
+#[derive(Deserialize)]
+struct BodyHead {
+    #[serde(rename = "type")]
+    kind: Kind,
+}
+
+/// The one event type a reader tells apart from the others.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    TurnEnd,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads one log line of `buffer` (the range `line`); `None` for a line that is not a whole
+/// event.
+fn logged(buffer: &Bytes, line: std::ops::Range<usize>) -> Option<LoggedEvent> {
+    let head: LineHead<'_> = serde_json::from_slice(&buffer[line.clone()]).ok()?;
+    Some(LoggedEvent {
+        seq: head.seq,
+        turn_end: matches!(head.body.kind, Kind::TurnEnd),
+        line: buffer.slice(line),
+    })
 }
 
 /// Why a log or meta operation failed or was refused.
@@ -117,7 +164,8 @@ impl SessionLog {
     /// The line reaches the kernel before this returns, so a reader (and a restart after the
     /// daemon is killed) sees it; a `turn_end` is also synced to the disk, which makes every
     /// finished turn durable against a power loss at the cost of one sync per turn.
-    pub fn append(&mut self, event: SessionEvent) -> Result<StoredEvent, SessionLogError> {
+    pub fn append(&mut self, event: SessionEvent) -> Result<LoggedEvent, SessionLogError> {
+        let turn_end = event.is_turn_end();
         let event = StoredEvent {
             seq: self.next_seq,
             ts: iso8601(SystemTime::now()),
@@ -133,59 +181,64 @@ impl SessionLog {
             source,
         };
         self.file.write_all(&line).map_err(|e| io("append to", e))?;
-        if event.body.is_turn_end() {
+        if turn_end {
             self.file.sync_data().map_err(|e| io("sync", e))?;
         }
         self.next_seq += 1;
-        Ok(event)
+        line.pop();
+        Ok(LoggedEvent {
+            seq: event.seq,
+            turn_end,
+            line: Bytes::from(line),
+        })
     }
 }
 
 /// The highest valid `seq` in the file and whether it ends with a newline (or is empty).
 fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, bool), FsError> {
-    let io = |e| FsError::Io {
+    file.seek(SeekFrom::Start(0)).map_err(|e| FsError::Io {
         op: "read",
         path: path.to_path_buf(),
         source: e,
-    };
-    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    })?;
+    let buffer = read_all(&mut *file, path)?;
     let mut max = None;
     let mut ends_cleanly = true;
-    for_each_line(&mut *file, path, |line, terminated| {
+    for_each_line(&buffer, |line, terminated| {
         ends_cleanly = terminated;
-        if let Some(event) = from_line(line) {
+        if let Some(event) = logged(&buffer, line) {
             max = max.max(Some(event.seq));
         }
-    })?;
+    });
     Ok((max, ends_cleanly))
 }
 
-/// Calls `each` with every line (without its newline) and whether it was terminated; a line
-/// that is not a valid event is the caller's to skip.
-fn for_each_line(
-    file: impl Read,
-    path: &Path,
-    mut each: impl FnMut(&[u8], bool),
-) -> Result<(), FsError> {
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| FsError::Io {
-                op: "read",
-                path: path.to_path_buf(),
-                source: e,
-            })?;
-        if n == 0 {
-            return Ok(());
+/// The whole file, from where it is.
+fn read_all(mut file: impl Read, path: &Path) -> Result<Bytes, FsError> {
+    let mut buffer = Vec::new();
+    file.read_to_end(&mut buffer).map_err(|e| FsError::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    Ok(Bytes::from(buffer))
+}
+
+/// Calls `each` with the range of every line of `buffer` (without its newline) and whether it
+/// was terminated; a line that is not a valid event is the caller's to skip.
+fn for_each_line(buffer: &[u8], mut each: impl FnMut(std::ops::Range<usize>, bool)) {
+    let mut start = 0;
+    while start < buffer.len() {
+        match buffer[start..].iter().position(|&b| b == b'\n') {
+            Some(len) => {
+                each(start..start + len, true);
+                start += len + 1;
+            }
+            None => {
+                each(start..buffer.len(), false);
+                return;
+            }
         }
-        let terminated = line.last() == Some(&b'\n');
-        if terminated {
-            line.pop();
-        }
-        each(&line, terminated);
     }
 }
 
@@ -201,7 +254,7 @@ pub fn read_events(
     workspace: &Root,
     id: &SessionId,
     after: i64,
-) -> Result<Vec<StoredEvent>, SessionLogError> {
+) -> Result<Vec<LoggedEvent>, SessionLogError> {
     const ATTEMPTS: u32 = 4;
     let mut attempt = 1;
     loop {
@@ -222,7 +275,7 @@ fn read_events_once(
     workspace: &Root,
     id: &SessionId,
     after: i64,
-) -> Result<(Vec<StoredEvent>, Vec<usize>), SessionLogError> {
+) -> Result<(Vec<LoggedEvent>, Vec<usize>), SessionLogError> {
     let path = log_path(id);
     let file = match workspace.open_read(&path) {
         Ok(file) => file,
@@ -233,21 +286,23 @@ fn read_events_once(
     if stat.st_uid != rustix::process::geteuid().as_raw() {
         return Err(FsError::NotOwned { path }.into());
     }
+    let buffer = read_all(file, &path)?;
     let mut events = Vec::new();
     let mut bad_lines = Vec::new();
     let mut number = 0usize;
-    for_each_line(file, &path, |line, terminated| {
+    for_each_line(&buffer, |line, terminated| {
         number += 1;
-        match from_line(line) {
+        let empty = line.is_empty();
+        match logged(&buffer, line) {
             Some(event) if i128::from(event.seq) > i128::from(after) => events.push(event),
             Some(_) => {}
-            None if line.is_empty() => {}
+            None if empty => {}
             // An unterminated last line is an append in progress (or cut by a crash): the
             // live fan-out or the next read has it, so it is no reason to read again.
             None if !terminated => {}
             None => bad_lines.push(number),
         }
-    })?;
+    });
     Ok((events, bad_lines))
 }
 
@@ -404,7 +459,8 @@ mod tests {
             assert_eq!(log.append(text(i)).unwrap().seq, i);
         }
         // A body without a `type` cannot be appended (the type says so); read, it is no event.
-        assert!(from_line(br#"{"seq":3,"ts":"t","body":{"text":"no type"}}"#).is_none());
+        let line = Bytes::from_static(br#"{"seq":3,"ts":"t","body":{"text":"no type"}}"#);
+        assert!(logged(&line, 0..line.len()).is_none());
         drop(log);
         let mut log = SessionLog::open(&ws, &id).unwrap();
         assert_eq!(log.append(idle_end()).unwrap().seq, 3);
@@ -471,7 +527,7 @@ mod tests {
         let events = read_events(&ws, &id, -1).unwrap();
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [0, 1, 2, 3]);
-        assert!(events[3].body.is_turn_end());
+        assert!(events[3].turn_end);
         // The cut line stays a line of its own; the new event did not glue onto it.
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(text.contains("\"bo\n{\"seq\":3"), "{text}");

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use atelier_fs::{FileKind, Root};
-use atelier_http::{sse_response, Response, SseEvent, SseKeepAlive};
+use atelier_http::{push_event, sse_response, Response, SseChunk, SseEvent, SseKeepAlive};
+use bytes::Bytes;
 use hyper::header::{HeaderValue, CONNECTION};
 use tokio::sync::{broadcast, mpsc};
 
@@ -21,7 +22,7 @@ use crate::metrics::{Metrics, Open};
 use crate::reservations::{Busy, Hold, Reservation};
 use crate::runs::{RunRefusal, Runner};
 use crate::session_log::{
-    self, SessionId, SessionLogError, SessionMeta, SessionSummary, StoredEvent,
+    self, LoggedEvent, SessionId, SessionLogError, SessionMeta, SessionSummary,
 };
 use crate::sites::{SiteError, Sites};
 use crate::turns::{
@@ -30,6 +31,8 @@ use crate::turns::{
 use atelier_site_api::{SendMessage, SessionEvent, Slug, StartSession, TurnState};
 
 pub use atelier_site_api::limits::MAX_PROMPT_UNITS;
+/// How many bytes of framed backlog go out in one chunk.
+const REPLAY_CHUNK: usize = 64 * 1024;
 /// SSE frames queued for one client before the follower waits for it.
 const CLIENT_QUEUE: usize = 64;
 /// The keep-alive comment's interval, so a stream with no events is not closed as idle by a
@@ -654,6 +657,17 @@ pub fn parse_after(value: Option<&str>) -> Result<i64, SessionError> {
     Ok(number.floor().clamp(-1.0, i64::MAX as f64) as i64)
 }
 
+/// Frames a logged event as its SSE event: `id:` its seq, `data:` its line as stored.
+fn frame(wire: &mut Vec<u8>, event: &LoggedEvent) {
+    let seq = event.seq.to_string();
+    push_event(
+        wire,
+        Some(&seq),
+        None,
+        &String::from_utf8_lossy(&event.line),
+    );
+}
+
 async fn blocking<T, F>(work: F) -> Result<T, SessionError>
 where
     T: Send + 'static,
@@ -701,7 +715,7 @@ struct Follower {
     id: SessionId,
     /// The highest `seq` sent (or the cursor).
     last: i64,
-    frames: mpsc::Sender<SseEvent>,
+    frames: mpsc::Sender<SseChunk>,
 }
 
 /// What the follower does after sending some events.
@@ -715,7 +729,7 @@ impl Follower {
     async fn run(
         mut self,
         live: Option<Arc<LiveSession>>,
-        receiver: Option<broadcast::Receiver<Arc<StoredEvent>>>,
+        receiver: Option<broadcast::Receiver<Arc<LoggedEvent>>>,
     ) {
         // The backlog, earlier turns' turn_ends included, never closes the stream by itself.
         if let Next::Stop = self.catch_up(false).await {
@@ -771,29 +785,36 @@ impl Follower {
 
     /// Sends a live event unless it was already sent; a `turn_end` ends the stream either way,
     /// because only the current turn's end can be fanned out after the subscription.
-    async fn deliver(&mut self, event: &StoredEvent) -> Next {
+    async fn deliver(&mut self, event: &LoggedEvent) -> Next {
         if i128::from(event.seq) > i128::from(self.last) {
             if let Next::Stop = self.send(event).await {
                 return Next::Stop;
             }
         }
-        if event.body.is_turn_end() {
+        if event.turn_end {
             Next::Stop
         } else {
             Next::Continue
         }
     }
 
-    async fn send(&mut self, event: &StoredEvent) -> Next {
-        let data = match serde_json::to_string(event) {
-            Ok(data) => data,
-            Err(_) => return Next::Stop,
-        };
-        let frame = SseEvent::new(data).with_id(event.seq.to_string());
-        if self.frames.send(frame).await.is_err() {
+    async fn send(&mut self, event: &LoggedEvent) -> Next {
+        let mut wire = Vec::with_capacity(event.line.len() + 32);
+        frame(&mut wire, event);
+        self.send_framed(wire, event.seq).await
+    }
+
+    /// Sends whole framed events, the last of them `last`.
+    async fn send_framed(&mut self, wire: Vec<u8>, last: u64) -> Next {
+        if self
+            .frames
+            .send(SseChunk::Framed(Bytes::from(wire)))
+            .await
+            .is_err()
+        {
             return Next::Stop;
         }
-        self.last = i64::try_from(event.seq).unwrap_or(i64::MAX);
+        self.last = i64::try_from(last).unwrap_or(i64::MAX);
         Next::Continue
     }
 
@@ -816,19 +837,32 @@ impl Follower {
             Err(e) => {
                 tracing::error!(session = %self.id, error = %e, "session replay failed");
                 let frame = SseEvent::new(r#"{"reason":"replay_failed"}"#).with_event("error");
-                let _ = self.frames.send(frame).await;
+                let _ = self.frames.send(frame.into()).await;
                 return Next::Stop;
             }
         };
+        // The backlog goes out in chunks of many framed events: one send and one write per
+        // chunk, not per event.
+        let mut wire = Vec::new();
+        let mut unsent = None;
         for event in &events {
-            if let Next::Stop = self.send(event).await {
-                return Next::Stop;
-            }
-            if stop_at_turn_end && event.body.is_turn_end() {
-                return Next::Stop;
+            frame(&mut wire, event);
+            unsent = Some(event.seq);
+            let end = stop_at_turn_end && event.turn_end;
+            if wire.len() >= REPLAY_CHUNK || end {
+                if let Next::Stop = self.send_framed(std::mem::take(&mut wire), event.seq).await {
+                    return Next::Stop;
+                }
+                if end {
+                    return Next::Stop;
+                }
+                unsent = None;
             }
         }
-        Next::Continue
+        match unsent {
+            Some(seq) => self.send_framed(wire, seq).await,
+            None => Next::Continue,
+        }
     }
 }
 

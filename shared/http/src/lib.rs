@@ -32,7 +32,7 @@ pub use response::{empty_body, full_body, json_response, ndjson_response};
 pub use serve::{
     serve, serve_connection, shutdown_signal, Listener, Peer, PeerCred, ServeError, ServeReport,
 };
-pub use sse::{sse_response, SseEvent, SseKeepAlive};
+pub use sse::{push_event, sse_response, SseChunk, SseEvent, SseKeepAlive};
 
 /// The error type carried by response bodies and body read failures.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

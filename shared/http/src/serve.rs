@@ -661,7 +661,7 @@ mod tests {
         const DEADLINE: Duration = Duration::from_millis(300);
         let server = TestServer::start_with_deadline(DEADLINE, |_request: Request| async {
             sse_response(
-                stream::pending(),
+                stream::pending::<crate::SseEvent>(),
                 SseKeepAlive::new(Duration::from_millis(50)),
             )
         });

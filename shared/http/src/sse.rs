@@ -62,30 +62,84 @@ impl SseEvent {
 
     /// The event as it goes on the wire, blank line included.
     pub fn to_bytes(&self) -> Bytes {
-        let mut wire = String::with_capacity(self.data.len() + 32);
-        if let Some(id) = &self.id {
-            push_field(&mut wire, "id", id, &['\r', '\n', '\0']);
-        }
-        if let Some(event) = &self.event {
-            push_field(&mut wire, "event", event, &['\r', '\n']);
-        }
-        let data = self.data.replace("\r\n", "\n");
-        for line in data.split(['\r', '\n']) {
-            wire.push_str("data: ");
-            wire.push_str(line);
-            wire.push('\n');
-        }
-        wire.push('\n');
+        let mut wire = Vec::with_capacity(self.data.len() + 32);
+        push_event(
+            &mut wire,
+            self.id.as_deref(),
+            self.event.as_deref(),
+            &self.data,
+        );
         Bytes::from(wire)
     }
 }
 
+/// Appends one event to `wire`, framed as [`SseEvent::to_bytes`] frames it, without building
+/// an [`SseEvent`]: a replay of many stored events frames them straight into one buffer.
+pub fn push_event(wire: &mut Vec<u8>, id: Option<&str>, event: Option<&str>, data: &str) {
+    if let Some(id) = id {
+        push_field(wire, "id", id, &['\r', '\n', '\0']);
+    }
+    if let Some(event) = event {
+        push_field(wire, "event", event, &['\r', '\n']);
+    }
+    let mut rest = data;
+    loop {
+        wire.extend_from_slice(b"data: ");
+        match rest.find(['\r', '\n']) {
+            Some(end) => {
+                wire.extend_from_slice(&rest.as_bytes()[..end]);
+                wire.push(b'\n');
+                // A CRLF pair is one line break.
+                let skip = if rest[end..].starts_with("\r\n") {
+                    2
+                } else {
+                    1
+                };
+                rest = &rest[end + skip..];
+            }
+            None => {
+                wire.extend_from_slice(rest.as_bytes());
+                wire.push(b'\n');
+                break;
+            }
+        }
+    }
+    wire.push(b'\n');
+}
+
 /// Appends `name: value\n`, dropping the `forbidden` characters from `value`.
-fn push_field(wire: &mut String, name: &str, value: &str, forbidden: &[char]) {
-    wire.push_str(name);
-    wire.push_str(": ");
-    wire.extend(value.chars().filter(|c| !forbidden.contains(c)));
-    wire.push('\n');
+fn push_field(wire: &mut Vec<u8>, name: &str, value: &str, forbidden: &[char]) {
+    wire.extend_from_slice(name.as_bytes());
+    wire.extend_from_slice(b": ");
+    for c in value.chars().filter(|c| !forbidden.contains(c)) {
+        let mut utf8 = [0u8; 4];
+        wire.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+    }
+    wire.push(b'\n');
+}
+
+/// What an event stream sends: one event, or events already framed with [`push_event`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SseChunk {
+    /// One event, framed when it is sent.
+    Event(SseEvent),
+    /// Whole framed events, sent as they are.
+    Framed(Bytes),
+}
+
+impl From<SseEvent> for SseChunk {
+    fn from(event: SseEvent) -> Self {
+        SseChunk::Event(event)
+    }
+}
+
+impl SseChunk {
+    fn into_wire(self) -> Bytes {
+        match self {
+            SseChunk::Event(event) => event.to_bytes(),
+            SseChunk::Framed(bytes) => bytes,
+        }
+    }
 }
 
 /// When and what [`sse_response`] sends while no event is ready: a comment line
@@ -136,9 +190,10 @@ impl From<Duration> for SseKeepAlive {
 /// Headers: `Content-Type: text/event-stream; charset=utf-8`, `Cache-Control: no-store`,
 /// `X-Accel-Buffering: no`. No `Connection` header: keep-alive is the HTTP/1.1 default and
 /// hyper manages the header itself.
-pub fn sse_response<S>(events: S, keep_alive: impl Into<SseKeepAlive>) -> Response
+pub fn sse_response<S, T>(events: S, keep_alive: impl Into<SseKeepAlive>) -> Response
 where
-    S: Stream<Item = SseEvent> + Send + 'static,
+    S: Stream<Item = T> + Send + 'static,
+    T: Into<SseChunk>,
 {
     let keep_alive = keep_alive.into();
     let chunks = EventChunks {
@@ -167,9 +222,10 @@ struct EventChunks<S> {
     interval: Duration,
 }
 
-impl<S> Stream for EventChunks<S>
+impl<S, T> Stream for EventChunks<S>
 where
-    S: Stream<Item = SseEvent>,
+    S: Stream<Item = T>,
+    T: Into<SseChunk>,
 {
     type Item = Result<Bytes, BoxError>;
 
@@ -181,7 +237,7 @@ where
                 if let Some((timer, _)) = &mut this.idle {
                     timer.as_mut().reset(Instant::now() + this.interval);
                 }
-                Poll::Ready(Some(Ok(event.to_bytes())))
+                Poll::Ready(Some(Ok(event.into().into_wire())))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => match &mut this.idle {
