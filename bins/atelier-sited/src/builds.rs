@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::reservations::{Hold, Reservation};
 use crate::runs::{base_env, RunItem, RunSpec, Runner};
 use crate::sites::{SiteError, Sites};
+use atelier_site_api::Slug;
 
 /// The most of a build log `GET` returns.
 const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
@@ -102,20 +103,20 @@ impl Builds {
 
     /// `POST /v1/sites/:slug/build` after the actor check: the site, its preproduction
     /// webspace, the hold, existence under the hold, the record; then the run, detached.
-    pub async fn start(&self, slug: &str) -> Result<String, BuildError> {
+    pub async fn start(&self, slug: &Slug) -> Result<String, BuildError> {
         if self.runner.is_stopping() {
             return Err(crate::runs::RunRefusal::DaemonStopping.into());
         }
         let admitted = Instant::now();
         let this = self.clone();
-        let owned = slug.to_owned();
+        let owned = slug.clone();
         let (reservation, id, plan) = tokio::task::spawn_blocking(move || this.admit(&owned))
             .await
             .map_err(|e| SiteError::Task(e.to_string()))??;
         match plan {
             Some(plan) => {
                 let this = self.clone();
-                let (slug, build_id) = (slug.to_owned(), id.clone());
+                let (slug, build_id) = (slug.clone(), id.clone());
                 tokio::spawn(
                     async move { this.run(slug, build_id, plan, reservation, admitted).await },
                 );
@@ -130,10 +131,13 @@ impl Builds {
 
     /// Steps up to the record; the plan is `None` when the manifest's steps cannot be one, and
     /// the record then already says the build failed.
-    fn admit(&self, slug: &str) -> Result<(Reservation, String, Option<BuildPlan>), BuildError> {
+    fn admit(&self, slug: &Slug) -> Result<(Reservation, String, Option<BuildPlan>), BuildError> {
         let status = self.sites.get(slug)?;
         self.sites.declared_row(&status.manifest)?;
-        let reservation = self.sites.reservations().reserve(slug, Hold::Build)?;
+        let reservation = self
+            .sites
+            .reservations()
+            .reserve(slug.as_str(), Hold::Build)?;
         let status = self.sites.get(slug)?;
         let build = &status.manifest.build;
         let plan = BuildPlan::from_manifest(
@@ -145,7 +149,7 @@ impl Builds {
             false,
         );
         let id = ReleaseId::generate().as_str().to_owned();
-        let workspace = self.workspace(slug)?;
+        let workspace = self.workspace(slug.as_str())?;
         workspace
             .create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)
             .and_then(|_| workspace.create_dir_all(BUILDS_DIR, PRIVATE_DIR_MODE))
@@ -187,7 +191,7 @@ impl Builds {
     /// The pipeline; never fails out: every path ends in one terminal record.
     async fn run(
         self,
-        slug: String,
+        slug: Slug,
         id: String,
         plan: BuildPlan,
         reservation: Reservation,
@@ -201,8 +205,8 @@ impl Builds {
         let this = self.clone();
         let (slug2, id2) = (slug.clone(), id.clone());
         let written = tokio::task::spawn_blocking(move || -> Result<(), BuildError> {
-            let workspace = this.workspace(&slug2)?;
-            let mut record = read_record(&workspace, &slug2, &id2)?;
+            let workspace = this.workspace(slug2.as_str())?;
+            let mut record = read_record(&workspace, slug2.as_str(), &id2)?;
             finish(&mut record, outcome);
             write_record(&workspace, &record)
         })
@@ -221,7 +225,8 @@ impl Builds {
         tracing::info!(site = %slug, build = %id, outcome = ended.as_str(), "build ended");
     }
 
-    async fn pipeline(&self, slug: &str, id: &str, plan: &BuildPlan) -> Result<String, String> {
+    async fn pipeline(&self, site: &Slug, id: &str, plan: &BuildPlan) -> Result<String, String> {
+        let slug = site.as_str();
         let build_error = || BuildFailure::BuildError.as_str().into_owned();
         let workspace = self.workspace(slug).map_err(|e| {
             tracing::error!(site = %slug, build = %id, error = %e, "the workspace is gone");
@@ -322,7 +327,7 @@ impl Builds {
             return Err("over disk quota".to_owned());
         }
         log(b"\n# promote to preprod\n");
-        let promoted = self.promote(slug, &plan.output).await;
+        let promoted = self.promote(site, &plan.output).await;
         match &promoted {
             Ok(release) => log(format!("released {release}\n").as_bytes()),
             Err(why) => log(format!("# refused: {why}\n").as_bytes()),
@@ -331,9 +336,9 @@ impl Builds {
     }
 
     /// Copies the verified output into preproduction's store and flips its link.
-    async fn promote(&self, slug: &str, output: &str) -> Result<String, String> {
+    async fn promote(&self, slug: &Slug, output: &str) -> Result<String, String> {
         let this = self.clone();
-        let (slug, output) = (slug.to_owned(), output.to_owned());
+        let (slug, output) = (slug.clone(), output.to_owned());
         tokio::task::spawn_blocking(move || {
             let status = this.sites.get(&slug).map_err(|e| e.to_string())?;
             let row = this
@@ -349,7 +354,7 @@ impl Builds {
             )
             .map_err(|e| e.to_string())?;
             let source = this
-                .workspace(&slug)
+                .workspace(slug.as_str())
                 .map_err(|e| e.to_string())?
                 .open_dir(&output)
                 .map_err(|e| e.to_string())?;
@@ -367,13 +372,12 @@ impl Builds {
 
     /// `GET /v1/sites/:slug/builds/:id`: the record and the log. An id that is not a build
     /// id answers exactly as an unknown one. Blocking.
-    pub fn get(&self, slug: &str, id: &str) -> Result<(BuildRecord, String), BuildError> {
+    pub fn get(&self, slug: &Slug, id: &str) -> Result<(BuildRecord, String), BuildError> {
         let unknown = || BuildError::UnknownBuild {
-            slug: slug.to_owned(),
+            slug: slug.to_string(),
             id: id.to_owned(),
         };
         let id = ReleaseId::parse(id).map_err(|_| unknown())?;
-        let slug = atelier_site_api::Slug::parse(slug).map_err(|_| unknown())?;
         let workspace = match self.workspace(slug.as_str()) {
             Ok(ws) => ws,
             Err(_) => return Err(unknown()),

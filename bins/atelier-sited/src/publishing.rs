@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use atelier_fs::{FsError, Root};
 use atelier_releases::{ReleaseError, Store, Strategy};
 
+use atelier_site_api::Slug;
+
 use crate::actor::Actor;
 use crate::dates::iso8601;
 use crate::manifest::{self, Published};
@@ -74,7 +76,7 @@ fn open_store(paths: &SurfacePaths, missing: &'static str) -> Result<Store, Publ
 
 impl Sites {
     /// `GET /v1/sites/:slug/preview`. Blocking.
-    pub fn preview(&self, slug: &str) -> Result<Preview, PublishError> {
+    pub fn preview(&self, slug: &Slug) -> Result<Preview, PublishError> {
         let status = self.get(slug)?;
         Ok(Preview {
             url: status.preprod.url,
@@ -84,7 +86,7 @@ impl Sites {
     }
 
     /// `POST /v1/sites/:slug/publish` after the actor and `confirm` checks. Blocking.
-    pub fn publish(&self, slug: &str, actor: &Actor) -> Result<Served, PublishError> {
+    pub fn publish(&self, slug: &Slug, actor: &Actor) -> Result<Served, PublishError> {
         let status = self.get(slug)?;
         let row = self.declared_row(&status.manifest)?;
         self.ensure_store(&row, "prod")?;
@@ -101,13 +103,13 @@ impl Sites {
             }
             Err(e) => return Err(e.into()),
         };
-        self.check_quota(slug, incoming)?;
+        self.check_quota(slug.as_str(), incoming)?;
         let published = atelier_releases::publish(&preprod, &prod, Strategy::default())?;
         if let Err(e) = prod.prune(self.config().releases_retained) {
             tracing::warn!(site = %slug, error = %e, "pruning production releases failed");
         }
         let release = published.release.as_str().to_owned();
-        self.record_published(slug, &release, actor)?;
+        self.record_published(slug.as_str(), &release, actor)?;
         Ok(Served {
             url: self.prod_url(&status.manifest.domain),
             release,
@@ -116,7 +118,7 @@ impl Sites {
 
     /// `GET /v1/sites/:slug/releases`: production's releases from the declared surface (no
     /// proof, nothing written). Blocking.
-    pub fn releases(&self, slug: &str) -> Result<Releases, PublishError> {
+    pub fn releases(&self, slug: &Slug) -> Result<Releases, PublishError> {
         let status = self.get(slug)?;
         let empty = Releases {
             releases: Vec::new(),
@@ -144,7 +146,7 @@ impl Sites {
     /// release `release` again. Blocking.
     pub fn rollback(
         &self,
-        slug: &str,
+        slug: &Slug,
         release: &str,
         actor: &Actor,
     ) -> Result<Served, PublishError> {
@@ -155,7 +157,7 @@ impl Sites {
         let row = self.declared_row(&status.manifest)?;
         let prod = prod_store(&row)?;
         let unknown = || PublishError::UnknownRelease {
-            slug: slug.to_owned(),
+            slug: slug.to_string(),
             release: release.to_owned(),
         };
         let activated = match prod.activate(release) {
@@ -166,7 +168,7 @@ impl Sites {
             Err(e) => return Err(e.into()),
         };
         let release = activated.as_str().to_owned();
-        self.record_published(slug, &release, actor)?;
+        self.record_published(slug.as_str(), &release, actor)?;
         Ok(Served {
             url: self.prod_url(&status.manifest.domain),
             release,

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use crate::actor::{actor_of, parse_body, Actor};
 use crate::audit::{self, Audit};
-use crate::builds::Builds;
+use crate::builds::{BuildError, Builds};
 use crate::drivers::Drivers;
 use crate::health::{instance_fingerprint, Health};
 use crate::metrics::Metrics;
@@ -268,12 +268,12 @@ impl Router {
                 Ok(json_response(StatusCode::CREATED, &status))
             }
             Endpoint::GetSite => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let status = off_the_workers(sites, move |s| s.get(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &status))
             }
             Endpoint::DeleteSite => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let purge_prod = query_flag(request.uri().query(), "purge_prod");
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
@@ -291,7 +291,7 @@ impl Router {
                 Ok(json_response(StatusCode::OK, &report))
             }
             Endpoint::ListSessions => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let sessions = self.inner.sessions.clone();
                 let list = tokio::task::spawn_blocking(move || sessions.list(&slug))
                     .await
@@ -303,7 +303,7 @@ impl Router {
                 // site is a 404 whatever its body holds.
                 let slug = site_at(0)?;
                 let check = slug.clone();
-                off_the_workers(sites, move |s| s.get(check.as_str())).await?;
+                off_the_workers(sites, move |s| s.get(&check)).await?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let start = requests::start_session(&body)?;
@@ -360,19 +360,30 @@ impl Router {
                 Ok(json_response(StatusCode::OK, &stopped))
             }
             Endpoint::StartBuild => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let id = self.inner.builds.start(&slug).await?;
-                self.record(&actor, "build", Some(&slug), json!({ "build_id": id }))
-                    .await;
+                self.record(
+                    &actor,
+                    "build",
+                    Some(slug.as_str()),
+                    json!({ "build_id": id }),
+                )
+                .await;
                 Ok(json_response(
                     StatusCode::ACCEPTED,
                     &BuildStarted { build_id: id },
                 ))
             }
             Endpoint::GetBuild => {
-                let (slug, id) = (param_at(0)?, param_at(1)?);
+                let id = param_at(1)?;
+                // A slug outside the grammar is an unknown build of that site, as for any id.
+                let slug = param_at(0)?;
+                let slug = Slug::parse(&slug).map_err(|_| BuildError::UnknownBuild {
+                    slug: slug.clone(),
+                    id: id.clone(),
+                })?;
                 let builds = self.inner.builds.clone();
                 let (record, log) = tokio::task::spawn_blocking(move || builds.get(&slug, &id))
                     .await
@@ -383,12 +394,12 @@ impl Router {
                 Ok(json_response(StatusCode::OK, &body))
             }
             Endpoint::Preview => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let preview = publishing_task(sites, move |s| s.preview(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &preview))
             }
             Endpoint::Publish => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let publish = requests::publish(&body)?;
@@ -398,16 +409,17 @@ impl Router {
                 if let Some(note) = publish.note {
                     detail["note"] = Value::String(note);
                 }
-                self.record(&actor, "publish", Some(&slug), detail).await;
+                self.record(&actor, "publish", Some(slug.as_str()), detail)
+                    .await;
                 Ok(json_response(StatusCode::OK, &served))
             }
             Endpoint::Releases => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let releases = publishing_task(sites, move |s| s.releases(&slug)).await?;
                 Ok(json_response(StatusCode::OK, &releases))
             }
             Endpoint::Rollback => {
-                let slug = param_at(0)?;
+                let slug = site_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let release = requests::rollback(&body).release;
@@ -417,7 +429,7 @@ impl Router {
                 self.record(
                     &actor,
                     "rollback",
-                    Some(&slug),
+                    Some(slug.as_str()),
                     json!({ "release": release }),
                 )
                 .await;

@@ -247,10 +247,10 @@ impl Sessions {
     /// `GET /v1/sites/:slug/sessions`: the site's sessions, newest first (404 unknown site).
     ///
     /// Blocking.
-    pub fn list(&self, slug: &str) -> Result<Vec<SessionSummary>, SessionError> {
+    pub fn list(&self, slug: &Slug) -> Result<Vec<SessionSummary>, SessionError> {
         self.inner.sites.get(slug)?;
-        let workspace = self.workspace(slug)?;
-        Ok(session_log::list_metas(&workspace, slug)?
+        let workspace = self.workspace(slug.as_str())?;
+        Ok(session_log::list_metas(&workspace, slug.as_str())?
             .into_iter()
             .map(SessionSummary::from)
             .collect())
@@ -270,10 +270,9 @@ impl Sessions {
             prompt,
             driver: body_driver,
         } = request;
-        let slug = slug.as_str();
         // 2-3. the site, then the driver: the body's when valid, else the driver record.
         let this = self.clone();
-        let owned_slug = slug.to_owned();
+        let owned_slug = slug.clone();
         let driver = blocking(move || {
             this.inner.sites.get(&owned_slug)?;
             match body_driver {
@@ -281,13 +280,14 @@ impl Sessions {
                 None => this
                     .inner
                     .sites
-                    .recorded_driver(&owned_slug)
-                    .ok_or(SessionError::NoDriverRecord(owned_slug)),
+                    .recorded_driver(owned_slug.as_str())
+                    .ok_or_else(|| SessionError::NoDriverRecord(owned_slug.to_string())),
             }
         })
         .await?;
         // 4-9.
         let admitted = self.admit_turn(slug, driver, None).await?;
+        let slug = slug.as_str();
         // 10. the meta, the live session, then the turn, detached.
         let id = SessionId::new_v4().map_err(|e| SessionError::Task(e.to_string()))?;
         let meta = SessionMeta {
@@ -315,10 +315,13 @@ impl Sessions {
     ) -> Result<String, SessionError> {
         let message = request.message;
         let meta = self.read_meta_of(id).await?;
+        // The meta names the session's site; it was read from the site's own workspace.
+        let site =
+            Slug::parse(&meta.slug).map_err(|_| SessionError::UnknownSession(id.to_string()))?;
         let slug = meta.slug.clone();
         let driver = Driver::parse(&meta.driver)
             .ok_or_else(|| SessionError::NoDriverRecord(slug.clone()))?;
-        let admitted = self.admit_turn(&slug, driver, Some(id)).await?;
+        let admitted = self.admit_turn(&site, driver, Some(id)).await?;
         // Under the hold: the session may have gone with a delete that finished meanwhile.
         let mut meta = self.read_meta_of(id).await?;
         meta.state = "running".to_owned();
@@ -343,14 +346,16 @@ impl Sessions {
     /// quota, a global slot, then the driver's probe, run through the site's own turn door.
     async fn admit_turn(
         &self,
-        slug: &str,
+        site: &Slug,
         driver: Driver,
         session: Option<&SessionId>,
     ) -> Result<Admitted, SessionError> {
         if self.inner.runner.is_stopping() {
             return Err(RunRefusal::DaemonStopping.into());
         }
+        let slug = site.as_str();
         let this = self.clone();
+        let owned_site = site.clone();
         let owned_slug = slug.to_owned();
         let is_follow_up = session.is_some();
         let (reservation, running, slot) = blocking(move || {
@@ -368,7 +373,7 @@ impl Sessions {
             // The gauge goes with the hold, so it reads what `STATUS=` counts.
             let running = this.inner.metrics.turn_running();
             // Under the hold: a delete that finished meanwhile leaves nothing to start in.
-            sites.get(&owned_slug)?;
+            sites.get(&owned_site)?;
             sites.check_quota(&owned_slug, 0)?;
             let slot = this.take_slot()?;
             Ok((reservation, running, slot))

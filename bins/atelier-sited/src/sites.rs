@@ -436,9 +436,8 @@ impl Sites {
     }
 
     /// The status of site `slug`.
-    pub fn get(&self, slug: &str) -> Result<SiteStatus, SiteError> {
-        let not_found = || SiteError::NotFound(slug.to_owned());
-        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+    pub fn get(&self, slug: &Slug) -> Result<SiteStatus, SiteError> {
+        let not_found = || SiteError::NotFound(slug.to_string());
         if self.reservations.holder(slug.as_str()) == Some(Hold::Deleting) {
             return Err(Busy(Hold::Deleting).into());
         }
@@ -521,9 +520,8 @@ impl Sites {
     /// Deletes site `slug`: refused while anything holds it, and then nothing is
     /// removed; otherwise its workspace, driver record and preproduction (plus production when
     /// `purge_prod`) go. A surface whose webspace cannot be proved is skipped and reported.
-    pub fn delete(&self, slug: &str, purge_prod: bool) -> Result<DeleteReport, SiteError> {
-        let not_found = || SiteError::NotFound(slug.to_owned());
-        let slug = Slug::parse(slug).map_err(|_| not_found())?;
+    pub fn delete(&self, slug: &Slug, purge_prod: bool) -> Result<DeleteReport, SiteError> {
+        let not_found = || SiteError::NotFound(slug.to_string());
         let _deleting = self.reservations.reserve(slug.as_str(), Hold::Deleting)?;
         let root = self.sites_root()?;
         // Existence is decided under the hold: a workspace that is a link or a file is no site.
@@ -550,7 +548,7 @@ impl Sites {
         let mut removed_surfaces = Vec::new();
         let mut skipped_surfaces = Vec::new();
         for surface in surfaces {
-            match self.remove_surface(&slug, manifest.as_ref(), surface) {
+            match self.remove_surface(slug, manifest.as_ref(), surface) {
                 Ok(()) => removed_surfaces.push(surface.to_owned()),
                 Err(reason) => skipped_surfaces.push(SkippedSurface {
                     surface: surface.to_owned(),
