@@ -246,7 +246,15 @@ impl SystemdBox {
 
         let out = scratch.path.join("out");
         let machine = format!("atelier-box-{}-{}", std::process::id(), next_box_number());
-        let nspawn = Command::new("timeout")
+        // The box's container gets cgroups of its own (see BoxCgroup): the shell joins them,
+        // then becomes nspawn.
+        let cgroup = BoxCgroup::create(&machine);
+        let nspawn = Command::new("sh")
+            .arg("-c")
+            .arg(JOIN_AND_EXEC)
+            .arg("sh")
+            .env("ATELIER_BOX_CGROUPS", cgroup.procs_files())
+            .arg("timeout")
             .arg("--kill-after=10")
             .arg(self.timeout.as_secs().to_string())
             .arg("systemd-nspawn")
@@ -264,6 +272,7 @@ impl SystemdBox {
             .stdin(Stdio::null())
             .output()
             .map_err(io_err("running systemd-nspawn"))?;
+        drop(cgroup);
 
         let read = |name: &str| fs::read_to_string(out.join(name)).unwrap_or_default();
         let status = read("status");
@@ -331,6 +340,90 @@ fn one_box_on_this_machine() -> Result<fs::File, BoxError> {
         .map_err(std::io::Error::from)
         .map_err(io_err("taking the box lock"))?;
     Ok(lock)
+}
+
+/// Joins each `cgroup.procs` file named in `$ATELIER_BOX_CGROUPS` (a failure is said and
+/// the box runs where it is), then runs its arguments.
+const JOIN_AND_EXEC: &str = r#"for procs in $ATELIER_BOX_CGROUPS; do
+  echo $$ > "$procs" || echo "atelier-box: could not join $procs" >&2
+done
+exec "$@""#;
+
+/// The cgroups a box's nspawn runs in: a child of this process's own cgroup, named after the
+/// box, in each hierarchy the container's systemd writes (the named `systemd` v1 hierarchy and
+/// the unified one). nspawn places a container below the cgroup it is started in; started from
+/// the same cgroup, every box's container had the same `payload` tree, so the units of one
+/// name in two boxes (two at once, or one box and what is left of the box before it) were one
+/// cgroup, shown by two boxes' `sleep`s listed in one `cgroup.procs`. Whatever removed such a
+/// cgroup under a box's systemd made it fail to join it ("Failed to join unit cgroup … No such
+/// file or directory"). Removed, bottom up, when dropped.
+struct BoxCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl BoxCgroup {
+    /// Makes the box's cgroups; a hierarchy where that fails is left out (the box then shares
+    /// that one, as before).
+    fn create(name: &str) -> Self {
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let unified = if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
+            "/sys/fs/cgroup/unified"
+        } else {
+            "/sys/fs/cgroup"
+        };
+        let dirs = own
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let mount = match controllers {
+                    "name=systemd" => "/sys/fs/cgroup/systemd",
+                    "" => unified,
+                    _ => return None,
+                };
+                let dir = Path::new(mount)
+                    .join(path.trim_start_matches('/'))
+                    .join(name);
+                match fs::create_dir(&dir) {
+                    Ok(()) => Some(dir),
+                    Err(e) => {
+                        eprintln!("atelier-box: no cgroup of its own at {}: {e}", dir.display());
+                        None
+                    }
+                }
+            })
+            .collect();
+        Self { dirs }
+    }
+
+    /// The `cgroup.procs` files to join, separated by spaces.
+    fn procs_files(&self) -> String {
+        self.dirs
+            .iter()
+            .map(|dir| dir.join("cgroup.procs").display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl Drop for BoxCgroup {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            remove_cgroup_tree(dir);
+        }
+    }
+}
+
+/// Removes a cgroup and the cgroups below it, deepest first; what is still busy stays.
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
 }
 
 /// The tmpfs that holds the overlay's upper layer, the merged root and the result folder.
