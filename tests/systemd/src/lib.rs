@@ -387,7 +387,10 @@ impl BoxCgroup {
                 match fs::create_dir(&dir) {
                     Ok(()) => Some(dir),
                     Err(e) => {
-                        eprintln!("atelier-box: no cgroup of its own at {}: {e}", dir.display());
+                        eprintln!(
+                            "atelier-box: no cgroup of its own at {}: {e}",
+                            dir.display()
+                        );
                         None
                     }
                 }
