@@ -31,7 +31,8 @@ use crate::state::{blocking, State};
 use crate::store::events::{AuditEvent, ChatTurn, TurnTotals, TURN_ABORTED_ERROR};
 use crate::store::history::{self, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{
-    ContentBlock, Message, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage, UserTurn,
+    Committed, ContentBlock, Message, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
+    UserTurn,
 };
 use crate::turn::{ModelRefusal, Turn};
 
@@ -161,9 +162,12 @@ pub(crate) async fn handle(
     let content = validate_content(body.content)?;
     let user = caller.user_id.clone();
     let id = body.conversation_id.clone();
-    let conversation = blocking(&state.store, move |store| store.conversation(&user, &id))
+    // The history comes in the same hop: when nothing is written before the lease is held,
+    // this read is the turn's and the provider is asked without another trip to the store.
+    let read = blocking(&state.store, move |store| store.read_for_turn(&user, &id))
         .await?
         .ok_or(ApiError::ConversationNotFound)?;
+    let conversation = read.conversation.clone();
     if conversation.scope != scope {
         return Err(ApiError::ScopeMismatch {
             actual: conversation.scope.as_str(),
@@ -200,19 +204,24 @@ pub(crate) async fn handle(
         .await
         .map_err(ApiError::from)?;
 
-    // Re-read under the lease: the conversation may have been deleted or repointed while the
-    // body was checked. The history comes in the same hop.
-    let user = caller.user_id.clone();
-    let id = conversation.id.clone();
-    let (current, mut messages) = blocking(&state.store, move |store| {
-        let current = store.conversation(&user, &id)?;
-        let messages = match current {
-            Some(_) => store.messages(&id)?,
-            None => Vec::new(),
-        };
-        Ok((current, messages))
-    })
-    .await?;
+    // Under the lease the read must be current: the conversation may have been deleted or
+    // repointed, or another turn may have ended, while the body was checked. When nothing was
+    // written since, the first read is; otherwise it is read again, with the history.
+    let (current, mut messages) = if state.store.unchanged_since(read.mark) {
+        (Some(read.conversation), read.messages)
+    } else {
+        let user = caller.user_id.clone();
+        let id = conversation.id.clone();
+        blocking(&state.store, move |store| {
+            let current = store.conversation(&user, &id)?;
+            let messages = match current {
+                Some(_) => store.messages(&id)?,
+                None => Vec::new(),
+            };
+            Ok((current, messages))
+        })
+        .await?
+    };
     let current = current.ok_or(ApiError::ConversationNotFound)?;
     if current.credential_id != conversation.credential_id
         || current.model_id != conversation.model_id
@@ -229,15 +238,13 @@ pub(crate) async fn handle(
     // asked, so the commit's fsync overlaps the provider's first bytes instead of preceding
     // them. Nothing of the answer is written before the commit landed, and a failed commit
     // ends the turn with an error; the lease keeps every other writer out meanwhile.
-    let commit = {
-        let store = Arc::clone(&state.store);
-        let conversation_id = conversation.id.clone();
-        let message = user_message.clone();
-        let actor = caller.user_id.clone();
-        tokio::task::spawn_blocking(move || {
-            store.append_user_turn(&conversation_id, &message, &title, &actor)
-        })
-    };
+    // Queued here, with no thread to wait for it: the turn's own writes queue after it.
+    let commit = state.store.submit_user_turn(
+        &conversation.id,
+        user_message.clone(),
+        &title,
+        &caller.user_id,
+    );
     let position = messages.last().map_or(0, |m| m.position + 1);
     messages.push(Message {
         id: String::new(),
@@ -314,7 +321,7 @@ impl From<ImageError> for ApiError {
 }
 
 /// The user message's commit, running while the turn starts.
-type UserCommit = tokio::task::JoinHandle<Result<UserTurn, crate::store::StoreError>>;
+type UserCommit = Committed<UserTurn>;
 
 /// The model a turn's usage is priced on.
 struct PricedModel {
@@ -432,11 +439,10 @@ impl Persister {
         match self.commit.take() {
             None => Ok(()),
             Some(commit) => match commit.await {
-                Ok(Ok(stored)) => {
+                Ok(stored) => {
                     self.started = Some(stored.turn);
                     Ok(())
                 }
-                Ok(Err(error)) => Err(format!("AI runtime error: {error}")),
                 Err(error) => Err(format!("AI runtime error: {error}")),
             },
         }

@@ -274,6 +274,8 @@ impl Providers for StoredProviders {
             let row = tokio::task::spawn_blocking(move || {
                 let row = store.credential(&user, &credential_id)?;
                 if let Some(row) = &row {
+                    // Queued for the writer, not waited for: bookkeeping the turn's first
+                    // byte does not wait on.
                     store.touch_credential(&row.id)?;
                 }
                 Ok::<_, crate::store::StoreError>(row)

@@ -5,11 +5,15 @@
 //! only once it is durable: a `kill -9` right after an append loses nothing. The writes a turn
 //! makes as it runs (its messages, its usage, its audit records) go through one writer thread
 //! that commits every write waiting at once with a single fsync (group commit), so concurrent
-//! turns share their syncs instead of queueing for one each.
+//! turns share their syncs instead of queueing for one each. The reads a turn starts with
+//! come from a second connection, so they never wait for a commit's fsync, and a count of the
+//! writes tells a turn whether its first read is still current once it holds the lease.
 //!
 //! Parts:
 //! - [`Store`]: open (and migrate) a database; conversations CRUD; [`Store::append_message`].
 //! - `writer`: the group commit behind the appends, bookings and audit records.
+//! - [`TurnRead`], [`ChangeMark`]: a conversation and its history read at one moment, and
+//!   whether anything was written since.
 //! - [`ContentBlock`]: the persisted `content_json` union, validated when read.
 //! - [`history`]: the replay history rebuilt from rows, with interrupted tool calls healed.
 //! - [`events`]: the audit log, in the CMS's `audit_events` shape.
@@ -28,10 +32,11 @@ pub use lease::{Lease, Leases};
 pub use settings::{
     AuthMode, CredentialChange, CredentialRow, DefaultRow, NewCredential, PricingRow,
 };
-pub use writer::DEFAULT_MAX_BATCH;
+pub use writer::{Committed, DEFAULT_MAX_BATCH};
 
 use std::num::NonZeroUsize;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -183,6 +188,10 @@ INSERT INTO ai_usage_slots (slot, conversation_id, messages, prompt_tokens, comp
 
 /// The timestamp format of every row: ISO 8601 UTC with milliseconds.
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// Statements kept prepared on the connection: every hot statement (the turn's reads, the
+/// writer's appends, bookings and audit records) stays compiled, with room to spare.
+const STATEMENT_CACHE: usize = 64;
 
 /// How long a writer waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -457,10 +466,63 @@ pub struct UserTurn {
     pub turn: events::ChatTurn,
 }
 
+/// A conversation read for a turn: its row and messages, and when (in the store's count of
+/// writes) they were read, so the turn can tell whether a later read could differ.
+#[derive(Debug, Clone)]
+pub struct TurnRead {
+    /// The conversation.
+    pub conversation: Conversation,
+    /// Its messages in position order.
+    pub messages: Vec<Message>,
+    /// The store's count of writes at the read.
+    pub mark: ChangeMark,
+}
+
+/// How many times the database may have been written through this store at some moment; see
+/// [`Store::unchanged_since`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark(u64);
+
 /// The database of one chatd.
 pub struct Store {
+    /// Every write goes through this connection: the writer thread's group commits and the
+    /// settings and conversation routes' own statements.
     connection: Arc<Mutex<Connection>>,
+    /// A second connection for the reads a turn starts with, so they never queue behind a
+    /// commit's fsync on the writing one (WAL lets a reader see every commit without waiting).
+    reader: Mutex<Connection>,
     writer: writer::Writer,
+    /// Counts every use of the writing connection that may have changed a conversation or
+    /// its messages, each counted once it ended (its commit returned), so a read that starts
+    /// after taking the count sees every write counted in it.
+    changes: Arc<AtomicU64>,
+}
+
+/// The writing connection, held for a use that may change a conversation: the use is
+/// counted when the guard is dropped, after it ended.
+struct Counted<'a> {
+    connection: MutexGuard<'a, Connection>,
+    changes: &'a AtomicU64,
+}
+
+impl std::ops::Deref for Counted<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.connection
+    }
+}
+
+impl std::ops::DerefMut for Counted<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.connection
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Store {
@@ -484,14 +546,44 @@ impl Store {
         // first write, which a deferred transaction answers with an error the busy timeout
         // never retries; taking the write lock at BEGIN waits for it instead.
         connection.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         migrate(&mut connection)?;
+        // Opened after the migration, on the schema it left; it can only read.
+        let reader = Connection::open(path)?;
+        reader.busy_timeout(BUSY_TIMEOUT)?;
+        reader.pragma_update(None, "query_only", true)?;
+        reader.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let connection = Arc::new(Mutex::new(connection));
-        let writer = writer::Writer::start(Arc::clone(&connection), max_batch)?;
-        Ok(Self { connection, writer })
+        let changes = Arc::new(AtomicU64::new(0));
+        let writer =
+            writer::Writer::start(Arc::clone(&connection), max_batch, Arc::clone(&changes))?;
+        Ok(Self {
+            connection,
+            reader: Mutex::new(reader),
+            writer,
+            changes,
+        })
     }
 
-    fn connection(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.connection.lock().map_err(|_| StoreError::Poisoned)
+    /// The writing connection, for any use; counted as a change when the guard is dropped.
+    fn connection(&self) -> Result<Counted<'_>, StoreError> {
+        Ok(Counted {
+            connection: self.connection.lock().map_err(|_| StoreError::Poisoned)?,
+            changes: &self.changes,
+        })
+    }
+
+    /// The reading connection: it sees every commit that returned before each of its
+    /// statements starts, and waits for no commit in progress.
+    fn reading(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.reader.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Returns true if and only if nothing was written through this store since `mark` was
+    /// taken, so a read made then is still what a read now would return. (Only chatd writes
+    /// live conversations; the purge process removes only conversations deleted long ago.)
+    pub fn unchanged_since(&self, mark: ChangeMark) -> bool {
+        self.changes.load(Ordering::SeqCst) == mark.0
     }
 
     /// How many group commits the writer has made since the store was opened (each holds one
@@ -545,7 +637,28 @@ impl Store {
         user_id: &str,
         id: &str,
     ) -> Result<Option<Conversation>, StoreError> {
-        fetch_conversation(&*self.connection()?, user_id, id)
+        fetch_conversation(&*self.reading()?, user_id, id)
+    }
+
+    /// The user's live conversation `id` with its messages, read at one moment, and that
+    /// moment's [`ChangeMark`].
+    pub fn read_for_turn(&self, user_id: &str, id: &str) -> Result<Option<TurnRead>, StoreError> {
+        let connection = self.reading()?;
+        // Taken before the read starts: a write counted after this may or may not be seen,
+        // and changes the count; every write counted before it had committed, and is seen.
+        let mark = ChangeMark(self.changes.load(Ordering::SeqCst));
+        // One snapshot for the row and its messages.
+        let read = connection.unchecked_transaction()?;
+        let Some(conversation) = fetch_conversation(&read, user_id, id)? else {
+            return Ok(None);
+        };
+        let messages = read_messages(&read, id)?;
+        read.finish()?;
+        Ok(Some(TurnRead {
+            conversation,
+            messages,
+            mark,
+        }))
     }
 
     /// Applies `update` to the user's live conversation `id`.
@@ -626,22 +739,24 @@ impl Store {
         auto_title: &str,
         actor: &str,
     ) -> Result<UserTurn, StoreError> {
-        let row = MessageRow::of(conversation_id, message, Some(auto_title))?;
-        let actor = actor.to_owned();
-        let (stored, turn) = self.writer.write(move |connection| {
-            let stored = row.insert(connection)?;
-            let turn = events::chat_turn(connection, &row.conversation_id)?;
-            events::insert(
-                connection,
-                Some(&actor),
-                &events::AuditEvent::ChatStarted(turn.clone()),
-            )?;
-            Ok((stored, turn))
-        })?;
-        Ok(UserTurn {
-            message: stored.message(message),
-            turn,
-        })
+        let write = user_turn(conversation_id, message.clone(), auto_title, actor)?;
+        self.writer.write(write)
+    }
+
+    /// [`Store::append_user_turn`] for a task: the write is queued before this returns, so
+    /// every write queued after it commits with it or later, and what is returned resolves
+    /// once its commit returned.
+    pub fn submit_user_turn(
+        &self,
+        conversation_id: &str,
+        message: NewMessage,
+        auto_title: &str,
+        actor: &str,
+    ) -> Committed<UserTurn> {
+        match user_turn(conversation_id, message, auto_title, actor) {
+            Ok(write) => self.writer.submit(write),
+            Err(error) => Committed::refused(error),
+        }
     }
 
     fn append(
@@ -717,40 +832,85 @@ impl Store {
     /// The conversation's messages in position order. A row whose JSON no longer validates is
     /// logged and read as empty content, so one bad row cannot make a conversation unreadable.
     pub fn messages(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
-        let connection = self.connection()?;
-        let mut statement = connection.prepare(
-            "SELECT id, position, role, content_json, tool_call_id, tool_name, created_at
-             FROM ai_messages WHERE conversation_id = ?1 ORDER BY position",
-        )?;
-        let rows = statement.query_map([conversation_id], |row| {
-            let id: String = row.get(0)?;
-            let role_text: String = row.get(2)?;
-            let content_json: String = row.get(3)?;
-            let content = serde_json::from_str(&content_json).unwrap_or_else(|error| {
-                tracing::warn!(message_id = %id, %error, "stored content does not validate; read as empty");
-                Vec::new()
-            });
-            let tool_call = match (row.get::<_, Option<String>>(4)?, row.get::<_, Option<String>>(5)?) {
-                (Some(id), Some(name)) => Some(ToolCallRef { id, name }),
-                _ => None,
-            };
-            Ok(Message {
-                position: row.get(1)?,
-                // The CHECK constraint keeps other roles out of the table.
-                role: Role::parse(&role_text).unwrap_or(Role::User),
-                content,
-                tool_call,
-                created_at: row.get(6)?,
-                id,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        read_messages(&*self.reading()?, conversation_id)
     }
 }
 
-const CONVERSATION_COLUMNS: &str = "id, scope, title, credential_id, model_id,
+/// The messages of `conversation_id` in position order (see [`Store::messages`]).
+fn read_messages(
+    connection: &Connection,
+    conversation_id: &str,
+) -> Result<Vec<Message>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT id, position, role, content_json, tool_call_id, tool_name, created_at
+         FROM ai_messages WHERE conversation_id = ?1 ORDER BY position",
+    )?;
+    let rows = statement.query_map([conversation_id], |row| {
+        let id: String = row.get(0)?;
+        let role_text: String = row.get(2)?;
+        let content_json: String = row.get(3)?;
+        let content = serde_json::from_str(&content_json).unwrap_or_else(|error| {
+            tracing::warn!(message_id = %id, %error, "stored content does not validate; read as empty");
+            Vec::new()
+        });
+        let tool_call = match (row.get::<_, Option<String>>(4)?, row.get::<_, Option<String>>(5)?) {
+            (Some(id), Some(name)) => Some(ToolCallRef { id, name }),
+            _ => None,
+        };
+        Ok(Message {
+            position: row.get(1)?,
+            // The CHECK constraint keeps other roles out of the table.
+            role: Role::parse(&role_text).unwrap_or(Role::User),
+            content,
+            tool_call,
+            created_at: row.get(6)?,
+            id,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The columns [`conversation_from_row`] reads, in its order.
+macro_rules! conversation_columns {
+    () => {
+        "id, scope, title, credential_id, model_id,
     prompt_tokens_total, completion_tokens_total, cost_usd_total, cache_read_tokens_total,
-    cache_creation_tokens_total, context_tokens, created_at, updated_at";
+    cache_creation_tokens_total, context_tokens, created_at, updated_at"
+    };
+}
+
+const CONVERSATION_COLUMNS: &str = conversation_columns!();
+
+/// The write of a turn's user message (see [`Store::append_user_turn`]), checked and encoded.
+fn user_turn(
+    conversation_id: &str,
+    message: NewMessage,
+    auto_title: &str,
+    actor: &str,
+) -> Result<impl FnOnce(&Connection) -> Result<UserTurn, StoreError> + Send + 'static, StoreError> {
+    let row = MessageRow::of(conversation_id, &message, Some(auto_title))?;
+    let actor = actor.to_owned();
+    Ok(move |connection: &Connection| {
+        let stored = row.insert(connection)?;
+        let turn = events::chat_turn(connection, &row.conversation_id)?;
+        events::insert(
+            connection,
+            Some(&actor),
+            &events::AuditEvent::ChatStarted(turn.clone()),
+        )?;
+        Ok(UserTurn {
+            message: stored.message(&message),
+            turn,
+        })
+    })
+}
+
+/// One live conversation of one user, the statement every turn starts with.
+const FETCH_CONVERSATION: &str = concat!(
+    "SELECT ",
+    conversation_columns!(),
+    " FROM ai_conversations WHERE id = ?1 AND user_id = ?2 AND deleted_at IS NULL"
+);
 
 fn conversation_from_row(row: &Row<'_>) -> rusqlite::Result<Conversation> {
     let scope_text: String = row.get(1)?;
@@ -778,24 +938,15 @@ fn fetch_conversation(
     id: &str,
 ) -> Result<Option<Conversation>, StoreError> {
     Ok(connection
-        .query_row(
-            &format!(
-                "SELECT {CONVERSATION_COLUMNS} FROM ai_conversations
-                 WHERE id = ?1 AND user_id = ?2 AND deleted_at IS NULL"
-            ),
-            params![id, user_id],
-            conversation_from_row,
-        )
+        .prepare_cached(FETCH_CONVERSATION)?
+        .query_row(params![id, user_id], conversation_from_row)
         .optional()?)
 }
 
 fn require_live(connection: &Connection, conversation_id: &str) -> Result<(), StoreError> {
     let live: Option<i64> = connection
-        .query_row(
-            "SELECT 1 FROM ai_conversations WHERE id = ?1 AND deleted_at IS NULL",
-            [conversation_id],
-            |row| row.get(0),
-        )
+        .prepare_cached("SELECT 1 FROM ai_conversations WHERE id = ?1 AND deleted_at IS NULL")?
+        .query_row([conversation_id], |row| row.get(0))
         .optional()?;
     live.map(|_| ()).ok_or(StoreError::ConversationNotFound)
 }

@@ -201,7 +201,7 @@ impl Store {
 
     /// The user's credential `id`.
     pub fn credential(&self, user_id: &str, id: &str) -> Result<Option<CredentialRow>, StoreError> {
-        fetch_credential(&*self.connection()?, user_id, id)
+        fetch_credential(&*self.reading()?, user_id, id)
     }
 
     /// Applies `change` to the user's credential `id`.
@@ -290,13 +290,22 @@ impl Store {
         Ok(true)
     }
 
-    /// Marks credential `id` as used now.
+    /// Marks credential `id` as used now, in the writer's next group commit, without waiting
+    /// for it: a turn's first byte does not wait on this bookkeeping, and the turn's own
+    /// writes, queued after it, commit with it or after it.
     pub fn touch_credential(&self, id: &str) -> Result<(), StoreError> {
-        self.connection()?.execute(
-            &format!("UPDATE ai_provider_credentials SET last_used_at = {NOW} WHERE id = ?1"),
-            [id],
-        )?;
-        Ok(())
+        let id = id.to_owned();
+        self.writer.write_later(move |connection| {
+            let touched = connection
+                .prepare_cached(&format!(
+                    "UPDATE ai_provider_credentials SET last_used_at = {NOW} WHERE id = ?1"
+                ))
+                .and_then(|mut statement| statement.execute([&id]));
+            if let Err(error) = &touched {
+                tracing::warn!(%error, credential_id = %id, "marking a credential used failed");
+            }
+            touched.map(drop).map_err(StoreError::from)
+        })
     }
 
     /// Every scope's default, in scope order.

@@ -553,6 +553,110 @@ fn a_user_turn_titles_a_new_conversation_in_the_same_commit_but_never_renames() 
     );
 }
 
+/// A write to a conversation, named by its id.
+type Change = fn(&Store, &str);
+
+#[test]
+fn a_turn_read_stays_current_until_something_is_written() {
+    let (_dir, store) = open();
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    store
+        .append_message(&conversation.id, &text(Role::User, "hello"))
+        .unwrap();
+    let read = store
+        .read_for_turn(ALICE, &conversation.id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        read.conversation,
+        conversation_now(&store, &conversation.id)
+    );
+    assert_eq!(read.messages, store.messages(&conversation.id).unwrap());
+    assert_eq!(read.messages.len(), 1);
+    assert!(store
+        .read_for_turn(BOB, &conversation.id)
+        .unwrap()
+        .is_none());
+    // Reads, and marking a credential used, change no conversation.
+    store.conversation(ALICE, &conversation.id).unwrap();
+    store.messages(&conversation.id).unwrap();
+    store.touch_credential("cred-1").unwrap();
+    assert!(store.unchanged_since(read.mark));
+
+    // Each way a conversation or its messages change makes the read stale.
+    let writes: [(&str, Change); 4] = [
+        ("an append", |store, id| {
+            store
+                .append_message(id, &text(Role::Assistant, "hi"))
+                .map(drop)
+                .unwrap();
+        }),
+        ("a user turn", |store, id| {
+            store
+                .append_user_turn(id, &text(Role::User, "more"), "More", ALICE)
+                .map(drop)
+                .unwrap();
+        }),
+        ("a repoint", |store, id| {
+            let update = ConversationUpdate {
+                model_id: Some("model-2".into()),
+                ..ConversationUpdate::default()
+            };
+            store
+                .update_conversation(ALICE, id, &update)
+                .map(drop)
+                .unwrap();
+        }),
+        ("a deletion", |store, id| {
+            store.delete_conversation(ALICE, id).map(drop).unwrap();
+        }),
+    ];
+    for (name, write) in writes {
+        let mark = store
+            .read_for_turn(ALICE, &conversation.id)
+            .unwrap()
+            .expect("live until the last write")
+            .mark;
+        assert!(store.unchanged_since(mark), "{name}");
+        write(&store, &conversation.id);
+        assert!(!store.unchanged_since(mark), "{name}");
+    }
+}
+
+#[test]
+fn a_credential_is_marked_used_before_the_writes_queued_after_it() {
+    let (_dir, store) = open();
+    let credential = store
+        .create_credential(
+            ALICE,
+            &NewCredential {
+                provider_id: "ollama".into(),
+                auth_mode: AuthMode::BaseUrl,
+                display_label: "Local".into(),
+                sealed: None,
+                base_url: Some("http://127.0.0.1:11434".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(credential.last_used_at, None);
+    let conversation = store
+        .create_conversation(ALICE, &new_conversation(Scope::Site, None))
+        .unwrap();
+    store.touch_credential(&credential.id).unwrap();
+    // Queued behind the mark, this commit returning means the mark is stored.
+    store
+        .append_message(&conversation.id, &text(Role::User, "hello"))
+        .unwrap();
+    let marked = store.credential(ALICE, &credential.id).unwrap().unwrap();
+    assert!(marked.last_used_at.is_some());
+}
+
+fn conversation_now(store: &Store, id: &str) -> Conversation {
+    store.conversation(ALICE, id).unwrap().unwrap()
+}
+
 /// A usage slot row: slot, conversation, messages, prompt, completion, cost, cache read, write.
 type SlotRow = (i64, String, i64, i64, i64, f64, i64, i64);
 

@@ -9,13 +9,17 @@
 //! for more: a lone write commits at once, and concurrent ones share the fsync that they
 //! would otherwise each wait for in turn.
 
+use std::future::Future;
 use std::num::NonZeroUsize;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
+use tokio::sync::oneshot;
 
 use super::StoreError;
 
@@ -35,6 +39,10 @@ trait Job: Send {
     /// Answers the caller once the batch ended: the write's own outcome when the batch
     /// committed (or when the write itself failed), else why the batch did not commit.
     fn answer(self: Box<Self>, batch: &Result<(), Failure>);
+
+    /// Returns true if and only if the write may change a conversation or its messages, so
+    /// its batch counts as a change (see `Store::unchanged_since`).
+    fn tracked(&self) -> bool;
 }
 
 /// Why a batch did not commit, told to each of its writes.
@@ -46,11 +54,53 @@ enum Failure {
     Poisoned,
 }
 
-/// A write returning `T`, and where its caller waits.
+/// A write returning `T`, and where its outcome goes.
 struct Write<T, F> {
     work: Option<F>,
     outcome: Option<Result<T, StoreError>>,
-    reply: SyncSender<Result<T, StoreError>>,
+    reply: Reply<T>,
+    tracked: bool,
+}
+
+/// Who is told a write's outcome.
+enum Reply<T> {
+    /// A thread blocked in [`Writer::write`].
+    Waiting(SyncSender<Result<T, StoreError>>),
+    /// A task awaiting the [`Committed`] of [`Writer::submit`].
+    Awaited(oneshot::Sender<Result<T, StoreError>>),
+    /// Nobody ([`Writer::write_later`]).
+    Nobody,
+}
+
+/// A write handed to the writer thread, awaited by a task instead of a blocked thread: it
+/// resolves once the commit that holds the write returned (or with why it was not stored).
+pub struct Committed<T>(Pending<T>);
+
+enum Pending<T> {
+    Queued(oneshot::Receiver<Result<T, StoreError>>),
+    Refused(Option<StoreError>),
+}
+
+impl<T> Committed<T> {
+    /// A write that failed before it was queued.
+    pub(super) fn refused(error: StoreError) -> Self {
+        Self(Pending::Refused(Some(error)))
+    }
+}
+
+impl<T> Future for Committed<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            Pending::Queued(answer) => Pin::new(answer)
+                .poll(cx)
+                .map(|answered| answered.unwrap_or(Err(StoreError::WriterGone))),
+            Pending::Refused(error) => {
+                Poll::Ready(Err(error.take().unwrap_or(StoreError::WriterGone)))
+            }
+        }
+    }
 }
 
 impl<T, F> Job for Write<T, F>
@@ -78,8 +128,20 @@ where
             // Committed without having run: the batch stopped before it, which it reports.
             (None, Ok(())) => Err(StoreError::WriterGone),
         };
-        // A caller that went away (its thread ended) needs no answer.
-        let _ = self.reply.send(outcome);
+        // A caller that went away (its thread ended, its task was dropped) needs no answer.
+        match self.reply {
+            Reply::Waiting(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Reply::Awaited(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Reply::Nobody => {}
+        }
+    }
+
+    fn tracked(&self) -> bool {
+        self.tracked
     }
 }
 
@@ -96,17 +158,19 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Starts the writer thread over `connection`, committing at most `max_batch` writes at a
-    /// time.
+    /// time and counting in `changes` each batch that may change a conversation, once its
+    /// commit returned.
     pub(super) fn start(
         connection: Arc<Mutex<Connection>>,
         max_batch: NonZeroUsize,
+        changes: Arc<AtomicU64>,
     ) -> Result<Self, StoreError> {
         let (queue, jobs) = mpsc::channel();
         let commits = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&commits);
         let thread = std::thread::Builder::new()
             .name("chatd-store-writer".to_owned())
-            .spawn(move || drain(&connection, &jobs, max_batch.get(), &counted))
+            .spawn(move || drain(&connection, &jobs, max_batch.get(), &counted, &changes))
             .map_err(StoreError::WriterThread)?;
         Ok(Self {
             queue: Some(queue),
@@ -128,21 +192,55 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply, answer) = mpsc::sync_channel(1);
-        let job = Box::new(Write {
-            work: Some(work),
-            outcome: None,
-            reply,
-        });
-        self.queue
-            .as_ref()
-            .ok_or(StoreError::WriterGone)?
-            .send(job)
-            .map_err(|_| StoreError::WriterGone)?;
+        self.queue(work, true, Reply::Waiting(reply))?;
         // Counted once queued, so a count of n means n writes are in the queue or the batch.
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let answered = answer.recv().map_err(|_| StoreError::WriterGone);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         answered?
+    }
+
+    /// Queues `work`, which changes no conversation and no message, for the next group commit
+    /// and returns at once: whatever is queued after it commits in the same batch or a later
+    /// one. Nobody is told its outcome, so `work` reports its own failure.
+    pub(super) fn write_later<F>(&self, work: F) -> Result<(), StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<(), StoreError> + Send + 'static,
+    {
+        self.queue(work, false, Reply::Nobody)
+    }
+
+    /// [`Writer::write`] for a task: queues `work` at once, without a thread to block, and
+    /// returns what resolves once the commit that holds it returned.
+    pub(super) fn submit<T, F>(&self, work: F) -> Committed<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        match self.queue(work, true, Reply::Awaited(reply)) {
+            Ok(()) => Committed(Pending::Queued(answer)),
+            Err(error) => Committed::refused(error),
+        }
+    }
+
+    /// Hands `work` to the writer thread, its outcome for `reply`.
+    fn queue<T, F>(&self, work: F, tracked: bool, reply: Reply<T>) -> Result<(), StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let job = Box::new(Write {
+            work: Some(work),
+            outcome: None,
+            reply,
+            tracked,
+        });
+        self.queue
+            .as_ref()
+            .ok_or(StoreError::WriterGone)?
+            .send(job)
+            .map_err(|_| StoreError::WriterGone)
     }
 
     /// How many writes are queued or being committed, their callers waiting.
@@ -170,6 +268,7 @@ fn drain(
     jobs: &Receiver<Box<dyn Job>>,
     max_batch: usize,
     commits: &AtomicU64,
+    changes: &AtomicU64,
 ) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -180,8 +279,16 @@ fn drain(
             }
         }
         let outcome = match connection.lock() {
-            Ok(mut connection) => commit(&mut connection, &mut batch)
-                .map_err(|error| Failure::Sqlite(Arc::new(error))),
+            Ok(mut connection) => {
+                let committed = commit(&mut connection, &mut batch)
+                    .map_err(|error| Failure::Sqlite(Arc::new(error)));
+                // Counted once the commit returned, whatever its outcome, and before anyone
+                // is answered: a read that starts after taking the count sees the batch.
+                if batch.iter().any(|job| job.tracked()) {
+                    changes.fetch_add(1, Ordering::SeqCst);
+                }
+                committed
+            }
             Err(_) => Err(Failure::Poisoned),
         };
         match &outcome {
@@ -222,6 +329,7 @@ mod tests {
         let writer = Writer::start(
             Arc::clone(&connection),
             NonZeroUsize::new(max_batch).unwrap(),
+            Arc::new(AtomicU64::new(0)),
         )
         .unwrap();
         (connection, writer)
@@ -245,6 +353,24 @@ mod tests {
         assert_eq!(answer.unwrap(), "stored");
         assert_eq!(count(&connection), 1);
         assert_eq!(writer.commits(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_submitted_write_resolves_once_committed_with_its_own_outcome() {
+        let (connection, writer) = writer(64);
+        let committed = writer.submit(|connection| {
+            connection.execute("INSERT INTO t (n) VALUES (3)", [])?;
+            Ok(3)
+        });
+        assert_eq!(committed.await.unwrap(), 3);
+        assert_eq!(count(&connection), 1);
+        let refused = writer.submit(|connection| {
+            connection.execute("INSERT INTO t (n) VALUES (-1)", [])?;
+            Ok(())
+        });
+        assert!(matches!(refused.await, Err(StoreError::Sqlite(_))));
+        assert_eq!(count(&connection), 1);
+        assert_eq!(writer.commits(), 2);
     }
 
     #[test]
