@@ -26,6 +26,7 @@ use crate::actor::Actor;
 use crate::dates::iso8601;
 
 pub use atelier_layout::paths::AUDIT_FILE;
+use atelier_layout::paths::{audit_segment_file, audit_segment_number};
 
 /// The audit file's mode: the daemon's alone.
 const AUDIT_FILE_MODE: u32 = 0o600;
@@ -166,23 +167,13 @@ impl Audit {
     }
 }
 
-/// The segment name of number `n`.
-fn segment_name(n: u64) -> String {
-    format!("{AUDIT_FILE}.{n}")
-}
-
 /// The segments in the audit directory, newest (highest number) first.
 fn segments(root: &Root) -> Result<Vec<(u64, String)>, FsError> {
-    let prefix = format!("{AUDIT_FILE}.");
     let mut found: Vec<(u64, String)> = atelier_fs::tree::list_dir(root, None)?
         .into_iter()
         .filter_map(|(name, _)| {
             let name = name.into_string().ok()?;
-            let digits = name.strip_prefix(&prefix)?;
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            Some((digits.parse().ok()?, name))
+            Some((audit_segment_number(&name)?, name))
         })
         .collect();
     found.sort_unstable_by_key(|segment| std::cmp::Reverse(segment.0));
@@ -192,12 +183,7 @@ fn segments(root: &Root) -> Result<Vec<(u64, String)>, FsError> {
 /// Renames the audit file to the next segment number.
 fn rotate(root: &Root) -> Result<(), FsError> {
     let next = segments(root)?.first().map_or(1, |(n, _)| n + 1);
-    let name = segment_name(next);
-    rustix::fs::renameat(root, AUDIT_FILE, root, name.as_str()).map_err(|errno| FsError::Io {
-        op: "rotate",
-        path: root.path().join(AUDIT_FILE),
-        source: errno.into(),
-    })
+    root.rename_file(AUDIT_FILE, audit_segment_file(next))
 }
 
 /// Calls `each` with the lines of the first `len` bytes of `file`, last line first, a block

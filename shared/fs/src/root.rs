@@ -526,6 +526,32 @@ impl Root {
         }
     }
 
+    /// Renames the regular file `from` to `to` in the same tree. The file itself is never
+    /// followed (a link or anything but a regular file at `from` is refused), and an entry
+    /// already at `to` is refused rather than replaced, so a rename never overwrites.
+    pub fn rename_file(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
+        let (from, to) = (RelPath::new(from)?, RelPath::new(to)?);
+        let (old, new) = (self.locate(&from)?, self.locate(&to)?);
+        match rustix::fs::statat(old.dir(), old.name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {}
+            Ok(_) => return Err(not_regular(from.as_path())),
+            Err(Errno::NOENT) => {
+                return Err(FsError::NotFound {
+                    path: from.as_path().to_path_buf(),
+                })
+            }
+            Err(errno) => return Err(io_err("stat", from.as_path(), errno)),
+        }
+        rustix::fs::renameat_with(
+            old.dir(),
+            old.name,
+            new.dir(),
+            new.name,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(|errno| io_err("rename", from.as_path(), errno))
+    }
+
     /// Describes the entry `rel` without following it; a symlink is reported as
     /// [`FileKind::Symlink`]. Links on the way to it are still refused.
     pub fn metadata(&self, rel: impl AsRef<Path>) -> Result<Metadata, FsError> {

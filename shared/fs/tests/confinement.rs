@@ -386,6 +386,18 @@ fn cases() -> Vec<Case> {
             reason: "symlink_refused",
         },
         Case {
+            name: "rename_file: link at b",
+            setup: link_at_b,
+            op: |r| r.rename_file("a/b/c/file", "a/b/c/moved"),
+            reason: "symlink_refused",
+        },
+        Case {
+            name: "rename_file: link at file",
+            setup: link_at_file,
+            op: |r| r.rename_file("a/b/c/file", "a/b/c/moved"),
+            reason: "not_regular_file",
+        },
+        Case {
             name: "metadata: link at b",
             setup: link_at_b,
             op: |r| r.metadata("a/b/c/file").map(drop),
@@ -439,6 +451,12 @@ fn cases() -> Vec<Case> {
             name: "remove_file: ../outside/secret",
             setup: inside_tree,
             op: |r| r.remove_file("../outside/secret").map(drop),
+            reason: "parent_component",
+        },
+        Case {
+            name: "rename_file: onto ../outside/secret",
+            setup: inside_tree,
+            op: |r| r.rename_file("a/b/c/file", "../outside/secret"),
             reason: "parent_component",
         },
         Case {
@@ -888,4 +906,20 @@ fn racing_renames_never_reach_outside() {
     assert!(swaps.load(Ordering::Relaxed) > 0);
     assert_eq!(done + refused, 2000);
     assert_eq!(snapshot_diff(&outside_before, &snapshot(&f.outside())), "");
+}
+
+#[test]
+fn rename_file_moves_within_the_tree_and_never_replaces() {
+    let f = Fixture::new();
+    f.write("a/file", INSIDE);
+    f.write("a/taken", b"keep");
+    let root = Root::open(f.root()).unwrap();
+    let refused = root.rename_file("a/file", "a/taken").unwrap_err();
+    assert_eq!(refused.reason(), "io_error", "{refused}");
+    assert_eq!(std::fs::read(f.root().join("a/taken")).unwrap(), b"keep");
+    root.rename_file("a/file", "a/moved").unwrap();
+    assert_eq!(std::fs::read(f.root().join("a/moved")).unwrap(), INSIDE);
+    assert!(!f.root().join("a/file").exists());
+    let missing = root.rename_file("a/file", "a/again").unwrap_err();
+    assert_eq!(missing.reason(), "not_found", "{missing}");
 }

@@ -50,6 +50,21 @@ pub const CREDENTIALS_DIR: &str = "credentials";
 pub const HTPASSWD_FILE: &str = "preprod.htpasswd";
 /// The audit log inside the audit root.
 pub const AUDIT_FILE: &str = "audit.jsonl";
+
+/// The name of the audit log's segment number `n` (the file renamed once it reached its size;
+/// numbers count up, so the highest is the newest).
+pub fn audit_segment_file(n: u64) -> String {
+    format!("{AUDIT_FILE}.{n}")
+}
+
+/// The segment number a file name in the audit root stands for, if it is a segment's.
+pub fn audit_segment_number(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(AUDIT_FILE)?.strip_prefix('.')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
 /// sited's socket inside the runtime dir.
 pub const SITED_SOCKET_FILE: &str = "sited.sock";
 /// The turn door's system gitconfig inside the agents root.

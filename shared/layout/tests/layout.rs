@@ -621,3 +621,24 @@ fn principals_resolve_without_the_declaration_where_the_instance_decides() {
         Some("atelier-a-example_2")
     );
 }
+
+#[test]
+fn audit_segment_names_round_trip_and_nothing_else_is_one() {
+    for n in [1, 2, 10, u64::MAX] {
+        assert_eq!(
+            paths::audit_segment_number(&paths::audit_segment_file(n)),
+            Some(n)
+        );
+    }
+    for name in [
+        paths::AUDIT_FILE,
+        "audit.jsonl.",
+        "audit.jsonl.x",
+        "audit.jsonl.+1",
+        "audit.jsonl.1.tmp",
+        "audit.jsonlx.1",
+        "other.1",
+    ] {
+        assert_eq!(paths::audit_segment_number(name), None, "{name}");
+    }
+}
