@@ -2,7 +2,7 @@
 //! request here, once, each field refused with the contract's own detail and in its order.
 //! The services behind the router take these values and never look at the JSON again.
 
-use atelier_site_api::limits::{MAX_NOTE_CHARS, MAX_PROMPT_UNITS};
+use atelier_site_api::limits::{check_prompt, BadPrompt, MAX_NOTE_CHARS};
 use atelier_site_api::{CreateSite, DriverId, Publish, Rollback, SendMessage, Slug, StartSession};
 use serde_json::Value;
 
@@ -96,19 +96,19 @@ fn driver(body: &Value) -> Option<DriverId> {
 
 /// A prompt or message: a string that is not blank, at most the prompt limit in UTF-16 units.
 fn text(value: Option<&Value>, field: &str) -> Result<String, SessionError> {
-    let text = value
-        .and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| SessionError::Validation(format!("{field} must be a non-empty string")))?;
-    if text.encode_utf16().count() > MAX_PROMPT_UNITS {
-        return Err(SessionError::Validation(format!("{field} exceeds 32 KiB")));
-    }
+    let blank = || SessionError::Validation(format!("{field} must be a non-empty string"));
+    let text = value.and_then(Value::as_str).ok_or_else(blank)?;
+    check_prompt(text).map_err(|bad| match bad {
+        BadPrompt::Blank => blank(),
+        BadPrompt::TooLong(_) => SessionError::Validation(format!("{field} exceeds 32 KiB")),
+    })?;
     Ok(text.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use atelier_site_api::limits::MAX_PROMPT_UNITS;
     use serde_json::json;
 
     #[test]

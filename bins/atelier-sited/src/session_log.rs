@@ -58,9 +58,9 @@ pub struct LoggedEvent {
 #[derive(Deserialize)]
 struct LineHead<'a> {
     seq: u64,
-    #[serde(borrow)]
-    #[allow(dead_code)]
-    ts: Cow<'a, str>,
+    // Required to be a string, never read.
+    #[serde(rename = "ts", borrow)]
+    _ts: Cow<'a, str>,
     body: BodyHead,
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 
 use crate::error::Invalid;
 
+use atelier_site_api::limits::{check_prompt, BadPrompt};
 pub use atelier_site_api::limits::{MAX_PROMPT_UNITS as MAX_TEXT_UNITS, MAX_USERNAME_CHARS};
 pub use atelier_site_api::Slug;
 
@@ -54,18 +55,14 @@ impl fmt::Display for Id {
 
 /// A prompt or message: not blank, at most [`MAX_TEXT_UNITS`] UTF-16 units.
 pub fn check_text(what: &'static str, text: &str) -> Result<(), Invalid> {
-    if text.trim().is_empty() {
-        return Err(Invalid::TextRequired(what));
-    }
-    let len = text.encode_utf16().count();
-    if len > MAX_TEXT_UNITS {
-        return Err(Invalid::TextTooLong {
+    check_prompt(text).map_err(|bad| match bad {
+        BadPrompt::Blank => Invalid::TextRequired(what),
+        BadPrompt::TooLong(len) => Invalid::TextTooLong {
             what,
             len,
             limit: MAX_TEXT_UNITS,
-        });
-    }
-    Ok(())
+        },
+    })
 }
 
 /// A field that must not be blank (a site's name, its domain).

@@ -25,11 +25,7 @@ pub struct BadSlug;
 impl Slug {
     /// Checks `text` against the grammar.
     pub fn parse(text: &str) -> Result<Slug, BadSlug> {
-        if atelier_layout::names::is_slug(text) {
-            Ok(Slug(text.to_owned()))
-        } else {
-            Err(BadSlug)
-        }
+        Slug::try_from(text.to_owned())
     }
 
     /// The slug as text.
