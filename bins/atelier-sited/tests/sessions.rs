@@ -115,12 +115,17 @@ async fn follow_at(
     let response = open_with(socket, Method::GET, path, "", headers).await;
     assert_eq!(response.status(), StatusCode::OK);
     let headers = response.headers().clone();
+    (headers, frames_of(response).await)
+}
+
+/// Every frame of an open event stream, read until the server closes it.
+async fn frames_of(response: hyper::Response<hyper::body::Incoming>) -> Vec<Frame> {
     let body = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
         .await
         .expect("the stream closes")
         .unwrap()
         .to_bytes();
-    (headers, parse_frames(std::str::from_utf8(&body).unwrap()))
+    parse_frames(std::str::from_utf8(&body).unwrap())
 }
 
 /// The frames of a whole stream, read by the shared SSE reader; sited writes only `id`,
@@ -241,48 +246,16 @@ impl Lcg {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_joining_mid_turn_gets_every_event_after_its_cursor_exactly_once() {
     const EVENTS: u64 = 400;
-    const CLIENTS: usize = 4;
     let instance = instance(2).await;
     let mut rng = Lcg(7);
-    let mut joined_mid_turn = 0;
     for round in 0..25 {
-        let id = SessionId::new_v4().unwrap();
-        let session = instance.router.sessions().begin_turn("alpha", &id).unwrap();
-        let written = Arc::new(AtomicU64::new(0));
-        let writer = {
-            let (session, written) = (Arc::clone(&session), Arc::clone(&written));
-            std::thread::spawn(move || {
-                for i in 0..EVENTS {
-                    session.append(SessionEvent::text(format!("{i}"))).unwrap();
-                    written.store(i + 1, Ordering::SeqCst);
-                    if i % 8 == 0 {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                }
-                session.append(idle_end()).unwrap();
-            })
+        let writing = Writing {
+            events: EVENTS,
+            followers: 4,
+            pause_every: 8,
+            pause: Duration::from_micros(100),
         };
-        let mut clients = Vec::new();
-        for _ in 0..CLIENTS {
-            let wait = Duration::from_micros(rng.below(8_000));
-            let pick = rng.below(1_000);
-            let socket = instance.socket.clone();
-            let written = Arc::clone(&written);
-            let id = id.to_string();
-            clients.push(tokio::spawn(async move {
-                tokio::time::sleep(wait).await;
-                let now = written.load(Ordering::SeqCst);
-                // A cursor anywhere in what exists so far, -1 included.
-                let after = i64::try_from(pick % (now + 1)).unwrap() - 1;
-                let (_, frames) = follow(&socket, &id, after).await;
-                (after, now, frames)
-            }));
-        }
-        for client in clients {
-            let (after, now, frames) = client.await.unwrap();
-            if now < EVENTS {
-                joined_mid_turn += 1;
-            }
+        for (after, now, frames) in writing.follow(&instance, &mut rng).await {
             let want: Vec<u64> = (u64::try_from(after + 1).unwrap()..=EVENTS).collect();
             assert_eq!(
                 seqs(&frames),
@@ -292,12 +265,89 @@ async fn a_follower_joining_mid_turn_gets_every_event_after_its_cursor_exactly_o
             let last: Value = serde_json::from_str(&frames.last().unwrap().data).unwrap();
             assert_eq!(last["body"]["type"], "turn_end");
         }
-        writer.join().unwrap();
     }
-    assert!(
-        joined_mid_turn > 10,
-        "only {joined_mid_turn} followers joined mid-turn"
-    );
+}
+
+/// A turn written event by event on a thread of its own while followers join it, each when
+/// the writing reaches a random point and at a random cursor in what exists by then. The
+/// turn ends only after every follower has its stream open, so each joins mid-turn by
+/// construction rather than by timing, which a fast or a loaded machine would move.
+#[derive(Clone, Copy)]
+struct Writing {
+    events: u64,
+    followers: u64,
+    pause_every: u64,
+    pause: Duration,
+}
+
+impl Writing {
+    /// Each follower's cursor, how many events were written when it joined, and its frames.
+    async fn follow(&self, instance: &Instance, rng: &mut Lcg) -> Vec<(i64, u64, Vec<Frame>)> {
+        let id = SessionId::new_v4().unwrap();
+        let session = instance.router.sessions().begin_turn("alpha", &id).unwrap();
+        let written = Arc::new(AtomicU64::new(0));
+        let joined = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (session, written, joined) = (
+                Arc::clone(&session),
+                Arc::clone(&written),
+                Arc::clone(&joined),
+            );
+            let Writing {
+                events,
+                followers,
+                pause_every,
+                pause,
+            } = *self;
+            std::thread::spawn(move || {
+                for i in 0..events {
+                    session
+                        .append(SessionEvent::text(format!("event {i}")))
+                        .unwrap();
+                    written.store(i + 1, Ordering::SeqCst);
+                    if i % pause_every == 0 {
+                        std::thread::sleep(pause);
+                    }
+                }
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while joined.load(Ordering::SeqCst) < followers {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "followers never joined"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                session.append(idle_end()).unwrap();
+            })
+        };
+        let mut clients = Vec::new();
+        for _ in 0..self.followers {
+            let join_at = rng.below(self.events);
+            let pick = rng.below(self.events);
+            let socket = instance.socket.clone();
+            let (written, joined) = (Arc::clone(&written), Arc::clone(&joined));
+            let id = id.to_string();
+            clients.push(tokio::spawn(async move {
+                while written.load(Ordering::SeqCst) < join_at {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let now = written.load(Ordering::SeqCst);
+                // A cursor anywhere in what exists so far, -1 included.
+                let after = i64::try_from(pick % (now + 1)).unwrap() - 1;
+                let path = format!("/v1/sessions/{id}/events?after={after}");
+                let response = open_with(&socket, Method::GET, &path, "", &[]).await;
+                assert_eq!(response.status(), StatusCode::OK);
+                joined.fetch_add(1, Ordering::SeqCst);
+                (after, now, frames_of(response).await)
+            }));
+        }
+        let mut seen = Vec::new();
+        for client in clients {
+            seen.push(client.await.unwrap());
+        }
+        writer.join().unwrap();
+        seen
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -624,53 +674,17 @@ async fn a_planted_log_link_is_refused_and_nothing_outside_is_touched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_events_and_twenty_followers_at_random_cursors_see_each_event_once() {
     const EVENTS: u64 = 10_000;
-    const CLIENTS: usize = 20;
     let instance = instance(2).await;
-    let id = SessionId::new_v4().unwrap();
-    let session = instance.router.sessions().begin_turn("alpha", &id).unwrap();
-    let written = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (session, written) = (Arc::clone(&session), Arc::clone(&written));
-        std::thread::spawn(move || {
-            for i in 0..EVENTS {
-                session
-                    .append(SessionEvent::text(format!("event {i}")))
-                    .unwrap();
-                written.store(i + 1, Ordering::SeqCst);
-                if i % 64 == 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-            session.append(idle_end()).unwrap();
-        })
+    let writing = Writing {
+        events: EVENTS,
+        followers: 20,
+        pause_every: 64,
+        pause: Duration::from_micros(200),
     };
-    let mut rng = Lcg(20_251_202);
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
-        let wait = Duration::from_micros(rng.below(150_000));
-        let pick = rng.below(EVENTS);
-        let socket = instance.socket.clone();
-        let written = Arc::clone(&written);
-        let id = id.to_string();
-        clients.push(tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            let now = written.load(Ordering::SeqCst);
-            let after = i64::try_from(pick % (now + 1)).unwrap() - 1;
-            let (_, frames) = follow(&socket, &id, after).await;
-            (after, now, frames)
-        }));
-    }
-    let mut mid_turn = 0;
-    for client in clients {
-        let (after, now, frames) = client.await.unwrap();
-        if now < EVENTS {
-            mid_turn += 1;
-        }
+    for (after, now, frames) in writing.follow(&instance, &mut Lcg(20_251_202)).await {
         let want: Vec<u64> = (u64::try_from(after + 1).unwrap()..=EVENTS).collect();
         assert_eq!(seqs(&frames), want, "after {after}, joined at {now}");
     }
-    writer.join().unwrap();
-    assert!(mid_turn >= CLIENTS / 2, "only {mid_turn} joined mid-turn");
 }
 
 /// The `turn_end` of a turn that finished.
