@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use atelier_sited::session_log::SessionId;
+use atelier_site_api::SessionId;
 use atelierctl::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
