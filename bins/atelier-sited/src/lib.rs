@@ -10,7 +10,8 @@
 //! - [`git`]: the workspace repository under a constructed environment.
 //! - [`reservations`]: who holds a site, and the busy reason it answers with.
 //! - [`site_table`]: the provisioner's `sites.json` and the webspace proof.
-//! - [`sites`]: create, get, list, delete and the disk quota; [`problem`]: the one mapping of
+//! - [`sites`]: create, get, list, delete and the disk quota; [`listing`]: the site list kept
+//!   while nothing it was read from changes; [`problem`]: the one mapping of
 //!   every error to its RFC 9457 problem and machine `reason` (the closed list of reasons is
 //!   `atelier-site-api`'s).
 //! - [`dates`]: the timestamp format every record carries.
@@ -40,6 +41,7 @@ pub mod domain;
 pub mod drivers;
 pub mod git;
 mod health;
+pub mod listing;
 pub mod live_session;
 pub mod manifest;
 pub mod metrics;

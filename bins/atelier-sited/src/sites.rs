@@ -1,7 +1,6 @@
 //! Sites: create (in the contract's exact order, undoing a half-made workspace), get, list,
 //! delete (refused while anything holds the site, removing nothing), and the disk quota.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -15,6 +14,7 @@ use crate::build_record::{self, BuildRecord};
 use crate::dates::iso8601;
 use crate::domain::{normalize_domain, BadDomain};
 use crate::git::{Git, GitError};
+use crate::listing::{Listing, SessionBoard, Watched};
 use crate::manifest::{self, Driver, ManifestError, SiteManifest, DEFAULT_TEMPLATE};
 use crate::reservations::{Busy, Hold, Reservation, Reservations};
 use crate::runs::{RunTarget, Runner};
@@ -142,7 +142,9 @@ pub struct Sites {
     templates: Templates,
     git: Git,
     /// Each site's live or last session in this process (`SiteStatus.session`).
-    session_states: Arc<Mutex<HashMap<String, SessionState>>>,
+    session_states: Arc<Mutex<SessionBoard>>,
+    /// The last site list, kept while nothing it was read from changes.
+    listing: Arc<Listing>,
 }
 
 impl Sites {
@@ -155,7 +157,8 @@ impl Sites {
             reservations: Reservations::new(),
             templates,
             git,
-            session_states: Arc::new(Mutex::new(HashMap::new())),
+            session_states: Arc::new(Mutex::new(SessionBoard::default())),
+            listing: Arc::new(Listing::default()),
         }
     }
 
@@ -164,8 +167,8 @@ impl Sites {
         self.session_states
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                slug.to_owned(),
+            .set(
+                slug,
                 SessionState {
                     state: state.to_owned(),
                     session_id: Some(session_id.to_owned()),
@@ -176,7 +179,11 @@ impl Sites {
     /// The slugs of every site (a workspace with a valid manifest), sorted. Blocking.
     pub fn slugs(&self) -> Vec<String> {
         match self.sites_root() {
-            Ok(root) => self.manifests(&root).into_iter().map(|m| m.slug).collect(),
+            Ok(root) => self
+                .manifests(&root, &mut Watched::none())
+                .into_iter()
+                .map(|m| m.slug)
+                .collect(),
             Err(_) => Vec::new(),
         }
     }
@@ -277,7 +284,7 @@ impl Sites {
         // 4-5: domain grammar, then no other site has it.
         let domain = normalize_domain(&domain)?;
         if self
-            .manifests(&root)
+            .manifests(&root, &mut Watched::none())
             .iter()
             .any(|m| m.domain == domain && m.slug != slug.as_str())
         {
@@ -292,7 +299,7 @@ impl Sites {
         // 8: hold the site while it is made.
         let init = self.reservations.reserve(slug.as_str(), Hold::Init)?;
         // 9: the site limit.
-        let count = self.manifests(&root).len();
+        let count = self.manifests(&root, &mut Watched::none()).len();
         if count >= self.config.max_sites as usize {
             return Err(SiteError::MaxSites(self.config.max_sites));
         }
@@ -419,8 +426,9 @@ impl Sites {
         self.prove_declared(&slug, &manifest.domain)
     }
 
-    /// Every readable, valid manifest under the sites root, sorted by slug.
-    fn manifests(&self, root: &Root) -> Vec<SiteManifest> {
+    /// Every readable, valid manifest under the sites root, sorted by slug, each workspace
+    /// watched before it is read.
+    fn manifests(&self, root: &Root, watched: &mut Watched) -> Vec<SiteManifest> {
         let Ok(entries) = tree::list_dir(root, None) else {
             return Vec::new();
         };
@@ -430,6 +438,7 @@ impl Sites {
             .filter_map(|(name, _)| Slug::parse(name.to_str()?).ok())
             .filter_map(|slug| {
                 let workspace = root.open_dir(slug.as_str()).ok()?;
+                watched.watch(&workspace);
                 manifest::read_manifest(&workspace, slug.as_str()).ok()?
             })
             .collect()
@@ -452,21 +461,47 @@ impl Sites {
     }
 
     /// Every site's status, sorted by slug; a site whose status cannot be built is left out.
+    /// Served from memory while nothing it was read from has changed ([`Listing`]).
     pub fn list(&self) -> Result<Vec<SiteStatus>, SiteError> {
+        if let Some(sites) = self.list_fresh() {
+            return Ok(sites);
+        }
+        let mut watched = Watched::start();
         let root = self.sites_root()?;
+        watched.watch(&root);
         // One read of the site table serves every site of the list.
+        if let Some(dir) = self.config.site_table_file.parent() {
+            if let Ok(dir) = Root::open_following_symlink(dir) {
+                watched.watch(&dir);
+            }
+        }
         let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok();
-        Ok(self
-            .manifests(&root)
+        let sites: Vec<SiteStatus> = self
+            .manifests(&root, &mut watched)
             .into_iter()
-            .map(|m| self.status_with(m, &root, table.as_ref()))
-            .collect())
+            .map(|m| self.status_with(m, &root, table.as_ref(), &mut watched))
+            .collect();
+        self.listing.keep(watched, &sites);
+        Ok(sites)
+    }
+
+    /// The kept site list with each site's session as it is now, if nothing the list was read
+    /// from has changed since: no file is read.
+    pub fn list_fresh(&self) -> Option<Vec<SiteStatus>> {
+        self.listing.fresh(&self.session_states)
+    }
+
+    /// The list's answer body (`{"data": [...]}`) from memory, if nothing the list was read
+    /// from has changed since: no file is read, and nothing is serialized unless a session
+    /// changed.
+    pub fn list_body_fresh(&self) -> Option<bytes::Bytes> {
+        self.listing.fresh_body(&self.session_states)
     }
 
     fn status_of(&self, manifest: SiteManifest) -> SiteStatus {
         let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok();
         match self.sites_root() {
-            Ok(root) => self.status_with(manifest, &root, table.as_ref()),
+            Ok(root) => self.status_with(manifest, &root, table.as_ref(), &mut Watched::none()),
             Err(_) => self.status_parts(manifest, None, None),
         }
     }
@@ -476,15 +511,16 @@ impl Sites {
         manifest: SiteManifest,
         root: &Root,
         table: Option<&SiteTable>,
+        watched: &mut Watched,
     ) -> SiteStatus {
         let release = table
             .and_then(|t| t.row(&manifest.slug))
             .filter(|row| row.domain == manifest.domain)
-            .and_then(preprod_release);
-        let last_build = root
-            .open_dir(&manifest.slug)
-            .ok()
-            .and_then(|ws| build_record::latest(&ws));
+            .and_then(|row| preprod_release(row, watched));
+        let last_build = root.open_dir(&manifest.slug).ok().and_then(|ws| {
+            watched.watch_down(&ws, Path::new(build_record::BUILDS_DIR));
+            build_record::latest(&ws)
+        });
         self.status_parts(manifest, release, last_build)
     }
 
@@ -502,12 +538,7 @@ impl Sites {
             .session_states
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&manifest.slug)
-            .cloned()
-            .unwrap_or(SessionState {
-                state: "idle".to_owned(),
-                session_id: None,
-            });
+            .session(&manifest.slug);
         SiteStatus {
             published: manifest.published.clone(),
             manifest,
@@ -675,7 +706,19 @@ fn surface_paths<'r>(row: &'r SiteRow, surface: &str) -> &'r atelier_layout::fil
 
 /// The release a row's preproduction link serves, read off the declared surface without
 /// proving the webspace; `None` when unreadable.
-fn preprod_release(row: &SiteRow) -> Option<String> {
+/// The release preproduction serves; the link's directory and the store's, down from it,
+/// watched first.
+fn preprod_release(row: &SiteRow, watched: &mut Watched) -> Option<String> {
+    let surface = &row.surfaces.preprod;
+    if let Some(link_dir) = surface.link_path.parent() {
+        if let Ok(dir) = Root::open(link_dir) {
+            let store = surface
+                .store_dir
+                .strip_prefix(link_dir)
+                .unwrap_or(Path::new(""));
+            watched.watch_down(&dir, store);
+        }
+    }
     let store = atelier_releases::Store::open(
         &row.surfaces.preprod.store_dir,
         &row.surfaces.preprod.link_path,

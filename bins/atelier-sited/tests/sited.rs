@@ -1185,3 +1185,150 @@ async fn two_creates_of_one_slug_make_one_site() {
     let log = git_out(&instance, "alpha", &["rev-list", "--count", "HEAD"]).await;
     assert_eq!(log, "1\n");
 }
+
+/// The site list is kept in memory between requests; every kind of change to what it is read
+/// from, by sited or by another process, is seen by the next request: it is never stale. Each
+/// change must drop the kept list (so the next answer is read, not lucky), and the answer must
+/// equal a list read by a sited that keeps nothing yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_site_list_is_never_stale() {
+    const RELEASE: &str = "20261204T120000000Z-000000";
+    const LATER: &str = "20261204T130000000Z-000000";
+    let instance = instance(20);
+    for slug in ["alpha", "beta"] {
+        let created = instance.create(slug, &format!("{slug}.example.org")).await;
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    }
+    let root = instance.root.clone();
+    let sites = instance.router.sites();
+    let record = |id: &str| {
+        json!({"id": id, "outcome": "success", "started_at": "2026-12-04T12:00:00.000Z",
+               "finished_at": "2026-12-04T12:00:01.000Z", "release": id, "error": null})
+        .to_string()
+    };
+    let table_with = |rows: &[(&str, &str)]| write_site_table(&root, "test", rows);
+    let www = |domain: &str| root.join("www").join(domain);
+    type Change<'c> = (&'c str, Box<dyn Fn() + 'c>);
+    let changes: Vec<Change<'_>> = vec![
+        (
+            "a manifest edited in place",
+            Box::new(|| {
+                let path = instance.workspace("alpha").join("site.json");
+                let mut manifest: Value =
+                    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                manifest["name"] = "Renamed".into();
+                std::fs::write(&path, manifest.to_string()).unwrap();
+            }),
+        ),
+        (
+            "a build record added",
+            Box::new(|| {
+                let builds = instance.workspace("alpha").join(".builder/builds");
+                std::fs::create_dir_all(&builds).unwrap();
+                std::fs::write(builds.join(format!("{RELEASE}.json")), record(RELEASE)).unwrap();
+            }),
+        ),
+        (
+            "a newer build record renamed into place",
+            Box::new(|| {
+                let builds = instance.workspace("alpha").join(".builder/builds");
+                std::fs::write(builds.join("tmp"), record(LATER)).unwrap();
+                std::fs::rename(builds.join("tmp"), builds.join(format!("{LATER}.json"))).unwrap();
+            }),
+        ),
+        (
+            "a release store made and preproduction linked",
+            Box::new(|| {
+                let ws = www("alpha.example.org");
+                std::fs::create_dir_all(ws.join(".releases/pre").join(RELEASE)).unwrap();
+                std::os::unix::fs::symlink(format!(".releases/pre/{RELEASE}"), ws.join("pre"))
+                    .unwrap();
+            }),
+        ),
+        (
+            "preproduction flipped to another release",
+            Box::new(|| {
+                let ws = www("alpha.example.org");
+                std::fs::create_dir_all(ws.join(".releases/pre").join(LATER)).unwrap();
+                std::os::unix::fs::symlink(format!(".releases/pre/{LATER}"), ws.join("pre.new"))
+                    .unwrap();
+                std::fs::rename(ws.join("pre.new"), ws.join("pre")).unwrap();
+            }),
+        ),
+        (
+            "the site table rewritten without the site",
+            Box::new(|| {
+                table_with(&DECLARED[1..]);
+            }),
+        ),
+        (
+            "the site table rewritten with it again",
+            Box::new(|| table_with(DECLARED)),
+        ),
+        (
+            "the release store removed",
+            Box::new(|| {
+                std::fs::remove_dir_all(www("alpha.example.org").join(".releases/pre")).unwrap();
+            }),
+        ),
+        (
+            "a workspace removed by another process",
+            Box::new(|| {
+                std::fs::remove_dir_all(instance.workspace("beta")).unwrap();
+            }),
+        ),
+        (
+            "a workspace's manifest replaced by a link",
+            Box::new(|| {
+                let manifest = instance.workspace("alpha").join("site.json");
+                std::fs::remove_file(&manifest).unwrap();
+                std::os::unix::fs::symlink("/etc/hostname", &manifest).unwrap();
+            }),
+        ),
+    ];
+    let served = || async {
+        let reply = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        reply.json()["data"].clone()
+    };
+    let truth = || {
+        let unkept = Router::new(&settings(&root, 20)).unwrap();
+        serde_json::to_value(unkept.sites().list().unwrap()).unwrap()
+    };
+    assert_eq!(served().await, truth());
+    assert!(sites.list_fresh().is_some(), "the list is kept");
+    let created = instance.create("gamma", "gamma.example.org").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert!(sites.list_fresh().is_none(), "a site created through sited");
+    assert_eq!(served().await, truth(), "a site created through sited");
+    for (name, change) in &changes {
+        assert!(
+            sites.list_fresh().is_some(),
+            "{name}: kept before the change"
+        );
+        let before = served().await;
+        change();
+        assert!(sites.list_fresh().is_none(), "{name}: not seen");
+        let (got, want) = (served().await, truth());
+        assert_eq!(got, want, "{name}");
+        assert_ne!(got, before, "{name}: the change shows in the list");
+    }
+    // The alpha of the end: no manifest it may read, so it is left out.
+    let slugs: Vec<Value> = served()
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["manifest"]["slug"].clone())
+        .collect();
+    assert_eq!(slugs, [json!("gamma")]);
+
+    // A session's state is not part of the kept list: it is current on every answer.
+    sites.set_session_state("gamma", "running", "5d9c1f2e-0000-4000-8000-000000000000");
+    assert!(sites.list_fresh().is_some());
+    let listed = served().await;
+    assert_eq!(
+        listed[0]["session"],
+        json!({"state": "running", "session_id": "5d9c1f2e-0000-4000-8000-000000000000"})
+    );
+}

@@ -11,6 +11,7 @@
 //!   `O_NOFOLLOW`; atomic and in-place writes with the mode set on the descriptor.
 //! - [`tree`]: whole-tree walks (list, exclusive mkdir, symlink, remove, usage, modes).
 //! - [`FsError`]: named refusals, each with a stable [`FsError::reason`].
+//! - [`watch`]: change watches on opened directories, for caches of what was read below them.
 //!
 //! Linux only.
 
@@ -18,6 +19,7 @@ mod error;
 mod path;
 mod root;
 pub mod tree;
+pub mod watch;
 
 pub use error::FsError;
 pub use path::{confined_join, resolve_within, RelPath};

@@ -28,7 +28,7 @@ mod test_support;
 pub use body::{read_body, BodyError};
 pub use problem::Problem;
 pub use request_log::with_request_log;
-pub use response::{empty_body, full_body, json_response, ndjson_response};
+pub use response::{empty_body, full_body, json_bytes_response, json_response, ndjson_response};
 pub use serve::{
     serve, serve_connection, shutdown_signal, Listener, Peer, PeerCred, ServeError, ServeReport,
 };

@@ -39,19 +39,23 @@ where
     T: Serialize + ?Sized,
 {
     match serde_json::to_vec(value) {
-        Ok(json) => {
-            let mut response = Response::new(full_body(json));
-            *response.status_mut() = status;
-            let headers = response.headers_mut();
-            headers.insert(CONTENT_TYPE, APPLICATION_JSON);
-            headers.insert(CACHE_CONTROL, NO_STORE);
-            response
-        }
+        Ok(json) => json_bytes_response(status, json.into()),
         Err(error) => {
             tracing::error!(%error, "failed to serialize a JSON response body");
             Problem::internal_error().into_response()
         }
     }
+}
+
+/// A `status` response whose body is `json`, a value already serialized as compact JSON (one
+/// kept between requests), with the headers of [`json_response`].
+pub fn json_bytes_response(status: StatusCode, json: Bytes) -> Response {
+    let mut response = Response::new(full_body(json));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, APPLICATION_JSON);
+    headers.insert(CACHE_CONTROL, NO_STORE);
+    response
 }
 
 /// A 200 response streaming `items` as NDJSON: one compact JSON document per line, each line
