@@ -1,6 +1,8 @@
 //! sited under load over its unix socket, each figure beside a baseline run in the same
 //! process: requests per second and p99 of `GET /health` and `GET /v1/sites` (8 sites) from 8
-//! concurrent keep-alive connections against a bare hyper server answering a constant body;
+//! concurrent keep-alive connections against a bare hyper server answering a constant body (the
+//! list once as an engine meets it, kept between requests, and once while a workspace is
+//! written throughout, so that most answers are read from the files again);
 //! the replay of a 100,000-event session log to one SSE client against reading and parsing the
 //! same file directly; and the idle resident memory of the `atelier-sited` binary.
 //!
@@ -15,6 +17,7 @@
 use std::convert::Infallible;
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,6 +67,24 @@ fn main() {
         health.print("sited GET /health", &baseline);
         let sites = load(&sited, &format!("{base}/v1/sites"), phase).await;
         sites.print(&format!("sited GET /v1/sites ({SITES} sites)"), &baseline);
+        // The same while a workspace is written throughout: the kept list is dropped again and
+        // again, so most answers are read from the files.
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (stop, file) = (Arc::clone(&stop), root.join("sites/site0/churn"));
+            std::thread::spawn(move || {
+                let mut written = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::write(&file, written.to_le_bytes()).unwrap();
+                    written += 1;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })
+        };
+        let churned = load(&sited, &format!("{base}/v1/sites"), phase).await;
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        churned.print("  ... a workspace written meanwhile", &baseline);
 
         // Replay: one session log of 100,000 events, streamed to one client.
         let id = SessionId::new_v4().unwrap();
