@@ -174,6 +174,8 @@ impl Bench {
             }
             Path_::Gate => {
                 let mut stream = UnixStream::connect(&self.gate_socket).unwrap();
+                // As the door's shim does for its end of the unix leg.
+                atelier_gate::serve::tunnel::widen_send_buffer(&stream);
                 stream.write_all(connect.as_bytes()).unwrap();
                 read_head(&mut stream);
                 Box::new(stream)

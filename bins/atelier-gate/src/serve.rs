@@ -515,6 +515,7 @@ async fn pass_through(
         return;
     }
     relayed.upstream.inc_by(first_flight.len() as u64);
+    tunnel::widen_send_buffer(&client);
     match tunnel::run(&client, &upstream, door.mode, &relayed).await {
         Ok(moved) => tracing::debug!(?moved, "tunnel closed"),
         Err(error) => tracing::debug!(%error, "tunnel failed"),

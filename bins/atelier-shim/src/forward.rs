@@ -14,6 +14,8 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
+use atelier_layout::services::GATE_LEG_SEND_BUFFER;
+
 use crate::settings::Forward;
 use crate::ShimError;
 
@@ -126,6 +128,9 @@ async fn relay(mut tcp: TcpStream, target: &Path) {
             return;
         }
     };
+    // The program's uploads queue on this socket's send buffer; the gate widens its own end
+    // for downloads. Capped by the kernel at net.core.wmem_max; a refusal keeps the default.
+    let _ = rustix::net::sockopt::set_socket_send_buffer_size(&unix, GATE_LEG_SEND_BUFFER);
     let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
 }
 

@@ -28,6 +28,11 @@ pub const EGRESS_PORT: u16 = 443;
 pub const PROXY_PORT: u16 = 3128;
 /// The loopback port the shim forwards to the turn door's gate socket for the MCP relay.
 pub const MCP_PORT: u16 = 3129;
+/// The send buffer each end of a door's unix connection to its gate asks for (the shim's
+/// forward and the gate's tunnel): a unix socket's buffer does not grow as TCP's does, and at
+/// the usual default (208 KiB) it, not the copy, bounds a bulk tunnel. The kernel caps the
+/// request at `net.core.wmem_max`.
+pub const GATE_LEG_SEND_BUFFER: usize = 1024 * 1024;
 /// The model API Claude Code reaches.
 pub const ANTHROPIC_API_HOST: &str = "api.anthropic.com";
 

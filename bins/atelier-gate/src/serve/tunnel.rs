@@ -12,6 +12,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use atelier_layout::services::GATE_LEG_SEND_BUFFER;
 use prometheus_client::metrics::counter::Counter;
 use rustix::net::Shutdown;
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
@@ -140,6 +141,17 @@ async fn direction<A: Socket, B: Socket>(
             let _ = rustix::net::shutdown(to, Shutdown::Both);
             Err(error)
         }
+    }
+}
+
+/// Asks for [`GATE_LEG_SEND_BUFFER`] of send buffer on `socket`, the client's unix leg: at the
+/// default size every pipe's worth of bytes reaches the client in several trips through the
+/// reactor. The kernel caps the request at `net.core.wmem_max`; a refusal keeps the default.
+pub fn widen_send_buffer<S: AsFd>(socket: &S) {
+    if let Err(error) =
+        rustix::net::sockopt::set_socket_send_buffer_size(socket, GATE_LEG_SEND_BUFFER)
+    {
+        tracing::debug!(%error, "the send buffer keeps its default size");
     }
 }
 

@@ -153,3 +153,23 @@ async fn an_upstream_reset_ends_the_tunnel_and_closes_the_client() {
         .unwrap();
     assert!(ended.is_err(), "{ended:?}");
 }
+
+/// The client's unix leg gets the send buffer asked for, as far as `net.core.wmem_max` allows
+/// (Linux reports twice what it granted).
+#[test]
+fn the_client_leg_gets_a_wide_send_buffer() {
+    let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let default = rustix::net::sockopt::socket_send_buffer_size(&ours).unwrap();
+    widen_send_buffer(&ours);
+    let cap: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let granted = rustix::net::sockopt::socket_send_buffer_size(&ours).unwrap();
+    assert_eq!(
+        granted,
+        2 * GATE_LEG_SEND_BUFFER.min(cap),
+        "default {default}"
+    );
+}
