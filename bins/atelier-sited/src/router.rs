@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use atelier_http::{json_bytes_response, json_response, Request, Response};
 use atelier_site_api::{
-    route, BuildStarted, Capabilities, DataList, DriverId, Endpoint, Limits, Matched,
+    route, BuildStarted, BuildWithLog, Capabilities, DataList, DriverId, Endpoint, Limits, Matched,
     MessageAccepted, SessionId, SessionStarted, SessionStopped, Slug, Verb,
 };
 use hyper::{Method, StatusCode};
@@ -392,10 +392,7 @@ impl Router {
                 let (record, log) = tokio::task::spawn_blocking(move || builds.get(&slug, &id))
                     .await
                     .map_err(|e| ApiError::Internal(format!("build task: {e}")))??;
-                let mut body = serde_json::to_value(&record)
-                    .map_err(|e| ApiError::Internal(format!("encoding a build: {e}")))?;
-                body["log"] = Value::String(log);
-                Ok(json_response(StatusCode::OK, &body))
+                Ok(json_response(StatusCode::OK, &BuildWithLog { record, log }))
             }
             Endpoint::Preview => {
                 let slug = site_at(0)?;

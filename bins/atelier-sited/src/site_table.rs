@@ -26,19 +26,26 @@ pub struct SiteTable {
     rows: Vec<SiteRow>,
 }
 
+/// The directory the table at `path` is read from, opened as [`SiteTable::read`] opens it
+/// (its own path may be a link the operator made; the table in it is never followed).
+pub fn directory(path: &Path) -> Result<Root, WebspaceError> {
+    let refuse = |why: String| WebspaceError(format!("site table {}: {why}", path.display()));
+    let dir = path
+        .parent()
+        .ok_or_else(|| refuse("has no directory".into()))?;
+    Root::open_following_symlink(dir).map_err(|e| refuse(e.to_string()))
+}
+
 impl SiteTable {
     /// Reads and verifies the table at `path` for `instance`: the stamp names this instance
     /// and kind, the body hashes to the stamp, and every row is well formed and unique.
     pub fn read(path: &Path, instance: &str) -> Result<SiteTable, WebspaceError> {
         let refuse = |why: String| WebspaceError(format!("site table {}: {why}", path.display()));
-        let dir = path
-            .parent()
-            .ok_or_else(|| refuse("has no directory".into()))?;
         let name = path
             .file_name()
             .ok_or_else(|| refuse("has no file name".into()))?;
-        let bytes = Root::open_following_symlink(dir)
-            .and_then(|root| root.read_limited(name, MAX_TABLE_BYTES))
+        let bytes = directory(path)?
+            .read_limited(name, MAX_TABLE_BYTES)
             .map_err(|e| refuse(e.to_string()))?;
         let body = stamp::verify(&bytes, instance, files::SITE_TABLE_KIND)
             .map_err(|e| refuse(e.to_string()))?;

@@ -470,10 +470,8 @@ impl Sites {
         let root = self.sites_root()?;
         watched.watch(&root);
         // One read of the site table serves every site of the list.
-        if let Some(dir) = self.config.site_table_file.parent() {
-            if let Ok(dir) = Root::open_following_symlink(dir) {
-                watched.watch(&dir);
-            }
+        if let Ok(dir) = site_table::directory(&self.config.site_table_file) {
+            watched.watch(&dir);
         }
         let table = SiteTable::read(&self.config.site_table_file, &self.config.instance).ok();
         let sites: Vec<SiteStatus> = self
