@@ -1,9 +1,10 @@
 //! The serving half: one door's CONNECT listener, from the head to the spliced tunnel.
 //!
 //! Per accepted connection, in order: read the head ([`MAX_HEAD`], head timeout → 408), parse
-//! it and check the door's plan; resolve once through the [`Resolver`]; refuse if any answer is
-//! not public under the door's [`Policy`]; dial the vetted addresses in resolver order through
-//! the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
+//! it and check the door's plan; resolve once through the [`Resolver`] (in production, one
+//! lookup's answers serve a host's connections for a second: [`KeptAnswers`]); refuse if any
+//! answer is not public under the door's [`Policy`]; dial the vetted addresses in resolver
+//! order through the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
 //! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
 //! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced
 //! ([`tunnel`]: `splice(2)` through pipes, a copy where the kernel refuses).
@@ -40,11 +41,13 @@ use crate::connect::{
 use crate::metrics::{Failure, FlightRefusal, Metrics, Refusal};
 
 mod decision_log;
+mod kept;
 pub mod tunnel;
 
 pub use decision_log::{
     printable, DecisionLog, Subscription, SubscriptionEnd, MAX_LOG_LINES, MAX_LOG_TEXT,
 };
+pub use kept::{KeptAnswers, ANSWER_LIFETIME};
 pub use tunnel::Mode;
 
 /// The reply that opens a tunnel.
@@ -69,6 +72,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Resolver: Send + Sync {
     /// Every address `host` resolves to (an empty list is refused by the caller).
     fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>>;
+
+    /// Told when no address of `host`'s last answer could be dialled: a resolver that keeps
+    /// answers drops this host's, so the next connection asks again.
+    fn forget(&self, _host: &str) {}
 }
 
 /// Opens the upstream TCP connection to a vetted address.
@@ -90,13 +97,19 @@ impl Resolver for SystemResolver {
     }
 }
 
-/// Dials the address itself.
+/// Dials the address itself, with Nagle's algorithm off: the client already chose how its
+/// bytes are cut into writes (TLS records), and holding a small one back until the previous is
+/// acknowledged would only add a round trip to every exchange that ends in one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpDialer;
 
 impl Dialer for TcpDialer {
     fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
-        Box::pin(TcpStream::connect(addr))
+        Box::pin(async move {
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        })
     }
 }
 
@@ -180,14 +193,14 @@ impl Drop for OpenTunnel<'_> {
 }
 
 impl Door {
-    /// A production door: the system resolver, direct dials, default limits, a new log,
-    /// counting into `metrics`.
+    /// A production door: the system resolver (each answer kept for [`ANSWER_LIFETIME`]),
+    /// direct dials, default limits, a new log, counting into `metrics`.
     pub fn new(name: DoorName, hosts: Vec<String>, policy: Policy, metrics: Metrics) -> Door {
         Door {
             hosts,
             policy,
             limits: Limits::default(),
-            resolver: Arc::new(SystemResolver),
+            resolver: Arc::new(KeptAnswers::new(Arc::new(SystemResolver), ANSWER_LIFETIME)),
             dialer: Arc::new(TcpDialer),
             log: Arc::new(DecisionLog::new(name)),
             mode: Mode::Splice,
@@ -473,6 +486,7 @@ async fn open_upstream(
             Err(_) => failures.push(format!("{address} timed out")),
         }
     }
+    door.resolver.forget(target.host());
     door.fail(target, Failure::DialFailed, &failures.join(", "));
     reply(client, BAD_GATEWAY).await;
     None

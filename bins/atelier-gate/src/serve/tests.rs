@@ -7,6 +7,7 @@ use crate::client_hello::tests::{records, sni, Hello};
 use atelier_proto::egress::Decision;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -17,11 +18,12 @@ pub(crate) const HOST: &str = "api.example.com";
 pub(crate) const LAB_ADDR: &str = "198.18.0.10";
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
-/// A static DNS: hostnames to answers, unknown names fail.
-struct StaticResolver(HashMap<String, Vec<IpAddr>>);
+/// A static DNS: hostnames to answers, unknown names fail; counts every lookup.
+struct StaticResolver(HashMap<String, Vec<IpAddr>>, Arc<AtomicUsize>);
 
 impl Resolver for StaticResolver {
     fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
+        self.1.fetch_add(1, Ordering::SeqCst);
         let answer = self
             .0
             .get(host)
@@ -90,6 +92,7 @@ pub(crate) struct Lab {
     path: PathBuf,
     pub(crate) door: Arc<Door>,
     dials: Arc<Mutex<Vec<SocketAddr>>>,
+    lookups: Arc<AtomicUsize>,
     server: JoinHandle<io::Result<()>>,
 }
 
@@ -107,6 +110,8 @@ pub(crate) struct LabConfig {
     mode: Mode,
     /// Where the door counts; its `tunnels_open` gauge is the door's open count.
     pub(crate) metrics: Metrics,
+    /// How long answers are kept ([`KeptAnswers`]); `None` asks on every connection.
+    kept_for: Option<Duration>,
 }
 
 impl LabConfig {
@@ -121,6 +126,7 @@ impl LabConfig {
             limits: Limits::default(),
             mode: Mode::Splice,
             metrics: Metrics::default(),
+            kept_for: None,
         }
     }
 
@@ -129,16 +135,22 @@ impl LabConfig {
         let path = dir.path().join("turn.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let dials = Arc::new(Mutex::new(Vec::new()));
+        let lookups = Arc::new(AtomicUsize::new(0));
+        let mut resolver: Arc<dyn Resolver> = Arc::new(StaticResolver(
+            self.answers
+                .into_iter()
+                .map(|(host, ips)| (host.to_owned(), ips))
+                .collect(),
+            Arc::clone(&lookups),
+        ));
+        if let Some(lifetime) = self.kept_for {
+            resolver = Arc::new(KeptAnswers::new(resolver, lifetime));
+        }
         let door = Arc::new(Door {
             hosts: vec![HOST.to_owned(), "unresolvable.example.com".to_owned()],
             policy: self.policy,
             limits: self.limits,
-            resolver: Arc::new(StaticResolver(
-                self.answers
-                    .into_iter()
-                    .map(|(host, ips)| (host.to_owned(), ips))
-                    .collect(),
-            )),
+            resolver,
             dialer: Arc::new(LabDialer {
                 routes: self.routes.into_iter().collect(),
                 dials: Arc::clone(&dials),
@@ -154,6 +166,7 @@ impl LabConfig {
             path,
             door,
             dials,
+            lookups,
             server,
         }
     }
@@ -166,6 +179,10 @@ impl Lab {
 
     fn dials(&self) -> Vec<SocketAddr> {
         self.dials.lock().unwrap().clone()
+    }
+
+    fn lookups(&self) -> usize {
+        self.lookups.load(Ordering::SeqCst)
     }
 
     fn log_has(&self, needle: &str) -> bool {
@@ -405,6 +422,55 @@ async fn every_dial_failing_or_a_failed_lookup_is_a_bad_gateway() {
     );
     assert!(
         lab.log_has("host=unresolvable.example.com port=443 verdict=failed reason=lookup_failed")
+    );
+}
+
+#[tokio::test]
+async fn kept_answers_serve_a_hosts_next_tunnels_and_are_vetted_and_dropped_after_failed_dials() {
+    // Kept answers, every one dialled: one lookup serves both tunnels.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let _accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let mut config = LabConfig::to(upstream);
+    config.kept_for = Some(Duration::from_secs(60));
+    let lab = config.start();
+    for _ in 0..2 {
+        let _tunnel = lab.tunnel().await;
+    }
+    assert_eq!(lab.lookups(), 1, "the second tunnel used the kept answer");
+    assert_eq!(lab.dials(), vec![lab_addr(LAB_ADDR); 2]);
+
+    // Kept answers are vetted on every connection: a private one is refused each time.
+    let mut config = LabConfig::to(echo_upstream().await.0);
+    config.answers = vec![(HOST, vec![ip(LAB_ADDR), ip("10.1.2.3")])];
+    config.kept_for = Some(Duration::from_secs(60));
+    let lab = config.start();
+    for _ in 0..2 {
+        assert_eq!(lab.exchange(&head("api.example.com:443")).await, FORBIDDEN);
+    }
+    assert_eq!(lab.lookups(), 1);
+    assert!(lab.dials().is_empty(), "nothing unvetted was dialled");
+
+    // No address of the answer could be dialled: the next connection asks again.
+    let mut config = LabConfig::to(echo_upstream().await.0);
+    config.answers = vec![(HOST, vec![ip("198.18.0.20")])];
+    config.kept_for = Some(Duration::from_secs(60));
+    let lab = config.start();
+    for _ in 0..2 {
+        assert_eq!(
+            lab.exchange(&head("api.example.com:443")).await,
+            BAD_GATEWAY
+        );
+    }
+    assert_eq!(
+        lab.lookups(),
+        2,
+        "a host whose dials all failed is forgotten"
     );
 }
 
