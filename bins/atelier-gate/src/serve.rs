@@ -6,8 +6,8 @@
 //! answer is not public under the door's [`Policy`]; dial the vetted addresses in resolver
 //! order through the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
 //! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
-//! naming the CONNECT host do the buffered bytes go upstream, then both directions are spliced
-//! ([`tunnel`]: `splice(2)` through pipes, a copy where the kernel refuses).
+//! naming the CONNECT host do the buffered bytes go upstream, then bytes move both ways
+//! ([`tunnel`]: `splice(2)` through a pipe toward the client, a copy toward upstream).
 //!
 //! Every decision is recorded in the door's [`DecisionLog`] before the client hears of it: a
 //! refusal or failure before its reply, `allowed` (the tunnel's address) before the 200, and a
@@ -203,7 +203,7 @@ impl Door {
             resolver: Arc::new(KeptAnswers::new(Arc::new(SystemResolver), ANSWER_LIFETIME)),
             dialer: Arc::new(TcpDialer),
             log: Arc::new(DecisionLog::new(name)),
-            mode: Mode::Splice,
+            mode: Mode::Measured,
             open: OpenTunnels::new(metrics.tunnels_open(name)),
             metrics,
         }

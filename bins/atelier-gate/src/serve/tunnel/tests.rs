@@ -1,5 +1,6 @@
-//! Both modes over real sockets (a unix pair for the client, TCP on loopback upstream): every
-//! byte arrives in order both ways, splice moves them without a copy, half-closes carry over.
+//! Every mode over real sockets (a unix pair for the client, TCP on loopback upstream): every
+//! byte arrives in order both ways, splice moves them without a copy, the measured mode splices
+//! toward the client and copies toward upstream, half-closes carry over.
 
 use super::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -107,8 +108,65 @@ async fn the_copy_moves_every_byte_both_ways() {
 }
 
 #[tokio::test]
+async fn the_measured_mode_copies_toward_upstream_and_splices_toward_the_client() {
+    let moved = both_ways(Mode::Measured).await;
+    assert_eq!(
+        moved,
+        Moved {
+            up: Flow {
+                spliced: 0,
+                copied: LEN as u64
+            },
+            down: Flow {
+                spliced: LEN as u64,
+                copied: 0
+            },
+        }
+    );
+}
+
+#[test]
+fn a_copy_buffer_doubles_while_reads_fill_it_up_to_its_cap() {
+    let cases = [
+        (
+            "a full read doubles it",
+            COPY_BUFFER_START,
+            COPY_BUFFER_START,
+            2 * COPY_BUFFER_START,
+        ),
+        (
+            "a partial read keeps it",
+            COPY_BUFFER_START,
+            100,
+            COPY_BUFFER_START,
+        ),
+        (
+            "an end of stream keeps it",
+            COPY_BUFFER_START,
+            0,
+            COPY_BUFFER_START,
+        ),
+        (
+            "the cap is kept",
+            COPY_BUFFER_MAX,
+            COPY_BUFFER_MAX,
+            COPY_BUFFER_MAX,
+        ),
+        (
+            "it never passes the cap",
+            COPY_BUFFER_MAX / 2 + 1,
+            COPY_BUFFER_MAX / 2 + 1,
+            COPY_BUFFER_MAX,
+        ),
+    ];
+    for (name, size, read, next) in cases {
+        assert_eq!(grown(size, read), next, "{name}");
+    }
+}
+
+#[tokio::test]
 async fn a_half_close_reaches_the_other_side_while_the_other_way_goes_on() {
-    for mode in [Mode::Splice, Mode::Copy] {
+    for mode in [Mode::Measured, Mode::Splice, Mode::Copy] {
         let mut pair = open(mode).await;
         pair.client.write_all(b"request").await.unwrap();
         pair.client.shutdown().await.unwrap();
