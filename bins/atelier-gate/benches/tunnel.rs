@@ -80,6 +80,10 @@ fn env_number(key: &str, default: u64) -> u64 {
 
 /// A real ClientHello for the sink's name, from rustls.
 fn client_hello() -> Vec<u8> {
+    #[allow(
+        deprecated,
+        reason = "the lab's TLS needs no post-quantum key exchange, and ring is the provider the workspace builds; rustls deprecates ring's provider for lacking it"
+    )]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

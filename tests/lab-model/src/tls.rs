@@ -60,6 +60,10 @@ pub fn issue(hosts: &[String]) -> Result<Certificates, TlsError> {
         CertificateDer::from(ca.der().to_vec()),
     ];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    #[allow(
+        deprecated,
+        reason = "the lab's TLS needs no post-quantum key exchange, and ring is the provider the workspace builds; rustls deprecates ring's provider for lacking it"
+    )]
     let mut server =
         ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()?

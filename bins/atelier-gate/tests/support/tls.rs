@@ -18,6 +18,10 @@ use tokio::net::TcpListener;
 
 use super::lab::WAIT;
 
+#[allow(
+    deprecated,
+    reason = "the lab's TLS needs no post-quantum key exchange, and ring is the provider the workspace builds; rustls deprecates ring's provider for lacking it"
+)]
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
