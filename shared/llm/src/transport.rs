@@ -23,6 +23,12 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How many characters of a non-OK body are logged.
 const LOGGED_BODY_CHARS: usize = 500;
 
+/// How long a response is read past the `[DONE]` sentinel for its end, and how much of it.
+/// Providers end the body right after the sentinel; one that keeps it open is left after this,
+/// its connection lost as it always was.
+const DRAIN_WAIT: Duration = Duration::from_millis(250);
+const DRAIN_BYTES: usize = 64 * 1024;
+
 /// Where and how a driver reaches its provider.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
@@ -224,6 +230,7 @@ async fn next_event(mut reading: Reading) -> Option<(Result<StreamEvent, LlmErro
         for frame in frames {
             if frame.is_done_sentinel() {
                 at_end = true;
+                drain(&mut reading.body).await;
                 break;
             }
             if let Err(error) = reading.translator.frame(&frame, &mut events) {
@@ -240,6 +247,25 @@ async fn next_event(mut reading: Reading) -> Option<(Result<StreamEvent, LlmErro
             reading.ended = true;
         }
     }
+}
+
+/// Reads the rest of a response after its `[DONE]` sentinel, up to its end (bounded by
+/// [`DRAIN_WAIT`] and [`DRAIN_BYTES`]). An HTTP/1 connection whose response was dropped
+/// unread cannot go back to the client's pool at once, so the next round's request, sent
+/// right away, started a second connection racing the first one's return; the loser was then
+/// finished in the background and left unused (through the gate, a tunnel opened and closed
+/// without a byte). Read to its end, the response's connection serves the next round.
+async fn drain(body: &mut BoxStream<'static, reqwest::Result<Bytes>>) {
+    let _ = tokio::time::timeout(DRAIN_WAIT, async {
+        let mut read = 0;
+        while let Some(Ok(bytes)) = body.next().await {
+            read += bytes.len();
+            if read > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// A fresh id for a tool call the provider sent without one: `tool-<unique suffix>`.

@@ -609,12 +609,48 @@ async fn does_not_retry_an_overflow_without_older_images(provider: Provider) {
     );
 }
 
+/// Five rounds through one client reach the provider over one HTTP/1 connection: each
+/// response is read to its end (past a `[DONE]` sentinel too), so its connection is back in
+/// the pool when the next round asks, and no second connection is started beside it.
+async fn every_round_reuses_one_connection(provider: Provider) {
+    let server = start(script(
+        &provider,
+        Reply::Sse(transcript(provider.dir, "text")),
+    ))
+    .await;
+    let front = scripted::CountingFront::before(&server).await;
+    let client = reqwest::Client::new();
+    for round in 0..5 {
+        let endpoint = Endpoint::new(
+            client.clone(),
+            (provider.base)(&front.url),
+            Some(KEY.to_owned()),
+        );
+        let mut stream = (provider.make)(endpoint).stream(&request());
+        let mut finished = false;
+        while let Some(item) = stream.next().await {
+            finished |= matches!(item.unwrap(), StreamEvent::Finished(_));
+        }
+        assert!(finished, "round {round} finished");
+    }
+    assert_eq!(
+        front.connections(),
+        1,
+        "{}: connections opened for five rounds",
+        provider.label
+    );
+}
+
 macro_rules! conformance {
     ($($module:ident => $provider:ident),* $(,)?) => {$(
         mod $module {
             #[tokio::test]
             async fn streams_text() {
                 super::streams_text(super::$provider()).await;
+            }
+            #[tokio::test]
+            async fn every_round_reuses_one_connection() {
+                super::every_round_reuses_one_connection(super::$provider()).await;
             }
             #[tokio::test]
             async fn assembles_a_tool_call_from_many_deltas() {

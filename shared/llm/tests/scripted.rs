@@ -292,3 +292,37 @@ impl ScriptedProvider {
         .expect("the provider should see the client go away");
     }
 }
+
+/// A TCP forwarder in front of a scripted provider that counts the connections it accepts.
+pub struct CountingFront {
+    /// The base URL to reach the provider through the front.
+    pub url: String,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl CountingFront {
+    /// Starts a front forwarding every connection to `server`.
+    pub async fn before(server: &ScriptedProvider) -> CountingFront {
+        let upstream = server.base_url.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let mut provider = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut provider).await;
+                });
+            }
+        });
+        CountingFront { url, accepted }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
