@@ -13,10 +13,10 @@
 //!
 //! Why the directions differ: on a 2-core machine `scripts/bench-gate` moved 1 GiB
 //! client-to-upstream at 0.46-0.58 of a direct connection's speed spliced and at 0.65-0.74
-//! copied, while upstream-to-client splicing matched the direct connection (0.93-1.21). Splicing toward
-//! TCP hands the kernel the unix socket's own pages, and freeing and uncharging them cost the
-//! gate's thread more than the copy it saves; the gate's thread, which also does the loopback
-//! receiver's protocol work, was busy for most of the transfer.
+//! copied, while upstream-to-client splicing matched the direct connection (0.93-1.21).
+//! Splicing toward TCP hands the kernel the unix socket's own pages, and freeing and
+//! uncharging them cost the gate's thread more than the copy it saves; the gate's thread, which
+//! also does the loopback receiver's protocol work, was busy for most of the transfer.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -30,7 +30,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::metrics::Relayed;
 
-/// The pipe size asked for each direction; the kernel may grant less (pipe-max-size).
+/// The pipe size asked for each spliced direction; the kernel may grant less (pipe-max-size).
 const PIPE_SIZE: usize = 1024 * 1024; // 1 MiB
 
 /// A copied direction's first buffer: a request or a TLS record or two.
