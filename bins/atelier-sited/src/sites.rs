@@ -703,9 +703,8 @@ fn surface_paths<'r>(row: &'r SiteRow, surface: &str) -> &'r atelier_layout::fil
 }
 
 /// The release a row's preproduction link serves, read off the declared surface without
-/// proving the webspace; `None` when unreadable.
-/// The release preproduction serves; the link's directory and the store's, down from it,
-/// watched first.
+/// proving the webspace; `None` when unreadable. The link's directory and the directories
+/// down to the store are watched first.
 fn preprod_release(row: &SiteRow, watched: &mut Watched) -> Option<String> {
     let surface = &row.surfaces.preprod;
     if let Some(link_dir) = surface.link_path.parent() {
@@ -717,11 +716,7 @@ fn preprod_release(row: &SiteRow, watched: &mut Watched) -> Option<String> {
             watched.watch_down(&dir, store);
         }
     }
-    let store = atelier_releases::Store::open(
-        &row.surfaces.preprod.store_dir,
-        &row.surfaces.preprod.link_path,
-    )
-    .ok()?;
+    let store = atelier_releases::Store::open(&surface.store_dir, &surface.link_path).ok()?;
     Some(store.current().ok()??.as_str().to_owned())
 }
 
