@@ -17,7 +17,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use atelierctl::{NewSite, Route, Slug, SseParser};
+use atelier_site_client::{NewSite, Route, Slug, SseParser};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 

@@ -21,18 +21,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
 use serde::Serialize;
 
-use crate::client::{Client, Reply};
-use crate::config::{self, ConfigError, TargetOptions};
-use crate::error::{Error, Invalid};
-use crate::model::{
+use crate::render;
+use atelier_site_client::client::{Client, Reply};
+use atelier_site_client::config::{self, ConfigError, TargetOptions};
+use atelier_site_client::error::{Error, Invalid};
+use atelier_site_client::model::{
     AuditEntry, BuildOutcome, BuildStarted, BuildWithLog, Capabilities, DataList, DeleteReport,
     Health, MessageAccepted, Preview, Releases, Served, SessionEvent, SessionStarted,
     SessionStopped, SessionSummary, SiteStatus, TurnState,
 };
-use crate::params::{check_required, check_text, Id, Slug};
-use crate::render;
-use crate::routes::{NewSite, Route};
-use crate::sse::StreamItem;
+use atelier_site_client::params::{check_required, check_text, Id, Slug};
+use atelier_site_client::routes::{NewSite, Route};
+use atelier_site_client::sse::StreamItem;
 
 /// How often `build start --wait` asks for the build's record.
 const BUILD_POLL: Duration = Duration::from_secs(1);
@@ -857,7 +857,7 @@ enum Plan {
 
 impl Plan {
     fn of(command: &Command) -> Result<Plan, Failure> {
-        let slug = crate::params::slug;
+        let slug = atelier_site_client::params::slug;
         let session = |text: &str| Id::parse("session", text);
         Ok(match command {
             Command::Health => Plan::Call(Route::Health),
@@ -1134,15 +1134,17 @@ async fn last_seq(client: &Client, session: &Id) -> Result<i64, Failure> {
             after: -1,
         })
         .await?;
-    let mut parser = crate::sse::SseParser::new();
+    let mut parser = atelier_site_client::sse::SseParser::new();
     let items = parser
         .push(&reply.body)
         .map_err(|e| Failure::from(Error::StreamLost(e.to_string())))?;
     let mut last = -1;
     for item in items {
-        if let crate::sse::SseItem::Frame(frame) = item {
+        if let atelier_site_client::sse::SseItem::Frame(frame) = item {
             if frame.event.is_none() {
-                if let Ok(event) = serde_json::from_str::<crate::model::StoredEvent>(&frame.data) {
+                if let Ok(event) =
+                    serde_json::from_str::<atelier_site_client::model::StoredEvent>(&frame.data)
+                {
                     last = last.max(i64::try_from(event.seq).unwrap_or(i64::MAX));
                 }
             }
@@ -1552,7 +1554,7 @@ mod tests {
     /// One failure of every class the client can end in (sited's problems and stream frames
     /// aside: their reasons are sited's).
     fn one_of_each() -> Vec<Failure> {
-        use crate::error::Mismatch;
+        use atelier_site_client::error::Mismatch;
         use std::path::PathBuf;
         let path = || PathBuf::from("/x");
         let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
@@ -1684,7 +1686,7 @@ mod tests {
     fn sited_problems_pass_their_reason_through_else_their_type() {
         let problem = |body: &str| {
             Failure::Call(Error::Problem(
-                crate::error::Problem::parse(409, body.as_bytes()).unwrap(),
+                atelier_site_client::error::Problem::parse(409, body.as_bytes()).unwrap(),
             ))
         };
         let with_reason = problem(

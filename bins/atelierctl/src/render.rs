@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use atelier_clidocs::progress::is_reordering;
 
-use crate::model::{
+use atelier_site_client::model::{
     AuditEntry, BuildRecord, BuildWithLog, Capabilities, DeleteReport, Health, Preview, Releases,
     Served, SessionEvent, SessionSummary, SiteStatus, StoredEvent,
 };
@@ -83,7 +83,7 @@ fn fields(pairs: &[(&str, String)]) -> String {
         .collect()
 }
 
-fn drivers_table(drivers: &[crate::model::DriverAvailability]) -> String {
+fn drivers_table(drivers: &[atelier_site_client::model::DriverAvailability]) -> String {
     let rows: Vec<Vec<String>> = drivers
         .iter()
         .map(|d| {

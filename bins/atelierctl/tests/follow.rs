@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use atelier_site_api::SessionId;
-use atelierctl::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
+use atelier_site_client::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
@@ -31,10 +31,10 @@ async fn with_site(instance: &support::Instance, slug: &str) {
 
 /// Reads a whole stream: the events' raw data, in order.
 async fn drain(
-    client: &atelierctl::Client,
+    client: &atelier_site_client::Client,
     session: &Id,
     after: i64,
-) -> Vec<(atelierctl::StoredEvent, String)> {
+) -> Vec<(atelier_site_client::StoredEvent, String)> {
     let mut stream = client.follow(session, after).await.unwrap();
     let mut events = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(120), async {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use atelierctl::{instance_fingerprint, Error, Mismatch, Route};
+use atelier_site_client::{instance_fingerprint, Error, Mismatch, Route};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::support;
@@ -77,8 +77,8 @@ async fn a_mismatched_fingerprint_refuses_and_nothing_else_reaches_sited() {
         let before = instance.seen().len();
         let client = instance.client_with(inst, token);
         let error = client
-            .create_site(atelierctl::NewSite {
-                slug: atelierctl::Slug::parse("alpha").unwrap(),
+            .create_site(atelier_site_client::NewSite {
+                slug: atelier_site_client::Slug::parse("alpha").unwrap(),
                 name: "Alpha".into(),
                 domain: "alpha.example.org".into(),
                 template: None,
@@ -162,15 +162,15 @@ async fn recorder(dir: &Path, answer: Option<(&'static str, String)>) -> Recorde
     Recorder { socket, received }
 }
 
-fn client_of(socket: &Path, token: &str) -> atelierctl::Client {
-    atelierctl::Client::new(
-        atelierctl::Target {
+fn client_of(socket: &Path, token: &str) -> atelier_site_client::Client {
+    atelier_site_client::Client::new(
+        atelier_site_client::Target {
             socket: socket.to_owned(),
-            base_path: atelierctl::BasePath::default(),
+            base_path: atelier_site_client::BasePath::default(),
             instance: atelier_layout::InstanceName::new("example").unwrap(),
-            token: atelierctl::ServiceToken::new(token, "test").unwrap(),
+            token: atelier_site_client::ServiceToken::new(token, "test").unwrap(),
         },
-        atelierctl::Actor::new(1, "ops").unwrap(),
+        atelier_site_client::Actor::new(1, "ops").unwrap(),
     )
     .with_timeout(Duration::from_millis(500))
 }
@@ -210,7 +210,7 @@ async fn the_only_bytes_a_refused_pairing_sends_are_one_unauthenticated_health_r
         let fake = recorder(dir.path(), Some(("200 OK", body))).await;
         let client = client_of(&fake.socket, &token);
         let error = client
-            .delete_site(&atelierctl::Slug::parse("alpha").unwrap(), true)
+            .delete_site(&atelier_site_client::Slug::parse("alpha").unwrap(), true)
             .await
             .unwrap_err();
         match error {

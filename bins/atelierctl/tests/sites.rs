@@ -2,7 +2,7 @@
 //! delete, the audit of each with its actor, `--json` printing the daemon's body exactly, the
 //! exit codes, and a sweep of every route of the table answering its shape or a problem.
 
-use atelierctl::{Error, Id, NewSite, Route, Slug};
+use atelier_site_client::{Error, Id, NewSite, Route, Slug};
 use serde_json::Value;
 
 use crate::support;

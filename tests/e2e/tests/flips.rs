@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use atelier_site_client::model::BuildOutcome;
+use atelier_site_client::{Client, Id, NewSite, Slug, TurnState};
 use atelier_test_support::nginx::{Nginx, WebClient};
-use atelierctl::model::BuildOutcome;
-use atelierctl::{Client, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::{Instance, RELEASES_RETAINED};
 use crate::support::journey::{

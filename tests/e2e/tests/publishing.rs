@@ -3,9 +3,9 @@
 //! the built page, publish makes `Host: <domain>` serve the same bytes, a second turn, build
 //! and publish, then a rollback serves the first release's bytes again.
 
+use atelier_site_client::model::BuildOutcome;
+use atelier_site_client::{Client, Id, NewSite, Slug, TurnState};
 use atelier_test_support::nginx::{Nginx, WebResponse};
-use atelierctl::model::BuildOutcome;
-use atelierctl::{Client, Id, NewSite, Slug, TurnState};
 
 use crate::support::instance::Instance;
 use crate::support::journey::{

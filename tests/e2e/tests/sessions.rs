@@ -1,14 +1,13 @@
 //! The engine's session journey end to end: sited's real binary on an instance rendered by the
-//! real provisioner, driven as the engine drives it through the atelierctl library — pairing (a
-//! wrong instance or token is refused having sent nothing but `/health`), a site from
-//! `basic`, a scripted-agent turn followed live to `turn_end`, its commit, a follow-up, a stop
-//! of a hanging turn, the audit log — and the atelierctl binary with `--json` on the same
-//! instance.
+//! real provisioner, driven as the engine drives it through `atelier-site-client` — pairing (a
+//! wrong instance or token is refused having sent nothing but `/health`), a site from `basic`,
+//! a scripted-agent turn followed live to `turn_end`, its commit, a follow-up, a stop of a
+//! hanging turn, the audit log — and the atelierctl binary with `--json` on the same instance.
 
 use std::collections::BTreeSet;
 
-use atelierctl::model::Actor as AuditActor;
-use atelierctl::{Client, Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
+use atelier_site_client::model::Actor as AuditActor;
+use atelier_site_client::{Client, Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
@@ -110,7 +109,7 @@ async fn pairing_is_refused_before_any_other_byte(instance: &Instance, proxy: &R
     )
     .unwrap();
     let mut wrong_token = instance.target_at(proxy.socket(), None);
-    wrong_token.token = atelierctl::config::read_token_file(&token_file).unwrap();
+    wrong_token.token = atelier_site_client::config::read_token_file(&token_file).unwrap();
     let cases = [
         (
             "another instance's name",
@@ -120,7 +119,7 @@ async fn pairing_is_refused_before_any_other_byte(instance: &Instance, proxy: &R
     ];
     for (name, target) in cases {
         let before = proxy.requests().len();
-        let client = Client::new(target, atelierctl::Actor::new(42, "ana").unwrap());
+        let client = Client::new(target, atelier_site_client::Actor::new(42, "ana").unwrap());
         let error = client
             .create_site(new_site("alpha", "alpha.example.org"))
             .await
@@ -133,7 +132,7 @@ async fn pairing_is_refused_before_any_other_byte(instance: &Instance, proxy: &R
 
     let paired = Client::new(
         instance.target_at(proxy.socket(), None),
-        atelierctl::Actor::new(42, "ana").unwrap(),
+        atelier_site_client::Actor::new(42, "ana").unwrap(),
     );
     let before = proxy.requests().len();
     assert_eq!(paired.list_sites().await.unwrap(), Vec::new());
@@ -367,9 +366,13 @@ async fn the_binary_lists_what_the_library_sees(
         ctl(argv)
     };
     let sites = run(&["sites", "list"]).await.json();
-    let library: Value =
-        serde_json::from_slice(&ana.send(&atelierctl::Route::ListSites).await.unwrap().body)
-            .unwrap();
+    let library: Value = serde_json::from_slice(
+        &ana.send(&atelier_site_client::Route::ListSites)
+            .await
+            .unwrap()
+            .body,
+    )
+    .unwrap();
     assert_eq!(sites, library);
     assert_eq!(sites["data"][0]["manifest"]["slug"], "alpha");
     assert_eq!(sites["data"][0]["session"]["state"], "interrupted");
@@ -381,7 +384,7 @@ async fn the_binary_lists_what_the_library_sees(
     assert_eq!(sessions["data"][0]["state"], "interrupted");
 
     let audit = run(&["audit", "--site", "alpha"]).await.json();
-    let entries: Vec<atelierctl::model::AuditEntry> =
+    let entries: Vec<atelier_site_client::model::AuditEntry> =
         serde_json::from_value(audit["data"].clone()).unwrap();
     assert_eq!(entries, ana.audit(Some(&alpha()), None).await.unwrap());
     assert_eq!(

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use atelier_site_client::{Actor, BasePath, Client, ServiceToken, Target};
 use atelier_sited::{RawSettings, Router};
-use atelierctl::{Actor, BasePath, Client, ServiceToken, Target};
 use sha2::Digest as _;
 
 /// The service token of the test instance.

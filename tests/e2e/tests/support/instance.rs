@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atelierctl::config::{resolve, TargetOptions};
-use atelierctl::{Actor, Client, Target};
+use atelier_site_client::config::{resolve, TargetOptions};
+use atelier_site_client::{Actor, Client, Target};
 use serde_json::{json, Value};
 
 use super::{templates_dir, workspace_bin};

@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::time::Instant;
 
-use atelierctl::model::{BuildOutcome, BuildWithLog};
-use atelierctl::{Client, Error, Id, SessionEvent, Slug, StoredEvent, StreamItem, TurnState};
+use atelier_site_client::model::{BuildOutcome, BuildWithLog};
+use atelier_site_client::{
+    Client, Error, Id, SessionEvent, Slug, StoredEvent, StreamItem, TurnState,
+};
 use futures_util::StreamExt as _;
 
 use super::{poll, WAIT};

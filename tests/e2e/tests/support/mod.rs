@@ -1,7 +1,7 @@
 //! What the end-to-end tests share: the workspace's binaries, an instance rendered by the real
 //! provisioner and served by sited's real binary ([`instance`]), a recording proxy in front of
-//! sited's socket ([`proxy`]), and the helpers that drive turns and builds through the
-//! atelierctl library ([`journey`]). The real nginx on the rendered vhosts comes from
+//! sited's socket ([`proxy`]), and the helpers that drive turns and builds through
+//! `atelier-site-client` ([`journey`]). The real nginx on the rendered vhosts comes from
 //! `atelier-test-support`.
 
 pub mod instance;
