@@ -5,7 +5,7 @@
 use atelier_site_client::{Error, Id, NewSite, Route, Slug};
 use serde_json::Value;
 
-use crate::support;
+use crate::ctl::support;
 
 mod failures;
 
@@ -318,7 +318,6 @@ async fn an_engine_env_file_pairs_the_binary() {
 /// 404 problems; once they exist their real shapes are checked here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_answers_its_shape_or_a_problem() {
-    support::require_turn_binaries();
     let instance = support::instance().await;
     let client = instance.client();
     let alpha = slug("alpha");

@@ -4,7 +4,8 @@
 //! - the SSE parser over 100,000 sited-style frames fed in 16 KiB reads, against splitting the
 //!   whole text on blank lines in one go (the least work any parser can do).
 //!
-//! Run: `cargo bench -p atelierctl --bench client`.
+//! Run: `cargo bench -p atelier-sited --bench client` (after `cargo build --release --workspace
+//! --bins`: the instance's settings name the built shim, test agent and atelier-build).
 
 #![allow(
     clippy::unwrap_used,
@@ -12,6 +13,13 @@
     reason = "a benchmark panics on a broken fixture"
 )]
 
+/// The ctl tests' instance: a real sited `Router` on a socket of its own.
+#[path = "../tests/ctl/support.rs"]
+mod instance;
+#[allow(
+    dead_code,
+    reason = "the bench uses the settings part of the tests' support"
+)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -60,7 +68,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let instance = support::instance().await;
+        let instance = instance::instance().await;
         let client = instance.client();
         for slug in ["alpha", "beta", "gamma"] {
             client

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt as _;
 
 use serde_json::Value;
 
-use crate::support;
+use crate::ctl::support;
 
 /// The one JSON line a failed run printed, after checking its exit status.
 fn failure(out: &support::Ctl, code: i32) -> Value {

@@ -1,5 +1,6 @@
-//! What atelierctl's integration tests share: a real sited `Router` of instance `test` served
-//! on a temporary unix socket, a log of every request it received, and a client for it.
+//! What the ctl tests share: a real sited `Router` of instance `test` served on a temporary
+//! unix socket, a log of every request it received, a client for it and the atelierctl binary
+//! pointed at it.
 
 #![allow(
     dead_code,
@@ -13,10 +14,10 @@ use std::time::Duration;
 
 use atelier_site_client::{Actor, BasePath, Client, ServiceToken, Target};
 use atelier_sited::{RawSettings, Router};
-use sha2::Digest as _;
 
-/// The service token of the test instance.
-pub const TOKEN: &str = "test-service-token-000000000000000000000000";
+use crate::support;
+pub use crate::support::TOKEN;
+
 /// The instance.
 pub const INSTANCE: &str = "test";
 /// The sites the instance's `sites.json` declares (slug, domain).
@@ -60,95 +61,23 @@ pub struct Instance {
     pub seen: Arc<Mutex<Vec<Seen>>>,
 }
 
-/// A binary the workspace builds (`cargo build --workspace --bins`, as scripts/test does).
-pub fn workspace_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    exe.parent().and_then(Path::parent).unwrap().join(name)
-}
-
-/// Asserts the binaries a real turn or build needs exist.
-pub fn require_turn_binaries() {
-    for name in ["atelier-shim", "atelier-test-agent", "atelier-build"] {
-        let bin = workspace_bin(name);
-        assert!(
-            bin.is_file(),
-            "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",
-            bin.display()
-        );
-    }
-}
-
-fn templates_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../templates")
-        .canonicalize()
-        .unwrap()
-}
-
 /// sited's settings for instance `test` under `root` with `token`: unconfined runs through
-/// the real shim, the scripted test agent standing in for Claude Code, the real
-/// `atelier-build` for builds.
+/// the real shim, the scripted test agent standing in for Claude Code (the client's tests need
+/// turns that end, hang or fail on demand), the real `atelier-build` for builds.
 pub fn settings(root: &Path, token: &str) -> atelier_sited::Settings {
     RawSettings {
-        instance: INSTANCE.into(),
         service_token: Some(token.into()),
-        sites_root: Some(root.join("sites")),
-        audit_dir: Some(root.join("audit")),
-        site_table_file: Some(root.join("sites.json")),
-        publication_api_url: Some("https://api.example.org/publication/v2".into()),
-        templates_dir: Some(templates_dir()),
-        agent_confinement: Some("none".into()),
-        deployment: Some("development".into()),
-        agent_state_root: Some(root.join("agents")),
-        shim_bin: Some(workspace_bin("atelier-shim")),
-        // The scripted stand-in: the client's tests need turns that end, hang or fail on demand.
-        claude_code_bin: Some(workspace_bin("atelier-test-agent")),
-        build_bin: Some(workspace_bin("atelier-build")),
-        ..RawSettings::default()
+        ..support::raw_settings(root)
     }
     .validate()
     .unwrap()
 }
 
-/// Makes the roots and a stamped `sites.json` declaring [`DECLARED`], each with a webspace
-/// and its release stores.
+/// Makes the roots and a stamped `sites.json` declaring [`DECLARED`], each with a webspace and
+/// its release stores, as the provisioner makes them.
 fn provision(root: &Path) {
-    let marker = atelier_layout::paths::INSTANCE_MARKER_FILE;
-    for sub in ["sites", "audit", "agents"] {
-        std::fs::create_dir_all(root.join(sub)).unwrap();
-    }
-    std::fs::write(root.join("sites").join(marker), format!("{INSTANCE}\n")).unwrap();
-    let rows: Vec<serde_json::Value> = DECLARED
-        .iter()
-        .map(|(slug, domain)| {
-            let ws = root.join("www").join(domain);
-            std::fs::create_dir_all(&ws).unwrap();
-            std::fs::write(ws.join(marker), format!("{INSTANCE}\n")).unwrap();
-            // The release stores exist from the start, as the provisioner makes them.
-            for store in [".releases/pre", ".releases/web"] {
-                std::fs::create_dir_all(ws.join(store)).unwrap();
-            }
-            let ws = ws.to_str().unwrap();
-            serde_json::json!({
-                "slug": slug, "domain": domain, "webspace": ws,
-                "surfaces": {
-                    "preprod": {"store_dir": format!("{ws}/.releases/pre"), "link_path": format!("{ws}/pre")},
-                    "prod": {"store_dir": format!("{ws}/.releases/web"), "link_path": format!("{ws}/web")},
-                }
-            })
-        })
-        .collect();
-    let body = serde_json::to_string_pretty(&serde_json::json!({
-        "version": 1, "instance": INSTANCE, "webspace_base": root.join("www"), "sites": rows,
-    }))
-    .unwrap()
-        + "\n";
-    let stamp = format!(
-        "// atelier-provision: {INSTANCE} sites {}\n",
-        hex::encode(sha2::Sha256::digest(body.as_bytes()))
-    );
-    std::fs::write(root.join("sites.json"), stamp + &body).unwrap();
+    support::make_roots(root);
+    support::declare_sites(root, DECLARED);
 }
 
 /// Serves `GET /health` from `health` and everything else from `rest` (the same router
@@ -277,7 +206,7 @@ pub struct Ctl {
 /// Runs the atelierctl binary with exactly `argv`, off the async workers.
 pub async fn ctl(argv: Vec<String>) -> Ctl {
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_atelierctl"))
+        std::process::Command::new(support::workspace_bin("atelierctl"))
             .args(&argv)
             .env_clear()
             .output()

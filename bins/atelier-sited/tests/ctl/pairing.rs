@@ -9,7 +9,7 @@ use std::time::Duration;
 use atelier_site_client::{instance_fingerprint, Error, Mismatch, Route};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::support;
+use crate::ctl::support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_succeeds_once_then_every_call_carries_the_token_and_actor() {

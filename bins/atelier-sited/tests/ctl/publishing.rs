@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::support;
+use crate::ctl::support;
 
 fn json_line(out: &support::Ctl) -> Value {
     assert_eq!(out.code, 0, "{out:?}");
@@ -23,7 +23,6 @@ async fn build(instance: &support::Instance) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_preview_publish_and_rollback_through_the_binary() {
-    support::require_turn_binaries();
     let instance = support::instance().await;
     let created = create_alpha(&instance).await;
     assert!(created.stdout.starts_with("created alpha\n"), "{created:?}");
@@ -144,7 +143,6 @@ async fn build_preview_publish_and_rollback_through_the_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_build_exits_4_with_its_error() {
-    support::require_turn_binaries();
     let instance = support::instance().await;
     create_alpha(&instance).await;
     set_build_command(&instance, "build", "false");
@@ -228,7 +226,7 @@ fn ctl_on_a_terminal(argv: Vec<String>) -> (i32, String, String) {
         String::from_utf8(seen).unwrap()
     });
     let output = {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_atelierctl"));
+        let mut command = std::process::Command::new(crate::support::workspace_bin("atelierctl"));
         command
             .args(&argv)
             .env_clear()
@@ -250,7 +248,6 @@ fn step_lines(stdout: &str) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_wait_draws_a_progress_line_only_on_a_terminal() {
-    support::require_turn_binaries();
     let instance = support::instance().await;
     create_alpha(&instance).await;
     // An install step that sleeps makes the build take a while.

@@ -13,7 +13,7 @@ use atelier_site_client::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
-use crate::support;
+use crate::ctl::support;
 
 async fn with_site(instance: &support::Instance, slug: &str) {
     instance
@@ -52,7 +52,6 @@ async fn drain(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_turn_is_followed_to_its_end_by_the_binary_and_the_library() {
-    support::require_turn_binaries();
     let instance = support::instance().await;
     with_site(&instance, "alpha").await;
 
