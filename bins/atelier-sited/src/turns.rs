@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use atelier_agents::{
-    AgentEvent, DriverId, LineSplitter, McpAttachment, PlannedFile, TurnPlan, TurnRequest,
-};
+use atelier_agents::{DriverId, LineSplitter, McpAttachment, PlannedFile, TurnPlan, TurnRequest};
 use atelier_fs::{FsError, Root};
 use atelier_proto::{Door, ExitRecord};
 use atelier_site_api::{Egress, SessionEvent, TurnState};
@@ -539,15 +537,15 @@ impl Relay<'_> {
         self.persist_all(events).await;
     }
 
-    async fn persist_all(&mut self, events: Vec<AgentEvent>) {
+    async fn persist_all(&mut self, events: Vec<SessionEvent>) {
         for event in events {
-            if let AgentEvent::Result { resume_token, .. } = &event {
+            if let SessionEvent::Result { resume_token, .. } = &event {
                 self.saw_result = true;
                 if let Some(token) = resume_token {
                     *self.last_token = Some(token.clone());
                 }
             }
-            self.events.persist(event.to_event()).await;
+            self.events.persist(event).await;
         }
     }
 

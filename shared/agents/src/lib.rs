@@ -5,10 +5,11 @@
 //! Pure: nothing here starts a process or touches a file. The daemon reads and writes through
 //! its confined filesystem layer and runs everything through its run seam.
 //!
-//! Parts: [`DriverId`] and [`Capabilities`]; [`AgentEvent`]; [`plan`] (a turn's argv,
+//! Parts: [`DriverId`] and [`Capabilities`]; [`plan`] (a turn's argv,
 //! environment and files); [`parse`] (line splitting and the per-driver parsers); [`probe`]
 //! (what to ask a binary and how to judge its answers); [`canary`] (opencode's proof that its
-//! switches close its configuration sources).
+//! switches close its configuration sources). A parser's events are [`SessionEvent`]s, the
+//! contract's one event type: a driver's text, tool uses, changed files and result.
 //!
 //! Three drivers run somebody else's CLI (Claude Code, opencode, pi); the fourth, `atelier`,
 //! runs Atelier's own `atelier-agent`, whose output lines its parser reads.
@@ -18,12 +19,10 @@ pub mod parse;
 pub mod plan;
 pub mod probe;
 
-use atelier_site_api::SessionEvent;
-use serde_json::Value;
-
 pub use canary::CanaryProbe;
 pub use parse::{
-    line_parser, AtelierJson, ClaudeStreamJson, LineParser, LineSplitter, OpencodeJson,
+    is_driver_event, line_parser, AtelierJson, ClaudeStreamJson, LineParser, LineSplitter,
+    OpencodeJson,
 };
 pub use plan::{
     is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,
@@ -36,8 +35,9 @@ pub use probe::{
     probe_env, version_argv, ProbeRefusal,
 };
 
-/// The agent CLIs the contract knows (one definition, shared with every end of the contract).
-pub use atelier_site_api::DriverId;
+/// The agent CLIs the contract knows (one definition, shared with every end of the contract),
+/// and what the parsers make of a driver's lines: the contract's session events.
+pub use atelier_site_api::{DriverId, SessionEvent};
 
 /// What a driver can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,64 +68,6 @@ pub fn capabilities(driver: DriverId) -> Capabilities {
     }
 }
 
-/// A normalized agent event: the driver half of the session event union (the daemon adds
-/// `turn_start`, `turn_end`, `error`, `agent_output` and `resume_unavailable`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum AgentEvent {
-    /// The agent said something.
-    Text {
-        /// What it said.
-        text: String,
-    },
-    /// The agent used a tool.
-    Tool {
-        /// The tool's name.
-        name: String,
-        /// `<name>: <target>` or the name.
-        summary: String,
-    },
-    /// Files the agent reports having changed.
-    FileChange {
-        /// Workspace-relative paths.
-        files: Vec<String>,
-    },
-    /// The agent finished its turn.
-    Result {
-        /// The CLI's own session, for the next turn to resume.
-        resume_token: Option<String>,
-        /// What the turn cost, when the CLI says.
-        cost_usd: Option<f64>,
-        /// How long it took, by the CLI's count.
-        duration_ms: u64,
-    },
-}
-
-impl AgentEvent {
-    /// The session event this is.
-    pub fn to_event(&self) -> SessionEvent {
-        match self.clone() {
-            AgentEvent::Text { text } => SessionEvent::text(text),
-            AgentEvent::Tool { name, summary } => SessionEvent::Tool { name, summary },
-            AgentEvent::FileChange { files } => SessionEvent::FileChange { files },
-            AgentEvent::Result {
-                resume_token,
-                cost_usd,
-                duration_ms,
-            } => SessionEvent::Result {
-                ok: true,
-                resume_token,
-                cost_usd,
-                duration_ms: Some(duration_ms),
-            },
-        }
-    }
-
-    /// The session event body exactly as the engine reads it.
-    pub fn to_body(&self) -> Value {
-        serde_json::to_value(self.to_event()).unwrap_or(Value::Null)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,47 +93,5 @@ mod tests {
             ["claude_code", "opencode", "pi", "atelier"],
             "the order /health lists them in"
         );
-    }
-
-    #[test]
-    fn bodies_are_the_contracts() {
-        let cases = [
-            (
-                AgentEvent::Text { text: "hi".into() },
-                json!({"type": "text", "text": "hi"}),
-            ),
-            (
-                AgentEvent::Tool {
-                    name: "Write".into(),
-                    summary: "Write: a".into(),
-                },
-                json!({"type": "tool", "name": "Write", "summary": "Write: a"}),
-            ),
-            (
-                AgentEvent::FileChange {
-                    files: vec!["a".into()],
-                },
-                json!({"type": "file_change", "files": ["a"]}),
-            ),
-            (
-                AgentEvent::Result {
-                    resume_token: Some("s".into()),
-                    cost_usd: Some(0.5),
-                    duration_ms: 9,
-                },
-                json!({"type": "result", "ok": true, "resumeToken": "s", "costUsd": 0.5, "durationMs": 9}),
-            ),
-            (
-                AgentEvent::Result {
-                    resume_token: None,
-                    cost_usd: None,
-                    duration_ms: 0,
-                },
-                json!({"type": "result", "ok": true, "durationMs": 0}),
-            ),
-        ];
-        for (event, body) in cases {
-            assert_eq!(event.to_body(), body);
-        }
     }
 }

@@ -1,11 +1,13 @@
 //! From a run's stdout to agent events: [`LineSplitter`] cuts arbitrary chunks into lines
-//! (bounded), and each driver's [`LineParser`] maps its lines to [`AgentEvent`]s. Blank lines,
+//! (bounded), and each driver's [`LineParser`] maps its lines to [`SessionEvent`]s. Blank lines,
 //! lines that are not JSON and frames of no interest map to nothing; no input panics.
 
 use serde_json::Value;
 
 use crate::plan::is_resume_token;
-use crate::{AgentEvent, DriverId};
+use atelier_site_api::SessionEvent;
+
+use crate::DriverId;
 
 /// The longest tool target quoted in a tool summary, in characters.
 const SUMMARY_TARGET_CHARS: usize = 120;
@@ -89,12 +91,12 @@ impl LineSplitter {
 /// One driver's mapping from its output lines to events.
 pub trait LineParser: Send {
     /// The events one line of output means.
-    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent>;
+    fn parse_line(&mut self, line: &str) -> Vec<SessionEvent>;
 
     /// The events the end of a run that exited 0 means, after its last line: opencode states
     /// its session only along the way, so its result is known once the output ended. The
     /// daemon synthesizes a bare result only when neither the lines nor this gave one.
-    fn finish(&mut self) -> Vec<AgentEvent> {
+    fn finish(&mut self) -> Vec<SessionEvent> {
         Vec::new()
     }
 
@@ -122,7 +124,7 @@ pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
 pub struct ClaudeStreamJson;
 
 impl LineParser for ClaudeStreamJson {
-    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+    fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
@@ -133,21 +135,19 @@ impl LineParser for ClaudeStreamJson {
                 .and_then(Value::as_array)
                 .map(|blocks| blocks.iter().filter_map(claude_block).collect())
                 .unwrap_or_default(),
-            Some("result") => vec![AgentEvent::Result {
-                resume_token: resume_token(frame.get("session_id")),
-                cost_usd: frame.get("total_cost_usd").and_then(finite),
-                duration_ms: millis(frame.get("duration_ms")),
-            }],
+            Some("result") => vec![finished(
+                resume_token(frame.get("session_id")),
+                frame.get("total_cost_usd").and_then(finite),
+                millis(frame.get("duration_ms")),
+            )],
             _ => Vec::new(),
         }
     }
 }
 
-fn claude_block(block: &Value) -> Option<AgentEvent> {
+fn claude_block(block: &Value) -> Option<SessionEvent> {
     match block.get("type").and_then(Value::as_str)? {
-        "text" => Some(AgentEvent::Text {
-            text: block.get("text")?.as_str()?.to_owned(),
-        }),
+        "text" => Some(SessionEvent::text(block.get("text")?.as_str()?.to_owned())),
         "tool_use" => {
             let name = block.get("name")?.as_str()?;
             Some(tool_event(
@@ -160,9 +160,33 @@ fn claude_block(block: &Value) -> Option<AgentEvent> {
     }
 }
 
+/// Whether `event` is one a driver's output can mean: text, a tool use, changed files or its
+/// result. The turn's start and end, faults, the output tail and a dropped resume token are the
+/// daemon's to say, never a parser's.
+pub fn is_driver_event(event: &SessionEvent) -> bool {
+    matches!(
+        event,
+        SessionEvent::Text { .. }
+            | SessionEvent::Tool { .. }
+            | SessionEvent::FileChange { .. }
+            | SessionEvent::Result { .. }
+    )
+}
+
+/// A driver's finished turn: the agent says it is done, and how long it took by its count (0
+/// where the driver does not say).
+fn finished(resume_token: Option<String>, cost_usd: Option<f64>, duration_ms: u64) -> SessionEvent {
+    SessionEvent::Result {
+        ok: true,
+        resume_token,
+        cost_usd,
+        duration_ms: Some(duration_ms),
+    }
+}
+
 /// `<name>: <target, first 120 chars>`, the target being the first of `keys` the input has as
 /// a string, or just the name.
-fn tool_event(name: &str, input: Option<&Value>, keys: &[&str]) -> AgentEvent {
+fn tool_event(name: &str, input: Option<&Value>, keys: &[&str]) -> SessionEvent {
     let target = keys.iter().find_map(|key| input?.get(key)?.as_str());
     let summary = match target {
         Some(target) => format!(
@@ -174,7 +198,7 @@ fn tool_event(name: &str, input: Option<&Value>, keys: &[&str]) -> AgentEvent {
         ),
         None => name.to_owned(),
     };
-    AgentEvent::Tool {
+    SessionEvent::Tool {
         name: name.to_owned(),
         summary,
     }
@@ -212,7 +236,7 @@ impl RunTally {
     }
 
     /// The result, once.
-    fn result(&mut self) -> Vec<AgentEvent> {
+    fn result(&mut self) -> Vec<SessionEvent> {
         if self.finished {
             return Vec::new();
         }
@@ -221,11 +245,7 @@ impl RunTally {
             (Some(first), Some(last)) => last.saturating_sub(first),
             _ => 0,
         };
-        vec![AgentEvent::Result {
-            resume_token: self.session.clone(),
-            cost_usd: self.cost_usd,
-            duration_ms,
-        }]
+        vec![finished(self.session.clone(), self.cost_usd, duration_ms)]
     }
 }
 
@@ -242,14 +262,14 @@ pub struct PiJson {
 }
 
 impl PiJson {
-    fn assistant(&mut self, message: &Value) -> Vec<AgentEvent> {
+    fn assistant(&mut self, message: &Value) -> Vec<SessionEvent> {
         self.tally.add_cost(
             message
                 .get("usage")
                 .and_then(|u| u.get("cost"))
                 .and_then(|c| c.get("total")),
         );
-        let mut events: Vec<AgentEvent> = message
+        let mut events: Vec<SessionEvent> = message
             .get("content")
             .and_then(Value::as_array)
             .map(|blocks| blocks.iter().filter_map(pi_block).collect())
@@ -265,14 +285,12 @@ impl PiJson {
             _ => None,
         };
         if let Some(error) = &self.error {
-            events.push(AgentEvent::Text {
-                text: format!("pi error: {error}"),
-            });
+            events.push(SessionEvent::text(format!("pi error: {error}")));
         }
         events
     }
 
-    fn result(&mut self) -> Vec<AgentEvent> {
+    fn result(&mut self) -> Vec<SessionEvent> {
         if self.error.is_some() {
             return Vec::new();
         }
@@ -281,7 +299,7 @@ impl PiJson {
 }
 
 impl LineParser for PiJson {
-    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+    fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
@@ -305,7 +323,7 @@ impl LineParser for PiJson {
         }
     }
 
-    fn finish(&mut self) -> Vec<AgentEvent> {
+    fn finish(&mut self) -> Vec<SessionEvent> {
         self.result()
     }
 
@@ -314,13 +332,11 @@ impl LineParser for PiJson {
     }
 }
 
-fn pi_block(block: &Value) -> Option<AgentEvent> {
+fn pi_block(block: &Value) -> Option<SessionEvent> {
     match block.get("type").and_then(Value::as_str)? {
         "text" => {
             let text = block.get("text")?.as_str()?;
-            (!text.trim().is_empty()).then(|| AgentEvent::Text {
-                text: text.to_owned(),
-            })
+            (!text.trim().is_empty()).then(|| SessionEvent::text(text.to_owned()))
         }
         "toolCall" => Some(tool_event(
             block.get("name")?.as_str()?,
@@ -344,7 +360,7 @@ pub struct AtelierJson {
 }
 
 impl LineParser for AtelierJson {
-    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+    fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
@@ -353,28 +369,26 @@ impl LineParser for AtelierJson {
             match field("type") {
                 Some("text") => field("text")
                     .filter(|text| !text.trim().is_empty())
-                    .map(|text| AgentEvent::Text {
-                        text: text.to_owned(),
-                    }),
+                    .map(|text| SessionEvent::text(text.to_owned())),
                 Some("tool") => field("name")
                     .map(|name| tool_event(name, frame.get("input"), &["path", "pattern"])),
                 Some("file_change") => field("path").filter(|path| !path.is_empty()).map(|path| {
-                    AgentEvent::FileChange {
+                    SessionEvent::FileChange {
                         files: vec![path.to_owned()],
                     }
                 }),
-                Some("result") => Some(AgentEvent::Result {
-                    resume_token: resume_token(frame.get("resume")),
-                    cost_usd: frame.get("cost_usd").and_then(finite),
-                    duration_ms: millis(frame.get("duration_ms")),
-                }),
+                Some("result") => Some(finished(
+                    resume_token(frame.get("resume")),
+                    frame.get("cost_usd").and_then(finite),
+                    millis(frame.get("duration_ms")),
+                )),
                 Some("error") => {
                     let message = field("message").unwrap_or("the turn failed");
                     let reason = field("reason").unwrap_or("unknown");
                     self.error = Some(message.to_owned());
-                    Some(AgentEvent::Text {
-                        text: format!("atelier-agent error ({reason}): {message}"),
-                    })
+                    Some(SessionEvent::text(format!(
+                        "atelier-agent error ({reason}): {message}"
+                    )))
                 }
                 _ => None,
             };
@@ -399,7 +413,7 @@ pub struct OpencodeJson {
 }
 
 impl LineParser for OpencodeJson {
-    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+    fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
@@ -409,12 +423,10 @@ impl LineParser for OpencodeJson {
         let part = frame.get("part").filter(|p| p.is_object());
         if part.is_none() {
             if let Some(text) = frame.get("text").and_then(Value::as_str) {
-                events.push(AgentEvent::Text {
-                    text: text.to_owned(),
-                });
+                events.push(SessionEvent::text(text.to_owned()));
             }
             if let Some(tool) = frame.get("tool").and_then(Value::as_str) {
-                events.push(AgentEvent::Tool {
+                events.push(SessionEvent::Tool {
                     name: tool.to_owned(),
                     summary: tool.to_owned(),
                 });
@@ -424,9 +436,7 @@ impl LineParser for OpencodeJson {
             Some("text") => {
                 if let Some(text) = part.and_then(|p| p.get("text")).and_then(Value::as_str) {
                     if !text.trim().is_empty() {
-                        events.push(AgentEvent::Text {
-                            text: text.to_owned(),
-                        });
+                        events.push(SessionEvent::text(text.to_owned()));
                     }
                 }
             }
@@ -445,9 +455,7 @@ impl LineParser for OpencodeJson {
             Some("step_finish") => self.tally.add_cost(part.and_then(|p| p.get("cost"))),
             Some("error") => {
                 if let Some(message) = frame.get("error").and_then(error_message) {
-                    events.push(AgentEvent::Text {
-                        text: format!("opencode error: {message}"),
-                    });
+                    events.push(SessionEvent::text(format!("opencode error: {message}")));
                 }
             }
             Some("done") => events.extend(self.tally.result()),
@@ -460,7 +468,7 @@ impl LineParser for OpencodeJson {
         events
     }
 
-    fn finish(&mut self) -> Vec<AgentEvent> {
+    fn finish(&mut self) -> Vec<SessionEvent> {
         if self.tally.session.is_none() {
             return Vec::new();
         }
@@ -680,7 +688,7 @@ mod tests {
             let line = serde_json::json!({"type": "assistant", "message": {"content": [
                 {"type": "tool_use", "id": "toolu_1", "name": "T", "input": input}]}});
             match parser.parse_line(&line.to_string()).as_slice() {
-                [AgentEvent::Tool { summary, .. }] => summary.clone(),
+                [SessionEvent::Tool { summary, .. }] => summary.clone(),
                 other => panic!("{other:?}"),
             }
         };
@@ -735,12 +743,12 @@ mod tests {
 
     #[test]
     fn atelier_lines_table() {
-        let text = |t: &str| AgentEvent::Text { text: t.to_owned() };
-        let tool = |name: &str, summary: &str| AgentEvent::Tool {
+        let text = |t: &str| SessionEvent::text(t);
+        let tool = |name: &str, summary: &str| SessionEvent::Tool {
             name: name.to_owned(),
             summary: summary.to_owned(),
         };
-        let cases: Vec<(&str, &str, Vec<AgentEvent>)> = vec![
+        let cases: Vec<(&str, &str, Vec<SessionEvent>)> = vec![
             (
                 "text",
                 r#"{"type":"text","text":"Done: about page added."}"#,
@@ -790,7 +798,7 @@ mod tests {
             (
                 "a file change names its file",
                 r#"{"type":"file_change","path":"src/index.html","kind":"modified"}"#,
-                vec![AgentEvent::FileChange {
+                vec![SessionEvent::FileChange {
                     files: vec!["src/index.html".into()],
                 }],
             ),
@@ -807,29 +815,21 @@ mod tests {
             (
                 "the result",
                 r#"{"type":"result","stop":"end_turn","rounds":3,"usage":{"input_tokens":300,"output_tokens":30},"cost_usd":0.25,"duration_ms":1234,"resume":"0f3c9a1e5b7d2c4a6e8f0a1b3c5d7e9f"}"#,
-                vec![AgentEvent::Result {
-                    resume_token: Some("0f3c9a1e5b7d2c4a6e8f0a1b3c5d7e9f".into()),
-                    cost_usd: Some(0.25),
-                    duration_ms: 1234,
-                }],
+                vec![finished(
+                    Some("0f3c9a1e5b7d2c4a6e8f0a1b3c5d7e9f".into()),
+                    Some(0.25),
+                    1234,
+                )],
             ),
             (
                 "a result without a price, stopped at the round limit",
                 r#"{"type":"result","stop":"max_turns","rounds":50,"usage":{"input_tokens":0,"output_tokens":0},"duration_ms":9,"resume":"ab_1"}"#,
-                vec![AgentEvent::Result {
-                    resume_token: Some("ab_1".into()),
-                    cost_usd: None,
-                    duration_ms: 9,
-                }],
+                vec![finished(Some("ab_1".into()), None, 9)],
             ),
             (
                 "an option-shaped resume is no token",
                 r#"{"type":"result","duration_ms":-5,"resume":"--settings","cost_usd":"1"}"#,
-                vec![AgentEvent::Result {
-                    resume_token: None,
-                    cost_usd: None,
-                    duration_ms: 0,
-                }],
+                vec![finished(None, None, 0)],
             ),
             (
                 "an error is said",
@@ -899,7 +899,7 @@ mod tests {
                 proptest::prop_assert!(line.len() <= 32 * 3);
                 for parser in &mut parsers {
                     for event in parser.parse_line(line) {
-                        proptest::prop_assert!(event.to_body().is_object());
+                        proptest::prop_assert!(is_driver_event(&event), "{}", event.kind());
                     }
                 }
             }
@@ -918,7 +918,7 @@ mod tests {
             let line = format!("{{\"type\":\"{kind}\",\"{key}\":{value},\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"name\":\"n\",\"input\":{{\"{key}\":{value}}}}}]}},\"part\":{{\"{key}\":{value}}}}}");
             for mut parser in DriverId::ALL.map(line_parser) {
                 for event in parser.parse_line(&line).into_iter().chain(parser.finish()) {
-                    if let AgentEvent::Result { resume_token: Some(token), .. } = &event {
+                    if let SessionEvent::Result { resume_token: Some(token), .. } = &event {
                         proptest::prop_assert!(is_resume_token(token));
                     }
                 }

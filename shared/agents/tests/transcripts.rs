@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use atelier_agents::{line_parser, AgentEvent, DriverId, LineSplitter};
+use atelier_agents::{line_parser, DriverId, LineSplitter, SessionEvent};
 use serde_json::Value;
 
 const MAX_LINE: usize = 1 << 20;
 
-fn events_of(driver: DriverId, bytes: &[u8], chunk: usize) -> (Vec<AgentEvent>, u64) {
+fn events_of(driver: DriverId, bytes: &[u8], chunk: usize) -> (Vec<SessionEvent>, u64) {
     let mut splitter = LineSplitter::new(MAX_LINE);
     let mut parser = line_parser(driver);
     let mut events = Vec::new();
@@ -49,7 +49,12 @@ fn check(driver: DriverId, at_least: usize) {
         let want: Value = serde_json::from_slice(&std::fs::read(&golden).unwrap()).unwrap();
         for chunk in [bytes.len().max(1), 1, 2, 7, 64, 4096] {
             let (events, dropped) = events_of(driver, &bytes, chunk);
-            let got = Value::Array(events.iter().map(AgentEvent::to_body).collect());
+            let got = Value::Array(
+                events
+                    .iter()
+                    .map(|event| serde_json::to_value(event).unwrap())
+                    .collect(),
+            );
             assert_eq!(got, want, "{} in chunks of {chunk}", transcript.display());
             assert_eq!(dropped, 0);
         }
@@ -107,7 +112,7 @@ fn a_failed_turn_is_a_failure_not_a_result() {
             .push(&bytes)
             .iter()
             .flat_map(|line| parser.parse_line(line))
-            .filter(|e| matches!(e, AgentEvent::Result { .. }))
+            .filter(|e| matches!(e, SessionEvent::Result { .. }))
             .count();
         assert_eq!(seen, results, "{driver} {name}");
         assert_eq!(parser.failure(), failure, "{driver} {name}");
@@ -124,14 +129,14 @@ fn an_opencode_result_needs_the_end_of_a_clean_run() {
     let bytes = std::fs::read(path).unwrap();
     let mut splitter = LineSplitter::new(MAX_LINE);
     let mut parser = line_parser(DriverId::Opencode);
-    let events: Vec<AgentEvent> = splitter
+    let events: Vec<SessionEvent> = splitter
         .push(&bytes)
         .iter()
         .flat_map(|line| parser.parse_line(line))
         .collect();
     assert!(!events
         .iter()
-        .any(|e| matches!(e, AgentEvent::Result { .. })));
+        .any(|e| matches!(e, SessionEvent::Result { .. })));
     assert_eq!(parser.finish().len(), 1);
     assert!(parser.finish().is_empty(), "one result per run");
     assert!(line_parser(DriverId::ClaudeCode).finish().is_empty());
@@ -156,7 +161,7 @@ fn every_prefix_of_a_transcript_parses() {
                     results += parser
                         .parse_line(&line)
                         .iter()
-                        .filter(|e| matches!(e, AgentEvent::Result { .. }))
+                        .filter(|e| matches!(e, SessionEvent::Result { .. }))
                         .count();
                 }
                 assert!(results <= 1, "{}: {cut}", transcript.display());

@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use atelier_agents::{
-    is_resume_token, judge_help, judge_version, line_parser, plan_turn, AgentEvent,
-    DriverCredentials, DriverId, LineSplitter, McpAttachment, TurnPlan, TurnRequest,
+    is_resume_token, judge_help, judge_version, line_parser, plan_turn, DriverCredentials,
+    DriverId, LineSplitter, McpAttachment, TurnPlan, TurnRequest,
 };
 use serde_json::{json, Value};
 
@@ -69,7 +69,10 @@ fn parse(stdout: &[u8]) -> Vec<Value> {
         events.extend(parser.parse_line(&line));
     }
     events.extend(parser.finish());
-    events.iter().map(AgentEvent::to_body).collect()
+    events
+        .iter()
+        .map(|event| serde_json::to_value(event).unwrap())
+        .collect()
 }
 
 /// One turn of `prompt`: its output and its events, the result's volatile fields checked
@@ -408,7 +411,10 @@ fn hang_runs_until_killed_and_what_it_said_is_already_out() {
         assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "ended early");
         said.extend(parser.parse_line(&line));
     }
-    assert_eq!(said[0].to_body(), text("Working on it"));
+    assert_eq!(
+        serde_json::to_value(&said[0]).unwrap(),
+        text("Working on it")
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert!(child.try_wait().unwrap().is_none(), "still hanging");
     child.kill().unwrap();
