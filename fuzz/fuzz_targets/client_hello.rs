@@ -3,7 +3,7 @@
 //! TLS server's own parser (rustls's) about the name a ClientHello carries.
 #![no_main]
 
-use atelier_gate::{inspect_first_flight, is_valid_hostname, FirstFlight, HelloRefusal};
+use atelier_gate::{inspect_first_flight, is_plan_hostname, FirstFlight, HelloRefusal};
 use libfuzzer_sys::fuzz_target;
 use rustls::server::Acceptor;
 
@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
                     )
                 }
                 ServerView::Hello(None) => {
-                    assert!(!is_valid_hostname(sni), "gate {sni:?}, server no name")
+                    assert!(!is_plan_hostname(sni), "gate {sni:?}, server no name")
                 }
                 ServerView::NeedMore => panic!("gate {sni:?}, server still reading"),
                 ServerView::Refused => {}

@@ -4,25 +4,17 @@
 //! at most [`MAX_HEAD`] bytes including that terminator; only the request line is interpreted,
 //! and the bytes after the head are the start of the client's first flight.
 //!
-//! Host rules, decided here:
-//! - The target splits at its last `:`; the port must be the exact text `443`.
-//! - The host is ASCII-lowercased, then refused if it starts with `[` or parses as an IP
-//!   address: egress is by hostname only.
-//! - The host must then be a DNS name in the plan grammar: 1 to 253 bytes, at least two labels,
-//!   each label 1 to 63 of `[a-z0-9-]` not starting or ending with `-`, the last label 2 to 63
-//!   letters. The alphabetic last label also rules out every numeric shorthand the system
-//!   resolver would read as an address (`127.1`, `2130706433`, `0x7f.1`). Internationalised
-//!   names must arrive as punycode (`xn--…`).
-//! - **No trailing dot.** `example.com.` names the same DNS node as `example.com`, but the
-//!   gate compares the host with the plan and with the ClientHello's server name as plain
-//!   text, and RFC 6066 forbids a trailing dot in a server name; accepting it would mean two
-//!   spellings per host. It is refused as [`ConnectRefusal::InvalidHost`].
-//! - Names under special-use local suffixes (`localhost`, `local`, `internal`, `home.arpa`,
-//!   `localdomain`, `invalid`) are refused even before the plan check, as the plan grammar
-//!   refuses them when the plan is written.
+//! Host rules: the target splits at its last `:`; the port must be the exact text `443`; the
+//! host, ASCII-lowercased, must be a plan host ([`atelier_layout::hosts`], the rule the
+//! provisioner checked the plan with): an IP address is [`ConnectRefusal::IpLiteral`], a name
+//! outside the plan grammar (a trailing dot among them: the gate compares the host with the
+//! plan and with the ClientHello's server name as plain text, so each host has one spelling)
+//! [`ConnectRefusal::InvalidHost`], a name under a special-use local suffix
+//! [`ConnectRefusal::SpecialUseHost`].
 
 use std::fmt;
-use std::net::IpAddr;
+
+use atelier_layout::hosts::{check_plan_host, NotPlanHost};
 
 /// The most bytes a head may take, terminator included.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -31,16 +23,6 @@ pub use atelier_layout::services::EGRESS_PORT;
 
 /// The end of a head.
 const TERMINATOR: &[u8] = b"\r\n\r\n";
-
-/// Suffixes that never name a public host (RFC 6761, RFC 6762, RFC 8375, ICANN `internal`).
-const SPECIAL_USE_SUFFIXES: &[&str] = &[
-    "localhost",
-    "local",
-    "internal",
-    "home.arpa",
-    "localdomain",
-    "invalid",
-];
 
 /// A CONNECT destination that passed every check that needs no plan: a lowercase hostname
 /// (never an IP literal) on port 443.
@@ -203,47 +185,6 @@ pub fn check_plan<S: AsRef<str>>(
     }
 }
 
-/// Returns true if and only if `host` (already lowercase) is a DNS name in the plan grammar:
-/// see the module documentation. The same rule the provisioner applies to plan hosts.
-pub fn is_valid_hostname(host: &str) -> bool {
-    if host.is_empty() || host.len() > 253 {
-        return false;
-    }
-    let labels: Vec<&str> = host.split('.').collect();
-    let Some((last, rest)) = labels.split_last() else {
-        return false;
-    };
-    if rest.is_empty() {
-        return false;
-    }
-    let last_ok = (2..=63).contains(&last.len()) && last.bytes().all(|b| b.is_ascii_lowercase());
-    last_ok && rest.iter().all(|label| is_valid_label(label))
-}
-
-fn is_valid_label(label: &str) -> bool {
-    let bytes = label.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(&first), Some(&last)) => {
-            bytes.len() <= 63
-                && first != b'-'
-                && last != b'-'
-                && bytes
-                    .iter()
-                    .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        }
-        _ => false,
-    }
-}
-
-fn is_special_use(host: &str) -> bool {
-    SPECIAL_USE_SUFFIXES.iter().any(|suffix| {
-        host == *suffix
-            || host
-                .strip_suffix(suffix)
-                .is_some_and(|head| head.ends_with('.'))
-    })
-}
-
 fn parse_request_line(line: &[u8]) -> Result<ConnectTarget, ConnectRefusal> {
     let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
     if &line[..method_end] != b"CONNECT" {
@@ -270,15 +211,11 @@ fn parse_request_line(line: &[u8]) -> Result<ConnectTarget, ConnectRefusal> {
         return Err(ConnectRefusal::PortNotAllowed);
     }
     let host = host.to_ascii_lowercase();
-    if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
-        return Err(ConnectRefusal::IpLiteral);
-    }
-    if !is_valid_hostname(&host) {
-        return Err(ConnectRefusal::InvalidHost);
-    }
-    if is_special_use(&host) {
-        return Err(ConnectRefusal::SpecialUseHost);
-    }
+    check_plan_host(&host).map_err(|refusal| match refusal {
+        NotPlanHost::Address => ConnectRefusal::IpLiteral,
+        NotPlanHost::NotHostname => ConnectRefusal::InvalidHost,
+        NotPlanHost::SpecialUse => ConnectRefusal::SpecialUseHost,
+    })?;
     Ok(ConnectTarget { host })
 }
 

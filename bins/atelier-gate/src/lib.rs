@@ -55,10 +55,9 @@ pub(crate) fn fuzz_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 pub use address::{classify, parse_and_classify, Policy, Reason, Verdict};
+pub use atelier_layout::hosts::is_plan_hostname;
 pub use client_hello::{
     check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
     MAX_HELLO_LEN, MAX_RECORD_LEN,
 };
-pub use connect::{
-    check_plan, is_valid_hostname, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
-};
+pub use connect::{check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD};

@@ -3,9 +3,10 @@
 use std::path::Path;
 
 use atelier_layout::files::{GatePlan, McpRelay};
+use atelier_layout::hosts::check_plan_host;
 use atelier_layout::stamp::{self, StampError};
 
-use crate::connect::{is_valid_hostname, EGRESS_PORT};
+use crate::connect::EGRESS_PORT;
 
 /// The stamp kind of plan files.
 pub use atelier_layout::files::GATE_PLAN_KIND as PLAN_KIND;
@@ -54,8 +55,8 @@ pub enum PlanError {
     /// The port is not 443.
     #[error("plan port {0}; only {EGRESS_PORT} leaves a unit")]
     Port(u16),
-    /// A host is not a DNS name in the plan grammar.
-    #[error("plan host {0:?} is not a valid hostname")]
+    /// A host is not a plan host (an address, outside the plan grammar, or a local name).
+    #[error("plan host {0:?} is not a public hostname a plan may hold")]
     Host(String),
     /// The MCP relay's upstream is not an `http://` or `https://` URL ending in `/mcp`.
     #[error("plan MCP upstream {0:?} is not an http(s) URL ending in /mcp")]
@@ -97,7 +98,11 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
     if plan.port != EGRESS_PORT {
         return Err(PlanError::Port(plan.port));
     }
-    if let Some(bad) = plan.hosts.iter().find(|host| !is_valid_hostname(host)) {
+    if let Some(bad) = plan
+        .hosts
+        .iter()
+        .find(|host| check_plan_host(host).is_err())
+    {
         return Err(PlanError::Host(bad.clone()));
     }
     if let Some(relay) = &plan.mcp {

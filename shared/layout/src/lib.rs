@@ -6,6 +6,7 @@
 //! - [`paths`]: the [`Layout`] of an instance (every path) and the mode matrix ([`paths::MODES`]).
 //! - [`services`]: binary names, sited's env keys, workspaces and the doors' egress plans.
 //! - [`files`]: the JSON files one binary writes and another reads (`sites.json`, gate plans).
+//! - [`hosts`]: what a host on a gate plan may be, for the provisioner and the gate alike.
 //! - [`workspace`]: names and modes inside a site's workspace and the sites root.
 //! - [`stamp`]: the first line of every rendered file (instance, kind, sha256 of the body).
 //! - [`pairing`]: the engine's pairing keys and the `/health` fingerprint.
@@ -14,6 +15,7 @@
 
 pub mod declaration;
 pub mod files;
+pub mod hosts;
 pub mod names;
 pub mod pairing;
 pub mod paths;

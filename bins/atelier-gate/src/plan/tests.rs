@@ -88,6 +88,10 @@ fn bad_fields_are_refused() {
             "host",
         ),
         (
+            r#"{"version":1,"instance":"example","site":1,"door":"turn","port":443,"hosts":["metadata.google.internal"],"mcp":null}"#,
+            "host",
+        ),
+        (
             r#"{"version":1,"instance":"example","site":1,"door":"turn","port":443,"hosts":[],"mcp":null,"extra":1}"#,
             "json",
         ),

@@ -1,10 +1,10 @@
 //! The value grammars of the declaration: paths, names, hosts, sizes. Each check refuses with
 //! one reason and a message that names the rule, never more than one per value.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Reason;
+use crate::hosts::{check_plan_host, NotPlanHost};
 use crate::names::{is_dns_label, is_domain, is_slug};
 
 /// A refusal of one value.
@@ -82,38 +82,17 @@ pub(crate) fn domain(value: &str) -> Result<String, Refusal> {
     Ok(value.to_owned())
 }
 
-/// A host on an egress plan: a public DNS name, never an address, a wildcard or a local name.
+/// A host on an egress plan: a public DNS name, never an address, a wildcard or a local name
+/// (the rule the gate holds every CONNECT to, [`check_plan_host`]).
 pub(crate) fn egress_host(value: &str) -> Result<String, Refusal> {
-    let refuse = |why: &str| Err((Reason::BadHost, format!("{value:?} {why}")));
-    let unbracketed = value.trim_start_matches('[').trim_end_matches(']');
-    if unbracketed.parse::<IpAddr>().is_ok() {
-        return refuse("is an IP address; the gate allows hostnames only");
-    }
-    if value == "any" || value.contains('*') {
-        return refuse("is a wildcard");
-    }
-    const LOCAL: [&str; 6] = [
-        "localhost",
-        "local",
-        "internal",
-        "home.arpa",
-        "localdomain",
-        "invalid",
-    ];
-    if LOCAL
-        .iter()
-        .any(|s| value == *s || value.ends_with(&format!(".{s}")))
-    {
-        return refuse("is a local special-use name");
-    }
-    let labels: Vec<&str> = value.split('.').collect();
-    let tld_ok = labels.last().is_some_and(|tld| {
-        (2..=63).contains(&tld.len()) && tld.bytes().all(|b| b.is_ascii_lowercase())
-    });
-    if value.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| is_dns_label(l)) || !tld_ok {
-        return refuse("is not a public hostname");
-    }
-    Ok(value.to_owned())
+    let why = match check_plan_host(value) {
+        Ok(()) => return Ok(value.to_owned()),
+        Err(NotPlanHost::Address) => "is an IP address; the gate allows hostnames only",
+        Err(NotPlanHost::NotHostname) if value == "any" || value.contains('*') => "is a wildcard",
+        Err(NotPlanHost::NotHostname) => "is not a public hostname",
+        Err(NotPlanHost::SpecialUse) => "is a local special-use name",
+    };
+    Err((Reason::BadHost, format!("{value:?} {why}")))
 }
 
 /// A site slug: `^[a-z][a-z0-9-]{1,39}$`.
