@@ -169,8 +169,6 @@ struct State {
     writer: Box<dyn Write + Send>,
     /// Text not yet written.
     pending: String,
-    /// The text since the last tool result: the last round's, once the turn is over.
-    since_tools: String,
 }
 
 // === impl Output ===
@@ -182,7 +180,6 @@ impl Output {
             state: Mutex::new(State {
                 writer,
                 pending: String::new(),
-                since_tools: String::new(),
             }),
         }
     }
@@ -199,21 +196,11 @@ impl Output {
         state.write(line)
     }
 
-    /// The model's text since the last tool result. Once the loop has ended, that is the
-    /// last round's answer, which the loop does not keep in the history it returns.
-    pub fn last_round_text(&self) -> String {
-        self.state
-            .lock()
-            .map(|state| state.since_tools.clone())
-            .unwrap_or_default()
-    }
-
     fn event(&self, event: LoopEvent) -> Result<(), SinkClosed> {
         let mut state = self.state.lock().map_err(|_| SinkClosed)?;
         match event {
             LoopEvent::Text { text } => {
                 state.pending.push_str(&text);
-                state.since_tools.push_str(&text);
                 Ok(())
             }
             LoopEvent::ToolCall {
@@ -236,7 +223,6 @@ impl Output {
                 error,
             } => {
                 state.flush_text()?;
-                state.since_tools.clear();
                 state.write(&Line::ToolResult {
                     id: tool_call_id,
                     name: tool_name,
@@ -429,7 +415,6 @@ mod tests {
         ] {
             output.event(event).unwrap();
         }
-        assert_eq!(output.last_round_text(), "  Done.");
         output
             .line(&Line::FileChange {
                 path: "x".into(),

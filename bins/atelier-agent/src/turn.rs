@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use atelier_llm::{
-    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver,
-    Endpoint, LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, Role, SinkClosed,
-    ToolCall, ToolChoice, ToolExecutor, ToolResult,
+    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, LoopEnd,
+    LoopError, LoopOptions, Message, ResponsesDriver, SinkClosed, ToolCall, ToolChoice,
+    ToolExecutor, ToolResult,
 };
 
 use crate::cli::{McpServer, Provider, Settings};
@@ -112,19 +112,8 @@ pub async fn run(
     };
     let outcome = run_tool_loop(driver.as_ref(), &executor, request, options, &*output).await;
 
-    let mut history = outcome.history;
-    if outcome.end == LoopEnd::Completed {
-        // The loop keeps the calls and results of its rounds but not the last round's answer;
-        // the next turn must see it.
-        let answer = output.last_round_text();
-        if !answer.trim().is_empty() {
-            history.push(Message {
-                role: Role::Assistant,
-                content: vec![ContentBlock::Text { text: answer }],
-            });
-        }
-    }
-    let conversation = Conversation::new(settings.provider.as_str(), &settings.model, history);
+    let conversation =
+        Conversation::new(settings.provider.as_str(), &settings.model, outcome.history);
     let saved = conversations.save(&token, &conversation);
 
     let stop = match outcome.end {

@@ -221,7 +221,8 @@ pub struct LoopOutcome {
     /// Usage summed over the finished rounds; `cost_usd` sums the rounds that reported one.
     pub usage: Usage,
     /// The working history at the end: the request's messages (projected if the overflow
-    /// retry ran) plus this turn's assistant and tool messages, stale heavy results elided.
+    /// retry ran) plus this turn's assistant and tool messages, stale heavy results elided. A
+    /// completed turn's last answer is its last message.
     pub history: Vec<Message>,
 }
 
@@ -328,6 +329,7 @@ impl Turn<'_> {
                 self.emit(self.usage_event()).await?;
                 self.answer_unanswered(INTERRUPTED_TOOL_RESULT_ERROR)
                     .await?;
+                self.keep_last_answer(end);
                 self.emit(LoopEvent::Done).await?;
                 return Ok(());
             }
@@ -478,6 +480,37 @@ impl Turn<'_> {
             .await?;
         }
         Ok(())
+    }
+
+    /// The last round's answer joins the history, so the outcome holds the whole turn for the
+    /// next one to continue. Calls it issued but that were never run (a `max_tokens` stop) are
+    /// answered there as interrupted, as their `toolResult` lines said, so the history stays
+    /// one a provider accepts.
+    fn keep_last_answer(&mut self, end: RoundEnd) {
+        let Some(assistant) = end.assistant else {
+            return;
+        };
+        self.request.messages.push(assistant);
+        if end.tool_calls.is_empty() {
+            return;
+        }
+        let interrupted = end
+            .tool_calls
+            .iter()
+            .map(|call| {
+                ContentBlock::ToolResult(ToolResult {
+                    call_id: call.id.clone(),
+                    ok: false,
+                    data: None,
+                    error: Some(INTERRUPTED_TOOL_RESULT_ERROR.to_owned()),
+                    images: Vec::new(),
+                })
+            })
+            .collect();
+        self.request.messages.push(Message {
+            role: Role::Tool,
+            content: interrupted,
+        });
     }
 
     fn answered(&mut self, id: &str) {

@@ -9,9 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use atelier_llm::{
-    run_tool_loop, AnthropicDriver, ChatRequest, Driver, Endpoint, EventSink, LlmError, LoopEnd,
-    LoopError, LoopEvent, LoopOptions, LoopOutcome, Message, ResponsesDriver, ToolCall, ToolChoice,
-    ToolDefinition, ToolExecutor, ToolRejection, ToolResult, Usage, INTERRUPTED_TOOL_RESULT_ERROR,
+    run_tool_loop, AnthropicDriver, ChatRequest, ContentBlock, Driver, Endpoint, EventSink,
+    LlmError, LoopEnd, LoopError, LoopEvent, LoopOptions, LoopOutcome, Message, ResponsesDriver,
+    Role, ToolCall, ToolChoice, ToolDefinition, ToolExecutor, ToolRejection, ToolResult, Usage,
+    INTERRUPTED_TOOL_RESULT_ERROR,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -252,7 +253,20 @@ async fn two_rounds_write_the_reference_event_sequence() {
         .iter()
         .any(|block| block["type"] == "tool_use" && block["id"] == "call_1");
     assert!(announced, "{}", bodies[1]);
-    assert_eq!(turn.outcome.history.len(), 3);
+    // The user's message, the call, its result, and the last round's answer, which the next
+    // turn must see.
+    let history = &turn.outcome.history;
+    assert_eq!(history.len(), 4, "{history:?}");
+    let answer = &history[3];
+    assert_eq!(answer.role, Role::Assistant);
+    assert!(
+        !answer.content.is_empty()
+            && answer
+                .content
+                .iter()
+                .all(|block| matches!(block, ContentBlock::Text { text } if !text.is_empty())),
+        "{answer:?}"
+    );
 }
 
 #[tokio::test]
@@ -428,6 +442,29 @@ async fn a_stop_with_calls_ends_cleanly_with_the_calls_interrupted() {
     );
     assert_eq!(tools.call_count(), 0);
     assert_eq!(server.bodies().len(), 1);
+    // The history keeps the call and answers it as its toolResult line did, so a provider
+    // accepts it as the next turn's.
+    let history = &turn.outcome.history;
+    assert_eq!(history.len(), 3, "{history:?}");
+    assert_eq!(history[1].role, Role::Assistant);
+    assert!(
+        history[1]
+            .content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::ToolCall(call) if call.id == "call_1")),
+        "{history:?}"
+    );
+    assert_eq!(history[2].role, Role::Tool);
+    assert_eq!(
+        history[2].content,
+        [ContentBlock::ToolResult(ToolResult {
+            call_id: "call_1".into(),
+            ok: false,
+            data: None,
+            error: Some(INTERRUPTED_TOOL_RESULT_ERROR.into()),
+            images: Vec::new(),
+        })]
+    );
 }
 
 #[tokio::test]
