@@ -38,6 +38,10 @@ const CLIENT_QUEUE: usize = 64;
 /// The keep-alive comment's interval, so a stream with no events is not closed as idle by a
 /// proxy or client in between.
 pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The data of the `error` frame that ends a follow whose stored events could not be read: the
+/// reason a client acts on, and, like a turn fault's `error` event, a fixed sentence the
+/// engine's UI shows as `message` (never the error's own text, which may name paths).
+pub const REPLAY_FAILED_DATA: &str = r#"{"reason":"replay_failed","message":"The session's earlier events could not be read, so its stream ended; following it again tries once more."}"#;
 
 /// Why a session operation was refused or failed; `problem.rs` maps each to its problem.
 #[derive(Debug, thiserror::Error)]
@@ -841,7 +845,7 @@ impl Follower {
             Ok(events) => events,
             Err(e) => {
                 tracing::error!(session = %self.id, error = %e, "session replay failed");
-                let frame = SseEvent::new(r#"{"reason":"replay_failed"}"#).with_event("error");
+                let frame = SseEvent::new(REPLAY_FAILED_DATA).with_event("error");
                 let _ = self.frames.send(frame.into()).await;
                 return Next::Stop;
             }

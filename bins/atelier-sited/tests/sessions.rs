@@ -632,7 +632,7 @@ async fn a_planted_log_link_is_refused_and_nothing_outside_is_touched() {
         [Frame {
             id: None,
             event: Some("error".into()),
-            data: r#"{"reason":"replay_failed"}"#.into()
+            data: r#"{"reason":"replay_failed","message":"The session's earlier events could not be read, so its stream ended; following it again tries once more."}"#.into()
         }]
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), secret);
