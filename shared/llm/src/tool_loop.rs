@@ -490,6 +490,12 @@ impl Turn<'_> {
         let Some(assistant) = end.assistant else {
             return;
         };
+        // An answer of whitespace only says nothing, and a provider refuses a text block of it
+        // in the next turn's request.
+        let blank = |block: &ContentBlock| matches!(block, ContentBlock::Text { text } if text.trim().is_empty());
+        if assistant.content.iter().all(blank) {
+            return;
+        }
         self.request.messages.push(assistant);
         if end.tool_calls.is_empty() {
             return;

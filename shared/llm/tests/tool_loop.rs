@@ -468,6 +468,18 @@ async fn a_stop_with_calls_ends_cleanly_with_the_calls_interrupted() {
 }
 
 #[tokio::test]
+async fn a_blank_last_answer_is_left_out_of_the_history() {
+    let tools = ServerTools::default();
+    let (_, turn) = run_anthropic(&["tool_call_deltas", "loop_blank_answer"], &tools).await;
+    assert_eq!(turn.outcome.end, LoopEnd::Completed);
+    // The user's message, the call, its result; no whitespace-only answer for the next turn to
+    // send.
+    let history = &turn.outcome.history;
+    assert_eq!(history.len(), 3, "{history:?}");
+    assert_eq!(history[2].role, Role::Tool);
+}
+
+#[tokio::test]
 async fn stale_heavy_results_are_elided_from_later_rounds() {
     let tools = ServerTools::default();
     let (server, turn) = run_anthropic(
