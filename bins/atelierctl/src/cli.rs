@@ -471,10 +471,12 @@ pub enum Failure {
     #[error("writing the output: {0}")]
     Output(#[source] std::io::Error),
     /// sited ended a session's stream with an error frame.
-    #[error("{reason}: sited ended the session's stream with an error")]
+    #[error("{reason}: {}", .message.as_deref().unwrap_or("sited ended the session's stream with an error"))]
     Stream {
         /// The frame's reason (or code), else `stream_error`.
         reason: String,
+        /// The frame's sentence for a person, when it has one.
+        message: Option<String>,
     },
     /// The followed session's last turn did not end idle.
     #[error("turn_{0}: the session's last turn ended {0}")]
@@ -552,7 +554,7 @@ impl Failure {
             }
             Failure::Input { .. } => (Exit::Usage, "input_unreadable".into()),
             Failure::Output(_) => (Exit::Transport, "output_failed".into()),
-            Failure::Stream { reason } => (Exit::Refused, Cow::Borrowed(reason)),
+            Failure::Stream { reason, .. } => (Exit::Refused, Cow::Borrowed(reason)),
             Failure::Turn(state) => (
                 Exit::Unsuccessful,
                 format!("turn_{}", snake(state, "ended")).into(),
@@ -1206,13 +1208,13 @@ async fn follow_session(
                     if out.json {
                         out.write(&format!("{raw}\n"))?;
                     }
-                    let reason = payload
-                        .get("reason")
-                        .or_else(|| payload.get("code"))
-                        .and_then(serde_json::Value::as_str)
+                    let text = |key: &str| payload.get(key).and_then(serde_json::Value::as_str);
+                    let reason = text("reason")
+                        .or_else(|| text("code"))
                         .unwrap_or("stream_error")
                         .to_owned();
-                    return Err(Failure::Stream { reason });
+                    let message = text("message").map(str::to_owned);
+                    return Err(Failure::Stream { reason, message });
                 }
                 Err(error) if reconnectable(&error) => {
                     broke = Some(error);
@@ -1709,8 +1711,23 @@ mod tests {
         );
         let stream = Failure::Stream {
             reason: "replay_failed".into(),
+            message: None,
         };
         assert_eq!(stream.verdict(), (Exit::Refused, "replay_failed".into()));
+        assert_eq!(
+            stream.message(),
+            "sited ended the session's stream with an error"
+        );
+        let said = Failure::Stream {
+            reason: "replay_failed".into(),
+            message: Some("The log could not be read.".into()),
+        };
+        assert_eq!(said.verdict(), (Exit::Refused, "replay_failed".into()));
+        assert_eq!(said.message(), "The log could not be read.");
+        assert_eq!(
+            said.to_string(),
+            "replay_failed: The log could not be read."
+        );
     }
 
     #[test]
