@@ -13,7 +13,7 @@
 
 use std::net::IpAddr;
 
-use crate::names::is_dns_label;
+use crate::names::is_domain;
 
 /// Suffixes that never name a public host (RFC 6761, RFC 6762, RFC 8375, ICANN `internal`).
 pub const SPECIAL_USE_SUFFIXES: [&str; 6] = [
@@ -56,17 +56,11 @@ pub fn check_plan_host(host: &str) -> Result<(), NotPlanHost> {
 /// alphabetic last label, at most 253 bytes); addresses and special-use names are
 /// [`check_plan_host`]'s to refuse.
 pub fn is_plan_hostname(host: &str) -> bool {
-    if host.is_empty() || host.len() > 253 {
-        return false;
-    }
-    let labels: Vec<&str> = host.split('.').collect();
-    let Some((last, rest)) = labels.split_last() else {
-        return false;
-    };
-    !rest.is_empty()
-        && (2..=63).contains(&last.len())
-        && last.bytes().all(|b| b.is_ascii_lowercase())
-        && rest.iter().all(|label| is_dns_label(label))
+    // A site domain whose last label is letters only.
+    is_domain(host)
+        && host.rsplit('.').next().is_some_and(|last| {
+            (2..=63).contains(&last.len()) && last.bytes().all(|b| b.is_ascii_lowercase())
+        })
 }
 
 /// Whether `host` is a special-use suffix or a name below one.
