@@ -280,13 +280,7 @@ impl ToolExecutor for Executor {
                         images: Vec::new(),
                     }
                 }
-                Err(error) => ToolResult {
-                    call_id: call.id.clone(),
-                    ok: false,
-                    data: None,
-                    error: Some(error.to_string()),
-                    images: Vec::new(),
-                },
+                Err(error) => ToolResult::failed(&call.id, error.to_string()),
             }
         })
     }

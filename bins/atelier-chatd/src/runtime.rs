@@ -188,16 +188,6 @@ pub struct TurnExecutor {
     pub cms: CmsReader,
 }
 
-fn failed(call: &ToolCall, error: String) -> ToolResult {
-    ToolResult {
-        call_id: call.id.clone(),
-        ok: false,
-        data: None,
-        error: Some(error),
-        images: Vec::new(),
-    }
-}
-
 /// The input a tool receives, or the error the model reads instead: the schema's
 /// validation, the capability re-check, then the payload checks.
 pub fn prepare_input(spec: &ToolSpec, caller: &Caller, arguments: &Value) -> Result<Value, String> {
@@ -261,7 +251,7 @@ impl ToolExecutor for TurnExecutor {
         Box::pin(async move {
             match self.execute_or_reject(call).await {
                 Ok(result) => result,
-                Err(rejection) => failed(call, rejection.reason),
+                Err(rejection) => ToolResult::failed(&call.id, rejection.reason),
             }
         })
     }
@@ -278,11 +268,14 @@ impl ToolExecutor for TurnExecutor {
     ) -> Pin<Box<dyn Future<Output = Result<ToolResult, ToolRejection>> + Send + 'a>> {
         Box::pin(async move {
             let Some(spec) = self.tools.iter().find(|t| t.name == call.name) else {
-                return Ok(failed(call, format!("Unknown tool: {}", call.name)));
+                return Ok(ToolResult::failed(
+                    &call.id,
+                    format!("Unknown tool: {}", call.name),
+                ));
             };
             let input = match prepare_input(spec, &self.caller, &call.arguments) {
                 Ok(input) => input,
-                Err(error) => return Ok(failed(call, error)),
+                Err(error) => return Ok(ToolResult::failed(&call.id, error)),
             };
             match spec.execution {
                 Execution::Server => Ok(match self.run_server(spec, input).await {
@@ -293,7 +286,7 @@ impl ToolExecutor for TurnExecutor {
                         error: None,
                         images: Vec::new(),
                     },
-                    Err(error) => failed(call, error),
+                    Err(error) => ToolResult::failed(&call.id, error),
                 }),
                 Execution::Browser => self
                     .bridge

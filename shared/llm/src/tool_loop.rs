@@ -429,13 +429,7 @@ impl Turn<'_> {
                 Ok(result)
             }
             Err(rejection) if self.executor.is_browser_tool(&call.name) => {
-                let failed = ToolResult {
-                    call_id: call.id.clone(),
-                    ok: false,
-                    data: None,
-                    error: Some(rejection.reason.clone()),
-                    images: Vec::new(),
-                };
+                let failed = ToolResult::failed(&call.id, rejection.reason.clone());
                 self.answered(&call.id);
                 self.emit(LoopEvent::tool_result(&call.name, &failed))
                     .await?;
@@ -446,13 +440,7 @@ impl Turn<'_> {
                 };
                 Err(self.fail(error).await)
             }
-            Err(rejection) => Ok(ToolResult {
-                call_id: call.id.clone(),
-                ok: false,
-                data: None,
-                error: Some(rejection.reason),
-                images: Vec::new(),
-            }),
+            Err(rejection) => Ok(ToolResult::failed(&call.id, rejection.reason)),
         }
     }
 
@@ -504,13 +492,10 @@ impl Turn<'_> {
             .tool_calls
             .iter()
             .map(|call| {
-                ContentBlock::ToolResult(ToolResult {
-                    call_id: call.id.clone(),
-                    ok: false,
-                    data: None,
-                    error: Some(INTERRUPTED_TOOL_RESULT_ERROR.to_owned()),
-                    images: Vec::new(),
-                })
+                ContentBlock::ToolResult(ToolResult::failed(
+                    &call.id,
+                    INTERRUPTED_TOOL_RESULT_ERROR,
+                ))
             })
             .collect();
         self.request.messages.push(Message {

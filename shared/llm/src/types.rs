@@ -82,6 +82,17 @@ pub struct ToolResult {
 pub const TOOL_CALL_FAILED: &str = "Tool call failed.";
 
 impl ToolResult {
+    /// A failed result answering call `call_id`, with the text the model reads.
+    pub fn failed(call_id: impl Into<String>, error: impl Into<String>) -> ToolResult {
+        ToolResult {
+            call_id: call_id.into(),
+            ok: false,
+            data: None,
+            error: Some(error.into()),
+            images: Vec::new(),
+        }
+    }
+
     /// The result as the text the model reads: the error on failure, else the data as JSON.
     pub fn output_text(&self) -> String {
         if self.ok {
