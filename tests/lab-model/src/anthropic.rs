@@ -6,7 +6,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::script::{pieces, tokens, Script, Turn};
+use crate::openai::SEARCH_QUERY;
+use crate::script::{pieces, tokens, Script, Seen, Step, Turn, TOOL_SEARCH};
 
 /// The tool the model calls: Claude Code's file writer.
 pub const WRITE_TOOL: &str = "Write";
@@ -31,6 +32,16 @@ pub struct Request {
     pub stream: bool,
     /// The conversation so far.
     pub messages: Vec<Message>,
+    /// The tools offered, by name.
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+}
+
+/// One offered tool, by its name alone.
+#[derive(Debug, Deserialize)]
+pub struct Tool {
+    /// Its name.
+    pub name: String,
 }
 
 /// One message of the conversation.
@@ -52,12 +63,18 @@ pub enum Content {
     Blocks(Vec<Block>),
 }
 
-/// A content block, by its type alone.
+/// A content block, by its type (and a `tool_use` block's tool, a `text` block's text).
 #[derive(Debug, Deserialize)]
 pub struct Block {
     /// `text`, `tool_use`, `tool_result`, …
     #[serde(rename = "type")]
     pub kind: String,
+    /// The tool a `tool_use` block calls.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A `text` block's text.
+    #[serde(default)]
+    pub text: Option<String>,
 }
 
 impl Request {
@@ -73,6 +90,42 @@ impl Request {
             }
             _ => Turn::Write,
         }
+    }
+
+    /// The next step ([`Seen::step`]); the replace is not scripted on this wire.
+    pub fn step(&self, search: Option<&str>) -> Step<'_> {
+        let last_called = self
+            .messages
+            .iter()
+            .rev()
+            .find(|message| message.role == "assistant")
+            .map(|message| match &message.content {
+                Content::Blocks(blocks) => blocks
+                    .iter()
+                    .filter(|block| block.kind == "tool_use")
+                    .filter_map(|block| block.name.as_deref())
+                    .collect(),
+                Content::Text(_) => Vec::new(),
+            })
+            .unwrap_or_default();
+        let texts = self
+            .messages
+            .iter()
+            .flat_map(|message| match &message.content {
+                Content::Text(text) => vec![text.as_str()],
+                Content::Blocks(blocks) => blocks
+                    .iter()
+                    .filter_map(|block| block.text.as_deref())
+                    .collect(),
+            })
+            .collect();
+        let seen = Seen {
+            turn: self.turn(),
+            offered: self.tools.iter().map(|tool| tool.name.as_str()).collect(),
+            last_called,
+            texts,
+        };
+        seen.step(search, WRITE_TOOL)
     }
 }
 
@@ -104,11 +157,23 @@ pub fn write_input(script: &Script) -> Value {
     json!({ "file_path": script.write_path, "content": script.write_content })
 }
 
-/// The answer as the event sequence of a streamed message; `n` numbers its ids.
-pub fn events(request: &Request, script: &Script, n: u64) -> Vec<Event> {
-    let (block, deltas, stop_reason, output_tokens) = match request.turn() {
-        Turn::Write => {
-            let input = write_input(script).to_string();
+/// The tool call of `step` (`(tool name, input)`) or its words.
+fn answer_of<'s>(step: Step<'s>, script: &'s Script) -> Result<(&'s str, Value), &'s str> {
+    match step {
+        Step::Search(name) => Ok((name, json!({ "query": SEARCH_QUERY }))),
+        Step::Load(name) => Ok((TOOL_SEARCH, json!({ "query": format!("select:{name}") }))),
+        Step::Write => Ok((WRITE_TOOL, write_input(script))),
+        Step::Replace | Step::Finish => Err(&script.final_text),
+    }
+}
+
+/// The answer as the event sequence of a streamed message, with the opt-in `search` first
+/// (see [`Request::step`]); `n` numbers its ids.
+pub fn events(request: &Request, script: &Script, search: Option<&str>, n: u64) -> Vec<Event> {
+    let (block, deltas, stop_reason, output_tokens) = match answer_of(request.step(search), script)
+    {
+        Ok((name, input)) => {
+            let input = input.to_string();
             let deltas = pieces(&input, INPUT_PIECES)
                 .into_iter()
                 .map(|piece| json!({ "type": "input_json_delta", "partial_json": piece }))
@@ -116,18 +181,18 @@ pub fn events(request: &Request, script: &Script, n: u64) -> Vec<Event> {
             let block = json!({
                 "type": "tool_use",
                 "id": format!("toolu_lab_{n}"),
-                "name": WRITE_TOOL,
+                "name": name,
                 "input": {},
             });
             (block, deltas, "tool_use", tokens(&input))
         }
-        Turn::Finish => {
-            let deltas = pieces(&script.final_text, TEXT_PIECES)
+        Err(text) => {
+            let deltas = pieces(text, TEXT_PIECES)
                 .into_iter()
                 .map(|piece| json!({ "type": "text_delta", "text": piece }))
                 .collect::<Vec<_>>();
             let block = json!({ "type": "text", "text": "" });
-            (block, deltas, "end_turn", tokens(&script.final_text))
+            (block, deltas, "end_turn", tokens(text))
         }
     };
     let mut message = skeleton(request, n, 1);
@@ -157,24 +222,24 @@ pub fn events(request: &Request, script: &Script, n: u64) -> Vec<Event> {
     events
 }
 
-/// The answer as one JSON message (a request without `"stream": true`).
-pub fn message(request: &Request, script: &Script, n: u64) -> Value {
-    let (content, stop_reason, output_tokens) = match request.turn() {
-        Turn::Write => {
-            let input = write_input(script);
+/// The answer as one JSON message (a request without `"stream": true`), with the opt-in
+/// `search` first.
+pub fn message(request: &Request, script: &Script, search: Option<&str>, n: u64) -> Value {
+    let (content, stop_reason, output_tokens) = match answer_of(request.step(search), script) {
+        Ok((name, input)) => {
             let output_tokens = tokens(&input.to_string());
             let block = json!({
                 "type": "tool_use",
                 "id": format!("toolu_lab_{n}"),
-                "name": WRITE_TOOL,
+                "name": name,
                 "input": input,
             });
             (block, "tool_use", output_tokens)
         }
-        Turn::Finish => (
-            json!({ "type": "text", "text": script.final_text }),
+        Err(text) => (
+            json!({ "type": "text", "text": text }),
             "end_turn",
-            tokens(&script.final_text),
+            tokens(text),
         ),
     };
     let mut message = skeleton(request, n, output_tokens);
@@ -269,8 +334,9 @@ mod tests {
             "model": "claude-test",
             "stream": true,
             "messages": [{ "role": "user", "content": "go" }],
+            "tools": [{ "name": "Read" }, { "name": WRITE_TOOL }],
         }));
-        let events = events(&request, &script(), 7);
+        let events = events(&request, &script(), None, 7);
         let names: Vec<_> = events.iter().map(|event| event.name).collect();
         assert_eq!(
             names,
@@ -321,7 +387,7 @@ mod tests {
             "stream": true,
             "messages": [{ "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t" }] }],
         }));
-        let events = events(&request, &script(), 1);
+        let events = events(&request, &script(), None, 1);
         assert_eq!(
             events[1].data["content_block"],
             json!({ "type": "text", "text": "" })
@@ -338,9 +404,12 @@ mod tests {
 
     #[test]
     fn a_json_message_holds_the_whole_answer() {
-        let first =
-            request(json!({ "model": "m", "messages": [{ "role": "user", "content": "go" }] }));
-        let answer = message(&first, &script(), 2);
+        let first = request(json!({
+            "model": "m",
+            "messages": [{ "role": "user", "content": "go" }],
+            "tools": [{ "name": WRITE_TOOL }],
+        }));
+        let answer = message(&first, &script(), None, 2);
         assert_eq!(answer["stop_reason"], "tool_use");
         assert_eq!(answer["content"][0]["name"], "Write");
         assert_eq!(answer["content"][0]["input"], write_input(&script()));
@@ -348,11 +417,194 @@ mod tests {
             "model": "m",
             "messages": [{ "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t" }] }],
         }));
-        let answer = message(&last, &script(), 3);
+        let answer = message(&last, &script(), None, 3);
         assert_eq!(answer["stop_reason"], "end_turn");
         assert_eq!(
             answer["content"],
             json!([{ "type": "text", "text": "All done." }])
+        );
+    }
+
+    const SEARCH: &str = "mcp__dedalo_publication__publication_search";
+
+    /// A request offering `tools` (by name) with `messages`.
+    fn offering(tools: &[&str], messages: Value) -> Request {
+        let tools: Vec<Value> = tools.iter().map(|name| json!({ "name": name })).collect();
+        request(json!({ "model": "m", "messages": messages, "tools": tools }))
+    }
+
+    /// The assistant's call of `name`, then the user's message with its result.
+    fn called(name: &str) -> [Value; 2] {
+        [
+            json!({ "role": "assistant", "content": [
+                { "type": "text", "text": "Looking." },
+                { "type": "tool_use", "id": "t", "name": name, "input": {} },
+            ] }),
+            json!({ "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "t", "content": "ok" }] }),
+        ]
+    }
+
+    #[test]
+    fn the_opt_in_search_comes_first_then_the_write_then_the_text() {
+        let user = json!({ "role": "user", "content": "go" });
+        let [search_call, search_result] = called(SEARCH);
+        let [write_call, write_result] = called(WRITE_TOOL);
+        let tools = ["Read", WRITE_TOOL, SEARCH];
+        let search = Some("publication_search");
+        for (name, offered, messages, search, step) in [
+            (
+                "first request",
+                &tools[..],
+                json!([user]),
+                search,
+                Step::Search(SEARCH),
+            ),
+            (
+                "after the search",
+                &tools[..],
+                json!([user, search_call, search_result]),
+                search,
+                Step::Write,
+            ),
+            (
+                "after the write",
+                &tools[..],
+                json!([user, search_call, search_result, write_call, write_result]),
+                search,
+                Step::Finish,
+            ),
+            (
+                "the tool not offered",
+                &tools[..2],
+                json!([user]),
+                search,
+                Step::Write,
+            ),
+            ("not opted in", &tools[..], json!([user]), None, Step::Write),
+            (
+                "no tool offered at all",
+                &[][..],
+                json!([user]),
+                None,
+                Step::Finish,
+            ),
+            // A chat runtime's tools, without the coding agent's writer: words only.
+            (
+                "no write offered",
+                &["site_read_document"][..],
+                json!([user]),
+                None,
+                Step::Finish,
+            ),
+        ] {
+            assert_eq!(offering(offered, messages).step(search), step, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_deferred_search_is_loaded_with_tool_search_then_called() {
+        // Claude Code names its MCP tools in a message and offers ToolSearch to load them.
+        let deferred = json!({ "role": "system", "content": [{ "type": "text", "text": format!(
+            "The following deferred tools are now available via ToolSearch:\nCronCreate\n{SEARCH}\n"
+        ) }] });
+        let user = json!({ "role": "user", "content": "go" });
+        let [load_call, load_result] = called(TOOL_SEARCH);
+        let [search_call, search_result] = called(SEARCH);
+        let before = [WRITE_TOOL, TOOL_SEARCH];
+        let loaded = [WRITE_TOOL, TOOL_SEARCH, SEARCH];
+        let search = Some("publication_search");
+        for (name, offered, messages, search, step) in [
+            (
+                "named, not offered",
+                &before[..],
+                json!([deferred, user]),
+                search,
+                Step::Load(SEARCH),
+            ),
+            (
+                "loaded",
+                &loaded[..],
+                json!([deferred, user, load_call, load_result]),
+                search,
+                Step::Search(SEARCH),
+            ),
+            (
+                "after the search",
+                &loaded[..],
+                json!([
+                    deferred,
+                    user,
+                    load_call,
+                    load_result,
+                    search_call,
+                    search_result
+                ]),
+                search,
+                Step::Write,
+            ),
+            (
+                "loading found nothing",
+                &before[..],
+                json!([deferred, user, load_call, load_result]),
+                search,
+                Step::Finish,
+            ),
+            (
+                "no ToolSearch to load it",
+                &[WRITE_TOOL][..],
+                json!([deferred, user]),
+                search,
+                Step::Write,
+            ),
+            (
+                "not opted in",
+                &before[..],
+                json!([deferred, user]),
+                None,
+                Step::Write,
+            ),
+        ] {
+            assert_eq!(offering(offered, messages).step(search), step, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_load_is_a_tool_search_selecting_the_tool() {
+        let deferred = json!({ "role": "system", "content": [{ "type": "text", "text": SEARCH }] });
+        let first = offering(
+            &[WRITE_TOOL, TOOL_SEARCH],
+            json!([deferred, { "role": "user", "content": "go" }]),
+        );
+        let answer = message(&first, &script(), Some("publication_search"), 6);
+        assert_eq!(answer["content"][0]["name"], TOOL_SEARCH);
+        assert_eq!(
+            answer["content"][0]["input"],
+            json!({ "query": format!("select:{SEARCH}") })
+        );
+    }
+
+    #[test]
+    fn the_search_is_the_offered_tool_called_with_the_query() {
+        let first = offering(
+            &[WRITE_TOOL, SEARCH],
+            json!([{ "role": "user", "content": "go" }]),
+        );
+        let answer = message(&first, &script(), Some("publication_search"), 4);
+        assert_eq!(answer["stop_reason"], "tool_use");
+        assert_eq!(answer["content"][0]["name"], SEARCH);
+        assert_eq!(
+            answer["content"][0]["input"],
+            json!({ "query": SEARCH_QUERY })
+        );
+        let streamed = events(&first, &script(), Some("publication_search"), 5);
+        assert_eq!(streamed[1].data["content_block"]["name"], SEARCH);
+        let joined: String = streamed
+            .iter()
+            .filter_map(|event| event.data["delta"]["partial_json"].as_str())
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&joined).unwrap(),
+            json!({ "query": SEARCH_QUERY })
         );
     }
 

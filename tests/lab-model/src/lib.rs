@@ -30,8 +30,8 @@
 //!
 //! With `--mcp` the same server answers `/mcp` as a minimal MCP server ([`mcp`]) with one tool,
 //! the Publication API's stand-in; each of those requests is recorded with the SHA-256 of the
-//! key headers it carried. With `--call-mcp-tool SUFFIX` the OpenAI script first calls the
-//! offered tool whose name ends with SUFFIX, then writes, then says its final text. With
+//! key headers it carried. With `--call-mcp-tool SUFFIX` the script (either wire) first calls
+//! the offered tool whose name ends with SUFFIX, then writes, then says its final text. With
 //! `--replace-path`, `--replace-old` and `--replace-new` the OpenAI script follows its write
 //! with an exact replace through the offered `edit` tool. Each request is recorded with the
 //! instant it was received, so a benchmark in the same box can time it.
@@ -118,10 +118,10 @@ pub struct Cli {
     /// key headers (x-api-key, authorization) each of its requests carried.
     #[arg(long)]
     pub mcp: bool,
-    /// Before its write, the OpenAI script calls the offered tool whose name ends with this
-    /// (e.g. publication_search, the MCP stand-in's tool as an agent offers it), with a fixed
-    /// query; the write follows that tool's result. A request offering no such tool is
-    /// answered as without it; the Anthropic script ignores it.
+    /// Before its write, the script (either wire) calls the offered tool whose name ends with
+    /// this (e.g. publication_search, the MCP stand-in's tool as an agent offers it), with a
+    /// fixed query; the write follows that tool's result. A request offering no such tool is
+    /// answered as without it.
     #[arg(long, value_name = "SUFFIX")]
     pub call_mcp_tool: Option<String>,
     /// After its write, the OpenAI script replaces --replace-old with --replace-new in this

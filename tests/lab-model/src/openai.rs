@@ -2,17 +2,18 @@
 //! request fields the script reads, the answer as one JSON completion or as `data:` chunks
 //! ending with `data: [DONE]`, the tool call in the `tool_calls` delta shape.
 //!
-//! On this wire the script has two opt-in steps. [`Step::Search`]: given a tool name suffix,
-//! a request that offers a tool so named is answered with a call of it (arguments
-//! [`search_arguments`]) before the write, so a test sees an MCP server's tool reach the
-//! model and its result come back. [`Step::Replace`]: given a [`Replace`], the write's result
-//! is answered with a call of the offered `edit` tool, so a test sees an exact replace.
+//! On this wire the script has two opt-in steps. [`Step::Search`] (as on the Anthropic wire):
+//! given a tool name suffix, a request that offers a tool so named is answered with a call of
+//! it (arguments [`search_arguments`]) before the write, so a test sees an MCP server's tool
+//! reach the model and its result come back. [`Step::Replace`] (this wire only): given a
+//! [`Replace`], the write's result is answered with a call of the offered `edit` tool, so a
+//! test sees an exact replace.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::anthropic::INPUT_TOKENS;
-use crate::script::{pieces, tokens, Replace, Script, Turn};
+use crate::script::{pieces, tokens, Replace, Script, Seen, Step, Turn};
 
 /// The tool the model writes with.
 pub const WRITE_TOOL: &str = "write";
@@ -75,19 +76,6 @@ pub struct Message {
 /// What the query of the opt-in search asks for.
 pub const SEARCH_QUERY: &str = "amphora";
 
-/// The next answer of the script, with its opt-in steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step<'r> {
-    /// Call the offered tool of this name, before anything else.
-    Search(&'r str),
-    /// Call the write tool.
-    Write,
-    /// Call the edit tool with the script's replace.
-    Replace,
-    /// Say the final text and stop.
-    Finish,
-}
-
 impl Request {
     /// [`Turn::Finish`] if and only if the last message is a tool result.
     pub fn turn(&self) -> Turn {
@@ -97,48 +85,49 @@ impl Request {
         }
     }
 
-    /// The next step. Plainly: the write, then (after any tool result) the final text.
-    /// With `search` (a tool name suffix), the offered tool so named is called first, and its
-    /// result is followed by the write. With `replacing`, the write's result is followed by
-    /// a call of the offered `edit` tool. An opt-in whose tool is not offered is skipped.
+    /// The next step: [`Seen::step`], and with `replacing`, the write's result is followed
+    /// by a call of the offered `edit` tool (skipped when it is not offered).
     pub fn step(&self, search: Option<&str>, replacing: bool) -> Step<'_> {
-        let searched = |name: &str| search.is_some_and(|suffix| name.ends_with(suffix));
-        match self.turn() {
-            Turn::Write => self
-                .tools
-                .iter()
-                .map(|tool| tool.function.name.as_str())
-                .find(|name| searched(name))
-                .map_or(Step::Write, Step::Search),
-            Turn::Finish if self.last_call_named(searched) => Step::Write,
-            Turn::Finish
+        let seen = self.seen();
+        match seen.step(search, WRITE_TOOL) {
+            Step::Finish
                 if replacing
-                    && self.last_call_named(|name| name == WRITE_TOOL)
-                    && self.offers(EDIT_TOOL) =>
+                    && seen.turn == Turn::Finish
+                    && seen.last_called.contains(&WRITE_TOOL)
+                    && seen.offered.contains(&EDIT_TOOL) =>
             {
                 Step::Replace
             }
-            Turn::Finish => Step::Finish,
+            step => step,
         }
     }
 
-    /// Whether a tool named `name` is offered.
-    fn offers(&self, name: &str) -> bool {
-        self.tools.iter().any(|tool| tool.function.name == name)
-    }
-
-    /// Whether the last assistant message called a tool whose name `matches`.
-    fn last_call_named(&self, matches: impl Fn(&str) -> bool) -> bool {
-        self.messages
+    /// What the request shows the script.
+    fn seen(&self) -> Seen<'_> {
+        let last_called = self
+            .messages
             .iter()
             .rev()
             .find(|message| message.role == "assistant")
             .and_then(|message| message.tool_calls.as_array())
-            .is_some_and(|calls| {
+            .map(|calls| {
                 calls
                     .iter()
-                    .any(|call| call["function"]["name"].as_str().is_some_and(&matches))
+                    .filter_map(|call| call["function"]["name"].as_str())
+                    .collect()
             })
+            .unwrap_or_default();
+        Seen {
+            turn: self.turn(),
+            offered: self
+                .tools
+                .iter()
+                .map(|tool| tool.function.name.as_str())
+                .collect(),
+            last_called,
+            // No agent on this wire defers its tools.
+            texts: Vec::new(),
+        }
     }
 
     /// The name among `candidates` that the offered tool `tool`'s schema uses for a
@@ -177,7 +166,7 @@ fn answer_of<'s>(
         (Step::Search(name), _) => Ok((name, search_arguments())),
         (Step::Write, _) => Ok((WRITE_TOOL, write_arguments(request, script))),
         (Step::Replace, Some(replace)) => Ok((EDIT_TOOL, replace_arguments(request, replace))),
-        (Step::Replace, None) | (Step::Finish, _) => Err(&script.final_text),
+        (Step::Replace, None) | (Step::Load(_), _) | (Step::Finish, _) => Err(&script.final_text),
     }
 }
 
@@ -345,9 +334,15 @@ mod tests {
         }
     }
 
+    /// A streamed request offering the write tool, with `messages`.
     fn request(messages: Value) -> Request {
-        serde_json::from_value(json!({ "model": "m", "stream": true, "messages": messages }))
-            .unwrap()
+        serde_json::from_value(json!({
+            "model": "m",
+            "stream": true,
+            "messages": messages,
+            "tools": [{ "type": "function", "function": { "name": WRITE_TOOL, "parameters": {} } }],
+        }))
+        .unwrap()
     }
 
     fn data(chunk: &str) -> Value {
@@ -499,6 +494,14 @@ mod tests {
                 Step::Write,
             ),
             ("not opted in", &tools[..], json!([user]), None, Step::Write),
+            // A chat runtime's tools, without the coding agent's writer: words only.
+            (
+                "no write offered",
+                &["site_read_document"][..],
+                json!([user]),
+                None,
+                Step::Finish,
+            ),
             (
                 "not opted in, after a tool",
                 &tools[..],

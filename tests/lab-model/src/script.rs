@@ -10,6 +10,82 @@ pub enum Turn {
     Finish,
 }
 
+/// The next answer of the script, with its opt-in steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'r> {
+    /// Call the offered tool of this name, before anything else.
+    Search(&'r str),
+    /// Load the deferred tool of this name with [`TOOL_SEARCH`], to call it next.
+    Load(&'r str),
+    /// Call the write tool.
+    Write,
+    /// Call the edit tool with the script's replace (OpenAI wire only).
+    Replace,
+    /// Say the final text and stop.
+    Finish,
+}
+
+/// Claude Code's tool that loads a deferred tool's schema: it names its MCP tools in a
+/// message instead of offering them, and a model loads one before calling it.
+pub const TOOL_SEARCH: &str = "ToolSearch";
+
+/// What a request shows the script, on either wire: where the turn stands, the names of the
+/// tools offered, the names of the tools the model's last answer called, and the texts of its
+/// messages (where deferred tools are named).
+#[derive(Debug)]
+pub struct Seen<'r> {
+    /// Where the conversation stands.
+    pub turn: Turn,
+    /// The tools offered, by name.
+    pub offered: Vec<&'r str>,
+    /// The tools the last assistant message called, by name.
+    pub last_called: Vec<&'r str>,
+    /// The text of every message, in order.
+    pub texts: Vec<&'r str>,
+}
+
+impl<'r> Seen<'r> {
+    /// The next step but the replace. Plainly: the write, then (after any tool result) the
+    /// final text. With `search` (a tool name suffix), the offered tool so named is called
+    /// first, and its result is followed by the write; where the tool is not offered but named
+    /// in a message as deferred (with [`TOOL_SEARCH`] offered), it is loaded first, as a model
+    /// does; a search neither offered nor named is skipped. A request that does not offer
+    /// `write_tool` (a chat runtime's, not a coding agent's) is answered with the final text
+    /// alone: the model calls no tool it was not given.
+    pub fn step(&self, search: Option<&str>, write_tool: &str) -> Step<'r> {
+        let searched = |name: &str| search.is_some_and(|suffix| name.ends_with(suffix));
+        let writes = self.offered.contains(&write_tool);
+        let offered_search = self.offered.iter().copied().find(|name| searched(name));
+        match self.turn {
+            Turn::Write => match (offered_search, self.deferred(searched)) {
+                (Some(name), _) => Step::Search(name),
+                (None, Some(name)) => Step::Load(name),
+                (None, None) if writes => Step::Write,
+                (None, None) => Step::Finish,
+            },
+            Turn::Finish if self.last_called.contains(&TOOL_SEARCH) => {
+                offered_search.map_or(Step::Finish, Step::Search)
+            }
+            Turn::Finish if writes && self.last_called.iter().any(|name| searched(name)) => {
+                Step::Write
+            }
+            Turn::Finish => Step::Finish,
+        }
+    }
+
+    /// A tool named in the messages (a word of their text) whose name `matches`, when
+    /// [`TOOL_SEARCH`] is offered to load it.
+    fn deferred(&self, matches: impl Fn(&str) -> bool) -> Option<&'r str> {
+        if !self.offered.contains(&TOOL_SEARCH) {
+            return None;
+        }
+        self.texts
+            .iter()
+            .flat_map(|text| text.split(|c: char| c.is_whitespace() || c == ','))
+            .find(|word| matches(word))
+    }
+}
+
 /// The scripted tool call and the closing words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {

@@ -55,7 +55,7 @@ pub struct State {
     recorder: Option<Recorder>,
     /// Whether `/mcp` is the MCP stand-in's.
     mcp: bool,
-    /// With `--call-mcp-tool`: the suffix of the tool the OpenAI script calls first.
+    /// With `--call-mcp-tool`: the suffix of the tool the script calls first.
     search: Option<String>,
     answered: AtomicU64,
 }
@@ -85,8 +85,8 @@ impl State {
         }
     }
 
-    /// The same state whose OpenAI script first calls the offered tool whose name ends with
-    /// `suffix`, when there is one (see [`openai::Request::step`]).
+    /// The same state whose script first calls the offered tool whose name ends with
+    /// `suffix`, when there is one (see [`crate::script::Seen::step`]).
     pub fn searching_first(self, suffix: Option<String>) -> State {
         State {
             search: suffix,
@@ -335,11 +335,15 @@ fn messages(state: &State, body: &[u8]) -> Response<Body> {
         }
     };
     let n = state.next();
+    let search = state.search.as_deref();
     if request.stream {
-        let events = anthropic::events(&request, script, n);
+        let events = anthropic::events(&request, script, search, n);
         event_stream(events.iter().map(anthropic::Event::frame).collect())
     } else {
-        json(StatusCode::OK, &anthropic::message(&request, script, n))
+        json(
+            StatusCode::OK,
+            &anthropic::message(&request, script, search, n),
+        )
     }
 }
 

@@ -423,7 +423,7 @@ async fn openai_chat_completions_follow_the_same_script() {
     let first = json!({ "model": "gpt-lab", "stream": true, "messages": [
         { "role": "system", "content": "You build sites." },
         { "role": "user", "content": "Make the home page." },
-    ] });
+    ], "tools": [{ "type": "function", "function": { "name": "write", "parameters": { "type": "object" } } }] });
     let (status, headers, _, body) = post(&client, &url, &first).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["content-type"], "text/event-stream");

@@ -120,14 +120,15 @@ fn recorded_requests(run: &BoxRun) -> Vec<Value> {
         .collect()
 }
 
-/// The names of the tools a recorded chat completion offered the model.
+/// The names of the tools a recorded model request offered the model, on either wire (a chat
+/// completion's `function.name`, a Messages request's `name`).
 fn offered_tools(call: &Value) -> Vec<&str> {
     call["body"]["tools"]
         .as_array()
         .map(|tools| {
             tools
                 .iter()
-                .filter_map(|t| t["function"]["name"].as_str())
+                .filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str()))
                 .collect()
         })
         .unwrap_or_default()
@@ -2070,16 +2071,18 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
     assert!(turn1_calls >= 2, "{run:?}");
 }
 
-/// The agent's name for the Publication API stand-in's one tool: the server the atelier driver
-/// attaches (`dedalo_publication`) and the tool.
+/// atelier-agent's and Claude Code's name for the Publication API stand-in's one tool: the
+/// server every driver attaches (`dedalo_publication`) and the tool.
 const MCP_SEARCH_TOOL: &str = "mcp__dedalo_publication__publication_search";
+/// opencode's name for the same tool: the server's name and the tool's, joined by `_`.
+const OPENCODE_SEARCH_TOOL: &str = "dedalo_publication_publication_search";
 
-/// A confined atelier turn whose model (the lab's, opted in) first calls the Publication API's
-/// search tool through the turn door's MCP relay, then writes. The key file's SHA-256 is
-/// printed; the key itself is looked for in everything the agent kept or sent its model.
+/// A confined turn whose model (the lab's, opted in) first calls the Publication API's search
+/// tool through the turn door's MCP relay, then writes. The key file's SHA-256 is printed; the
+/// key itself is looked for in everything the agent kept in its HOME or sent its model.
 const MCP_TURN: &str = r#"
 create_site collection www.example.org
-state=/var/lib/atelier/example/agents/s1/turn/state
+home=/var/lib/atelier/example/agents/s1/turn
 key=/etc/atelier/example/credentials/PUBLICATION_API_KEY
 echo "key_sha256=$(sha256sum < $key | cut -d' ' -f1)"
 id=$(start_session collection '"Look the collection up, then write the home page."')
@@ -2087,7 +2090,7 @@ echo "start=$(cat /tmp/start-status)"
 follow "$id" > /tmp/turn1
 sed 's/^/turn1| /' /tmp/turn1
 echo "page=$(cat $ws1/src/index.html)"
-echo "key_held_by_agent=$(grep -rslF -f $key $state /root/lab-requests.jsonl /tmp/turn1 | wc -l)"
+echo "key_held_by_agent=$(grep -rslF -f $key $home /root/lab-requests.jsonl /tmp/turn1 | wc -l)"
 requests
 journalctl -b -u atelier-example-s1-gate.service -o cat --no-pager | tail -n 20 | sed 's/^/gate-log| /'
 sited_log | tail -n 20 | sed 's/^/sited-log| /'
@@ -2097,12 +2100,51 @@ exit 0
 
 #[test]
 fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_the_key() {
+    let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
+    let declaration = serde_json::from_str(&openai_declaration_with("atelier", &bin))
+        .expect("the declaration is JSON");
+    assert_publication_api_call_through_the_relay(
+        declaration,
+        "/v1/chat/completions",
+        &[MCP_SEARCH_TOOL, "write"],
+    );
+}
+
+#[test]
+fn the_real_claude_code_calls_the_publication_api_through_the_relay_which_alone_adds_the_key() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 120_000);
+    let declaration = serde_json::from_str(&declaration).expect("the declaration is JSON");
+    // Claude Code offers its MCP tools deferred: the model loads the search with ToolSearch.
+    assert_publication_api_call_through_the_relay(
+        declaration,
+        "/v1/messages",
+        &["ToolSearch", MCP_SEARCH_TOOL, "Write"],
+    );
+}
+
+#[test]
+fn the_real_opencode_calls_the_publication_api_through_the_relay_which_alone_adds_the_key() {
+    let declaration =
+        serde_json::from_str(&openai_declaration("opencode")).expect("the declaration is JSON");
+    assert_publication_api_call_through_the_relay(
+        declaration,
+        "/v1/chat/completions",
+        &[OPENCODE_SEARCH_TOOL, "write"],
+    );
+}
+
+/// [`MCP_TURN`] with `declaration`'s driver, whose model requests go to `model_path` and whose
+/// session shows the calls of `tools` (the search among them, the write last), ending idle;
+/// the relay's decisions in the session; the stand-in's record back at the model; every
+/// request the stand-in saw carrying the declared key, which the agent never held.
+fn assert_publication_api_call_through_the_relay(
+    mut declaration: Value,
+    model_path: &str,
+    tools: &[&str],
+) {
     // The Publication API stand-in, on the loopback the box shares; the declaration points
     // the relay at it (the relay posts to the declared URL's `/mcp`).
     let publication = McpServer::start().expect("the MCP stand-in");
-    let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
-    let mut declaration: Value = serde_json::from_str(&openai_declaration_with("atelier", &bin))
-        .expect("the declaration is JSON");
     declaration["publication_api"]["url"] = format!("http://{}", publication.addr).into();
     let declaration = serde_json::to_string_pretty(&declaration).expect("serializing it");
     let run = run_real_agent_with_lab(
@@ -2120,12 +2162,12 @@ fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_th
         Some("idle".into()),
         "{run:?}"
     );
-    let tools: Vec<&str> = turn
+    let called: Vec<&str> = turn
         .iter()
         .filter(|e| e["type"] == "tool")
         .filter_map(|e| e["name"].as_str())
         .collect();
-    assert_eq!(tools, [MCP_SEARCH_TOOL, "write"], "{run:?}");
+    assert_eq!(called, tools, "{run:?}");
     assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
     let relayed: Vec<&Value> = turn
         .iter()
@@ -2140,20 +2182,32 @@ fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_th
     // The model was offered the tool, called it, and read the stand-in's record.
     let calls: Vec<Value> = recorded_requests(&run)
         .into_iter()
-        .filter(|r| r["path"] == "/v1/chat/completions")
+        .filter(|r| r["path"] == model_path)
         .collect();
-    assert!(calls.len() >= 3, "search, write, final text: {run:?}");
     assert!(
-        offered_tools(&calls[0]).contains(&MCP_SEARCH_TOOL),
-        "{:?}",
-        offered_tools(&calls[0])
+        calls.len() > tools.len(),
+        "each call, then the final text: {run:?}"
     );
-    let last_message = |call: &Value| call["body"]["messages"].as_array()?.last().cloned();
-    let after_search = last_message(&calls[1]).expect("the second request's messages");
-    assert_eq!(after_search["role"], "tool", "{run:?}");
+    // (Not by position: a CLI may ask its model other things too, as opencode asks a title.)
+    let search = tools
+        .iter()
+        .find(|tool| tool.ends_with(SEARCH_TOOL))
+        .expect("the search is among the calls");
     assert!(
-        after_search["content"].to_string().contains(RECORD_CANARY),
-        "the tool's result reached the model: {after_search}"
+        calls
+            .iter()
+            .any(|call| offered_tools(call).contains(search)),
+        "no request offered {search}: {run:?}"
+    );
+    // A request after the search ends with its result (a `tool` message, or the user's
+    // `tool_result` block), which holds the record.
+    let last_message = |call: &Value| call["body"]["messages"].as_array()?.last().cloned();
+    assert!(
+        calls
+            .iter()
+            .filter_map(last_message)
+            .any(|last| last["content"].to_string().contains(RECORD_CANARY)),
+        "the tool's result reached the model: {run:?}"
     );
 
     // The stand-in: listed and called through the relay, every request with the declared key
