@@ -117,7 +117,9 @@ show_doors() {
 }
 
 # The agent is the real Claude Code; only its model is scripted: the lab model (a test fixture)
-# answers the first call with a `Write` of the page below and the second with closing words.
+# looks the collection up with the Publication API's search (loading the tool with ToolSearch,
+# as Claude Code defers its MCP tools), then answers with a `Write` of the page below, then
+# with closing words.
 # A /30 of the lab range taken at random: the demo's box shares the host's network, and a test
 # box beside it must not answer for it.
 lab_id=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
@@ -131,16 +133,23 @@ home_page_html() {
   printf '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>%s</title>\n<link rel="stylesheet" href="style.css">\n</head>\n<body>\n<main>\n<h1>%s</h1>\n<p>%s</p>\n</main>\n</body>\n</html>\n' \
     "$title" "$title" "$line"
 }
-# (Re)starts the lab model in its namespace, scripted to write the page for $1 and $2.
+# (Re)starts the lab model in its namespace, scripted to write the page for $1 and $2 and to
+# close with $3 (its default closing words when absent).
 lab_model() {
   [ -z "${lab_pid:-}" ] || { kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true; }
   rm -f /etc/atelier-lab/ca.pem
   ip netns exec $lab_ns /usr/local/bin/atelier-lab-model --listen $lab_ip:443 \
     --host model.lab.example --ca-out /etc/atelier-lab/ca.pem --record "$work/lab-requests" \
     --write-path $ws/src/index.html --write-content "$(home_page_html "$1" "$2")" \
+    --call-mcp-tool publication_search ${3:+--final-text "$3"} \
     >> "$work/lab-model.log" 2>&1 &
   lab_pid=$!
   eventually 10 test -f /etc/atelier-lab/ca.pem
+}
+# The session $1 shows the search tool's call and the relay's requests answered by the stand-in.
+searched_through_the_relay() {
+  grep -q 'tool *mcp__dedalo_publication__publication_search' "$1" &&
+    grep -q 'MCP relay POST /mcp 200' "$1"
 }
 # One turn, its stream followed live to its end; atelierctl fails unless it ends idle.
 turn() {
@@ -153,6 +162,8 @@ turn() {
   check "src/index.html now says '$title'" grep -q "<h1>$title</h1>" $ws/src/index.html
   check "the agent reached its model through the site's gate (the session shows the CONNECT)" \
     grep -q 'CONNECT model.lab.example:443' "$out"
+  check "it searched the Publication API through the door's MCP relay (the session shows both)" \
+    searched_through_the_relay "$out"
   git_ws show --stat --format='commit %h by %an: %s' HEAD | show
 }
 # A build through the build door, waited for to its terminal record; the log sited wrote from
@@ -177,17 +188,19 @@ build_site() {
     test "$waited/$(field outcome < "$out")" = 0/success
 }
 
-# The CMS stand-in's loopback port, taken at random like the lab's addresses (the box shares
-# the host's network).
+# The CMS stand-in's loopback ports (its routes, its Publication API), taken at random like the
+# lab's addresses (the box shares the host's network).
 cms_port=$(( 20000 + lab_id % 10000 ))
+publication_port=$(( 30000 + lab_id % 10000 ))
 # The example declaration, with the lab model's host as the turn door's one provider host and
-# Claude Code pointed at it, and the CMS where its stand-in listens.
-python3 - /root/instance.example.json $decl $cms_port <<'PY'
+# Claude Code pointed at it, and the CMS (and its Publication API) where its stand-in listens.
+python3 - /root/instance.example.json $decl $cms_port $publication_port <<'PY'
 import json, sys
 decl = json.load(open(sys.argv[1]))
 decl["agent"]["provider_hosts"] = ["model.lab.example"]
 decl["agent"]["anthropic_base_url"] = "https://model.lab.example"
 decl["chat"]["cms_origin"] = "http://127.0.0.1:" + sys.argv[3]
+decl["publication_api"]["url"] = "http://127.0.0.1:" + sys.argv[4]
 json.dump(decl, open(sys.argv[2], "w"), indent=2)
 PY
 
@@ -228,8 +241,9 @@ step "atelier-provision check"
 atelier-provision check --declaration $decl | tail -n 3 | show
 
 step "the lab: a scripted model at https://model.lab.example, the real Claude Code as the agent"
-say "the declaration is the example's, with the lab model's host as the agent's provider:"
-python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["agent"], indent=2))' $decl | show
+say "the declaration is the example's, with the lab model's host as the agent's provider and the"
+say "CMS stand-in's Publication API as the turn door's MCP server:"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ("agent", "publication_api")}, indent=2))' $decl | show
 ip netns add $lab_ns
 ip link add $lab_link type veth peer name ${lab_link}p
 ip link set ${lab_link}p netns $lab_ns
@@ -253,6 +267,14 @@ for dropin in /etc/systemd/system/$gate.d/50-lab.conf /etc/systemd/system/$sited
   say "$dropin:"
   show < "$dropin"
 done
+# The CMS is a TEST FIXTURE here, like the model: a stand-in for its session and read routes
+# (the chat step below) and for its Publication API's MCP endpoint (what the turn door's relay
+# reaches, adding the declared key), on the loopback ports the declaration names.
+/usr/local/bin/atelier-lab-cms --listen 127.0.0.1:$cms_port \
+  --publication-listen 127.0.0.1:$publication_port >> "$work/lab-cms.log" 2>&1 &
+cms_pid=$!
+check "the CMS stand-in's Publication API listens on 127.0.0.1:$publication_port" \
+  eventually 10 grep -q 'publication API on' "$work/lab-cms.log"
 say "the agent: $(grep -o '"claude_code": "[^"]*"' $decl) — $("$(sed -n 's/.*"claude_code": "\([^"]*\)".*/\1/p' $decl)" --version)"
 
 step "sited starts on the first connection to its socket"
@@ -325,11 +347,12 @@ ctl audit --site $slug | show
 
 step "the CMS's AI chat: an editor's turn through nginx at https://cms.example.org"
 chatd=atelier-chatd@$inst.service
-# The CMS is a TEST FIXTURE here, like the model: a stand-in for its session and read routes on
-# the loopback port the declaration names. The editor's browser sends only its session cookie.
+# The CMS stand-in (started with the lab) knows the editor by a fixed session cookie; the
+# editor's browser sends only that cookie. The lab model, asked by chatd, answers in words: the
+# chat offers no writer of files.
 admin_cookie=lab-admin-session-00000000000000000000000000
-/usr/local/bin/atelier-lab-cms --listen 127.0.0.1:$cms_port >> "$work/lab-cms.log" 2>&1 &
-cms_pid=$!
+lab_model 'The collection, rehung' 'Release two: the spring rehang.' \
+  "Welcome to the collection: twelve paintings, rehung for the spring."
 cms_knows_the_admin() {
   curl -sf -o /dev/null -H "Cookie: instatic_admin_session=$admin_cookie" \
     http://127.0.0.1:$cms_port/admin/api/cms/me
@@ -359,6 +382,9 @@ chat_api chat/data "{\"conversationId\":\"$conversation\",\"content\":[{\"kind\"
 show < "$work/chat.ndjson"
 say "the streamed text: $(python3 -c 'import json, sys; print("".join(l.get("text", "") for l in map(json.loads, sys.stdin) if l["type"] == "text"))' < "$work/chat.ndjson")"
 check "the turn streamed NDJSON to its end" test "$(tail -n 1 "$work/chat.ndjson")" = '{"type":"done"}'
+in_words() { grep -q 'Welcome to the collection' "$1" && ! grep -q '"type":"toolCall"' "$1"; }
+check "… in the model's words, calling no tool (the editor's chat offers no file writer)" \
+  in_words "$work/chat.ndjson"
 check "chatd asked the lab model (through no gate: chatd is not a site's agent)" \
   grep -q '/v1/chat/completions' "$work/lab-requests"
 kill "$cms_pid"

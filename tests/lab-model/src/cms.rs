@@ -39,6 +39,8 @@ use sha2::{Digest as _, Sha256};
 
 use content::ContentModel;
 
+use crate::mcp::McpServer;
+
 /// The name of the CMS's session cookie.
 pub const SESSION_COOKIE: &str = "instatic_admin_session";
 
@@ -457,8 +459,13 @@ impl Drop for LabCms {
 #[derive(Debug, thiserror::Error)]
 pub enum CmsRunError {
     /// Only loopback is served: the stand-in knows users' sessions.
-    #[error("--listen {0} is not a loopback address")]
-    NotLoopback(SocketAddr),
+    #[error("{flag} {addr} is not a loopback address")]
+    NotLoopback {
+        /// The option that named it.
+        flag: &'static str,
+        /// The address.
+        addr: SocketAddr,
+    },
     /// The listener or the runtime could not be set up.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -470,10 +477,21 @@ pub enum CmsRunError {
 }
 
 /// Serves the built-in users on `addr` until SIGTERM or SIGINT, on a single-threaded runtime;
-/// prints `listening on ADDR` once bound.
-pub fn run(addr: SocketAddr) -> Result<(), CmsRunError> {
-    if !addr.ip().is_loopback() {
-        return Err(CmsRunError::NotLoopback(addr));
+/// prints `listening on ADDR` once bound. With `publication`, also serves the Publication
+/// API's MCP stand-in ([`crate::mcp`]) there, and prints `publication API on ADDR`.
+pub fn run(addr: SocketAddr, publication: Option<SocketAddr>) -> Result<(), CmsRunError> {
+    let named =
+        std::iter::once(("--listen", addr)).chain(publication.map(|a| ("--publication-listen", a)));
+    for (flag, addr) in named {
+        if !addr.ip().is_loopback() {
+            return Err(CmsRunError::NotLoopback { flag, addr });
+        }
+    }
+    let publication = publication
+        .map(|addr| McpServer::bind(addr).map_err(|source| CmsRunError::Listen { addr, source }))
+        .transpose()?;
+    if let Some(publication) = &publication {
+        println!("publication API on {}", publication.addr);
     }
     let listen = |source| CmsRunError::Listen { addr, source };
     let runtime = tokio::runtime::Builder::new_current_thread()

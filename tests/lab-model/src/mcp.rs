@@ -275,10 +275,15 @@ pub struct McpServer {
 impl McpServer {
     /// Binds 127.0.0.1 on a free port and starts serving.
     pub fn start() -> std::io::Result<McpServer> {
+        McpServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Binds `addr` and starts serving, on a thread of its own.
+    pub fn bind(addr: SocketAddr) -> std::io::Result<McpServer> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let listener = std::net::TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let listener = {
             let _entered = runtime.enter();

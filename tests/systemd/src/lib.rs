@@ -628,7 +628,8 @@ const JOURNEY_BINARIES: [&str; 7] = [
 /// A box ready for `deploy/demo/journey.sh` (at [`JOURNEY_IN_BOX`]): Atelier from `atelier`,
 /// the example declaration and the operator's setup where the journey reads them, and its
 /// TEST FIXTURES, which no package holds: the real Claude Code where the example declaration
-/// says it is, the lab model standing in for its provider, and the CMS stand-in chatd serves.
+/// says it is, the lab model standing in for its provider, and the CMS stand-in (the routes
+/// chatd serves, and the Publication API the turn door's relay reaches).
 pub fn journey_box(atelier: Atelier) -> Result<SystemdBox, BoxError> {
     let bins = built_binaries_dir()?;
     let claude = real_claude().map_err(BoxError::MissingFixture)?;
