@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use atelier_llm::{
-    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, LoopEnd,
-    LoopError, LoopOptions, Message, ResponsesDriver, SinkClosed, ToolCall, ToolChoice,
+    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, LlmError,
+    LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, SinkClosed, ToolCall, ToolChoice,
     ToolExecutor, ToolResult,
 };
 
-use crate::cli::{McpServer, Provider, Settings};
+use crate::cli::{McpServer, Provider, Settings, API_KEY_ENV};
 use crate::conversation::{Conversation, Conversations, ResumeToken, StoreError};
 use crate::events::{FailureReason, Line, Output, Stop, Usage};
 use crate::prompt::{read_brief, system_prompt, BRIEF_FILE};
@@ -122,7 +122,7 @@ pub async fn run(
         LoopEnd::Failed(error) => {
             return Ended::Failed(Failure {
                 reason: FailureReason::Provider,
-                message: error.to_string(),
+                message: failure_message(&error),
                 resume: saved.is_ok().then(|| token.to_string()),
             })
         }
@@ -251,6 +251,29 @@ fn driver(settings: &Settings) -> Result<Box<dyn Driver>, Failure> {
     })
 }
 
+/// A failed loop's sentence for this agent's readers (the session, its operator): the loop's
+/// own, except where that sentence is the chat runtime's and sends its reader to the CMS's
+/// provider settings, which an agent does not have: its key is the one it was given.
+fn failure_message(error: &LoopError) -> String {
+    match error {
+        LoopError::Provider(LlmError::Auth { label, status }) => format!(
+            "{label} refused the API key (HTTP {status}): check the credential the agent was \
+             given in {API_KEY_ENV}"
+        ),
+        LoopError::Provider(LlmError::MissingSetting { label, setting }) => {
+            format!(
+                "{label} requires {}, and the agent was given none",
+                setting.needs()
+            )
+        }
+        LoopError::Provider(LlmError::ResponseFailed { label }) => format!(
+            "{label} said the response failed, giving no reason: check the agent's API key \
+             and model"
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// Runs the model's calls through the tools, reporting each changed file as it changes.
 struct Executor {
     tools: Tools,
@@ -283,5 +306,74 @@ impl ToolExecutor for Executor {
                 Err(error) => ToolResult::failed(&call.id, error.to_string()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use atelier_llm::Setting;
+
+    use super::*;
+
+    #[test]
+    fn failures_that_would_send_the_reader_to_the_cms_are_said_in_the_agents_words() {
+        let provider = |error| LoopError::Provider(error);
+        for (name, error, said) in [
+            (
+                "refused key",
+                provider(LlmError::Auth {
+                    label: "Anthropic",
+                    status: 403,
+                }),
+                "Anthropic refused the API key (HTTP 403): check the credential the agent was \
+                 given in ATELIER_AGENT_API_KEY",
+            ),
+            (
+                "missing key",
+                provider(LlmError::MissingSetting {
+                    label: "OpenAI",
+                    setting: Setting::ApiKey,
+                }),
+                "OpenAI requires an API key, and the agent was given none",
+            ),
+            (
+                "missing base URL",
+                provider(LlmError::MissingSetting {
+                    label: "Custom Provider",
+                    setting: Setting::BaseUrl,
+                }),
+                "Custom Provider requires a base URL, and the agent was given none",
+            ),
+            (
+                "failed response",
+                provider(LlmError::ResponseFailed {
+                    label: "OpenRouter",
+                }),
+                "OpenRouter said the response failed, giving no reason: check the agent's API \
+                 key and model",
+            ),
+            // Everything else is the loop's own sentence, which names no place to go.
+            (
+                "service error",
+                provider(LlmError::Http {
+                    status: 503,
+                    message: "Ollama service error (503). Please try again.".to_owned(),
+                }),
+                "Ollama service error (503). Please try again.",
+            ),
+            (
+                "round limit",
+                LoopError::RoundLimit { rounds: 3 },
+                "The assistant was still calling tools after 3 rounds, so this turn was \
+                 stopped. Send a message to let it continue.",
+            ),
+        ] {
+            let message = failure_message(&error);
+            assert_eq!(message, said, "{name}");
+            assert!(!message.contains("/admin/"), "{name}");
+            if name.starts_with("refused") || name.starts_with("missing") {
+                assert!(error.to_string().contains("/admin/ai/providers"), "{name}");
+            }
+        }
     }
 }

@@ -58,17 +58,31 @@ mod support {
         }
     }
 
+    /// The 500 a scripted provider answers once its answers are used up.
+    const NO_MORE: Refusal = (
+        "500 Internal Server Error",
+        r#"{"error":{"message":"the script has no more answers"}}"#,
+    );
+
+    /// A status line and a JSON body.
+    type Refusal = (&'static str, &'static str);
+
     /// Each request gets the next scripted answer, and a 500 once they are used up.
     pub fn scripted(answers: Vec<Vec<String>>) -> Scripted {
         let mut answers = answers.into_iter();
-        provider(move |_| answers.next())
+        provider(NO_MORE, move |_| answers.next())
+    }
+
+    /// Every request is refused with `refusal`.
+    pub fn refusing(refusal: Refusal) -> Scripted {
+        provider(refusal, |_| None)
     }
 
     /// Each request gets what the lab model's OpenAI script answers it.
     pub fn lab_provider(script: atelier_lab_model::script::Script) -> Scripted {
         use atelier_lab_model::openai;
         let mut n = 0;
-        provider(move |seen| {
+        provider(NO_MORE, move |seen| {
             let request: openai::Request = serde_json::from_value(seen.body.clone()).ok()?;
             n += 1;
             let mut chunks = openai::chunks(&request, &script, n);
@@ -77,7 +91,11 @@ mod support {
         })
     }
 
-    fn provider(mut answer: impl FnMut(&Seen) -> Option<Vec<String>> + Send + 'static) -> Scripted {
+    /// Answers each request with the frames `answer` gives, or with `refusal` when it gives none.
+    fn provider(
+        refusal: Refusal,
+        mut answer: impl FnMut(&Seen) -> Option<Vec<String>> + Send + 'static,
+    ) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -96,9 +114,9 @@ mod support {
                         frames.concat()
                     ),
                     None => {
-                        let body = r#"{"error":{"message":"the script has no more answers"}}"#;
+                        let (status, body) = refusal;
                         format!(
-                            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                             body.len()
                         )
                     }
@@ -821,8 +839,8 @@ mod turns {
     use serde_json::{json, Value};
 
     use super::support::{
-        agent, count_entries, lab_provider, offered, scripted, site, text_round, tool_message,
-        tool_round, KEY,
+        agent, count_entries, lab_provider, offered, refusing, scripted, site, text_round,
+        tool_message, tool_round, KEY,
     };
 
     #[test]
@@ -1129,6 +1147,27 @@ mod turns {
         );
         assert_eq!(count_entries(&site.outside), 0);
 
+        assert_eq!(provider.seen().len(), 1);
+    }
+
+    #[test]
+    fn a_refused_key_is_said_in_the_agents_words_not_the_chat_runtimes() {
+        // The shared driver's sentence sends a CMS editor to the CMS's provider settings; the
+        // agent's reader has none, and gave the key in the agent's environment.
+        let site = site();
+        let provider = refusing((
+            "401 Unauthorized",
+            r#"{"error":{"message":"invalid api key"}}"#,
+        ));
+        let run = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(run.code, Some(1));
+        assert_eq!(run.last()["reason"], "provider");
+        assert_eq!(
+            run.last()["message"],
+            "Custom Provider refused the API key (HTTP 401): check the credential the agent \
+             was given in ATELIER_AGENT_API_KEY"
+        );
+        assert!(!run.stdout.contains("/admin/"), "{}", run.stdout);
         assert_eq!(provider.seen().len(), 1);
     }
 

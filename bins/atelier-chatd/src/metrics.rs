@@ -276,8 +276,10 @@ impl ProviderErrorClass {
             LlmError::Request { .. } => ProviderErrorClass::Request,
             LlmError::Stream { .. } => ProviderErrorClass::Stream,
             LlmError::IdleTimeout { .. } => ProviderErrorClass::IdleTimeout,
-            LlmError::Provider { .. } => ProviderErrorClass::Provider,
-            LlmError::Config { .. } => ProviderErrorClass::Config,
+            LlmError::Provider { .. } | LlmError::ResponseFailed { .. } => {
+                ProviderErrorClass::Provider
+            }
+            LlmError::MissingSetting { .. } | LlmError::Config { .. } => ProviderErrorClass::Config,
         }
     }
 
@@ -424,8 +426,8 @@ mod tests {
         metrics.provider_failed(
             ProviderKind::OpenAiCompatible,
             &LlmError::Auth {
+                label: "Custom Provider",
                 status: 401,
-                message: String::new(),
             },
         );
         assert_eq!(

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::driver::Driver;
-use crate::error::LlmError;
+use crate::error::{LlmError, Setting};
 use crate::prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{run, Endpoint, EventStream, Translator, WireRequest};
@@ -82,7 +82,7 @@ impl Driver for AnthropicDriver {
             return config_error(&refusal);
         }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
-            return config_error("Anthropic requires an API key. Add one in /admin/ai/providers.");
+            return missing(LABEL, Setting::ApiKey);
         };
         let wire = WireRequest {
             label: LABEL,
@@ -105,9 +105,17 @@ impl Driver for AnthropicDriver {
 
 /// A stream whose only item is a configuration error.
 pub(crate) fn config_error(message: &str) -> EventStream {
-    let error = LlmError::Config {
+    failed(LlmError::Config {
         message: message.to_owned(),
-    };
+    })
+}
+
+/// A stream whose only item says `label`'s driver lacks `setting`.
+pub(crate) fn missing(label: &'static str, setting: Setting) -> EventStream {
+    failed(LlmError::MissingSetting { label, setting })
+}
+
+fn failed(error: LlmError) -> EventStream {
     Box::pin(futures_util::stream::iter([Err(error)]))
 }
 

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::anthropic::{config_error, str_field};
+use crate::anthropic::{config_error, missing, str_field};
 use crate::driver::Driver;
-use crate::error::{extract_error_message, LlmError};
+use crate::error::{extract_error_message, LlmError, Setting};
 use crate::prompt::join_system_parts;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
@@ -107,9 +107,7 @@ impl Driver for ChatCompletionsDriver {
         }
         let base = normalize_openai_base_url(&self.endpoint.base_url);
         if base.is_empty() {
-            return config_error(&format!(
-                "{label} requires a base URL. Set one in /admin/ai/providers."
-            ));
+            return missing(label, Setting::BaseUrl);
         }
         let wire = WireRequest {
             label,

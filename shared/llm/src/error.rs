@@ -1,4 +1,10 @@
 //! Typed driver errors and the classification of non-OK provider answers.
+//!
+//! `Display` is the chat runtime's sentence: the tool loop sends it to the CMS editor as the
+//! turn's `error` line, so the variants that send the reader somewhere (a refused credential, a
+//! missing setting, a failed response) name the CMS's provider settings. They carry what
+//! happened as data too, so a program with another reader (atelier-agent, whose lines an
+//! operator reads) says it in its own words.
 
 use std::time::Duration;
 
@@ -24,12 +30,12 @@ pub enum LlmError {
         message: String,
     },
     /// The credentials were refused (401/403).
-    #[error("{message}")]
+    #[error("{label} authentication failed. Check your API key in /admin/ai/providers.")]
     Auth {
+        /// The provider label.
+        label: &'static str,
         /// The HTTP status.
         status: u16,
-        /// The user-facing message.
-        message: String,
     },
     /// Any other non-OK answer.
     #[error("{message}")]
@@ -69,12 +75,57 @@ pub enum LlmError {
         /// The user-facing message.
         message: String,
     },
-    /// The driver's configuration cannot make a request (missing key or base URL).
+    /// The provider said the response failed (a Responses `response.failed` event), giving
+    /// no reason.
+    #[error("Provider response failed. Check your credentials and model in /admin/ai/providers.")]
+    ResponseFailed {
+        /// The provider label.
+        label: &'static str,
+    },
+    /// The driver lacks a setting it needs for any request.
+    #[error(
+        "{label} requires {}. {} one in /admin/ai/providers.",
+        setting.needs(),
+        setting.verb()
+    )]
+    MissingSetting {
+        /// The provider label.
+        label: &'static str,
+        /// What is missing.
+        setting: Setting,
+    },
+    /// The request asks what no provider can do (a forced tool that is not offered).
     #[error("{message}")]
     Config {
         /// The user-facing message.
         message: String,
     },
+}
+
+/// A driver setting whose absence stops every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    /// The API key.
+    ApiKey,
+    /// The endpoint's base URL.
+    BaseUrl,
+}
+
+impl Setting {
+    /// What the driver requires, as a phrase: `an API key`, `a base URL`.
+    pub fn needs(self) -> &'static str {
+        match self {
+            Setting::ApiKey => "an API key",
+            Setting::BaseUrl => "a base URL",
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Setting::ApiKey => "Add",
+            Setting::BaseUrl => "Set",
+        }
+    }
 }
 
 impl LlmError {
@@ -106,19 +157,14 @@ pub fn extract_error_message(body: &str) -> Option<String> {
 }
 
 /// Classifies a non-OK answer of provider `label` into a typed error with its message.
-pub fn classify_http_failure(label: &str, status: u16, body: &str) -> LlmError {
+pub fn classify_http_failure(label: &'static str, status: u16, body: &str) -> LlmError {
     let detail = extract_error_message(body);
     let suffix = detail
         .as_deref()
         .map(|detail| format!(": {detail}"))
         .unwrap_or_default();
     match status {
-        401 | 403 => LlmError::Auth {
-            status,
-            message: format!(
-                "{label} authentication failed. Check your API key in /admin/ai/providers."
-            ),
-        },
+        401 | 403 => LlmError::Auth { label, status },
         402 | 429 => LlmError::RateLimited {
             status,
             message: format!(

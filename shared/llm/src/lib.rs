@@ -44,7 +44,9 @@ pub use chat_completions::{
     OLLAMA_DEFAULT_BASE_URL,
 };
 pub use driver::Driver;
-pub use error::{classify_http_failure, extract_error_message, is_overflow_text, LlmError};
+pub use error::{
+    classify_http_failure, extract_error_message, is_overflow_text, LlmError, Setting,
+};
 pub use models::{
     anthropic_models, list_models, ollama_fallback_models, openai_models, openrouter_models,
     provider_label, CatalogueSource, ListedCapabilities, ListedPrice, ModelCatalogue,

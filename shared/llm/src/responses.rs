@@ -2,9 +2,9 @@
 
 use serde_json::{json, Value};
 
-use crate::anthropic::{config_error, str_field};
+use crate::anthropic::{config_error, missing, str_field};
 use crate::driver::Driver;
-use crate::error::LlmError;
+use crate::error::{LlmError, Setting};
 use crate::prompt::join_system_parts;
 use crate::tool_args::parse_tool_arguments;
 use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
@@ -18,10 +18,6 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com";
 
 /// OpenRouter's production base URL (the driver appends `/v1/responses`).
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api";
-
-/// The message of a `response.failed` event.
-const RESPONSE_FAILED: &str =
-    "Provider response failed. Check your credentials and model in /admin/ai/providers.";
 
 /// Which Responses provider a driver speaks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,9 +102,7 @@ impl Driver for ResponsesDriver {
             return config_error(&refusal);
         }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
-            return config_error(&format!(
-                "{label} requires an API key. Add one in /admin/ai/providers."
-            ));
+            return missing(label, Setting::ApiKey);
         };
         let wire = WireRequest {
             label,
@@ -121,7 +115,10 @@ impl Driver for ResponsesDriver {
             self.endpoint.client.clone(),
             self.endpoint.idle_timeout,
             wire,
-            Box::new(ResponsesTranslator::default()),
+            Box::new(ResponsesTranslator {
+                label,
+                ..ResponsesTranslator::default()
+            }),
         )
     }
 }
@@ -211,6 +208,8 @@ fn map_input(messages: &[Message]) -> Vec<Value> {
 
 #[derive(Default)]
 struct ResponsesTranslator {
+    /// The provider's label, for the errors it reports.
+    label: &'static str,
     text: String,
     /// Calls in progress: (item id, call id), to route argument deltas.
     open_calls: Vec<(String, String)>,
@@ -301,9 +300,7 @@ impl Translator for ResponsesTranslator {
                 }
             }
             Some("response.failed") => {
-                return Err(LlmError::Provider {
-                    message: RESPONSE_FAILED.to_owned(),
-                });
+                return Err(LlmError::ResponseFailed { label: self.label });
             }
             Some("error") => {
                 let message = data

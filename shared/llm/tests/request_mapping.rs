@@ -205,7 +205,13 @@ async fn keyless_cloud_drivers_fail_before_sending() {
     ] {
         let items: Vec<_> = driver.stream(&request()).collect().await;
         assert!(
-            matches!(items.as_slice(), [Err(atelier_llm::LlmError::Config { message })] if message.contains("requires an API key")),
+            matches!(
+                items.as_slice(),
+                [Err(atelier_llm::LlmError::MissingSetting {
+                    setting: atelier_llm::Setting::ApiKey,
+                    ..
+                })]
+            ),
             "{items:?}"
         );
     }
