@@ -124,7 +124,7 @@ def connect_head():
                 b"Proxy-Authorization: Basic dXNlcjpwYXNz",
             ],
         ),
-        "accepted-with-flight": head(b"registry.npmjs.example:443") + b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",
+        "accepted-with-flight": head(b"registry.store.example:443") + b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00",
         "accepted-uppercase": head(b"API.Example.COM:443"),
         "accepted-digits-hyphens": head(b"a-1.b2-c.example-site.org:443"),
         "incomplete": b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n",
@@ -167,7 +167,7 @@ def client_hellos():
         ("tls12", ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2, None),
         ("tls12-13-alpn", ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3, ["h2", "http/1.1"]),
     ]:
-        for server in ["api.example.com", "registry.npmjs.example", "a.b"]:
+        for server in ["api.example.com", "registry.store.example", "a.b"]:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             ctx.minimum_version = minimum
             ctx.maximum_version = maximum
@@ -593,7 +593,7 @@ def build_events():
         "install-failed": split(
             16,
             frame(T, INSTALL_STARTED),
-            frame(E, b"error: GET https://registry.npmjs.org/astro - 403\n"),
+            frame(E, b"error: GET https://pkgs.registry.test/astro - 403\n"),
             frame(T, INSTALL_FAILED),
             frame(T, refused("install failed")),
         ),
@@ -673,7 +673,7 @@ def egress_lines():
         "subscribe-spaced": b' { "door" : "turn", "v" : 1 }\n',
         "decision-allowed": allowed,
         "decision-allowed-build": decision(
-            "build", "registry.npmjs.org", 443, "allowed", "via 104.16.1.34:443"
+            "build", "pkgs.registry.test", 443, "allowed", "via 104.16.1.34:443"
         ),
         "decision-refused-not-in-plan": decision(
             "turn", "evil.example.com", 443, "refused", "not_in_plan"
@@ -704,7 +704,7 @@ def egress_lines():
         ),
         "decision-failed-dial": decision(
             "build",
-            "registry.npmjs.org",
+            "pkgs.registry.test",
             443,
             "failed",
             "dial_failed: 104.16.1.34:443 connection refused",

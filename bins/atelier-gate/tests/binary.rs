@@ -262,9 +262,9 @@ fn a_subscription_that_starts_the_gate_has_every_decision_of_its_run() {
 
     // The run: two refusals on the build door, one of them twice, and one on the turn door.
     for request in [
-        &b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\n\r\n"[..],
-        b"CONNECT registry.npmjs.org:443 HTTP/1.1\r\n\r\n",
-        b"CONNECT registry.npmjs.org:80 HTTP/1.1\r\n\r\n",
+        &b"CONNECT pkgs.registry.test:443 HTTP/1.1\r\n\r\n"[..],
+        b"CONNECT pkgs.registry.test:443 HTTP/1.1\r\n\r\n",
+        b"CONNECT pkgs.registry.test:80 HTTP/1.1\r\n\r\n",
     ] {
         assert_eq!(exchange(build, request), FORBIDDEN);
     }
@@ -285,14 +285,14 @@ fn a_subscription_that_starts_the_gate_has_every_decision_of_its_run() {
         [
             Decision::new(
                 Door::Build,
-                "registry.npmjs.org",
+                "pkgs.registry.test",
                 Some(443),
                 Verdict::Refused,
                 "not_in_plan"
             ),
             Decision::new(
                 Door::Build,
-                "registry.npmjs.org:80",
+                "pkgs.registry.test:80",
                 None,
                 Verdict::Refused,
                 "port_not_allowed"

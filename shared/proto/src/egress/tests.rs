@@ -19,7 +19,7 @@ fn samples() -> Vec<Decision> {
         allowed(),
         Decision::new(
             Door::Build,
-            "registry.npmjs.org",
+            "pkgs.registry.test",
             Some(443),
             Verdict::Refused,
             "not_public: 10.1.2.3 private",
@@ -183,12 +183,12 @@ fn every_verdict_has_its_human_line() {
             "allowed with a reason that is not an address",
             Decision::new(
                 Door::Build,
-                "registry.npmjs.org",
+                "pkgs.registry.test",
                 Some(443),
                 Verdict::Allowed,
                 "pinned",
             ),
-            "[egress] CONNECT registry.npmjs.org:443 → pinned (allowed)",
+            "[egress] CONNECT pkgs.registry.test:443 → pinned (allowed)",
         ),
     ];
     for (what, decision, want) in cases {
