@@ -688,12 +688,15 @@ def egress_lines():
         "decision-refused-no-address": decision(
             "turn", "gone.example.com", 443, "refused", "no_address"
         ),
-        "decision-refused-first-flight": decision(
+        "decision-closed-first-flight": decision(
             "turn",
             "api.anthropic.com",
             443,
-            "refused",
+            "closed",
             "server_name_mismatch; nothing was sent upstream",
+        ),
+        "decision-closed-by-client": decision(
+            "build", "pkgs.registry.test", 443, "closed", "client_closed; nothing was sent upstream"
         ),
         "decision-refused-unparsed-head": decision(
             "turn", "api.example.com:80", None, "refused", "port_not_allowed"
@@ -754,7 +757,7 @@ def egress_lines():
         [
             b'{"v":1,"door":', b'"v":', b'"door":', b'"turn"', b'"build"', b'"git"', b'"host":',
             b'"port":', b"443", b"null", b'"verdict":', b'"allowed"', b'"refused"', b'"failed"',
-            b'"relayed"', b'"reason":', b'"mcp"', b"via ", b"not_in_plan", b"not_public: ",
+            b'"relayed"', b'"closed"', b'"reason":', b'"mcp"', b"via ", b"not_in_plan", b"not_public: ",
             b"no_address", b"lookup_failed: ", b"dial_failed: ", b"port_not_allowed",
             b"POST /mcp 200", b"; nothing was sent upstream", b"\\u0000", b"\\\"", b"\n",
         ],

@@ -388,7 +388,7 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
 fn close_tunnel(door: &Door, target: &ConnectTarget, why: FlightRefusal) {
     door.record(
         target,
-        Decided::Refused,
+        Decided::Closed,
         &format!("{}; nothing was sent upstream", why.as_str()),
     );
     door.metrics.first_flight_refused(door.name(), why);

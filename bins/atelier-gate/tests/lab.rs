@@ -99,7 +99,7 @@ impl Tunnels {
         assert_eq!(ended[0].bytes_in, 0, "nothing was sent upstream");
         assert_eq!(ended[0].handshake_sni, None);
         self.gate.wait_for_log(&format!(
-            "door=turn host={HOST} port=443 verdict=refused reason={reason}; nothing was sent upstream"
+            "door=turn host={HOST} port=443 verdict=closed reason={reason}; nothing was sent upstream"
         ));
     }
 }

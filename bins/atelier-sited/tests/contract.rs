@@ -399,7 +399,9 @@ const EVENT_BODY: Shape = Shape::Named(
                             req("port", Shape::OrNull(&Shape::Int)),
                             req(
                                 "verdict",
-                                Shape::OneOf(&["allowed", "refused", "failed", "relayed"]),
+                                Shape::OneOf(&[
+                                    "allowed", "refused", "failed", "relayed", "closed",
+                                ]),
                             ),
                             req("reason", Shape::Str),
                         ]),

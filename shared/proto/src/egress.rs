@@ -68,6 +68,10 @@ pub enum Verdict {
     Failed,
     /// The MCP relay passed a request on: the reason is `<method> /mcp <status>`.
     Relayed,
+    /// A tunnel the gate had allowed was closed before its first flight went upstream: the
+    /// flight was refused (`server_name_mismatch`, `timeout`, ...) or the client closed first
+    /// (`client_closed`, an opened connection it never used). Nothing was sent upstream.
+    Closed,
 }
 
 /// One decision as the gate streams it, e.g.
@@ -207,20 +211,22 @@ impl Subscribe {
 
 impl Verdict {
     /// Every verdict.
-    pub const ALL: [Verdict; 4] = [
+    pub const ALL: [Verdict; 5] = [
         Verdict::Allowed,
         Verdict::Refused,
         Verdict::Failed,
         Verdict::Relayed,
+        Verdict::Closed,
     ];
 
-    /// The wire name: `allowed`, `refused`, `failed` or `relayed`.
+    /// The wire name: `allowed`, `refused`, `failed`, `relayed` or `closed`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Verdict::Allowed => "allowed",
             Verdict::Refused => "refused",
             Verdict::Failed => "failed",
             Verdict::Relayed => "relayed",
+            Verdict::Closed => "closed",
         }
     }
 }
@@ -270,14 +276,20 @@ impl Decision {
     ///   address is the reason without its `via `);
     /// - refused: `[egress] refused CONNECT api.example.com:443 — not_in_plan`;
     /// - failed: `[egress] CONNECT api.example.com:443 failed — lookup_failed: …`;
-    /// - relayed: `[egress] MCP relay POST /mcp 200`.
+    /// - relayed: `[egress] MCP relay POST /mcp 200`;
+    /// - closed: `[egress] closed the tunnel to api.example.com:443 — client_closed; nothing
+    ///   was sent upstream` (a tunnel, so never the relay's).
     ///
     /// A decision of the MCP relay names `MCP relay` where a CONNECT names its target.
     pub fn line(&self) -> String {
-        let subject = match (self.is_mcp(), self.port) {
-            (true, _) => "MCP relay".to_owned(),
-            (false, Some(port)) => format!("CONNECT {}:{port}", self.host),
-            (false, None) => format!("CONNECT {}", self.host),
+        let target = match self.port {
+            Some(port) => format!("{}:{port}", self.host),
+            None => self.host.clone(),
+        };
+        let subject = if self.is_mcp() {
+            "MCP relay".to_owned()
+        } else {
+            format!("CONNECT {target}")
         };
         let reason = &self.reason;
         match self.verdict {
@@ -288,6 +300,7 @@ impl Decision {
             Verdict::Refused => format!("[egress] refused {subject} — {reason}"),
             Verdict::Failed => format!("[egress] {subject} failed — {reason}"),
             Verdict::Relayed => format!("[egress] {subject} {reason}"),
+            Verdict::Closed => format!("[egress] closed the tunnel to {target} — {reason}"),
         }
     }
 

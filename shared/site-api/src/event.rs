@@ -112,7 +112,7 @@ pub struct Egress {
     pub host: String,
     /// The requested port, when the target parsed.
     pub port: Option<u16>,
-    /// `allowed` or `refused`.
+    /// `allowed`, `refused`, `failed`, `relayed` or `closed`.
     pub verdict: String,
     /// Why, in the gate's words.
     pub reason: String,

@@ -1386,18 +1386,19 @@ fn assert_scripted_write_turn(run: &BoxRun, tag: &str) {
             .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
         "the model was reached through the gate: {run:?}"
     );
-    // Nothing but the model: every CONNECT named the lab host. The one refusal the lab host
-    // can meet is the agent's own close of a connection it never used: its HTTP pool opens one
-    // in the background when a round's request comes before the last round's connection is
-    // back in the pool, and a turn that ends first closes it unused.
+    // Nothing but the model: every CONNECT named the lab host and none was refused. A tunnel
+    // may be closed unused: the agent's HTTP pool opens a connection in the background when a
+    // round's request comes before the last round's connection is back in the pool, and a
+    // turn that ends first closes it (the gate says so, and refuses nothing).
     assert!(
         beyond_mcp()
             .filter(|e| !e["egress"].is_null())
             .all(|e| e["egress"]["host"] == LAB_HOST
-                && (e["egress"]["verdict"] != "refused"
-                    || e["egress"]["reason"]
-                        .as_str()
-                        .is_some_and(|r| r.starts_with("client_closed")))),
+                && (e["egress"]["verdict"] == "allowed"
+                    || e["egress"]["verdict"] == "closed"
+                        && e["egress"]["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.starts_with("client_closed")))),
         "the agent reached for nothing else: {run:?}"
     );
     let result = turn

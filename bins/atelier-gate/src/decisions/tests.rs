@@ -140,7 +140,7 @@ async fn a_subscriber_has_each_decision_whose_reply_the_client_saw() {
                 turn(
                     HOST,
                     Some(443),
-                    Verdict::Refused,
+                    Verdict::Closed,
                     "server_name_mismatch; nothing was sent upstream",
                 ),
             ],

@@ -335,7 +335,7 @@ async fn a_refused_first_flight_closes_the_tunnel_with_nothing_sent_upstream() {
         assert_eq!(upstream_received(received).await, b"", "{what}");
         assert!(
             lab.log_has(&format!(
-                "host={HOST} port=443 verdict=refused reason={reason}; nothing was sent upstream"
+                "host={HOST} port=443 verdict=closed reason={reason}; nothing was sent upstream"
             )),
             "{what}: {:?}",
             lab.door.log.lines()
@@ -354,7 +354,25 @@ async fn a_first_flight_that_never_completes_times_out() {
     client.write_all(&flight[..100]).await.unwrap();
     assert_eq!(read_all(&mut client).await, b"");
     assert_eq!(upstream_received(received).await, b"");
-    assert!(lab.log_has("verdict=refused reason=timeout; nothing was sent upstream"));
+    assert!(lab.log_has("verdict=closed reason=timeout; nothing was sent upstream"));
+}
+
+#[tokio::test]
+async fn a_tunnel_its_client_never_used_is_closed_not_refused() {
+    // An HTTP client's pool may open a connection it then never uses: nothing was refused.
+    let (upstream, received) = echo_upstream().await;
+    let lab = LabConfig::to(upstream).start();
+    drop(lab.tunnel().await);
+    // The gate drops the upstream connection only after recording why.
+    assert_eq!(upstream_received(received).await, b"");
+    let lines = lab.door.log.lines();
+    assert!(
+        lab.log_has(&format!(
+            "host={HOST} port=443 verdict=closed reason=client_closed; nothing was sent upstream"
+        )),
+        "{lines:?}"
+    );
+    assert!(!lab.log_has("verdict=refused"), "{lines:?}");
 }
 
 #[tokio::test]

@@ -76,7 +76,7 @@ fn lines_have_the_documented_wire_shapes() {
         })
     );
     let names: Vec<&str> = Verdict::ALL.iter().map(|v| v.as_str()).collect();
-    assert_eq!(names, ["allowed", "refused", "failed", "relayed"]);
+    assert_eq!(names, ["allowed", "refused", "failed", "relayed", "closed"]);
     for verdict in Verdict::ALL {
         assert_eq!(
             serde_json::to_string(&verdict).unwrap(),
@@ -167,6 +167,30 @@ fn every_verdict_has_its_human_line() {
             "relayed",
             samples()[4].clone(),
             "[egress] MCP relay POST /mcp 200",
+        ),
+        (
+            "closed after its first flight was refused",
+            Decision::new(
+                Door::Turn,
+                "api.example.com",
+                Some(443),
+                Verdict::Closed,
+                "server_name_mismatch; nothing was sent upstream",
+            ),
+            "[egress] closed the tunnel to api.example.com:443 — server_name_mismatch; nothing \
+             was sent upstream",
+        ),
+        (
+            "closed by the client before its first flight",
+            Decision::new(
+                Door::Build,
+                "pkgs.registry.test",
+                Some(443),
+                Verdict::Closed,
+                "client_closed; nothing was sent upstream",
+            ),
+            "[egress] closed the tunnel to pkgs.registry.test:443 — client_closed; nothing was \
+             sent upstream",
         ),
         (
             "refused by the relay",
@@ -298,7 +322,7 @@ fn bad_decision_lines_are_refused_by_name() {
         ("an unknown key", with("run", 7.into()), "malformed"),
         (
             "an unknown verdict",
-            with("verdict", "closed".into()),
+            with("verdict", "blocked".into()),
             "malformed",
         ),
         (
