@@ -101,8 +101,9 @@ impl SystemdDoors {
         self.bus.get().map_or(0, |(_, v)| *v)
     }
 
-    /// The host checks, the subscription to the gate's decisions for a door with a way out,
-    /// then one `connect()` to the door's socket, never retried.
+    /// The host checks, the site idle and its door as rendered, the subscription to the
+    /// gate's decisions for a door with a way out, then one `connect()` to the door's socket,
+    /// never retried.
     pub(super) async fn open(
         &self,
         target: &RunTarget,
@@ -238,15 +239,11 @@ impl SystemdDoors {
             ceiling_ms: s.ceilings_ms[door_index(door)],
             systemd_version: self.version(),
         };
-        let expectations = door_expectations(&facts);
-        for unit in [
-            &expectations.socket,
-            &expectations.target,
-            &expectations.service,
-        ] {
-            systemd.conform(&unit.unit, &unit.expected).await?;
-        }
-        Ok(())
+        // Read at once and judged in order: the refusal is the one a unit-by-unit check gives.
+        systemd
+            .conform_door(&door_expectations(&facts))
+            .await
+            .map_err(RunRefusal::from)
     }
 
     /// After a run: returns once PID 1 reports the run's unit gone; a unit that will not go
