@@ -866,25 +866,35 @@ fn kill_9_of_sited_during_a_confined_turn_stops_the_run_and_the_next_boot_recove
 }
 
 /// The door, its twin (the same unit and socket, the probe as `ExecStart=`: what PID 1's
-/// sandbox alone costs) and the shim spawned unconfined as sited's `none` mode does, each
-/// timed from the connect (or spawn) to the probe's first instant, 100 runs each.
+/// sandbox alone costs), the bare twin (the probe as the same identity on the same kind of
+/// socket, no sandbox directive: what PID 1 costs without the sandbox) and the shim spawned
+/// unconfined as sited's `none` mode does, each timed from the connect (or spawn) to the
+/// probe's first instant, 100 runs each.
 const LATENCY: &str = r#"
 create_site collection www.example.org
 sed -e "s#^ExecStart=.*#ExecStart=$probe timestamp#" -e 's#^Description=.*#Description=Twin of the s1 turn door#' \
   /etc/systemd/system/atelier-example-s1-turn@.service > /etc/systemd/system/atelier-bench-twin@.service
 sed -e 's#^ListenStream=.*#ListenStream=/run/atelier/example/twin.sock#' -e 's#^Description=.*#Description=Twin socket#' \
   /etc/systemd/system/atelier-example-s1-turn.socket > /etc/systemd/system/atelier-bench-twin.socket
+sed -e 's#^ListenStream=.*#ListenStream=/run/atelier/example/bare.sock#' -e 's#^Description=.*#Description=Bare socket#' \
+  /etc/systemd/system/atelier-example-s1-turn.socket > /etc/systemd/system/atelier-bench-bare.socket
+{ printf '[Unit]\nDescription=Bare twin of the s1 turn door\n[Service]\nType=exec\n'
+  grep -E '^(User|Group|StandardInput|StandardOutput|StandardError)=' /etc/systemd/system/atelier-bench-twin@.service
+  echo "ExecStart=$probe timestamp"; } > /etc/systemd/system/atelier-bench-bare@.service
 systemctl daemon-reload
-systemctl start atelier-bench-twin.socket
+systemctl start atelier-bench-twin.socket atelier-bench-bare.socket
+echo "bare_lines=$(grep -c . /etc/systemd/system/atelier-bench-bare@.service)"
 echo "twin_diff=$(diff /etc/systemd/system/atelier-example-s1-turn@.service /etc/systemd/system/atelier-bench-twin@.service | grep -c '^[<>]')"
 rounds=100
 client bench --mode twin --socket /run/atelier/example/twin.sock --socket-unit atelier-bench-twin.socket --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
+client bench --mode bare --socket /run/atelier/example/bare.sock --socket-unit atelier-bench-bare.socket --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 client bench --mode door --socket /run/atelier/example/s1-turn.sock --socket-unit atelier-example-s1-turn.socket --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 install -d -o atelier-example -g atelier-example -m 0700 /tmp/unconfined-home
 client bench --mode none --shim /usr/bin/atelier-shim --shim-env ATELIER_DOOR=turn --shim-env ATELIER_UNIT_WORKDIR=$ws1 \
   --shim-env HOME=/tmp/unconfined-home --rounds $rounds -- $probe timestamp 2>&1 | sed 's/^/result| /'
 echo "door_runs=$(systemctl show -P NAccepted atelier-example-s1-turn.socket)"
 echo "twin_runs=$(systemctl show -P NAccepted atelier-bench-twin.socket)"
+echo "bare_runs=$(systemctl show -P NAccepted atelier-bench-bare.socket)"
 exit 0
 "#;
 
@@ -912,16 +922,25 @@ fn value(line: &[(&str, u64)], key: &str) -> u64 {
 
 /// Reported, not asserted as a speed: the numbers are the lead's to publish. What is asserted
 /// is that every run happened where it was meant to (100 accepted connections per socket, the
-/// twin differing from the door only in its program and description).
+/// twin differing from the door only in its program and description, the bare twin holding
+/// nothing but its type, identity, streams and program).
 #[test]
 fn start_latency_of_a_door_against_its_twin_unit_and_the_unconfined_shim() {
     let run = run_in_box(LATENCY, Duration::from_secs(600));
     assert_eq!(fact(&run, "create_collection"), "201", "{run:?}");
     assert_eq!(fact(&run, "twin_diff"), "4", "two lines changed: {run:?}");
+    // [Unit], Description, [Service], Type, User, Group, three streams, ExecStart.
+    assert_eq!(fact(&run, "bare_lines"), "10", "{run:?}");
     let door = bench_line(&run, "door");
     let twin = bench_line(&run, "twin");
+    let bare = bench_line(&run, "bare");
     let none = bench_line(&run, "none");
-    for (mode, line) in [("door", &door), ("twin", &twin), ("none", &none)] {
+    for (mode, line) in [
+        ("door", &door),
+        ("twin", &twin),
+        ("bare", &bare),
+        ("none", &none),
+    ] {
         assert_eq!(value(line, "rounds"), 100, "{mode}: {run:?}");
         assert!(value(line, "p50_us") > 0, "{mode}: {run:?}");
     }
@@ -929,6 +948,7 @@ fn start_latency_of_a_door_against_its_twin_unit_and_the_unconfined_shim() {
     let door_runs: u64 = fact(&run, "door_runs").parse().unwrap_or(0);
     assert!(door_runs >= 100, "{run:?}");
     assert_eq!(fact(&run, "twin_runs"), "100", "{run:?}");
+    assert_eq!(fact(&run, "bare_runs"), "100", "{run:?}");
 
     let ratio = |a: &[(&str, u64)], b: &[(&str, u64)], key: &str| {
         value(a, key) as f64 / value(b, key).max(1) as f64
@@ -937,16 +957,21 @@ fn start_latency_of_a_door_against_its_twin_unit_and_the_unconfined_shim() {
         "connect() to the agent's first instant, 100 runs each (debug build):\n  \
          door (shim, full sandbox): p50 {} us, p95 {} us\n  \
          twin (same sandbox, the probe as ExecStart): p50 {} us, p95 {} us\n  \
+         bare (the twin without its sandbox directives): p50 {} us, p95 {} us\n  \
          none (shim spawned unconfined): p50 {} us, p95 {} us\n  \
-         door/twin: p50 x{:.2}, p95 x{:.2}; door/none: p50 x{:.1}",
+         door/twin: p50 x{:.2}, p95 x{:.2}; twin/bare (the sandbox's share): p50 x{:.1}; \
+         door/none: p50 x{:.1}",
         value(&door, "p50_us"),
         value(&door, "p95_us"),
         value(&twin, "p50_us"),
         value(&twin, "p95_us"),
+        value(&bare, "p50_us"),
+        value(&bare, "p95_us"),
         value(&none, "p50_us"),
         value(&none, "p95_us"),
         ratio(&door, &twin, "p50_us"),
         ratio(&door, &twin, "p95_us"),
+        ratio(&twin, &bare, "p50_us"),
         ratio(&door, &none, "p50_us"),
     );
 }

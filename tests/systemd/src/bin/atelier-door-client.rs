@@ -67,13 +67,15 @@ enum Command {
     /// which must be `started_ns=<CLOCK_MONOTONIC ns>` (atelier-isolation-probe timestamp).
     Bench {
         /// door: frames through a door socket; twin: the socket's program IS the probe, its
-        /// output raw; none: a shim spawned unconfined over a socketpair.
+        /// output raw; bare: the same through a unit without the door's sandbox; none: a shim
+        /// spawned unconfined over a socketpair.
         #[arg(long, value_enum)]
         mode: BenchMode,
-        /// The socket (door, twin).
+        /// The socket (door, twin, bare).
         #[arg(long)]
         socket: Option<PathBuf>,
-        /// The socket unit, whose connections must be gone before the next round (door, twin).
+        /// The socket unit, whose connections must be gone before the next round (door, twin,
+        /// bare).
         #[arg(long)]
         socket_unit: Option<String>,
         /// The shim (none).
@@ -94,6 +96,7 @@ enum Command {
 enum BenchMode {
     Door,
     Twin,
+    Bare,
     None,
 }
 
@@ -187,11 +190,12 @@ async fn run(command: Command) -> anyhow::Result<()> {
             spec,
         } => {
             let target = match mode {
-                BenchMode::Door | BenchMode::Twin => Target::Socket {
-                    path: socket.context("--socket is required for door and twin")?,
-                    unit: socket_unit.context("--socket-unit is required for door and twin")?,
+                BenchMode::Door | BenchMode::Twin | BenchMode::Bare => Target::Socket {
+                    path: socket.context("--socket is required for door, twin and bare")?,
+                    unit: socket_unit
+                        .context("--socket-unit is required for door, twin and bare")?,
                     systemd: Systemd::system().await?,
-                    raw: mode == BenchMode::Twin,
+                    raw: mode != BenchMode::Door,
                 },
                 BenchMode::None => Target::Unconfined {
                     shim: shim.context("--shim is required for none")?,
@@ -396,6 +400,7 @@ async fn bench(
         match mode {
             BenchMode::Door => "door",
             BenchMode::Twin => "twin",
+            BenchMode::Bare => "bare",
             BenchMode::None => "none",
         },
         latencies.len(),
