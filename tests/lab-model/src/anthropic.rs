@@ -6,8 +6,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::openai::SEARCH_QUERY;
-use crate::script::{pieces, tokens, Script, Seen, Step, Turn, TOOL_SEARCH};
+use crate::script::{pieces, search_input, tokens, Script, Seen, Step, Turn, TOOL_SEARCH};
 
 /// The tool the model calls: Claude Code's file writer.
 pub const WRITE_TOOL: &str = "Write";
@@ -160,7 +159,7 @@ pub fn write_input(script: &Script) -> Value {
 /// The tool call of `step` (`(tool name, input)`) or its words.
 fn answer_of<'s>(step: Step<'s>, script: &'s Script) -> Result<(&'s str, Value), &'s str> {
     match step {
-        Step::Search(name) => Ok((name, json!({ "query": SEARCH_QUERY }))),
+        Step::Search(name) => Ok((name, search_input())),
         Step::Load(name) => Ok((TOOL_SEARCH, json!({ "query": format!("select:{name}") }))),
         Step::Write => Ok((WRITE_TOOL, write_input(script))),
         Step::Replace | Step::Finish => Err(&script.final_text),
@@ -282,6 +281,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use crate::script::SEARCH_QUERY;
 
     fn script() -> Script {
         Script {

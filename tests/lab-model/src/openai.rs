@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::anthropic::INPUT_TOKENS;
-use crate::script::{pieces, tokens, Replace, Script, Seen, Step, Turn};
+use crate::script::{pieces, search_input, tokens, Replace, Script, Seen, Step, Turn};
 
 /// The tool the model writes with.
 pub const WRITE_TOOL: &str = "write";
@@ -72,9 +72,6 @@ pub struct Message {
     #[serde(default)]
     pub tool_calls: Value,
 }
-
-/// What the query of the opt-in search asks for.
-pub const SEARCH_QUERY: &str = "amphora";
 
 impl Request {
     /// [`Turn::Finish`] if and only if the last message is a tool result.
@@ -153,7 +150,7 @@ impl Request {
 
 /// The opt-in search's arguments, as the JSON string the wire carries.
 pub fn search_arguments() -> String {
-    json!({ "query": SEARCH_QUERY }).to_string()
+    search_input().to_string()
 }
 
 /// The tool call or the text of `step`: `(tool name, arguments)` or the words.
@@ -324,6 +321,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use crate::script::SEARCH_QUERY;
 
     fn script() -> Script {
         Script {

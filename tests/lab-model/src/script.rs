@@ -1,6 +1,8 @@
 //! The script, stateless: each answer is decided from its request alone, so a retried or
 //! replayed request gets the same answer and the lab model keeps no conversation.
 
+use serde_json::{json, Value};
+
 /// Where the conversation stands, as the request shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {
@@ -23,6 +25,14 @@ pub enum Step<'r> {
     Replace,
     /// Say the final text and stop.
     Finish,
+}
+
+/// What the query of the opt-in search asks for.
+pub const SEARCH_QUERY: &str = "amphora";
+
+/// The opt-in search's input, on either wire.
+pub fn search_input() -> Value {
+    json!({ "query": SEARCH_QUERY })
 }
 
 /// Claude Code's tool that loads a deferred tool's schema: it names its MCP tools in a
