@@ -6,7 +6,7 @@ use crate::driver::Driver;
 use crate::error::{LlmError, Setting};
 use crate::prompt::{join_system_parts, SYSTEM_PROMPT_DYNAMIC_BOUNDARY};
 use crate::tool_args::parse_tool_arguments;
-use crate::transport::{run, Endpoint, EventStream, Translator, WireRequest};
+use crate::transport::{refused, run, Endpoint, EventStream, Translator, WireRequest};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
     ToolResult, Usage,
@@ -79,10 +79,13 @@ impl Driver for AnthropicDriver {
 
     fn stream(&self, request: &ChatRequest) -> EventStream {
         if let Some(refusal) = request.tool_choice_refusal() {
-            return config_error(&refusal);
+            return refused(LlmError::Config { message: refusal });
         }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
-            return missing(LABEL, Setting::ApiKey);
+            return refused(LlmError::MissingSetting {
+                label: LABEL,
+                setting: Setting::ApiKey,
+            });
         };
         let wire = WireRequest {
             label: LABEL,
@@ -101,22 +104,6 @@ impl Driver for AnthropicDriver {
             Box::new(AnthropicTranslator::default()),
         )
     }
-}
-
-/// A stream whose only item is a configuration error.
-pub(crate) fn config_error(message: &str) -> EventStream {
-    failed(LlmError::Config {
-        message: message.to_owned(),
-    })
-}
-
-/// A stream whose only item says `label`'s driver lacks `setting`.
-pub(crate) fn missing(label: &'static str, setting: Setting) -> EventStream {
-    failed(LlmError::MissingSetting { label, setting })
-}
-
-fn failed(error: LlmError) -> EventStream {
-    Box::pin(futures_util::stream::iter([Err(error)]))
 }
 
 fn system_value(parts: &[String]) -> Value {

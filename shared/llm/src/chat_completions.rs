@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::anthropic::{config_error, missing, str_field};
+use crate::anthropic::str_field;
 use crate::driver::Driver;
 use crate::error::{extract_error_message, LlmError, Setting};
 use crate::prompt::join_system_parts;
 use crate::tool_args::parse_tool_arguments;
-use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
+use crate::transport::{
+    generated_call_id, refused, run, Endpoint, EventStream, Translator, WireRequest,
+};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
@@ -103,11 +105,14 @@ impl Driver for ChatCompletionsDriver {
     fn stream(&self, request: &ChatRequest) -> EventStream {
         let label = self.label();
         if let Some(refusal) = request.tool_choice_refusal() {
-            return config_error(&refusal);
+            return refused(LlmError::Config { message: refusal });
         }
         let base = normalize_openai_base_url(&self.endpoint.base_url);
         if base.is_empty() {
-            return missing(label, Setting::BaseUrl);
+            return refused(LlmError::MissingSetting {
+                label,
+                setting: Setting::BaseUrl,
+            });
         }
         let wire = WireRequest {
             label,

@@ -2,12 +2,14 @@
 
 use serde_json::{json, Value};
 
-use crate::anthropic::{config_error, missing, str_field};
+use crate::anthropic::str_field;
 use crate::driver::Driver;
 use crate::error::{LlmError, Setting};
 use crate::prompt::join_system_parts;
 use crate::tool_args::parse_tool_arguments;
-use crate::transport::{generated_call_id, run, Endpoint, EventStream, Translator, WireRequest};
+use crate::transport::{
+    generated_call_id, refused, run, Endpoint, EventStream, Translator, WireRequest,
+};
 use crate::types::{
     ChatRequest, ContentBlock, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice, Usage,
 };
@@ -99,10 +101,13 @@ impl Driver for ResponsesDriver {
     fn stream(&self, request: &ChatRequest) -> EventStream {
         let label = self.label();
         if let Some(refusal) = request.tool_choice_refusal() {
-            return config_error(&refusal);
+            return refused(LlmError::Config { message: refusal });
         }
         let Some(key) = self.endpoint.api_key.clone().filter(|key| !key.is_empty()) else {
-            return missing(label, Setting::ApiKey);
+            return refused(LlmError::MissingSetting {
+                label,
+                setting: Setting::ApiKey,
+            });
         };
         let wire = WireRequest {
             label,

@@ -17,6 +17,11 @@ use atelier_sse::{SseFrame, SseItem, SseParser};
 /// Dropping it cancels the provider request.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, LlmError>> + Send>>;
 
+/// A round refused before any request is sent: a stream whose only item is `error`.
+pub(crate) fn refused(error: LlmError) -> EventStream {
+    Box::pin(stream::iter([Err(error)]))
+}
+
 /// How long a stream may go without a single byte before it fails, unless configured.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
