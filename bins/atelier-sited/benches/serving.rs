@@ -1,8 +1,9 @@
 //! sited under load over its unix socket, each figure beside a baseline run in the same
 //! process: requests per second and p99 of `GET /health` and `GET /v1/sites` (8 sites) from 8
 //! concurrent keep-alive connections against a bare hyper server answering a constant body (the
-//! list once as an engine meets it, kept between requests, and once while a workspace is
-//! written throughout, so that most answers are read from the files again);
+//! list once as an engine meets it, kept between requests; while an agent writes a page in a
+//! workspace throughout, which the kept list outlives; and while a site's manifest is rewritten
+//! throughout, so that most answers are read from the files again);
 //! the replay of a 100,000-event session log to one SSE client against reading and parsing the
 //! same file directly; and the idle resident memory of the `atelier-sited` binary.
 //!
@@ -67,24 +68,29 @@ fn main() {
         health.print("sited GET /health", &baseline);
         let sites = load(&sited, &format!("{base}/v1/sites"), phase).await;
         sites.print(&format!("sited GET /v1/sites ({SITES} sites)"), &baseline);
-        // The same while a workspace is written throughout: the kept list is dropped again and
-        // again, so most answers are read from the files.
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (stop, file) = (Arc::clone(&stop), root.join("sites/site0/churn"));
-            std::thread::spawn(move || {
-                let mut written = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    std::fs::write(&file, written.to_le_bytes()).unwrap();
-                    written += 1;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            })
-        };
-        let churned = load(&sited, &format!("{base}/v1/sites"), phase).await;
-        stop.store(true, Ordering::Relaxed);
-        writer.join().unwrap();
-        churned.print("  ... a workspace written meanwhile", &baseline);
+        // The same while files are written throughout: a page beside the manifest, which
+        // the kept list outlives, then the manifest itself, which drops it again and again so
+        // that most answers are read from the files.
+        let manifest = std::fs::read(root.join("sites/site0/site.json")).unwrap();
+        for (name, file, bytes) in [
+            ("  ... a page written meanwhile", "sites/site0/index.html", b"<p>".to_vec()),
+            ("  ... a manifest written meanwhile", "sites/site0/site.json", manifest),
+        ] {
+            let stop = Arc::new(AtomicBool::new(false));
+            let writer = {
+                let (stop, file) = (Arc::clone(&stop), root.join(file));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::fs::write(&file, &bytes).unwrap();
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+            };
+            let churned = load(&sited, &format!("{base}/v1/sites"), phase).await;
+            stop.store(true, Ordering::Relaxed);
+            writer.join().unwrap();
+            churned.print(name, &baseline);
+        }
 
         // Replay: one session log of 100,000 events, streamed to one client.
         let id = SessionId::new_v4().unwrap();

@@ -10,6 +10,8 @@
 //! and the answer's bytes are made again when the board has changed.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use atelier_fs::watch::Changes;
@@ -72,11 +74,12 @@ impl Listing {
     /// has changed since.
     pub fn fresh(&self, board: &Mutex<SessionBoard>) -> Option<Vec<SiteStatus>> {
         let mut sites = {
-            let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            kept.as_ref()
-                .filter(|kept| !kept.changes.seen())?
-                .sites
-                .clone()
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let kept = kept.as_mut()?;
+            if kept.changes.seen() {
+                return None;
+            }
+            kept.sites.clone()
         };
         board
             .lock()
@@ -90,7 +93,10 @@ impl Listing {
     /// the sessions, then the same bytes.
     pub fn fresh_body(&self, board: &Mutex<SessionBoard>) -> Option<Bytes> {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = kept.as_mut().filter(|kept| !kept.changes.seen())?;
+        let kept = kept.as_mut()?;
+        if kept.changes.seen() {
+            return None;
+        }
         let board = board.lock().unwrap_or_else(PoisonError::into_inner);
         match &kept.body {
             Some((generation, body)) if *generation == board.generation => Some(body.clone()),
@@ -141,24 +147,47 @@ impl Watched {
 
     /// Watches `dir`; called before anything below it is read.
     pub fn watch(&mut self, dir: &Root) {
-        if let Some(changes) = &self.changes {
-            if let Err(e) = changes.watch(dir) {
+        self.add(dir, None);
+    }
+
+    /// Watches `dir` for what happens to its entries `names` (and to itself); called before
+    /// any of them is read.
+    pub fn watch_entries(&mut self, dir: &Root, names: &[&OsStr]) {
+        self.add(dir, Some(names));
+    }
+
+    fn add(&mut self, dir: &Root, names: Option<&[&OsStr]>) {
+        if let Some(changes) = &mut self.changes {
+            let added = match names {
+                Some(names) => changes.watch_entries(dir, names),
+                None => changes.watch(dir),
+            };
+            if let Err(e) = added {
                 tracing::debug!(dir = %dir.path().display(), "the site list is not kept: {e}");
                 self.changes = None;
             }
         }
     }
 
-    /// Watches `dir` and each directory below it along `rel` that exists, outermost first.
-    pub fn watch_down(&mut self, dir: &Root, rel: &std::path::Path) {
-        self.watch(dir);
-        let mut at = std::path::PathBuf::new();
-        for name in rel.iter() {
+    /// Watches the directories along `rel` from `dir`, each for the entry that leads on (the
+    /// path's next name), and the last one for every entry: what a read of the directory at
+    /// `rel` goes through.
+    pub fn watch_down(&mut self, dir: &Root, rel: &Path) {
+        let names: Vec<&OsStr> = rel.iter().collect();
+        let Some(first) = names.first() else {
+            return self.watch(dir);
+        };
+        self.watch_entries(dir, &[first]);
+        let mut at = PathBuf::new();
+        for (depth, name) in names.iter().enumerate() {
             at.push(name);
-            match dir.open_dir(&at) {
-                Ok(below) => self.watch(&below),
+            let Ok(below) = dir.open_dir(&at) else {
                 // What does not exist yet appears as an entry of the last one watched.
-                Err(_) => return,
+                return;
+            };
+            match names.get(depth + 1) {
+                Some(next) => self.watch_entries(&below, &[next]),
+                None => self.watch(&below),
             }
         }
     }

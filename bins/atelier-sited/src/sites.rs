@@ -1,6 +1,7 @@
 //! Sites: create (in the contract's exact order, undoing a half-made workspace), get, list,
 //! delete (refused while anything holds the site, removing nothing), and the disk quota.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -438,7 +439,9 @@ impl Sites {
             .filter_map(|(name, _)| Slug::parse(name.to_str()?).ok())
             .filter_map(|slug| {
                 let workspace = root.open_dir(slug.as_str()).ok()?;
-                watched.watch(&workspace);
+                // Only the manifest of the workspace's own entries: an agent writing the
+                // site's files beside it does not make the list read again.
+                watched.watch_entries(&workspace, &[OsStr::new(manifest::MANIFEST_FILE)]);
                 manifest::read_manifest(&workspace, slug.as_str()).ok()?
             })
             .collect()
@@ -709,6 +712,8 @@ fn preprod_release(row: &SiteRow, watched: &mut Watched) -> Option<String> {
     let surface = &row.surfaces.preprod;
     if let Some(link_dir) = surface.link_path.parent() {
         if let Ok(dir) = Root::open(link_dir) {
+            // Every entry: the link is one, the way down to the store another.
+            watched.watch(&dir);
             let store = surface
                 .store_dir
                 .strip_prefix(link_dir)

@@ -1186,6 +1186,85 @@ async fn two_creates_of_one_slug_make_one_site() {
     assert_eq!(log, "1\n");
 }
 
+/// `GET /v1/sites`'s data as served.
+async fn listed(instance: &Instance) -> Value {
+    let reply = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    reply.json()["data"].clone()
+}
+
+/// The site list as a sited that keeps nothing yet reads it.
+fn unkept_list(root: &Path) -> Value {
+    let unkept = Router::new(&settings(root, 20)).unwrap();
+    serde_json::to_value(unkept.sites().list().unwrap()).unwrap()
+}
+
+/// What an agent or a build writes beside what the list reads (the site's own files in the
+/// workspace, its `.git`, other entries of `.builder`) keeps the list: no answer reads the
+/// files again for it, and the kept answer still equals a fresh read. The manifest edited
+/// after all of them is still seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_site_list_outlives_writes_beside_what_it_read() {
+    let instance = instance(20);
+    let created = instance.create("alpha", "alpha.example.org").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let root = instance.root.clone();
+    let sites = instance.router.sites();
+    let ws = instance.workspace("alpha");
+    type Change<'c> = (&'c str, Box<dyn Fn() + 'c>);
+    let beside: Vec<Change<'_>> = vec![
+        (
+            "a page created in the workspace",
+            Box::new(|| std::fs::write(ws.join("about.html"), "<h1>About</h1>").unwrap()),
+        ),
+        (
+            "the page rewritten by rename",
+            Box::new(|| {
+                std::fs::write(ws.join(".about.html.tmp"), "<h1>About us</h1>").unwrap();
+                std::fs::rename(ws.join(".about.html.tmp"), ws.join("about.html")).unwrap();
+            }),
+        ),
+        (
+            "a directory of sources made and written",
+            Box::new(|| {
+                std::fs::create_dir_all(ws.join("src/css")).unwrap();
+                std::fs::write(ws.join("src/css/site.css"), "body{}").unwrap();
+            }),
+        ),
+        (
+            "the page removed",
+            Box::new(|| std::fs::remove_file(ws.join("about.html")).unwrap()),
+        ),
+        (
+            "the repository written",
+            Box::new(|| std::fs::write(ws.join(".git/description"), "alpha").unwrap()),
+        ),
+        (
+            "another entry of .builder",
+            Box::new(|| {
+                std::fs::create_dir_all(ws.join(".builder/cache")).unwrap();
+                std::fs::write(ws.join(".builder/cache/x"), "x").unwrap();
+            }),
+        ),
+    ];
+    let served = || listed(&instance);
+    let truth = || unkept_list(&root);
+    assert_eq!(served().await, truth());
+    for (name, change) in &beside {
+        change();
+        assert!(sites.list_fresh().is_some(), "{name}: the list was dropped");
+        assert_eq!(served().await, truth(), "{name}");
+    }
+    let path = ws.join("site.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["name"] = "Renamed".into();
+    std::fs::write(&path, manifest.to_string()).unwrap();
+    assert!(sites.list_fresh().is_none(), "the manifest's edit not seen");
+    let listed = served().await;
+    assert_eq!(listed, truth());
+    assert_eq!(listed[0]["manifest"]["name"], "Renamed");
+}
+
 /// The site list is kept in memory between requests; every kind of change to what it is read
 /// from, by sited or by another process, is seen by the next request: it is never stale. Each
 /// change must drop the kept list (so the next answer is read, not lucky), and the answer must
@@ -1286,15 +1365,8 @@ async fn the_kept_site_list_is_never_stale() {
             }),
         ),
     ];
-    let served = || async {
-        let reply = instance.call(Method::GET, "/v1/sites", Value::Null).await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        reply.json()["data"].clone()
-    };
-    let truth = || {
-        let unkept = Router::new(&settings(&root, 20)).unwrap();
-        serde_json::to_value(unkept.sites().list().unwrap()).unwrap()
-    };
+    let served = || listed(&instance);
+    let truth = || unkept_list(&root);
     assert_eq!(served().await, truth());
     assert!(sites.list_fresh().is_some(), "the list is kept");
     let created = instance.create("gamma", "gamma.example.org").await;
