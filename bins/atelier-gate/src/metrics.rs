@@ -11,6 +11,7 @@
 //! | `atelier_gate_connects_failed_total` | counter | `door`, `reason` | CONNECTs to a planned public host that could not be reached (502) |
 //! | `atelier_gate_addresses_refused_total` | counter | `door`, `reason` | resolved addresses that were not public, by address class |
 //! | `atelier_gate_first_flights_refused_total` | counter | `door`, `reason` | tunnels closed after the 200 because the first flight was refused |
+//! | `atelier_gate_tunnels_unused_total` | counter | `door` | tunnels the client closed after the 200 without a first flight (an HTTP pool's spare connection): no refusal |
 //! | `atelier_gate_relayed_bytes_total` | counter | `door`, `direction` | bytes moved through tunnels, as they move |
 //! | `atelier_gate_tunnels_open` | gauge | `door` | tunnels open now, from the 200 to the close |
 //! | `atelier_gate_mcp_requests_total` | counter | `outcome` | MCP relay requests, relayed or refused by reason |
@@ -27,7 +28,9 @@
 //! - `reason` of `addresses_refused_total`: the address classifier's reason (`private`,
 //!   `loopback`, `link_local`, ...).
 //! - `reason` of `first_flights_refused_total`: the ClientHello refusal (`server_name_mismatch`,
-//!   `encrypted_client_hello`, `timeout`, ...) or `client_closed` (the client left first).
+//!   `encrypted_client_hello`, `timeout`, ...). A client that leaves before its first flight
+//!   refused nothing and was refused nothing: it counts in `tunnels_unused_total`, while its
+//!   decision log line says `client_closed`.
 //! - `direction`: `upstream` (client to host, the first flight included) or `downstream` (host
 //!   to client).
 //! - `outcome`: `relayed` or the relay's refusal (`not_found`, `method_not_allowed`,
@@ -159,7 +162,7 @@ named! {
         Why::Refusal(refusal) => refusal.as_str(),
         Why::Failure(failure) => failure.as_str(),
         Why::Address(reason) => reason.as_str(),
-        Why::Flight(refusal) => refusal.as_str(),
+        Why::Hello(refusal) => refusal.as_str(),
     };
     Direction => |direction| match direction {
         Direction::Upstream => "upstream",
@@ -182,7 +185,7 @@ enum Why {
     Refusal(Refusal),
     Failure(Failure),
     Address(Reason),
-    Flight(FlightRefusal),
+    Hello(HelloRefusal),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -213,6 +216,7 @@ pub struct Metrics {
     failed: ByReason,
     addresses_refused: ByReason,
     flights_refused: ByReason,
+    unused: Family<DoorLabels, Counter>,
     relayed: Family<DirectionLabels, Counter>,
     open: Family<DoorLabels, Gauge>,
     mcp: Family<OutcomeLabels, Counter>,
@@ -257,6 +261,11 @@ impl Metrics {
             metrics.flights_refused.clone(),
         );
         registry.register(
+            "tunnels_unused",
+            "Tunnels the client closed after their 200 before sending anything; nothing went upstream",
+            metrics.unused.clone(),
+        );
+        registry.register(
             "relayed_bytes",
             "Bytes moved through tunnels, counted as they move",
             metrics.relayed.clone(),
@@ -294,9 +303,17 @@ impl Metrics {
         by_reason(&self.addresses_refused, door, Why::Address(reason));
     }
 
-    /// Counts a tunnel on `door` closed because its first flight was refused.
-    pub fn first_flight_refused(&self, door: DoorName, refusal: FlightRefusal) {
-        by_reason(&self.flights_refused, door, Why::Flight(refusal));
+    /// Counts a tunnel on `door` closed because its first flight was refused, or one its
+    /// client closed before any first flight.
+    pub fn tunnel_closed(&self, door: DoorName, why: FlightRefusal) {
+        match why {
+            FlightRefusal::Hello(refusal) => {
+                by_reason(&self.flights_refused, door, Why::Hello(refusal));
+            }
+            FlightRefusal::ClientClosed => {
+                self.unused.get_or_create(&door_labels(door)).inc();
+            }
+        }
     }
 
     /// The byte counters of `door`'s tunnels.

@@ -391,7 +391,7 @@ fn close_tunnel(door: &Door, target: &ConnectTarget, why: FlightRefusal) {
         Decided::Closed,
         &format!("{}; nothing was sent upstream", why.as_str()),
     );
-    door.metrics.first_flight_refused(door.name(), why);
+    door.metrics.tunnel_closed(door.name(), why);
 }
 
 /// Reads until a head parses. `Ok(None)`: the client closed first.

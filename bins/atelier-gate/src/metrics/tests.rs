@@ -162,3 +162,25 @@ async fn each_refusal_and_failure_counts_under_its_own_reason() {
     )
     .await;
 }
+
+/// A tunnel its client closes before any first flight (an HTTP pool's spare connection) is
+/// counted as unused, never as a refused first flight.
+#[tokio::test]
+async fn a_tunnel_closed_unused_counts_as_unused_not_refused() {
+    let (registry, metrics) = registered();
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.metrics = metrics;
+    let lab = config.start();
+    let before = samples(&registry);
+    drop(lab.tunnel().await);
+    assert_moved(
+        &registry,
+        &before,
+        &[
+            (ALLOWED, 1),
+            (r#"atelier_gate_tunnels_unused_total{door="turn"}"#, 1),
+        ],
+    )
+    .await;
+}
