@@ -399,7 +399,7 @@ impl Systemd {
         kind: UnitKind,
         interfaces: &[Interface],
     ) -> Result<LoadedUnit> {
-        let path = self.load_path(unit).await?;
+        let path = unit_object_path(unit)?;
         let properties = self.properties_proxy(&path, unit).await?;
         let mut loaded = LoadedUnit::new(unit, kind);
         // The interfaces are asked at once: one connection carries them all, so the answers
@@ -484,6 +484,25 @@ impl Systemd {
     }
 }
 
+/// The object path PID 1 serves `unit` at: its name with every byte but an ASCII letter (or a
+/// digit after the first byte) written as `_` and two lowercase hex digits. Asking a property
+/// there loads the unit as `LoadUnit` would, without a round trip of its own.
+fn unit_object_path(unit: &str) -> Result<OwnedObjectPath> {
+    let mut path = String::from("/org/freedesktop/systemd1/unit/");
+    for (i, byte) in unit.bytes().enumerate() {
+        if byte.is_ascii_alphabetic() || (i > 0 && byte.is_ascii_digit()) {
+            path.push(char::from(byte));
+        } else {
+            path.push_str(&format!("_{byte:02x}"));
+        }
+    }
+    OwnedObjectPath::try_from(path).map_err(|source| Error::Unreadable {
+        unit: unit.to_owned(),
+        what: "its object",
+        source: source.into(),
+    })
+}
+
 fn check_kind(unit: &str, kind: UnitKind) -> Result<(), NameError> {
     check_unit_name(unit)?;
     if UnitKind::of(unit) == Some(kind) {
@@ -540,5 +559,38 @@ fn refusal(method: &'static str, unit: &str, error: zbus::Error) -> Refusal {
             name,
             message,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each case as systemd escapes a unit name (the probe's is the path `busctl` shows in the box).
+    #[test]
+    fn unit_object_paths_escape_as_pid_1_does() {
+        let cases = [
+            (
+                "a door's probe",
+                "atelier-example-s1-turn@probe.service",
+                "atelier_2dexample_2ds1_2dturn_40probe_2eservice",
+            ),
+            ("a socket", "dbus.socket", "dbus_2esocket"),
+            ("digits after the first byte", "a10.target", "a10_2etarget"),
+            ("a leading digit", "1x.service", "_31x_2eservice"),
+            ("an underscore", "a_b.service", "a_5fb_2eservice"),
+            (
+                "an instance with a colon",
+                "x@a:b.service",
+                "x_40a_3ab_2eservice",
+            ),
+        ];
+        for (name, unit, escaped) in cases {
+            assert_eq!(
+                unit_object_path(unit).unwrap().as_str(),
+                format!("/org/freedesktop/systemd1/unit/{escaped}"),
+                "{name}"
+            );
+        }
     }
 }
