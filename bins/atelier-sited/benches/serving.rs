@@ -38,6 +38,8 @@ const TOKEN: &str = "bench-service-token-00000000000000000000000";
 const CONNECTIONS: usize = 8;
 const SITES: usize = 8;
 const REPLAY_EVENTS: u64 = 100_000;
+/// Rounds of the replay and of its baseline, taking turns.
+const REPLAY_ROUNDS: usize = 7;
 
 fn main() {
     let seconds = std::env::var("ATELIER_BENCH_SECONDS")
@@ -124,36 +126,59 @@ fn main() {
         .unwrap();
         drop(router);
         let path = root.join(format!("sites/site0/.builder/sessions/{id}.jsonl"));
-        let started = Instant::now();
-        let direct = tokio::task::spawn_blocking(move || {
-            let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
-            let mut events = 0;
-            for line in file.lines() {
-                let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-                assert!(event.is_object());
-                events += 1;
-            }
-            events
-        })
-        .await
-        .unwrap();
-        let direct_time = started.elapsed();
-        let started = Instant::now();
-        let (frames, bytes) = replay(&sited, &format!("{base}/v1/sessions/{id}/events")).await;
-        let replay_time = started.elapsed();
-        assert_eq!(frames as u64, REPLAY_EVENTS + 1);
-        assert_eq!(direct as u64, REPLAY_EVENTS + 1);
+        let url = format!("{base}/v1/sessions/{id}/events");
+        // The two take turns, so a slow spell of the machine falls on both alike; the first
+        // replay is also reported alone (what an engine meets when it first asks).
+        let (mut direct_times, mut replay_times) = (Vec::new(), Vec::new());
+        let mut first = None;
+        let mut replayed = (0, 0);
+        for _ in 0..REPLAY_ROUNDS {
+            let started = Instant::now();
+            let file = path.clone();
+            let direct = tokio::task::spawn_blocking(move || parse_log(&file))
+                .await
+                .unwrap();
+            direct_times.push(started.elapsed());
+            assert_eq!(direct as u64, REPLAY_EVENTS + 1);
+            let started = Instant::now();
+            replayed = replay(&sited, &url).await;
+            let took = started.elapsed();
+            first.get_or_insert(took);
+            replay_times.push(took);
+            assert_eq!(replayed.0 as u64, REPLAY_EVENTS + 1);
+        }
+        let (direct_time, replay_time) = (median(direct_times), median(replay_times));
+        let (frames, bytes) = replayed;
         println!(
-            "replay of {} events ({:.1} MiB of SSE): {:.0} ms; reading+parsing the file directly (baseline): {:.0} ms; ratio {:.2}x; {:.0} events/s",
+            "replay of {} events ({:.1} MiB of SSE), median of {REPLAY_ROUNDS}: {:.0} ms (the first: {:.0} ms); reading+parsing the file directly (baseline): {:.0} ms; ratio {:.2}x; {:.0} events/s",
             frames,
             bytes as f64 / 1_048_576.0,
             replay_time.as_secs_f64() * 1000.0,
+            first.unwrap_or_default().as_secs_f64() * 1000.0,
             direct_time.as_secs_f64() * 1000.0,
             replay_time.as_secs_f64() / direct_time.as_secs_f64(),
             frames as f64 / replay_time.as_secs_f64(),
         );
     });
     idle_rss(&root);
+}
+
+/// Reads and parses a session log line by line, as the replay's baseline: its events.
+fn parse_log(path: &Path) -> usize {
+    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let mut events = 0;
+    for line in file.lines() {
+        let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        assert!(event.is_object());
+        events += 1;
+    }
+    events
+}
+
+/// The median of `times`.
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }
 
 struct Load {
