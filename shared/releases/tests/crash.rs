@@ -76,10 +76,18 @@ fn parent() {
             .unwrap()
     };
 
-    // How long one unkilled promote takes, process start included.
-    let calibration = Instant::now();
-    assert!(spawn(&sources[0], Strategy::Copy).wait().unwrap().success());
-    let full = calibration.elapsed();
+    // How long one unkilled promote of each strategy takes, process start included: the first
+    // window its kills are drawn from. One calibration is not trusted for the whole run: the
+    // machine may be busier while it is taken (other tests, the first exec of the binary) than
+    // later, and then nearly every kill lands after the promote has finished. Each window
+    // therefore follows what the kills find: a promote that finished first shrinks it, one
+    // killed before it made anything grows it.
+    let mut windows = Strategy::ALL.map(|strategy| {
+        let calibration = Instant::now();
+        assert!(spawn(&sources[0], strategy).wait().unwrap().success());
+        calibration.elapsed()
+    });
+    let full = windows[0];
 
     let seed = std::env::var("ATELIER_CRASH_SEED")
         .ok()
@@ -95,15 +103,22 @@ fn parent() {
     let mut verified: BTreeSet<ReleaseId> = BTreeSet::new();
     let (mut kills, mut mid_promote, mut completed) = (0usize, 0usize, 0usize);
     while kills < MAX_KILLS && (mid_promote < WANT_MID_PROMOTE || completed == 0) {
-        let strategy = Strategy::ALL[kills % 3];
+        let which = kills % 3;
+        let strategy = Strategy::ALL[which];
+        let before = leftover_names(&web.path(), &store_dir);
         let mut child = spawn(&sources[kills % 2], strategy);
-        let delay = full.mul_f64(rng.unit() * 1.3);
+        let delay = windows[which].mul_f64(rng.unit() * 1.3);
         std::thread::sleep(delay);
         let _ = child.kill();
         let status = child.wait().unwrap();
         kills += 1;
+        // Inside a promote: this child left a staging directory or next-link of its own.
+        let inside = !leftover_names(&web.path(), &store_dir).is_subset(&before);
         if status.success() {
             completed += 1;
+            windows[which] = windows[which].mul_f64(0.85);
+        } else if !inside {
+            windows[which] = windows[which].mul_f64(1.1);
         }
         let context = format!("seed {seed}, kill {kills} after {delay:?} ({strategy:?})");
 
@@ -128,7 +143,7 @@ fn parent() {
                 );
             }
         }
-        if leftovers(&web.path(), &store_dir) > 0 {
+        if inside {
             mid_promote += 1;
         }
     }
@@ -142,7 +157,7 @@ fn parent() {
     let last = store
         .promote(&Root::open(&sources[1]).unwrap(), Strategy::default())
         .unwrap();
-    assert_eq!(leftovers(&web.path(), &store_dir), 0);
+    assert!(leftover_names(&web.path(), &store_dir).is_empty());
     assert_eq!(store.current().unwrap(), Some(last.id));
     assert_eq!(snapshot(&link), trees[1]);
     println!(
@@ -152,21 +167,19 @@ fn parent() {
     );
 }
 
-/// Staging directories in the store plus next-links beside the served link.
-fn leftovers(webspace: &Path, store: &Path) -> usize {
-    let count = |dir: &Path, prefix: &str| {
+/// The staging directories in the store and the next-links beside the served link.
+fn leftover_names(webspace: &Path, store: &Path) -> BTreeSet<String> {
+    let named = |dir: &Path, prefix: &str| {
         std::fs::read_dir(dir)
             .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(prefix)
-            })
-            .count()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(prefix))
+            .collect::<Vec<_>>()
     };
-    count(store, ".staging-") + count(webspace, "pre.tmp-")
+    let mut names = BTreeSet::new();
+    names.extend(named(store, ".staging-"));
+    names.extend(named(webspace, "pre.tmp-"));
+    names
 }
 
 /// A small deterministic generator, so a failing seed can be replayed.
