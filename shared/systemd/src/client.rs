@@ -9,7 +9,9 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue};
 use zbus::{names::InterfaceName, proxy::CacheProperties};
 
 use crate::error::{Error, Result};
-use crate::names::{check_pattern, check_unit_name, parse_version, NameError, Signal};
+use crate::names::{
+    check_pattern, check_unit_name, parse_version, unit_object_path, NameError, Signal,
+};
 use crate::property::{check, Expected, Interface, LoadedUnit, Property, UnitKind};
 use crate::value;
 
@@ -53,8 +55,6 @@ trait Manager {
     fn version(&self) -> zbus::Result<String>;
 
     fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
-
-    fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
 
     fn list_units_by_patterns(
         &self,
@@ -263,15 +263,8 @@ impl Systemd {
     /// The number of connections a socket unit holds open (`NConnections`): with
     /// `MaxConnections=1`, a door is free only at 0.
     pub async fn socket_connections(&self, socket: &str) -> Result<u32> {
-        check_unit_name(socket)?;
-        if UnitKind::of(socket) != Some(UnitKind::Socket) {
-            return Err(NameError::BadUnitName {
-                name: socket.to_owned(),
-                why: "it is not a socket unit",
-            }
-            .into());
-        }
-        let path = self.load_path(socket).await?;
+        check_kind(socket, UnitKind::Socket)?;
+        let path = object_path(socket)?;
         match self
             .get(&path, Interface::Socket, "NConnections", socket)
             .await?
@@ -399,7 +392,7 @@ impl Systemd {
         kind: UnitKind,
         interfaces: &[Interface],
     ) -> Result<LoadedUnit> {
-        let path = unit_object_path(unit)?;
+        let path = object_path(unit)?;
         let properties = self.properties_proxy(&path, unit).await?;
         let mut loaded = LoadedUnit::new(unit, kind);
         // The interfaces are asked at once: one connection carries them all, so the answers
@@ -427,17 +420,6 @@ impl Systemd {
             }
         }
         Ok(loaded)
-    }
-
-    async fn load_path(&self, unit: &str) -> Result<OwnedObjectPath> {
-        self.manager
-            .load_unit(unit)
-            .await
-            .map_err(|source| Error::Unreadable {
-                unit: unit.to_owned(),
-                what: "its object",
-                source,
-            })
     }
 
     async fn properties_proxy(
@@ -484,19 +466,9 @@ impl Systemd {
     }
 }
 
-/// The object path PID 1 serves `unit` at: its name with every byte but an ASCII letter (or a
-/// digit after the first byte) written as `_` and two lowercase hex digits. Asking a property
-/// there loads the unit as `LoadUnit` would, without a round trip of its own.
-fn unit_object_path(unit: &str) -> Result<OwnedObjectPath> {
-    let mut path = String::from("/org/freedesktop/systemd1/unit/");
-    for (i, byte) in unit.bytes().enumerate() {
-        if byte.is_ascii_alphabetic() || (i > 0 && byte.is_ascii_digit()) {
-            path.push(char::from(byte));
-        } else {
-            path.push_str(&format!("_{byte:02x}"));
-        }
-    }
-    OwnedObjectPath::try_from(path).map_err(|source| Error::Unreadable {
+/// [`unit_object_path`] as a D-Bus object path.
+fn object_path(unit: &str) -> Result<OwnedObjectPath> {
+    OwnedObjectPath::try_from(unit_object_path(unit)).map_err(|source| Error::Unreadable {
         unit: unit.to_owned(),
         what: "its object",
         source: source.into(),
@@ -559,38 +531,5 @@ fn refusal(method: &'static str, unit: &str, error: zbus::Error) -> Refusal {
             name,
             message,
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Each case as systemd escapes a unit name (the probe's is the path `busctl` shows in the box).
-    #[test]
-    fn unit_object_paths_escape_as_pid_1_does() {
-        let cases = [
-            (
-                "a door's probe",
-                "atelier-example-s1-turn@probe.service",
-                "atelier_2dexample_2ds1_2dturn_40probe_2eservice",
-            ),
-            ("a socket", "dbus.socket", "dbus_2esocket"),
-            ("digits after the first byte", "a10.target", "a10_2etarget"),
-            ("a leading digit", "1x.service", "_31x_2eservice"),
-            ("an underscore", "a_b.service", "a_5fb_2eservice"),
-            (
-                "an instance with a colon",
-                "x@a:b.service",
-                "x_40a_3ab_2eservice",
-            ),
-        ];
-        for (name, unit, escaped) in cases {
-            assert_eq!(
-                unit_object_path(unit).unwrap().as_str(),
-                format!("/org/freedesktop/systemd1/unit/{escaped}"),
-                "{name}"
-            );
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! What may be sent to PID 1: unit names, unit name patterns and signals, each checked before
-//! any call; and PID 1's release number read off its `Version` string.
+//! any call; the object path a unit's name gives; and PID 1's release number read off its
+//! `Version` string.
 
 use std::fmt;
 
@@ -153,9 +154,56 @@ impl fmt::Display for Signal {
     }
 }
 
+/// The object path PID 1 serves `unit` at: its name with every byte but an ASCII letter (or a
+/// digit after the first byte) written as `_` and two lowercase hex digits. Asking a property
+/// there loads the unit as `LoadUnit` would, without a round trip of its own.
+pub fn unit_object_path(unit: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut path = String::from("/org/freedesktop/systemd1/unit/");
+    for (i, byte) in unit.bytes().enumerate() {
+        if byte.is_ascii_alphabetic() || (i > 0 && byte.is_ascii_digit()) {
+            path.push(char::from(byte));
+        } else {
+            path.push('_');
+            path.push(char::from(HEX[usize::from(byte >> 4)]));
+            path.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    path
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each case as systemd escapes a unit name (the probe's is the path `busctl` shows in the
+    /// box).
+    #[test]
+    fn unit_object_paths_escape_as_pid_1_does() {
+        let cases = [
+            (
+                "a door's probe",
+                "atelier-example-s1-turn@probe.service",
+                "atelier_2dexample_2ds1_2dturn_40probe_2eservice",
+            ),
+            ("a socket", "dbus.socket", "dbus_2esocket"),
+            ("digits after the first byte", "a10.target", "a10_2etarget"),
+            ("a leading digit", "1x.service", "_31x_2eservice"),
+            ("an underscore", "a_b.service", "a_5fb_2eservice"),
+            (
+                "an instance with a colon",
+                "x@a:b.service",
+                "x_40a_3ab_2eservice",
+            ),
+        ];
+        for (name, unit, escaped) in cases {
+            assert_eq!(
+                unit_object_path(unit),
+                format!("/org/freedesktop/systemd1/unit/{escaped}"),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn unit_names() {
