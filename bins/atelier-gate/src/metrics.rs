@@ -101,19 +101,19 @@ impl Failure {
 
 /// Why a tunnel was closed after its 200, before anything was sent upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FlightRefusal {
+pub enum EarlyClose {
     /// The first flight was refused ([`HelloRefusal`]), its deadline included.
     Hello(HelloRefusal),
     /// The client closed (or failed) before its first flight was decided.
     ClientClosed,
 }
 
-impl FlightRefusal {
+impl EarlyClose {
     /// The stable snake_case name used in logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
-            FlightRefusal::Hello(refusal) => refusal.as_str(),
-            FlightRefusal::ClientClosed => "client_closed",
+            EarlyClose::Hello(refusal) => refusal.as_str(),
+            EarlyClose::ClientClosed => "client_closed",
         }
     }
 }
@@ -305,12 +305,12 @@ impl Metrics {
 
     /// Counts a tunnel on `door` closed because its first flight was refused, or one its
     /// client closed before any first flight.
-    pub fn tunnel_closed(&self, door: DoorName, why: FlightRefusal) {
+    pub fn tunnel_closed(&self, door: DoorName, why: EarlyClose) {
         match why {
-            FlightRefusal::Hello(refusal) => {
+            EarlyClose::Hello(refusal) => {
                 by_reason(&self.flights_refused, door, Why::Hello(refusal));
             }
-            FlightRefusal::ClientClosed => {
+            EarlyClose::ClientClosed => {
                 self.unused.get_or_create(&door_labels(door)).inc();
             }
         }

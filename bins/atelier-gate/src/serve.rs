@@ -38,7 +38,7 @@ use crate::client_hello::{
 use crate::connect::{
     check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
 };
-use crate::metrics::{Failure, FlightRefusal, Metrics, Refusal};
+use crate::metrics::{EarlyClose, Failure, Metrics, Refusal};
 
 mod decision_log;
 mod kept;
@@ -378,14 +378,14 @@ pub async fn handle(mut client: UnixStream, door: &Door) {
     match read_first_flight(&mut client, &mut buf, door.limits.first_flight_timeout).await {
         Ok(sni) => match check_server_name(target.host(), &sni) {
             Ok(()) => pass_through(client, upstream, &buf, door).await,
-            Err(refusal) => close_tunnel(door, &target, FlightRefusal::Hello(refusal)),
+            Err(refusal) => close_tunnel(door, &target, EarlyClose::Hello(refusal)),
         },
         Err(why) => close_tunnel(door, &target, why),
     }
 }
 
 /// Records and counts why the tunnel is closed unused; the caller then drops both sockets.
-fn close_tunnel(door: &Door, target: &ConnectTarget, why: FlightRefusal) {
+fn close_tunnel(door: &Door, target: &ConnectTarget, why: EarlyClose) {
     door.record(
         target,
         Decided::Closed,
@@ -497,20 +497,20 @@ async fn read_first_flight(
     client: &mut UnixStream,
     buf: &mut Vec<u8>,
     limit: Duration,
-) -> Result<String, FlightRefusal> {
+) -> Result<String, EarlyClose> {
     let deadline = Instant::now() + limit;
     loop {
         match inspect_first_flight(buf) {
             FirstFlight::Accept { sni } => return Ok(sni),
-            FirstFlight::Refuse(refusal) => return Err(FlightRefusal::Hello(refusal)),
+            FirstFlight::Refuse(refusal) => return Err(EarlyClose::Hello(refusal)),
             FirstFlight::NeedMore if buf.len() >= MAX_FIRST_FLIGHT => {
-                return Err(FlightRefusal::Hello(HelloRefusal::TooLarge))
+                return Err(EarlyClose::Hello(HelloRefusal::TooLarge))
             }
             FirstFlight::NeedMore => {}
         }
         match tokio::time::timeout_at(deadline, read_some(client, buf, MAX_FIRST_FLIGHT)).await {
-            Err(_) => return Err(FlightRefusal::Hello(HelloRefusal::Timeout)),
-            Ok(Ok(0)) | Ok(Err(_)) => return Err(FlightRefusal::ClientClosed),
+            Err(_) => return Err(EarlyClose::Hello(HelloRefusal::Timeout)),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(EarlyClose::ClientClosed),
             Ok(Ok(_)) => {}
         }
     }
