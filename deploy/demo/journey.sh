@@ -117,9 +117,9 @@ show_doors() {
 }
 
 # The agent is the real Claude Code; only its model is scripted: the lab model (a test fixture)
-# looks the collection up with the Publication API's search (loading the tool with ToolSearch,
-# as Claude Code defers its MCP tools), then answers with a `Write` of the page below, then
-# with closing words.
+# looks the collection up with the Publication API's search (offered beside the five file
+# tools the turn states), then answers with a `Write` of the page below, then with closing
+# words.
 # A /30 of the lab range taken at random: the demo's box shares the host's network, and a test
 # box beside it must not answer for it.
 lab_id=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')

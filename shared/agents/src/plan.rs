@@ -23,8 +23,13 @@ pub const MAX_BRIEF_BYTES: usize = 96 * 1024;
 /// The most model rounds a turn may take, for the drivers that take a cap (Claude Code's
 /// `--max-turns`, atelier-agent's).
 const MAX_TURNS: &str = "50";
-/// The tools a Claude Code turn may use.
-const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,TodoWrite,mcp__dedalo_publication";
+/// The built-in tools a Claude Code turn is offered (`--tools`): without it the model is also
+/// offered subagents, skills, workflows and scheduled wake-ups, which `--allowedTools` (a
+/// permission list) does not take away.
+const CLAUDE_TOOLS: &str = "Read,Write,Edit,Glob,Grep";
+/// The tools a Claude Code turn may use without asking: the offered ones and the Publication
+/// API's.
+const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,mcp__dedalo_publication";
 /// The tools a Claude Code turn may never use.
 const CLAUDE_DISALLOWED_TOOLS: &str = "Bash,WebFetch,WebSearch";
 /// Claude Code's settings: no hooks, no project MCP servers.
@@ -483,6 +488,8 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
         "--strict-mcp-config",
         "--mcp-config",
         &request.mcp_config_path.to_string_lossy(),
+        "--tools",
+        CLAUDE_TOOLS,
         "--allowedTools",
         CLAUDE_ALLOWED_TOOLS,
         "--disallowedTools",

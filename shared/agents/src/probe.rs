@@ -269,6 +269,7 @@ Options:
   --settings <file-or-json>                         Path to a settings JSON file or a JSON string
   --setting-sources <sources>                       Comma-separated list of setting sources to load
   --strict-mcp-config                               Only use MCP servers from --mcp-config
+  --tools <tools...>                                Built-in tools to make available
   -h, --help                                        Display help for command
 ";
 
@@ -439,6 +440,12 @@ Options:
                 DriverId::ClaudeCode,
                 kebab_only,
                 missing(&["--allowedTools"]),
+            ),
+            (
+                "lacks --tools (offers every built-in tool)",
+                DriverId::ClaudeCode,
+                without(CLAUDE_HELP, "--tools"),
+                missing(&["--tools"]),
             ),
             (
                 "lacks -p and --resume",

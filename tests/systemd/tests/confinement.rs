@@ -1235,6 +1235,27 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         .collect();
     let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
     assert!(messages.len() >= 2, "two model calls at least: {run:?}");
+    // The model is offered the stated file tools and nothing else built in (no subagents,
+    // skills or scheduled wake-ups); the relay's tools, when it lists any, are the MCP server's.
+    // A tool sent with `defer_loading` is not shown to the model (Claude Code sends a reserved
+    // placeholder so).
+    let mut offered: Vec<&str> = messages[0]["body"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter(|t| t["defer_loading"] != true)
+                .filter_map(|t| t["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    offered.retain(|name| !name.starts_with("mcp__dedalo_publication__"));
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        ["Edit", "Glob", "Grep", "Read", "Write"],
+        "{run:?}"
+    );
     let first = messages[0]["body"].to_string();
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
@@ -2140,11 +2161,12 @@ fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_th
 fn the_real_claude_code_calls_the_publication_api_through_the_relay_which_alone_adds_the_key() {
     let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 120_000);
     let declaration = serde_json::from_str(&declaration).expect("the declaration is JSON");
-    // Claude Code offers its MCP tools deferred: the model loads the search with ToolSearch.
+    // With only the stated built-in tools (no ToolSearch), Claude Code offers the MCP tools
+    // themselves, so the model calls the search first.
     assert_publication_api_call_through_the_relay(
         declaration,
         "/v1/messages",
-        &["ToolSearch", MCP_SEARCH_TOOL, "Write"],
+        &[MCP_SEARCH_TOOL, "Write"],
     );
 }
 
