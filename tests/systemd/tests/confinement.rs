@@ -122,12 +122,15 @@ fn recorded_requests(run: &BoxRun) -> Vec<Value> {
 
 /// The names of the tools a recorded model request offered the model, on either wire (a chat
 /// completion's `function.name`, a Messages request's `name`).
+/// The tools a model request shows the model, by name. A tool sent with `defer_loading` is
+/// not shown (Claude Code sends a reserved placeholder so).
 fn offered_tools(call: &Value) -> Vec<&str> {
     call["body"]["tools"]
         .as_array()
         .map(|tools| {
             tools
                 .iter()
+                .filter(|t| t["defer_loading"] != true)
                 .filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str()))
                 .collect()
         })
@@ -1237,18 +1240,7 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
     assert!(messages.len() >= 2, "two model calls at least: {run:?}");
     // The model is offered the stated file tools and nothing else built in (no subagents,
     // skills or scheduled wake-ups); the relay's tools, when it lists any, are the MCP server's.
-    // A tool sent with `defer_loading` is not shown to the model (Claude Code sends a reserved
-    // placeholder so).
-    let mut offered: Vec<&str> = messages[0]["body"]["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter(|t| t["defer_loading"] != true)
-                .filter_map(|t| t["name"].as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut offered = offered_tools(messages[0]);
     offered.retain(|name| !name.starts_with("mcp__dedalo_publication__"));
     offered.sort_unstable();
     assert_eq!(
@@ -2154,6 +2146,7 @@ fn atelier_agent_calls_the_publication_api_through_the_relay_which_alone_adds_th
         declaration,
         "/v1/chat/completions",
         &[MCP_SEARCH_TOOL, "write"],
+        &["edit", "glob", "grep", "list", "read", "write"],
     );
 }
 
@@ -2167,6 +2160,7 @@ fn the_real_claude_code_calls_the_publication_api_through_the_relay_which_alone_
         declaration,
         "/v1/messages",
         &[MCP_SEARCH_TOOL, "Write"],
+        &["Edit", "Glob", "Grep", "Read", "Write"],
     );
 }
 
@@ -2178,17 +2172,20 @@ fn the_real_opencode_calls_the_publication_api_through_the_relay_which_alone_add
         declaration,
         "/v1/chat/completions",
         &[OPENCODE_SEARCH_TOOL, "write"],
+        // opencode's own to-do list stays: it writes only to opencode's database.
+        &["edit", "glob", "grep", "read", "todowrite", "write"],
     );
 }
 
 /// [`MCP_TURN`] with `declaration`'s driver, whose model requests go to `model_path` and whose
 /// session shows the calls of `tools` (the search among them, the write last), ending idle;
-/// the relay's decisions in the session; the stand-in's record back at the model; every
+/// the search offered beside exactly `offered` (sorted); the relay's decisions in the session; the stand-in's record back at the model; every
 /// request the stand-in saw carrying the declared key, which the agent never held.
 fn assert_publication_api_call_through_the_relay(
     mut declaration: Value,
     model_path: &str,
     tools: &[&str],
+    offered: &[&str],
 ) {
     // The Publication API stand-in, on the loopback the box shares; the declaration points
     // the relay at it (the relay posts to the declared URL's `/mcp`).
@@ -2241,12 +2238,16 @@ fn assert_publication_api_call_through_the_relay(
         .iter()
         .find(|tool| tool.ends_with(SEARCH_TOOL))
         .expect("the search is among the calls");
-    assert!(
-        calls
-            .iter()
-            .any(|call| offered_tools(call).contains(search)),
-        "no request offered {search}: {run:?}"
-    );
+    let offering = calls
+        .iter()
+        .map(offered_tools)
+        .find(|offered| offered.contains(search))
+        .unwrap_or_else(|| panic!("no request offered {search}: {run:?}"));
+    // Beside it, exactly the driver's stated tools: a CLI's new release that offers more fails
+    // here rather than in a user's turn.
+    let mut offering: Vec<&str> = offering.into_iter().filter(|t| t != search).collect();
+    offering.sort_unstable();
+    assert_eq!(offering, offered, "{run:?}");
     // A request after the search ends with its result (a `tool` message, or the user's
     // `tool_result` block), which holds the record.
     let last_message = |call: &Value| call["body"]["messages"].as_array()?.last().cloned();
