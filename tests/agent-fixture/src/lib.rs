@@ -33,8 +33,9 @@ Options:
   --settings <file-or-json>         Accepted
   --strict-mcp-config               Accepted
   --mcp-config <configs...>         An MCP configuration file or JSON; must hold mcpServers
+  --tools <tools...>                Built-in tools offered: reported in the init frame
   --allowedTools, --allowed-tools <tools...>
-                                    Reported in the init frame
+                                    Accepted
   --disallowedTools, --disallowed-tools <tools...>
                                     Accepted
   --append-system-prompt <prompt>   The brief (see the brief directive)
@@ -63,8 +64,9 @@ Exit codes: 0 done (after a result line), 1 usage, 2 a directive failed, or exit
 ";
 
 /// Options that take a value.
-const VALUE_FLAGS: [&str; 12] = [
+const VALUE_FLAGS: [&str; 13] = [
     "--output-format",
+    "--tools",
     "--permission-mode",
     "--max-turns",
     "--setting-sources",
@@ -118,7 +120,7 @@ struct TurnArgs {
     mcp_config: Option<String>,
     brief: Option<String>,
     permission_mode: Option<String>,
-    allowed_tools: Option<String>,
+    tools: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Invocation, String> {
@@ -149,7 +151,7 @@ fn parse(args: &[String]) -> Result<Invocation, String> {
                     "--mcp-config" => turn.mcp_config = Some(value),
                     "--append-system-prompt" => turn.brief = Some(value),
                     "--permission-mode" => turn.permission_mode = Some(value),
-                    "--allowedTools" | "--allowed-tools" => turn.allowed_tools = Some(value),
+                    "--tools" => turn.tools = Some(value),
                     _ => {}
                 }
                 i += 1;
@@ -281,7 +283,7 @@ impl Script {
     }
 
     fn init(&mut self) {
-        let tools: Vec<String> = match &self.turn.allowed_tools {
+        let tools: Vec<String> = match &self.turn.tools {
             Some(list) => list
                 .split([',', ' '])
                 .filter(|t| !t.is_empty())
