@@ -32,8 +32,10 @@ const CLAUDE_TOOLS: &str = "Read,Write,Edit,Glob,Grep";
 const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,mcp__dedalo_publication";
 /// The tools a Claude Code turn may never use.
 const CLAUDE_DISALLOWED_TOOLS: &str = "Bash,WebFetch,WebSearch";
-/// Claude Code's settings: no hooks, no project MCP servers.
-const CLAUDE_SETTINGS: &str = r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false}"#;
+/// Claude Code's settings: no hooks, no project MCP servers, no auto-memory (notes the CLI
+/// keeps under its own directory, which the turn writes, and loads into every later turn).
+const CLAUDE_SETTINGS: &str =
+    r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false,"autoMemoryEnabled":false}"#;
 /// opencode's directory below the stated directory: the brief it is told to read.
 const OPENCODE_STATED_DIR: &str = "opencode";
 /// The brief's file there.

@@ -1297,6 +1297,103 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
     assert!(log.contains(&"the build went on without it"), "{run:?}");
 }
 
+/// The real Claude Code runs a turn with every configuration source a workspace or the turn
+/// HOME's Claude directory (the CLI's own, which a turn writes) can hold planted: memory files,
+/// settings with hooks, skills, subagents, commands, rules, MCP servers (the project's file, the
+/// CLI's own config at user and local scope) and an auto-memory of the workspace. The model
+/// sees only what the driver states; without `autoMemoryEnabled: false` the auto-memory reached
+/// it.
+const CLAUDE_PLANTED_TURN: &str = r#"
+create_site collection www.example.org
+plant() { # owner path content
+  install -D -o "$1" -g atelier-example -m 0660 /dev/stdin "$2" <<<"$3"
+}
+ws_plant() { plant atelier-example "$ws1/$1" "$2"; }
+claude_dir=/var/lib/atelier/example/agents/s1/turn/state/claude
+home_plant() { plant atelier-a-example_1 "$claude_dir/$1" "$2"; }
+ws_plant AGENTS.md '# Brief. brief-canary-7f3a'
+ws_plant CLAUDE.md 'planted-claude-md-canary'
+ws_plant CLAUDE.local.md 'planted-claude-local-md-canary'
+ws_plant .claude/CLAUDE.md 'planted-dot-claude-md-canary'
+ws_plant .claude/rules/planted.md 'planted-rule-canary'
+ws_plant .claude/settings.json '{"env":{"PLANTED":"planted-settings-env-canary"},"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"echo planted-hook-canary"}]}]}}'
+ws_plant .claude/settings.local.json '{"env":{"PLANTED_LOCAL":"planted-local-settings-canary"}}'
+ws_plant .claude/skills/planted/SKILL.md $'---\nname: planted\ndescription: planted-skill-canary\n---\nplanted'
+ws_plant .claude/agents/planted.md $'---\nname: planted-agent\ndescription: planted-subagent-canary\n---\nplanted'
+ws_plant .claude/commands/planted.md 'planted-command-canary'
+ws_plant .mcp.json '{"mcpServers":{"planted_mcp_canary":{"type":"http","url":"http://127.0.0.1:9/mcp"}}}'
+home_plant CLAUDE.md 'planted-home-claude-md-canary'
+home_plant settings.json '{"env":{"PLANTED_HOME":"planted-home-settings-canary"}}'
+home_plant skills/home/SKILL.md $'---\nname: home\ndescription: planted-home-skill-canary\n---\nplanted'
+home_plant agents/home.md $'---\nname: home-agent\ndescription: planted-home-subagent-canary\n---\nplanted'
+home_plant projects/-var-lib-atelier-example-sites-collection/memory/MEMORY.md 'planted-auto-memory-canary'
+home_plant .claude.json '{"mcpServers":{"planted_user_mcp_canary":{"type":"http","url":"http://127.0.0.1:9/mcp"}},"projects":{"'$ws1'":{"mcpServers":{"planted_local_mcp_canary":{"type":"http","url":"http://127.0.0.1:9/mcp"}}}}}'
+chown -R atelier-a-example_1 $claude_dir
+id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
+echo "start=$(cat /tmp/start-status)"
+follow "$id" | sed 's/^/turn1| /'
+echo "page=$(cat $ws1/src/index.html)"
+requests
+sited_log | tail -n 20 | sed 's/^/sited-log| /'
+lab_down
+exit 0
+"#;
+
+#[test]
+fn the_real_claude_code_loads_nothing_planted() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 120_000);
+    let run = run_real_agent(declaration, CLAUDE_PLANTED_TURN, "");
+    assert_eq!(fact(&run, "start"), "201", "{run:?}");
+    let turn = events(&run, "turn1");
+    assert_eq!(
+        turn.last().map(|e| e["state"].clone()),
+        Some("idle".into()),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
+    let requests = recorded_requests(&run);
+    let messages: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["path"] == "/v1/messages")
+        .collect();
+    assert!(messages.len() >= 2, "two model calls at least: {run:?}");
+    let mut surfaced = Vec::new();
+    for call in &messages {
+        let body = call["body"].to_string();
+        for planted in [
+            "planted-claude-md-canary",
+            "planted-claude-local-md-canary",
+            "planted-dot-claude-md-canary",
+            "planted-rule-canary",
+            "planted-settings-env-canary",
+            "planted-hook-canary",
+            "planted-local-settings-canary",
+            "planted-skill-canary",
+            "planted-subagent-canary",
+            "planted-command-canary",
+            "planted_mcp_canary",
+            "planted-home-claude-md-canary",
+            "planted-home-settings-canary",
+            "planted-home-skill-canary",
+            "planted-home-subagent-canary",
+            "planted-auto-memory-canary",
+            "planted_user_mcp_canary",
+            "planted_local_mcp_canary",
+        ] {
+            if body.contains(planted) && !surfaced.contains(&planted) {
+                surfaced.push(planted);
+            }
+        }
+    }
+    assert!(
+        surfaced.is_empty(),
+        "reached the model: {surfaced:?}\n{run:?}"
+    );
+    let first = messages[0]["body"].to_string();
+    assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
+    assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+}
+
 /// The same agent with the model's host missing from the door's plan: the declaration keeps
 /// Anthropic's own host and sited is pointed at the lab model by a drop-in, so the gate
 /// refuses; the refusal is an event of the session, the turn ends with an error inside the

@@ -88,7 +88,7 @@ fn claude_argv_states_every_source_and_tool() {
         "--setting-sources",
         "",
         "--settings",
-        r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false}"#,
+        r#"{"disableAllHooks":true,"enableAllProjectMcpServers":false,"autoMemoryEnabled":false}"#,
         "--strict-mcp-config",
         "--mcp-config",
         MCP_JSON,
