@@ -490,6 +490,9 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
         "--strict-mcp-config",
         "--mcp-config",
         &request.mcp_config_path.to_string_lossy(),
+        // The prompt is the editor's words for the model, never one of the CLI's own commands
+        // or skills (which would run in the turn without the model, or with its own prompt).
+        "--disable-slash-commands",
         "--tools",
         CLAUDE_TOOLS,
         "--allowedTools",

@@ -269,6 +269,7 @@ Options:
   --settings <file-or-json>                         Path to a settings JSON file or a JSON string
   --setting-sources <sources>                       Comma-separated list of setting sources to load
   --strict-mcp-config                               Only use MCP servers from --mcp-config
+  --disable-slash-commands                          Disable all skills and commands
   --tools <tools...>                                Built-in tools to make available
   -h, --help                                        Display help for command
 ";
@@ -446,6 +447,12 @@ Options:
                 DriverId::ClaudeCode,
                 without(CLAUDE_HELP, "--tools"),
                 missing(&["--tools"]),
+            ),
+            (
+                "lacks --disable-slash-commands (a prompt could run a command)",
+                DriverId::ClaudeCode,
+                without(CLAUDE_HELP, "--disable-slash-commands"),
+                missing(&["--disable-slash-commands"]),
             ),
             (
                 "lacks -p and --resume",

@@ -32,6 +32,7 @@ Options:
   --setting-sources <sources>       Accepted
   --settings <file-or-json>         Accepted
   --strict-mcp-config               Accepted
+  --disable-slash-commands          Accepted
   --mcp-config <configs...>         An MCP configuration file or JSON; must hold mcpServers
   --tools <tools...>                Built-in tools offered: reported in the init frame
   --allowedTools, --allowed-tools <tools...>
@@ -80,7 +81,13 @@ const VALUE_FLAGS: [&str; 13] = [
     "--resume",
 ];
 /// Options that take none.
-const SWITCHES: [&str; 4] = ["-p", "--print", "--verbose", "--strict-mcp-config"];
+const SWITCHES: [&str; 5] = [
+    "-p",
+    "--print",
+    "--verbose",
+    "--strict-mcp-config",
+    "--disable-slash-commands",
+];
 
 /// Runs with `args` (without the program name) and returns the exit code.
 pub fn run(args: &[String]) -> i32 {

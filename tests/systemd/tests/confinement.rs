@@ -1333,6 +1333,9 @@ id=$(start_session collection '"Write the home page. prompt-canary-91c2"')
 echo "start=$(cat /tmp/start-status)"
 follow "$id" | sed 's/^/turn1| /'
 echo "page=$(cat $ws1/src/index.html)"
+# An editor's follow-up that begins like one of the CLI's own commands is no command.
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"/context\",$actor}" $base/v1/sessions/$id/messages
+timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 requests
 sited_log | tail -n 20 | sed 's/^/sited-log| /'
 lab_down
@@ -1392,6 +1395,27 @@ fn the_real_claude_code_loads_nothing_planted() {
     let first = messages[0]["body"].to_string();
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+
+    // The follow-up `/context` ran none of the CLI's commands (which would have answered with
+    // the context's usage without the model) and the turn ended.
+    assert_eq!(fact(&run, "message"), "200", "{run:?}");
+    let all = events(&run, "all");
+    let second: Vec<&Value> = all
+        .iter()
+        .skip_while(|e| e["type"] != "turn_end")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        second.last().map(|e| e["type"].clone()),
+        Some("turn_end".into()),
+        "{run:?}"
+    );
+    assert!(
+        second
+            .iter()
+            .all(|e| !e["text"].to_string().contains("Context Usage")),
+        "{run:?}"
+    );
 }
 
 /// The same agent with the model's host missing from the door's plan: the declaration keeps

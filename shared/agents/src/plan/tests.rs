@@ -92,6 +92,7 @@ fn claude_argv_states_every_source_and_tool() {
         "--strict-mcp-config",
         "--mcp-config",
         MCP_JSON,
+        "--disable-slash-commands",
         "--tools",
         "Read,Write,Edit,Glob,Grep",
         "--allowedTools",
