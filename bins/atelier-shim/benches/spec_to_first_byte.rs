@@ -53,6 +53,7 @@ async fn through_shim(workdir: &str) -> (Duration, Duration) {
         argv: vec![PROGRAM.into(), "x".into()],
         env: Default::default(),
         host_netns: "net:[1]".into(),
+        stdin: None,
     };
     let bytes = encode(&spec.to_frame().unwrap()).unwrap();
     let sent = Instant::now();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use atelier_proto::{ExitRecord, Frame, FrameKind, Spec};
 use bytes::Bytes;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::unix::pipe;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 use tokio::task::JoinHandle;
@@ -56,7 +56,7 @@ where
     let mut sigterm = signal(SignalKind::terminate()).map_err(internal("the SIGTERM handler"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(internal("the SIGINT handler"))?;
 
-    let child = match command(settings, spec).spawn() {
+    let mut child = match command(settings, spec).spawn() {
         Ok(child) => child,
         Err(source) => {
             let exit = ExitRecord::exited(i32::from(crate::exit::SPAWN_FAILED));
@@ -72,6 +72,9 @@ where
     };
     let pid = Pid::from_child(&child);
     let exit_watch = tokio::task::spawn_blocking(move || wait_exited(pid));
+    if let (Some(stdin), Some(text)) = (child.stdin.take(), &spec.stdin) {
+        feed_stdin(OwnedFd::from(stdin), text.clone());
+    }
     let mut program = Program {
         child,
         group: Group(pid),
@@ -243,7 +246,8 @@ async fn watch_exit(
 }
 
 /// The program's command: argv, workdir, exactly the spec's environment with the unit's fixed
-/// keys over it, stdin `/dev/null`, output pipes, its own process group.
+/// keys over it, stdin a pipe when the spec gives it text (else `/dev/null`), output pipes, its
+/// own process group.
 fn command(settings: &Settings, spec: &Spec) -> Command {
     let (program, args) = match spec.argv.split_first() {
         Some((program, args)) => (program.as_str(), args),
@@ -256,11 +260,26 @@ fn command(settings: &Settings, spec: &Spec) -> Command {
         .envs(&spec.env)
         .envs(settings.unit_env.iter().map(|(k, v)| (k, v)))
         .current_dir(&settings.workdir)
-        .stdin(Stdio::null())
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     command
+}
+
+/// Writes `text` to the program's stdin, then closes it (end of file), beside the relay: a
+/// program that reads its stdin late, or never, blocks no one. A program that exits or closes
+/// its stdin unread ends the write; that is the program's business, not a failure of the run.
+fn feed_stdin(stdin: OwnedFd, text: String) {
+    tokio::spawn(async move {
+        if let Ok(mut pipe) = pipe::Sender::from_owned_fd(stdin) {
+            let _unread = pipe.write_all(text.as_bytes()).await;
+        }
+    });
 }
 
 fn take_pipes(child: &mut Child) -> io::Result<(pipe::Receiver, pipe::Receiver)> {

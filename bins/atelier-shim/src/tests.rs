@@ -80,6 +80,7 @@ async fn the_library_entry_runs_a_conversation_over_pipes() {
         argv: vec!["/bin/sh".into(), "-c".into(), "pwd; echo $HOME >&2".into()],
         env: Default::default(),
         host_netns: "net:[1]".into(),
+        stdin: None,
     };
     daemon_out
         .write_all(&encode(&spec.to_frame().unwrap()).unwrap())

@@ -251,6 +251,7 @@ impl Builds {
             door: Door::Build,
             argv: plan.to_argv(self.settings.build_bin.to_string_lossy()),
             env,
+            stdin: None,
         };
         let mut run = match self.runner.open(&target, spec).await {
             Ok(run) => run,

@@ -321,6 +321,7 @@ async fn ask(
         door: Door::Turn,
         argv,
         env,
+        stdin: None,
     };
     let output = runner
         .collect(target, spec, PROBE_OUTPUT_LIMIT, deadline)

@@ -161,6 +161,7 @@ impl Git {
             door: Door::Git,
             argv,
             env: Self::environment(),
+            stdin: None,
         };
         let output = self
             .runner

@@ -104,6 +104,8 @@ pub struct RunSpec {
     /// The program's whole environment; the door adds only what its unit fixes (HOME, git's
     /// configuration).
     pub env: BTreeMap<String, String>,
+    /// What the program reads on stdin (else `/dev/null`).
+    pub stdin: Option<String>,
 }
 
 /// Where a run happens.
@@ -286,6 +288,7 @@ impl Runner {
             argv: spec.argv,
             env: spec.env,
             host_netns: self.inner.host_netns.clone(),
+            stdin: spec.stdin,
         };
         if let Err(e) = run.send_spec(&spec).await {
             run.stop().await;

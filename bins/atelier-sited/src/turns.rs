@@ -345,6 +345,7 @@ impl Turn {
                             door: Door::Turn,
                             argv: plan.argv,
                             env: plan.env,
+                            stdin: plan.stdin,
                         };
                         let mut relay = Relay {
                             events: &events,

@@ -257,6 +257,9 @@ pub struct TurnPlan {
     /// The driver's configuration, relative to [`TurnRequest::stated_dir`]: the directory is
     /// emptied and these written before the run.
     pub stated: Vec<PlannedFile>,
+    /// What the program reads on stdin (else nothing): the prompt, for a CLI whose argv parser
+    /// would not pass it on as it is.
+    pub stdin: Option<String>,
 }
 
 impl fmt::Debug for TurnPlan {
@@ -529,6 +532,7 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
             mode: TURN_FILE_MODE,
         }],
         stated: Vec::new(),
+        stdin: None,
     })
 }
 
@@ -594,7 +598,6 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     if let Some(token) = request.resume_token {
         argv.extend(["--session".to_owned(), token.to_owned()]);
     }
-    argv.extend(["--".to_owned(), request.prompt.to_owned()]);
     let mut env = base_env(request);
     env.extend(opencode_restriction());
     env.insert("OPENCODE_CONFIG_CONTENT".to_owned(), config.to_string());
@@ -607,11 +610,15 @@ fn plan_opencode(request: &TurnRequest<'_>, brief: Option<String>) -> Result<Tur
     for (key, value) in &request.credentials.opencode_env {
         env.insert(key.clone(), value.clone());
     }
+    // The prompt goes on stdin: `opencode run` rejoins its message arguments quoting each that
+    // holds a space (the model saw `"Write the page"`, inner quotes escaped) and takes a
+    // number-only argument for a number, failing the run.
     Ok(TurnPlan {
         argv,
         env,
         files: Vec::new(),
         stated,
+        stdin: Some(request.prompt.to_owned()),
     })
 }
 
@@ -746,6 +753,7 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
         env,
         files: Vec::new(),
         stated,
+        stdin: None,
     })
 }
 
@@ -824,6 +832,7 @@ fn plan_atelier(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
         env,
         files: Vec::new(),
         stated: Vec::new(),
+        stdin: None,
     })
 }
 

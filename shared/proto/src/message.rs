@@ -145,7 +145,8 @@ impl Hello {
     }
 }
 
-/// `S`: the daemon's run spec, `{"v":1,"door":..,"argv":[..],"env":{..},"hostNetns":..}`.
+/// `S`: the daemon's run spec, `{"v":1,"door":..,"argv":[..],"env":{..},"hostNetns":..}` and
+/// optionally `"stdin":..`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
@@ -163,6 +164,11 @@ pub struct Spec {
     /// own must differ from; not empty.
     #[serde(rename = "hostNetns")]
     pub host_netns: String,
+    /// What the program reads on its stdin, then end of file; absent, stdin is `/dev/null`.
+    /// (A prompt given this way reaches a CLI exactly, where its argv parser would not pass it
+    /// on as it is.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
 }
 
 // === impl Spec ===

@@ -2092,12 +2092,26 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
         .iter()
         .filter(|c| c["body"]["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect();
-    let first = with_tools
-        .first()
-        .map(|c| c["body"].to_string())
-        .unwrap_or_default();
+    let first_call = with_tools.first().map(|c| &c["body"]);
+    let first = first_call.map(Value::to_string).unwrap_or_default();
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+    // The editor's words exactly (on opencode's argv they arrived in quotes).
+    let user_texts: Vec<&str> = first_call
+        .and_then(|body| body["messages"].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(text) => vec![text.as_str()],
+            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    assert!(
+        user_texts.contains(&"Write the home page. prompt-canary-91c2"),
+        "{user_texts:?}"
+    );
 
     // The planted console account refuses the driver before anything runs.
     assert_eq!(fact(&run, "account_start"), "503", "{run:?}");

@@ -31,6 +31,7 @@ fn spec(door: Door, env: &[(&str, &str)]) -> Spec {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect::<BTreeMap<_, _>>(),
         host_netns: "net:[1]".into(),
+        stdin: None,
     }
 }
 

@@ -37,6 +37,38 @@ async fn hello_carries_exactly_version_door_and_unit() {
 }
 
 #[tokio::test]
+async fn the_specs_stdin_reaches_the_program_exactly_then_end_of_file() {
+    let scratch = Scratch::new();
+    let text = "3\n\"quoted\"  twice-spaced é\n".repeat(20_000); // well past a pipe's buffer
+    let mut spec = spec_json("build", &["/bin/cat"], &[], &own_netns());
+    spec["stdin"] = json!(text);
+    let mut shim = Launch::unconfined("build", &scratch.workdir()).start();
+    shim.hello().await;
+    shim.send_spec(&spec).await;
+    let transcript = shim.transcript().await;
+    assert_eq!(transcript.stdout, text.as_bytes());
+    assert_eq!(transcript.exit, Some(ExitRecord::exited(0)));
+    // Without it, stdin is /dev/null: cat ends at once with nothing.
+    let mut shim = run_build(&scratch, &["/bin/cat"]).await;
+    let transcript = shim.transcript().await;
+    assert!(transcript.stdout.is_empty());
+    assert_eq!(transcript.exit, Some(ExitRecord::exited(0)));
+}
+
+#[tokio::test]
+async fn a_program_that_never_reads_its_stdin_still_ends_the_run() {
+    let scratch = Scratch::new();
+    let mut spec = spec_json("build", &["/bin/true"], &[], &own_netns());
+    spec["stdin"] = json!("x".repeat(512 * 1024)); // more than the pipe holds
+    let mut shim = Launch::unconfined("build", &scratch.workdir()).start();
+    shim.hello().await;
+    shim.send_spec(&spec).await;
+    let transcript = shim.transcript().await;
+    assert_eq!(transcript.exit, Some(ExitRecord::exited(0)));
+    assert_eq!(shim.wait().code(), 0);
+}
+
+#[tokio::test]
 async fn echo_is_relayed_and_the_exit_record_is_last() {
     let scratch = Scratch::new();
     let mut shim = run_build(&scratch, &["/bin/echo", "hello world"]).await;

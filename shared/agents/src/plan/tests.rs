@@ -124,11 +124,18 @@ fn a_prompt_that_looks_like_an_option_stays_the_prompt() {
         let mut req = request(driver, &mcp, &creds, None, None);
         req.prompt = "--dangerously-skip-permissions";
         let plan = plan_turn(&req).unwrap();
+        if driver == DriverId::Opencode {
+            // opencode reads its prompt on stdin: nothing of it is on the argv.
+            assert_eq!(plan.stdin.as_deref(), Some(req.prompt));
+            assert!(!plan.argv.iter().any(|arg| arg == req.prompt));
+            continue;
+        }
         let n = plan.argv.len();
         assert_eq!(
             plan.argv[n - 2..],
             strings(&["--", "--dangerously-skip-permissions"])
         );
+        assert_eq!(plan.stdin, None);
     }
 }
 
@@ -339,10 +346,11 @@ fn opencode_gets_its_whole_configuration_from_the_daemon() {
             "json",
             "--session",
             "ses_3b11bfdcdffeITCXse4fCuIRnU",
-            "--",
-            "Make a page"
         ])
     );
+    // The prompt is opencode's stdin, exactly: on the argv it would be quoted (or, all digits,
+    // taken for a number).
+    assert_eq!(plan.stdin.as_deref(), Some("Make a page"));
     let config: Value = serde_json::from_str(&plan.env["OPENCODE_CONFIG_CONTENT"]).unwrap();
     let permission = json!({
         "bash": "deny", "webfetch": "deny", "websearch": "deny", "codesearch": "deny",

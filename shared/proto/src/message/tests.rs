@@ -12,6 +12,7 @@ fn sample_spec() -> Spec {
             ("_private".to_owned(), String::new()),
         ]),
         host_netns: "net:[4026531840]".into(),
+        stdin: None,
     }
 }
 

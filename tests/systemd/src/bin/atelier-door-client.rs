@@ -257,6 +257,7 @@ fn spec_frame(args: &SpecArgs) -> anyhow::Result<Frame> {
         argv: args.argv.clone(),
         env,
         host_netns,
+        stdin: None,
     };
     if args.unchecked {
         Ok(Frame::new(FrameKind::Spec, serde_json::to_vec(&spec)?))
