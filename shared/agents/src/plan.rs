@@ -725,12 +725,6 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
     if let Some(token) = request.resume_token {
         argv.extend(["--session".to_owned(), token.to_owned()]);
     }
-    let prompt = if request.prompt.starts_with(['-', '@']) {
-        format!(" {}", request.prompt)
-    } else {
-        request.prompt.to_owned()
-    };
-    argv.push(prompt);
     let mut env = base_env(request);
     env.extend(pi_quiet_env());
     env.insert(
@@ -753,7 +747,9 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
         env,
         files: Vec::new(),
         stated,
-        stdin: None,
+        // pi has no `--`: on the argv a prompt starting with `-` or `@` would be an option or
+        // a file to attach. It reads a piped stdin as the prompt, byte for byte.
+        stdin: Some(request.prompt.to_owned()),
     })
 }
 

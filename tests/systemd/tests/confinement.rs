@@ -137,6 +137,21 @@ fn offered_tools(call: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// The text of every user message of a chat-completions request body.
+fn user_texts(body: &Value) -> Vec<&str> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(text) => vec![text.as_str()],
+            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
 /// The session events a script printed under `prefix`, each body with what differs between
 /// two runs of the same prompt (times, the driver's token, the workspace's path) replaced.
 fn normalized_events(run: &BoxRun, prefix: &str, workspace: &str) -> Vec<Value> {
@@ -1695,6 +1710,12 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
     let first = calls[0]["body"].to_string();
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
+    // The editor's words exactly, read from pi's stdin.
+    let texts = user_texts(&calls[0]["body"]);
+    assert!(
+        texts.contains(&"Write the home page. prompt-canary-91c2"),
+        "{texts:?}"
+    );
     assert!(
         first.contains("You are a coding agent editing a website"),
         "the stated system prompt: {first}"
@@ -2097,20 +2118,10 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
     // The editor's words exactly (on opencode's argv they arrived in quotes).
-    let user_texts: Vec<&str> = first_call
-        .and_then(|body| body["messages"].as_array())
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "user")
-        .flat_map(|m| match &m["content"] {
-            Value::String(text) => vec![text.as_str()],
-            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-            _ => Vec::new(),
-        })
-        .collect();
+    let texts = first_call.map(user_texts).unwrap_or_default();
     assert!(
-        user_texts.contains(&"Write the home page. prompt-canary-91c2"),
-        "{user_texts:?}"
+        texts.contains(&"Write the home page. prompt-canary-91c2"),
+        "{texts:?}"
     );
 
     // The planted console account refuses the driver before anything runs.

@@ -981,9 +981,9 @@ fn pi_states_its_model_tools_and_prompts_and_discovers_nothing() {
             &sessions,
             "--session",
             "01a23c28-4509-718b-a52a-005e5c4b4409",
-            "Make a page",
         ])
     );
+    assert_eq!(plan.stdin.as_deref(), Some("Make a page"));
     assert_eq!(plan.env["PI_CODING_AGENT_DIR"], format!("{STATED}/pi"));
     assert!(
         plan.files.is_empty(),
@@ -1035,19 +1035,37 @@ fn pi_states_its_model_tools_and_prompts_and_discovers_nothing() {
     assert_eq!(models["providers"]["atelier"]["apiKey"], "no-key");
 }
 
-/// pi has no `--`: a prompt it would read as an option or a file to attach gets a leading
-/// space; atelier-agent takes `-` alone as "read stdin", so that one gets a space too.
+/// pi has no `--`: its prompt goes on stdin, exactly, so nothing of it can be an option or a
+/// file to attach; atelier-agent takes `-` alone as "read stdin", so that one gets a space.
 #[test]
 fn a_prompt_is_never_an_option_a_file_or_stdin() {
     let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
+    for prompt in [
+        "Make a page",
+        "--version",
+        "-p",
+        "@/etc/passwd",
+        "---",
+        " -spaced",
+        "3",
+    ] {
+        let plan = plan_turn(&TurnRequest {
+            prompt,
+            ..request(DriverId::Pi, &mcp, &creds, None, None)
+        })
+        .unwrap();
+        assert_eq!(plan.stdin.as_deref(), Some(prompt), "pi: {prompt:?}");
+        assert!(
+            !plan
+                .argv
+                .iter()
+                .any(|arg| arg.trim_start() == prompt.trim_start()),
+            "pi: {prompt:?} is on the argv: {:?}",
+            plan.argv
+        );
+    }
     for (driver, prompt, passed) in [
-        (DriverId::Pi, "Make a page", "Make a page"),
-        (DriverId::Pi, "--version", " --version"),
-        (DriverId::Pi, "-p", " -p"),
-        (DriverId::Pi, "@/etc/passwd", " @/etc/passwd"),
-        (DriverId::Pi, "---", " ---"),
-        (DriverId::Pi, " -already spaced", " -already spaced"),
         (DriverId::Atelier, "Make a page", "Make a page"),
         (DriverId::Atelier, "--version", "--version"),
         (DriverId::Atelier, "-", " -"),
