@@ -27,9 +27,6 @@ const MAX_TURNS: &str = "50";
 /// offered subagents, skills, workflows and scheduled wake-ups, which `--allowedTools` (a
 /// permission list) does not take away.
 const CLAUDE_TOOLS: &str = "Read,Write,Edit,Glob,Grep";
-/// The tools a Claude Code turn may use without asking: the offered ones and the Publication
-/// API's.
-const CLAUDE_ALLOWED_TOOLS: &str = "Read,Write,Edit,Glob,Grep,mcp__dedalo_publication";
 /// The tools a Claude Code turn may never use.
 const CLAUDE_DISALLOWED_TOOLS: &str = "Bash,WebFetch,WebSearch";
 /// Claude Code's settings: no hooks, no project MCP servers, no auto-memory (notes the CLI
@@ -476,6 +473,9 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
         server["headers"] = headers;
     }
     let config = json!({"mcpServers": {request.mcp.name.clone(): server}});
+    // What the turn may use without asking: the offered tools and the MCP server's (Claude Code
+    // names them `mcp__<server>`).
+    let allowed = format!("{CLAUDE_TOOLS},mcp__{}", request.mcp.name);
     let mut argv: Vec<String> = [
         &request.bin.to_string_lossy(),
         "-p",
@@ -499,7 +499,7 @@ fn plan_claude(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnP
         "--tools",
         CLAUDE_TOOLS,
         "--allowedTools",
-        CLAUDE_ALLOWED_TOOLS,
+        &allowed,
         "--disallowedTools",
         CLAUDE_DISALLOWED_TOOLS,
     ]
