@@ -158,15 +158,12 @@ impl fmt::Display for Signal {
 /// digit after the first byte) written as `_` and two lowercase hex digits. Asking a property
 /// there loads the unit as `LoadUnit` would, without a round trip of its own.
 pub fn unit_object_path(unit: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut path = String::from("/org/freedesktop/systemd1/unit/");
     for (i, byte) in unit.bytes().enumerate() {
         if byte.is_ascii_alphabetic() || (i > 0 && byte.is_ascii_digit()) {
             path.push(char::from(byte));
         } else {
-            path.push('_');
-            path.push(char::from(HEX[usize::from(byte >> 4)]));
-            path.push(char::from(HEX[usize::from(byte & 0x0f)]));
+            path.push_str(&format!("_{byte:02x}"));
         }
     }
     path
