@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::support::{snapshot, Webspace};
 use atelier_fs::Root;
-use atelier_releases::{ReleaseId, Store, Strategy};
+use atelier_releases::{ReleaseId, Store, Strategy, LINK_TEMP_INFIX, STAGING_PREFIX};
 
 const CHILD_ENV: &str = "ATELIER_RELEASES_CRASH_CHILD";
 
@@ -177,8 +177,8 @@ fn leftover_names(webspace: &Path, store: &Path) -> BTreeSet<String> {
             .collect::<Vec<_>>()
     };
     let mut names = BTreeSet::new();
-    names.extend(named(store, ".staging-"));
-    names.extend(named(webspace, "pre.tmp-"));
+    names.extend(named(store, STAGING_PREFIX));
+    names.extend(named(webspace, &format!("pre{LINK_TEMP_INFIX}")));
     names
 }
 
