@@ -137,6 +137,21 @@ fn offered_tools(call: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// Asserts that none of `canaries` is in the body of the model request `call`, naming every
+/// one that is.
+fn assert_nothing_planted(call: &Value, canaries: &[&str]) {
+    let body = call["body"].to_string();
+    let surfaced: Vec<&str> = canaries
+        .iter()
+        .copied()
+        .filter(|canary| body.contains(canary))
+        .collect();
+    assert!(
+        surfaced.is_empty(),
+        "{surfaced:?} reached the model: {body}"
+    );
+}
+
 /// The text of every user message of a chat-completions request body.
 fn user_texts(body: &Value) -> Vec<&str> {
     body["messages"]
@@ -1375,38 +1390,31 @@ fn the_real_claude_code_loads_nothing_planted() {
         .filter(|r| r["path"] == "/v1/messages")
         .collect();
     assert!(messages.len() >= 2, "two model calls at least: {run:?}");
-    let mut surfaced = Vec::new();
     for call in &messages {
-        let body = call["body"].to_string();
-        for planted in [
-            "planted-claude-md-canary",
-            "planted-claude-local-md-canary",
-            "planted-dot-claude-md-canary",
-            "planted-rule-canary",
-            "planted-settings-env-canary",
-            "planted-hook-canary",
-            "planted-local-settings-canary",
-            "planted-skill-canary",
-            "planted-subagent-canary",
-            "planted-command-canary",
-            "planted_mcp_canary",
-            "planted-home-claude-md-canary",
-            "planted-home-settings-canary",
-            "planted-home-skill-canary",
-            "planted-home-subagent-canary",
-            "planted-auto-memory-canary",
-            "planted_user_mcp_canary",
-            "planted_local_mcp_canary",
-        ] {
-            if body.contains(planted) && !surfaced.contains(&planted) {
-                surfaced.push(planted);
-            }
-        }
+        assert_nothing_planted(
+            call,
+            &[
+                "planted-claude-md-canary",
+                "planted-claude-local-md-canary",
+                "planted-dot-claude-md-canary",
+                "planted-rule-canary",
+                "planted-settings-env-canary",
+                "planted-hook-canary",
+                "planted-local-settings-canary",
+                "planted-skill-canary",
+                "planted-subagent-canary",
+                "planted-command-canary",
+                "planted_mcp_canary",
+                "planted-home-claude-md-canary",
+                "planted-home-settings-canary",
+                "planted-home-skill-canary",
+                "planted-home-subagent-canary",
+                "planted-auto-memory-canary",
+                "planted_user_mcp_canary",
+                "planted_local_mcp_canary",
+            ],
+        );
     }
-    assert!(
-        surfaced.is_empty(),
-        "reached the model: {surfaced:?}\n{run:?}"
-    );
     let first = messages[0]["body"].to_string();
     assert!(first.contains("prompt-canary-91c2"), "the prompt: {first}");
     assert!(first.contains("brief-canary-7f3a"), "the brief: {first}");
@@ -1683,22 +1691,19 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
         .collect();
     assert!(calls.len() >= 2, "two model calls at least: {run:?}");
     for call in &calls {
-        let body = call["body"].to_string();
-        for planted in [
-            "planted-system-canary",
-            "planted-append-canary",
-            "planted-extension-canary",
-            "planted_tool",
-            "planted-skill-canary",
-            "planted-agents-skill-canary",
-            "planted-claude-md-canary",
-            "planted-prompt-canary",
-        ] {
-            assert!(
-                !body.contains(planted),
-                "{planted} reached the model: {body}"
-            );
-        }
+        assert_nothing_planted(
+            call,
+            &[
+                "planted-system-canary",
+                "planted-append-canary",
+                "planted-extension-canary",
+                "planted_tool",
+                "planted-skill-canary",
+                "planted-agents-skill-canary",
+                "planted-claude-md-canary",
+                "planted-prompt-canary",
+            ],
+        );
         assert_eq!(call["body"]["model"], "lab-model", "{run:?}");
         let tools = offered_tools(call);
         assert_eq!(
@@ -2088,22 +2093,19 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
         .collect();
     assert!(calls.len() >= 2, "two model calls at least: {run:?}");
     for call in &calls {
-        let body = call["body"].to_string();
-        for planted in [
-            "planted-instructions-canary",
-            "planted-agent-canary",
-            "planted-command-canary",
-            "planted-claude-md-canary",
-            "planted-skill-canary",
-            "planted-agents-skill-canary",
-            "planted-wellknown-canary",
-            "planted_",
-        ] {
-            assert!(
-                !body.contains(planted),
-                "{planted} reached the model: {body}"
-            );
-        }
+        assert_nothing_planted(
+            call,
+            &[
+                "planted-instructions-canary",
+                "planted-agent-canary",
+                "planted-command-canary",
+                "planted-claude-md-canary",
+                "planted-skill-canary",
+                "planted-agents-skill-canary",
+                "planted-wellknown-canary",
+                "planted_",
+            ],
+        );
         let tools = offered_tools(call);
         for denied in ["bash", "webfetch", "websearch"] {
             assert!(!tools.contains(&denied), "{denied} offered: {tools:?}");
