@@ -40,12 +40,10 @@ const DATABASE_DIRS: [&str; 4] = [
 ];
 /// Where the turn door sees its system gitconfig.
 const TURN_GITCONFIG_IN_UNIT: &str = "/etc/gitconfig";
+/// The host's sysfs, which every door masks whole.
+const SYSFS: &str = "/sys";
 /// The tmpfs masks every door gets besides the agents root.
-const TEMPORARY_MASKS: [(&str, &str); 3] = [
-    ("/sys/fs/cgroup", "ro"),
-    ("/run", "ro"),
-    ("/dev/shm", "mode=1777,nosuid,nodev"),
-];
+const TEMPORARY_MASKS: [(&str, &str); 2] = [("/run", "ro"), ("/dev/shm", "mode=1777,nosuid,nodev")];
 /// The address families of a door with a way out (the shim's loopback forwards) and of one
 /// without (the git door: unix sockets and netlink only).
 const PROXY_FAMILIES: [&str; 4] = ["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"];
@@ -363,6 +361,7 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     let mut inaccessible = vec![
         format!("-{}", text(&facts.config_dir)),
         format!("-{}", text(&facts.audit_root)),
+        SYSFS.to_owned(),
     ];
     inaccessible.extend(DATABASE_DIRS.iter().map(|dir| format!("-{dir}")));
     if door == Door::Turn {

@@ -369,7 +369,7 @@ exit 0
 /// The cases of the matrix, the door that runs them, and whether root outside any unit
 /// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
 /// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 12] = [
+const MATRIX: [(&str, &str, bool); 13] = [
     ("host_loopback_tcp", "turn", true),
     ("host_abstract_socket", "turn", true),
     ("sited_socket", "turn", true),
@@ -383,6 +383,7 @@ const MATRIX: [(&str, &str, bool); 12] = [
     ("other_site_sysv_ipc", "turn", false),
     // Root is uid 0 already; `suid_as_nobody` is this case's control.
     ("setuid_binary", "turn", false),
+    ("host_sysfs", "turn", true),
     ("git_door_gate_socket", "git", false),
     ("git_door_gate_forward", "git", false),
 ];

@@ -247,6 +247,7 @@ fn run_matrix(m: &Matrix) {
     case("other_site_sysv_ipc", sysv_segment(m.other_ipc_key));
 
     case("setuid_binary", setuid(&m.setuid));
+    case("host_sysfs", host_sysfs());
 }
 
 fn run_git_door(g: &GitDoor) {
@@ -284,6 +285,31 @@ fn host_run_sockets(named: &[PathBuf], own: &[PathBuf]) -> Outcome {
         named.len(),
         seen.join(", ")
     ))
+}
+
+/// Where sysfs names what a run has no business knowing: every unit's cgroup on the host
+/// and the host's network interfaces.
+const SYSFS_TREES: [&str; 2] = ["/sys/fs/cgroup", "/sys/class/net"];
+
+/// Each of [`SYSFS_TREES`] cannot be listed, or lists nothing.
+fn host_sysfs() -> Outcome {
+    let mut refusals = Vec::new();
+    for tree in SYSFS_TREES {
+        match fs::read_dir(tree) {
+            Ok(entries) => {
+                let names: Vec<String> = entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                if !names.is_empty() {
+                    return Outcome::Open(format!("{tree} lists {}", names.join(", ")));
+                }
+                refusals.push(format!("{tree} is empty"));
+            }
+            Err(e) => refusals.push(format!("{tree}: {e}")),
+        }
+    }
+    Outcome::Blocked(refusals.join("; "))
 }
 
 fn sockets_under(dir: &Path, found: &mut Vec<PathBuf>) {
