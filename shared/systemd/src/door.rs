@@ -377,15 +377,19 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
             text(&paths::turn_gitconfig_path(&facts.agents_root))
         ));
     }
-    let mut temporary = vec![(text(&facts.agents_root), "ro".to_owned())];
+    let mut temporary = vec![
+        (text(&facts.sites_root), "ro".to_owned()),
+        (text(&facts.agents_root), "ro".to_owned()),
+    ];
     temporary.extend(
         TEMPORARY_MASKS
             .iter()
             .map(|(path, options)| ((*path).to_owned(), (*options).to_owned())),
     );
-    let binds: Vec<String> = home
-        .iter()
-        .map(|home| format!("{}:{}", text(home), text(home)))
+    // The workspace alone of the sites root, and the door's HOME.
+    let binds: Vec<String> = std::iter::once(workspace.clone())
+        .chain(home.iter().map(|home| text(home)))
+        .map(|path| format!("{path}:{path}"))
         .collect();
 
     let mut expected = vec![
@@ -443,7 +447,7 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
         ),
         (service("ProtectSystem"), word("strict")),
         (service("ProtectHome"), word("yes")),
-        (service("ReadWritePaths"), same_set([workspace])),
+        (service("ReadWritePaths"), Expected::Empty),
         (
             service("TemporaryFileSystem"),
             Expected::SameSet(Value::Pairs(temporary)),

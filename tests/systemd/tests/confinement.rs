@@ -369,13 +369,14 @@ exit 0
 /// The cases of the matrix, the door that runs them, and whether root outside any unit
 /// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
 /// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 13] = [
+const MATRIX: [(&str, &str, bool); 14] = [
     ("host_loopback_tcp", "turn", true),
     ("host_abstract_socket", "turn", true),
     ("sited_socket", "turn", true),
     ("other_site_gate_socket", "turn", true),
     ("host_run_sockets", "turn", true),
     ("other_site_workspace_write", "turn", true),
+    ("other_site_workspace_read", "turn", true),
     ("other_site_process", "turn", true),
     // Site 2's /dev/shm and IPC namespace are its unit's own: root outside does not see them
     // either; the hold's controls prove they exist.

@@ -456,6 +456,7 @@ fn door_service(
                 runtime_max_sec(layout.door_ceiling_ms(door)).to_string(),
             ),
             ("WORKSPACE", workspace.clone()),
+            ("SITES_ROOT", safe_path(&layout.sites_root())?),
             ("AGENTS_ROOT", safe_path(&layout.agents_root())?),
             ("HOME_BIND", home_bind),
             ("CONFIG_DIR", safe_path(&layout.config_dir())?),

@@ -235,6 +235,7 @@ fn run_matrix(m: &Matrix) {
     }
 
     case("other_site_workspace_write", write_into(&m.other_workspace));
+    case("other_site_workspace_read", read_from(&m.other_workspace));
     control("own_workspace_write", own_workspace_write());
 
     case(
@@ -295,21 +296,30 @@ const SYSFS_TREES: [&str; 2] = ["/sys/fs/cgroup", "/sys/class/net"];
 fn host_sysfs() -> Outcome {
     let mut refusals = Vec::new();
     for tree in SYSFS_TREES {
-        match fs::read_dir(tree) {
-            Ok(entries) => {
-                let names: Vec<String> = entries
-                    .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect();
-                if !names.is_empty() {
-                    return Outcome::Open(format!("{tree} lists {}", names.join(", ")));
-                }
-                refusals.push(format!("{tree} is empty"));
-            }
-            Err(e) => refusals.push(format!("{tree}: {e}")),
+        match listing(Path::new(tree)) {
+            Outcome::Open(detail) => return Outcome::Open(detail),
+            Outcome::Blocked(detail) => refusals.push(detail),
         }
     }
     Outcome::Blocked(refusals.join("; "))
+}
+
+/// Open when `dir` lists anything; blocked when it cannot be listed or is empty.
+fn listing(dir: &Path) -> Outcome {
+    match fs::read_dir(dir) {
+        Ok(entries) => {
+            let names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            if names.is_empty() {
+                Outcome::Blocked(format!("{} is empty", dir.display()))
+            } else {
+                Outcome::Open(format!("{} lists {}", dir.display(), names.join(", ")))
+            }
+        }
+        Err(e) => Outcome::Blocked(format!("{}: {e}", dir.display())),
+    }
 }
 
 fn sockets_under(dir: &Path, found: &mut Vec<PathBuf>) {
@@ -341,6 +351,23 @@ fn write_into(workspace: &Path) -> Outcome {
     match OpenOptions::new().append(true).open(&existing) {
         Ok(_) => Outcome::Open(format!("opened {} for writing", existing.display())),
         Err(e) => Outcome::Blocked(format!("{created}; {}: {e}", existing.display())),
+    }
+}
+
+/// Neither the other workspace's listing nor its manifest can be read.
+fn read_from(workspace: &Path) -> Outcome {
+    let listed = match listing(workspace) {
+        Outcome::Open(detail) => return Outcome::Open(detail),
+        Outcome::Blocked(detail) => detail,
+    };
+    let manifest = workspace.join("site.json");
+    match fs::read(&manifest) {
+        Ok(bytes) => Outcome::Open(format!(
+            "read {} bytes of {}",
+            bytes.len(),
+            manifest.display()
+        )),
+        Err(e) => Outcome::Blocked(format!("{listed}; {}: {e}", manifest.display())),
     }
 }
 
