@@ -75,6 +75,10 @@ struct Matrix {
     /// Another site's workspace.
     #[arg(long)]
     other_workspace: PathBuf,
+    /// This site's repository metadata (its workspace's `.git`), which a turn must not reach:
+    /// a hook or a config written there would run in the git door.
+    #[arg(long)]
+    own_repository: PathBuf,
     /// The pid of another site's live run.
     #[arg(long)]
     other_pid: u32,
@@ -235,7 +239,14 @@ fn run_matrix(m: &Matrix) {
     }
 
     case("other_site_workspace_write", write_into(&m.other_workspace));
-    case("other_site_workspace_read", read_from(&m.other_workspace));
+    case(
+        "other_site_workspace_read",
+        read_from(&m.other_workspace, "site.json"),
+    );
+    case(
+        "own_repository_metadata",
+        read_from(&m.own_repository, "HEAD"),
+    );
     control("own_workspace_write", own_workspace_write());
 
     case(
@@ -354,20 +365,16 @@ fn write_into(workspace: &Path) -> Outcome {
     }
 }
 
-/// Neither the other workspace's listing nor its manifest can be read.
-fn read_from(workspace: &Path) -> Outcome {
-    let listed = match listing(workspace) {
+/// Neither `dir`'s listing nor its `file` can be read.
+fn read_from(dir: &Path, file: &str) -> Outcome {
+    let listed = match listing(dir) {
         Outcome::Open(detail) => return Outcome::Open(detail),
         Outcome::Blocked(detail) => detail,
     };
-    let manifest = workspace.join("site.json");
-    match fs::read(&manifest) {
-        Ok(bytes) => Outcome::Open(format!(
-            "read {} bytes of {}",
-            bytes.len(),
-            manifest.display()
-        )),
-        Err(e) => Outcome::Blocked(format!("{listed}; {}: {e}", manifest.display())),
+    let path = dir.join(file);
+    match fs::read(&path) {
+        Ok(bytes) => Outcome::Open(format!("read {} bytes of {}", bytes.len(), path.display())),
+        Err(e) => Outcome::Blocked(format!("{listed}; {}: {e}", path.display())),
     }
 }
 
