@@ -329,6 +329,8 @@ const ISOLATION: &str = r#"
 install -o root -g root -m 4755 /usr/bin/id /usr/local/bin/atelier-suid-id
 echo "suid_as_nobody=$(runuser -u nobody -- /usr/local/bin/atelier-suid-id -u)"
 echo "site1_uid=$(id -u atelier-a-example_1)"
+# A database's directory, which every door masks when it exists.
+mkdir -p /var/lib/mysql && echo rows > /var/lib/mysql/ibdata1
 $probe listen --tcp-port 18081 --abstract-name atelier-iso-host > /tmp/listen.out 2>&1 &
 for _ in $(seq 1 100); do grep -q listening /tmp/listen.out && break; sleep 0.05; done
 create_site collection www.example.org
@@ -348,7 +350,8 @@ args=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $soc
   --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
   --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock
-  --other-workspace $ws2 --own-repository $ws1/.git --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
+  --other-workspace $ws2 --own-repository $ws1/.git
+  --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)
 client run --socket /run/atelier/example/s1-turn.sock --door turn -- $probe matrix "${args[@]}" 2>&1 | sed 's/^/turn| /'
@@ -369,7 +372,7 @@ exit 0
 /// The cases of the matrix, the door that runs them, and whether root outside any unit
 /// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
 /// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 15] = [
+const MATRIX: [(&str, &str, bool); 16] = [
     ("host_loopback_tcp", "turn", true),
     ("host_abstract_socket", "turn", true),
     ("sited_socket", "turn", true),
@@ -386,6 +389,7 @@ const MATRIX: [(&str, &str, bool); 15] = [
     // Root is uid 0 already; `suid_as_nobody` is this case's control.
     ("setuid_binary", "turn", false),
     ("host_sysfs", "turn", true),
+    ("masked_dirs", "turn", true),
     ("git_door_gate_socket", "git", false),
     ("git_door_gate_forward", "git", false),
 ];

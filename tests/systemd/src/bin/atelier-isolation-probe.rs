@@ -79,6 +79,9 @@ struct Matrix {
     /// a hook or a config written there would run in the git door.
     #[arg(long)]
     own_repository: PathBuf,
+    /// Directories every door masks: the instance's configuration and audit, a database's.
+    #[arg(long, num_args = 1..)]
+    masked_dir: Vec<PathBuf>,
     /// The pid of another site's live run.
     #[arg(long)]
     other_pid: u32,
@@ -260,6 +263,7 @@ fn run_matrix(m: &Matrix) {
 
     case("setuid_binary", setuid(&m.setuid));
     case("host_sysfs", host_sysfs());
+    case("masked_dirs", none_listed(&m.masked_dir));
 }
 
 fn run_git_door(g: &GitDoor) {
@@ -303,11 +307,17 @@ fn host_run_sockets(named: &[PathBuf], own: &[PathBuf]) -> Outcome {
 /// and the host's network interfaces.
 const SYSFS_TREES: [&str; 2] = ["/sys/fs/cgroup", "/sys/class/net"];
 
-/// Each of [`SYSFS_TREES`] cannot be listed, or lists nothing.
+/// None of [`SYSFS_TREES`] lists anything.
 fn host_sysfs() -> Outcome {
+    let trees: Vec<PathBuf> = SYSFS_TREES.iter().map(PathBuf::from).collect();
+    none_listed(&trees)
+}
+
+/// Each of `dirs` cannot be listed, or lists nothing.
+fn none_listed(dirs: &[PathBuf]) -> Outcome {
     let mut refusals = Vec::new();
-    for tree in SYSFS_TREES {
-        match listing(Path::new(tree)) {
+    for dir in dirs {
+        match listing(dir) {
             Outcome::Open(detail) => return Outcome::Open(detail),
             Outcome::Blocked(detail) => refusals.push(detail),
         }
