@@ -34,7 +34,7 @@ enum Probe {
     /// Prints `started_ns=<CLOCK_MONOTONIC ns>` and exits: the program is running.
     Timestamp,
     /// The isolation matrix of a turn run: every case must print `blocked`.
-    Matrix(Matrix),
+    Matrix(Box<Matrix>),
     /// The git door's way out: every gate socket and forward must print `blocked`.
     GitDoor(GitDoor),
     /// Another site's run: makes a `/dev/shm` file and a SysV shared memory segment, prints
