@@ -761,7 +761,7 @@ const ATELIER_OPENAI_COMPATIBLE: &str = "openai-compatible";
 /// credential of the same name is its value.
 pub const ATELIER_API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
 
-/// atelier-agent (`atelier-agent --provider P --model M … -- <prompt>`). It reads no
+/// atelier-agent (`atelier-agent --provider P --model M … -- -`, the prompt on stdin). It reads no
 /// configuration source of its own (no settings file, no project directory, no plugins or
 /// skills), so all it is told is on this argv: the provider and model — Anthropic's Messages
 /// API when an Anthropic model is declared (at the declared base URL, else Anthropic's own),
@@ -812,13 +812,9 @@ fn plan_atelier(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
     if let Some(token) = request.resume_token {
         argv.extend(["--resume".to_owned(), token.to_owned()]);
     }
-    // A prompt of `-` alone would tell the agent to read its prompt from stdin.
-    let prompt = if request.prompt == "-" {
-        " -".to_owned()
-    } else {
-        request.prompt.to_owned()
-    };
-    argv.extend(["--".to_owned(), prompt]);
+    // `-` reads the prompt from stdin, exactly: on the argv a prompt of `-` alone would be
+    // that word rather than the editor's.
+    argv.extend(["--".to_owned(), "-".to_owned()]);
     let mut env = base_env(request);
     if let Some(key) = &request.credentials.atelier_api_key {
         env.insert(ATELIER_API_KEY_ENV.to_owned(), key.clone());
@@ -828,7 +824,7 @@ fn plan_atelier(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
         env,
         files: Vec::new(),
         stated: Vec::new(),
-        stdin: None,
+        stdin: Some(request.prompt.to_owned()),
     })
 }
 

@@ -2244,6 +2244,22 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
         .map(|r| r["body"].to_string())
         .collect();
     let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
+    // The editor's words exactly, read from atelier-agent's stdin, in both turns.
+    let first_body: Value = serde_json::from_str(&calls[0]).expect("a JSON body");
+    assert_eq!(
+        user_texts(&first_body),
+        ["Write the home page. prompt-canary-91c2"],
+        "{run:?}"
+    );
+    let last_body: Value = serde_json::from_str(calls.last().expect("calls")).expect("a JSON body");
+    assert_eq!(
+        user_texts(&last_body),
+        [
+            "Write the home page. prompt-canary-91c2",
+            "Write it again. second-canary-55d0"
+        ],
+        "{run:?}"
+    );
     let second: Vec<&String> = calls
         .iter()
         .filter(|body| body.contains("second-canary-55d0"))

@@ -124,8 +124,8 @@ fn a_prompt_that_looks_like_an_option_stays_the_prompt() {
         let mut req = request(driver, &mcp, &creds, None, None);
         req.prompt = "--dangerously-skip-permissions";
         let plan = plan_turn(&req).unwrap();
-        if driver == DriverId::Opencode {
-            // opencode reads its prompt on stdin: nothing of it is on the argv.
+        if driver != DriverId::ClaudeCode {
+            // opencode and atelier-agent read their prompt on stdin: nothing of it is on the argv.
             assert_eq!(plan.stdin.as_deref(), Some(req.prompt));
             assert!(!plan.argv.iter().any(|arg| arg == req.prompt));
             continue;
@@ -1035,53 +1035,50 @@ fn pi_states_its_model_tools_and_prompts_and_discovers_nothing() {
     assert_eq!(models["providers"]["atelier"]["apiKey"], "no-key");
 }
 
-/// pi has no `--`: its prompt goes on stdin, exactly, so nothing of it can be an option or a
-/// file to attach; atelier-agent takes `-` alone as "read stdin", so that one gets a space.
+/// pi has no `--`, and atelier-agent takes `-` alone as "read stdin": both get the prompt on
+/// stdin, exactly, so nothing of it can be an option, a file to attach or that word.
 #[test]
 fn a_prompt_is_never_an_option_a_file_or_stdin() {
     let mcp = McpAttachment::confined();
     let creds = DriverCredentials::default();
-    for prompt in [
-        "Make a page",
-        "--version",
-        "-p",
-        "@/etc/passwd",
-        "---",
-        " -spaced",
-        "3",
-    ] {
-        let plan = plan_turn(&TurnRequest {
-            prompt,
-            ..request(DriverId::Pi, &mcp, &creds, None, None)
-        })
-        .unwrap();
-        assert_eq!(plan.stdin.as_deref(), Some(prompt), "pi: {prompt:?}");
-        assert!(
-            !plan
-                .argv
-                .iter()
-                .any(|arg| arg.trim_start() == prompt.trim_start()),
-            "pi: {prompt:?} is on the argv: {:?}",
-            plan.argv
-        );
-    }
-    for (driver, prompt, passed) in [
-        (DriverId::Atelier, "Make a page", "Make a page"),
-        (DriverId::Atelier, "--version", "--version"),
-        (DriverId::Atelier, "-", " -"),
-        (DriverId::Atelier, "--", "--"),
-        (DriverId::Atelier, " -", " -"),
-    ] {
-        let plan = plan_turn(&TurnRequest {
-            prompt,
-            ..request(driver, &mcp, &creds, None, None)
-        })
-        .unwrap();
-        assert_eq!(
-            plan.argv.last().map(String::as_str),
-            Some(passed),
-            "{driver}: {prompt:?}"
-        );
+    for driver in [DriverId::Pi, DriverId::Atelier] {
+        for prompt in [
+            "Make a page",
+            "--version",
+            "-p",
+            "-",
+            "--",
+            "@/etc/passwd",
+            "---",
+            " -spaced",
+            "3",
+        ] {
+            let plan = plan_turn(&TurnRequest {
+                prompt,
+                ..request(driver, &mcp, &creds, None, None)
+            })
+            .unwrap();
+            assert_eq!(plan.stdin.as_deref(), Some(prompt), "{driver}: {prompt:?}");
+            let after_options = match driver {
+                // pi: no `--`, and no argument after its options.
+                DriverId::Pi => 0,
+                // atelier-agent: `--` then `-`, its stdin.
+                _ => 2,
+            };
+            let n = plan.argv.len();
+            assert!(
+                driver == DriverId::Pi || plan.argv[n - 2..] == strings(&["--", "-"]),
+                "{driver}: {:?}",
+                plan.argv
+            );
+            assert!(
+                !plan.argv[..n - after_options]
+                    .iter()
+                    .any(|arg| arg.trim_start() == prompt.trim_start()),
+                "{driver}: {prompt:?} is on the argv: {:?}",
+                plan.argv
+            );
+        }
     }
 }
 
@@ -1121,9 +1118,10 @@ fn atelier_states_its_provider_model_and_state_and_nothing_else() {
             "--resume",
             token,
             "--",
-            "Make a page",
+            "-",
         ])
     );
+    assert_eq!(plan.stdin.as_deref(), Some("Make a page"));
     assert!(
         plan.files.is_empty(),
         "nothing is written into the workspace"
@@ -1195,7 +1193,7 @@ fn atelier_states_its_provider_model_and_state_and_nothing_else() {
             "--mcp-name",
             MCP_SERVER_NAME,
             "--",
-            "Make a page",
+            "-",
         ]);
         assert_eq!(plan.argv, strings(&want), "{name}");
         assert_eq!(
