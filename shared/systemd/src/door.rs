@@ -40,6 +40,8 @@ const DATABASE_DIRS: [&str; 4] = [
 ];
 /// Where the turn door sees its system gitconfig.
 const TURN_GITCONFIG_IN_UNIT: &str = "/etc/gitconfig";
+/// The workspace's repository metadata: hidden from the turn, read-only to the build.
+const REPOSITORY_DIR: &str = ".git";
 /// The host's sysfs, which every door masks whole.
 const SYSFS: &str = "/sys";
 /// The tmpfs masks every door gets besides the agents root.
@@ -366,7 +368,7 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     inaccessible.extend(DATABASE_DIRS.iter().map(|dir| format!("-{dir}")));
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
-        inaccessible.push(format!("{workspace}/.git"));
+        inaccessible.push(format!("{workspace}/{REPOSITORY_DIR}"));
         inaccessible.extend(
             paths::TURN_MASKED_WORKSPACE_DIRS
                 .iter()
@@ -502,6 +504,15 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
             },
         ),
         (service("BindReadOnlyPaths"), same_set(read_only_binds)),
+        (
+            service("ReadOnlyPaths"),
+            if door == Door::Build {
+                // A build runs what the turn wrote: it reads the history, never rewrites it.
+                same_set([format!("{workspace}/{REPOSITORY_DIR}")])
+            } else {
+                Expected::Empty
+            },
+        ),
     ]);
     for name in EMPTY_SERVICE_PROPERTIES {
         expected.push((service(name), Expected::Empty));

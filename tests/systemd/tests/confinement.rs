@@ -360,6 +360,8 @@ client run --socket /run/atelier/example/s1-git.sock --door git -- $probe git-do
   --gate-socket /run/atelier-egress/turn.sock /run/atelier-egress/build.sock /run/atelier-egress/mcp.sock \
     /run/atelier/example/egress/s1/turn.sock /run/atelier/example/egress/s1/build.sock /run/atelier/example/egress/s1/mcp.sock \
   --forward-port 3128 3129 2>&1 | sed 's/^/git| /'
+client run --socket /run/atelier/example/s1-build.sock --door build -- $probe build-door \
+  --repository $ws1/.git 2>&1 | sed 's/^/build| /'
 echo "hold_still_running=$(ps -o user= -p "$other_pid")"
 
 # Outside any unit, as root: the same targets are there to be reached.
@@ -372,7 +374,7 @@ exit 0
 /// The cases of the matrix, the door that runs them, and whether root outside any unit
 /// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
 /// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 16] = [
+const MATRIX: [(&str, &str, bool); 17] = [
     ("host_loopback_tcp", "turn", true),
     ("host_abstract_socket", "turn", true),
     ("sited_socket", "turn", true),
@@ -392,16 +394,19 @@ const MATRIX: [(&str, &str, bool); 16] = [
     ("masked_dirs", "turn", true),
     ("git_door_gate_socket", "git", false),
     ("git_door_gate_forward", "git", false),
+    // The build reads the repository (its control) but writes none of it.
+    ("build_repository_write", "build", false),
 ];
 
 /// The controls that must pass inside the units: each proves the probe's attempt can work.
-const CONTROLS: [(&str, &str); 6] = [
+const CONTROLS: [(&str, &str); 7] = [
     ("own_forward_tcp", "turn"),
     ("own_gate_socket", "turn"),
     ("own_workspace_write", "turn"),
     ("own_process_visible", "turn"),
     ("hold_shm_file", "hold"),
     ("hold_sysv_ipc", "hold"),
+    ("build_repository_read", "build"),
 ];
 
 /// The outcomes (`blocked`, `OPEN`, `ok`, `FAILED`) printed for `name` under `prefix`.
@@ -469,7 +474,7 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
         "0",
         "site 2's workspace is unchanged: {run:?}"
     );
-    for door in ["turn", "git"] {
+    for door in ["turn", "git", "build"] {
         assert!(
             tagged(&run, door).contains(&"door_exit=0"),
             "the {door} probe ran to its end: {run:?}"

@@ -423,6 +423,11 @@ fn door_service(
                     write!(tail, "\nInaccessiblePaths=-{workspace}/{dir}").ok();
                 }
             }
+            if door == Door::Build {
+                // A build runs what the turn wrote (its steps, its scripts): it may read the
+                // history, never rewrite it or plant a config the git door would run.
+                write!(tail, "\nReadOnlyPaths={workspace}/.git").ok();
+            }
             tail
         }
         _ => "RestrictAddressFamilies=AF_UNIX AF_NETLINK".to_owned(),

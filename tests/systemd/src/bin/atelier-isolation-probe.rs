@@ -37,6 +37,12 @@ enum Probe {
     Matrix(Box<Matrix>),
     /// The git door's way out: every gate socket and forward must print `blocked`.
     GitDoor(GitDoor),
+    /// The build door's hold on the repository: it reads the metadata, and writes none.
+    BuildDoor {
+        /// The workspace's `.git`.
+        #[arg(long)]
+        repository: PathBuf,
+    },
     /// Another site's run: makes a `/dev/shm` file and a SysV shared memory segment, prints
     /// `pid=`, `held` and its own controls, then sleeps.
     Hold(Hold),
@@ -138,6 +144,7 @@ fn main() -> ExitCode {
         }
         Probe::Matrix(matrix) => run_matrix(&matrix),
         Probe::GitDoor(git) => run_git_door(&git),
+        Probe::BuildDoor { repository } => run_build_door(&repository),
         Probe::Hold(hold) => run_hold(&hold),
         Probe::Listen {
             tcp_port,
@@ -271,6 +278,32 @@ fn run_git_door(g: &GitDoor) {
     for port in &g.forward_port {
         case("git_door_gate_forward", connect_tcp(*port));
     }
+}
+
+/// A build runs what the turn wrote (its steps, its scripts): were the repository writable
+/// there, a turn could rewrite the history or plant a config the git door runs, through a build.
+fn run_build_door(repository: &Path) {
+    control(
+        "build_repository_read",
+        fs::read(repository.join("HEAD"))
+            .map(|head| format!("read {} bytes of HEAD", head.len()))
+            .map_err(|e| format!("HEAD: {e}")),
+    );
+    let planted = repository.join(format!("isolation-probe-{}", std::process::id()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&planted);
+    case(
+        "build_repository_write",
+        match written {
+            Ok(_) => {
+                let _ = fs::remove_file(&planted);
+                Outcome::Open(format!("created {}", planted.display()))
+            }
+            Err(e) => Outcome::Blocked(format!("{}: {e}", planted.display())),
+        },
+    );
 }
 
 /// A control passes when the attempt succeeded.
