@@ -12,6 +12,7 @@ use atelier_layout::declaration::Site;
 use atelier_layout::names::{self, Door, InstanceName, SiteOrdinal};
 use atelier_layout::paths::{self, mode_rule, Role};
 use atelier_layout::services::{self, DOOR_ENV, GATE_SOCKET_ENV, MCP_SOCKET_ENV, WORKDIR_ENV};
+use atelier_layout::workspace::BUILDER_DIR;
 use atelier_layout::Layout;
 
 use futures_util::future::join_all;
@@ -379,6 +380,12 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
             text(&paths::turn_gitconfig_path(&facts.agents_root))
         ));
     }
+    // sited's state, which no run may rename away; the repository, which a build (running what
+    // the turn wrote) reads and never rewrites.
+    let mut read_only = vec![format!("{workspace}/{BUILDER_DIR}")];
+    if door == Door::Build {
+        read_only.push(format!("{workspace}/{REPOSITORY_DIR}"));
+    }
     let mut temporary = vec![
         (text(&facts.sites_root), "ro".to_owned()),
         (text(&facts.agents_root), "ro".to_owned()),
@@ -504,15 +511,7 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
             },
         ),
         (service("BindReadOnlyPaths"), same_set(read_only_binds)),
-        (
-            service("ReadOnlyPaths"),
-            if door == Door::Build {
-                // A build runs what the turn wrote: it reads the history, never rewrites it.
-                same_set([format!("{workspace}/{REPOSITORY_DIR}")])
-            } else {
-                Expected::Empty
-            },
-        ),
+        (service("ReadOnlyPaths"), same_set(read_only)),
     ]);
     for name in EMPTY_SERVICE_PROPERTIES {
         expected.push((service(name), Expected::Empty));

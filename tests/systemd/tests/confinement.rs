@@ -350,7 +350,7 @@ args=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $soc
   --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
   --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock
-  --other-workspace $ws2 --own-repository $ws1/.git
+  --other-workspace $ws2 --own-repository $ws1/.git --own-builder $ws1/.builder
   --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)
@@ -374,7 +374,7 @@ exit 0
 /// The cases of the matrix, the door that runs them, and whether root outside any unit
 /// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
 /// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 17] = [
+const MATRIX: [(&str, &str, bool); 18] = [
     ("host_loopback_tcp", "turn", true),
     ("host_abstract_socket", "turn", true),
     ("sited_socket", "turn", true),
@@ -383,6 +383,7 @@ const MATRIX: [(&str, &str, bool); 17] = [
     ("other_site_workspace_write", "turn", true),
     ("other_site_workspace_read", "turn", true),
     ("own_repository_metadata", "turn", true),
+    ("builder_rename", "turn", true),
     ("other_site_process", "turn", true),
     // Site 2's /dev/shm and IPC namespace are its unit's own: root outside does not see them
     // either; the hold's controls prove they exist.

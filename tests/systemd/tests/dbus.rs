@@ -71,8 +71,10 @@ printf '[Service]\nType=simple\nExecStart=\nExecStart=/bin/sleep infinity\n' > /
 printf '[Service]\nExecStart=\nExecStart=/bin/sleep infinity\n' > /etc/systemd/system/atelier-example-s1-git@.service.d/50-sleep.conf
 reload
 systemctl start atelier-sited@example.service
-# The site's workspace, which sited would have created: the unit binds it writable.
+# The site's workspace and its state folder, which sited would have created: the unit binds the
+# one writable and the other read-only.
 install -d -o atelier-example -g atelier-example -m 2770 /var/lib/atelier/example/sites/collection
+install -d -o atelier-example -g atelier-example -m 0710 /var/lib/atelier/example/sites/collection/.builder
 live_run() {
   for _ in $(seq 1 100); do
     line=$(probe units 'atelier-example-s1-git@*.service' | grep ' active running' | head -n1)

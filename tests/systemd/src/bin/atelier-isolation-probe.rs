@@ -85,6 +85,10 @@ struct Matrix {
     /// a hook or a config written there would run in the git door.
     #[arg(long)]
     own_repository: PathBuf,
+    /// sited's state in this site's workspace (`.builder`), which a run must not rename away
+    /// to plant its own in its place.
+    #[arg(long)]
+    own_builder: PathBuf,
     /// Directories every door masks: the instance's configuration and audit, a database's.
     #[arg(long, num_args = 1..)]
     masked_dir: Vec<PathBuf>,
@@ -258,6 +262,7 @@ fn run_matrix(m: &Matrix) {
         read_from(&m.own_repository, "HEAD"),
     );
     control("own_workspace_write", own_workspace_write());
+    case("builder_rename", rename_away(&m.own_builder));
 
     case(
         "other_site_process",
@@ -418,6 +423,24 @@ fn read_from(dir: &Path, file: &str) -> Outcome {
     match fs::read(&path) {
         Ok(bytes) => Outcome::Open(format!("read {} bytes of {}", bytes.len(), path.display())),
         Err(e) => Outcome::Blocked(format!("{listed}; {}: {e}", path.display())),
+    }
+}
+
+/// `dir` cannot be renamed away (a run that could would plant its own in its place); one
+/// that could is renamed back at once.
+fn rename_away(dir: &Path) -> Outcome {
+    let away = PathBuf::from(format!("{}-probe-{}", dir.display(), std::process::id()));
+    match fs::rename(dir, &away) {
+        Ok(()) => {
+            let back = fs::rename(&away, dir).map_err(|e| format!("; renaming it back: {e}"));
+            Outcome::Open(format!(
+                "renamed {} to {}{}",
+                dir.display(),
+                away.display(),
+                back.err().unwrap_or_default()
+            ))
+        }
+        Err(e) => Outcome::Blocked(format!("{}: {e}", dir.display())),
     }
 }
 
