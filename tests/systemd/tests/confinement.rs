@@ -323,7 +323,8 @@ fn a_turn_on_real_systemd_runs_as_the_site_identity_and_streams_as_none_mode_doe
 }
 
 /// Site 2's turn door holds a `/dev/shm` file and a SysV segment in a long run; site 1's turn
-/// door runs the matrix; site 1's git door tries the gate; then the same matrix runs as root
+/// door runs the matrix, and its build door too (it runs what the turn wrote); site 1's git
+/// door tries the gate; its build door tries the repository; then the same matrix runs as root
 /// outside any unit, to prove each target is there to be reached.
 const ISOLATION: &str = r#"
 install -o root -g root -m 4755 /usr/bin/id /usr/local/bin/atelier-suid-id
@@ -345,16 +346,19 @@ other_pid=$(sed -n 's/^pid=//p' /tmp/hold.out)
 echo "other_pid=$other_pid"
 echo "other_pid_user=$(ps -o user= -p "$other_pid")"
 
-args=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $sock
+common=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $sock
   --other-gate /run/atelier/example/egress/s2/turn.sock /run/atelier/example/egress/s2/mcp.sock /run/atelier/example/egress/s2/build.sock
   --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
-  --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock
   --other-workspace $ws2 --own-repository $ws1/.git --own-builder $ws1/.builder
   --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)
+args=("${common[@]}" --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock)
 client run --socket /run/atelier/example/s1-turn.sock --door turn -- $probe matrix "${args[@]}" 2>&1 | sed 's/^/turn| /'
+# The build door runs what the turn wrote: the same matrix, with its own gate socket.
+client run --socket /run/atelier/example/s1-build.sock --door build -- $probe matrix "${common[@]}" \
+  --own-socket /run/atelier-egress/build.sock 2>&1 | sed 's/^/buildm| /'
 echo "other_workspace_probes=$(ls -a $ws2 | grep -c isolation-probe)"
 client run --socket /run/atelier/example/s1-git.sock --door git -- $probe git-door \
   --gate-socket /run/atelier-egress/turn.sock /run/atelier-egress/build.sock /run/atelier-egress/mcp.sock \
@@ -397,6 +401,34 @@ const MATRIX: [(&str, &str, bool); 18] = [
     ("git_door_gate_forward", "git", false),
     // The build reads the repository (its control) but writes none of it.
     ("build_repository_write", "build", false),
+];
+
+/// The turn door's cases that the build door must refuse too, as it runs what the turn wrote
+/// (all but the repository's metadata, which a build reads: `build_repository_write` holds it
+/// to reading).
+const BUILD_DOOR_CASES: [&str; 14] = [
+    "host_loopback_tcp",
+    "host_abstract_socket",
+    "sited_socket",
+    "other_site_gate_socket",
+    "host_run_sockets",
+    "other_site_workspace_write",
+    "other_site_workspace_read",
+    "builder_rename",
+    "other_site_process",
+    "other_site_shm_file",
+    "other_site_sysv_ipc",
+    "setuid_binary",
+    "host_sysfs",
+    "masked_dirs",
+];
+
+/// The matrix's own controls, which must pass in the build door too.
+const BUILD_DOOR_CONTROLS: [&str; 4] = [
+    "own_forward_tcp",
+    "own_gate_socket",
+    "own_workspace_write",
+    "own_process_visible",
 ];
 
 /// The controls that must pass inside the units: each proves the probe's attempt can work.
@@ -459,6 +491,18 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
             }
         }
     }
+    for name in BUILD_DOOR_CASES {
+        let inside = outcomes(&run, "buildm", "case", name);
+        if inside.is_empty() || inside.iter().any(|o| !o.starts_with("blocked ")) {
+            failures.push(format!("{name} (build door): {inside:?}"));
+        }
+    }
+    for name in BUILD_DOOR_CONTROLS {
+        let seen = outcomes(&run, "buildm", "control", name);
+        if seen.is_empty() || seen.iter().any(|o| !o.starts_with("ok ")) {
+            failures.push(format!("control {name} (build door): {seen:?}"));
+        }
+    }
     for (name, prefix) in CONTROLS {
         let seen = outcomes(&run, prefix, "control", name);
         if seen.is_empty() || seen.iter().any(|o| !o.starts_with("ok ")) {
@@ -475,7 +519,7 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
         "0",
         "site 2's workspace is unchanged: {run:?}"
     );
-    for door in ["turn", "git", "build"] {
+    for door in ["turn", "git", "build", "buildm"] {
         assert!(
             tagged(&run, door).contains(&"door_exit=0"),
             "the {door} probe ran to its end: {run:?}"
