@@ -11,6 +11,8 @@ pub const AGENTS_FILE: &str = "AGENTS.md";
 pub const CLAUDE_FILE: &str = "CLAUDE.md";
 /// sited's own state inside a workspace.
 pub const BUILDER_DIR: &str = ".builder";
+/// The workspace's repository metadata: hidden from the turn, read-only to the build.
+pub const REPOSITORY_DIR: &str = ".git";
 /// The session logs, below a workspace.
 pub const SESSIONS_DIR: &str = ".builder/sessions";
 /// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.

@@ -12,7 +12,7 @@ use atelier_layout::declaration::Site;
 use atelier_layout::names::{self, Door, InstanceName, SiteOrdinal};
 use atelier_layout::paths::{self, mode_rule, Role};
 use atelier_layout::services::{self, DOOR_ENV, GATE_SOCKET_ENV, MCP_SOCKET_ENV, WORKDIR_ENV};
-use atelier_layout::workspace::BUILDER_DIR;
+use atelier_layout::workspace::{BUILDER_DIR, REPOSITORY_DIR};
 use atelier_layout::Layout;
 
 use futures_util::future::join_all;
@@ -41,8 +41,6 @@ const DATABASE_DIRS: [&str; 4] = [
 ];
 /// Where the turn door sees its system gitconfig.
 const TURN_GITCONFIG_IN_UNIT: &str = "/etc/gitconfig";
-/// The workspace's repository metadata: hidden from the turn, read-only to the build.
-const REPOSITORY_DIR: &str = ".git";
 /// The host's sysfs, which every door masks whole.
 const SYSFS: &str = "/sys";
 /// The tmpfs masks every door gets besides the agents root.

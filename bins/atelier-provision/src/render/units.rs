@@ -9,6 +9,7 @@ use atelier_layout::paths::{
     mode_rule, MetricsDaemon, MetricsSocket, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX,
 };
 use atelier_layout::services::{self, env, CHATD_DATABASE_FILE, DOOR_ENV, WORKDIR_ENV};
+use atelier_layout::workspace::{BUILDER_DIR, REPOSITORY_DIR};
 use atelier_layout::{Layout, SiteOrdinal};
 
 use super::template::{self, fill};
@@ -414,7 +415,7 @@ fn door_service(
                 let gitconfig = safe_path(&layout.turn_gitconfig_path())?;
                 write!(
                     tail,
-                    "\nInaccessiblePaths={workspace}/.git\n\
+                    "\nInaccessiblePaths={workspace}/{REPOSITORY_DIR}\n\
                      BindReadOnlyPaths={gitconfig}:/etc/gitconfig"
                 )
                 .ok();
@@ -426,7 +427,7 @@ fn door_service(
             if door == Door::Build {
                 // A build runs what the turn wrote (its steps, its scripts): it may read the
                 // history, never rewrite it or plant a config the git door would run.
-                write!(tail, "\nReadOnlyPaths={workspace}/.git").ok();
+                write!(tail, "\nReadOnlyPaths={workspace}/{REPOSITORY_DIR}").ok();
             }
             tail
         }
@@ -461,6 +462,7 @@ fn door_service(
                 runtime_max_sec(layout.door_ceiling_ms(door)).to_string(),
             ),
             ("WORKSPACE", workspace.clone()),
+            ("WORKSPACE_STATE", format!("{workspace}/{BUILDER_DIR}")),
             ("SITES_ROOT", safe_path(&layout.sites_root())?),
             ("AGENTS_ROOT", safe_path(&layout.agents_root())?),
             ("HOME_BIND", home_bind),
