@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use atelier_layout::declaration::Site;
 use atelier_layout::names;
 use atelier_layout::paths::{
-    EntryKind, Layout, ModeEntry, Role, Surface, CHATD_SERVICE_TOKEN, INSTANCE_MARKER_FILE,
-    RELEASES_DIR, SERVICE_TOKEN,
+    in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface, CHATD_SERVICE_TOKEN,
+    DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS, INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
 };
 use atelier_layout::{Door, SiteOrdinal};
 use serde::{Serialize, Serializer};
@@ -576,6 +576,9 @@ pub fn observed_paths(
             add(layout.served_link(site, surface), false);
         }
     }
+    for (name, _) in DOOR_ROOT_LINKS {
+        add(layout.door_root().join(name), false);
+    }
     // Login names are read from the password file; passwords only at apply time.
     add(layout.htpasswd_path(), true);
     for user in &layout.declaration().serving.preprod.auth.users {
@@ -730,6 +733,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     let matrix = input.layout.mode_matrix(&input.sites());
     p.tree(&matrix);
     p.served_links();
+    p.door_root_links();
     p.secrets(&matrix);
     p.htpasswd(&matrix);
     p.chat_proxy_auth(&matrix);
@@ -747,6 +751,12 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
             refusals: p.refusals,
         })
     }
+}
+
+/// The system folders a door shows, as a refusal names them.
+fn door_system_dirs() -> String {
+    let dirs: Vec<&str> = DOOR_SYSTEM_DIRS.iter().map(|(dir, _)| *dir).collect();
+    dirs.join(", ")
 }
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -790,7 +800,39 @@ impl Planner<'_> {
                 "could not read PID 1's version from systemctl --version".into(),
             ),
         }
-        let decl = self.input.layout.declaration();
+        let layout = self.input.layout;
+        let decl = layout.declaration();
+        // A door shows the host's system folders and nothing else of it: an agent CLI must be
+        // there to run, and the instance's own trees must not be, or every door would see them.
+        for (driver, bin) in &decl.agent.bins {
+            if !in_door_system_view(bin) {
+                self.refuse(
+                    bin.display(),
+                    "agent_bin_outside_door_view",
+                    format!(
+                        "the {} binary must be installed under {}: a door shows only those of the host",
+                        driver.as_str(),
+                        door_system_dirs()
+                    ),
+                );
+            }
+        }
+        for (what, path) in [
+            ("state dir", layout.state_dir()),
+            ("sites root", layout.sites_root()),
+            ("audit root", layout.audit_root()),
+        ] {
+            if in_door_system_view(&path) {
+                self.refuse(
+                    path.display(),
+                    "instance_path_in_door_view",
+                    format!(
+                        "the {what} must not be under {}: every door shows those, read-only",
+                        door_system_dirs()
+                    ),
+                );
+            }
+        }
         let accounts = &self.input.host.accounts;
         let monitoring = decl.monitoring.as_ref().map(|m| ("monitoring", &m.group));
         let groups = [("engine", &decl.engine.group), ("web", &decl.web.group)];
@@ -963,6 +1005,32 @@ impl Planner<'_> {
                         "something other than a symlink stands where a served link goes".into(),
                     ),
                 }
+            }
+        }
+    }
+
+    /// The door root's links to the system folders (`/bin` to `usr/bin`, ...), as a merged-`/usr`
+    /// host has them; a link already there to the same place is left alone.
+    fn door_root_links(&mut self) {
+        let root = self.input.layout.door_root();
+        for (name, target) in DOOR_ROOT_LINKS {
+            let path = root.join(name);
+            match self.observed(&path) {
+                None => self.actions.push(Action::Symlink {
+                    phase: Phase::Link,
+                    path,
+                    target: PathBuf::from(target),
+                    owner: "root".into(),
+                    group: "root".into(),
+                }),
+                Some(s)
+                    if s.kind == ObservedKind::Symlink
+                        && s.link_target.as_deref() == Some(Path::new(target)) => {}
+                Some(_) => self.refuse(
+                    path.display(),
+                    "door_root_link_taken",
+                    format!("something other than a link to {target} stands there"),
+                ),
             }
         }
     }
@@ -2235,7 +2303,7 @@ mod tests {
     #[test]
     fn refusals_are_named_and_nothing_is_planned() {
         type Spoil = fn(&mut Fixture);
-        let cases: [(&str, Spoil, &str); 6] = [
+        let cases: [(&str, Spoil, &str); 9] = [
             (
                 "foreign artifact",
                 |f| {
@@ -2290,6 +2358,29 @@ mod tests {
                     f.host.entries.get_mut(&link).unwrap().link_target = Some("/elsewhere".into());
                 },
                 "enabling_link_taken",
+            ),
+            (
+                "agent outside the door's view",
+                |f| {
+                    f.decl.agent.bins.insert(
+                        atelier_layout::declaration::AgentDriver::ClaudeCode,
+                        "/srv/tools/claude".into(),
+                    );
+                },
+                "agent_bin_outside_door_view",
+            ),
+            (
+                "audit root in the door's view",
+                |f| f.decl.roots.audit = Some("/opt/atelier-audit".into()),
+                "instance_path_in_door_view",
+            ),
+            (
+                "door root link taken",
+                |f| {
+                    let link = Layout::new(&f.decl).door_root().join("lib64");
+                    f.host.entries.get_mut(&link).unwrap().link_target = Some("/lib".into());
+                },
+                "door_root_link_taken",
             ),
         ];
         for (name, spoil, reason) in cases {

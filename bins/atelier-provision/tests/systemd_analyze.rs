@@ -10,7 +10,12 @@ use atelier_provision::artifact::{Artifact, ArtifactKind};
 
 use crate::common;
 
-const DOOR_BOUND: f64 = 1.0;
+/// A door scores 1.2: the analyzer counts `NoNewPrivileges=`, `ProtectHome=` and
+/// `ProtectKernelTunables=` as missing (0.2 each), though in the door's own root each holds by
+/// other means (no_new_privs from the filter and the empty capability set, no home folder in
+/// the root, no `/proc/sys` with `ProcSubset=pid` and `/sys` masked); the isolation matrix on
+/// a real PID 1 checks all three. Setting them would cost every run's start ~10 ms.
+const DOOR_BOUND: f64 = 1.2;
 const GATE_BOUND: f64 = 2.0;
 const SITED_BOUND: f64 = 2.0;
 const CHAT_BOUND: f64 = 1.5;

@@ -112,7 +112,6 @@ impl Router {
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_default(),
-                audit_root: settings.audit_dir.clone(),
                 shim: agents.shim_bin.clone(),
                 ceilings_ms: [
                     u64::try_from(agents.turn_timeout.as_millis()).unwrap_or(u64::MAX),

@@ -238,6 +238,39 @@ pub const TURN_HOME_STATED_DIR: &str = "stated";
 /// unseen by every later turn.
 pub const TURN_MASKED_WORKSPACE_DIRS: [&str; 1] = [".opencode"];
 
+/// The host's system folders a door shows, read-only, in its own root (`RootDirectory=`):
+/// programs and libraries, configuration, add-on software. Nothing else of the host is there
+/// unless a door binds it in: a run sees what it is given, not the host minus what was masked.
+/// `/opt` may be absent.
+pub const DOOR_SYSTEM_DIRS: [(&str, bool); 3] = [("/usr", true), ("/etc", true), ("/opt", false)];
+
+/// The links a door root holds beside the system folders, as a merged-`/usr` host has them:
+/// `#!/bin/sh`, `/lib64`'s dynamic loader and every path a program has built in resolve.
+pub const DOOR_ROOT_LINKS: [(&str, &str); 4] = [
+    ("bin", "usr/bin"),
+    ("sbin", "usr/sbin"),
+    ("lib", "usr/lib"),
+    ("lib64", "usr/lib64"),
+];
+
+/// The door root, beside the agents' state root in the instance's state dir: sited, which is
+/// told the one, knows the other.
+pub fn door_root_beside(agents_root: &Path) -> PathBuf {
+    agents_root.with_file_name("door-root")
+}
+
+/// Whether a door shows `path` through [`DOOR_SYSTEM_DIRS`]: an agent CLI must be installed
+/// there for a turn to run it. A path with a `..` component is never shown (it may lead out).
+pub fn in_door_system_view(path: &Path) -> bool {
+    let climbs = path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    !climbs
+        && DOOR_SYSTEM_DIRS
+            .iter()
+            .any(|(dir, _)| path.starts_with(dir) && path != Path::new(dir))
+}
+
 /// The keys the turn unit fixes in its environment beside HOME, in [`turn_home_env`]'s order;
 /// the shim lets no spec set them on the turn door.
 pub const TURN_DOOR_FIXED_ENV_KEYS: [&str; 5] = [
@@ -365,6 +398,9 @@ pub enum Role {
     AuditFile,
     /// The agents' state root.
     AgentsRoot,
+    /// The root directory every door of the instance runs in: the system folders' mount points
+    /// and [`DOOR_ROOT_LINKS`].
+    DoorRoot,
     /// One site's agent state dir.
     AgentSiteDir,
     /// One site door's HOME (the build door's: the identity's own).
@@ -480,6 +516,8 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::AuditRoot, Root, ServiceGroup, 0o750, D),
     rule(Role::AuditFile, ServiceUser, ServiceGroup, 0o600, F),
     rule(Role::AgentsRoot, Root, Root, 0o755, D),
+    // Root's and read-only to all: PID 1 mounts each door's view inside it.
+    rule(Role::DoorRoot, Root, Root, 0o755, D),
     rule(Role::AgentSiteDir, Root, Root, 0o755, D),
     rule(Role::AgentHome, SiteIdentity, ServiceGroup, 0o700, D),
     rule(Role::TurnHome, Root, Root, 0o755, D),
@@ -790,6 +828,11 @@ impl<'d> Layout<'d> {
         Path::new(LETSENCRYPT_DIR)
             .join("renewal-hooks/deploy")
             .join(names::renewal_hook_file(self.instance()))
+    }
+
+    /// `/var/lib/atelier/<inst>/door-root`, the root directory of every door ([`Role::DoorRoot`]).
+    pub fn door_root(&self) -> PathBuf {
+        door_root_beside(&self.agents_root())
     }
 
     /// `/var/lib/atelier/<inst>/retired`, where `remove` archives by rename.
@@ -1127,6 +1170,7 @@ impl<'d> Layout<'d> {
             self.entry(Role::AuditRoot, self.audit_root(), None),
             self.entry(Role::AuditFile, self.audit_file(), None),
             self.entry(Role::AgentsRoot, self.agents_root(), None),
+            self.entry(Role::DoorRoot, self.door_root(), None),
             self.entry(Role::TurnGitconfig, self.turn_gitconfig_path(), None),
             self.entry(Role::RetiredDir, self.retired_dir(), None),
         ]);

@@ -642,3 +642,30 @@ fn audit_segment_names_round_trip_and_nothing_else_is_one() {
         assert_eq!(paths::audit_segment_number(name), None, "{name}");
     }
 }
+
+#[test]
+fn the_door_system_view_holds_only_what_is_under_its_folders() {
+    use atelier_layout::paths::in_door_system_view;
+    let cases = [
+        ("a CLI in /usr/local/bin", "/usr/local/bin/claude", true),
+        ("a CLI under /opt", "/opt/claude/bin/claude", true),
+        ("configuration", "/etc/atelier/example", true),
+        ("the folder itself", "/usr", false),
+        (
+            "a sibling sharing the prefix",
+            "/usrlocal/bin/claude",
+            false,
+        ),
+        (
+            "a cache under /var",
+            "/var/cache/atelier/agents/x/bin/pi",
+            false,
+        ),
+        ("a home folder", "/root/.local/bin/claude", false),
+        ("a climb out", "/usr/../var/cache/claude", false),
+        ("the state dir", "/var/lib/atelier/example", false),
+    ];
+    for (name, path, shown) in cases {
+        assert_eq!(in_door_system_view(&p(path)), shown, "{name}: {path}");
+    }
+}

@@ -32,18 +32,11 @@ const STOP_TIMEOUT_USEC: u64 = 10_000_000; // 10 seconds
 /// `TriggerLimitIntervalSec=` and `TriggerLimitBurst=` of every door socket.
 const TRIGGER_LIMIT_INTERVAL_USEC: u64 = 2_000_000; // 2 seconds
 const TRIGGER_LIMIT_BURST: u64 = 20;
-/// Where distributions keep database sockets outside `/run`; every door masks them.
-const DATABASE_DIRS: [&str; 4] = [
-    "/var/lib/mysql",
-    "/var/lib/mariadb",
-    "/var/lib/pgsql",
-    "/var/lib/postgresql",
-];
 /// Where the turn door sees its system gitconfig.
 const TURN_GITCONFIG_IN_UNIT: &str = "/etc/gitconfig";
-/// The host's sysfs, which every door masks whole.
+/// The sysfs in a door's root, which every door masks whole.
 const SYSFS: &str = "/sys";
-/// The tmpfs masks every door gets besides the agents root.
+/// The tmpfs masks every door gets besides the sites root.
 const TEMPORARY_MASKS: [(&str, &str); 2] = [("/run", "ro"), ("/dev/shm", "mode=1777,nosuid,nodev")];
 /// The address families of a door with a way out (the shim's loopback forwards) and of one
 /// without (the git door: unix sockets and netlink only).
@@ -57,7 +50,7 @@ const EPERM: i64 = 1;
 
 /// Service properties that must be empty: no other command, identity, namespace, credential,
 /// environment source, directory or image than the ones Atelier renders.
-const EMPTY_SERVICE_PROPERTIES: [&str; 31] = [
+const EMPTY_SERVICE_PROPERTIES: [&str; 30] = [
     "ExecCondition",
     "ExecStartPre",
     "ExecStartPost",
@@ -80,7 +73,6 @@ const EMPTY_SERVICE_PROPERTIES: [&str; 31] = [
     "CacheDirectory",
     "LogsDirectory",
     "ConfigurationDirectory",
-    "RootDirectory",
     "RootImage",
     "MountImages",
     "ExtensionImages",
@@ -109,8 +101,6 @@ pub struct DoorFacts {
     pub agents_root: PathBuf,
     /// The instance's config dir, which every door masks.
     pub config_dir: PathBuf,
-    /// `ATELIER_AUDIT_DIR`, which every door masks.
-    pub audit_root: PathBuf,
     /// The shim every door unit runs.
     pub shim: PathBuf,
     /// The door's ceiling in milliseconds (`RuntimeMaxSec=` is derived from it).
@@ -138,7 +128,6 @@ impl DoorFacts {
             sites_root: layout.sites_root(),
             agents_root: layout.agents_root(),
             config_dir: layout.config_dir(),
-            audit_root: layout.audit_root(),
             shim: layout.binary(services::SHIM_BINARY),
             ceiling_ms: layout.door_ceiling_ms(door),
             systemd_version,
@@ -359,35 +348,36 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
         }
     }
 
-    let mut inaccessible = vec![
-        format!("-{}", text(&facts.config_dir)),
-        format!("-{}", text(&facts.audit_root)),
-        SYSFS.to_owned(),
-    ];
-    inaccessible.extend(DATABASE_DIRS.iter().map(|dir| format!("-{dir}")));
+    // Masks and read-only places name the host's path of a place in the door's root.
+    let door_root = paths::door_root_beside(&facts.agents_root);
+    let in_root = |path: &str| format!("{}{path}", text(&door_root));
+    let mut inaccessible = vec![in_root(&text(&facts.config_dir)), in_root(SYSFS)];
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
-        inaccessible.push(format!("{workspace}/{REPOSITORY_DIR}"));
+        inaccessible.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));
         inaccessible.extend(
             paths::TURN_MASKED_WORKSPACE_DIRS
                 .iter()
-                .map(|dir| format!("-{workspace}/{dir}")),
+                .map(|dir| format!("-{}", in_root(&format!("{workspace}/{dir}")))),
         );
         read_only_binds.push(format!(
             "{}:{TURN_GITCONFIG_IN_UNIT}",
             text(&paths::turn_gitconfig_path(&facts.agents_root))
         ));
     }
+    // The host's system folders, read-only, each at its own place.
+    read_only_binds.extend(
+        paths::DOOR_SYSTEM_DIRS
+            .iter()
+            .map(|(dir, required)| format!("{}{dir}:{dir}", if *required { "" } else { "-" })),
+    );
     // sited's state, which no run may rename away; the repository, which a build (running what
     // the turn wrote) reads and never rewrites.
-    let mut read_only = vec![format!("{workspace}/{BUILDER_DIR}")];
+    let mut read_only = vec![in_root(&format!("{workspace}/{BUILDER_DIR}"))];
     if door == Door::Build {
-        read_only.push(format!("{workspace}/{REPOSITORY_DIR}"));
+        read_only.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));
     }
-    let mut temporary = vec![
-        (text(&facts.sites_root), "ro".to_owned()),
-        (text(&facts.agents_root), "ro".to_owned()),
-    ];
+    let mut temporary = vec![(text(&facts.sites_root), "ro".to_owned())];
     temporary.extend(
         TEMPORARY_MASKS
             .iter()
@@ -452,8 +442,9 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
                 paths::runtime_max_sec(facts.ceiling_ms).saturating_mul(1_000_000),
             )),
         ),
+        (service("RootDirectory"), is(Value::str(text(&door_root)))),
         (service("ProtectSystem"), word("strict")),
-        (service("ProtectHome"), word("yes")),
+        (service("ProtectHome"), word("no")),
         (service("ReadWritePaths"), Expected::Empty),
         (
             service("TemporaryFileSystem"),
@@ -467,13 +458,13 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
         (service("PrivateMounts"), yes()),
         (service("ProtectProc"), word("invisible")),
         (service("ProcSubset"), word("pid")),
-        (service("ProtectKernelTunables"), yes()),
+        (service("ProtectKernelTunables"), no()),
         (service("ProtectKernelModules"), yes()),
         (service("ProtectKernelLogs"), yes()),
         (service("ProtectControlGroups"), yes()),
         (service("ProtectClock"), yes()),
         (service("ProtectHostname"), yes()),
-        (service("NoNewPrivileges"), yes()),
+        (service("NoNewPrivileges"), no()),
         (service("CapabilityBoundingSet"), is(Value::UInt(0))),
         (service("AmbientCapabilities"), is(Value::UInt(0))),
         (service("RestrictNamespaces"), is(Value::UInt(0))),

@@ -52,9 +52,15 @@ pub fn loaded(unit: &str, kind: UnitKind, text: &str) -> LoadedUnit {
     let mut loaded = LoadedUnit::new(unit, kind);
     loaded.set(Property::unit("LoadState"), Value::str("loaded"));
     if kind == UnitKind::Service {
-        // What PID 1 loads for the two the renderer leaves at systemd's default.
+        // What PID 1 loads for those the renderer leaves at systemd's default.
         loaded.set(Property::service("DynamicUser"), Value::Bool(false));
         loaded.set(Property::service("PrivateUsers"), Value::Bool(false));
+        loaded.set(Property::service("NoNewPrivileges"), Value::Bool(false));
+        loaded.set(
+            Property::service("ProtectKernelTunables"),
+            Value::Bool(false),
+        );
+        loaded.set(Property::service("ProtectHome"), Value::str("no"));
     }
     let mut lists: BTreeMap<(Interface, &'static str), Vec<String>> = BTreeMap::new();
     let mut pairs: BTreeMap<(Interface, &'static str), Vec<(String, String)>> = BTreeMap::new();

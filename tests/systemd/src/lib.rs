@@ -263,6 +263,7 @@ impl SystemdBox {
             .arg(format!("--machine={machine}"))
             .args(["--register=no", "--keep-unit", "-q", "--capability=all"])
             .arg(format!("--bind={}:{OUT_DIR}", out.display()))
+            .args(agents_bind())
             .args([
                 "-b",
                 "--",
@@ -573,10 +574,32 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Where every box shows the agent CLIs' cache (`scripts/agents`), read-only: under `/opt`, as
+/// an operator's install would be, since a door shows the host's `/usr`, `/etc` and `/opt` only.
+pub const AGENTS_IN_BOX: &str = "/opt/atelier-agents";
+
+/// The agent CLIs' cache on this machine (`$ATELIER_CACHE/agents`, as `scripts/agents` has it).
+fn agents_cache() -> PathBuf {
+    std::env::var_os("ATELIER_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/atelier"))
+        .join("agents")
+}
+
+/// nspawn's read-only bind of the agents' cache at [`AGENTS_IN_BOX`], when there is a cache.
+fn agents_bind() -> Vec<String> {
+    let cache = agents_cache();
+    if cache.is_dir() {
+        vec![format!("--bind-ro={}:{AGENTS_IN_BOX}", cache.display())]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The real agent CLI `name` (`claude`, `opencode`, `pi`) that `scripts/agents install` put in
-/// its cache (outside the checkout, keyed by its pin). A test that runs it fails when it is
-/// missing; it never skips.
-pub fn real_agent(name: &str) -> Result<String, String> {
+/// its cache (outside the checkout, keyed by its pin), as this machine sees it. A test that runs
+/// it fails when it is missing; it never skips.
+pub fn real_agent_on_host(name: &str) -> Result<PathBuf, String> {
     let output = Command::new("bash")
         .arg(repo_root().join("scripts/agents"))
         .args(["path", name])
@@ -588,7 +611,23 @@ pub fn real_agent(name: &str) -> Result<String, String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
+
+/// [`real_agent_on_host`] as a box sees it, under [`AGENTS_IN_BOX`].
+pub fn real_agent(name: &str) -> Result<String, String> {
+    let host = real_agent_on_host(name)?;
+    let cache = agents_cache();
+    let inside = host.strip_prefix(&cache).map_err(|_| {
+        format!(
+            "{} is not in the agents' cache {}",
+            host.display(),
+            cache.display()
+        )
+    })?;
+    Ok(Path::new(AGENTS_IN_BOX).join(inside).display().to_string())
 }
 
 /// The real Claude Code (see [`real_agent`]).
@@ -632,7 +671,7 @@ const JOURNEY_BINARIES: [&str; 7] = [
 /// chatd serves, and the Publication API the turn door's relay reaches).
 pub fn journey_box(atelier: Atelier) -> Result<SystemdBox, BoxError> {
     let bins = built_binaries_dir()?;
-    let claude = real_claude().map_err(BoxError::MissingFixture)?;
+    let claude = real_agent_on_host("claude").map_err(BoxError::MissingFixture)?;
     let sandbox = match atelier {
         Atelier::Built => SystemdBox::new()
             .install_binaries(&bins, &JOURNEY_BINARIES)

@@ -351,7 +351,7 @@ common=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $s
   --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
   --other-workspace $ws2 --own-repository $ws1/.git --own-builder $ws1/.builder
-  --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
+  --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql /var/log /proc/sys /root --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)
 args=("${common[@]}" --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock)

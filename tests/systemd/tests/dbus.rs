@@ -214,7 +214,8 @@ fn door_units_as_pid_1_loaded_them_and_the_service_user_stops_and_kills_runs() {
         "service| User=\"atelier-a-example_1\"",
         "service| ExecStartEx=[/usr/bin/atelier-shim]",
         "service| PrivateNetwork=yes",
-        "service| BindReadOnlyPaths=[/run/atelier/example/egress/s1/turn.sock:/run/atelier-egress/turn.sock, \
+        "service| BindReadOnlyPaths=[/usr:/usr, /etc:/etc, -/opt:/opt, \
+         /run/atelier/example/egress/s1/turn.sock:/run/atelier-egress/turn.sock, \
          /run/atelier/example/egress/s1/mcp.sock:/run/atelier-egress/mcp.sock, \
          /var/lib/atelier/example/agents/turn.gitconfig:/etc/gitconfig]",
     ] {

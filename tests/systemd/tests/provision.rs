@@ -40,6 +40,8 @@ echo "stat_env=$(st /etc/atelier/example/env)"
 echo "stat_fragment=$(st /etc/atelier/example/engine.env.fragment)"
 echo "stat_sites=$(st /var/lib/atelier/example/sites)"
 echo "stat_audit_root=$(st /srv/atelier_audit/example)"
+echo "stat_door_root=$(st /var/lib/atelier/example/door-root)"
+echo "door_root_links=$(cd /var/lib/atelier/example/door-root && for l in bin sbin lib lib64; do printf '%s>%s ' $l "$(readlink $l)"; done)"
 echo "stat_audit=$(st /srv/atelier_audit/example/audit.jsonl)"
 echo "stat_home=$(st /var/lib/atelier/example/agents/s2/turn)"
 echo "stat_home_state=$(st /var/lib/atelier/example/agents/s2/turn/state)"
@@ -63,7 +65,7 @@ echo "enabled_link=$(readlink /etc/nginx/sites-enabled/atelier-example-collectio
 
 # What PID 1 loaded for a run of site 1's turn door and its socket.
 run=atelier-example-s1-turn@1-2-3.service
-echo "loaded_service=$(systemctl show -p User -p PrivateNetwork -p PrivateIPC -p NoNewPrivileges -p RestrictSUIDSGID -p ProtectSystem $run | sort | tr '\n' ' ')"
+echo "loaded_service=$(systemctl show -p User -p PrivateNetwork -p PrivateIPC -p RootDirectory -p RestrictSUIDSGID -p ProtectSystem $run | sort | tr '\n' ' ')"
 echo "loaded_socket=$(systemctl show -p Accept -p MaxConnections -p SocketMode -p SocketUser atelier-example-s1-turn.socket | sort | tr '\n' ' ')"
 # polkit: the service user may stop a run of its own sites' doors; never start one, never
 # touch another instance's units or sited's own.
@@ -152,6 +154,11 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
         ("stat_fragment", "root:dedalo-example 640"),
         ("stat_sites", "atelier-example:atelier-example 2770"),
         ("stat_audit_root", "root:atelier-example 750"),
+        ("stat_door_root", "root:root 755"),
+        (
+            "door_root_links",
+            "bin>usr/bin sbin>usr/sbin lib>usr/lib lib64>usr/lib64 ",
+        ),
         ("stat_audit", "atelier-example:atelier-example 600"),
         ("stat_home", "root:root 755"),
         ("stat_home_state", "atelier-a-example_2:atelier-example 700"),
@@ -179,8 +186,8 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
     }
     assert_eq!(
         fact("loaded_service"),
-        "NoNewPrivileges=yes PrivateIPC=yes PrivateNetwork=yes ProtectSystem=strict \
-         RestrictSUIDSGID=yes User=atelier-a-example_1 ",
+        "PrivateIPC=yes PrivateNetwork=yes ProtectSystem=strict RestrictSUIDSGID=yes \
+         RootDirectory=/var/lib/atelier/example/door-root User=atelier-a-example_1 ",
         "{run:?}"
     );
     assert_eq!(

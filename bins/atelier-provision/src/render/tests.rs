@@ -140,7 +140,22 @@ fn door_units_state_their_profile() {
     assert!(git
         .lines()
         .any(|l| l == "RestrictAddressFamilies=AF_UNIX AF_NETLINK"));
-    assert!(!git.contains("BindReadOnlyPaths=") && !git.contains("egress"));
+    assert!(!git.contains("egress"));
+    // Every door: its own root, the host's system folders read-only, nothing else of the host.
+    for door in [
+        &git,
+        &text_of(&all, "/etc/systemd/system/atelier-example-s2-turn@.service"),
+    ] {
+        assert!(door
+            .lines()
+            .any(|l| l == "RootDirectory=/var/lib/atelier/example/door-root"));
+        assert!(door
+            .lines()
+            .any(|l| l == "BindReadOnlyPaths=/usr /etc -/opt"));
+        for gone in ["ProtectHome=", "ProtectKernelTunables=", "NoNewPrivileges="] {
+            assert!(!door.lines().any(|l| l.starts_with(gone)), "{gone}\n{door}");
+        }
+    }
     assert!(!git.contains("IPAddressAllow="));
 
     let turn = text_of(&all, "/etc/systemd/system/atelier-example-s2-turn@.service");
@@ -153,6 +168,7 @@ fn door_units_state_their_profile() {
     assert_eq!(
         binds,
         [
+            "BindReadOnlyPaths=/usr /etc -/opt",
             "BindReadOnlyPaths=/run/atelier/example/egress/s2/turn.sock:/run/atelier-egress/turn.sock",
             "BindReadOnlyPaths=/run/atelier/example/egress/s2/mcp.sock:/run/atelier-egress/mcp.sock",
             "BindReadOnlyPaths=/var/lib/atelier/example/agents/turn.gitconfig:/etc/gitconfig",

@@ -364,6 +364,9 @@ fn door_service(
 ) -> Result<String, RenderError> {
     let inst = layout.instance();
     let workspace = safe_path(&layout.workspace(site))?;
+    let door_root = safe_path(&layout.door_root())?;
+    // What ReadOnlyPaths= and InaccessiblePaths= name: the host's path of a place in the root.
+    let in_root = format!("{door_root}{workspace}");
     let mut environment =
         format!("Environment={DOOR_ENV}={door}\nEnvironment={WORKDIR_ENV}={workspace}\n");
     let mut home_bind = String::new();
@@ -415,19 +418,19 @@ fn door_service(
                 let gitconfig = safe_path(&layout.turn_gitconfig_path())?;
                 write!(
                     tail,
-                    "\nInaccessiblePaths={workspace}/{REPOSITORY_DIR}\n\
+                    "\nInaccessiblePaths={in_root}/{REPOSITORY_DIR}\n\
                      BindReadOnlyPaths={gitconfig}:/etc/gitconfig"
                 )
                 .ok();
                 // A CLI's project configuration that no switch of the CLI closes.
                 for dir in atelier_layout::paths::TURN_MASKED_WORKSPACE_DIRS {
-                    write!(tail, "\nInaccessiblePaths=-{workspace}/{dir}").ok();
+                    write!(tail, "\nInaccessiblePaths=-{in_root}/{dir}").ok();
                 }
             }
             if door == Door::Build {
                 // A build runs what the turn wrote (its steps, its scripts): it may read the
                 // history, never rewrite it or plant a config the git door would run.
-                write!(tail, "\nReadOnlyPaths={workspace}/{REPOSITORY_DIR}").ok();
+                write!(tail, "\nReadOnlyPaths={in_root}/{REPOSITORY_DIR}").ok();
             }
             tail
         }
@@ -461,17 +464,26 @@ fn door_service(
                 "RUNTIME_MAX_SEC",
                 runtime_max_sec(layout.door_ceiling_ms(door)).to_string(),
             ),
+            ("DOOR_ROOT", door_root),
+            ("SYSTEM_VIEW", system_view()),
             ("WORKSPACE", workspace.clone()),
             ("WORKSPACE_STATE", format!("{workspace}/{BUILDER_DIR}")),
             ("SITES_ROOT", safe_path(&layout.sites_root())?),
-            ("AGENTS_ROOT", safe_path(&layout.agents_root())?),
             ("HOME_BIND", home_bind),
             ("CONFIG_DIR", safe_path(&layout.config_dir())?),
-            ("AUDIT_ROOT", safe_path(&layout.audit_root())?),
             ("PRIVATE_PIDS", private_pids.to_owned()),
             ("NETWORK_TAIL", network_tail),
         ],
     )
+}
+
+/// `BindReadOnlyPaths=` of the host's system folders a door shows, each at its own place.
+fn system_view() -> String {
+    let dirs: Vec<String> = atelier_layout::paths::DOOR_SYSTEM_DIRS
+        .iter()
+        .map(|(dir, required)| format!("{}{dir}", if *required { "" } else { "-" }))
+        .collect();
+    format!("BindReadOnlyPaths={}\n", dirs.join(" "))
 }
 
 fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {

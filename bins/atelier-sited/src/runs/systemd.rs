@@ -37,8 +37,6 @@ pub struct DoorSettings {
     pub agents_root: PathBuf,
     /// The instance's config directory (the site table's).
     pub config_dir: PathBuf,
-    /// The audit root.
-    pub audit_root: PathBuf,
     /// The shim the door units run.
     pub shim: PathBuf,
     /// Each door's ceiling in milliseconds: turn, build, git.
@@ -236,7 +234,6 @@ impl SystemdDoors {
             sites_root: s.sites_root.clone(),
             agents_root: s.agents_root.clone(),
             config_dir: s.config_dir.clone(),
-            audit_root: s.audit_root.clone(),
             shim: s.shim.clone(),
             ceiling_ms: s.ceilings_ms[door_index(door)],
             systemd_version: self.version(),

@@ -89,7 +89,8 @@ struct Matrix {
     /// to plant its own in its place.
     #[arg(long)]
     own_builder: PathBuf,
-    /// Directories every door masks: the instance's configuration and audit, a database's.
+    /// Directories no door shows: the instance's configuration (masked in the system view) and
+    /// audit, a database's, the host's logs, the kernel's tunables, root's home.
     #[arg(long, num_args = 1..)]
     masked_dir: Vec<PathBuf>,
     /// The pid of another site's live run.
