@@ -262,6 +262,10 @@ pub enum Action {
         because: String,
         /// The live runs a restart would cut off.
         live: Vec<String>,
+        /// Door units left as they are until this daemon restarts (sited's only): the running
+        /// sited holds every run's door to the units it was built for.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        held: Vec<PathBuf>,
     },
 }
 
@@ -411,11 +415,23 @@ impl fmt::Display for Action {
                 unit,
                 because,
                 live,
-            } => write!(
-                f,
-                "restart {unit} deferred: {because}; live runs it serves: {}; apply again once they end",
-                live.join(", ")
-            ),
+                held,
+            } => {
+                write!(
+                    f,
+                    "restart {unit} deferred: {because}; live runs it serves: {}",
+                    live.join(", ")
+                )?;
+                if !held.is_empty() {
+                    let held: Vec<String> = held.iter().map(|p| p.display().to_string()).collect();
+                    write!(
+                        f,
+                        "; door units held back until it restarts: {}",
+                        held.join(", ")
+                    )?;
+                }
+                write!(f, "; apply again once they end")
+            }
             Action::Symlink {
                 path,
                 target,
@@ -715,6 +731,8 @@ struct Planner<'a> {
     input: PlanInput<'a>,
     /// A removed site's vhost is planned to be unlinked: the web server must reload.
     vhost_unlinked: bool,
+    /// Changed door units not written while sited's restart is deferred.
+    held_door_units: Vec<PathBuf>,
     actions: Vec<Action>,
     refusals: Vec<Refusal>,
 }
@@ -725,6 +743,7 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     let mut p = Planner {
         input,
         vhost_unlinked: false,
+        held_door_units: Vec::new(),
         actions: Vec::new(),
         refusals: Vec::new(),
     };
@@ -737,7 +756,8 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     p.secrets(&matrix);
     p.htpasswd(&matrix);
     p.chat_proxy_auth(&matrix);
-    let written = p.artifacts(&matrix);
+    let mut written = p.artifacts(&matrix);
+    p.hold_back_door_units(&mut written);
     p.service(&written);
     p.sockets(&written);
     p.restarts(&written);

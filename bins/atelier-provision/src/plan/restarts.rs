@@ -7,6 +7,11 @@
 //! step. A restart would cut off the runs the daemon serves (a turn's stream, a build's
 //! tunnels), so while one is live the restart is deferred by name instead, and the plan keeps
 //! deferring it (and `check` reports it) until an apply finds the runs ended.
+//!
+//! While sited's restart is deferred it keeps holding every run's door to the units it was
+//! built for. A changed door unit written then would have it refuse every new run of every
+//! site as nonconformant until it restarts, so changed door units wait, named in the
+//! deferral, for the apply that restarts sited, and are written in that same apply.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -16,7 +21,7 @@ use atelier_layout::paths::Layout;
 use atelier_layout::services;
 use atelier_layout::{names, Door, SiteOrdinal};
 
-use super::{argv, AccountStep, Action, ExecStep, Planner};
+use super::{argv, AccountStep, Action, Disposition, ExecStep, Phase, Planner};
 
 /// One daemon the plan looks at.
 struct Daemon {
@@ -36,30 +41,25 @@ impl Planner<'_> {
     /// name while the runs it serves are live.
     pub(super) fn restarts(&mut self, written: &BTreeSet<PathBuf>) {
         let mut restart = Vec::new();
+        let sited = names::sited_service_unit(self.input.layout.instance());
         for daemon in daemons(self.input.layout, &self.input.sites()) {
             let Some(why) = self.stale(&daemon, written) else {
                 continue;
             };
-            let live: Vec<String> = self
-                .input
-                .host
-                .live_runs
-                .iter()
-                .filter(|run| {
-                    daemon
-                        .serves
-                        .iter()
-                        .any(|stem| names::is_door_run(run, stem))
-                })
-                .cloned()
-                .collect();
+            let live = self.live_runs_of(&daemon);
             if live.is_empty() {
                 restart.push(daemon.unit);
             } else {
+                let held = if daemon.unit == sited {
+                    std::mem::take(&mut self.held_door_units)
+                } else {
+                    Vec::new()
+                };
                 self.actions.push(Action::DeferRestart {
                     unit: daemon.unit,
                     because: why,
                     live,
+                    held,
                 });
             }
         }
@@ -73,6 +73,69 @@ impl Planner<'_> {
                 argv: command,
             });
         }
+    }
+
+    /// Leaves out of the plan every rewrite of a door unit of a declared site while sited's
+    /// restart is to be deferred (see the module's note); [`Planner::restarts`] names them.
+    pub(super) fn hold_back_door_units(&mut self, written: &mut BTreeSet<PathBuf>) {
+        let layout = self.input.layout;
+        let sites = self.input.sites();
+        let sited_unit = names::sited_service_unit(layout.instance());
+        let Some(sited) = daemons(layout, &sites)
+            .into_iter()
+            .find(|d| d.unit == sited_unit)
+        else {
+            return;
+        };
+        if self.stale(&sited, written).is_none() || self.live_runs_of(&sited).is_empty() {
+            return;
+        }
+        let inst = layout.instance();
+        let doors: BTreeSet<PathBuf> = sites
+            .iter()
+            .flat_map(|&(k, _)| Door::ALL.into_iter().map(move |door| (k, door)))
+            .flat_map(|(k, door)| {
+                [
+                    names::door_socket_unit(inst, k, door),
+                    names::door_target_unit(inst, k, door),
+                    names::door_service_template(inst, k, door),
+                ]
+            })
+            .map(|unit| layout.unit_path(&unit))
+            .collect();
+        let mut held = Vec::new();
+        self.actions.retain(|action| match action {
+            Action::File {
+                phase: Phase::Artifact,
+                disposition: Disposition::Rewrite,
+                path,
+                ..
+            } if doors.contains(path) => {
+                held.push(path.clone());
+                false
+            }
+            _ => true,
+        });
+        for path in &held {
+            written.remove(path);
+        }
+        self.held_door_units = held;
+    }
+
+    /// The live runs a restart of `daemon` would cut off.
+    fn live_runs_of(&self, daemon: &Daemon) -> Vec<String> {
+        self.input
+            .host
+            .live_runs
+            .iter()
+            .filter(|run| {
+                daemon
+                    .serves
+                    .iter()
+                    .any(|stem| names::is_door_run(run, stem))
+            })
+            .cloned()
+            .collect()
     }
 
     /// Why a running `daemon` must restart, or `None` if it runs with what is declared.
@@ -213,6 +276,7 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::path::PathBuf;
 
     use atelier_layout::paths::Layout;
     use atelier_layout::{names, Door, SiteOrdinal};
@@ -333,6 +397,7 @@ mod tests {
             unit,
             because,
             live,
+            held,
         } = deferred[0]
         else {
             unreachable!()
@@ -340,6 +405,7 @@ mod tests {
         assert_eq!(unit, SITED);
         assert!(because.contains("/etc/atelier/example/env"), "{because}");
         assert_eq!(live, std::slice::from_ref(&build));
+        assert!(held.is_empty(), "no door unit changed: {held:?}");
         assert!(!deferred[0].changes_host());
         assert_eq!(
             deferred[0].holdback(),
@@ -365,6 +431,75 @@ mod tests {
             argvs(&f.plan().unwrap()),
             [format!("systemctl try-restart {SITED}")]
         );
+    }
+
+    #[test]
+    fn changed_door_units_wait_for_a_deferred_sited_and_are_written_with_its_restart() {
+        let mut f = running(&["blog", "shop"], "\"a.example\"");
+        let layout = Layout::new(&f.decl);
+        let inst = layout.instance().clone();
+        let k = |n| SiteOrdinal::new(n).unwrap();
+        // An upgrade: sited's binary is newer than its process, and the door units it renders
+        // differ from those on the host (the fixture's sites' turn sockets).
+        let sited_bin = layout.bin_path(atelier_layout::services::SITED_BINARY);
+        let mut seen = f.host.entries.values().next().unwrap().clone();
+        seen.mtime_ns = 150;
+        f.host.entries.insert(sited_bin, seen);
+        let doors: Vec<PathBuf> = [k(1), k(2)]
+            .map(|k| layout.unit_path(&names::door_socket_unit(&inst, k, Door::Turn)))
+            .to_vec();
+        for door in &doors {
+            let old = Artifact::new(
+                door.clone(),
+                "example",
+                ArtifactKind::AgentUnits,
+                CommentStyle::Hash,
+                ("root", "root", 0o644),
+                "[Socket]\n# the previous version\n",
+            );
+            f.host.entries.get_mut(door).unwrap().content = Some(old.bytes);
+        }
+        let written = |plan: &[Action]| -> Vec<PathBuf> {
+            plan.iter()
+                .filter_map(|a| match a {
+                    Action::File { path, .. } if doors.contains(path) => Some(path.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // A turn of site 2 is live: sited's restart waits, and so do both sites' door units.
+        let turn = live(&names::door_unit_stem(&inst, k(2), Door::Turn));
+        f.host.live_runs = vec![turn];
+        let plan = f.plan().unwrap();
+        assert_eq!(written(&plan), Vec::<PathBuf>::new(), "{plan:#?}");
+        assert!(
+            !argvs(&plan).iter().any(|a| a.contains("daemon-reload")),
+            "nothing for PID 1 to load: {plan:#?}"
+        );
+        let deferral = plan
+            .iter()
+            .find(|a| matches!(a, Action::DeferRestart { unit, .. } if unit == SITED))
+            .unwrap_or_else(|| panic!("sited's restart is deferred: {plan:#?}"));
+        let Action::DeferRestart { held, .. } = deferral else {
+            unreachable!()
+        };
+        assert_eq!(held, &doors);
+        let line = deferral.to_string();
+        assert!(
+            line.contains("door units held back until it restarts: ")
+                && line.contains(&doors[0].display().to_string()),
+            "{line}"
+        );
+        // The run ended: the same apply writes the door units, has PID 1 load them and then
+        // restarts sited, which checks runs against them from then on.
+        f.host.live_runs.clear();
+        let plan = f.plan().unwrap();
+        assert_eq!(written(&plan), doors, "{plan:#?}");
+        let argvs = argvs(&plan);
+        let at = |command: &str| argvs.iter().position(|a| a.starts_with(command));
+        let restart = at(&format!("systemctl try-restart {SITED}"));
+        assert!(restart.is_some(), "{argvs:?}");
+        assert!(at("systemctl daemon-reload") < restart, "{argvs:?}");
     }
 
     #[test]
