@@ -151,7 +151,7 @@ impl Builds {
         let id = ReleaseId::generate().as_str().to_owned();
         let workspace = self.workspace(slug.as_str())?;
         workspace
-            .create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)
+            .create_own_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)
             .and_then(|_| workspace.create_dir_all(BUILDS_DIR, PRIVATE_DIR_MODE))
             .map_err(SiteError::from)?;
         let record = BuildRecord {

@@ -135,7 +135,7 @@ impl SessionLog {
     /// workspace itself. A last line cut short by a crash mid-append is left in place and
     /// terminated, so it stays one skipped line and the next event starts a line of its own.
     pub fn open(workspace: &Root, id: &SessionId) -> Result<SessionLog, SessionLogError> {
-        workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+        workspace.create_own_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
         workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
         let path = log_path(id);
         let mut file = workspace.open_append(&path, SESSION_FILE_MODE)?;
@@ -346,7 +346,7 @@ impl From<SessionMeta> for SessionSummary {
 pub fn write_meta(workspace: &Root, meta: &SessionMeta) -> Result<(), SessionLogError> {
     let id = SessionId::parse(&meta.session_id)
         .ok_or_else(|| SessionLogError::Meta(format!("bad session id {}", meta.session_id)))?;
-    workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+    workspace.create_own_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
     workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
     let mut bytes =
         serde_json::to_vec_pretty(meta).map_err(|e| SessionLogError::Meta(e.to_string()))?;

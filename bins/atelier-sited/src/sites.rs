@@ -374,7 +374,7 @@ impl Sites {
         )?;
         manifest::write_manifest(&workspace, manifest)?;
         agents_md::write_brief(&workspace, manifest, &self.config.publication_api_url)?;
-        workspace.create_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
+        workspace.create_own_dir_all(BUILDER_DIR, BUILDER_DIR_MODE)?;
         Ok(())
     }
 

@@ -507,6 +507,23 @@ impl Root {
         Ok(outcome)
     }
 
+    /// [`Root::create_dir_all`] for the daemon's own folder in a tree another identity can
+    /// write: the last level, created now or found, must belong to this process's user
+    /// ([`FsError::NotOwned`] otherwise), so a folder someone else planted there is never taken
+    /// for the daemon's own.
+    pub fn create_own_dir_all(&self, rel: impl AsRef<Path>, mode: u32) -> Result<Outcome, FsError> {
+        let rel = rel.as_ref();
+        let outcome = self.create_dir_all(rel, mode)?;
+        let own = self.open_dir(rel)?;
+        let stat = rustix::fs::fstat(&own.fd).map_err(|errno| io_err("stat", rel, errno))?;
+        if stat.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(FsError::NotOwned {
+                path: rel.to_path_buf(),
+            });
+        }
+        Ok(outcome)
+    }
+
     /// Removes the non-directory entry `rel` (a symlink is removed itself, never its target).
     ///
     /// Returns `Ok(true)` if it was removed and `Ok(false)`, "unchanged", if it or a parent

@@ -1,4 +1,5 @@
-//! `Root::read_own_limited`: the daemon's own state is read only when the daemon owns it.
+//! `Root::read_own_limited` and `Root::create_own_dir_all`: the daemon's own state is read, and
+//! its own folder used, only when the daemon owns it.
 
 use atelier_fs::{FsError, Root};
 
@@ -30,6 +31,43 @@ fn own_files_are_read_foreign_planted_and_missing_ones_are_not() {
             root.read_own_limited("foreign.json", 16),
             Err(FsError::NotOwned { .. })
         ));
+    }
+}
+
+#[test]
+fn an_own_folder_is_created_or_found_and_a_planted_one_refused() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::open(dir.path()).unwrap();
+    assert!(root
+        .create_own_dir_all("state", 0o710)
+        .unwrap()
+        .is_changed());
+    assert!(!root
+        .create_own_dir_all("state", 0o710)
+        .unwrap()
+        .is_changed());
+    let mode = std::fs::metadata(dir.path().join("state"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o710);
+    std::os::unix::fs::symlink(dir.path().join("state"), dir.path().join("link")).unwrap();
+    assert!(matches!(
+        root.create_own_dir_all("link", 0o710),
+        Err(FsError::SymlinkRefused { .. })
+    ));
+    // A folder someone else made where the daemon's goes (needs root to make; the suite runs
+    // as root): refused, and left as it was.
+    if rustix::process::geteuid().is_root() {
+        let planted = dir.path().join("planted");
+        std::fs::create_dir(&planted).unwrap();
+        std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+        assert!(matches!(
+            root.create_own_dir_all("planted", 0o710),
+            Err(FsError::NotOwned { .. })
+        ));
+        assert_eq!(std::fs::metadata(&planted).unwrap().uid(), 65534);
     }
 }
 
