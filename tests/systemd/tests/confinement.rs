@@ -424,19 +424,21 @@ const BUILD_DOOR_CASES: [&str; 14] = [
 ];
 
 /// The matrix's own controls, which must pass in the build door too.
-const BUILD_DOOR_CONTROLS: [&str; 4] = [
+const BUILD_DOOR_CONTROLS: [&str; 5] = [
     "own_forward_tcp",
     "own_gate_socket",
     "own_workspace_write",
     "own_process_visible",
+    "no_new_privs",
 ];
 
 /// The controls that must pass inside the units: each proves the probe's attempt can work.
-const CONTROLS: [(&str, &str); 7] = [
+const CONTROLS: [(&str, &str); 8] = [
     ("own_forward_tcp", "turn"),
     ("own_gate_socket", "turn"),
     ("own_workspace_write", "turn"),
     ("own_process_visible", "turn"),
+    ("no_new_privs", "turn"),
     ("hold_shm_file", "hold"),
     ("hold_sysv_ipc", "hold"),
     ("build_repository_read", "build"),

@@ -275,6 +275,7 @@ fn run_matrix(m: &Matrix) {
     case("other_site_sysv_ipc", sysv_segment(m.other_ipc_key));
 
     case("setuid_binary", setuid(&m.setuid));
+    control("no_new_privs", no_new_privs());
     case("host_sysfs", host_sysfs());
     case("masked_dirs", none_listed(&m.masked_dir));
 }
@@ -495,6 +496,21 @@ fn own_process_visible() -> Result<String, String> {
         Ok(format!("{own} exists"))
     } else {
         Err(format!("{own} is missing"))
+    }
+}
+
+/// The kernel's no_new_privs bit is set on this process: the door sets it without an explicit
+/// `NoNewPrivileges=` (a non-root unit with a system call filter and no capabilities).
+fn no_new_privs() -> Result<String, String> {
+    let status = fs::read_to_string("/proc/self/status").map_err(|e| format!("status: {e}"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("NoNewPrivs:"))
+        .ok_or("no NoNewPrivs line")?;
+    if line.split_whitespace().nth(1) == Some("1") {
+        Ok(line.to_owned())
+    } else {
+        Err(line.to_owned())
     }
 }
 
