@@ -63,6 +63,10 @@ pub struct Observed {
     pub empty: Option<bool>,
     /// For a symlink: its target.
     pub link_target: Option<PathBuf>,
+    /// Where the path really leads when a link on the way or at its end takes it elsewhere
+    /// (every link resolved, as a host path); `None` when it is where it says, or leads nowhere
+    /// (or, below a test's root, out of it).
+    pub resolved: Option<PathBuf>,
     /// For a file whose content was asked for: its bytes (never a credential's).
     #[serde(skip)]
     pub content: Option<Vec<u8>>,
@@ -328,6 +332,14 @@ fn observe(root: &Path, path: &Path, with_content: bool) -> Option<Observed> {
     let link_target = (kind == ObservedKind::Symlink)
         .then(|| std::fs::read_link(&real).ok())
         .flatten();
+    let resolved = std::fs::canonicalize(&real)
+        .ok()
+        .and_then(|c| {
+            c.strip_prefix(root)
+                .ok()
+                .map(|rel| Path::new("/").join(rel))
+        })
+        .filter(|c| c != path);
     Some(Observed {
         kind,
         mode: meta.mode() & 0o7777,
@@ -335,6 +347,7 @@ fn observe(root: &Path, path: &Path, with_content: bool) -> Option<Observed> {
         gid: meta.gid(),
         empty,
         link_target,
+        resolved,
         content,
         mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
     })
@@ -451,12 +464,16 @@ mod tests {
         let l = Path::new("/etc/x/l");
         let d = Path::new("/etc/x");
         let gone = Path::new("/etc/absent");
-        let seen = observe_entries(tmp.path(), [(f, true), (l, true), (d, false), (gone, true)]);
+        // Canonical, as the host's root is: links are resolved against it.
+        let root = tmp.path().canonicalize().unwrap();
+        let seen = observe_entries(&root, [(f, true), (l, true), (d, false), (gone, true)]);
         assert_eq!(seen[f].kind, ObservedKind::File);
         assert_eq!(seen[f].mode, 0o640);
         assert_eq!(seen[f].content.as_deref(), Some(&b"body"[..]));
         assert_eq!(seen[l].kind, ObservedKind::Symlink);
         assert_eq!(seen[l].link_target.as_deref(), Some(Path::new("f")));
+        assert_eq!(seen[l].resolved.as_deref(), Some(f), "the link leads to f");
+        assert_eq!(seen[f].resolved, None, "f is where it says");
         assert_eq!(seen[d].empty, Some(false));
         assert!(!seen.contains_key(gone));
     }

@@ -595,6 +595,10 @@ pub fn observed_paths(
     for (name, _) in DOOR_ROOT_LINKS {
         add(layout.door_root().join(name), false);
     }
+    // Where each agent CLI really is: a door must show that place too.
+    for bin in layout.declaration().agent.bins.values() {
+        add(bin.clone(), false);
+    }
     // Login names are read from the password file; passwords only at apply time.
     add(layout.htpasswd_path(), true);
     for user in &layout.declaration().serving.preprod.auth.users {
@@ -825,12 +829,24 @@ impl Planner<'_> {
         // A door shows the host's system folders and nothing else of it: an agent CLI must be
         // there to run, and the instance's own trees must not be, or every door would see them.
         for (driver, bin) in &decl.agent.bins {
-            if !in_door_system_view(bin) {
+            // A link the path takes (Claude Code's installer links into a home folder) must
+            // lead into the view as well.
+            let resolved = self.observed(bin).and_then(|seen| seen.resolved.clone());
+            let outside = [Some(bin), resolved.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|path| !in_door_system_view(path));
+            if let Some(outside) = outside {
+                let via = if outside == bin {
+                    String::new()
+                } else {
+                    format!(" (it leads to {})", outside.display())
+                };
                 self.refuse(
                     bin.display(),
                     "agent_bin_outside_door_view",
                     format!(
-                        "the {} binary must be installed under {}: a door shows only those of the host",
+                        "the {} binary{via} must be installed under {}: a door shows only those of the host",
                         driver.as_str(),
                         door_system_dirs()
                     ),
@@ -2088,6 +2104,7 @@ mod tests {
                 gid: self.gid(group),
                 empty: (kind == ObservedKind::Dir).then_some(true),
                 link_target: None,
+                resolved: None,
                 content,
                 mtime_ns: 0,
             }
@@ -2323,7 +2340,7 @@ mod tests {
     #[test]
     fn refusals_are_named_and_nothing_is_planned() {
         type Spoil = fn(&mut Fixture);
-        let cases: [(&str, Spoil, &str); 9] = [
+        let cases: [(&str, Spoil, &str); 10] = [
             (
                 "foreign artifact",
                 |f| {
@@ -2386,6 +2403,17 @@ mod tests {
                         atelier_layout::declaration::AgentDriver::ClaudeCode,
                         "/srv/tools/claude".into(),
                     );
+                },
+                "agent_bin_outside_door_view",
+            ),
+            (
+                "agent linked out of the door's view",
+                |f| {
+                    let bin = f.decl.agent.bins.values().next().unwrap().clone();
+                    let mut seen = f.host.entries.values().next().unwrap().clone();
+                    seen.kind = ObservedKind::Symlink;
+                    seen.resolved = Some("/root/.local/share/claude/versions/2.1.328".into());
+                    f.host.entries.insert(bin, seen);
                 },
                 "agent_bin_outside_door_view",
             ),

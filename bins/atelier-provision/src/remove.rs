@@ -402,6 +402,7 @@ mod tests {
             gid: 0,
             empty: None,
             link_target: None,
+            resolved: None,
             content: Some(content),
             mtime_ns: 0,
         }
