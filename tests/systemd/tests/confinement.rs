@@ -375,73 +375,47 @@ kill $holder; wait $holder
 exit 0
 "#;
 
-/// The cases of the matrix, the door that runs them, and whether root outside any unit
-/// reaches the same target (`true`: the case's target exists and is reachable unconfined, so
-/// the refusal inside is the unit's doing).
-const MATRIX: [(&str, &str, bool); 18] = [
-    ("host_loopback_tcp", "turn", true),
-    ("host_abstract_socket", "turn", true),
-    ("sited_socket", "turn", true),
-    ("other_site_gate_socket", "turn", true),
-    ("host_run_sockets", "turn", true),
-    ("other_site_workspace_write", "turn", true),
-    ("other_site_workspace_read", "turn", true),
-    ("own_repository_metadata", "turn", true),
-    ("builder_rename", "turn", true),
-    ("other_site_process", "turn", true),
+/// The cases of the matrix, the door that runs them, whether root outside any unit reaches the
+/// same target (`true`: the case's target exists and is reachable unconfined, so the refusal
+/// inside is the unit's doing), and whether the build door, which runs what the turn wrote,
+/// must refuse it too (all the turn's cases but the repository's metadata, which a build reads:
+/// `build_repository_write` holds it to reading).
+const MATRIX: [(&str, &str, bool, bool); 18] = [
+    ("host_loopback_tcp", "turn", true, true),
+    ("host_abstract_socket", "turn", true, true),
+    ("sited_socket", "turn", true, true),
+    ("other_site_gate_socket", "turn", true, true),
+    ("host_run_sockets", "turn", true, true),
+    ("other_site_workspace_write", "turn", true, true),
+    ("other_site_workspace_read", "turn", true, true),
+    ("own_repository_metadata", "turn", true, false),
+    ("builder_rename", "turn", true, true),
+    ("other_site_process", "turn", true, true),
     // Site 2's /dev/shm and IPC namespace are its unit's own: root outside does not see them
     // either; the hold's controls prove they exist.
-    ("other_site_shm_file", "turn", false),
-    ("other_site_sysv_ipc", "turn", false),
+    ("other_site_shm_file", "turn", false, true),
+    ("other_site_sysv_ipc", "turn", false, true),
     // Root is uid 0 already; `suid_as_nobody` is this case's control.
-    ("setuid_binary", "turn", false),
-    ("host_sysfs", "turn", true),
-    ("masked_dirs", "turn", true),
-    ("git_door_gate_socket", "git", false),
-    ("git_door_gate_forward", "git", false),
+    ("setuid_binary", "turn", false, true),
+    ("host_sysfs", "turn", true, true),
+    ("masked_dirs", "turn", true, true),
+    ("git_door_gate_socket", "git", false, false),
+    ("git_door_gate_forward", "git", false, false),
     // The build reads the repository (its control) but writes none of it.
-    ("build_repository_write", "build", false),
+    ("build_repository_write", "build", false, false),
 ];
 
-/// The turn door's cases that the build door must refuse too, as it runs what the turn wrote
-/// (all but the repository's metadata, which a build reads: `build_repository_write` holds it
-/// to reading).
-const BUILD_DOOR_CASES: [&str; 14] = [
-    "host_loopback_tcp",
-    "host_abstract_socket",
-    "sited_socket",
-    "other_site_gate_socket",
-    "host_run_sockets",
-    "other_site_workspace_write",
-    "other_site_workspace_read",
-    "builder_rename",
-    "other_site_process",
-    "other_site_shm_file",
-    "other_site_sysv_ipc",
-    "setuid_binary",
-    "host_sysfs",
-    "masked_dirs",
-];
-
-/// The matrix's own controls, which must pass in the build door too.
-const BUILD_DOOR_CONTROLS: [&str; 5] = [
-    "own_forward_tcp",
-    "own_gate_socket",
-    "own_workspace_write",
-    "own_process_visible",
-    "no_new_privs",
-];
-
-/// The controls that must pass inside the units: each proves the probe's attempt can work.
-const CONTROLS: [(&str, &str); 8] = [
-    ("own_forward_tcp", "turn"),
-    ("own_gate_socket", "turn"),
-    ("own_workspace_write", "turn"),
-    ("own_process_visible", "turn"),
-    ("no_new_privs", "turn"),
-    ("hold_shm_file", "hold"),
-    ("hold_sysv_ipc", "hold"),
-    ("build_repository_read", "build"),
+/// The controls that must pass inside the units, each proving the probe's attempt can work, and
+/// whether the build door's run of the matrix must pass it too.
+const CONTROLS: [(&str, &str, bool); 8] = [
+    ("own_forward_tcp", "turn", true),
+    ("own_gate_socket", "turn", true),
+    ("own_workspace_write", "turn", true),
+    ("own_process_visible", "turn", true),
+    ("no_new_privs", "turn", true),
+    ("hold_shm_file", "hold", false),
+    ("hold_sysv_ipc", "hold", false),
+    ("build_repository_read", "build", false),
 ];
 
 /// The outcomes (`blocked`, `OPEN`, `ok`, `FAILED`) printed for `name` under `prefix`.
@@ -479,7 +453,7 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
     );
 
     let mut failures = Vec::new();
-    for (name, door, reachable_outside) in MATRIX {
+    for (name, door, reachable_outside, _) in MATRIX {
         let inside = outcomes(&run, door, "case", name);
         if inside.is_empty() || inside.iter().any(|o| !o.starts_with("blocked ")) {
             failures.push(format!("{name} ({door} door): {inside:?}"));
@@ -493,19 +467,19 @@ fn isolation_matrix_inside_real_turn_and_git_units_refuses_every_case() {
             }
         }
     }
-    for name in BUILD_DOOR_CASES {
+    for (name, ..) in MATRIX.into_iter().filter(|case| case.3) {
         let inside = outcomes(&run, "buildm", "case", name);
         if inside.is_empty() || inside.iter().any(|o| !o.starts_with("blocked ")) {
             failures.push(format!("{name} (build door): {inside:?}"));
         }
     }
-    for name in BUILD_DOOR_CONTROLS {
+    for (name, ..) in CONTROLS.into_iter().filter(|control| control.2) {
         let seen = outcomes(&run, "buildm", "control", name);
         if seen.is_empty() || seen.iter().any(|o| !o.starts_with("ok ")) {
             failures.push(format!("control {name} (build door): {seen:?}"));
         }
     }
-    for (name, prefix) in CONTROLS {
+    for (name, prefix, _) in CONTROLS {
         let seen = outcomes(&run, prefix, "control", name);
         if seen.is_empty() || seen.iter().any(|o| !o.starts_with("ok ")) {
             failures.push(format!("control {name} ({prefix}): {seen:?}"));
