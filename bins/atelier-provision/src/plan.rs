@@ -671,9 +671,11 @@ impl RetiredPaths {
         let k = id.k;
         let mut units = Vec::new();
         for door in Door::ALL {
-            units.push(layout.unit_path(&names::door_socket_unit(inst, k, door)));
-            units.push(layout.unit_path(&names::door_target_unit(inst, k, door)));
-            units.push(layout.unit_path(&names::door_service_template(inst, k, door)));
+            units.extend(
+                names::door_unit_files(inst, k, door)
+                    .iter()
+                    .map(|unit| layout.unit_path(unit)),
+            );
         }
         units.push(layout.unit_path(&names::gate_socket_unit(inst, k)));
         units.push(layout.unit_path(&names::gate_decisions_socket_unit(inst, k)));

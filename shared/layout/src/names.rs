@@ -328,6 +328,15 @@ pub fn door_service_template(inst: &InstanceName, k: SiteOrdinal, door: Door) ->
     format!("{}@.service", door_unit_stem(inst, k, door))
 }
 
+/// The three unit files of site `k`'s `door`: its socket, its target and its service template.
+pub fn door_unit_files(inst: &InstanceName, k: SiteOrdinal, door: Door) -> [String; 3] {
+    [
+        door_socket_unit(inst, k, door),
+        door_target_unit(inst, k, door),
+        door_service_template(inst, k, door),
+    ]
+}
+
 /// What every run instance of the template starts with: `atelier-<inst>-s<k>-<door>@`.
 pub fn door_service_instance_stem(inst: &InstanceName, k: SiteOrdinal, door: Door) -> String {
     format!("{}@", door_unit_stem(inst, k, door))

@@ -259,6 +259,25 @@ pub fn door_root_beside(agents_root: &Path) -> PathBuf {
     agents_root.with_file_name("door-root")
 }
 
+/// sysfs as a door sees it, which every door masks whole: it names the host's devices, its
+/// interfaces and every unit's cgroup.
+pub const SYSFS: &str = "/sys";
+
+/// [`DOOR_SYSTEM_DIRS`] as `BindReadOnlyPaths=` takes them: `-` before one that may be absent.
+pub fn door_system_binds() -> Vec<String> {
+    DOOR_SYSTEM_DIRS
+        .iter()
+        .map(|(dir, required)| format!("{}{dir}", if *required { "" } else { "-" }))
+        .collect()
+}
+
+/// The host's path of `inside` (absolute, as a door sees it) in `door_root`: what
+/// `ReadOnlyPaths=` and `InaccessiblePaths=` name, since systemd reads them as host paths even
+/// with `RootDirectory=` (and drops any outside the root).
+pub fn in_door_root(door_root: &Path, inside: &Path) -> PathBuf {
+    door_root.join(inside.strip_prefix("/").unwrap_or(inside))
+}
+
 /// Whether a door shows `path` through [`DOOR_SYSTEM_DIRS`]: an agent CLI must be installed
 /// there for a turn to run it. A path with a `..` component is never shown (it may lead out).
 pub fn in_door_system_view(path: &Path) -> bool {
@@ -1269,11 +1288,7 @@ impl<'d> Layout<'d> {
         }
         for &(k, _) in sites {
             for door in Door::ALL {
-                for unit in [
-                    names::door_socket_unit(inst, k, door),
-                    names::door_target_unit(inst, k, door),
-                    names::door_service_template(inst, k, door),
-                ] {
+                for unit in names::door_unit_files(inst, k, door) {
                     out.push(self.entry(Role::UnitFile, self.unit_path(&unit), Some(k)));
                 }
             }

@@ -34,8 +34,6 @@ const TRIGGER_LIMIT_INTERVAL_USEC: u64 = 2_000_000; // 2 seconds
 const TRIGGER_LIMIT_BURST: u64 = 20;
 /// Where the turn door sees its system gitconfig.
 const TURN_GITCONFIG_IN_UNIT: &str = "/etc/gitconfig";
-/// The sysfs in a door's root, which every door masks whole.
-const SYSFS: &str = "/sys";
 /// The tmpfs masks every door gets besides the sites root.
 const TEMPORARY_MASKS: [(&str, &str); 2] = [("/run", "ro"), ("/dev/shm", "mode=1777,nosuid,nodev")];
 /// The address families of a door with a way out (the shim's loopback forwards) and of one
@@ -350,8 +348,8 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
 
     // Masks and read-only places name the host's path of a place in the door's root.
     let door_root = paths::door_root_beside(&facts.agents_root);
-    let in_root = |path: &str| format!("{}{path}", text(&door_root));
-    let mut inaccessible = vec![in_root(&text(&facts.config_dir)), in_root(SYSFS)];
+    let in_root = |path: &str| text(&paths::in_door_root(&door_root, Path::new(path)));
+    let mut inaccessible = vec![in_root(&text(&facts.config_dir)), in_root(paths::SYSFS)];
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
         inaccessible.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));
@@ -367,9 +365,9 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     }
     // The host's system folders, read-only, each at its own place.
     read_only_binds.extend(
-        paths::DOOR_SYSTEM_DIRS
-            .iter()
-            .map(|(dir, required)| format!("{}{dir}:{dir}", if *required { "" } else { "-" })),
+        paths::door_system_binds()
+            .into_iter()
+            .map(|bind| format!("{bind}:{}", bind.trim_start_matches('-'))),
     );
     // sited's state, which no run may rename away; the repository, which a build (running what
     // the turn wrote) reads and never rewrites.

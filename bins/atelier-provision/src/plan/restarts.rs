@@ -94,13 +94,7 @@ impl Planner<'_> {
         let doors: BTreeSet<PathBuf> = sites
             .iter()
             .flat_map(|&(k, _)| Door::ALL.into_iter().map(move |door| (k, door)))
-            .flat_map(|(k, door)| {
-                [
-                    names::door_socket_unit(inst, k, door),
-                    names::door_target_unit(inst, k, door),
-                    names::door_service_template(inst, k, door),
-                ]
-            })
+            .flat_map(|(k, door)| names::door_unit_files(inst, k, door))
             .map(|unit| layout.unit_path(&unit))
             .collect();
         let mut held = Vec::new();

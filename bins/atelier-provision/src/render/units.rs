@@ -2,11 +2,13 @@
 //! the run template; per site the gate's socket and service; every daemon's metrics socket.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use atelier_layout::declaration::{Chat, Site};
 use atelier_layout::names::{self, Door, METRICS_SOCKET_NAME};
 use atelier_layout::paths::{
-    mode_rule, MetricsDaemon, MetricsSocket, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX, RUN_TASKS_MAX,
+    self, mode_rule, MetricsDaemon, MetricsSocket, Role, RUN_CPU_QUOTA, RUN_MEMORY_MAX,
+    RUN_TASKS_MAX,
 };
 use atelier_layout::services::{self, env, CHATD_DATABASE_FILE, DOOR_ENV, WORKDIR_ENV};
 use atelier_layout::workspace::{BUILDER_DIR, REPOSITORY_DIR};
@@ -364,9 +366,10 @@ fn door_service(
 ) -> Result<String, RenderError> {
     let inst = layout.instance();
     let workspace = safe_path(&layout.workspace(site))?;
-    let door_root = safe_path(&layout.door_root())?;
-    // What ReadOnlyPaths= and InaccessiblePaths= name: the host's path of a place in the root.
-    let in_root = format!("{door_root}{workspace}");
+    let door_root = layout.door_root();
+    // A place in the door's root as ReadOnlyPaths= and InaccessiblePaths= name it.
+    let in_root = |inside: &Path| safe_path(&paths::in_door_root(&door_root, inside));
+    let workspace_in_root = in_root(&layout.workspace(site))?;
     let mut environment =
         format!("Environment={DOOR_ENV}={door}\nEnvironment={WORKDIR_ENV}={workspace}\n");
     let mut home_bind = String::new();
@@ -418,19 +421,19 @@ fn door_service(
                 let gitconfig = safe_path(&layout.turn_gitconfig_path())?;
                 write!(
                     tail,
-                    "\nInaccessiblePaths={in_root}/{REPOSITORY_DIR}\n\
+                    "\nInaccessiblePaths={workspace_in_root}/{REPOSITORY_DIR}\n\
                      BindReadOnlyPaths={gitconfig}:/etc/gitconfig"
                 )
                 .ok();
                 // A CLI's project configuration that no switch of the CLI closes.
                 for dir in atelier_layout::paths::TURN_MASKED_WORKSPACE_DIRS {
-                    write!(tail, "\nInaccessiblePaths=-{in_root}/{dir}").ok();
+                    write!(tail, "\nInaccessiblePaths=-{workspace_in_root}/{dir}").ok();
                 }
             }
             if door == Door::Build {
                 // A build runs what the turn wrote (its steps, its scripts): it may read the
                 // history, never rewrite it or plant a config the git door would run.
-                write!(tail, "\nReadOnlyPaths={in_root}/{REPOSITORY_DIR}").ok();
+                write!(tail, "\nReadOnlyPaths={workspace_in_root}/{REPOSITORY_DIR}").ok();
             }
             tail
         }
@@ -464,13 +467,17 @@ fn door_service(
                 "RUNTIME_MAX_SEC",
                 runtime_max_sec(layout.door_ceiling_ms(door)).to_string(),
             ),
-            ("DOOR_ROOT", door_root),
+            ("DOOR_ROOT", safe_path(&door_root)?),
             ("SYSTEM_VIEW", system_view()),
             ("WORKSPACE", workspace.clone()),
-            ("WORKSPACE_STATE", format!("{workspace}/{BUILDER_DIR}")),
+            (
+                "WORKSPACE_STATE",
+                format!("{workspace_in_root}/{BUILDER_DIR}"),
+            ),
             ("SITES_ROOT", safe_path(&layout.sites_root())?),
             ("HOME_BIND", home_bind),
-            ("CONFIG_DIR", safe_path(&layout.config_dir())?),
+            ("CONFIG_DIR", in_root(&layout.config_dir())?),
+            ("SYSFS", in_root(Path::new(paths::SYSFS))?),
             ("PRIVATE_PIDS", private_pids.to_owned()),
             ("NETWORK_TAIL", network_tail),
         ],
@@ -479,11 +486,8 @@ fn door_service(
 
 /// `BindReadOnlyPaths=` of the host's system folders a door shows, each at its own place.
 fn system_view() -> String {
-    let dirs: Vec<String> = atelier_layout::paths::DOOR_SYSTEM_DIRS
-        .iter()
-        .map(|(dir, required)| format!("{}{dir}", if *required { "" } else { "-" }))
-        .collect();
-    format!("BindReadOnlyPaths={}\n", dirs.join(" "))
+    let binds = atelier_layout::paths::door_system_binds();
+    format!("BindReadOnlyPaths={}\n", binds.join(" "))
 }
 
 fn gate_socket(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderError> {

@@ -296,21 +296,28 @@ fn run_build_door(repository: &Path) {
             .map(|head| format!("read {} bytes of HEAD", head.len()))
             .map_err(|e| format!("HEAD: {e}")),
     );
-    let planted = repository.join(format!("isolation-probe-{}", std::process::id()));
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&planted);
     case(
         "build_repository_write",
-        match written {
-            Ok(_) => {
+        match plant(repository, b"") {
+            Ok(planted) => {
                 let _ = fs::remove_file(&planted);
                 Outcome::Open(format!("created {}", planted.display()))
             }
-            Err(e) => Outcome::Blocked(format!("{}: {e}", planted.display())),
+            Err(refused) => Outcome::Blocked(refused),
         },
     );
+}
+
+/// Creates a file of this probe's own in `dir` holding `body`: its path, or why it could not.
+fn plant(dir: &Path, body: &[u8]) -> Result<PathBuf, String> {
+    let fresh = dir.join(format!("isolation-probe-{}", std::process::id()));
+    match OpenOptions::new().write(true).create_new(true).open(&fresh) {
+        Ok(mut file) => {
+            let _ = file.write_all(body);
+            Ok(fresh)
+        }
+        Err(e) => Err(format!("{}: {e}", fresh.display())),
+    }
 }
 
 /// A control passes when the attempt succeeded.
@@ -400,13 +407,9 @@ fn sockets_under(dir: &Path, found: &mut Vec<PathBuf>) {
 }
 
 fn write_into(workspace: &Path) -> Outcome {
-    let fresh = workspace.join(format!("isolation-probe-{}", std::process::id()));
-    let created = match OpenOptions::new().write(true).create_new(true).open(&fresh) {
-        Ok(mut file) => {
-            let _ = file.write_all(b"written by another site\n");
-            return Outcome::Open(format!("created {}", fresh.display()));
-        }
-        Err(e) => format!("{}: {e}", fresh.display()),
+    let created = match plant(workspace, b"written by another site\n") {
+        Ok(fresh) => return Outcome::Open(format!("created {}", fresh.display())),
+        Err(refused) => refused,
     };
     let existing = workspace.join("site.json");
     match OpenOptions::new().append(true).open(&existing) {
