@@ -184,7 +184,7 @@ impl Bench {
             Path_::Gate => {
                 let mut stream = UnixStream::connect(&self.gate_socket).unwrap();
                 // As the door's shim does for its end of the unix leg.
-                atelier_gate::serve::tunnel::widen_send_buffer(&stream);
+                atelier_relay::widen_send_buffer(&stream);
                 stream.write_all(connect.as_bytes()).unwrap();
                 read_head(&mut stream);
                 Box::new(stream)

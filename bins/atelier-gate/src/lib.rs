@@ -6,8 +6,8 @@
 //! - [`client_hello`]: the first-flight walker ([`inspect_first_flight`], [`FirstFlight`],
 //!   [`HelloRefusal`]).
 //! - [`plan`]: a door's stamped plan file ([`plan::load_plan`]).
-//! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]) and its
-//!   zero-copy tunnels ([`serve::tunnel`]).
+//! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]); its tunnels'
+//!   bytes move through [`atelier_relay`].
 //! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::serve`],
 //!   [`mcp::McpDoor`]).
 //! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for

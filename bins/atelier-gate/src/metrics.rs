@@ -231,6 +231,16 @@ pub struct Relayed {
     pub downstream: Counter,
 }
 
+/// A tunnel's client is its unix side, the host its TCP side.
+impl atelier_relay::Tally for Relayed {
+    fn to_tcp(&self, bytes: u64) {
+        self.upstream.inc_by(bytes);
+    }
+    fn to_unix(&self, bytes: u64) {
+        self.downstream.inc_by(bytes);
+    }
+}
+
 impl Metrics {
     /// Registers every family in `registry` (made with the prefix [`PREFIX`]).
     pub fn new(registry: &mut Registry) -> Metrics {

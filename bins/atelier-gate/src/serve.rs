@@ -7,7 +7,7 @@
 //! order through the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
 //! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
 //! naming the CONNECT host do the buffered bytes go upstream, then bytes move both ways
-//! ([`tunnel`]: `splice(2)` through a pipe toward the client, a copy toward upstream).
+//! ([`atelier_relay`]: `splice(2)` through a pipe toward the client, a copy toward upstream).
 //!
 //! Every decision is recorded in the door's [`DecisionLog`] before the client hears of it: a
 //! refusal or failure before its reply, `allowed` (the tunnel's address) before the 200, and a
@@ -42,13 +42,12 @@ use crate::metrics::{EarlyClose, Failure, Metrics, Refusal};
 
 mod decision_log;
 mod kept;
-pub mod tunnel;
 
+pub use atelier_relay::Mode;
 pub use decision_log::{
     printable, DecisionLog, Subscription, SubscriptionEnd, MAX_LOG_LINES, MAX_LOG_TEXT,
 };
 pub use kept::{KeptAnswers, ANSWER_LIFETIME};
-pub use tunnel::Mode;
 
 /// The reply that opens a tunnel.
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
@@ -529,8 +528,8 @@ async fn pass_through(
         return;
     }
     relayed.upstream.inc_by(first_flight.len() as u64);
-    tunnel::widen_send_buffer(&client);
-    match tunnel::run(&client, &upstream, door.mode, &relayed).await {
+    atelier_relay::widen_send_buffer(&client);
+    match atelier_relay::run(&client, &upstream, door.mode, &relayed).await {
         Ok(moved) => tracing::debug!(?moved, "tunnel closed"),
         Err(error) => tracing::debug!(%error, "tunnel failed"),
     }

@@ -1,5 +1,6 @@
-//! The forwards over real TCP and unix sockets: bytes both ways, half-closes passed on, one
-//! gate connection per TCP connection, an unreachable gate, a port already taken.
+//! The forwards over real TCP and unix sockets: bytes both ways, half-closes passed on, a bulk
+//! transfer whole and in order, one gate connection per TCP connection, an unreachable gate, a
+//! port already taken.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -121,4 +122,38 @@ async fn dropping_the_forwards_stops_listening() {
     tokio::task::yield_now().await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn a_bulk_transfer_arrives_whole_and_in_order_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.sock");
+    // A gate stand-in that sends back, reversed, everything it got once the client is done:
+    // the answer is as long as the upload and differs from it, so neither way can pass by
+    // echoing the other's bytes in place.
+    let listener = UnixListener::bind(&path).unwrap();
+    let _gate = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        conn.read_to_end(&mut got).await.unwrap();
+        got.reverse();
+        conn.write_all(&got).await.unwrap();
+        conn.shutdown().await.unwrap();
+    });
+    let forwards = Forwards::bind(&[ephemeral(&path)]).unwrap();
+    let upload: Vec<u8> = (0..8 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut tcp = TcpStream::connect(forwards.local_addrs()[0]).await.unwrap();
+    let (mut read, mut write) = tcp.split();
+    let sent = async {
+        write.write_all(&upload).await.unwrap();
+        write.shutdown().await.unwrap();
+    };
+    let mut answer = Vec::new();
+    let (_, received) = tokio::join!(sent, read.read_to_end(&mut answer));
+    received.unwrap();
+    let mut expected = upload.clone();
+    expected.reverse();
+    assert!(answer == expected, "{} bytes came back", answer.len());
 }

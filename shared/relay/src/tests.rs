@@ -1,8 +1,10 @@
-//! Every mode over real sockets (a unix pair for the client, TCP on loopback upstream): every
-//! byte arrives in order both ways, splice moves them without a copy, the measured mode splices
-//! toward the client and copies toward upstream, half-closes carry over.
+//! Every mode over real sockets (a unix pair, TCP on loopback): every byte arrives in order
+//! both ways, splice moves them without a copy, the measured mode splices toward the unix side
+//! and copies toward TCP, half-closes carry over, the tally moves with the bytes.
 
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -15,32 +17,47 @@ fn pattern(seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Bytes written each way, as the tunnel reported them.
+#[derive(Default)]
+struct Counted {
+    to_tcp: AtomicU64,
+    to_unix: AtomicU64,
+}
+
+impl Tally for Arc<Counted> {
+    fn to_tcp(&self, bytes: u64) {
+        self.to_tcp.fetch_add(bytes, Ordering::Relaxed);
+    }
+    fn to_unix(&self, bytes: u64) {
+        self.to_unix.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
 struct Pair {
-    /// The test's end of the client side.
-    client: UnixStream,
-    /// The test's end of the upstream side.
-    upstream: TcpStream,
+    /// The test's end of the unix side.
+    unix: UnixStream,
+    /// The test's end of the TCP side.
+    tcp: TcpStream,
     tunnel: JoinHandle<io::Result<Moved>>,
-    /// The byte counters the tunnel adds to.
-    relayed: Relayed,
+    /// What the tunnel told its tally.
+    counted: Arc<Counted>,
 }
 
 async fn open(mode: Mode) -> Pair {
-    let (client, gate_client) = UnixStream::pair().unwrap();
+    let (unix, relay_unix) = UnixStream::pair().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = TcpStream::connect(listener.local_addr().unwrap())
+    let tcp = TcpStream::connect(listener.local_addr().unwrap())
         .await
         .unwrap();
-    let (gate_upstream, _) = listener.accept().await.unwrap();
-    let relayed = Relayed::default();
-    let counters = relayed.clone();
-    let tunnel =
-        tokio::spawn(async move { run(&gate_client, &gate_upstream, mode, &counters).await });
+    let (relay_tcp, _) = listener.accept().await.unwrap();
+    let counted = Arc::new(Counted::default());
+    let tally = Arc::clone(&counted);
+    let tunnel = tokio::spawn(async move { run(&relay_unix, &relay_tcp, mode, &tally).await });
     Pair {
-        client,
-        upstream,
+        unix,
+        tcp,
         tunnel,
-        relayed,
+        counted,
     }
 }
 
@@ -62,11 +79,11 @@ where
 
 async fn both_ways(mode: Mode) -> Moved {
     let pair = open(mode).await;
-    let (up, down) = (pattern(1), pattern(2));
-    let at_client = tokio::spawn(exchange(pair.client, up.clone()));
-    let at_upstream = tokio::spawn(exchange(pair.upstream, down.clone()));
-    assert!(at_upstream.await.unwrap() == up, "client to upstream");
-    assert!(at_client.await.unwrap() == down, "upstream to client");
+    let (to_tcp, to_unix) = (pattern(1), pattern(2));
+    let at_unix = tokio::spawn(exchange(pair.unix, to_tcp.clone()));
+    let at_tcp = tokio::spawn(exchange(pair.tcp, to_unix.clone()));
+    assert!(at_tcp.await.unwrap() == to_tcp, "unix to TCP");
+    assert!(at_unix.await.unwrap() == to_unix, "TCP to unix");
     pair.tunnel.await.unwrap().unwrap()
 }
 
@@ -76,11 +93,11 @@ async fn splice_moves_every_byte_both_ways_without_a_copy() {
     assert_eq!(
         moved,
         Moved {
-            up: Flow {
+            to_tcp: Flow {
                 spliced: LEN as u64,
                 copied: 0
             },
-            down: Flow {
+            to_unix: Flow {
                 spliced: LEN as u64,
                 copied: 0
             },
@@ -92,14 +109,14 @@ async fn splice_moves_every_byte_both_ways_without_a_copy() {
 async fn the_copy_moves_every_byte_both_ways() {
     let moved = both_ways(Mode::Copy).await;
     assert_eq!(
-        moved.up,
+        moved.to_tcp,
         Flow {
             spliced: 0,
             copied: LEN as u64
         }
     );
     assert_eq!(
-        moved.down,
+        moved.to_unix,
         Flow {
             spliced: 0,
             copied: LEN as u64
@@ -108,16 +125,16 @@ async fn the_copy_moves_every_byte_both_ways() {
 }
 
 #[tokio::test]
-async fn the_measured_mode_copies_toward_upstream_and_splices_toward_the_client() {
+async fn the_measured_mode_copies_toward_tcp_and_splices_toward_unix() {
     let moved = both_ways(Mode::Measured).await;
     assert_eq!(
         moved,
         Moved {
-            up: Flow {
+            to_tcp: Flow {
                 spliced: 0,
                 copied: LEN as u64
             },
-            down: Flow {
+            to_unix: Flow {
                 spliced: LEN as u64,
                 copied: 0
             },
@@ -168,42 +185,49 @@ fn a_copy_buffer_doubles_while_reads_fill_it_up_to_its_cap() {
 async fn a_half_close_reaches_the_other_side_while_the_other_way_goes_on() {
     for mode in [Mode::Measured, Mode::Splice, Mode::Copy] {
         let mut pair = open(mode).await;
-        pair.client.write_all(b"request").await.unwrap();
-        pair.client.shutdown().await.unwrap();
+        pair.unix.write_all(b"request").await.unwrap();
+        pair.unix.shutdown().await.unwrap();
         let mut request = Vec::new();
-        pair.upstream.read_to_end(&mut request).await.unwrap();
+        pair.tcp.read_to_end(&mut request).await.unwrap();
         assert_eq!(request, b"request", "{mode:?}");
-        // The client stopped sending; it still receives.
-        pair.upstream.write_all(b"late answer").await.unwrap();
-        pair.upstream.shutdown().await.unwrap();
+        // The unix side stopped sending; it still receives.
+        pair.tcp.write_all(b"late answer").await.unwrap();
+        pair.tcp.shutdown().await.unwrap();
         let mut answer = Vec::new();
-        pair.client.read_to_end(&mut answer).await.unwrap();
+        pair.unix.read_to_end(&mut answer).await.unwrap();
         assert_eq!(answer, b"late answer", "{mode:?}");
         let moved = pair.tunnel.await.unwrap().unwrap();
-        assert_eq!((moved.up.total(), moved.down.total()), (7, 11), "{mode:?}");
-        let counted = (pair.relayed.upstream.get(), pair.relayed.downstream.get());
+        assert_eq!(
+            (moved.to_tcp.total(), moved.to_unix.total()),
+            (7, 11),
+            "{mode:?}"
+        );
+        let counted = (
+            pair.counted.to_tcp.load(Ordering::Relaxed),
+            pair.counted.to_unix.load(Ordering::Relaxed),
+        );
         assert_eq!(
             counted,
             (7, 11),
-            "the counters moved with the bytes ({mode:?})"
+            "the tally moved with the bytes ({mode:?})"
         );
     }
 }
 
 #[tokio::test]
-async fn an_upstream_reset_ends_the_tunnel_and_closes_the_client() {
+async fn a_tcp_reset_ends_the_tunnel_and_closes_the_unix_side() {
     let pair = open(Mode::Splice).await;
     let Pair {
-        mut client,
-        upstream,
+        mut unix,
+        tcp,
         tunnel,
         ..
     } = pair;
     // SO_LINGER 0: close sends RST instead of FIN.
-    rustix::net::sockopt::set_socket_linger(&upstream, Some(std::time::Duration::ZERO)).unwrap();
-    drop(upstream);
+    rustix::net::sockopt::set_socket_linger(&tcp, Some(std::time::Duration::ZERO)).unwrap();
+    drop(tcp);
     let mut rest = Vec::new();
-    let _ = client.read_to_end(&mut rest).await;
+    let _ = unix.read_to_end(&mut rest).await;
     assert!(rest.is_empty());
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), tunnel)
         .await
@@ -212,10 +236,10 @@ async fn an_upstream_reset_ends_the_tunnel_and_closes_the_client() {
     assert!(ended.is_err(), "{ended:?}");
 }
 
-/// The client's unix leg gets the send buffer asked for, as far as `net.core.wmem_max` allows
-/// (Linux reports twice what it granted).
+/// A unix leg gets the send buffer asked for, as far as `net.core.wmem_max` allows (Linux
+/// reports twice what it granted).
 #[test]
-fn the_client_leg_gets_a_wide_send_buffer() {
+fn a_unix_leg_gets_a_wide_send_buffer() {
     let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let default = rustix::net::sockopt::socket_send_buffer_size(&ours).unwrap();
     widen_send_buffer(&ours);

@@ -1,6 +1,8 @@
-//! Moving an open tunnel's bytes both ways: toward the client with `splice(2)` through a pipe,
-//! so the bytes never cross into user space; toward upstream with a copy through a buffer,
-//! which measured faster there (below); and a copy wherever the kernel refuses to splice.
+//! Moving a tunnel's bytes both ways between a unix socket and a TCP socket, as the gate does
+//! between a door and a host and the shim does between a program and the gate. Toward the unix
+//! side the bytes go with `splice(2)` through a pipe, so they never cross into user space;
+//! toward TCP they are copied through a buffer, which measured faster there (below); and they
+//! are copied wherever the kernel refuses to splice.
 //!
 //! A spliced direction alternates two steps: fill the empty pipe from the source socket (at
 //! most the pipe's size, so the pipe is never what blocks), then drain the pipe into the sink
@@ -12,23 +14,21 @@
 //! down, which ends the other.
 //!
 //! Why the directions differ: on a 2-core machine `scripts/bench-gate` moved 1 GiB
-//! client-to-upstream at 0.46-0.58 of a direct connection's speed spliced and at 0.65-0.74
-//! copied, while upstream-to-client splicing matched the direct connection (0.93-1.21).
-//! Splicing toward TCP hands the kernel the unix socket's own pages, and freeing and
-//! uncharging them cost the gate's thread more than the copy it saves; the gate's thread, which
-//! also does the loopback receiver's protocol work, was busy for most of the transfer.
+//! unix-to-TCP at 0.46-0.58 of a direct connection's speed spliced and at 0.65-0.74 copied,
+//! while TCP-to-unix splicing matched the direct connection (0.93-1.21). Splicing toward TCP
+//! hands the kernel the unix socket's own pages, and freeing and uncharging them cost the
+//! relaying thread more than the copy it saves; that thread, which on loopback also does the
+//! receiver's protocol work, was busy for most of the transfer. Splicing from two threads at
+//! once (one filling the pipe, one draining it) measured no faster.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use atelier_layout::services::GATE_LEG_SEND_BUFFER;
-use prometheus_client::metrics::counter::Counter;
 use rustix::net::Shutdown;
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
-
-use crate::metrics::Relayed;
 
 /// The pipe size asked for each spliced direction; the kernel may grant less (pipe-max-size).
 const PIPE_SIZE: usize = 1024 * 1024; // 1 MiB
@@ -42,8 +42,8 @@ pub const COPY_BUFFER_MAX: usize = PIPE_SIZE;
 /// How a tunnel moves its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Each direction the way measured fastest: spliced toward the client, copied toward
-    /// upstream. What production doors use.
+    /// Each direction the way measured fastest: spliced toward the unix socket, copied toward
+    /// TCP. What the gate and the shim use.
     Measured,
     /// `splice(2)` through a pipe both ways, falling back to a copy per direction if the
     /// kernel refuses.
@@ -55,10 +55,10 @@ pub enum Mode {
 /// What one tunnel moved, per direction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Moved {
-    /// Bytes the client sent upstream after the first flight.
-    pub up: Flow,
-    /// Bytes the upstream sent the client.
-    pub down: Flow,
+    /// Bytes read from the unix socket and written to the TCP socket.
+    pub to_tcp: Flow,
+    /// Bytes read from the TCP socket and written to the unix socket.
+    pub to_unix: Flow,
 }
 
 /// Bytes moved one way, by how they moved.
@@ -75,6 +75,20 @@ impl Flow {
     pub fn total(self) -> u64 {
         self.spliced + self.copied
     }
+}
+
+/// Told of every write's bytes as it completes, so a count read during a long tunnel sees them
+/// move: the gate's metrics. `()` counts nothing.
+pub trait Tally: Sync {
+    /// `bytes` more were written to the TCP socket.
+    fn to_tcp(&self, bytes: u64);
+    /// `bytes` more were written to the unix socket.
+    fn to_unix(&self, bytes: u64);
+}
+
+impl Tally for () {
+    fn to_tcp(&self, _: u64) {}
+    fn to_unix(&self, _: u64) {}
 }
 
 /// A socket of the tunnel, as far as moving bytes needs it.
@@ -104,27 +118,27 @@ macro_rules! socket {
 socket!(UnixStream);
 socket!(TcpStream);
 
-/// Moves bytes both ways between `client` and `upstream` until both directions have ended,
-/// adding each write's bytes to `relayed` as it completes (a scrape during a long tunnel sees
-/// them move). Returns what moved, or the first error (after which both sockets are shut down).
+/// Moves bytes both ways between `unix` and `tcp` until both directions have ended, telling
+/// `tally` of each write. Returns what moved, or the first error (after which both sockets are
+/// shut down).
 pub async fn run(
-    client: &UnixStream,
-    upstream: &TcpStream,
+    unix: &UnixStream,
+    tcp: &TcpStream,
     mode: Mode,
-    relayed: &Relayed,
+    tally: &impl Tally,
 ) -> io::Result<Moved> {
-    let (up_way, down_way) = match mode {
+    let (to_tcp_way, to_unix_way) = match mode {
         Mode::Measured => (Way::Copy, Way::Splice),
         Mode::Splice => (Way::Splice, Way::Splice),
         Mode::Copy => (Way::Copy, Way::Copy),
     };
-    let (up, down) = tokio::join!(
-        direction(client, upstream, up_way, &relayed.upstream),
-        direction(upstream, client, down_way, &relayed.downstream),
+    let (to_tcp, to_unix) = tokio::join!(
+        direction(unix, tcp, to_tcp_way, |n| tally.to_tcp(n)),
+        direction(tcp, unix, to_unix_way, |n| tally.to_unix(n)),
     );
     Ok(Moved {
-        up: up?,
-        down: down?,
+        to_tcp: to_tcp?,
+        to_unix: to_unix?,
     })
 }
 
@@ -139,12 +153,12 @@ async fn direction<A: Socket, B: Socket>(
     from: &A,
     to: &B,
     way: Way,
-    counter: &Counter,
+    count: impl Fn(u64),
 ) -> io::Result<Flow> {
     let mut moved = Flow::default();
     let result = match way {
         Way::Splice => match Pipe::new() {
-            Ok(pipe) => splice_loop(from, to, &pipe, &mut moved, counter).await,
+            Ok(pipe) => splice_loop(from, to, &pipe, &mut moved, &count).await,
             Err(error) => {
                 tracing::debug!(%error, "no pipe for splice; copying");
                 Err(Unsupported)
@@ -155,7 +169,7 @@ async fn direction<A: Socket, B: Socket>(
     let result = match result {
         Ok(()) => Ok(()),
         // Nothing was spliced yet when the kernel refused: the copy starts from the start.
-        Err(SpliceError::Unsupported) => copy_loop(from, to, &mut moved, counter).await,
+        Err(SpliceError::Unsupported) => copy_loop(from, to, &mut moved, &count).await,
         Err(SpliceError::Io(error)) => Err(error),
     };
     match result {
@@ -172,9 +186,10 @@ async fn direction<A: Socket, B: Socket>(
     }
 }
 
-/// Asks for [`GATE_LEG_SEND_BUFFER`] of send buffer on `socket`, the client's unix leg: at the
-/// default size every pipe's worth of bytes reaches the client in several trips through the
-/// reactor. The kernel caps the request at `net.core.wmem_max`; a refusal keeps the default.
+/// Asks for [`GATE_LEG_SEND_BUFFER`] of send buffer on `socket`, an end of the unix leg between
+/// a door and its gate: at the default size every pipe's worth of bytes reaches the other end
+/// in several trips through the reactor. The kernel caps the request at `net.core.wmem_max`; a
+/// refusal keeps the default.
 pub fn widen_send_buffer<S: AsFd>(socket: &S) {
     if let Err(error) =
         rustix::net::sockopt::set_socket_send_buffer_size(socket, GATE_LEG_SEND_BUFFER)
@@ -215,7 +230,7 @@ async fn splice_loop<A: Socket, B: Socket>(
     to: &B,
     pipe: &Pipe,
     moved: &mut Flow,
-    counter: &Counter,
+    count: &impl Fn(u64),
 ) -> Result<(), SpliceError> {
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
@@ -247,7 +262,7 @@ async fn splice_loop<A: Socket, B: Socket>(
                 Ok(n) => {
                     held -= n;
                     moved.spliced += n as u64;
-                    counter.inc_by(n as u64);
+                    count(n as u64);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 // Bytes already sit in the pipe, so there is no falling back now.
@@ -273,7 +288,7 @@ async fn copy_loop<A: Socket, B: Socket>(
     from: &A,
     to: &B,
     moved: &mut Flow,
-    counter: &Counter,
+    count: &impl Fn(u64),
 ) -> io::Result<()> {
     let mut buffer = vec![0u8; COPY_BUFFER_START];
     loop {
@@ -301,7 +316,7 @@ async fn copy_loop<A: Socket, B: Socket>(
             }) {
                 Ok(n) => {
                     written += n;
-                    counter.inc_by(n as u64);
+                    count(n as u64);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
                 Err(error) => return Err(error),
