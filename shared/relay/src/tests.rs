@@ -181,6 +181,29 @@ fn a_copy_buffer_doubles_while_reads_fill_it_up_to_its_cap() {
     }
 }
 
+/// A pipe starts at the kernel's default, keeps it after a partial fill, doubles after a full
+/// one, and stops at its cap (or where the kernel refuses: what the pipe says it is).
+#[test]
+fn a_pipe_grows_only_while_fills_take_all_of_it() {
+    let mut pipe = Pipe::new().unwrap();
+    let default = rustix::pipe::fcntl_getpipe_size(&pipe.write).unwrap();
+    assert_eq!(pipe.size, default, "a new pipe keeps the kernel's default");
+    pipe.grow_after(default - 1);
+    assert_eq!(pipe.size, default, "a partial fill keeps it");
+    pipe.grow_after(default);
+    assert_eq!(pipe.size, 2 * default, "a full fill doubles it");
+    for _ in 0..16 {
+        let size = pipe.size;
+        pipe.grow_after(size);
+    }
+    assert_eq!(pipe.size, PIPE_SIZE, "it stops at the cap");
+    assert_eq!(
+        rustix::pipe::fcntl_getpipe_size(&pipe.write).unwrap(),
+        pipe.size,
+        "the size kept is the kernel's"
+    );
+}
+
 #[tokio::test]
 async fn a_half_close_reaches_the_other_side_while_the_other_way_goes_on() {
     for mode in [Mode::Measured, Mode::Splice, Mode::Copy] {
