@@ -302,11 +302,13 @@ async fn splice_loop<A: Socket, B: Socket>(
     }
 }
 
-/// `EINVAL` (a socket type without splice support) or `ENOSYS` (no splice at all).
+/// `EINVAL` (a socket type without splice support), `ENOSYS` (no splice at all) or `EPERM`
+/// (which `splice` itself never returns: a system call filter refused it, as a unit's
+/// `SystemCallFilter=~splice` with `SystemCallErrorNumber=EPERM` would).
 fn is_unsupported(error: &io::Error) -> bool {
     matches!(
         rustix::io::Errno::from_io_error(error),
-        Some(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS)
+        Some(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::PERM)
     )
 }
 

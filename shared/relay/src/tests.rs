@@ -181,6 +181,25 @@ fn a_copy_buffer_doubles_while_reads_fill_it_up_to_its_cap() {
     }
 }
 
+/// Which errors of a first `splice` fall back to copying, and which end the tunnel.
+#[test]
+fn a_refused_splice_falls_back_and_a_broken_socket_does_not() {
+    use rustix::io::Errno;
+    let cases = [
+        ("a socket type without splice", Errno::INVAL, true),
+        ("a kernel without splice", Errno::NOSYS, true),
+        ("a system call filter", Errno::PERM, true),
+        ("a reset peer", Errno::CONNRESET, false),
+        ("a closed peer", Errno::PIPE, false),
+        ("no memory", Errno::NOMEM, false),
+        ("a bad descriptor", Errno::BADF, false),
+    ];
+    for (name, errno, falls_back) in cases {
+        let error = io::Error::from(errno);
+        assert_eq!(is_unsupported(&error), falls_back, "{name}");
+    }
+}
+
 /// A pipe starts at the kernel's default, keeps it after a partial fill, doubles after a full
 /// one, and stops at its cap (or where the kernel refuses: what the pipe says it is).
 #[test]
