@@ -236,12 +236,7 @@ impl Root {
     ) -> Result<Option<Vec<u8>>, FsError> {
         let rel = RelPath::new(rel)?;
         match self.open_regular(&rel) {
-            Ok((_, stat)) if stat.st_uid != rustix::process::geteuid().as_raw() => {
-                return Err(FsError::NotOwned {
-                    path: rel.as_path().to_path_buf(),
-                })
-            }
-            Ok(_) => {}
+            Ok((_, stat)) => own(&stat, rel.as_path())?,
             Err(FsError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
         }
@@ -453,12 +448,7 @@ impl Root {
         let flags = file_flags(OFlags::RDWR | OFlags::APPEND | OFlags::CREATE);
         let fd = rustix::fs::openat(dir, loc.name, flags, creation_mode(raw_mode))
             .map_err(|errno| classify_open(dir, loc.name, path, errno, Want::File))?;
-        let stat = checked_regular(&fd, path)?;
-        if stat.st_uid != rustix::process::geteuid().as_raw() {
-            return Err(FsError::NotOwned {
-                path: path.to_path_buf(),
-            });
-        }
+        own(&checked_regular(&fd, path)?, path)?;
         set_mode(&fd, raw_mode.as_raw_mode())
             .map_err(|errno| io_err("set the mode of", path, errno))?;
         Ok(File::from(fd))
@@ -514,13 +504,9 @@ impl Root {
     pub fn create_own_dir_all(&self, rel: impl AsRef<Path>, mode: u32) -> Result<Outcome, FsError> {
         let rel = rel.as_ref();
         let outcome = self.create_dir_all(rel, mode)?;
-        let own = self.open_dir(rel)?;
-        let stat = rustix::fs::fstat(&own.fd).map_err(|errno| io_err("stat", rel, errno))?;
-        if stat.st_uid != rustix::process::geteuid().as_raw() {
-            return Err(FsError::NotOwned {
-                path: rel.to_path_buf(),
-            });
-        }
+        let dir = self.open_dir(rel)?;
+        let stat = rustix::fs::fstat(&dir.fd).map_err(|errno| io_err("stat", rel, errno))?;
+        own(&stat, rel)?;
         Ok(outcome)
     }
 
@@ -869,6 +855,18 @@ fn metadata_of(stat: &Stat) -> Metadata {
 #[allow(clippy::useless_conversion)]
 fn link_count(stat: &Stat) -> u64 {
     u64::from(stat.st_nlink)
+}
+
+/// [`FsError::NotOwned`] unless this process's user owns what `stat` describes: the daemon's
+/// own state in a tree another identity can write is only its own if it made it.
+fn own(stat: &rustix::fs::Stat, path: &Path) -> Result<(), FsError> {
+    if stat.st_uid == rustix::process::geteuid().as_raw() {
+        Ok(())
+    } else {
+        Err(FsError::NotOwned {
+            path: path.to_path_buf(),
+        })
+    }
 }
 
 fn io_err(op: &'static str, path: &Path, errno: Errno) -> FsError {
