@@ -32,11 +32,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atelier_layout::stamp::{stamped, CommentStyle};
+use atelier_test_support::bulk;
 
 const SINK_ADDR: &str = "198.18.0.10:443";
 const SINK_HOST: &str = "sink.example.com";
 const TINYPROXY_ADDR: &str = "127.0.0.1:8888";
-const CHUNK: usize = 1024 * 1024; // 1 MiB
 const RUNS: usize = 7;
 
 trait Stream: Read + Write + Send {}
@@ -120,34 +120,9 @@ fn sink_connection(mut stream: TcpStream) -> std::io::Result<()> {
     stream.read_exact(&mut hello)?;
     let mut command = [0u8; 1];
     stream.read_exact(&mut command)?;
-    let mut buffer = vec![0x5au8; CHUNK];
     match command[0] {
         b'P' => stream.write_all(b"!")?,
-        b'D' => {
-            let mut len = [0u8; 8];
-            stream.read_exact(&mut len)?;
-            let mut left = u64::from_be_bytes(len);
-            while left > 0 {
-                let n = left.min(CHUNK as u64) as usize;
-                stream.write_all(&buffer[..n])?;
-                left -= n as u64;
-            }
-        }
-        b'U' => {
-            let mut len = [0u8; 8];
-            stream.read_exact(&mut len)?;
-            let mut left = u64::from_be_bytes(len);
-            while left > 0 {
-                let want = left.min(CHUNK as u64) as usize;
-                let n = stream.read(&mut buffer[..want])?;
-                if n == 0 {
-                    return Ok(());
-                }
-                left -= n as u64;
-            }
-            stream.write_all(&len)?;
-        }
-        _ => {}
+        bulk => atelier_test_support::bulk::serve(&mut stream, bulk)?,
     }
     // Wait for the client to close, so the tunnel's teardown is not part of the next one.
     let _ = stream.read(&mut command);
@@ -213,43 +188,13 @@ impl Bench {
 
     /// MB/s of `bytes` from the sink to the client.
     fn download(&self, path: Path_, bytes: u64) -> f64 {
-        let mut stream = self.open(path);
-        let mut buffer = vec![0u8; CHUNK];
-        let start = Instant::now();
-        stream.write_all(b"D").unwrap();
-        stream.write_all(&bytes.to_be_bytes()).unwrap();
-        let mut left = bytes;
-        while left > 0 {
-            let want = left.min(CHUNK as u64) as usize;
-            let n = stream.read(&mut buffer[..want]).unwrap();
-            assert!(n > 0, "the {} download ended early", path.name());
-            left -= n as u64;
-        }
-        mb_per_s(bytes, start.elapsed())
+        bulk::download(&mut *self.open(path), bytes)
     }
 
     /// MB/s of `bytes` from the client to the sink, until the sink's ack.
     fn upload(&self, path: Path_, bytes: u64) -> f64 {
-        let mut stream = self.open(path);
-        let buffer = vec![0xa5u8; CHUNK];
-        let start = Instant::now();
-        stream.write_all(b"U").unwrap();
-        stream.write_all(&bytes.to_be_bytes()).unwrap();
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(CHUNK as u64) as usize;
-            stream.write_all(&buffer[..n]).unwrap();
-            left -= n as u64;
-        }
-        let mut ack = [0u8; 8];
-        stream.read_exact(&mut ack).unwrap();
-        assert_eq!(u64::from_be_bytes(ack), bytes);
-        mb_per_s(bytes, start.elapsed())
+        bulk::upload(&mut *self.open(path), bytes)
     }
-}
-
-fn mb_per_s(bytes: u64, took: Duration) -> f64 {
-    bytes as f64 / 1e6 / took.as_secs_f64()
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -15,8 +15,8 @@
 //!
 //! Each path moves `BENCH_BYTES` (default 1 GiB) each way, the median of seven rounds; the
 //! paths take turns, so a slow spell of a shared machine falls on all of them alike. Reported
-//! as MB/s and as ratios against `direct`. The sink speaks `U` + u64 + that many bytes → a u64
-//! ack (upload), or `D` + u64 → that many bytes (download).
+//! as MB/s and as ratios against `direct`. Client and sink speak the test support's bulk
+//! protocol.
 //!
 //! `cargo bench -p atelier-relay --bench relay`
 
@@ -31,48 +31,21 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use atelier_relay::Mode;
+use atelier_test_support::bulk;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::runtime::Runtime;
 
-const CHUNK: usize = 1024 * 1024; // 1 MiB
 const RUNS: usize = 7;
 
-#[derive(Clone, Copy)]
-enum Way {
-    Up,
-    Down,
-}
-
-/// One connection at the sink: the command, then the bytes.
+/// One connection at the sink: a bulk command, then until the client closes, so a
+/// connection's teardown is not part of the next one.
 fn sink(mut stream: impl Read + Write) {
-    let mut header = [0u8; 9];
-    stream.read_exact(&mut header).unwrap();
-    let mut left = u64::from_be_bytes(header[1..].try_into().unwrap());
-    let mut buffer = vec![0x5au8; CHUNK];
-    match header[0] {
-        b'U' => {
-            while left > 0 {
-                let want = left.min(CHUNK as u64) as usize;
-                let n = stream.read(&mut buffer[..want]).unwrap();
-                assert!(n > 0, "the upload ended early");
-                left -= n as u64;
-            }
-            stream.write_all(&header[1..]).unwrap();
-        }
-        b'D' => {
-            while left > 0 {
-                let n = left.min(CHUNK as u64) as usize;
-                stream.write_all(&buffer[..n]).unwrap();
-                left -= n as u64;
-            }
-        }
-        other => panic!("unknown command {other}"),
-    }
-    // Until the client closes, so a connection's teardown is not part of the next one.
-    let _ = stream.read(&mut header);
+    let mut command = [0u8; 1];
+    stream.read_exact(&mut command).unwrap();
+    bulk::serve(&mut stream, command[0]).unwrap();
+    let _ = stream.read(&mut command);
 }
 
 fn tcp_sink() -> SocketAddr {
@@ -147,41 +120,10 @@ fn spawn_forward(target: PathBuf, before: bool) -> SocketAddr {
     receiver.recv().unwrap()
 }
 
-/// MB/s of `bytes` over `stream`, one way, until the sink has them all (upload) or the client
-/// has (download).
-fn measure(mut stream: std::net::TcpStream, way: Way, bytes: u64) -> f64 {
+fn connect(addr: SocketAddr) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_nodelay(true).unwrap();
-    let mut buffer = vec![0xa5u8; CHUNK];
-    let start = Instant::now();
-    let command = match way {
-        Way::Up => b'U',
-        Way::Down => b'D',
-    };
-    let mut header = vec![command];
-    header.extend_from_slice(&bytes.to_be_bytes());
-    stream.write_all(&header).unwrap();
-    let mut left = bytes;
-    match way {
-        Way::Up => {
-            while left > 0 {
-                let n = left.min(CHUNK as u64) as usize;
-                stream.write_all(&buffer[..n]).unwrap();
-                left -= n as u64;
-            }
-            let mut ack = [0u8; 8];
-            stream.read_exact(&mut ack).unwrap();
-            assert_eq!(u64::from_be_bytes(ack), bytes);
-        }
-        Way::Down => {
-            while left > 0 {
-                let want = left.min(CHUNK as u64) as usize;
-                let n = stream.read(&mut buffer[..want]).unwrap();
-                assert!(n > 0, "the download ended early");
-                left -= n as u64;
-            }
-        }
-    }
-    bytes as f64 / 1e6 / start.elapsed().as_secs_f64()
+    stream
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -221,9 +163,8 @@ fn main() {
     ];
     // Warm-up: every path's first connection pays for its thread and buffers.
     for (_, addr) in paths {
-        for way in [Way::Up, Way::Down] {
-            measure(std::net::TcpStream::connect(addr).unwrap(), way, 1 << 24);
-        }
+        bulk::upload(&mut connect(addr), 1 << 24);
+        bulk::download(&mut connect(addr), 1 << 24);
     }
     println!(
         "throughput, MB/s over {} MiB each way (median of {RUNS} rounds, paths interleaved)",
@@ -233,16 +174,8 @@ fn main() {
     let mut down = vec![Vec::new(); paths.len()];
     for _ in 0..RUNS {
         for (i, (_, addr)) in paths.into_iter().enumerate() {
-            up[i].push(measure(
-                std::net::TcpStream::connect(addr).unwrap(),
-                Way::Up,
-                bytes,
-            ));
-            down[i].push(measure(
-                std::net::TcpStream::connect(addr).unwrap(),
-                Way::Down,
-                bytes,
-            ));
+            up[i].push(bulk::upload(&mut connect(addr), bytes));
+            down[i].push(bulk::download(&mut connect(addr), bytes));
         }
     }
     let up: Vec<f64> = up.into_iter().map(median).collect();

@@ -2,6 +2,7 @@
 //! fixture use one copy of it rather than each keeping its own. Only test targets depend on
 //! this crate (as a dev-dependency); nothing shipped links it.
 //!
+//! - [`bulk`]: the bulk-throughput protocol of the tunnel benchmarks, both ends.
 //! - [`nginx`]: a real nginx on a free loopback port, serving either a root the way the
 //!   provisioner's vhost does or the provisioner's rendered vhosts themselves, with its access
 //!   log and a keep-alive HTTP/1.1 client.
@@ -13,6 +14,7 @@
     reason = "test support: a failed setup step must fail the test that asked for it"
 )]
 
+pub mod bulk;
 pub mod nginx;
 pub mod process;
 pub mod workspace;

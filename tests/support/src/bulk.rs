@@ -1,0 +1,100 @@
+//! The bulk-throughput protocol the tunnel benchmarks share (the gate's against tinyproxy, the
+//! relay's through a door's two relays): after whatever a path needs to open, the client sends
+//! `U` + a big-endian u64 and that many bytes, and the sink acks with the same u64 (upload); or
+//! `D` + u64, and the sink sends that many bytes (download). Timed at the client, in MB/s.
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+/// The size of every write and read.
+pub const CHUNK: usize = 1024 * 1024; // 1 MiB
+
+/// The sink's side of one bulk command whose byte (`U` or `D`) was already read: the length,
+/// then the bytes. Any other command is an error naming it. A sender that stops early ends it
+/// without an ack.
+pub fn serve(stream: &mut (impl Read + Write), command: u8) -> io::Result<()> {
+    let mut len = [0u8; 8];
+    stream.read_exact(&mut len)?;
+    let mut left = u64::from_be_bytes(len);
+    let mut buffer = vec![0x5au8; CHUNK];
+    match command {
+        b'D' => {
+            while left > 0 {
+                let n = left.min(CHUNK as u64) as usize;
+                stream.write_all(&buffer[..n])?;
+                left -= n as u64;
+            }
+        }
+        b'U' => {
+            while left > 0 {
+                let want = left.min(CHUNK as u64) as usize;
+                let n = stream.read(&mut buffer[..want])?;
+                if n == 0 {
+                    return Ok(());
+                }
+                left -= n as u64;
+            }
+            stream.write_all(&len)?;
+        }
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unknown bulk command {other:#04x}"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// MB/s of `bytes` sent from the client to the sink, until the sink's ack.
+///
+/// # Panics
+/// If the stream fails or the ack differs: the benchmark has nothing to report.
+pub fn upload(stream: &mut (impl Read + Write + ?Sized), bytes: u64) -> f64 {
+    let buffer = vec![0xa5u8; CHUNK];
+    let start = Instant::now();
+    send_command(stream, b'U', bytes);
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        stream.write_all(&buffer[..n]).expect("upload write");
+        left -= n as u64;
+    }
+    let mut ack = [0u8; 8];
+    stream.read_exact(&mut ack).expect("upload ack");
+    assert_eq!(
+        u64::from_be_bytes(ack),
+        bytes,
+        "the sink acked another length"
+    );
+    mb_per_s(bytes, start.elapsed())
+}
+
+/// MB/s of `bytes` sent from the sink to the client, until the client has them all.
+///
+/// # Panics
+/// If the stream fails or ends early: the benchmark has nothing to report.
+pub fn download(stream: &mut (impl Read + Write + ?Sized), bytes: u64) -> f64 {
+    let mut buffer = vec![0u8; CHUNK];
+    let start = Instant::now();
+    send_command(stream, b'D', bytes);
+    let mut left = bytes;
+    while left > 0 {
+        let want = left.min(CHUNK as u64) as usize;
+        let n = stream.read(&mut buffer[..want]).expect("download read");
+        assert!(n > 0, "the download ended early, {left} bytes short");
+        left -= n as u64;
+    }
+    mb_per_s(bytes, start.elapsed())
+}
+
+fn send_command(stream: &mut (impl Write + ?Sized), command: u8, bytes: u64) {
+    let mut header = [0u8; 9];
+    header[0] = command;
+    header[1..].copy_from_slice(&bytes.to_be_bytes());
+    stream.write_all(&header).expect("bulk command");
+}
+
+fn mb_per_s(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / 1e6 / took.as_secs_f64()
+}
