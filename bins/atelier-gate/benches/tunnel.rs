@@ -15,6 +15,16 @@
 //! opened one after another. The paths take turns (a round of each, a tunnel of each), so a
 //! slow spell of a shared machine falls on all of them alike. Reported as ratios against
 //! tinyproxy and the direct path.
+//!
+//! Beside each transfer's speed, the CPU time of each stage per GiB: the client's thread, the
+//! proxy's process (every thread of it, from `/proc`) and the sink's thread, each counting the
+//! kernel's work on its behalf (on loopback a sender also does its receiver's TCP work). On a
+//! machine with fewer cores than a relayed path has busy stages, the stages take turns and its
+//! speed says little of the proxy; given a core each, a path runs as fast as its busiest stage
+//! allows. So the busiest stage's cost against the direct path's estimates what the proxy
+//! would reach on a larger machine: at a ratio r, about 1/r of direct, as far as a stage costs
+//! the same with a core of its own. Also reported: the share of a transfer the proxy spent
+//! ready to run but waiting for a CPU, which is what sharing too few cores costs it.
 
 #![allow(
     clippy::unwrap_used,
@@ -23,11 +33,13 @@
     reason = "a benchmark's setup failing is the end of the benchmark"
 )]
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +74,28 @@ impl Path_ {
 struct Bench {
     hello: Vec<u8>,
     gate_socket: PathBuf,
+    /// The gate's and tinyproxy's process ids, for their CPU time.
+    gate: u32,
+    tinyproxy: u32,
+    /// The sink's CPU time for each bulk transfer, as it ends.
+    sink_cpu: Receiver<Duration>,
+}
+
+/// One bulk transfer over a path: its speed, each stage's CPU time, and how long the proxy
+/// waited for a CPU while it could have run.
+#[derive(Clone, Copy)]
+struct Round {
+    mb_per_s: f64,
+    client: Duration,
+    proxy: Sched,
+    sink: Duration,
+}
+
+/// A thread's or a process's time on a CPU, and ready to run but waiting for one.
+#[derive(Clone, Copy, Default)]
+struct Sched {
+    on_cpu: Duration,
+    waiting: Duration,
 }
 
 fn env(key: &str) -> String {
@@ -99,20 +133,23 @@ fn client_hello() -> Vec<u8> {
     hello
 }
 
-/// The sink: one thread per connection.
-fn start_sink() {
+/// The sink: one thread per connection. Each bulk transfer's CPU time goes to the receiver.
+fn start_sink() -> Receiver<Duration> {
     let listener = TcpListener::bind(SINK_ADDR).unwrap();
+    let (cpu, sink_cpu) = channel();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
+            let cpu = cpu.clone();
             std::thread::spawn(move || {
-                let _ = sink_connection(stream);
+                let _ = sink_connection(stream, &cpu);
             });
         }
     });
+    sink_cpu
 }
 
-fn sink_connection(mut stream: TcpStream) -> std::io::Result<()> {
+fn sink_connection(mut stream: TcpStream, cpu: &Sender<Duration>) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut header = [0u8; 5];
     stream.read_exact(&mut header)?;
@@ -122,7 +159,9 @@ fn sink_connection(mut stream: TcpStream) -> std::io::Result<()> {
     stream.read_exact(&mut command)?;
     match command[0] {
         b'P' => stream.write_all(b"!")?,
-        bulk => atelier_test_support::bulk::serve(&mut stream, bulk)?,
+        bulk => {
+            let _ = cpu.send(bulk::serve(&mut stream, bulk)?);
+        }
     }
     // Wait for the client to close, so the tunnel's teardown is not part of the next one.
     let _ = stream.read(&mut command);
@@ -186,20 +225,115 @@ impl Bench {
         start.elapsed()
     }
 
-    /// MB/s of `bytes` from the sink to the client.
-    fn download(&self, path: Path_, bytes: u64) -> f64 {
-        bulk::download(&mut *self.open(path), bytes)
+    /// One bulk transfer over `path` (`bulk::upload` or `bulk::download`), with the CPU time
+    /// its client, proxy and sink spent on it.
+    fn transfer(
+        &self,
+        path: Path_,
+        bytes: u64,
+        run: fn(&mut dyn Stream, u64) -> bulk::Transfer,
+    ) -> Round {
+        let mut stream = self.open(path);
+        let proxy = match path {
+            Path_::Direct => None,
+            Path_::Gate => Some(self.gate),
+            Path_::Tinyproxy => Some(self.tinyproxy),
+        };
+        let before = proxy.map(threads_sched);
+        let transfer = run(&mut *stream, bytes);
+        let proxy = proxy
+            .zip(before)
+            .map(|(pid, before)| sched_since(&before, &threads_sched(pid)))
+            .unwrap_or_default();
+        let sink = self
+            .sink_cpu
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the sink's CPU time for the transfer");
+        Round {
+            mb_per_s: transfer.mb_per_s,
+            client: transfer.cpu,
+            proxy,
+            sink,
+        }
     }
+}
 
-    /// MB/s of `bytes` from the client to the sink, until the sink's ack.
-    fn upload(&self, path: Path_, bytes: u64) -> f64 {
-        bulk::upload(&mut *self.open(path), bytes)
+/// The scheduler's times so far for each thread of process `pid`, by thread id: the first two
+/// fields of its `schedstat` in `/proc`, nanoseconds on a CPU and waiting on a run queue.
+fn threads_sched(pid: u32) -> HashMap<u32, Sched> {
+    let mut threads = HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap();
+        let Ok(tid) = task.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // A thread that ended since the listing has nothing more to count.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let mut fields = stat
+            .split_whitespace()
+            .map(|f| Duration::from_nanos(f.parse().unwrap()));
+        let (on_cpu, waiting) = (fields.next().unwrap(), fields.next().unwrap());
+        threads.insert(tid, Sched { on_cpu, waiting });
     }
+    threads
+}
+
+/// The times spent between two snapshots by the threads alive at the second: one that ended
+/// in between (an earlier connection's, in tinyproxy) is not this transfer's.
+fn sched_since(before: &HashMap<u32, Sched>, after: &HashMap<u32, Sched>) -> Sched {
+    let mut since = Sched::default();
+    for (tid, now) in after {
+        let then = before.get(tid).copied().unwrap_or_default();
+        since.on_cpu += now.on_cpu.saturating_sub(then.on_cpu);
+        since.waiting += now.waiting.saturating_sub(then.waiting);
+    }
+    since
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
+}
+
+/// Medians over a path's rounds one way: MB/s, each stage's CPU milliseconds per GiB, and the
+/// share of the transfer the proxy waited for a CPU.
+struct Summary {
+    mb_per_s: f64,
+    client: f64,
+    proxy: f64,
+    sink: f64,
+    proxy_waiting: f64,
+}
+
+impl Summary {
+    fn of(rounds: &[Round], bytes: u64) -> Self {
+        let per_gib = |stage: fn(&Round) -> Duration| {
+            median(
+                rounds
+                    .iter()
+                    .map(|r| stage(r).as_secs_f64() * 1e3 * (1u64 << 30) as f64 / bytes as f64)
+                    .collect(),
+            )
+        };
+        Summary {
+            mb_per_s: median(rounds.iter().map(|r| r.mb_per_s).collect()),
+            client: per_gib(|r| r.client),
+            proxy: per_gib(|r| r.proxy.on_cpu),
+            sink: per_gib(|r| r.sink),
+            proxy_waiting: median(
+                rounds
+                    .iter()
+                    .map(|r| r.proxy.waiting.as_secs_f64() * r.mb_per_s * 1e6 / bytes as f64)
+                    .collect(),
+            ),
+        }
+    }
+
+    fn busiest(&self) -> f64 {
+        self.client.max(self.proxy).max(self.sink)
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -225,6 +359,7 @@ fn wait_until(what: &str, ready: impl Fn() -> bool) {
 }
 
 fn start_gate(dir: &Path, gate_bin: &str) -> (Proc, PathBuf) {
+    // systemd-socket-activate execs the gate in its own process once a connection comes.
     let body = serde_json::json!({
         "version": 1, "instance": "bench", "site": 1, "door": "turn", "port": 443,
         "hosts": [SINK_HOST], "mcp": null,
@@ -282,12 +417,15 @@ fn main() {
     let bytes = env_number("BENCH_BYTES", 1 << 30);
     let tunnels = env_number("BENCH_TUNNELS", 2000) as usize;
 
-    start_sink();
-    let (_gate, gate_socket) = start_gate(&dir, &gate_bin);
-    let _tinyproxy = start_tinyproxy(&dir, &tinyproxy_bin);
+    let sink_cpu = start_sink();
+    let (gate, gate_socket) = start_gate(&dir, &gate_bin);
+    let tinyproxy = start_tinyproxy(&dir, &tinyproxy_bin);
     let bench = Bench {
         hello: client_hello(),
         gate_socket,
+        gate: gate.0.id(),
+        tinyproxy: tinyproxy.0.id(),
+        sink_cpu,
     };
     let paths = [Path_::Direct, Path_::Gate, Path_::Tinyproxy];
     // Warm-up: the gate starts on its first connection; every path's first tunnel is slow.
@@ -296,6 +434,12 @@ fn main() {
             bench.setup(path);
         }
     }
+    let gate_comm = std::fs::read_to_string(format!("/proc/{}/comm", bench.gate)).unwrap();
+    assert_eq!(
+        gate_comm.trim(),
+        "atelier-gate",
+        "the gate's CPU time is its process's"
+    );
 
     println!(
         "throughput, MB/s over {} MiB each way (median of {RUNS} rounds, paths interleaved)",
@@ -306,31 +450,59 @@ fn main() {
     let mut up = vec![Vec::new(); paths.len()];
     for _ in 0..RUNS {
         for (i, path) in paths.into_iter().enumerate() {
-            down[i].push(bench.download(path, bytes));
-            up[i].push(bench.upload(path, bytes));
+            down[i].push(bench.transfer(path, bytes, |s, b| bulk::download(s, b)));
+            up[i].push(bench.transfer(path, bytes, |s, b| bulk::upload(s, b)));
         }
     }
-    let down: Vec<f64> = down.into_iter().map(median).collect();
-    let up: Vec<f64> = up.into_iter().map(median).collect();
+    let down: Vec<Summary> = down.iter().map(|r| Summary::of(r, bytes)).collect();
+    let up: Vec<Summary> = up.iter().map(|r| Summary::of(r, bytes)).collect();
     for (i, path) in paths.into_iter().enumerate() {
         println!(
             "  {:<10} download {:>9.1}  upload {:>9.1}",
             path.name(),
-            down[i],
-            up[i]
+            down[i].mb_per_s,
+            up[i].mb_per_s
         );
     }
     let (direct, gate, tiny) = (0, 1, 2);
     println!(
         "  gate / tinyproxy: download {:.2}x  upload {:.2}x   (goal >= 2x)",
-        down[gate] / down[tiny],
-        up[gate] / up[tiny]
+        down[gate].mb_per_s / down[tiny].mb_per_s,
+        up[gate].mb_per_s / up[tiny].mb_per_s
     );
     println!(
         "  gate / direct:    download {:.2}   upload {:.2}    (goal >= 0.90)",
-        down[gate] / down[direct],
-        up[gate] / up[direct]
+        down[gate].mb_per_s / down[direct].mb_per_s,
+        up[gate].mb_per_s / up[direct].mb_per_s
     );
+
+    println!("cpu per GiB, ms: client / proxy / sink (median of {RUNS} rounds)");
+    for (i, path) in paths.into_iter().enumerate() {
+        let stages =
+            |s: &Summary| format!("{:>5.0} / {:>5.0} / {:>5.0}", s.client, s.proxy, s.sink);
+        println!(
+            "  {:<10} download {}   upload {}",
+            path.name(),
+            stages(&down[i]),
+            stages(&up[i])
+        );
+    }
+    // With a core per stage, a path goes as fast as its busiest stage lets it.
+    for (name, i) in [("gate", gate), ("tinyproxy", tiny)] {
+        println!(
+            "  {name} busiest stage / direct's: download {:.2}  upload {:.2}   \
+             (with a core per stage, about 1/that of direct)",
+            down[i].busiest() / down[direct].busiest(),
+            up[i].busiest() / up[direct].busiest()
+        );
+    }
+    for (name, i) in [("gate", gate), ("tinyproxy", tiny)] {
+        println!(
+            "  {name} ready but waiting for a CPU: download {:.0} %  upload {:.0} % of the transfer",
+            down[i].proxy_waiting * 100.0,
+            up[i].proxy_waiting * 100.0
+        );
+    }
 
     println!("setup, connect to first byte back, over {tunnels} tunnels per path, interleaved");
     let mut samples = vec![Vec::with_capacity(tunnels); paths.len()];

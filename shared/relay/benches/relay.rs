@@ -174,8 +174,8 @@ fn main() {
     let mut down = vec![Vec::new(); paths.len()];
     for _ in 0..RUNS {
         for (i, (_, addr)) in paths.into_iter().enumerate() {
-            up[i].push(bulk::upload(&mut connect(addr), bytes));
-            down[i].push(bulk::download(&mut connect(addr), bytes));
+            up[i].push(bulk::upload(&mut connect(addr), bytes).mb_per_s);
+            down[i].push(bulk::download(&mut connect(addr), bytes).mb_per_s);
         }
     }
     let up: Vec<f64> = up.into_iter().map(median).collect();
