@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use atelier_layout::declaration::Site;
 use atelier_layout::names;
 use atelier_layout::paths::{
-    in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface, CHATD_SERVICE_TOKEN,
-    DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS, INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
+    door_hides, in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface,
+    CHATD_SERVICE_TOKEN, DOOR_HIDDEN_SYSTEM_DIRS, DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS,
+    INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
 };
 use atelier_layout::{Door, SiteOrdinal};
 use serde::{Serialize, Serializer};
@@ -866,6 +867,27 @@ impl Planner<'_> {
                     "instance_path_in_door_view",
                     format!(
                         "the {what} must not be under {}: every door shows those, read-only",
+                        door_system_dirs()
+                    ),
+                );
+            }
+        }
+        // What names every site must be where no door looks; a folder named twice is refused
+        // once.
+        let mut named = BTreeSet::new();
+        for (what, path) in [
+            ("vhost dir", layout.vhost_dir()),
+            ("vhost enabled dir", layout.vhost_enabled_dir()),
+            ("unit dir", layout.unit_dir()),
+        ] {
+            if in_door_system_view(&path) && !door_hides(&path) && named.insert(path.clone()) {
+                self.refuse(
+                    path.display(),
+                    "site_files_in_door_view",
+                    format!(
+                        "the {what} names every site: it must be under {} (which every door \
+                         masks) or outside {} (which every door shows)",
+                        DOOR_HIDDEN_SYSTEM_DIRS.join(", "),
                         door_system_dirs()
                     ),
                 );
@@ -2342,7 +2364,7 @@ mod tests {
     #[test]
     fn refusals_are_named_and_nothing_is_planned() {
         type Spoil = fn(&mut Fixture);
-        let cases: [(&str, Spoil, &str); 10] = [
+        let cases: [(&str, Spoil, &str); 13] = [
             (
                 "foreign artifact",
                 |f| {
@@ -2425,6 +2447,25 @@ mod tests {
                 "instance_path_in_door_view",
             ),
             (
+                "vhost dir in the door's view",
+                |f| {
+                    // Without enabling links, so that no link of the old folder is in the way.
+                    f.decl.paths.vhost_dir = Some("/etc/atelier-vhosts".into());
+                    f.decl.paths.vhost_enabled_dir = Some("/etc/atelier-vhosts".into());
+                },
+                "site_files_in_door_view",
+            ),
+            (
+                "vhost enabled dir in the door's view",
+                |f| f.decl.paths.vhost_enabled_dir = Some("/opt/vhosts-enabled".into()),
+                "site_files_in_door_view",
+            ),
+            (
+                "unit dir in the door's view",
+                |f| f.decl.paths.unit_dir = Some("/usr/local/lib/systemd/system".into()),
+                "site_files_in_door_view",
+            ),
+            (
                 "door root link taken",
                 |f| {
                     let link = Layout::new(&f.decl).door_root().join("lib64");
@@ -2443,6 +2484,34 @@ mod tests {
                 [reason],
                 "{name}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn site_files_may_move_where_no_door_looks() {
+        for (name, spoil) in [
+            (
+                "vhosts in a folder of nginx's",
+                (|f| f.decl.paths.vhost_dir = Some("/etc/nginx/atelier".into()))
+                    as fn(&mut Fixture),
+            ),
+            ("units at run time", |f| {
+                f.decl.paths.unit_dir = Some("/run/systemd/system".into())
+            }),
+            ("vhosts outside the system view", |f| {
+                f.decl.paths.vhost_dir = Some("/srv/vhosts".into())
+            }),
+        ] {
+            let mut f = Fixture::new(&["blog"]);
+            spoil(&mut f);
+            if let Err(err) = f.plan() {
+                assert!(
+                    err.refusals
+                        .iter()
+                        .all(|r| r.reason != "site_files_in_door_view"),
+                    "{name}: {err}"
+                );
+            }
         }
     }
 

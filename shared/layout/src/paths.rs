@@ -263,6 +263,26 @@ pub fn door_root_beside(agents_root: &Path) -> PathBuf {
 /// interfaces and every unit's cgroup.
 pub const SYSFS: &str = "/sys";
 
+/// The folders of the system view every door masks (a host may lack any): where the host keeps
+/// what names every site of every instance on it. A run of one site must learn no other's name
+/// or domain, as the sites root shows it none; no run needs these. The web servers' vhosts (a
+/// site's domains and paths), certbot's certificates and renewal settings (named by domain),
+/// and systemd's units (a door's unit holds its site's workspace). A declared vhost or unit
+/// folder must be under one of them or out of the system view.
+pub const DOOR_HIDDEN_SYSTEM_DIRS: [&str; 4] = [
+    "/etc/nginx",
+    "/etc/apache2",
+    "/etc/letsencrypt",
+    "/etc/systemd",
+];
+
+/// Whether `path` is under a folder of [`DOOR_HIDDEN_SYSTEM_DIRS`], which no door shows.
+pub fn door_hides(path: &Path) -> bool {
+    DOOR_HIDDEN_SYSTEM_DIRS
+        .iter()
+        .any(|dir| path.starts_with(dir))
+}
+
 /// [`DOOR_SYSTEM_DIRS`] as `BindReadOnlyPaths=` takes them: `-` before one that may be absent.
 pub fn door_system_binds() -> Vec<String> {
     DOOR_SYSTEM_DIRS

@@ -669,3 +669,37 @@ fn the_door_system_view_holds_only_what_is_under_its_folders() {
         assert_eq!(in_door_system_view(&p(path)), shown, "{name}: {path}");
     }
 }
+
+#[test]
+fn the_doors_hide_the_folders_that_name_every_site() {
+    use atelier_layout::paths::door_hides;
+    let cases = [
+        ("nginx's vhosts", "/etc/nginx/sites-available", true),
+        ("nginx's enabled links", "/etc/nginx/sites-enabled", true),
+        ("nginx's folder itself", "/etc/nginx", true),
+        ("apache's vhosts", "/etc/apache2/sites-available", true),
+        (
+            "apache's conf.d",
+            "/etc/apache2/conf-enabled/atelier.conf",
+            true,
+        ),
+        (
+            "certbot's renewal settings",
+            "/etc/letsencrypt/renewal",
+            true,
+        ),
+        ("systemd's units", "/etc/systemd/system", true),
+        (
+            "a declared unit folder under them",
+            "/etc/systemd/atelier",
+            true,
+        ),
+        ("a sibling sharing the prefix", "/etc/nginx-vhosts", false),
+        ("another folder of /etc", "/etc/atelier-vhosts", false),
+        ("the TLS trust store", "/etc/ssl/certs", false),
+        ("another unit folder", "/usr/lib/systemd/system", false),
+    ];
+    for (name, path, hidden) in cases {
+        assert_eq!(door_hides(&p(path)), hidden, "{name}: {path}");
+    }
+}

@@ -350,6 +350,11 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     let door_root = paths::door_root_beside(&facts.agents_root);
     let in_root = |path: &str| text(&paths::in_door_root(&door_root, Path::new(path)));
     let mut inaccessible = vec![in_root(&text(&facts.config_dir)), in_root(paths::SYSFS)];
+    inaccessible.extend(
+        paths::DOOR_HIDDEN_SYSTEM_DIRS
+            .iter()
+            .map(|dir| format!("-{}", in_root(dir))),
+    );
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
         inaccessible.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));

@@ -352,6 +352,7 @@ common=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $s
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
   --other-workspace $ws2 --own-repository $ws1/.git --own-builder $ws1/.builder
   --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql /var/log /proc/sys /root --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
+  --vhost-dir /etc/nginx/sites-available --unit-dir /etc/systemd/system
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)
 args=("${common[@]}" --own-socket /run/atelier-egress/turn.sock /run/atelier-egress/mcp.sock)
@@ -380,7 +381,7 @@ exit 0
 /// inside is the unit's doing), and whether the build door, which runs what the turn wrote,
 /// must refuse it too (all the turn's cases but the repository's metadata, which a build reads:
 /// `build_repository_write` holds it to reading).
-const MATRIX: [(&str, &str, bool, bool); 18] = [
+const MATRIX: [(&str, &str, bool, bool); 20] = [
     ("host_loopback_tcp", "turn", true, true),
     ("host_abstract_socket", "turn", true, true),
     ("sited_socket", "turn", true, true),
@@ -399,6 +400,9 @@ const MATRIX: [(&str, &str, bool, bool); 18] = [
     ("setuid_binary", "turn", false, true),
     ("host_sysfs", "turn", true, true),
     ("masked_dirs", "turn", true, true),
+    // What names every site of the host: another site's name and domains are there.
+    ("web_server_vhosts", "turn", true, true),
+    ("unit_files", "turn", true, true),
     ("git_door_gate_socket", "git", false, false),
     ("git_door_gate_forward", "git", false, false),
     // The build reads the repository (its control) but writes none of it.

@@ -93,6 +93,12 @@ struct Matrix {
     /// audit, a database's, the host's logs, the kernel's tunables, root's home.
     #[arg(long, num_args = 1..)]
     masked_dir: Vec<PathBuf>,
+    /// The web server's vhosts, which name every site on the host with its domains.
+    #[arg(long)]
+    vhost_dir: PathBuf,
+    /// systemd's units, where every door's unit names its site's workspace.
+    #[arg(long)]
+    unit_dir: PathBuf,
     /// The pid of another site's live run.
     #[arg(long)]
     other_pid: u32,
@@ -278,6 +284,8 @@ fn run_matrix(m: &Matrix) {
     control("no_new_privs", no_new_privs());
     case("host_sysfs", host_sysfs());
     case("masked_dirs", none_listed(&m.masked_dir));
+    case("web_server_vhosts", listing(&m.vhost_dir));
+    case("unit_files", listing(&m.unit_dir));
 }
 
 fn run_git_door(g: &GitDoor) {
