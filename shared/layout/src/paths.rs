@@ -265,11 +265,13 @@ pub const SYSFS: &str = "/sys";
 
 /// The folders of the system view every door masks (a host may lack any): where the host keeps
 /// what names every site of every instance on it. A run of one site must learn no other's name
-/// or domain, as the sites root shows it none; no run needs these. The web servers' vhosts (a
-/// site's domains and paths), certbot's certificates and renewal settings (named by domain),
-/// and systemd's units (a door's unit holds its site's workspace). A declared vhost or unit
-/// folder must be under one of them or out of the system view.
-pub const DOOR_HIDDEN_SYSTEM_DIRS: [&str; 4] = [
+/// or domain, as the sites root shows it none; no run needs these. Atelier's configuration
+/// (every instance's declaration copy is readable by all), the web servers' vhosts (a site's
+/// domains and paths), certbot's certificates and renewal settings (named by domain), and
+/// systemd's units (a door's unit holds its site's workspace). A declared vhost or unit folder
+/// must be under one of them or out of the system view.
+pub const DOOR_HIDDEN_SYSTEM_DIRS: [&str; 5] = [
+    CONFIG_BASE,
     "/etc/nginx",
     "/etc/apache2",
     "/etc/letsencrypt",

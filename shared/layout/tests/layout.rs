@@ -674,6 +674,7 @@ fn the_door_system_view_holds_only_what_is_under_its_folders() {
 fn the_doors_hide_the_folders_that_name_every_site() {
     use atelier_layout::paths::door_hides;
     let cases = [
+        ("every instance's configuration", "/etc/atelier/other", true),
         ("nginx's vhosts", "/etc/nginx/sites-available", true),
         ("nginx's enabled links", "/etc/nginx/sites-enabled", true),
         ("nginx's folder itself", "/etc/nginx", true),

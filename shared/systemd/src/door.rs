@@ -349,12 +349,17 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     // Masks and read-only places name the host's path of a place in the door's root.
     let door_root = paths::door_root_beside(&facts.agents_root);
     let in_root = |path: &str| text(&paths::in_door_root(&door_root, Path::new(path)));
-    let mut inaccessible = vec![in_root(&text(&facts.config_dir)), in_root(paths::SYSFS)];
+    let mut inaccessible = vec![in_root(paths::SYSFS)];
     inaccessible.extend(
         paths::DOOR_HIDDEN_SYSTEM_DIRS
             .iter()
             .map(|dir| format!("-{}", in_root(dir))),
     );
+    // Declared outside those folders, the instance's configuration needs a mask of its own
+    // (none when it is outside the system view too: the root does not hold it).
+    if !paths::door_hides(&facts.config_dir) {
+        inaccessible.push(format!("-{}", in_root(&text(&facts.config_dir))));
+    }
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
         inaccessible.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));

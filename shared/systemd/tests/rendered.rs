@@ -252,3 +252,32 @@ fn private_pids_is_required_from_257() {
     assert!(!has(256));
     assert!(has(257));
 }
+
+/// An instance's configuration declared outside the folders every door masks is masked by its
+/// own path: the example's turn unit, which has no such mask, is refused for a door whose
+/// configuration is there, and accepted with the one mask added.
+#[test]
+fn a_configuration_declared_elsewhere_is_expected_masked_by_its_own_path() {
+    let decl = Declaration::load(&repo().join("deploy/examples/instance.json"))
+        .expect("the example declaration loads");
+    let layout = Layout::new(&decl);
+    let k = SiteOrdinal::new(1).expect("an ordinal");
+    let mut facts = DoorFacts::from_layout(&layout, k, &decl.sites[0], Door::Turn, RENDERED_FOR);
+    let example = door_expectations(&facts);
+    let rendered = read(&example.service);
+    facts.config_dir = PathBuf::from("/etc/atelier-prod/example");
+    let elsewhere = door_expectations(&facts);
+
+    let loaded = unit_file::loaded(&elsewhere.service.unit, UnitKind::Service, &rendered);
+    let refusal = check(&loaded, &elsewhere.service.expected)
+        .expect_err("the unit lacks the configuration's mask");
+    assert_eq!(refusal.property.name, "InaccessiblePaths", "{refusal}");
+
+    let masked = format!(
+        "{rendered}InaccessiblePaths=-/var/lib/atelier/example/door-root/etc/atelier-prod/example\n"
+    );
+    let loaded = unit_file::loaded(&elsewhere.service.unit, UnitKind::Service, &masked);
+    if let Err(refusal) = check(&loaded, &elsewhere.service.expected) {
+        panic!("the unit with the mask is refused: {refusal}");
+    }
+}

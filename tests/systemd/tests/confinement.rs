@@ -332,6 +332,9 @@ echo "suid_as_nobody=$(runuser -u nobody -- /usr/local/bin/atelier-suid-id -u)"
 echo "site1_uid=$(id -u atelier-a-example_1)"
 # A database's directory, which every door masks when it exists.
 mkdir -p /var/lib/mysql && echo rows > /var/lib/mysql/ibdata1
+# Another instance's configuration: its declaration copy is readable by all, and names its
+# sites and their domains.
+mkdir -p /etc/atelier/other && echo '{"sites":{"elsewhere":{}}}' > /etc/atelier/other/instance.json
 $probe listen --tcp-port 18081 --abstract-name atelier-iso-host > /tmp/listen.out 2>&1 &
 for _ in $(seq 1 100); do grep -q listening /tmp/listen.out && break; sleep 0.05; done
 create_site collection www.example.org
@@ -351,7 +354,7 @@ common=(--host-tcp-port 18081 --host-abstract atelier-iso-host --sited-socket $s
   --host-socket /run/dbus/system_bus_socket /run/systemd/private /run/systemd/journal/stdout /run/systemd/notify
     /run/atelier/example/s2-turn.sock /run/atelier/example/s1-git.sock
   --other-workspace $ws2 --own-repository $ws1/.git --own-builder $ws1/.builder
-  --masked-dir /etc/atelier/example /srv/atelier_audit/example /var/lib/mysql /var/log /proc/sys /root --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
+  --masked-dir /etc/atelier/example /etc/atelier/other /srv/atelier_audit/example /var/lib/mysql /var/log /proc/sys /root --other-pid "$other_pid" --other-marker atelier-iso-marker-s2
   --vhost-dir /etc/nginx/sites-available --unit-dir /etc/systemd/system
   --other-shm atelier-iso-shm --other-ipc-key 1518211408 --setuid /usr/local/bin/atelier-suid-id
   --own-forward-port 3128)

@@ -199,6 +199,28 @@ fn door_units_state_their_profile() {
 }
 
 #[test]
+fn door_units_mask_what_names_every_site() {
+    let root = "/var/lib/atelier/example/door-root";
+    let hidden = format!(
+        "InaccessiblePaths=-{root}/etc/atelier -{root}/etc/nginx -{root}/etc/apache2 \
+         -{root}/etc/letsencrypt -{root}/etc/systemd"
+    );
+    let turn = "/etc/systemd/system/atelier-example-s1-turn@.service";
+    let all = render(&example(), &FACTS).unwrap();
+    let unit = text_of(&all, turn);
+    assert!(unit.lines().any(|l| l == hidden), "{unit}");
+    // The default configuration folder is under the masked /etc/atelier: no mask of its own.
+    assert!(!unit.contains("etc/atelier/example"), "{unit}");
+
+    let mut decl = example();
+    decl.paths.config_base = Some("/etc/atelier-prod".into());
+    let all = render(&decl, &FACTS).unwrap();
+    let unit = text_of(&all, turn);
+    let own = format!("{hidden} -{root}/etc/atelier-prod/example");
+    assert!(unit.lines().any(|l| l == own), "{unit}");
+}
+
+#[test]
 fn sited_loads_every_credential_and_writes_only_its_roots() {
     let decl = example();
     let all = render(&decl, &FACTS).unwrap();

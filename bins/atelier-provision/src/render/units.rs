@@ -439,10 +439,15 @@ fn door_service(
         }
         _ => "RestrictAddressFamilies=AF_UNIX AF_NETLINK".to_owned(),
     };
-    let hidden_system_dirs = paths::DOOR_HIDDEN_SYSTEM_DIRS
+    let mut hidden_system_dirs = paths::DOOR_HIDDEN_SYSTEM_DIRS
         .iter()
         .map(|dir| Ok(format!("-{}", in_root(Path::new(dir))?)))
         .collect::<Result<Vec<_>, RenderError>>()?;
+    // Declared outside those folders, the instance's configuration needs a mask of its own
+    // (none when it is outside the system view too: the root does not hold it).
+    if !paths::door_hides(&layout.config_dir()) {
+        hidden_system_dirs.push(format!("-{}", in_root(&layout.config_dir())?));
+    }
     let private_pids = if facts.systemd_version >= PRIVATE_PIDS_SINCE {
         "PrivatePIDs=yes\n"
     } else {
@@ -480,7 +485,6 @@ fn door_service(
             ),
             ("SITES_ROOT", safe_path(&layout.sites_root())?),
             ("HOME_BIND", home_bind),
-            ("CONFIG_DIR", in_root(&layout.config_dir())?),
             ("HIDDEN_SYSTEM_DIRS", hidden_system_dirs.join(" ")),
             ("SYSFS", in_root(Path::new(paths::SYSFS))?),
             ("PRIVATE_PIDS", private_pids.to_owned()),

@@ -89,8 +89,9 @@ struct Matrix {
     /// to plant its own in its place.
     #[arg(long)]
     own_builder: PathBuf,
-    /// Directories no door shows: the instance's configuration (masked in the system view) and
-    /// audit, a database's, the host's logs, the kernel's tunables, root's home.
+    /// Directories no door shows: the instance's configuration and another instance's (masked
+    /// in the system view), the audit, a database's, the host's logs, the kernel's tunables,
+    /// root's home.
     #[arg(long, num_args = 1..)]
     masked_dir: Vec<PathBuf>,
     /// The web server's vhosts, which name every site on the host with its domains.
