@@ -24,7 +24,8 @@
 //! allows. So the busiest stage's cost against the direct path's estimates what the proxy
 //! would reach on a larger machine: at a ratio r, about 1/r of direct, as far as a stage costs
 //! the same with a core of its own. Also reported: the share of a transfer the proxy spent
-//! ready to run but waiting for a CPU, which is what sharing too few cores costs it.
+//! ready to run but waiting for a CPU (its threads' waits summed, so a proxy whose threads
+//! wait at once can pass 100 %), which is what sharing too few cores costs it.
 
 #![allow(
     clippy::unwrap_used,
@@ -498,7 +499,8 @@ fn main() {
     }
     for (name, i) in [("gate", gate), ("tinyproxy", tiny)] {
         println!(
-            "  {name} ready but waiting for a CPU: download {:.0} %  upload {:.0} % of the transfer",
+            "  {name} ready but waiting for a CPU (threads summed): download {:.0} %  upload {:.0} % \
+             of the transfer",
             down[i].proxy_waiting * 100.0,
             up[i].proxy_waiting * 100.0
         );
