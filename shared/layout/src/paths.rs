@@ -285,6 +285,20 @@ pub fn door_hides(path: &Path) -> bool {
         .any(|dir| path.starts_with(dir))
 }
 
+/// The host paths of what every door masks in `door_root`, for an instance whose configuration
+/// is `config_dir`: [`DOOR_HIDDEN_SYSTEM_DIRS`], and the configuration when it is declared
+/// outside them (when it is outside the system view too, the root does not hold it and the mask
+/// does nothing). Any may be absent, so `InaccessiblePaths=` takes each with a `-`.
+pub fn door_hidden_masks(door_root: &Path, config_dir: &Path) -> Vec<PathBuf> {
+    let own_config = (!door_hides(config_dir)).then_some(config_dir);
+    DOOR_HIDDEN_SYSTEM_DIRS
+        .iter()
+        .map(Path::new)
+        .chain(own_config)
+        .map(|dir| in_door_root(door_root, dir))
+        .collect()
+}
+
 /// [`DOOR_SYSTEM_DIRS`] as `BindReadOnlyPaths=` takes them: `-` before one that may be absent.
 pub fn door_system_binds() -> Vec<String> {
     DOOR_SYSTEM_DIRS

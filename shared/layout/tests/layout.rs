@@ -704,3 +704,30 @@ fn the_doors_hide_the_folders_that_name_every_site() {
         assert_eq!(door_hides(&p(path)), hidden, "{name}: {path}");
     }
 }
+
+#[test]
+fn a_door_masks_its_instances_configuration_once() {
+    use atelier_layout::paths::door_hidden_masks;
+    let root = p("/var/lib/atelier/example/door-root");
+    let hidden = [
+        "/var/lib/atelier/example/door-root/etc/atelier",
+        "/var/lib/atelier/example/door-root/etc/nginx",
+        "/var/lib/atelier/example/door-root/etc/apache2",
+        "/var/lib/atelier/example/door-root/etc/letsencrypt",
+        "/var/lib/atelier/example/door-root/etc/systemd",
+    ];
+    // Under /etc/atelier, masked with it.
+    assert_eq!(
+        door_hidden_masks(&root, &p("/etc/atelier/example")),
+        hidden.map(p)
+    );
+    // Declared elsewhere: a mask of its own.
+    let mut elsewhere = hidden.map(p).to_vec();
+    elsewhere.push(p(
+        "/var/lib/atelier/example/door-root/etc/atelier-prod/example",
+    ));
+    assert_eq!(
+        door_hidden_masks(&root, &p("/etc/atelier-prod/example")),
+        elsewhere
+    );
+}

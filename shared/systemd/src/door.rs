@@ -351,15 +351,10 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
     let in_root = |path: &str| text(&paths::in_door_root(&door_root, Path::new(path)));
     let mut inaccessible = vec![in_root(paths::SYSFS)];
     inaccessible.extend(
-        paths::DOOR_HIDDEN_SYSTEM_DIRS
+        paths::door_hidden_masks(&door_root, &facts.config_dir)
             .iter()
-            .map(|dir| format!("-{}", in_root(dir))),
+            .map(|mask| format!("-{}", text(mask))),
     );
-    // Declared outside those folders, the instance's configuration needs a mask of its own
-    // (none when it is outside the system view too: the root does not hold it).
-    if !paths::door_hides(&facts.config_dir) {
-        inaccessible.push(format!("-{}", in_root(&text(&facts.config_dir))));
-    }
     if door == Door::Turn {
         // The turn never sees the repository's metadata; its git reads root's gitconfig only.
         inaccessible.push(in_root(&format!("{workspace}/{REPOSITORY_DIR}")));

@@ -439,15 +439,10 @@ fn door_service(
         }
         _ => "RestrictAddressFamilies=AF_UNIX AF_NETLINK".to_owned(),
     };
-    let mut hidden_system_dirs = paths::DOOR_HIDDEN_SYSTEM_DIRS
+    let hidden_system_dirs = paths::door_hidden_masks(&door_root, &layout.config_dir())
         .iter()
-        .map(|dir| Ok(format!("-{}", in_root(Path::new(dir))?)))
+        .map(|mask| Ok(format!("-{}", safe_path(mask)?)))
         .collect::<Result<Vec<_>, RenderError>>()?;
-    // Declared outside those folders, the instance's configuration needs a mask of its own
-    // (none when it is outside the system view too: the root does not hold it).
-    if !paths::door_hides(&layout.config_dir()) {
-        hidden_system_dirs.push(format!("-{}", in_root(&layout.config_dir())?));
-    }
     let private_pids = if facts.systemd_version >= PRIVATE_PIDS_SINCE {
         "PrivatePIDs=yes\n"
     } else {
