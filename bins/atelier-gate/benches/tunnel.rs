@@ -293,11 +293,6 @@ fn sched_since(before: &HashMap<u32, Sched>, after: &HashMap<u32, Sched>) -> Sch
     since
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
 /// Medians over a path's rounds one way: MB/s, each stage's CPU milliseconds per GiB, and the
 /// share of the transfer the proxy waited for a CPU.
 struct Summary {
@@ -311,7 +306,7 @@ struct Summary {
 impl Summary {
     fn of(rounds: &[Round], bytes: u64) -> Self {
         let per_gib = |stage: fn(&Round) -> Duration| {
-            median(
+            bulk::median(
                 rounds
                     .iter()
                     .map(|r| stage(r).as_secs_f64() * 1e3 * (1u64 << 30) as f64 / bytes as f64)
@@ -319,11 +314,11 @@ impl Summary {
             )
         };
         Summary {
-            mb_per_s: median(rounds.iter().map(|r| r.mb_per_s).collect()),
+            mb_per_s: bulk::median(rounds.iter().map(|r| r.mb_per_s).collect()),
             client: per_gib(|r| r.client),
             proxy: per_gib(|r| r.proxy.on_cpu),
             sink: per_gib(|r| r.sink),
-            proxy_waiting: median(
+            proxy_waiting: bulk::median(
                 rounds
                     .iter()
                     .map(|r| r.proxy.waiting.as_secs_f64() * r.mb_per_s * 1e6 / bytes as f64)

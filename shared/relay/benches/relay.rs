@@ -126,11 +126,6 @@ fn connect(addr: SocketAddr) -> std::net::TcpStream {
     stream
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
 fn main() {
     let bytes = std::env::var("BENCH_BYTES")
         .ok()
@@ -178,8 +173,8 @@ fn main() {
             down[i].push(bulk::download(&mut connect(addr), bytes).mb_per_s);
         }
     }
-    let up: Vec<f64> = up.into_iter().map(median).collect();
-    let down: Vec<f64> = down.into_iter().map(median).collect();
+    let up: Vec<f64> = up.into_iter().map(bulk::median).collect();
+    let down: Vec<f64> = down.into_iter().map(bulk::median).collect();
     for (i, (name, _)) in paths.into_iter().enumerate() {
         println!(
             "  {name:<16} upload {:>8.1} ({:.2} of direct)  download {:>8.1} ({:.2} of direct)",

@@ -117,6 +117,16 @@ fn send_command(stream: &mut (impl Write + ?Sized), command: u8, bytes: u64) {
     stream.write_all(&header).expect("bulk command");
 }
 
+/// The middle of a benchmark's rounds (the upper one of an even count), which a slow spell of
+/// a shared machine in one round does not move.
+///
+/// # Panics
+/// If there are no rounds.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
 /// When a transfer started, by the clock and by this thread's CPU time.
 struct Started {
     at: Instant,

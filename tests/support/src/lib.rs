@@ -2,7 +2,8 @@
 //! fixture use one copy of it rather than each keeping its own. Only test targets depend on
 //! this crate (as a dev-dependency); nothing shipped links it.
 //!
-//! - [`bulk`]: the bulk-throughput protocol of the tunnel benchmarks, both ends.
+//! - [`bulk`]: the bulk-throughput protocol of the tunnel benchmarks, both ends, and the median
+//!   of rounds they report.
 //! - [`nginx`]: a real nginx on a free loopback port, serving either a root the way the
 //!   provisioner's vhost does or the provisioner's rendered vhosts themselves, with its access
 //!   log and a keep-alive HTTP/1.1 client.
