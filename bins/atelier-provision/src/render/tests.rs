@@ -697,6 +697,75 @@ fn install_paths_reach_every_unit_and_sited_env() {
 /// the ACME challenge from the instance's webroot, and the vhost proper adds the TLS server
 /// and redirects port 80 to it; certbot's deploy hook applies the declaration's copy again and
 /// reloads the declared web server. Other TLS modes have neither stand-in nor hook.
+/// With the operator's certificate files, production is served over TLS only, by both web
+/// servers: every plain-HTTP server of the domain redirects to HTTPS and serves no release.
+#[test]
+fn production_with_certificate_files_is_served_over_tls_only() {
+    let example_text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
+    )
+    .unwrap();
+    let release = "\"/srv/www/www.example.org/web\"";
+    for (server, vhosts, opening, [http, https]) in [
+        (
+            "nginx",
+            "/etc/nginx/sites-available",
+            "server {",
+            ["listen 80;", "listen 443 "],
+        ),
+        (
+            "apache",
+            "/etc/apache2/sites-available",
+            "<VirtualHost ",
+            ["*:80>", "*:443>"],
+        ),
+    ] {
+        let mut doc: serde_json::Value = serde_json::from_str(&example_text).unwrap();
+        if server == "apache" {
+            doc.as_object_mut().unwrap().remove("chat");
+        }
+        let text = doc
+            .to_string()
+            .replace("\"server\":\"nginx\"", &format!("\"server\":\"{server}\""))
+            .replace(
+                "\"tls\":{\"account_email\":\"ops@example.org\",\"mode\":\"letsencrypt\"}",
+                "\"tls\":{\"mode\":\"files\",\"certificate\":\"/etc/ssl/site.pem\",\
+                 \"key\":\"/etc/ssl/site.key\"}",
+            );
+        assert!(
+            text.contains("/etc/ssl/site.pem"),
+            "{server}: the variant applies"
+        );
+        let decl = Declaration::parse(&text).unwrap();
+        let all = render(&decl, &FACTS).unwrap();
+        let prod = text_of(&all, &format!("{vhosts}/atelier-example-collection.conf"));
+        let servers: Vec<&str> = prod.split(opening).skip(1).collect();
+        let of_domain = |port: &str| -> Vec<&str> {
+            servers
+                .iter()
+                .copied()
+                .filter(|s| s.contains(port) && s.contains(" www.example.org"))
+                .collect()
+        };
+        let plain = of_domain(http);
+        assert!(!plain.is_empty(), "{server}: a port-80 server\n{prod}");
+        for block in &plain {
+            assert!(
+                !block.contains(release),
+                "{server}: plain HTTP serves the release\n{block}"
+            );
+            assert!(
+                block.contains("https://www.example.org"),
+                "{server}: redirect\n{block}"
+            );
+        }
+        assert!(
+            of_domain(https).iter().any(|s| s.contains(release)),
+            "{server}: the TLS server serves the release\n{prod}"
+        );
+    }
+}
+
 #[test]
 fn letsencrypt_vhosts_wait_for_their_certificate_and_a_hook_applies_again() {
     let live = "/etc/letsencrypt/live/www.example.org";

@@ -494,7 +494,16 @@ fn apache_prod(site: &SiteView, certificate: Certificate) -> String {
     match &site.tls {
         Tls::None => apache_serving(&mut out, site, 80, None),
         Tls::Files { certificate, key } => {
-            apache_serving(&mut out, site, 80, None);
+            // Production is declared over TLS: port 80 only sends browsers there, as nginx's
+            // plain server does.
+            write!(
+                out,
+                "<VirtualHost *:80>\n\
+                 \x20   ServerName {domain}\n\
+                 \x20   Redirect permanent \"/\" \"https://{domain}/\"\n\
+                 </VirtualHost>\n"
+            )
+            .ok();
             apache_serving(&mut out, site, 443, Some((certificate, key)));
         }
         Tls::Letsencrypt {
