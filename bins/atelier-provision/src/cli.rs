@@ -62,7 +62,11 @@ pub enum Verb {
     /// Prove every site's served links resolve to a release holding bytes.
     Verify,
     /// Decommission: unlink what is stamped ours, archive marked trees, lock identities.
-    Remove,
+    Remove {
+        /// Remove even while production serves a site (its vhosts go, so it goes offline).
+        #[arg(long)]
+        purge_published: bool,
+    },
 }
 
 // === impl Verb ===
@@ -76,7 +80,7 @@ impl Verb {
             Verb::Apply => "apply",
             Verb::Check => "check",
             Verb::Verify => "verify",
-            Verb::Remove => "remove",
+            Verb::Remove { .. } => "remove",
         }
     }
 }
@@ -89,7 +93,8 @@ Examples:
   atelier-provision apply --declaration instance.json
   atelier-provision check --declaration instance.json --json | jq -r .reason
   atelier-provision verify --declaration instance.json
-  atelier-provision remove --declaration instance.json";
+  atelier-provision remove --declaration instance.json
+  atelier-provision remove --purge-published --declaration instance.json";
 
 /// The long help's tail: every exit code with its meaning and the reasons that end in it,
 /// built from [`Exit`] and [`Reason`] so neither is written twice, then the examples.
@@ -300,7 +305,7 @@ pub fn unfinished(verb: &Verb, exit: Exit, held: Option<Holdback>) -> Option<Rea
         }),
         (Verb::Apply, _) => Some(Reason::ActionFailed),
         (Verb::Verify, _) => Some(Reason::NotServed),
-        (Verb::Remove, _) => Some(Reason::RemovalStopped),
+        (Verb::Remove { .. }, _) => Some(Reason::RemovalStopped),
         // `render` and `plan` end in 0 or in a failure.
         (Verb::Render { .. } | Verb::Plan, _) => None,
     }
@@ -521,7 +526,7 @@ fn prepare_and_execute(
     out: &mut dyn Write,
     live: Live<'_>,
 ) -> Result<Exit, Failure> {
-    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove);
+    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove { .. });
     if mutates && cli.root != Path::new("/") {
         // Their commands (useradd, systemctl) act on the real host whatever the root.
         return Err(Failure::RootNotAllowed);
@@ -632,8 +637,8 @@ fn execute(
             }
             Ok(exit)
         }
-        Verb::Remove => {
-            let (removed, exit) = verbs::remove_verb(decl, root, render)?;
+        Verb::Remove { purge_published } => {
+            let (removed, exit) = verbs::remove_verb(decl, root, render, *purge_published)?;
             if cli.json {
                 let body = report(
                     &cli.verb,

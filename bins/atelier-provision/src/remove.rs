@@ -1,7 +1,9 @@
 //! `remove`: decommission an instance without destroying anything that is not provably ours.
 //! A pure [`removal_plan`] and a dumb [`apply_removal`]: units are stopped, only files whose
 //! stamp names this instance are unlinked, marked trees are archived by rename beside
-//! themselves, and every identity is locked, never deleted.
+//! themselves, and every identity is locked, never deleted. A site that production may be
+//! serving stops it first ([`published_refusals`]): removal takes every vhost down, so the
+//! operator says so with `--purge-published`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::process::Command;
 
 use atelier_fs::Root;
 use atelier_layout::names;
-use atelier_layout::paths::Layout;
+use atelier_layout::paths::{Layout, Surface};
 use serde::Serialize;
 
 use crate::apply::Status;
@@ -17,6 +19,7 @@ use crate::artifact::{parse_stamp, Artifact, ArtifactKind};
 use crate::host::{self, HostState, ObservedKind};
 use crate::identities::{self, NOLOGIN};
 use crate::plan::{enabling_link, marker_path, Refusal};
+use crate::verify::{SurfaceProof, Unproved};
 
 /// One step of a removal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,6 +72,36 @@ impl fmt::Display for RemoveAction {
             }
         }
     }
+}
+
+/// The refusals of a removal without `--purge-published`: one per site whose production link
+/// may serve something, as `verify` proved it. Only a store with nothing published, or a link
+/// that leads nowhere, serves nothing; anything else (a release, an empty one, a link out of
+/// the store, a directory in the link's place) is somebody's production.
+pub fn published_refusals(proofs: &[SurfaceProof]) -> Vec<Refusal> {
+    proofs
+        .iter()
+        .filter(|p| p.surface == Surface::Prod)
+        .filter_map(|p| {
+            let serving = match (&p.release, &p.problem) {
+                (Some(release), _) => format!("serves release {release}"),
+                (None, None | Some(Unproved::LinkMissing | Unproved::TargetMissing(_))) => {
+                    return None
+                }
+                (None, Some(problem)) => format!("may serve something: {problem}"),
+            };
+            Some(Refusal {
+                subject: p.slug.clone(),
+                reason: "site_published",
+                message: format!(
+                    "production of {} ({}) {serving}; removal takes it offline \
+                     (--purge-published to remove anyway)",
+                    p.slug,
+                    p.link.display()
+                ),
+            })
+        })
+        .collect()
 }
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -386,6 +419,85 @@ mod tests {
     use crate::artifact::CommentStyle;
     use crate::host::Observed;
     use crate::identities::{Accounts, PasswdEntry, ShadowEntry};
+
+    /// Which production proofs stop a removal without `--purge-published`.
+    #[test]
+    fn a_removal_waits_for_purge_while_production_may_serve() {
+        let proof = |surface, release: Option<&str>, problem| SurfaceProof {
+            slug: "blog".into(),
+            surface,
+            link: "/srv/www/blog.example.org/web".into(),
+            release: release.map(str::to_owned),
+            problem,
+        };
+        let cases = [
+            ("nothing published", proof(Surface::Prod, None, None), None),
+            (
+                "no link",
+                proof(Surface::Prod, None, Some(Unproved::LinkMissing)),
+                None,
+            ),
+            (
+                "a link to nothing",
+                proof(
+                    Surface::Prod,
+                    None,
+                    Some(Unproved::TargetMissing("/x".into())),
+                ),
+                None,
+            ),
+            (
+                "a release",
+                proof(Surface::Prod, Some("r1"), None),
+                Some("serves release r1"),
+            ),
+            (
+                "an empty release",
+                proof(
+                    Surface::Prod,
+                    None,
+                    Some(Unproved::EmptyRelease("r1".into())),
+                ),
+                Some("may serve something: release r1 holds no bytes"),
+            ),
+            (
+                "a link out of its store",
+                proof(
+                    Surface::Prod,
+                    None,
+                    Some(Unproved::OutsideStore("/srv".into())),
+                ),
+                Some("may serve something: it points outside its store: /srv"),
+            ),
+            (
+                "a directory in the link's place",
+                proof(Surface::Prod, None, Some(Unproved::NotASymlink)),
+                Some("may serve something: the served path is not a symlink"),
+            ),
+            (
+                "preproduction only",
+                proof(Surface::Preprod, Some("r1"), None),
+                None,
+            ),
+        ];
+        for (name, proof, want) in cases {
+            let refusals = published_refusals(std::slice::from_ref(&proof));
+            match want {
+                None => assert!(refusals.is_empty(), "{name}: {refusals:?}"),
+                Some(serving) => {
+                    assert_eq!(refusals.len(), 1, "{name}");
+                    let refusal = &refusals[0];
+                    assert_eq!(
+                        (refusal.subject.as_str(), refusal.reason),
+                        ("blog", "site_published"),
+                        "{name}"
+                    );
+                    assert!(refusal.message.contains(serving), "{name}: {refusal}");
+                    assert!(refusal.message.contains("--purge-published"), "{name}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn utc_stamps() {

@@ -358,14 +358,22 @@ pub struct Removed {
 }
 
 /// `remove`: stops the instance, unlinks what is stamped ours, archives marked trees and locks
-/// every identity.
+/// every identity. Refused, with nothing touched, while production may serve a site, unless
+/// `purge_published`.
 pub fn remove_verb(
     decl: &Declaration,
     root: &Path,
     render: Renderer<'_>,
+    purge_published: bool,
 ) -> Result<(Removed, Exit), VerbError> {
-    let prepared = prepare(decl, root, render)?;
     let layout = Layout::new(decl);
+    if !purge_published {
+        let refusals = remove::published_refusals(&verify::verify(&layout, root));
+        if !refusals.is_empty() {
+            return Err(VerbError::Refused(PlanError { refusals }));
+        }
+    }
+    let prepared = prepare(decl, root, render)?;
     let actions = remove::removal_plan(
         &layout,
         &prepared.artifacts,

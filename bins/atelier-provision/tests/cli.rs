@@ -430,7 +430,9 @@ fn reports_that_do_not_exit_0_name_their_reason_and_surfaces_theirs() {
         (Verb::Apply, Exit::Failed, None, Some(Reason::ActionFailed)),
         (Verb::Apply, Exit::Ok, None, None),
         (
-            Verb::Remove,
+            Verb::Remove {
+                purge_published: false,
+            },
             Exit::Failed,
             None,
             Some(Reason::RemovalStopped),

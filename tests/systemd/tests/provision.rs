@@ -248,7 +248,7 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
 }
 
 /// Runs inside the box: the ledger's life over add, remove and re-add of a site, the serving
-/// proof, then decommissioning.
+/// proof, then decommissioning: refused while production serves a release, then purged.
 const LIFECYCLE: &str = r#"
 set -uo pipefail
 CREDENTIAL_VALUE=operator-value bash /root/operator-setup.sh journal.example.org
@@ -272,7 +272,19 @@ echo "old_still_retired=$(expiry atelier-a-example_3)"
 atelier-provision plan --declaration /root/three.json > /tmp/p5 2>&1; echo "plan_after=$(head -n1 /tmp/p5)"
 
 echo 'foreign' > /etc/systemd/system/atelier-example-foreign.conf
-atelier-provision remove --declaration /root/three.json > /tmp/r1 2>&1; echo "remove=$?"
+# Production serves a release: removal would take it offline, so it waits for the operator's word.
+release=20260101T000000000Z-000001
+mkdir -p /srv/www/www.example.org/.releases/web/$release
+echo '<h1>live</h1>' > /srv/www/www.example.org/.releases/web/$release/index.html
+ln -sfn .releases/web/$release /srv/www/www.example.org/web
+atelier-provision remove --declaration /root/three.json > /tmp/r0 2>&1; echo "remove_published=$?"
+sed 's/^/remove_published| /' /tmp/r0
+named="collection (site_published): production of collection .* serves release $release"
+echo "published_named=$(grep -c "$named" /tmp/r0)"
+unit=/etc/systemd/system/atelier-example-s1-turn.socket
+echo "published_untouched=$(test -e $unit && echo yes || echo no),$(ls /srv/www | grep -c retired)"
+atelier-provision remove --purge-published --declaration /root/three.json >/tmp/r1 2>&1
+echo "remove=$?"
 sed 's/^/remove| /' /tmp/r1
 echo "unit_gone=$(test -e /etc/systemd/system/atelier-example-s1-turn.socket && echo no || echo yes)"
 echo "archived=$(ls /srv/www | grep -c '^www.example.org.retired-')"
@@ -332,6 +344,9 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
     assert_eq!(fact("old_still_retired"), "1", "{run:?}");
     assert_eq!(fact("plan_after"), "0 actions", "{run:?}");
 
+    assert_eq!(fact("remove_published"), "3", "{run:?}");
+    assert_eq!(fact("published_named"), "1", "{run:?}");
+    assert_eq!(fact("published_untouched"), "yes,0", "{run:?}");
     assert_eq!(fact("remove"), "0", "{run:?}");
     assert_eq!(fact("unit_gone"), "yes", "{run:?}");
     assert_eq!(fact("archived"), "1", "{run:?}");
