@@ -2674,6 +2674,28 @@ mod tests {
         assert!(json.contains(r#""content":"htpasswd""#), "{json}");
     }
 
+    /// A preview password is a credential: re-owned root's 0600 when it is not, awaited when
+    /// it goes, even while the htpasswd made from it stays.
+    #[test]
+    fn preprod_password_files_are_held_as_credentials() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let password = f.decl.serving.preprod.auth.users[0].password_file.clone();
+        let shown = password.display().to_string();
+        let seen = f.host.entries.get_mut(&password).unwrap();
+        (seen.mode, seen.gid) = (0o644, 33);
+        assert_eq!(
+            lines(&f.plan().unwrap()),
+            [format!("secret   metadata {shown} root:root 0600")]
+        );
+        f.host.entries.remove(&password);
+        let text = lines(&f.plan().unwrap()).join("\n");
+        assert!(
+            text.contains(&format!("awaiting operator file {shown} root:root 0600")),
+            "{text}"
+        );
+    }
+
     #[test]
     fn chat_credentials_are_minted_once_and_the_web_server_include_follows_its_token() {
         let mut f = Fixture::new(&["blog"]);

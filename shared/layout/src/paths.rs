@@ -1190,9 +1190,18 @@ impl<'d> Layout<'d> {
             self.entry(Role::ConfigDir, self.config_dir(), None),
             self.entry(Role::CredentialsDir, self.credentials_dir(), None),
         ];
-        let mut credentials = self.credential_sources();
-        credentials.extend(self.chatd_credential_sources());
-        for path in credentials.into_values() {
+        let preprod = &self.decl.serving.preprod;
+        let htpasswd =
+            preprod.enabled && preprod.auth.mode == crate::declaration::AuthMode::Htpasswd;
+        let mut credentials: Vec<PathBuf> = self.credential_sources().into_values().collect();
+        credentials.extend(self.chatd_credential_sources().into_values());
+        // The preview passwords the htpasswd file is made from are credentials too.
+        if htpasswd {
+            credentials.extend(preprod.auth.users.iter().map(|u| u.password_file.clone()));
+        }
+        credentials.sort();
+        credentials.dedup();
+        for path in credentials {
             // Only files in the credentials dir are the provisioner's to assert.
             if path.starts_with(self.credentials_dir()) {
                 out.push(self.entry(Role::Credential, path, None));
@@ -1215,8 +1224,7 @@ impl<'d> Layout<'d> {
                 }
             }
         }
-        let preprod = &self.decl.serving.preprod;
-        if preprod.enabled && preprod.auth.mode == crate::declaration::AuthMode::Htpasswd {
+        if htpasswd {
             out.push(self.entry(Role::Htpasswd, self.htpasswd_path(), None));
         }
         out.extend([
