@@ -615,6 +615,15 @@ pub fn observed_paths(
             add(path.clone(), false);
         }
     }
+    // A vhost the declaration no longer renders (preproduction turned off) is looked for too.
+    for (_, site) in sites {
+        for (vhost, link) in site_vhosts(layout, &site.slug) {
+            add(vhost, true);
+            if let Some(link) = link {
+                add(link, false);
+            }
+        }
+    }
     for id in removed {
         let paths = RetiredPaths::of(layout, id);
         for path in paths.units.into_iter().chain(paths.files) {
@@ -689,14 +698,8 @@ impl RetiredPaths {
         let mut vhosts = Vec::new();
         let mut links = Vec::new();
         if let Some(slug) = &id.slug {
-            for name in [
-                names::prod_vhost_file(inst, slug),
-                names::preprod_vhost_file(inst, slug),
-            ] {
-                let vhost = layout.vhost_dir().join(&name);
-                if layout.vhost_enabled_dir() != layout.vhost_dir() {
-                    links.push((layout.vhost_enabled_dir().join(&name), vhost.clone()));
-                }
+            for (vhost, link) in site_vhosts(layout, slug) {
+                links.extend(link.map(|link| (link, vhost.clone())));
                 vhosts.push(vhost);
             }
         }
@@ -708,6 +711,21 @@ impl RetiredPaths {
             links,
         }
     }
+}
+
+/// Where a site's production and preproduction vhosts are, each with its enabling link when
+/// the web server keeps one, whether or not the declaration renders them.
+fn site_vhosts(layout: &Layout<'_>, slug: &str) -> [(PathBuf, Option<PathBuf>); 2] {
+    let inst = layout.instance();
+    [
+        names::prod_vhost_file(inst, slug),
+        names::preprod_vhost_file(inst, slug),
+    ]
+    .map(|name| {
+        let link = (layout.vhost_enabled_dir() != layout.vhost_dir())
+            .then(|| layout.vhost_enabled_dir().join(&name));
+        (layout.vhost_dir().join(name), link)
+    })
 }
 
 /// Lexical normalization of a link target joined to its directory.
@@ -1412,6 +1430,7 @@ impl Planner<'_> {
             }) = wanted
             else {
                 self.removed_sites_units(&mut written);
+                self.withdrawn_vhosts(&mut written);
                 continue;
             };
             let meta = (owner.as_str(), group.as_str(), mode);
@@ -1518,29 +1537,13 @@ impl Planner<'_> {
                 });
             }
             for (link, vhost) in &paths.links {
-                let points_at = |s: &Observed| {
-                    s.link_target.as_ref().is_some_and(|t| {
-                        t == vhost
-                            || link.parent().map(|d| normalize(&d.join(t))) == Some(vhost.clone())
-                    })
-                };
-                if self
-                    .observed(link)
-                    .is_some_and(|s| s.kind == ObservedKind::Symlink && points_at(s))
-                {
+                if self.links_to(link, vhost) {
                     self.actions.push(Action::Unlink { path: link.clone() });
                     self.vhost_unlinked = true;
                 }
             }
             for path in paths.units.iter().chain(&paths.files) {
-                let ours = self.observed(path).is_some_and(|s| {
-                    s.kind == ObservedKind::File
-                        && s.content
-                            .as_deref()
-                            .and_then(parse_stamp)
-                            .is_some_and(|stamp| stamp.instance == inst)
-                });
-                if ours {
+                if self.stamped_ours(path, &inst) {
                     if paths.vhosts.contains(path) {
                         self.vhost_unlinked = true;
                     }
@@ -1549,6 +1552,51 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+
+    /// A declared site's vhost that is no longer rendered (its preproduction turned off) goes,
+    /// with its enabling link, when it is ours: left, the web server would go on serving it.
+    fn withdrawn_vhosts(&mut self, written: &mut BTreeSet<PathBuf>) {
+        let input = self.input;
+        let inst = input.layout.instance().as_str().to_owned();
+        for site in &input.layout.declaration().sites {
+            for (vhost, link) in site_vhosts(input.layout, &site.slug) {
+                if input.artifacts.iter().any(|a| a.path == vhost) {
+                    continue;
+                }
+                if let Some(link) = link.filter(|link| self.links_to(link, &vhost)) {
+                    self.actions.push(Action::Unlink { path: link });
+                    self.vhost_unlinked = true;
+                }
+                if self.stamped_ours(&vhost, &inst) {
+                    self.vhost_unlinked = true;
+                    written.insert(vhost.clone());
+                    self.actions.push(Action::Unlink { path: vhost });
+                }
+            }
+        }
+    }
+
+    /// Whether a symlink stands at `link` pointing at `target` (absolutely or relatively).
+    fn links_to(&self, link: &Path, target: &Path) -> bool {
+        self.observed(link).is_some_and(|s| {
+            s.kind == ObservedKind::Symlink
+                && s.link_target.as_ref().is_some_and(|t| {
+                    t == target
+                        || link.parent().map(|d| normalize(&d.join(t))).as_deref() == Some(target)
+                })
+        })
+    }
+
+    /// Whether a regular file at `path` carries the stamp of instance `inst`.
+    fn stamped_ours(&self, path: &Path, inst: &str) -> bool {
+        self.observed(path).is_some_and(|s| {
+            s.kind == ObservedKind::File
+                && s.content
+                    .as_deref()
+                    .and_then(parse_stamp)
+                    .is_some_and(|stamp| stamp.instance == inst)
+        })
     }
 
     fn service(&mut self, written: &BTreeSet<PathBuf>) {
@@ -1914,14 +1962,21 @@ mod tests {
                     ArtifactKind::AgentUnits,
                     &format!("[Socket]\n# {}\n", site.slug),
                 ));
-                let vhost = layout
-                    .vhost_dir()
-                    .join(names::prod_vhost_file(inst, &site.slug));
-                out.push(hash(
-                    vhost,
-                    ArtifactKind::NginxVhost,
-                    &format!("server {{ server_name {}; }}\n", site.domain),
-                ));
+                let preprod = self.decl.serving.preprod.enabled;
+                for (file, prefix) in [
+                    (names::prod_vhost_file(inst, &site.slug), Some("")),
+                    (
+                        names::preprod_vhost_file(inst, &site.slug),
+                        preprod.then_some("pre."),
+                    ),
+                ] {
+                    let Some(prefix) = prefix else { continue };
+                    out.push(hash(
+                        layout.vhost_dir().join(file),
+                        ArtifactKind::NginxVhost,
+                        &format!("server {{ server_name {prefix}{}; }}\n", site.domain),
+                    ));
+                }
             }
             out.extend(self.extra_artifacts.iter().cloned());
             out
@@ -2562,8 +2617,10 @@ mod tests {
                 "artifact run systemctl disable --now atelier-example-s2-turn.socket",
                 "artifact run systemctl stop atelier-example-s2-turn@*.service atelier-example-s2-build@*.service atelier-example-s2-git@*.service atelier-example-s2-gate.service",
                 "artifact unlink /etc/nginx/sites-enabled/atelier-example-shop.conf",
+                "artifact unlink /etc/nginx/sites-enabled/atelier-example-shop-pre.conf",
                 "artifact unlink /etc/systemd/system/atelier-example-s2-turn.socket",
                 "artifact unlink /etc/nginx/sites-available/atelier-example-shop.conf",
+                "artifact unlink /etc/nginx/sites-available/atelier-example-shop-pre.conf",
                 "service  run systemctl daemon-reload",
                 "web      run nginx -t",
                 "web      run systemctl try-reload-or-restart nginx.service",
@@ -2589,6 +2646,44 @@ mod tests {
             !text.contains("useradd --system --gid atelier-example --groups atelier-a-example_2"),
             "{text}"
         );
+    }
+
+    /// Preproduction turned off: its vhosts and enabling links go, the web server is tested and
+    /// reloaded, and a second plan finds nothing to do. A file there that is not ours stays.
+    #[test]
+    fn a_withdrawn_preproduction_stops_being_served() {
+        let mut f = Fixture::new(&["blog", "shop"]);
+        f.converge();
+        let layout = Layout::new(&f.decl);
+        let vhost = |slug: &str| {
+            let name = names::preprod_vhost_file(layout.instance(), slug);
+            (
+                layout.vhost_dir().join(&name),
+                layout.vhost_enabled_dir().join(name),
+            )
+        };
+        let (blog, blog_link) = vhost("blog");
+        let (shop, shop_link) = vhost("shop");
+        assert!(f.host.entries.contains_key(&blog) && f.host.entries.contains_key(&blog_link));
+        f.host.entries.get_mut(&shop).unwrap().content = Some(b"server { }\n".to_vec());
+        f.decl.serving.preprod.enabled = false;
+        let actions = f.plan().unwrap();
+        let unlinked = |path: &Path| format!("artifact unlink {}", path.display());
+        let text = lines(&actions);
+        assert_eq!(
+            text.iter().take(3).cloned().collect::<Vec<_>>(),
+            [unlinked(&blog_link), unlinked(&blog), unlinked(&shop_link)],
+            "a file that is not ours stays: {text:?}"
+        );
+        let argvs = argvs(&actions);
+        assert_eq!(
+            argvs[argvs.len() - 2..],
+            ["nginx -t", "systemctl try-reload-or-restart nginx.service"],
+            "{argvs:?}"
+        );
+        f.simulate(&actions);
+        let again = f.plan().unwrap();
+        assert!(again.is_empty(), "{:?}", lines(&again));
     }
 
     #[test]

@@ -271,6 +271,13 @@ echo "readded=$(getent passwd atelier-a-example_4 | cut -d: -f5)"
 echo "old_still_retired=$(expiry atelier-a-example_3)"
 atelier-provision plan --declaration /root/three.json > /tmp/p5 2>&1; echo "plan_after=$(head -n1 /tmp/p5)"
 
+# Preproduction turned off: its vhosts go, and the host then matches the declaration.
+pre_vhosts() { ls /etc/nginx/sites-available /etc/nginx/sites-enabled | grep -c -- '-pre\.conf$'; }
+echo "pre_vhosts_before=$(pre_vhosts)"
+atelier-provision apply --declaration /root/three-nopre.json > /tmp/a6 2>&1; echo "apply_nopre=$?"
+echo "pre_vhosts_after=$(pre_vhosts)"
+atelier-provision check --declaration /root/three-nopre.json > /tmp/c6 2>&1; echo "check_nopre=$?"
+
 echo 'foreign' > /etc/systemd/system/atelier-example-foreign.conf
 # Production serves a release: removal would take it offline, so it waits for the operator's word.
 release=20260101T000000000Z-000001
@@ -307,6 +314,8 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
         .as_array_mut()
         .expect("sites")
         .push(serde_json::json!({ "slug": "journal", "domain": "journal.example.org" }));
+    let mut three_nopre = three.clone();
+    three_nopre["serving"]["preprod"]["enabled"] = serde_json::Value::Bool(false);
     let run = SystemdBox::new()
         .copy(
             bins.join("atelier-provision"),
@@ -318,6 +327,7 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
         )
         .write("/root/two.json", two.to_string(), 0o644)
         .write("/root/three.json", three.to_string(), 0o644)
+        .write("/root/three-nopre.json", three_nopre.to_string(), 0o644)
         .run(LIFECYCLE)
         .expect("booting systemd in a container");
     run.assert_success();
@@ -344,6 +354,10 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
     assert_eq!(fact("old_still_retired"), "1", "{run:?}");
     assert_eq!(fact("plan_after"), "0 actions", "{run:?}");
 
+    assert_eq!(fact("pre_vhosts_before"), "6", "{run:?}");
+    assert_eq!(fact("apply_nopre"), "0", "{run:?}");
+    assert_eq!(fact("pre_vhosts_after"), "0", "{run:?}");
+    assert_eq!(fact("check_nopre"), "0", "{run:?}");
     assert_eq!(fact("remove_published"), "3", "{run:?}");
     assert_eq!(fact("published_named"), "1", "{run:?}");
     assert_eq!(fact("published_untouched"), "yes,0", "{run:?}");
