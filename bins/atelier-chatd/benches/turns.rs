@@ -137,12 +137,12 @@ impl Providers for BenchProviders {
     fn prepare(&self, _: &Caller, _: &Conversation) -> PrepareFuture {
         let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(self.endpoint.clone()));
         Box::pin(async move {
-            Ok(ProviderSetup {
+            Ok(ProviderSetup::known(
                 // Priced by nothing: the bench measures latency, not money.
-                kind: ProviderKind::Ollama,
+                ProviderKind::Ollama,
                 driver,
-                capabilities: ProviderKind::Anthropic.static_capabilities(),
-            })
+                ProviderKind::Anthropic.static_capabilities(),
+            ))
         })
     }
 }

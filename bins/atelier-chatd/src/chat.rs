@@ -1,7 +1,10 @@
 //! `POST /admin/api/ai/chat/:scope`: the checks in the original's order (so a client meets the
-//! refusal it met before), the single-writer lease, the user message appended before anything
-//! streams, and the NDJSON event stream whose turn is run by a [`TurnRunner`](crate::turn::TurnRunner) and persisted as
-//! it goes.
+//! refusal it met before): capability, body, conversation, scope, credential set, credential
+//! the caller's (404) and opening (409), the images' cheap checks (400/413), the model's
+//! capabilities (422), the single-writer lease (409), the images' full decode; then the user
+//! message appended before anything streams, and the NDJSON event stream whose turn is run by
+//! a [`TurnRunner`](crate::turn::TurnRunner) and persisted as it goes. Once the turn returned,
+//! whatever its end, its credential is marked used.
 //!
 //! Abort owns the whole response: the turn runs in a task that watches the response body; when
 //! the client goes away the runner's future is dropped (cancelling its provider request and any
@@ -177,22 +180,16 @@ pub(crate) async fn handle(
     if conversation.credential_id.is_none() {
         return Err(ApiError::NoCredential);
     }
-    // The cheap image checks come before anything asks a provider.
+    // A client that goes away while these resolve drops this future: nothing was stored.
+    // The credential first: someone else's is refused, and an unopenable one, whatever the
+    // images.
+    let opened = state.runner.open(caller, &conversation).await?;
+    // The cheap image checks come before anything asks a provider about the model.
     let content = images::preflight(content).map_err(ApiError::from)?;
-    // A client that goes away while this resolves drops this future: nothing was stored.
     let has_images = content
         .iter()
         .any(|block| matches!(block, ContentBlock::Image { .. }));
-    let prepared = state
-        .runner
-        .preflight(caller, &conversation, has_images)
-        .await
-        .map_err(|refusal| match refusal {
-            ModelRefusal::CredentialNotFound => ApiError::CredentialInaccessible,
-            ModelRefusal::CredentialUnusable(message) => ApiError::CredentialUnusable(message),
-            ModelRefusal::NoVision => ApiError::ModelWithoutVision,
-            ModelRefusal::NoToolCalling => ApiError::ModelWithoutTools,
-        })?;
+    let prepared = opened.gate(has_images).await?;
     // Before anything is appended: a second concurrent send is refused here, retryably.
     let lease = state
         .leases
@@ -274,6 +271,7 @@ pub(crate) async fn handle(
         bridge_id: bridge.id().to_owned(),
     });
     let provider = prepared.provider;
+    let credential_id = prepared.credential_id.clone();
     let pricing = provider.map(|provider| PricedModel {
         pricing: Arc::clone(&state.services.pricing),
         provider,
@@ -299,6 +297,7 @@ pub(crate) async fn handle(
     persister.pricing = pricing;
     persister.commit = Some(commit);
     persister.actor.clone_from(&caller.user_id);
+    persister.credential_id = credential_id;
     tokio::spawn(drive_turn(persister, lease, bridge, run, loop_rx));
 
     let lines = futures_util::stream::unfold(out_rx, |mut rx| async move {
@@ -316,6 +315,17 @@ impl From<ImageError> for ApiError {
         ApiError::ImageRefused {
             too_large: error.is_too_large(),
             message: error.to_string(),
+        }
+    }
+}
+
+impl From<ModelRefusal> for ApiError {
+    fn from(refusal: ModelRefusal) -> Self {
+        match refusal {
+            ModelRefusal::CredentialNotFound => ApiError::CredentialInaccessible,
+            ModelRefusal::CredentialUnusable(message) => ApiError::CredentialUnusable(message),
+            ModelRefusal::NoVision => ApiError::ModelWithoutVision,
+            ModelRefusal::NoToolCalling => ApiError::ModelWithoutTools,
         }
     }
 }
@@ -377,6 +387,13 @@ async fn drive_turn(
     // Dropping the runner cancels its provider request and any browser tool wait.
     drop(run);
     bridge.destroy();
+    // The turn has returned, whatever its end: its credential was used. Queued before the
+    // end's own writes, so it is committed by the time the client reads the last line.
+    if let Some(id) = persister.credential_id.take() {
+        if let Err(error) = persister.store.touch_credential(&id) {
+            tracing::warn!(%error, credential_id = %id, "marking a credential used failed");
+        }
+    }
     persister.finish(ending).await;
     drop(lease);
 }
@@ -407,6 +424,8 @@ struct Persister {
     booked: TurnTotals,
     /// The turn's metrics; dropping it with the task takes the turn off the in-flight gauge.
     meter: TurnMeter,
+    /// The stored credential the turn runs on, marked used once the turn returned.
+    credential_id: Option<String>,
 }
 
 impl Persister {
@@ -431,6 +450,7 @@ impl Persister {
             started: None,
             booked: TurnTotals::default(),
             meter,
+            credential_id: None,
         }
     }
 

@@ -350,13 +350,6 @@ pub(crate) async fn update(
             change.sealed = Some(Some((sealed, master.fingerprint().to_owned())));
         }
     }
-    // The old endpoint's cached catalogue no longer belongs to this credential.
-    if let Ok(resolved) = state.services.credentials.resolve(&row) {
-        state
-            .services
-            .catalogue
-            .invalidate(resolved.kind, &resolved.endpoint);
-    }
     let user = caller.user_id.clone();
     let label = body.display_label.clone().unwrap_or_default();
     let updated = blocking(&state.store, move |store| {
@@ -395,19 +388,13 @@ pub(crate) async fn delete(
     if !deleted {
         return Err(ApiError::CredentialNotFound);
     }
-    if let Ok(resolved) = state.services.credentials.resolve(&row) {
-        state
-            .services
-            .catalogue
-            .invalidate(resolved.kind, &resolved.endpoint);
-    }
     let deleted = AuditEvent::CredentialDeleted(CredentialFacts::from(&row));
     record(&state.store, caller, deleted).await;
     Ok(json_response(StatusCode::OK, &json!({ "ok": true })))
 }
 
-/// `POST /credentials/:id/test`: lists the credential's live models; every failure is a 200
-/// `{ok:false}` naming it.
+/// `POST /credentials/:id/test`: lists the credential's live models, asking the provider now;
+/// every failure is a 200 `{ok:false}` naming it.
 pub(crate) async fn test(state: &State, caller: &Caller, id: String) -> Result<Response, ApiError> {
     caller.require(Capability::ProvidersManage)?;
     let row = owned(state, caller, &id).await?;

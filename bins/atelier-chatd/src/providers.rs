@@ -271,30 +271,28 @@ impl Providers for StoredProviders {
         Box::pin(async move {
             let credential_id = credential_id.ok_or(ProviderRefusal::CredentialNotFound)?;
             let store = Arc::clone(&services.store);
-            let row = tokio::task::spawn_blocking(move || {
-                let row = store.credential(&user, &credential_id)?;
-                if let Some(row) = &row {
-                    // Queued for the writer, not waited for: bookkeeping the turn's first
-                    // byte does not wait on.
-                    store.touch_credential(&row.id)?;
-                }
-                Ok::<_, crate::store::StoreError>(row)
-            })
-            .await
-            .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
-            .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
-            .ok_or(ProviderRefusal::CredentialNotFound)?;
+            // Only read: the credential is marked used once a turn ran on it, not here, where
+            // the send may still be refused.
+            let row = tokio::task::spawn_blocking(move || store.credential(&user, &credential_id))
+                .await
+                .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
+                .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
+                .ok_or(ProviderRefusal::CredentialNotFound)?;
             let resolved = services
                 .credentials
                 .resolve(&row)
                 .map_err(|error| ProviderRefusal::Unusable(error.to_string()))?;
-            let capabilities = match services.resolvers.get(&resolved.kind) {
-                Some(resolver) => resolver.resolve(&resolved.endpoint, &model).await,
-                None => resolved.kind.static_capabilities(),
-            };
+            let (kind, endpoint) = (resolved.kind, resolved.endpoint.clone());
+            let capabilities = Box::pin(async move {
+                match services.resolvers.get(&kind) {
+                    Some(resolver) => resolver.resolve(&endpoint, &model).await,
+                    None => kind.static_capabilities(),
+                }
+            });
             Ok(ProviderSetup {
-                kind: resolved.kind,
-                driver: driver_for(resolved.kind, resolved.endpoint),
+                kind,
+                driver: driver_for(kind, resolved.endpoint),
+                credential_id: Some(resolved.id),
                 capabilities,
             })
         })

@@ -19,28 +19,50 @@ use crate::cms::reads::CmsReader;
 use crate::store::history::HistoryEntry;
 use crate::store::{ContentBlock, Conversation, Scope};
 use crate::tools::{Execution, ToolSpec};
-use crate::turn::{check_capabilities, ModelRefusal, Preflight, Prepared, Turn, TurnRunner};
+use crate::turn::{check_capabilities, ModelRefusal, Opened, Opening, Prepared, Turn, TurnRunner};
 
 /// Resolves the provider a conversation talks to: its driver and what its model can do.
 /// Production chatd uses [`crate::providers::StoredProviders`] (the conversation's stored
 /// credential); tests and benchmarks supply their own.
 pub trait Providers: Send + Sync + 'static {
-    /// The provider of `conversation` as `caller`, resolved before the turn is stored. The
-    /// capabilities are looked up per turn — typically through an
-    /// `atelier_llm::CapabilityResolver`, so cached, de-duplicated and fail-closed for
-    /// vision. The future must not borrow `self`.
+    /// The provider of `conversation` as `caller`, resolved before the turn is stored: the
+    /// future ends once the credential is known to be the caller's and to open. The
+    /// capabilities are looked up per turn, by the setup's [`CapabilityLookup`] and only if
+    /// it is awaited — typically through an `atelier_llm::CapabilityResolver`, so cached,
+    /// de-duplicated and fail-closed for vision. The future must not borrow `self`.
     fn prepare(&self, caller: &Caller, conversation: &Conversation) -> PrepareFuture;
 }
 
+/// The lookup of what a conversation's model can do, run only when awaited.
+pub type CapabilityLookup = Pin<Box<dyn Future<Output = ModelCapabilities> + Send + 'static>>;
+
 /// A provider resolved for one turn.
-#[derive(Clone)]
 pub struct ProviderSetup {
     /// Which provider (it prices the turn's usage).
     pub kind: ProviderKind,
     /// The driver to run the turn on.
     pub driver: Arc<dyn Driver>,
+    /// The stored credential opened, marked used once a turn ran on it (`None` when the
+    /// provider is not a stored credential).
+    pub credential_id: Option<String>,
     /// What the conversation's model can do.
-    pub capabilities: ModelCapabilities,
+    pub capabilities: CapabilityLookup,
+}
+
+impl ProviderSetup {
+    /// A setup whose model's capabilities are already known, with no stored credential.
+    pub fn known(
+        kind: ProviderKind,
+        driver: Arc<dyn Driver>,
+        capabilities: ModelCapabilities,
+    ) -> Self {
+        ProviderSetup {
+            kind,
+            driver,
+            credential_id: None,
+            capabilities: Box::pin(std::future::ready(capabilities)),
+        }
+    }
 }
 
 /// Why a provider cannot be resolved for a turn.
@@ -87,12 +109,7 @@ impl LoopRunner {
 }
 
 impl TurnRunner for LoopRunner {
-    fn preflight(
-        &self,
-        caller: &Caller,
-        conversation: &Conversation,
-        has_images: bool,
-    ) -> Preflight {
+    fn open(&self, caller: &Caller, conversation: &Conversation) -> Opening {
         let offers_tools = !self.offered_tools(conversation.scope, caller).is_empty();
         let setup = self.providers.prepare(caller, conversation);
         Box::pin(async move {
@@ -100,12 +117,18 @@ impl TurnRunner for LoopRunner {
                 ProviderRefusal::CredentialNotFound => ModelRefusal::CredentialNotFound,
                 ProviderRefusal::Unusable(message) => ModelRefusal::CredentialUnusable(message),
             })?;
-            check_capabilities(&setup.capabilities, has_images, offers_tools)?;
-            Ok(Prepared {
-                capabilities: Some(setup.capabilities),
-                provider: Some(setup.kind),
-                driver: Some(setup.driver),
-            })
+            Ok(Opened::new(move |has_images| {
+                Box::pin(async move {
+                    let capabilities = setup.capabilities.await;
+                    check_capabilities(&capabilities, has_images, offers_tools)?;
+                    Ok(Prepared {
+                        capabilities: Some(capabilities),
+                        provider: Some(setup.kind),
+                        driver: Some(setup.driver),
+                        credential_id: setup.credential_id,
+                    })
+                })
+            }))
         })
     }
 

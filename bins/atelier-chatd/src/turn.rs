@@ -1,7 +1,8 @@
 //! The contract between the chat stream and whatever runs the model: the [`Turn`] the stream
-//! hands a [`TurnRunner`], what the runner resolves before anything is stored ([`Prepared`])
-//! or why it refuses ([`ModelRefusal`]), and the runner of a chatd with no provider wiring.
-//! The production runner is [`crate::runtime::LoopRunner`].
+//! hands a [`TurnRunner`], what the runner resolves before anything is stored — in two steps,
+//! the credential opened ([`Opened`]) and then the model gated ([`Prepared`]) — or why it
+//! refuses ([`ModelRefusal`]), and the runner of a chatd with no provider wiring. The
+//! production runner is [`crate::runtime::LoopRunner`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -64,10 +65,44 @@ pub struct Prepared {
     pub provider: Option<ProviderKind>,
     /// The driver to run the turn on.
     pub driver: Option<Arc<dyn Driver>>,
+    /// The stored credential the turn runs on, marked used once the turn ran (`None` when
+    /// the runner opened none).
+    pub credential_id: Option<String>,
 }
 
-/// What a runner's preflight answers: what it resolved, or why it refuses.
+/// What a runner's model gate answers: what it resolved, or why it refuses.
 pub type Preflight = Pin<Box<dyn Future<Output = Result<Prepared, ModelRefusal>> + Send + 'static>>;
+
+/// What a runner's opening answers: the opened credential, or why it refuses.
+pub type Opening = Pin<Box<dyn Future<Output = Result<Opened, ModelRefusal>> + Send + 'static>>;
+
+/// A conversation's credential, known to be the caller's and to open; what its model can do is
+/// resolved only by [`Opened::gate`], once the turn's images passed their cheap checks, so a
+/// bad image is refused as such whatever the model, and before anything asks a provider.
+pub struct Opened {
+    gate: Box<dyn FnOnce(bool) -> Preflight + Send>,
+}
+
+impl Opened {
+    /// An opened credential whose model `gate` resolves and checks, given whether the turn
+    /// carries images.
+    pub fn new(gate: impl FnOnce(bool) -> Preflight + Send + 'static) -> Self {
+        Opened {
+            gate: Box::new(gate),
+        }
+    }
+
+    /// An opening with nothing left to resolve or refuse.
+    pub fn ready(prepared: Prepared) -> Self {
+        Opened::new(move |_| Box::pin(async move { Ok(prepared) }))
+    }
+
+    /// Resolves what the model can do and refuses a turn it cannot take: with images when
+    /// `has_images`, with tools when the turn offers any.
+    pub fn gate(self, has_images: bool) -> Preflight {
+        (self.gate)(has_images)
+    }
+}
 
 /// Runs one turn: drives the model and tools, sending [`LoopEvent`]s. Dropping the future
 /// aborts the turn.
@@ -75,17 +110,12 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// Runs `turn`.
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-    /// Checks, before anything is stored, that the conversation's model can take a turn
-    /// whose content `has_images` in `scope` for `caller`. A runner that knows nothing of
-    /// models (the default) refuses nothing.
-    fn preflight(
-        &self,
-        caller: &Caller,
-        conversation: &Conversation,
-        has_images: bool,
-    ) -> Preflight {
-        let _ = (caller, conversation, has_images);
-        Box::pin(async { Ok(Prepared::default()) })
+    /// Opens the conversation's credential for `caller` before anything is stored: it must be
+    /// theirs and open; the [`Opened`] then gates the model. A runner that knows nothing of
+    /// credentials or models (the default) refuses nothing.
+    fn open(&self, caller: &Caller, conversation: &Conversation) -> Opening {
+        let _ = (caller, conversation);
+        Box::pin(async { Ok(Opened::ready(Prepared::default())) })
     }
 }
 

@@ -2,10 +2,20 @@
 //! servers on loopback: a credential whose key never appears in clear (database file, WAL,
 //! answers, logs), defaults seeded from the live catalogue, models with prices and context
 //! windows, a priced chat, and the audit binned into days of two time zones across midnight.
+//! Then what an editor meets around it: a chat send's refusals in the original's order, a
+//! credential marked used only by a turn that ran, and a credential test that asks its provider
+//! every time.
 
 use crate::support;
 
-use crate::support::{anthropic_frames, call, prepare_dir, scripted, start, Answer};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::{
+    anthropic_frames, call, chat_frames, prepare_dir, scripted, send, start, Answer, ALL_CAPS,
+};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -178,15 +188,7 @@ async fn the_settings_journey_from_credential_to_audit() {
     // 4. Two chats on the default; usage and cost are booked.
     let mut conversations = Vec::new();
     for text in ["first", "second"] {
-        let (status, body) = call(
-            socket,
-            Method::POST,
-            "/admin/api/ai/conversations",
-            Some(json!({"scope": "site", "credentialId": credential_id, "modelId": OPUS})),
-        )
-        .await;
-        assert_eq!(status, StatusCode::CREATED);
-        let id = body["conversation"]["id"].as_str().unwrap().to_owned();
+        let id = create_conversation(socket, &credential_id, OPUS).await;
         let reply = support::send(
             socket,
             "alice",
@@ -378,4 +380,368 @@ fn assert_no_secrets(dir: &std::path::Path, answers: &[Value]) {
             );
         }
     }
+}
+
+/// Not canonical base64 (unused bits set): the image preflight refuses it.
+const BAD_IMAGE: &str = "/9j/4B==";
+/// The first bytes of a JPEG: past the image preflight, refused only by the full decode that
+/// runs after the capability gates.
+const JPEG_START: &str = "/9j/AAAA";
+const NOT_CANONICAL: &str = "Image data must be canonical base64.";
+const NO_VISION: &str =
+    "The selected model does not support image input. Choose a vision-capable model.";
+
+/// A chat message asking about one image whose base64 is `data`.
+fn image_message(conversation: &str, data: &str) -> Value {
+    json!({"conversationId": conversation, "content": [
+        {"kind": "text", "text": "What is this?"},
+        {"kind": "image", "mimeType": "image/jpeg", "data": data}
+    ]})
+}
+
+/// `user`'s new credential; its id.
+async fn create_credential(socket: &Path, user: &str, body: Value) -> String {
+    let reply = send(
+        socket,
+        user,
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/credentials",
+        Some(&body),
+    )
+    .await;
+    let status = reply.status;
+    let body = reply.json().await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["credential"]["id"].as_str().unwrap().to_owned()
+}
+
+/// Alice's new site conversation on `credential_id` and `model`; its id.
+async fn create_conversation(socket: &Path, credential_id: &str, model: &str) -> String {
+    let (status, body) = call(
+        socket,
+        Method::POST,
+        "/admin/api/ai/conversations",
+        Some(json!({"scope": "site", "credentialId": credential_id, "modelId": model})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["conversation"]["id"].as_str().unwrap().to_owned()
+}
+
+/// Alice's chat send on the site scope; the status and the JSON body of a refusal.
+async fn chat(socket: &Path, message: &Value) -> (StatusCode, Value) {
+    let reply = send(
+        socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(message),
+    )
+    .await;
+    let status = reply.status;
+    (status, reply.json().await)
+}
+
+/// The `lastUsedAt` of alice's credential `id`.
+async fn last_used(socket: &Path, id: &str) -> Value {
+    let (status, body) = call(socket, Method::GET, "/admin/api/ai/credentials", None).await;
+    assert_eq!(status, StatusCode::OK);
+    body["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap()["lastUsedAt"]
+        .clone()
+}
+
+/// An Ollama model that calls tools and sees no images, on `base_url`.
+fn ollama_credential(label: &str, base_url: &str) -> Value {
+    json!({"providerId": "ollama", "authMode": "baseUrl", "displayLabel": label,
+           "baseUrl": base_url})
+}
+
+#[tokio::test]
+async fn a_chat_send_meets_its_refusals_in_the_original_order() {
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/api/show" => Answer::Json(
+            StatusCode::OK,
+            json!({"capabilities": ["completion", "tools"]}),
+        ),
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
+    let daemon = start(dir.path(), &env, 0).await;
+    let socket = &daemon.socket;
+    // Bob's credential, which a conversation of alice's names: not hers.
+    let bobs = create_credential(
+        socket,
+        "bob",
+        ollama_credential("Bob's", &provider.base_url),
+    )
+    .await;
+    // Alice's hosted credential, then marked as sealed under another master key.
+    let sealed = create_credential(
+        socket,
+        "alice",
+        json!({"providerId": "anthropic", "authMode": "apiKey", "displayLabel": "Work",
+               "apiKey": "sk-ant-order"}),
+    )
+    .await;
+    rusqlite::Connection::open(dir.path().join("chat.sqlite3"))
+        .unwrap()
+        .execute(
+            "UPDATE ai_provider_credentials SET key_fingerprint = 'another key' WHERE id = ?1",
+            [&sealed],
+        )
+        .unwrap();
+    let blind = create_credential(
+        socket,
+        "alice",
+        ollama_credential("Local", &provider.base_url),
+    )
+    .await;
+    let not_hers = create_conversation(socket, &bobs, "qwen3").await;
+    let unopenable = create_conversation(socket, &sealed, OPUS).await;
+    let on_blind = create_conversation(socket, &blind, "qwen3").await;
+
+    let cases = [
+        (
+            "a credential not the caller's, before the image checks",
+            &not_hers,
+            BAD_IMAGE,
+            StatusCode::NOT_FOUND,
+            "Credential not found or no longer accessible.".to_owned(),
+        ),
+        (
+            "a credential that does not open, before the image checks",
+            &unopenable,
+            BAD_IMAGE,
+            StatusCode::CONFLICT,
+            format!(
+                "Credential {sealed} was encrypted with a different master key. \
+                 Re-enter the API key in /admin/ai/providers."
+            ),
+        ),
+        (
+            "the image checks, before the model's capabilities",
+            &on_blind,
+            BAD_IMAGE,
+            StatusCode::BAD_REQUEST,
+            NOT_CANONICAL.to_owned(),
+        ),
+        (
+            "the capability gate, once the image passed its checks",
+            &on_blind,
+            JPEG_START,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            NO_VISION.to_owned(),
+        ),
+    ];
+    for (name, conversation, image, status, error) in cases {
+        let answer = chat(socket, &image_message(conversation, image)).await;
+        assert_eq!(answer, (status, json!({"error": error})), "{name}");
+    }
+    for id in [&not_hers, &unopenable, &on_blind] {
+        let (_, detail) = call(
+            socket,
+            Method::GET,
+            &format!("/admin/api/ai/conversations/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            detail["conversation"]["messages"],
+            json!([]),
+            "nothing stored"
+        );
+    }
+}
+
+fn text_chunks(text: &str) -> Vec<Value> {
+    vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}),
+    ]
+}
+
+#[tokio::test]
+async fn a_credential_is_marked_used_once_a_turn_ran_never_by_a_refused_send() {
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/api/show" | "/held/api/show" | "/failing/api/show" => Answer::Json(
+            StatusCode::OK,
+            json!({"capabilities": ["completion", "tools"]}),
+        ),
+        "/v1/chat/completions" => Answer::Sse {
+            frames: chat_frames(&text_chunks("Hello."), true),
+            hang: false,
+        },
+        // A turn that stays in flight until its client goes away.
+        "/held/v1/chat/completions" => Answer::Sse {
+            frames: chat_frames(&text_chunks("Hel")[..1], false),
+            hang: true,
+        },
+        "/failing/v1/chat/completions" => Answer::Json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": {"message": "the model crashed"}}),
+        ),
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let daemon = start(dir.path(), &[], 0).await;
+    let socket = &daemon.socket;
+    let credential_on = |label: &'static str, path: &'static str| {
+        let body = ollama_credential(label, &format!("{}{path}", provider.base_url));
+        async move { create_credential(socket, "alice", body).await }
+    };
+    let credential = credential_on("Local", "").await;
+    let id = create_conversation(socket, &credential, "qwen3").await;
+    assert_eq!(last_used(socket, &credential).await, Value::Null);
+    let text = |conversation: &str| {
+        let content = json!([{"kind": "text", "text": "hi"}]);
+        json!({"conversationId": conversation, "content": content})
+    };
+    let start_turn = |message: Value| async move {
+        let path = "/admin/api/ai/chat/site";
+        send(
+            socket,
+            "alice",
+            ALL_CAPS,
+            Method::POST,
+            path,
+            Some(&message),
+        )
+        .await
+    };
+
+    // Refused sends: the image preflight (400) and the capability gate (422).
+    let (status, _) = chat(socket, &image_message(&id, BAD_IMAGE)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(last_used(socket, &credential).await, Value::Null, "400");
+    let (status, _) = chat(socket, &image_message(&id, JPEG_START)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(last_used(socket, &credential).await, Value::Null, "422");
+
+    // A turn in flight has not returned yet; a second send is refused as busy (409).
+    let held_credential = credential_on("Held", "/held").await;
+    let held = create_conversation(socket, &held_credential, "qwen3").await;
+    let turn = start_turn(text(&held)).await;
+    assert_eq!(turn.status, StatusCode::OK);
+    let (status, _) = chat(socket, &text(&held)).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let in_flight = last_used(socket, &held_credential).await;
+    assert_eq!(in_flight, Value::Null, "in flight");
+    // Its client goes away: the turn returns, aborted, and it ran.
+    drop(turn);
+    let mut marked = Value::Null;
+    for _ in 0..200 {
+        marked = last_used(socket, &held_credential).await;
+        if marked.is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(marked.is_string(), "an aborted turn ran: {marked}");
+
+    // A turn that returned is marked by the time its client has read the last line.
+    let turn = start_turn(text(&id)).await;
+    assert_eq!(turn.status, StatusCode::OK);
+    let lines = turn.lines().await;
+    assert_eq!(lines.last().unwrap(), &json!({"type": "done"}));
+    assert!(last_used(socket, &credential).await.is_string());
+
+    // A turn that ended with an error ran too.
+    let failing_credential = credential_on("Failing", "/failing").await;
+    let failing = create_conversation(socket, &failing_credential, "qwen3").await;
+    let turn = start_turn(text(&failing)).await;
+    assert_eq!(turn.status, StatusCode::OK);
+    let lines = turn.lines().await;
+    assert_eq!(lines.last().unwrap()["type"], "error", "{lines:?}");
+    assert!(last_used(socket, &failing_credential).await.is_string());
+}
+
+#[tokio::test]
+async fn testing_a_credential_asks_its_provider_every_time() {
+    let ollama_up = Arc::new(AtomicBool::new(false));
+    let key_revoked = Arc::new(AtomicBool::new(false));
+    let (up, revoked) = (Arc::clone(&ollama_up), Arc::clone(&key_revoked));
+    let provider = scripted(move |seen| {
+        let (up, revoked) = (up.load(Ordering::SeqCst), revoked.load(Ordering::SeqCst));
+        match seen.path.as_str() {
+            "/api/tags" if up => {
+                Answer::Json(StatusCode::OK, json!({"models": [{"name": "qwen3"}]}))
+            }
+            "/api/tags" => Answer::Json(StatusCode::SERVICE_UNAVAILABLE, json!({})),
+            "/api/show" => Answer::Json(
+                StatusCode::OK,
+                json!({"capabilities": ["completion", "tools"]}),
+            ),
+            "/v1/models?limit=1000" if revoked => Answer::Json(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": {"message": "invalid x-api-key"}}),
+            ),
+            "/v1/models?limit=1000" => {
+                Answer::Json(StatusCode::OK, json!({"data": [{"id": OPUS}]}))
+            }
+            _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+        }
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
+    let daemon = start(dir.path(), &env, 0).await;
+    let socket = &daemon.socket;
+    let test = |id: &str| format!("/admin/api/ai/credentials/{id}/test");
+
+    // Ollama is not running: its built-in suggestions are no live model.
+    let ollama = create_credential(
+        socket,
+        "alice",
+        ollama_credential("Local", &provider.base_url),
+    )
+    .await;
+    let (status, body) = call(socket, Method::POST, &test(&ollama), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({"ok": false, "error": "No live models were returned for Ollama. \
+            Check the credential and provider endpoint."})
+    );
+    // Started, it tests ok at once, and its models are the live ones.
+    ollama_up.store(true, Ordering::SeqCst);
+    let (_, body) = call(socket, Method::POST, &test(&ollama), None).await;
+    assert_eq!(body, json!({"ok": true, "modelCount": 1}));
+    let (status, body) = call(
+        socket,
+        Method::GET,
+        &format!("/admin/api/ai/providers/ollama/models?credentialId={ollama}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["models"][0]["id"], "qwen3");
+    assert_eq!(body["models"][0]["catalogueSource"], "live");
+
+    // A key that lists, then is revoked: the next test says so.
+    let hosted = create_credential(
+        socket,
+        "alice",
+        json!({"providerId": "anthropic", "authMode": "apiKey", "displayLabel": "Work",
+               "apiKey": "sk-ant-revocable"}),
+    )
+    .await;
+    let (_, body) = call(socket, Method::POST, &test(&hosted), None).await;
+    assert_eq!(body, json!({"ok": true, "modelCount": 1}));
+    key_revoked.store(true, Ordering::SeqCst);
+    let (_, body) = call(socket, Method::POST, &test(&hosted), None).await;
+    assert_eq!(
+        body,
+        json!({"ok": false, "error": "Anthropic model list answered 401"})
+    );
 }

@@ -136,14 +136,16 @@ impl Providers for ScriptedAnthropic {
         let lookup = self.capabilities.clone();
         let model = conversation.model_id.clone();
         Box::pin(async move {
-            let capabilities = match lookup {
-                Some((resolver, endpoint)) => resolver.resolve(&endpoint, &model).await,
-                None => ProviderKind::Anthropic.static_capabilities(),
-            };
             Ok(ProviderSetup {
                 kind: ProviderKind::Anthropic,
                 driver,
-                capabilities,
+                credential_id: None,
+                capabilities: Box::pin(async move {
+                    match lookup {
+                        Some((resolver, endpoint)) => resolver.resolve(&endpoint, &model).await,
+                        None => ProviderKind::Anthropic.static_capabilities(),
+                    }
+                }),
             })
         })
     }

@@ -9,7 +9,7 @@
 //! error classification ([`classify_http_failure`] into [`LlmError`]).
 //!
 //! [`list_models`] and [`ModelCatalogue`] read each provider's live model list (bounded,
-//! de-duplicated, cached); [`pricing_key`], [`parse_openrouter_catalogue`] and
+//! concurrent listings shared, none kept); [`pricing_key`], [`parse_openrouter_catalogue`] and
 //! [`compute_cost_usd`] price a round's tokens from OpenRouter's public catalogue.
 //!
 //! [`CapabilityResolver`] answers what a model can do (vision, tools, context window), cached
@@ -50,8 +50,7 @@ pub use error::{
 pub use models::{
     anthropic_models, list_models, ollama_fallback_models, openai_models, openrouter_models,
     provider_label, CatalogueSource, ListedCapabilities, ListedPrice, ModelCatalogue,
-    ModelListError, ModelTier, ProviderModel, MODEL_LIST_CACHE_TTL, MODEL_LIST_TIMEOUT,
-    OLLAMA_SHOW_BATCH,
+    ModelListError, ModelTier, ProviderModel, MODEL_LIST_TIMEOUT, OLLAMA_SHOW_BATCH,
 };
 pub use pricing::{
     compute_cost_usd, fetch_openrouter_catalogue, parse_openrouter_catalogue, pricing_key,

@@ -1,14 +1,19 @@
 //! The live model catalogue of each provider: one REST call
 //! per provider mapped to [`ProviderModel`]s, and [`ModelCatalogue`], which bounds every listing
-//! by a deadline, de-duplicates concurrent listings of one endpoint and keeps successful ones
-//! for a while.
+//! by a deadline and de-duplicates concurrent listings of one endpoint.
+//!
+//! No listing is kept once it ended: a credential's test must say what the provider answers
+//! now (a started Ollama, a revoked key), and "successful" listings include Ollama's built-in
+//! fallback and a Custom Provider's empty list, which only mean the provider was not read. No
+//! turn needs the catalogue (a turn's model capabilities come from the capability resolver),
+//! and the browser keeps its own copy of a successful catalogue for a few minutes.
 //!
 //! Cancellation is forwarded: a listing runs only while someone awaits it, so when every caller
 //! goes away the provider request is dropped with them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared, WeakShared};
 use serde::Serialize;
@@ -20,9 +25,6 @@ use crate::transport::Endpoint;
 
 /// How long a listing may take.
 pub const MODEL_LIST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a successful listing is reused.
-pub const MODEL_LIST_CACHE_TTL: Duration = Duration::from_secs(5 * 60);
 
 /// How many `/api/show` lookups Ollama's listing runs at once.
 pub const OLLAMA_SHOW_BATCH: usize = 6;
@@ -188,8 +190,7 @@ pub fn provider_label(kind: ProviderKind) -> &'static str {
     }
 }
 
-/// Lists `kind`'s models at `endpoint` once, with no deadline or cache (see
-/// [`ModelCatalogue`] for both).
+/// Lists `kind`'s models at `endpoint` once, with no deadline (see [`ModelCatalogue`]).
 pub async fn list_models(
     kind: ProviderKind,
     endpoint: &Endpoint,
@@ -570,7 +571,7 @@ async fn openai_compatible(endpoint: &Endpoint) -> Result<Vec<ProviderModel>, Mo
 type Listing = Shared<BoxFuture<'static, Result<Arc<Vec<ProviderModel>>, ModelListError>>>;
 type WeakListing = WeakShared<BoxFuture<'static, Result<Arc<Vec<ProviderModel>>, ModelListError>>>;
 
-/// The endpoint a listing is cached under: its provider, base URL and a hash of the key.
+/// The endpoint a listing is shared under: its provider, base URL and a hash of the key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct CatalogueKey {
     kind: ProviderKind,
@@ -588,27 +589,19 @@ impl CatalogueKey {
     }
 }
 
-#[derive(Default)]
-struct CatalogueState {
-    resolved: HashMap<CatalogueKey, (Instant, Arc<Vec<ProviderModel>>)>,
-    in_flight: HashMap<CatalogueKey, WeakListing>,
-}
-
-/// Provider catalogues, each listing bounded by [`MODEL_LIST_TIMEOUT`], concurrent listings of
-/// one endpoint shared, successes kept for [`MODEL_LIST_CACHE_TTL`].
+/// Provider catalogues, each listing bounded by [`MODEL_LIST_TIMEOUT`] and shared by the callers
+/// that ask for one endpoint while it runs; none is kept once it ended.
 #[derive(Clone)]
 pub struct ModelCatalogue {
-    ttl: Duration,
     timeout: Duration,
-    state: Arc<Mutex<CatalogueState>>,
+    in_flight: Arc<Mutex<HashMap<CatalogueKey, WeakListing>>>,
 }
 
 impl Default for ModelCatalogue {
     fn default() -> Self {
         ModelCatalogue {
-            ttl: MODEL_LIST_CACHE_TTL,
             timeout: MODEL_LIST_TIMEOUT,
-            state: Arc::default(),
+            in_flight: Arc::default(),
         }
     }
 }
@@ -620,15 +613,9 @@ impl ModelCatalogue {
         self
     }
 
-    /// The same catalogue with another cache lifetime.
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// `kind`'s models at `endpoint`: cached, or shared with a listing already running, or
-    /// listed now. Dropping the returned future stops waiting; the provider request stops
-    /// too once nobody else waits for it.
+    /// `kind`'s models at `endpoint`, asked of the provider now, or shared with a listing of
+    /// the same endpoint already running. Dropping the returned future stops waiting; the
+    /// provider request stops too once nobody else waits for it.
     pub async fn list(
         &self,
         kind: ProviderKind,
@@ -636,22 +623,16 @@ impl ModelCatalogue {
     ) -> Result<Arc<Vec<ProviderModel>>, ModelListError> {
         let key = CatalogueKey::new(kind, endpoint);
         let listing = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            match state.resolved.get(&key) {
-                Some((expires, models)) if *expires > Instant::now() => {
-                    return Ok(Arc::clone(models))
-                }
-                Some(_) => {
-                    state.resolved.remove(&key);
-                }
-                None => {}
-            }
-            match state.in_flight.get(&key).and_then(WeakShared::upgrade) {
+            let mut in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match in_flight.get(&key).and_then(WeakShared::upgrade) {
                 Some(listing) => listing,
                 None => {
                     let listing = self.listing(kind, endpoint.clone(), key.clone());
                     if let Some(weak) = listing.downgrade() {
-                        state.in_flight.insert(key, weak);
+                        in_flight.insert(key, weak);
                     }
                     listing
                 }
@@ -660,29 +641,17 @@ impl ModelCatalogue {
         listing.await
     }
 
-    /// Forgets `kind`'s cached listing at `endpoint` (its credential changed or went away).
-    pub fn invalidate(&self, kind: ProviderKind, endpoint: &Endpoint) {
-        let key = CatalogueKey::new(kind, endpoint);
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.resolved.remove(&key);
-        state.in_flight.remove(&key);
-    }
-
     fn listing(&self, kind: ProviderKind, endpoint: Endpoint, key: CatalogueKey) -> Listing {
-        let (ttl, timeout) = (self.ttl, self.timeout);
-        let state = Arc::clone(&self.state);
+        let timeout = self.timeout;
+        let in_flight = Arc::clone(&self.in_flight);
         async move {
             let listed = tokio::time::timeout(timeout, list_models(kind, &endpoint)).await;
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.in_flight.remove(&key);
+            in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
             match listed {
-                Ok(Ok(models)) => {
-                    let models = Arc::new(models);
-                    state
-                        .resolved
-                        .insert(key, (Instant::now() + ttl, Arc::clone(&models)));
-                    Ok(models)
-                }
+                Ok(Ok(models)) => Ok(Arc::new(models)),
                 Ok(Err(error)) => Err(error),
                 Err(_) => Err(ModelListError::TimedOut),
             }

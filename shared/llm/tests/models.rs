@@ -1,6 +1,6 @@
 //! The live model catalogue over loopback HTTP: each provider's listing request, Ollama's
-//! capability lookups in batches of six, and the catalogue's deadline, sharing, cache and
-//! forwarded cancellation.
+//! capability lookups in batches of six, and the catalogue's deadline, sharing of concurrent
+//! listings, no listing kept once it ended, and forwarded cancellation.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -201,7 +201,7 @@ async fn ollama_looks_capabilities_up_in_batches_of_six() {
 }
 
 #[tokio::test]
-async fn the_catalogue_shares_caches_and_bounds_listings() {
+async fn the_catalogue_shares_concurrent_listings_keeps_none_and_bounds_them() {
     let (base, server) = serve(Duration::from_millis(100), |_, _| {
         (StatusCode::OK, json!({"data": [{"id": "a/b"}]}))
     })
@@ -214,15 +214,13 @@ async fn the_catalogue_shares_caches_and_bounds_listings() {
     );
     assert_eq!(first.unwrap(), second.unwrap());
     assert_eq!(server.seen.lock().unwrap().len(), 1, "shared");
+    // A listing that has ended is not kept: the next caller asks the provider again.
     catalogue.list(ProviderKind::OpenRouter, &at).await.unwrap();
-    assert_eq!(server.seen.lock().unwrap().len(), 1, "cached");
-    // Another key is another listing; invalidation forgets the cached one.
+    assert_eq!(server.seen.lock().unwrap().len(), 2, "asked again");
     catalogue
         .list(ProviderKind::OpenRouter, &endpoint(&base, Some("k2")))
         .await
         .unwrap();
-    catalogue.invalidate(ProviderKind::OpenRouter, &at);
-    catalogue.list(ProviderKind::OpenRouter, &at).await.unwrap();
     assert_eq!(server.seen.lock().unwrap().len(), 3);
 
     let hurried = ModelCatalogue::default().with_timeout(Duration::from_millis(20));
@@ -230,6 +228,47 @@ async fn the_catalogue_shares_caches_and_bounds_listings() {
         hurried.list(ProviderKind::OpenRouter, &at).await,
         Err(ModelListError::TimedOut)
     );
+}
+
+#[tokio::test]
+async fn a_fallback_or_empty_listing_is_not_kept_once_the_provider_answers() {
+    let up = Arc::new(AtomicBool::new(false));
+    let answering = Arc::clone(&up);
+    let (base, _server) = serve(Duration::ZERO, move |path, _| {
+        let up = answering.load(Ordering::SeqCst);
+        match path {
+            "/api/tags" if up => (StatusCode::OK, json!({"models": [{"name": "qwen3"}]})),
+            "/api/tags" => (StatusCode::SERVICE_UNAVAILABLE, json!({})),
+            "/api/show" => (StatusCode::OK, json!({"capabilities": ["completion"]})),
+            "/v1/models" if up => (StatusCode::OK, json!({"data": [{"id": "local"}]})),
+            "/v1/models" => (StatusCode::OK, json!({"data": []})),
+            _ => (StatusCode::NOT_FOUND, json!({})),
+        }
+    })
+    .await;
+    let catalogue = ModelCatalogue::default();
+    let at = endpoint(&base, None);
+    let ids = |models: &[atelier_llm::ProviderModel]| -> Vec<String> {
+        models.iter().map(|m| m.id.clone()).collect()
+    };
+    // Ollama down: its built-in suggestions; a Custom Provider listing nothing: empty.
+    let fallback = catalogue.list(ProviderKind::Ollama, &at).await.unwrap();
+    assert!(!fallback.is_empty() && fallback.iter().all(|m| !m.is_live()));
+    let empty = catalogue
+        .list(ProviderKind::OpenAiCompatible, &at)
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+    // Both answer now, and the very next listing says so.
+    up.store(true, Ordering::SeqCst);
+    let live = catalogue.list(ProviderKind::Ollama, &at).await.unwrap();
+    assert_eq!(ids(&live), ["qwen3"]);
+    assert!(live[0].is_live());
+    let listed = catalogue
+        .list(ProviderKind::OpenAiCompatible, &at)
+        .await
+        .unwrap();
+    assert_eq!(ids(&listed), ["local"]);
 }
 
 #[tokio::test]
@@ -254,7 +293,7 @@ async fn a_caller_that_goes_away_cancels_the_provider_request() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Nothing was cached, and the next caller starts afresh.
+    // Nothing was kept, and the next caller starts afresh.
     let again = tokio::time::timeout(
         Duration::from_millis(100),
         catalogue.list(ProviderKind::OpenRouter, &at),

@@ -291,8 +291,8 @@ impl Store {
     }
 
     /// Marks credential `id` as used now, in the writer's next group commit, without waiting
-    /// for it: a turn's first byte does not wait on this bookkeeping, and the turn's own
-    /// writes, queued after it, commit with it or after it.
+    /// for it: the end of a turn does not wait on this bookkeeping, and the writes queued
+    /// after it commit with it or after it.
     pub fn touch_credential(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.writer.write_later(move |connection| {

@@ -268,11 +268,11 @@ impl Providers for ScriptedProviders {
         );
         let driver: Arc<dyn Driver> = Arc::new(AnthropicDriver::new(endpoint));
         Box::pin(async move {
-            Ok(ProviderSetup {
-                kind: ProviderKind::Ollama,
+            Ok(ProviderSetup::known(
+                ProviderKind::Ollama,
                 driver,
-                capabilities: ProviderKind::Anthropic.static_capabilities(),
-            })
+                ProviderKind::Anthropic.static_capabilities(),
+            ))
         })
     }
 }
