@@ -102,12 +102,20 @@ impl Builds {
     }
 
     /// `POST /v1/sites/:slug/build` after the actor check: the site, its preproduction
-    /// webspace, the hold, existence under the hold, the record; then the run, detached.
+    /// webspace, confinement admission for the build door, the hold, existence under the
+    /// hold, the record; then the run, detached.
     pub async fn start(&self, slug: &Slug) -> Result<String, BuildError> {
         if self.runner.is_stopping() {
             return Err(crate::runs::RunRefusal::DaemonStopping.into());
         }
         let admitted = Instant::now();
+        let this = self.clone();
+        let owned = slug.clone();
+        tokio::task::spawn_blocking(move || this.check(&owned))
+            .await
+            .map_err(|e| SiteError::Task(e.to_string()))??;
+        let target = self.sites.config().run_target(slug.as_str());
+        self.runner.admit(&target, Door::Build).await?;
         let this = self.clone();
         let owned = slug.clone();
         let (reservation, id, plan) = tokio::task::spawn_blocking(move || this.admit(&owned))
@@ -129,11 +137,16 @@ impl Builds {
         Ok(id)
     }
 
-    /// Steps up to the record; the plan is `None` when the manifest's steps cannot be one, and
-    /// the record then already says the build failed.
-    fn admit(&self, slug: &Slug) -> Result<(Reservation, String, Option<BuildPlan>), BuildError> {
+    /// The site and its preproduction webspace, before confinement admission.
+    fn check(&self, slug: &Slug) -> Result<(), BuildError> {
         let status = self.sites.get(slug)?;
         self.sites.declared_row(&status.manifest)?;
+        Ok(())
+    }
+
+    /// The hold and the steps up to the record; the plan is `None` when the manifest's steps
+    /// cannot be one, and the record then already says the build failed.
+    fn admit(&self, slug: &Slug) -> Result<(Reservation, String, Option<BuildPlan>), BuildError> {
         let reservation = self
             .sites
             .reservations()

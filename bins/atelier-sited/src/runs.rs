@@ -233,6 +233,19 @@ impl Runner {
         }
     }
 
+    /// Confinement admission for a run of `target` through `door`, before the request that
+    /// wants it holds the site: a refusal here is the request's 503, and nothing was made.
+    /// Under `none` only a stopping daemon refuses; [`open`](Self::open) asks again.
+    pub async fn admit(&self, target: &RunTarget, door: Door) -> Result<(), RunRefusal> {
+        if self.is_stopping() {
+            return Err(RunRefusal::DaemonStopping);
+        }
+        match &self.inner.mode {
+            Mode::None(_) => Ok(()),
+            Mode::Systemd(doors) => doors.admit(&target.slug, door).await,
+        }
+    }
+
     /// Opens one run: the connection, the hello (which must name `spec.door`), then the spec.
     /// Never retried: a refusal is the answer.
     pub async fn open(&self, target: &RunTarget, spec: RunSpec) -> Result<Run, RunRefusal> {

@@ -28,6 +28,7 @@ use crate::sites::{SiteError, Sites};
 use crate::turns::{
     RunningTurns, Turn, TurnControl, TurnServices, TurnSettings, TurnSlot, TurnSlots,
 };
+use atelier_proto::Door;
 use atelier_site_api::{SendMessage, SessionEvent, Slug, StartSession, TurnState};
 
 pub use atelier_site_api::limits::MAX_PROMPT_UNITS;
@@ -346,18 +347,19 @@ impl Sessions {
     }
 
     /// Admission steps 4-9 of [`Sessions::start`], also run for a follow-up of `session`:
-    /// confinement admission, the driver's binary, the site's hold, existence under the hold,
-    /// quota, a global slot, then the driver's probe, run through the site's own turn door.
+    /// confinement admission for the turn door (503, before anything is held), the site's hold,
+    /// existence under the hold, quota, a global slot, then the driver's admission. That comes
+    /// last, not before the hold as the original's did: its probe is a run through the site's
+    /// own turn door, which only the site's hold may open.
     async fn admit_turn(
         &self,
         site: &Slug,
         driver: Driver,
         session: Option<&SessionId>,
     ) -> Result<Admitted, SessionError> {
-        if self.inner.runner.is_stopping() {
-            return Err(RunRefusal::DaemonStopping.into());
-        }
         let slug = site.as_str();
+        let target = self.inner.sites.config().run_target(slug);
+        self.inner.runner.admit(&target, Door::Turn).await?;
         let this = self.clone();
         let owned_site = site.clone();
         let owned_slug = slug.to_owned();
@@ -383,7 +385,6 @@ impl Sessions {
             Ok((reservation, running, slot))
         })
         .await?;
-        let target = self.inner.sites.config().run_target(slug);
         let bin = self
             .inner
             .drivers
@@ -415,6 +416,10 @@ impl Sessions {
             this.begin_turn(&slug, &turn_id)
         })
         .await?;
+        // Before the answer: an engine that reads the site right after its 201 sees the turn.
+        self.inner
+            .sites
+            .set_session_state(&admitted.slug, "running", id.as_str());
         let control = TurnControl::new();
         self.inner.turns.insert(id, Arc::clone(&control));
         let services = TurnServices {

@@ -22,6 +22,7 @@ use crate::runs::{RunTarget, Runner};
 use crate::site_table::{self, SiteRow, SiteTable, WebspaceError};
 use crate::templates::{TemplateError, Templates, WORKSPACE_DIR_MODE};
 use atelier_fs::tree;
+use atelier_proto::Door;
 use atelier_site_api::{CreateSite, Slug};
 
 use atelier_layout::workspace::{
@@ -242,6 +243,14 @@ impl Sites {
     /// request that breaks several rules always meets the same refusal.
     pub async fn create(&self, site: CreateSite, actor: &Actor) -> Result<SiteStatus, SiteError> {
         let owner = actor.user_id;
+        let site = self.blocking(move |s| s.check_new(site)).await?;
+        // 7: confinement admission for the git door: nothing is made when no run can start.
+        let target = self.config.run_target(site.slug.as_str());
+        self.git
+            .runner()
+            .admit(&target, Door::Git)
+            .await
+            .map_err(GitError::Refused)?;
         let (init, manifest) = self.blocking(move |s| s.admit(site, owner)).await?;
         // 12-13: fill the workspace, or remove everything this request made.
         let made = self.populate(&manifest).await;
@@ -263,27 +272,18 @@ impl Sites {
         result
     }
 
-    /// Steps 1-11: every check, the `init` hold and the exclusive workspace directory.
-    fn admit(
-        &self,
-        site: CreateSite,
-        owner: i64,
-    ) -> Result<(Reservation, SiteManifest), SiteError> {
+    /// Steps 1-6, the checks before confinement admission; the request with its domain
+    /// normalized.
+    fn check_new(&self, site: CreateSite) -> Result<CreateSite, SiteError> {
         // 1-2: slug and name, checked at the edge.
-        let CreateSite {
-            slug,
-            name,
-            domain,
-            template,
-            driver,
-        } = site;
+        let slug = &site.slug;
         // 3: an existing manifest.
         let root = self.sites_root()?;
-        if has_manifest(&root, &slug) {
+        if has_manifest(&root, slug) {
             return Err(SiteError::SlugExists(slug.to_string()));
         }
         // 4-5: domain grammar, then no other site has it.
-        let domain = normalize_domain(&domain)?;
+        let domain = normalize_domain(&site.domain)?;
         if self
             .manifests(&root, &mut Watched::none())
             .iter()
@@ -292,11 +292,25 @@ impl Sites {
             return Err(SiteError::DomainTaken(domain));
         }
         // 6: the site table declares this site with this domain, and its webspace is ours.
-        self.prove_declared(&slug, &domain)?;
-        // 7: confinement admission for the git door: nothing is made when no run can start.
-        if self.git.runner().is_stopping() {
-            return Err(GitError::Refused(crate::runs::RunRefusal::DaemonStopping).into());
-        }
+        self.prove_declared(slug, &domain)?;
+        Ok(CreateSite { domain, ..site })
+    }
+
+    /// Steps 8-11, after confinement admission: the `init` hold, the site limit, the template
+    /// and the exclusive workspace directory.
+    fn admit(
+        &self,
+        site: CreateSite,
+        owner: i64,
+    ) -> Result<(Reservation, SiteManifest), SiteError> {
+        let CreateSite {
+            slug,
+            name,
+            domain,
+            template,
+            driver,
+        } = site;
+        let root = self.sites_root()?;
         // 8: hold the site while it is made.
         let init = self.reservations.reserve(slug.as_str(), Hold::Init)?;
         // 9: the site limit.

@@ -314,6 +314,28 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
     }
 }
 
+/// The site says its turn is running as soon as the session's start has answered: an engine
+/// that reads the site right after its 201 never sees it idle, nor the turn before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_turn_shows_on_its_site_as_soon_as_the_start_answers() {
+    let instance = instance(|_| {}).await;
+    let id = instance.start("hang").await;
+    let site = instance.get("/v1/sites/alpha").await;
+    assert_eq!(site.status, StatusCode::OK, "{}", site.body);
+    assert_eq!(
+        site.json()["session"],
+        json!({"state": "running", "session_id": id})
+    );
+    let stopped = instance
+        .post(
+            &format!("/v1/sessions/{id}/stop"),
+            json!({"actor": actor()}),
+        )
+        .await;
+    assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
+    instance.wait_free().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_ends_the_agent_and_its_processes_then_commits() {
     let instance = instance(|_| {}).await;

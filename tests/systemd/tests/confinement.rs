@@ -560,8 +560,8 @@ echo "restored_start=$(cat /tmp/start-status)"
 follow "$id" | tail -n 1 | sed 's/^/restored| /'
 echo "restored_owner=$(stat -c %U $ws1/src/restored.txt)"
 
-# Tampered again after a turn ran: sited has the agent's probe answer by now, so the refusal
-# comes from the turn's own run, before its connect.
+# Tampered again after a turn ran: sited has the agent's probe answer by now, and the session's
+# start is refused all the same, by confinement admission.
 mkdir -p $dropin
 printf '[Service]\nPrivateNetwork=no\n' > $dropin/50-tamper.conf; systemctl daemon-reload
 starts=$(turn_starts); accepted_before=$(accepted); log_lines=$(sited_log | wc -l)
@@ -573,6 +573,15 @@ echo "warm_runs_started=$(( $(turn_starts) - starts ))"
 echo "warm_accepted=$(( $(accepted) - accepted_before ))"
 echo "warm_file=$(test -e $ws1/src/tampered-warm.txt && echo present || echo absent)"
 sited_log | tail -n +$((log_lines + 1)) | sed "s/^/warm-log| /"
+rm -r $dropin; systemctl daemon-reload
+
+# The build door tampered with: the build's start is refused, and no build record is written.
+build_dropin=/etc/systemd/system/atelier-example-s1-build@.service.d
+mkdir -p $build_dropin
+printf '[Service]\nPrivateNetwork=no\n' > $build_dropin/50-tamper.conf; systemctl daemon-reload
+api -o /tmp/b-tamper -w "build_status=%{http_code}\n" -d "{$actor}" $base/v1/sites/collection/build
+echo "build_body=$(cat /tmp/b-tamper)"
+echo "build_records=$(ls $ws1/.builder/builds 2>/dev/null | wc -l)"
 exit 0
 "#;
 
@@ -645,42 +654,25 @@ fn tampered_doors_are_refused_naming_the_property_before_anything_starts() {
         "{run:?}"
     );
 
-    // After a turn: refused all the same, either at the session's start or by the turn's run
-    // (then as the turn's error event and in sited's log), and nothing started.
-    let warm = tagged(&run, "warm");
-    eprintln!(
-        "tampered after a turn: the session's start answered {}",
-        fact(&run, "warm_status")
-    );
-    match fact(&run, "warm_status") {
-        "503" => {
-            let body: Value = serde_json::from_str(fact(&run, "warm_body")).unwrap_or(Value::Null);
-            assert_eq!(body["reason"], "confinement.unit_nonconformant", "{run:?}");
-        }
-        "201" => {
-            assert!(
-                warm.iter().any(|l| l.contains("\"type\":\"error\"")
-                    && l.contains("confinement.unit_nonconformant")),
-                "the turn's error names the reason: {run:?}"
-            );
-            assert!(
-                warm.last()
-                    .is_some_and(|l| l.contains("\"type\":\"turn_end\"")
-                        && l.contains("\"state\":\"error\"")),
-                "{run:?}"
-            );
-            assert!(
-                tagged(&run, "warm-log")
-                    .iter()
-                    .any(|l| l.contains("PrivateNetwork")),
-                "sited's log names the property: {run:?}"
-            );
-        }
-        other => panic!("the tampered turn answered {other}: {run:?}"),
-    }
+    // A start refused by confinement admission: 503 naming the tampered property.
+    let refused_at_start = |name: &str| {
+        assert_eq!(fact(&run, &format!("{name}_status")), "503", "{run:?}");
+        let body: Value =
+            serde_json::from_str(fact(&run, &format!("{name}_body"))).unwrap_or(Value::Null);
+        assert_eq!(body["reason"], "confinement.unit_nonconformant", "{run:?}");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(": PrivateNetwork is "), "{run:?}");
+    };
+    // After a turn, with the driver's probe answered: refused at the session's start all the
+    // same (confinement admission comes before anything is held), and nothing started.
+    refused_at_start("warm");
     assert_eq!(fact(&run, "warm_runs_started"), "0", "{run:?}");
     assert_eq!(fact(&run, "warm_accepted"), "0", "{run:?}");
     assert_eq!(fact(&run, "warm_file"), "absent", "{run:?}");
+
+    // A build's start is refused the same way, before its record exists.
+    refused_at_start("build");
+    assert_eq!(fact(&run, "build_records"), "0", "{run:?}");
 }
 
 /// A door tampered with before the first turn: the session's start is refused.

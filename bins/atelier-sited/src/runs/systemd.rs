@@ -99,6 +99,17 @@ impl SystemdDoors {
         self.bus.get().map_or(0, |(_, v)| *v)
     }
 
+    /// Admission, asked before a request holds the site or answers: PID 1 is new enough, the
+    /// site's identity, the shim and a turn's HOME are what the provisioner made, and the door
+    /// PID 1 loaded is the rendered one. Nothing is stopped or started: a run of the site
+    /// that is live now is the hold's to refuse. [`open`](Self::open) asks it all again.
+    pub(super) async fn admit(&self, slug: &str, door: Door) -> Result<(), RunRefusal> {
+        let k = self.ordinal(slug)?;
+        self.bus().await?;
+        self.host_checks(k, door)?;
+        self.conform(slug, k, door).await
+    }
+
     /// The host checks, the site idle and its door as rendered, the subscription to the
     /// gate's decisions for a door with a way out, then one `connect()` to the door's socket,
     /// never retried.
