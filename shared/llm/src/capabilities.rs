@@ -69,8 +69,18 @@ impl ProviderKind {
         };
         match self {
             ProviderKind::Anthropic => all,
-            ProviderKind::OpenAi | ProviderKind::OpenRouter => ModelCapabilities {
+            // OpenAI caches prompts on its own (the cache key is a routing hint, not a cache
+            // point a request sets), so its models report no prompt cache, as they did.
+            ProviderKind::OpenAi => ModelCapabilities {
                 tool_result_images: false,
+                prompt_cache: false,
+                ..all
+            },
+            // A model's own catalogue entry says whether it sees images.
+            ProviderKind::OpenRouter => ModelCapabilities {
+                vision_input: false,
+                tool_result_images: false,
+                prompt_cache: false,
                 ..all
             },
             ProviderKind::Ollama | ProviderKind::OpenAiCompatible => ModelCapabilities {

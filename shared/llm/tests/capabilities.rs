@@ -64,6 +64,51 @@ async fn openrouter_is_asked_for_its_catalogue() {
     assert_eq!(openrouter.paths(), ["/v1/models", "/v1/models"]);
 }
 
+/// Each provider's answer before any lookup, as the editor's model picker has always shown
+/// it: (tools, vision, images in tool results, prompt cache, streaming).
+#[test]
+fn static_capabilities_are_the_originals() {
+    let cases = [
+        (
+            "anthropic",
+            ProviderKind::Anthropic,
+            [true, true, true, true, true],
+        ),
+        (
+            "openai",
+            ProviderKind::OpenAi,
+            [true, true, false, false, true],
+        ),
+        (
+            "openrouter",
+            ProviderKind::OpenRouter,
+            [true, false, false, false, true],
+        ),
+        (
+            "ollama",
+            ProviderKind::Ollama,
+            [true, false, false, false, true],
+        ),
+        (
+            "openai-compatible",
+            ProviderKind::OpenAiCompatible,
+            [true, false, false, false, true],
+        ),
+    ];
+    for (name, kind, want) in cases {
+        let c = kind.static_capabilities();
+        let got = [
+            c.tool_calling,
+            c.vision_input,
+            c.tool_result_images,
+            c.prompt_cache,
+            c.streaming,
+        ];
+        assert_eq!(got, want, "{name}");
+        assert_eq!(c.context_window, None, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn providers_without_a_lookup_are_never_asked() {
     let nobody = provider(json_reply(json!({}))).await;
