@@ -95,7 +95,8 @@ pub struct Keyed<K: Serialize> {
 pub struct UserKey {
     /// The user.
     pub user_id: String,
-    /// How to show them; chatd knows only the CMS's id.
+    /// How to show them: what the CMS last called them (display name, else email), else the
+    /// id.
     pub user_label: String,
 }
 
@@ -350,11 +351,12 @@ pub fn report(store: &Store, since: Timestamp, zone: TimeZone) -> Result<AuditRe
             .total_cmp(&a.cost_usd)
             .then(b.prompt_tokens.cmp(&a.prompt_tokens))
     };
+    let mut labels = store.user_labels()?;
     let mut by_user: Vec<Keyed<UserKey>> = by_user
         .into_iter()
         .map(|(user_id, usage)| Keyed {
             key: UserKey {
-                user_label: user_id.clone(),
+                user_label: labels.remove(&user_id).unwrap_or_else(|| user_id.clone()),
                 user_id,
             },
             usage: usage.rounded(),

@@ -457,6 +457,7 @@ mod tests {
         let caller = |id: &str| Caller {
             user_id: id.into(),
             capabilities: BTreeSet::new(),
+            label: None,
         };
         cache.put([1; 32], caller("a"));
         clock.advance(IDENTITY_TTL - Duration::from_millis(1));
@@ -481,6 +482,7 @@ mod tests {
         let caller = Caller {
             user_id: "u".into(),
             capabilities: ["AI.CHAT".to_owned(), "ai.chat.x".to_owned()].into(),
+            label: None,
         };
         assert_eq!(caller.require(Capability::Chat), Err(ApiError::Forbidden));
     }

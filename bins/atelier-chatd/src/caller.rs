@@ -49,6 +49,8 @@ pub struct Caller {
     pub user_id: String,
     /// The user's capabilities, exact strings.
     pub capabilities: BTreeSet<String>,
+    /// What the CMS calls the user (display name, else email), when it said.
+    pub label: Option<String>,
 }
 
 impl Caller {

@@ -58,6 +58,9 @@ const MAX_CAPABILITIES: usize = 1024;
 /// The longest capability name accepted.
 const MAX_CAPABILITY_LEN: usize = 128;
 
+/// The most of a user's name kept for the audit, in characters.
+const MAX_LABEL_CHARS: usize = 200;
+
 /// Where the CMS listens: `http://` and a loopback IP address with a port, nothing else, so a
 /// session cookie never leaves the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +173,29 @@ struct MeBody {
 #[derive(Deserialize)]
 struct MeUser {
     id: String,
+    // Read leniently: a name that is not a string leaves the user unnamed, still signed in.
+    #[serde(default, rename = "displayName")]
+    display_name: Option<serde_json::Value>,
+    #[serde(default)]
+    email: Option<serde_json::Value>,
+}
+
+impl MeUser {
+    /// What the audit calls the user: the trimmed display name, else the email, at most
+    /// [`MAX_LABEL_CHARS`] characters; nothing when the CMS gave neither.
+    fn label(&self) -> Option<String> {
+        let text = |value: &Option<serde_json::Value>| {
+            value
+                .as_ref()
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let name = text(&self.display_name).map(|name| name.trim().to_owned());
+        let label = name
+            .filter(|name| !name.is_empty())
+            .or_else(|| text(&self.email).filter(|email| !email.is_empty()))?;
+        Some(label.chars().take(MAX_LABEL_CHARS).collect())
+    }
 }
 
 #[derive(Deserialize)]
@@ -185,6 +211,7 @@ pub fn parse_me_answer(status: u16, body: &[u8]) -> Result<SessionCheck, CmsErro
         200 => {
             let me: MeBody = serde_json::from_slice(body)
                 .map_err(|error| CmsError::BadAnswer(error.to_string()))?;
+            let label = me.user.label();
             let id = me.user.id;
             if id.is_empty()
                 || id.len() > MAX_USER_ID_LEN
@@ -207,6 +234,7 @@ pub fn parse_me_answer(status: u16, body: &[u8]) -> Result<SessionCheck, CmsErro
             Ok(SessionCheck::SignedIn(Caller {
                 user_id: id,
                 capabilities: me.capabilities.into_iter().collect(),
+                label,
             }))
         }
         // A 401 is a refusal whatever its body says; only the CMS's MFA marker is told apart.
@@ -419,28 +447,68 @@ mod tests {
 
     #[test]
     fn me_answers_become_typed_verdicts_or_errors() {
-        let signed_in = |id: &str, caps: &[&str]| -> Result<SessionCheck, ()> {
+        let signed_in = |id: &str, caps: &[&str], label: Option<&str>| -> Result<_, ()> {
             Ok(SessionCheck::SignedIn(Caller {
                 user_id: id.to_owned(),
                 capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
+                label: label.map(str::to_owned),
             }))
         };
         let long_id = format!(
             r#"{{"user":{{"id":"{}"}},"capabilities":[]}}"#,
             "a".repeat(129)
         );
+        let long_name = format!(
+            r#"{{"user":{{"id":"u","displayName":"{}"}},"capabilities":[]}}"#,
+            "é".repeat(MAX_LABEL_CHARS + 1)
+        );
+        let kept_name = "é".repeat(MAX_LABEL_CHARS);
         let cases: Vec<(&str, u16, &str, Result<SessionCheck, ()>)> = vec![
             (
                 "the CMS's shape",
                 200,
                 r#"{"user":{"id":"V1StGXR8_Z5jdHi6B-myT","email":"e@x"},"role":{"slug":"admin"},"capabilities":["ai.chat","site.read"]}"#,
-                signed_in("V1StGXR8_Z5jdHi6B-myT", &["ai.chat", "site.read"]),
+                signed_in(
+                    "V1StGXR8_Z5jdHi6B-myT",
+                    &["ai.chat", "site.read"],
+                    Some("e@x"),
+                ),
             ),
             (
                 "no capabilities",
                 200,
                 r#"{"user":{"id":"u"},"capabilities":[]}"#,
-                signed_in("u", &[]),
+                signed_in("u", &[], None),
+            ),
+            (
+                "named: the display name, trimmed",
+                200,
+                r#"{"user":{"id":"u","displayName":"  Ada ","email":"a@x"},"capabilities":[]}"#,
+                signed_in("u", &[], Some("Ada")),
+            ),
+            (
+                "a blank display name: the email",
+                200,
+                r#"{"user":{"id":"u","displayName":"   ","email":"ada@x"},"capabilities":[]}"#,
+                signed_in("u", &[], Some("ada@x")),
+            ),
+            (
+                "neither: unnamed",
+                200,
+                r#"{"user":{"id":"u","displayName":"","email":""},"capabilities":[]}"#,
+                signed_in("u", &[], None),
+            ),
+            (
+                "names that are not strings: unnamed, still signed in",
+                200,
+                r#"{"user":{"id":"u","displayName":7,"email":null},"capabilities":[]}"#,
+                signed_in("u", &[], None),
+            ),
+            (
+                "a long name: its first characters",
+                200,
+                &long_name,
+                signed_in("u", &[], Some(&kept_name)),
             ),
             (
                 "unauthorized",

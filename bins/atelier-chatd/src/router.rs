@@ -130,6 +130,12 @@ impl Router {
         // A cross-site write is refused before its cookie is shown to the CMS.
         authenticator.check_origin(request.method(), request.headers())?;
         let (caller, session) = authenticator.identify(request.headers()).await?;
+        if let Some(label) = &caller.label {
+            // The audit's name for the user; a failure only leaves the id there.
+            if let Err(error) = self.state.store.note_user_label(&caller.user_id, label) {
+                tracing::warn!(%error, "remembering a user's name failed");
+            }
+        }
         let segments: Vec<&str> = rest.split('/').collect();
         let (route, params) = Route::find(&segments).ok_or(ApiError::NotFound)?;
         let method = request.method().clone();

@@ -401,6 +401,7 @@ mod tests {
         Caller {
             user_id: "u".into(),
             capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
+            label: None,
         }
     }
 

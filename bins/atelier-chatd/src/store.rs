@@ -34,6 +34,7 @@ pub use settings::{
 };
 pub use writer::{Committed, DEFAULT_MAX_BATCH};
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -168,6 +169,14 @@ CREATE TABLE audit_events (
 CREATE INDEX audit_events_created ON audit_events (created_at DESC);
 -- Pairs each chat turn's start with its end, per conversation.
 CREATE INDEX audit_events_target ON audit_events (target_type, target_id);
+"#,
+    r#"
+-- What the CMS last called each user (its display name, else its email), so the audit can
+-- name them: chatd sees the CMS's users only as they sign in.
+CREATE TABLE ai_user_labels (
+    user_id TEXT PRIMARY KEY,
+    label TEXT NOT NULL
+) WITHOUT ROWID;
 "#,
 ];
 
@@ -496,6 +505,8 @@ pub struct Store {
     /// its messages, each counted once it ended (its commit returned), so a read that starts
     /// after taking the count sees every write counted in it.
     changes: Arc<AtomicU64>,
+    /// The user labels this process has written, so a request writes one only when it changed.
+    labels: Mutex<HashMap<String, String>>,
 }
 
 /// The writing connection, held for a use that may change a conversation: the use is
@@ -562,6 +573,7 @@ impl Store {
             reader: Mutex::new(reader),
             writer,
             changes,
+            labels: Mutex::default(),
         })
     }
 

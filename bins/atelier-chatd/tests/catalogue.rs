@@ -268,6 +268,7 @@ fn everyone() -> Caller {
         .iter()
         .map(|c| (*c).to_owned())
         .collect(),
+        label: None,
     }
 }
 

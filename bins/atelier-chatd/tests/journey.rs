@@ -382,6 +382,80 @@ fn assert_no_secrets(dir: &std::path::Path, answers: &[Value]) {
     }
 }
 
+/// The audit's by-user table names each user as the CMS does: the display name, else the
+/// email, else the id, remembered from their own requests.
+#[tokio::test]
+async fn the_audit_names_each_user_as_the_cms_does() {
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/v1/messages" => Answer::Sse {
+            frames: anthropic_frames(&anthropic_turn()),
+            hang: false,
+        },
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
+    let daemon = start(dir.path(), &env, 0).await;
+    let socket = &daemon.socket;
+    let users = [
+        (
+            "carol",
+            "  Carol Danvers ",
+            "carol@lab.example",
+            "Carol Danvers",
+        ),
+        ("dave", " ", "dave@lab.example", "dave@lab.example"),
+        ("erin", "", "", "erin"),
+    ];
+    for (user, display_name, email, _) in users {
+        support::name_user(user, ALL_CAPS, display_name, email);
+        let credential = create_credential(
+            socket,
+            user,
+            json!({"providerId": "anthropic", "authMode": "apiKey", "displayLabel": user,
+                   "apiKey": "sk-ant-audit"}),
+        )
+        .await;
+        let as_user = |method, path: &'static str, body: Value| async move {
+            send(socket, user, ALL_CAPS, method, path, Some(&body)).await
+        };
+        let created = as_user(
+            Method::POST,
+            "/admin/api/ai/conversations",
+            json!({"scope": "site", "credentialId": credential, "modelId": OPUS}),
+        )
+        .await;
+        assert_eq!(created.status, StatusCode::CREATED);
+        let conversation = created.json().await["conversation"]["id"].clone();
+        let content = json!([{"kind": "text", "text": "hi"}]);
+        let turn = as_user(
+            Method::POST,
+            "/admin/api/ai/chat/site",
+            json!({"conversationId": conversation, "content": content}),
+        )
+        .await;
+        assert_eq!(turn.status, StatusCode::OK);
+        assert_eq!(turn.lines().await.last().unwrap(), &json!({"type": "done"}));
+    }
+    let audit = "/admin/api/ai/audit?since=2000-01-01T00:00:00Z&tz=UTC";
+    let (status, report) = call(socket, Method::GET, audit, None).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    let named: Vec<(&str, &str)> = report["byUser"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["userId"].as_str().unwrap(),
+                u["userLabel"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = users.iter().map(|u| (u.0, u.3)).collect();
+    assert_eq!(named, want);
+}
+
 /// Not canonical base64 (unused bits set): the image preflight refuses it.
 const BAD_IMAGE: &str = "/9j/4B==";
 /// The first bytes of a JPEG: past the image preflight, refused only by the full decode that

@@ -71,6 +71,7 @@ fn user_with(user_id: &str, capabilities: &str) -> Caller {
     Caller {
         user_id: user_id.into(),
         capabilities: capabilities.split(',').map(str::to_owned).collect(),
+        label: None,
     }
 }
 

@@ -1,6 +1,9 @@
 //! What the audit rollups read: the usage slots (per conversation and UTC quarter-hour) in
 //! time order, the messages of a partial first slot through the covering usage index (never
-//! touching message content), and the conversations' owners, scopes and models.
+//! touching message content), the conversations' owners, scopes and models, and what the CMS
+//! calls each owner.
+
+use std::collections::HashMap;
 
 use rusqlite::params;
 use rusqlite::types::ValueRef;
@@ -61,6 +64,15 @@ pub struct ConversationFacts<'a> {
 }
 
 impl Store {
+    /// What the CMS last called each user it signed in, by user id.
+    pub fn user_labels(&self) -> Result<HashMap<String, String>, StoreError> {
+        let connection = self.reading()?;
+        let mut statement =
+            connection.prepare_cached("SELECT user_id, label FROM ai_user_labels")?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Calls `visit` for every message written at or after `since` and before `until` (ISO
     /// 8601 UTC), oldest first. Deleted conversations count, as in the reference.
     pub fn scan_usage(

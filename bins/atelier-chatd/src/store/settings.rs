@@ -290,6 +290,31 @@ impl Store {
         Ok(true)
     }
 
+    /// Remembers `label` as what the CMS calls `user_id`, in the writer's next group commit,
+    /// without waiting for it; nothing is queued when this process already wrote that label.
+    pub fn note_user_label(&self, user_id: &str, label: &str) -> Result<(), StoreError> {
+        {
+            let mut labels = self.labels.lock().map_err(|_| StoreError::Poisoned)?;
+            if labels.get(user_id).is_some_and(|known| known == label) {
+                return Ok(());
+            }
+            labels.insert(user_id.to_owned(), label.to_owned());
+        }
+        let (user_id, label) = (user_id.to_owned(), label.to_owned());
+        self.writer.write_later(move |connection| {
+            let noted = connection
+                .prepare_cached(
+                    "INSERT INTO ai_user_labels (user_id, label) VALUES (?1, ?2) \
+                     ON CONFLICT (user_id) DO UPDATE SET label = excluded.label",
+                )
+                .and_then(|mut statement| statement.execute([&user_id, &label]));
+            if let Err(error) = &noted {
+                tracing::warn!(%error, user_id = %user_id, "remembering a user's name failed");
+            }
+            noted.map(drop).map_err(StoreError::from)
+        })
+    }
+
     /// Marks credential `id` as used now, in the writer's next group commit, without waiting
     /// for it: the end of a turn does not wait on this bookkeeping, and the writes queued
     /// after it commit with it or after it.

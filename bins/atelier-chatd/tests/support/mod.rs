@@ -21,7 +21,7 @@ use atelier_chatd::runtime::{LoopRunner, PrepareFuture, ProviderSetup, Providers
 use atelier_chatd::store::{Conversation, Store};
 use atelier_chatd::{RawSettings, Router};
 use atelier_http::{BoxError, Response};
-use atelier_lab_model::cms::{CmsState, LabCms, SESSION_COOKIE};
+use atelier_lab_model::cms::{CmsState, CmsUser, LabCms, SESSION_COOKIE};
 use atelier_llm::{AnthropicDriver, Driver, Endpoint, ProviderKind};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -77,6 +77,18 @@ pub fn cms_origin() -> String {
 /// The shared CMS stand-in's state.
 pub fn cms_state() -> &'static Arc<CmsState> {
     &shared_cms().state
+}
+
+/// Gives `user`'s session with `capabilities` (the one `send` signs in with) the display name
+/// and email the CMS answers for it.
+pub fn name_user(user: &str, capabilities: &str, display_name: &str, email: &str) {
+    let cms = &shared_cms().state;
+    let cookie = cms.session_for(user, capabilities);
+    let capabilities: Vec<&str> = capabilities.split(',').collect();
+    let mut named = CmsUser::new(user, "lab", &capabilities);
+    display_name.clone_into(&mut named.display_name);
+    email.clone_into(&mut named.email);
+    cms.add_session(&cookie, named);
 }
 
 /// A `Cookie` header signing in as `user` with exactly `capabilities` (comma-separated).
