@@ -31,6 +31,8 @@ pub const CMS_EDITOR_BRIDGE: &str = "/admin/api/ai/editor-bridge";
 const STREAM_READ_TIMEOUT: &str = "1h";
 /// A chat message may carry images.
 const CHAT_BODY_MAX: &str = "32m";
+/// What the editor reads when nginx cannot reach chatd (its socket is gone, it failed).
+const CHATD_UNAVAILABLE: &str = "The AI service is not available right now. Try again shortly.";
 
 /// Appends the CMS's vhost, when a chat block is declared.
 pub(super) fn render(layout: &Layout<'_>, out: &mut Vec<Artifact>) -> Result<(), RenderError> {
@@ -121,6 +123,18 @@ impl CmsView {
              \x20       proxy_request_buffering off;\n\
              \x20       client_max_body_size {CHAT_BODY_MAX};\n\
              \x20       include \"{auth}\";\n\
+             \x20       # nginx's own refusals as JSON the editor shows, never nginx's HTML: a\n\
+             \x20       # body over the limit gets chatd's own 413, an unreachable chatd a 502.\n\
+             \x20       error_page 413 = @chatd_too_large;\n\
+             \x20       error_page 502 503 504 = @chatd_unavailable;\n\
+             \x20   }}\n\
+             \x20   location @chatd_too_large {{\n\
+             \x20       default_type application/json;\n\
+             \x20       return 413 '{{\"error\":\"Chat request is too large.\"}}';\n\
+             \x20   }}\n\
+             \x20   location @chatd_unavailable {{\n\
+             \x20       default_type application/json;\n\
+             \x20       return 502 '{{\"error\":\"{CHATD_UNAVAILABLE}\"}}';\n\
              \x20   }}\n\
              \x20   # The CMS's own routes below the chat prefix.\n\
              \x20   location ^~ {CMS_MCP_PREFIX} {{\n\
@@ -131,9 +145,11 @@ impl CmsView {
              \x20       proxy_pass {cms};\n\
              {forwarded}{streaming}\
              \x20   }}\n\
+             \x20   # The CMS sets its own upload limits, as it did behind its own proxy.\n\
              \x20   location / {{\n\
              \x20       proxy_pass {cms};\n\
              {forwarded}\
+             \x20       client_max_body_size 0;\n\
              \x20   }}\n",
             socket = self.chatd_socket,
             auth = self.proxy_auth,

@@ -335,6 +335,8 @@ pub(super) fn nginx_servers(
             Some((certificate, key))
         }
     };
+    // HTTP/2 on TLS: a page's long streams (a CMS editor's chat turns and bridges) share one
+    // connection instead of holding the browser's few per host.
     if let Some((chain, key)) = tls {
         write!(
             out,
@@ -343,8 +345,8 @@ pub(super) fn nginx_servers(
              \x20   }}\n\
              }}\n\
              server {{\n\
-             \x20   listen 443 ssl;\n\
-             \x20   listen [::]:443 ssl;\n\
+             \x20   listen 443 ssl http2;\n\
+             \x20   listen [::]:443 ssl http2;\n\
              \x20   server_name {domain};\n\
              \x20   ssl_certificate \"{chain}\";\n\
              \x20   ssl_certificate_key \"{key}\";\n\

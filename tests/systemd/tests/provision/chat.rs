@@ -142,6 +142,17 @@ echo "cms_bridge=$(web POST /tool-result "$EDITOR_COOKIE" "{\"bridgeId\":\"$CMS_
 # which is beyond nginx's private network here (its 502), never to chatd.
 echo "editor_bridge=$(web GET '/editor-bridge?scope=site' "$EDITOR_COOKIE")"
 echo "mcp_connectors=$(web GET '/mcp/connectors' "$EDITOR_COOKIE")"
+# A 2 MB upload reaches the CMS (its 502 here), which sets its own limits: not nginx's 413.
+head -c 2000000 /dev/zero > /tmp/upload
+echo "cms_upload=$(browser -sk --resolve cms.example.org:443:127.0.0.1 -o /dev/null \
+  -w '%{http_code}' -H "Cookie: $SESSION_COOKIE=$EDITOR_COOKIE" --data-binary @/tmp/upload \
+  https://cms.example.org/admin/api/cms/media)"
+# A chat body over nginx's limit: chatd's own JSON 413, never nginx's HTML.
+head -c 34000000 /dev/zero > /tmp/huge
+echo "chat_too_large=$(web POST /chat/site "$ADMIN_COOKIE" @/tmp/huge) $(cat /tmp/body)"
+# chatd gone: a 502 whose JSON the editor shows, never nginx's HTML.
+systemctl stop atelier-chatd@example.socket atelier-chatd@example.service
+echo "chatd_gone=$(web GET '/conversations?scope=site' "$ADMIN_COOKIE") [$(cat /tmp/body)]"
 journalctl -b -u atelier-chatd@example.service -o cat --no-pager | sed 's/^/chatd-log| /'
 exit 0
 "#;
@@ -345,6 +356,19 @@ fn the_cms_editor_chats_through_nginx_with_only_its_session_cookie() {
     // private network here: its 502), never to chatd.
     assert_eq!(fact("editor_bridge"), "502", "{run:?}");
     assert_eq!(fact("mcp_connectors"), "502", "{run:?}");
+    // nginx's own answers are the editor's: the CMS's uploads are the CMS's to limit, a chat
+    // body over the limit is chatd's JSON 413, and no chatd a JSON 502.
+    assert_eq!(fact("cms_upload"), "502", "{run:?}");
+    assert_eq!(
+        fact("chat_too_large"),
+        r#"413 {"error":"Chat request is too large."}"#,
+        "{run:?}"
+    );
+    assert_eq!(
+        fact("chatd_gone"),
+        r#"502 [{"error":"The AI service is not available right now. Try again shortly."}]"#,
+        "{run:?}"
+    );
     assert!(
         !run.output
             .lines()
