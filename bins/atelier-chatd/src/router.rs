@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use atelier_http::{Request, Response};
+use hyper::header::{
+    HeaderName, HeaderValue, CONTENT_SECURITY_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
 use hyper::Method;
 
 use crate::auth::{Authenticator, Clock, SystemClock};
@@ -21,6 +24,17 @@ use crate::state::State;
 use crate::store::{Leases, Scope, Store};
 use crate::turn::TurnRunner;
 use crate::{audit, catalogue, conversations, credentials, defaults};
+
+/// What the CMS sets on every answer under `/admin`, ours included: nothing of it is framed,
+/// sniffed, or given a base or plugins.
+const ADMIN_HEADERS: [(HeaderName, &str); 3] = [
+    (X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (X_FRAME_OPTIONS, "DENY"),
+    (
+        CONTENT_SECURITY_POLICY,
+        "frame-ancestors 'none'; base-uri 'self'; object-src 'none'",
+    ),
+];
 
 pub use crate::state::API_PREFIX;
 
@@ -108,14 +122,19 @@ impl Router {
         &self.state.leases
     }
 
-    /// Answers one request.
+    /// Answers one request, with the headers the CMS puts on every `/admin` answer.
     pub async fn handle(&self, request: Request) -> Response {
         // A chat turn's first byte is timed from here, the checks and the CMS's answer included.
         let arrived = Instant::now();
-        match self.dispatch(request, arrived).await {
+        let mut response = match self.dispatch(request, arrived).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
+        };
+        let headers = response.headers_mut();
+        for (name, value) in ADMIN_HEADERS {
+            headers.insert(name, HeaderValue::from_static(value));
         }
+        response
     }
 
     async fn dispatch(&self, request: Request, arrived: Instant) -> Result<Response, ApiError> {

@@ -304,6 +304,24 @@ impl Events {
     }
 }
 
+/// The headers the CMS puts on every `/admin` answer, which chatd's answers carry too.
+fn assert_admin_headers(headers: &hyper::HeaderMap, name: &str) {
+    for (header, value) in [
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        (
+            "content-security-policy",
+            "frame-ancestors 'none'; base-uri 'self'; object-src 'none'",
+        ),
+    ] {
+        assert_eq!(
+            headers.get(header).map(|v| v.to_str().unwrap()),
+            Some(value),
+            "{name}"
+        );
+    }
+}
+
 async fn create_conversation(socket: &Path, who: As<'_>, scope: &str) -> String {
     let (status, body) = call(
         socket,
@@ -512,6 +530,7 @@ async fn the_auth_table_answers_with_the_reference_bodies() {
                 .starts_with("application/json"),
             "{name}"
         );
+        assert_admin_headers(&headers, name);
     }
     // A read from a foreign origin is not state-changing; neither is a POST without Origin.
     let (status, _) = call(
@@ -644,6 +663,7 @@ async fn conversations_round_trip_and_persist_per_user() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers["cache-control"], "private, no-store");
+    assert_admin_headers(&headers, "a conversation");
     assert_eq!(body["conversation"]["messages"], json!([]));
     assert_eq!(body["conversation"]["title"], "Landing page");
 
@@ -730,6 +750,7 @@ async fn a_turn_streams_resolves_the_bridge_with_a_snapshot_and_persists() {
     assert_eq!(reply.headers["content-type"], "application/x-ndjson");
     assert_eq!(reply.headers["cache-control"], "private, no-store");
     assert_eq!(reply.headers["x-accel-buffering"], "no");
+    assert_admin_headers(&reply.headers, "a chat turn");
     let mut events = Events::new(reply);
     let ready = events.next().await.unwrap();
     assert_eq!(ready["type"], "bridgeReady");
