@@ -23,7 +23,7 @@ use crate::runs::{base_env, RunItem, RunSpec, Runner};
 use crate::sites::{SiteError, Sites};
 use atelier_site_api::Slug;
 
-/// The most of a build log `GET` returns.
+/// The most of a build log `GET` returns: its end, where a failure is told.
 const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 /// Beyond the two steps' deadlines, the time atelier-build may take to verify the output
 /// before sited ends the run itself.
@@ -397,14 +397,15 @@ impl Builds {
             Err(_) => return Err(unknown()),
         };
         let record = read_record(&workspace, slug.as_str(), id.as_str())?;
-        let log = workspace
-            .read_own_limited(log_path(id.as_str()), MAX_LOG_BYTES)
+        let (log, skipped) = workspace
+            .read_own_tail(log_path(id.as_str()), MAX_LOG_BYTES)
             .map_err(|source| BuildError::Unreadable {
                 id: id.as_str().to_owned(),
                 source,
             })?
             .unwrap_or_default();
-        Ok((record, String::from_utf8_lossy(&log).into_owned()))
+        let log = String::from_utf8_lossy(&log);
+        Ok((record, log_tail(skipped, &log)))
     }
 
     /// The boot sweep's part: a build left `running` by a dead process is interrupted.
@@ -450,6 +451,16 @@ fn busy_detail(hold: Hold) -> String {
         Hold::Session => "Cannot build while a session is running".to_owned(),
         Hold::Build => "A build is already running".to_owned(),
         other => crate::reservations::Busy(other).to_string(),
+    }
+}
+
+/// A build log's text as `GET` returns it: whole, or its end after a line saying how much of
+/// its start was left out.
+fn log_tail(skipped: u64, tail: &str) -> String {
+    if skipped == 0 {
+        tail.to_owned()
+    } else {
+        format!("# the log's first {skipped} bytes are left out\n{tail}")
     }
 }
 

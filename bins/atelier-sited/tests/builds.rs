@@ -2,6 +2,7 @@
 //! sited writes the log and promotes; publish copies the previewed bytes; rollback flips back.
 //! Every refusal is named and promotes nothing.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -606,4 +607,45 @@ async fn a_build_and_a_turn_never_run_at_once_and_unknown_builds_are_404() {
     assert!(Path::new(&instance.workspace())
         .join(".builder/builds")
         .is_dir());
+}
+
+/// A build log past what a `GET` returns still answers: its end, after a line saying how much
+/// of its start was left out, never a 500.
+#[tokio::test]
+async fn a_huge_build_log_answers_with_its_end() {
+    let instance = instance(|raw| raw.build_bin = Some("/nonexistent/atelier-build".into())).await;
+    let record = instance.build().await;
+    let id = record["id"].as_str().unwrap();
+    let path = instance
+        .workspace()
+        .join(format!(".builder/builds/{id}.log"));
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let line = format!("{}\n", "x".repeat(99));
+    for _ in 0..90_000 {
+        log.write_all(line.as_bytes()).unwrap();
+    }
+    log.write_all(b"the last line\n").unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size > 9_000_000);
+
+    let got = instance.get(&format!("/v1/sites/alpha/builds/{id}")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let text = got.json()["log"].as_str().unwrap().to_owned();
+    let (head, tail) = text.split_once('\n').unwrap();
+    let skipped: u64 = head
+        .strip_prefix("# the log's first ")
+        .and_then(|rest| rest.strip_suffix(" bytes are left out"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{head}"));
+    assert_eq!(
+        skipped + tail.len() as u64,
+        size,
+        "nothing else is left out"
+    );
+    assert!(tail.len() as u64 <= 8 * 1024 * 1024);
+    assert!(tail.starts_with(&line), "the tail starts at a whole line");
+    assert!(tail.ends_with("\nthe last line\n"));
 }

@@ -19,7 +19,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,6 +241,50 @@ impl Root {
             Err(e) => return Err(e),
         }
         self.read_limited(rel.as_path(), max_bytes).map(Some)
+    }
+
+    /// The end of the regular file `rel`, which this process must own: at most `max_bytes`,
+    /// starting after a line break when the start was left out, with how many bytes before it
+    /// were left out; `None` when there is no such file. The refusals of
+    /// [`Root::read_limited`], never its refusal of a large file.
+    pub fn read_own_tail(
+        &self,
+        rel: impl AsRef<Path>,
+        max_bytes: u64,
+    ) -> Result<Option<(Vec<u8>, u64)>, FsError> {
+        let rel = RelPath::new(rel)?;
+        let (mut file, stat) = match self.open_regular(&rel) {
+            Ok(opened) => opened,
+            Err(FsError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        own(&stat, rel.as_path())?;
+        let io = |source| FsError::Io {
+            op: "read",
+            path: rel.as_path().to_path_buf(),
+            source,
+        };
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        // When the start is left out, the byte before the cut is read too: it tells whether
+        // the cut fell at a line's start.
+        let from = size.saturating_sub(max_bytes).saturating_sub(1);
+        file.seek(SeekFrom::Start(from)).map_err(io)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(size - from).unwrap_or(0));
+        // A file that grows meanwhile (a running build's log) is read up to its size then.
+        (&mut file)
+            .take(size - from)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if size <= max_bytes {
+            return Ok(Some((bytes, 0)));
+        }
+        // A cut line would read as garbage: the tail starts at the next whole one.
+        let cut = bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(bytes.len(), |i| i + 1);
+        bytes.drain(..cut);
+        Ok(Some((bytes, from + u64::try_from(cut).unwrap_or(0))))
     }
 
     /// Opens the regular file `rel` for reading, with the same refusals as

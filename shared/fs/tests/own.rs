@@ -1,5 +1,5 @@
-//! `Root::read_own_limited` and `Root::create_own_dir_all`: the daemon's own state is read, and
-//! its own folder used, only when the daemon owns it.
+//! `Root::read_own_limited`, `Root::read_own_tail` and `Root::create_own_dir_all`: the daemon's
+//! own state is read, and its own folder used, only when the daemon owns it.
 
 use atelier_fs::{FsError, Root};
 
@@ -29,6 +29,37 @@ fn own_files_are_read_foreign_planted_and_missing_ones_are_not() {
         std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
         assert!(matches!(
             root.read_own_limited("foreign.json", 16),
+            Err(FsError::NotOwned { .. })
+        ));
+    }
+}
+
+/// The tail of a large own file: whole when it fits, else its end from the first whole line,
+/// with how much was left out; refused like any read when planted or foreign.
+#[test]
+fn an_own_file_s_tail_starts_at_a_whole_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::open(dir.path()).unwrap();
+    std::fs::write(dir.path().join("log"), b"one\ntwo\nthree\n").unwrap();
+    let tail = |max| root.read_own_tail("log", max).unwrap().unwrap();
+    assert_eq!(tail(64), (b"one\ntwo\nthree\n".to_vec(), 0), "it fits");
+    assert_eq!(tail(14), (b"one\ntwo\nthree\n".to_vec(), 0), "it just fits");
+    assert_eq!(tail(12), (b"two\nthree\n".to_vec(), 4), "cut inside a line");
+    assert_eq!(
+        tail(10),
+        (b"two\nthree\n".to_vec(), 4),
+        "cut at a line's start"
+    );
+    assert_eq!(tail(3), (Vec::new(), 14), "no whole line fits");
+    assert_eq!(root.read_own_tail("absent", 8).unwrap(), None);
+    std::os::unix::fs::symlink(dir.path().join("log"), dir.path().join("link")).unwrap();
+    assert!(root.read_own_tail("link", 8).is_err(), "a link is refused");
+    if rustix::process::geteuid().is_root() {
+        let foreign = dir.path().join("foreign");
+        std::fs::write(&foreign, b"x\n").unwrap();
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+        assert!(matches!(
+            root.read_own_tail("foreign", 8),
             Err(FsError::NotOwned { .. })
         ));
     }
