@@ -507,6 +507,9 @@ impl Sessions {
         })
         .await
         .unwrap_or_default();
+        // One hold per site, shared by all its sessions to recover: the site is free once the
+        // last of them is committed.
+        let mut holds: HashMap<String, Arc<Reservation>> = HashMap::new();
         for (slug, meta) in found {
             let Some(id) = SessionId::parse(&meta.session_id) else {
                 continue;
@@ -518,7 +521,25 @@ impl Sessions {
                 .insert(id.clone(), slug.clone());
             report.sessions += 1;
             if meta.state == "running" || meta.recovery_pending {
-                match self.mark_for_recovery(&slug, &id, meta).await {
+                let hold = match holds.get(&slug) {
+                    Some(hold) => Ok(Arc::clone(hold)),
+                    None => self
+                        .inner
+                        .sites
+                        .reservations()
+                        .reserve(&slug, Hold::Recovery)
+                        .map(|hold| {
+                            let hold = Arc::new(hold);
+                            holds.insert(slug.clone(), Arc::clone(&hold));
+                            hold
+                        })
+                        .map_err(SessionError::from),
+                };
+                let marked = match hold {
+                    Ok(hold) => self.mark_for_recovery(&slug, &id, meta, hold).await,
+                    Err(e) => Err(e),
+                };
+                match marked {
                     Ok(recovery) => recoveries.push(recovery),
                     Err(e) => {
                         report.pending += 1;
@@ -531,19 +552,15 @@ impl Sessions {
         (report, recoveries)
     }
 
-    /// Holds the site, ends a running session's turn as interrupted and records durably that
-    /// its work is still to be committed.
+    /// Under the site's `hold`, ends a running session's turn as interrupted and records
+    /// durably that its work is still to be committed.
     async fn mark_for_recovery(
         &self,
         slug: &str,
         id: &SessionId,
         mut meta: SessionMeta,
+        hold: Arc<Reservation>,
     ) -> Result<Recovery, SessionError> {
-        let hold = self
-            .inner
-            .sites
-            .reservations()
-            .reserve(slug, Hold::Recovery)?;
         if meta.state == "running" {
             let this = self.clone();
             let (slug, id) = (slug.to_owned(), id.clone());
@@ -709,7 +726,8 @@ pub struct Recovery {
     slug: String,
     id: SessionId,
     meta: SessionMeta,
-    hold: Reservation,
+    /// The site's recovery hold, shared by its sessions to recover.
+    hold: Arc<Reservation>,
 }
 
 /// A turn admitted and not yet started: what it holds.

@@ -489,6 +489,49 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// A daemon serving a temp instance below `root` with site `alpha` created through it;
+    /// and its socket.
+    async fn with_alpha(root: &Path) -> (Daemon, PathBuf) {
+        make_roots(root);
+        declare_sites(root, &[("alpha", "alpha.example.org")]);
+        let socket = root.join("sited.sock");
+        let daemon = Daemon::start(root);
+        let created = call(
+            &socket,
+            Method::POST,
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org",
+                   "actor": actor()}),
+        )
+        .await;
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+        (daemon, socket)
+    }
+
+    /// SIGKILL, no shutdown of any kind; returns once the daemon is reaped and the agent whose
+    /// command line holds `marker` is gone (the orphaned shim sees its connection close and
+    /// ends it).
+    async fn kill_9(mut self, marker: &str) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        self.child.wait().unwrap();
+        for _ in 0..1000 {
+            if processes_with(marker).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            processes_with(marker).is_empty(),
+            "the agent died with its connection"
+        );
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -496,22 +539,24 @@ impl Drop for Daemon {
     }
 }
 
+/// POSTs `body` to `path` until the site is no longer held by its boot recovery
+/// (`site_recovering` is the retryable busy the engine waits out); the first other answer.
+async fn post_past_recovery(socket: &Path, path: &str, body: Value) -> support::Reply {
+    for _ in 0..250 {
+        let reply = call(socket, Method::POST, path, body.clone()).await;
+        if reply.status != StatusCode::CONFLICT || reply.json()["reason"] != "site_recovering" {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the site stayed in recovery");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    make_roots(root);
-    declare_sites(root, &[("alpha", "alpha.example.org")]);
-    let socket = root.join("sited.sock");
-    let mut daemon = Daemon::start(root);
-    let created = call(
-        &socket,
-        Method::POST,
-        "/v1/sites",
-        json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-    )
-    .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let (daemon, socket) = Daemon::with_alpha(root).await;
     let marker = format!("kill-marker-{}", std::process::id());
     let started = call(
         &socket,
@@ -549,24 +594,7 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
         "{before:?}"
     );
 
-    // SIGKILL: no shutdown of any kind.
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(daemon.child.id() as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    daemon.child.wait().unwrap();
-    // The orphaned shim sees its connection close and ends the agent.
-    for _ in 0..1000 {
-        if processes_with(&marker).is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        processes_with(&marker).is_empty(),
-        "the agent died with its connection"
-    );
+    daemon.kill_9(&marker).await;
 
     let _daemon = Daemon::start(root);
     let events = follow_events(&socket, &id, -1, WAIT).await;
@@ -627,26 +655,12 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     );
     // The site is usable again once the recovery has released it (site_recovering is the
     // retryable busy the engine waits out).
-    let mut again = call(
+    let again = post_past_recovery(
         &socket,
-        Method::POST,
         &format!("/v1/sessions/{id}/messages"),
         json!({"message": "write after.txt back", "actor": actor()}),
     )
     .await;
-    for _ in 0..250 {
-        if again.status != StatusCode::CONFLICT || again.json()["reason"] != "site_recovering" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        again = call(
-            &socket,
-            Method::POST,
-            &format!("/v1/sessions/{id}/messages"),
-            json!({"message": "write after.txt back", "actor": actor()}),
-        )
-        .await;
-    }
     assert_eq!(again.status, StatusCode::OK, "{}", again.body);
     let events = follow_events(&socket, &id, -1, WAIT).await;
     assert_eq!(
@@ -698,4 +712,87 @@ async fn a_resume_token_from_another_identity_epoch_is_dropped_with_resume_unava
         token.as_str(),
         "no --resume of the old token"
     );
+}
+
+/// Two sessions of one site to recover at boot: a newer one whose commit failed (still marked
+/// pending) and an older one cut mid-turn by the kill. The sweep recovers both under one hold:
+/// the cut turn ends `interrupted`, the pending mark is cleared, and the site is free after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_of_a_site_are_recovered_at_one_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (daemon, socket) = Daemon::with_alpha(root).await;
+    let mut ids = Vec::new();
+    for prompt in ["write a.txt one", "write b.txt two"] {
+        let started = call(
+            &socket,
+            Method::POST,
+            "/v1/sites/alpha/sessions",
+            json!({"prompt": prompt, "actor": actor()}),
+        )
+        .await;
+        assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+        let id = started.json()["session_id"].as_str().unwrap().to_owned();
+        follow_events(&socket, &id, -1, WAIT).await;
+        ids.push(id);
+        // Started one after the other, the sessions sort newest first by their start.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (older, newer) = (ids[0].clone(), ids[1].clone());
+    let meta_of = |id: &str| root.join(format!("sites/alpha/.builder/sessions/{id}.meta.json"));
+    // The newer session's commit failed: its meta still says so.
+    let mut meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(meta_of(&newer)).unwrap()).unwrap();
+    meta["recovery_pending"] = Value::Bool(true);
+    std::fs::write(meta_of(&newer), meta.to_string()).unwrap();
+    // The older session's follow-up is cut by the kill.
+    let marker = format!("two-sessions-marker-{}", std::process::id());
+    let sent = call(
+        &socket,
+        Method::POST,
+        &format!("/v1/sessions/{older}/messages"),
+        json!({"message": format!("write cut.txt {marker}\nhang"), "actor": actor()}),
+    )
+    .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+    let file = root.join("sites/alpha/cut.txt");
+    for _ in 0..500 {
+        if file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(file.exists());
+    daemon.kill_9(&marker).await;
+
+    let _daemon = Daemon::start(root);
+    let events = follow_events(&socket, &older, -1, WAIT).await;
+    assert_eq!(
+        events.last().map(|e| e["body"].clone()),
+        Some(json!({"type": "turn_end", "state": "interrupted"})),
+        "the cut turn ends"
+    );
+    // Both recoveries commit and give the site back.
+    let mut metas = (Value::Null, Value::Null);
+    for _ in 0..500 {
+        let read = |id: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(meta_of(id)).unwrap()).unwrap()
+        };
+        metas = (read(&older), read(&newer));
+        let pending = |m: &Value| m["recovery_pending"] == true;
+        if !pending(&metas.0) && !pending(&metas.1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metas.0["state"], "interrupted", "{metas:?}");
+    assert_eq!(metas.0["recovery_pending"], Value::Null, "{metas:?}");
+    assert_eq!(metas.1["recovery_pending"], Value::Null, "{metas:?}");
+    let again = post_past_recovery(
+        &socket,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": "write after.txt back", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
 }
