@@ -652,15 +652,21 @@ pub(crate) fn enabling_link(
     ) {
         return None;
     }
+    vhost_enabling_link(layout, &artifact.path)
+}
+
+/// The `sites-enabled` link of the vhost at `vhost` and its target, when the web server uses
+/// them.
+fn vhost_enabling_link(layout: &Layout<'_>, vhost: &Path) -> Option<(PathBuf, PathBuf)> {
     let enabled = layout.vhost_enabled_dir();
     let available = layout.vhost_dir();
     if enabled == available {
         return None;
     }
-    let name = artifact.path.file_name()?;
+    let name = vhost.file_name()?;
     let target = match (enabled.parent(), available.parent(), available.file_name()) {
         (Some(a), Some(b), Some(dir)) if a == b => Path::new("..").join(dir).join(name),
-        _ => artifact.path.clone(),
+        _ => vhost.to_path_buf(),
     };
     Some((enabled.join(name), target))
 }
@@ -716,15 +722,10 @@ impl RetiredPaths {
 /// Where a site's production and preproduction vhosts are, each with its enabling link when
 /// the web server keeps one, whether or not the declaration renders them.
 fn site_vhosts(layout: &Layout<'_>, slug: &str) -> [(PathBuf, Option<PathBuf>); 2] {
-    let inst = layout.instance();
-    [
-        names::prod_vhost_file(inst, slug),
-        names::preprod_vhost_file(inst, slug),
-    ]
-    .map(|name| {
-        let link = (layout.vhost_enabled_dir() != layout.vhost_dir())
-            .then(|| layout.vhost_enabled_dir().join(&name));
-        (layout.vhost_dir().join(name), link)
+    [Surface::Prod, Surface::Preprod].map(|surface| {
+        let vhost = layout.site_vhost_path(slug, surface);
+        let link = vhost_enabling_link(layout, &vhost).map(|(link, _)| link);
+        (vhost, link)
     })
 }
 
@@ -2656,10 +2657,10 @@ mod tests {
         f.converge();
         let layout = Layout::new(&f.decl);
         let vhost = |slug: &str| {
-            let name = names::preprod_vhost_file(layout.instance(), slug);
+            let path = layout.site_vhost_path(slug, Surface::Preprod);
             (
-                layout.vhost_dir().join(&name),
-                layout.vhost_enabled_dir().join(name),
+                path.clone(),
+                layout.vhost_enabled_dir().join(path.file_name().unwrap()),
             )
         };
         let (blog, blog_link) = vhost("blog");

@@ -1063,6 +1063,15 @@ impl<'d> Layout<'d> {
         })
     }
 
+    /// Where the vhost of `slug`'s `surface` is, rendered or not.
+    pub fn site_vhost_path(&self, slug: &str, surface: Surface) -> PathBuf {
+        let inst = self.instance();
+        self.vhost_dir().join(match surface {
+            Surface::Prod => names::prod_vhost_file(inst, slug),
+            Surface::Preprod => names::preprod_vhost_file(inst, slug),
+        })
+    }
+
     /// The web server's `sites-enabled` (or the declared dir; equal to the vhost dir means no
     /// enabling links).
     pub fn vhost_enabled_dir(&self) -> PathBuf {
@@ -1351,12 +1360,11 @@ impl<'d> Layout<'d> {
         out.push(self.entry(Role::TmpfilesFile, self.tmpfiles_path(), None));
         out.push(self.entry(Role::PolkitRule, self.polkit_rule_path(), None));
         for &(k, site) in sites {
-            let mut files = vec![names::prod_vhost_file(inst, &site.slug)];
-            if preprod.enabled {
-                files.push(names::preprod_vhost_file(inst, &site.slug));
-            }
-            for file in files {
-                out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), Some(k)));
+            for surface in [Surface::Prod, Surface::Preprod] {
+                if surface == Surface::Prod || preprod.enabled {
+                    let path = self.site_vhost_path(&site.slug, surface);
+                    out.push(self.entry(Role::Vhost, path, Some(k)));
+                }
             }
         }
         if self.decl.chat.is_some() {

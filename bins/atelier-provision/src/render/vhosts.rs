@@ -14,7 +14,6 @@
 use std::fmt::Write as _;
 
 use atelier_layout::declaration::{AuthMode, Site, TlsMode, WebServer};
-use atelier_layout::names;
 use atelier_layout::paths::{Role, Surface, ACME_CHALLENGE_PATH};
 use atelier_layout::{Layout, SiteOrdinal};
 
@@ -49,9 +48,7 @@ pub(super) fn render(
         };
         let mut vhost = artifact(
             layout,
-            layout
-                .vhost_dir()
-                .join(names::prod_vhost_file(inst, &site.slug)),
+            layout.site_vhost_path(&site.slug, Surface::Prod),
             Role::Vhost,
             kind,
             CommentStyle::Hash,
@@ -74,9 +71,7 @@ pub(super) fn render(
             };
             out.push(artifact(
                 layout,
-                layout
-                    .vhost_dir()
-                    .join(names::preprod_vhost_file(inst, &site.slug)),
+                layout.site_vhost_path(&site.slug, Surface::Preprod),
                 Role::Vhost,
                 kind,
                 CommentStyle::Hash,
