@@ -416,7 +416,8 @@ impl Sessions {
             this.begin_turn(&slug, &turn_id)
         })
         .await?;
-        // Before the answer: an engine that reads the site right after its 201 sees the turn.
+        // Before the answer (the turn itself only ever ends it): an engine that reads the site
+        // right after its 201 sees the turn.
         self.inner
             .sites
             .set_session_state(&admitted.slug, "running", id.as_str());

@@ -307,9 +307,6 @@ impl Turn {
                 prompt: prompt.clone(),
             })
             .await;
-        services
-            .sites
-            .set_session_state(&slug, "running", id.as_str());
 
         let mut fault: Option<TurnFault> = None;
         let mut last_token: Option<String> = None;
