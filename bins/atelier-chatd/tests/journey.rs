@@ -394,9 +394,7 @@ async fn the_audit_names_each_user_as_the_cms_does() {
         _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
     })
     .await;
-    let dir = prepare_dir();
-    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
-    let daemon = start(dir.path(), &env, 0).await;
+    let (_dir, daemon) = start_on_anthropic(&provider).await;
     let socket = &daemon.socket;
     let users = [
         (
@@ -454,6 +452,14 @@ async fn the_audit_names_each_user_as_the_cms_does() {
         .collect();
     let want: Vec<(&str, &str)> = users.iter().map(|u| (u.0, u.3)).collect();
     assert_eq!(named, want);
+}
+
+/// A chatd of its own whose Anthropic provider is `provider`; its folder lives as long as it.
+async fn start_on_anthropic(provider: &support::Scripted) -> (tempfile::TempDir, support::Daemon) {
+    let dir = prepare_dir();
+    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
+    let daemon = start(dir.path(), &env, 0).await;
+    (dir, daemon)
 }
 
 /// Not canonical base64 (unused bits set): the image preflight refuses it.
@@ -547,9 +553,7 @@ async fn a_chat_send_meets_its_refusals_in_the_original_order() {
         _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
     })
     .await;
-    let dir = prepare_dir();
-    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
-    let daemon = start(dir.path(), &env, 0).await;
+    let (dir, daemon) = start_on_anthropic(&provider).await;
     let socket = &daemon.socket;
     // Bob's credential, which a conversation of alice's names: not hers.
     let bobs = create_credential(
@@ -767,9 +771,7 @@ async fn testing_a_credential_asks_its_provider_every_time() {
         }
     })
     .await;
-    let dir = prepare_dir();
-    let env = [("CHATD_ANTHROPIC_URL", provider.base_url.clone())];
-    let daemon = start(dir.path(), &env, 0).await;
+    let (_dir, daemon) = start_on_anthropic(&provider).await;
     let socket = &daemon.socket;
     let test = |id: &str| format!("/admin/api/ai/credentials/{id}/test");
 

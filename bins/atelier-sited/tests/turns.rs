@@ -345,12 +345,7 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
         .await;
     // Wait until the agent has written its file, so it is surely running.
     let file = instance.workspace().join("before-stop.txt");
-    for _ in 0..500 {
-        if file.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(&file).await;
     assert!(file.exists(), "the agent started");
     // A follow-up while the turn runs is refused with the contract's detail.
     let busy = instance
@@ -539,6 +534,16 @@ impl Drop for Daemon {
     }
 }
 
+/// Waits (up to 5 s) until the agent has written `file`.
+async fn wait_for(file: &Path) {
+    for _ in 0..500 {
+        if file.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// POSTs `body` to `path` until the site is no longer held by its boot recovery
 /// (`site_recovering` is the retryable busy the engine waits out); the first other answer.
 async fn post_past_recovery(socket: &Path, path: &str, body: Value) -> support::Reply {
@@ -568,12 +573,7 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
     let id = started.json()["session_id"].as_str().unwrap().to_owned();
     let file = root.join("sites/alpha/unsaved.txt");
-    for _ in 0..500 {
-        if file.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(&file).await;
     assert!(file.exists());
     // Wait until the agent's tool use is in the log: the turn is well under way.
     let log_path = root.join(format!("sites/alpha/.builder/sessions/{id}.jsonl"));
@@ -756,12 +756,7 @@ async fn two_sessions_of_a_site_are_recovered_at_one_boot() {
     .await;
     assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
     let file = root.join("sites/alpha/cut.txt");
-    for _ in 0..500 {
-        if file.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(&file).await;
     assert!(file.exists());
     daemon.kill_9(&marker).await;
 
