@@ -334,8 +334,8 @@ pub fn content_suffix(snapshot: &Value) -> String {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     let mut lines = vec![format!(
         "You are {} ({}).",
-        text(&snapshot["user"]["displayName"]),
-        text(&snapshot["user"]["email"])
+        text(&snapshot["currentUser"]["displayName"]),
+        text(&snapshot["currentUser"]["email"])
     )];
     let collections: Vec<String> = snapshot["collections"]
         .as_array()
@@ -355,7 +355,10 @@ pub fn content_suffix(snapshot: &Value) -> String {
     } else {
         format!("Collections: {}.", collections.join(", "))
     });
-    if let Some(active) = snapshot["activeCollectionId"].as_str() {
+    if let Some(active) = snapshot["activeTableId"]
+        .as_str()
+        .filter(|id| !id.is_empty())
+    {
         lines.push(format!("Active collection: {active}."));
     }
     let document = &snapshot["activeDocument"];
@@ -368,19 +371,19 @@ pub fn content_suffix(snapshot: &Value) -> String {
             text(&document["status"])
         ));
         lines.push("Fields:".to_owned());
-        for field in document["fields"].as_array().into_iter().flatten() {
+        // The schema orders the lines; each value is the document's under the field's id.
+        for field in document["schema"].as_array().into_iter().flatten() {
             let kind = text(&field["type"]);
-            let mut line = format!("  - {}", text(&field["id"]));
+            let id = text(&field["id"]);
+            let value = &document["fields"][id.as_str()];
+            let mut line = format!("  - {id}");
             if field["required"] == Value::Bool(true) {
                 line.push_str(" *");
             }
             if field["builtIn"] == Value::Bool(true) {
                 line.push_str(" (builtin)");
             }
-            line.push_str(&format!(
-                " [{kind}]: {}",
-                render_value(&kind, &field["value"])
-            ));
+            line.push_str(&format!(" [{kind}]: {}", render_value(&kind, value)));
             lines.push(line);
         }
     } else {

@@ -667,19 +667,40 @@ fn the_dynamic_suffixes_follow_the_snapshot() {
     let placeholder = system_prompt(Scope::Site, Some(&json!("garbage")))
         .pop()
         .unwrap();
+    // The shape the editor's content workspace posts.
+    let field = |id: &str, kind: &str, required: bool, built_in: bool| {
+        json!({"id": id, "label": id.to_uppercase(), "type": kind, "required": required,
+            "builtIn": built_in})
+    };
     let content_snapshot = json!({
-        "user": {"displayName": "Ana", "email": "ana@example.org"},
-        "collections": [{"id": "t-posts", "slug": "posts", "kind": "postType", "docCount": 3}],
-        "activeCollectionId": "t-posts",
-        "activeDocument": {"id": "d-launch", "title": "Launch day", "tableId": "t-posts", "status": "published",
-            "fields": [
-                {"id": "title", "type": "text", "required": true, "builtIn": true, "value": "Launch day"},
-                {"id": "body", "type": "body", "value": "x".repeat(250)},
-                {"id": "summary", "type": "text", "value": "y".repeat(130)},
-                {"id": "views", "type": "number", "value": 42},
-                {"id": "cover", "type": "media", "value": null},
-                {"id": "tags", "type": "multiSelect", "value": ["a", "b"]}
-            ]}
+        "currentUser": {"id": "usr_ana", "displayName": "Ana", "email": "ana@example.org"},
+        "collections": [
+            {"id": "t-posts", "slug": "posts", "label": "Posts", "kind": "postType", "docCount": 3}
+        ],
+        "activeTableId": "t-posts",
+        "activeDocument": {
+            "id": "d-launch", "tableId": "t-posts", "title": "Launch day", "slug": "launch-day",
+            "status": "published", "authorUserId": "usr_ana",
+            "updatedAt": "2026-11-30T09:00:00.000Z",
+            "fields": {
+                "title": "Launch day",
+                "body": "x".repeat(250),
+                "summary": "y".repeat(130),
+                "views": 42,
+                "cover": null,
+                "tags": ["a", "b"]
+            },
+            // Lines follow the schema; a field the document has no value for is (empty).
+            "schema": [
+                field("title", "text", true, true),
+                field("body", "body", false, true),
+                field("summary", "text", false, false),
+                field("views", "number", false, false),
+                field("cover", "media", false, false),
+                field("tags", "multiSelect", false, false),
+                field("seoTitle", "text", false, true)
+            ]
+        }
     });
     let content = system_prompt(Scope::Content, Some(&content_snapshot))
         .pop()
