@@ -88,7 +88,7 @@ use atelier_sd::notify::Notifier;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::Metrics;
-use crate::providers::{Credentials, Services, StoredProviders};
+use crate::providers::{Services, StoredProviders};
 use crate::runtime::LoopRunner;
 use crate::store::{Store, StoreError};
 use crate::turn::TurnRunner;
@@ -123,12 +123,7 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
             "chat turns left without an end by an earlier process recorded as failed"
         );
     }
-    let credentials = Credentials::new(
-        settings.master_key.clone(),
-        settings.provider_urls.clone(),
-        reqwest::Client::new(),
-    );
-    let services = Services::new(Arc::clone(&store), credentials);
+    let services = router::services(&settings, Arc::clone(&store));
     let runner = LoopRunner::new(
         Arc::new(StoredProviders::new(services.clone())),
         tools::catalogue(),

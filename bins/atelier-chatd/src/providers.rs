@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use atelier_llm::{
     AnthropicDriver, CapabilityResolver, ChatCompletionsDriver, Driver, Endpoint, ModelCatalogue,
@@ -99,22 +100,31 @@ pub struct ResolvedCredential {
 pub struct Credentials {
     master_key: Option<Arc<MasterKey>>,
     urls: ProviderUrls,
+    idle_timeout: Duration,
     client: reqwest::Client,
 }
 
 impl Credentials {
     /// Resolution under `master_key` (none: sealed secrets cannot be used), reaching hosted
-    /// providers at `urls` with `client`.
+    /// providers at `urls` with `client`, each endpoint failing a request after `idle_timeout`
+    /// without a byte.
     pub fn new(
         master_key: Option<Arc<MasterKey>>,
         urls: ProviderUrls,
+        idle_timeout: Duration,
         client: reqwest::Client,
     ) -> Self {
         Credentials {
             master_key,
             urls,
+            idle_timeout,
             client,
         }
+    }
+
+    /// An endpoint at `base_url` with this chatd's idle timeout.
+    fn endpoint(&self, base_url: String, api_key: Option<String>) -> Endpoint {
+        Endpoint::new(self.client.clone(), base_url, api_key).with_idle_timeout(self.idle_timeout)
     }
 
     /// The master key, when chatd has one.
@@ -174,7 +184,7 @@ impl Credentials {
         Ok(ResolvedCredential {
             id: row.id.clone(),
             kind,
-            endpoint: Endpoint::new(self.client.clone(), base_url, api_key),
+            endpoint: self.endpoint(base_url, api_key),
         })
     }
 
@@ -185,7 +195,7 @@ impl Credentials {
             AuthMode::ApiKey => self.urls.hosted(kind).to_owned(),
             AuthMode::BaseUrl => String::new(),
         };
-        Endpoint::new(self.client.clone(), base, None)
+        self.endpoint(base, None)
     }
 }
 

@@ -346,6 +346,7 @@ pub fn services(settings: &Settings, store: Arc<Store>) -> Services {
     let credentials = Credentials::new(
         settings.master_key.clone(),
         settings.provider_urls.clone(),
+        settings.provider_idle_timeout,
         reqwest::Client::new(),
     );
     Services::new(store, credentials)

@@ -4,6 +4,9 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+use atelier_layout::services::CHATD_PROVIDER_IDLE_TIMEOUT_MS;
 
 use crate::auth::normalize_origin;
 use crate::cms::{CmsOrigin, CmsOriginError};
@@ -34,6 +37,7 @@ const KNOWN_VARIABLES: &[&str] = &[
     "CHATD_OPENAI_URL",
     "CHATD_OPENROUTER_URL",
     "CHATD_CMS_ORIGIN",
+    "CHATD_PROVIDER_IDLE_TIMEOUT_MS",
 ];
 
 /// Settings as given, before validation.
@@ -61,6 +65,9 @@ pub struct RawSettings {
     /// Where the CMS listens on loopback (`http://127.0.0.1:3001`); chatd asks it whose each
     /// session cookie is.
     pub cms_origin: Option<String>,
+    /// Milliseconds a provider may stay silent (before its answer's head, or between two
+    /// reads of its stream) before the turn fails, as given (`CHATD_PROVIDER_IDLE_TIMEOUT_MS`).
+    pub provider_idle_timeout_ms: Option<String>,
 }
 
 /// Validated settings.
@@ -80,6 +87,8 @@ pub struct Settings {
     pub provider_urls: ProviderUrls,
     /// Where the CMS listens.
     pub cms_origin: CmsOrigin,
+    /// How long a provider may stay silent before the turn fails.
+    pub provider_idle_timeout: Duration,
 }
 
 impl fmt::Debug for Settings {
@@ -95,6 +104,7 @@ impl fmt::Debug for Settings {
             )
             .field("provider_urls", &self.provider_urls)
             .field("cms_origin", &self.cms_origin)
+            .field("provider_idle_timeout", &self.provider_idle_timeout)
             .finish()
     }
 }
@@ -103,7 +113,7 @@ impl fmt::Debug for Settings {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingsError {
     /// A `CHATD_` variable chatd does not know.
-    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN, CHATD_ANTHROPIC_URL, CHATD_OPENAI_URL, CHATD_OPENROUTER_URL, CHATD_CMS_ORIGIN")]
+    #[error("unknown setting {0}; known: CHATD_DATABASE, CHATD_PUBLIC_ORIGIN, CHATD_ANTHROPIC_URL, CHATD_OPENAI_URL, CHATD_OPENROUTER_URL, CHATD_CMS_ORIGIN, CHATD_PROVIDER_IDLE_TIMEOUT_MS")]
     UnknownKey(String),
     /// No service token was provided.
     #[error("no service token: provide the {SERVICE_TOKEN_CREDENTIAL} credential")]
@@ -139,6 +149,9 @@ pub enum SettingsError {
         /// What is wrong with it.
         reason: CmsOriginError,
     },
+    /// The provider idle timeout is not a whole number of milliseconds in range.
+    #[error("CHATD_PROVIDER_IDLE_TIMEOUT_MS {0:?} must be a whole number of milliseconds from 1000 (a second) to 3600000 (an hour, the CMS vhost's wait for a stream's next byte)")]
+    BadProviderIdleTimeout(String),
     /// A path setting is relative.
     #[error("{setting} path {path:?} must be absolute")]
     RelativePath {
@@ -187,6 +200,9 @@ impl RawSettings {
                 }
                 "CHATD_OPENROUTER_URL" if self.openrouter_url.is_none() => {
                     self.openrouter_url = Some(value.to_owned());
+                }
+                "CHATD_PROVIDER_IDLE_TIMEOUT_MS" if self.provider_idle_timeout_ms.is_none() => {
+                    self.provider_idle_timeout_ms = Some(value.to_owned());
                 }
                 known if KNOWN_VARIABLES.contains(&known) => {}
                 unknown => return Err(SettingsError::UnknownKey(unknown.to_owned())),
@@ -265,6 +281,13 @@ impl RawSettings {
                 *slot = url.trim_end_matches('/').to_owned();
             }
         }
+        let provider_idle_timeout = match self.provider_idle_timeout_ms {
+            None => atelier_llm::DEFAULT_IDLE_TIMEOUT,
+            Some(given) => match given.trim().parse::<u64>() {
+                Ok(ms) if CHATD_PROVIDER_IDLE_TIMEOUT_MS.contains(&ms) => Duration::from_millis(ms),
+                _ => return Err(SettingsError::BadProviderIdleTimeout(given)),
+            },
+        };
         Ok(Settings {
             database,
             listen: self.listen,
@@ -273,6 +296,7 @@ impl RawSettings {
             master_key,
             provider_urls,
             cms_origin,
+            provider_idle_timeout,
         })
     }
 }
@@ -468,6 +492,44 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(normalize_origin(input).as_deref(), expected, "{input}");
         }
+    }
+
+    #[test]
+    fn the_provider_idle_timeout_is_whole_milliseconds_from_a_second_to_an_hour() {
+        let cases: Vec<(&str, Option<&str>, Result<u128, SettingsError>)> = vec![
+            (
+                "unset",
+                None,
+                Ok(atelier_llm::DEFAULT_IDLE_TIMEOUT.as_millis()),
+            ),
+            ("ten minutes", Some("600000"), Ok(600_000)),
+            ("spaces around", Some(" 1500 "), Ok(1_500)),
+            ("a second", Some("1000"), Ok(1_000)),
+            ("an hour", Some("3600000"), Ok(3_600_000)),
+            ("seconds meant", Some("600"), Err(bad("600"))),
+            ("zero", Some("0"), Err(bad("0"))),
+            ("past an hour", Some("3600001"), Err(bad("3600001"))),
+            ("negative", Some("-5000"), Err(bad("-5000"))),
+            ("a fraction", Some("1500.5"), Err(bad("1500.5"))),
+            ("a unit", Some("10min"), Err(bad("10min"))),
+            ("empty", Some(""), Err(bad(""))),
+        ];
+        fn bad(value: &str) -> SettingsError {
+            SettingsError::BadProviderIdleTimeout(value.to_owned())
+        }
+        for (name, value, expected) in cases {
+            let got = raw()
+                .with_variables(value.map(|v| ("CHATD_PROVIDER_IDLE_TIMEOUT_MS", v)))
+                .unwrap()
+                .validate()
+                .map(|s| s.provider_idle_timeout.as_millis());
+            assert_eq!(got, expected, "{name}");
+        }
+        let refusal = bad("0").to_string();
+        assert!(
+            refusal.contains("CHATD_PROVIDER_IDLE_TIMEOUT_MS"),
+            "{refusal}"
+        );
     }
 
     #[test]

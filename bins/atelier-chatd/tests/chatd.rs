@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atelier_chatd::auth::{Clock, ManualClock, SystemClock};
-use atelier_chatd::providers::{Credentials, Services};
 use atelier_chatd::store::history::INTERRUPTED_TOOL_RESULT_ERROR;
 use atelier_chatd::store::Store;
 use atelier_chatd::turn::{Turn, TurnRunner};
@@ -131,14 +130,9 @@ fn serve_with(
     .validate()
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
-    let credentials = Credentials::new(
-        settings.master_key.clone(),
-        settings.provider_urls.clone(),
-        reqwest::Client::new(),
-    );
     let router = Router::with_clock(
         &settings,
-        Services::new(store, credentials),
+        atelier_chatd::router::services(&settings, store),
         Arc::new(ScriptedRunner { tools }),
         clock,
     );

@@ -511,17 +511,15 @@ async fn create_conversation(socket: &Path, credential_id: &str, model: &str) ->
 
 /// Alice's chat send on the site scope; the status and the JSON body of a refusal.
 async fn chat(socket: &Path, message: &Value) -> (StatusCode, Value) {
-    let reply = send(
-        socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        "/admin/api/ai/chat/site",
-        Some(message),
-    )
-    .await;
+    let reply = send_chat(socket, message).await;
     let status = reply.status;
     (status, reply.json().await)
+}
+
+/// Alice's chat send on the site scope, its answer unread.
+async fn send_chat(socket: &Path, message: &Value) -> support::Reply {
+    let path = "/admin/api/ai/chat/site";
+    send(socket, "alice", ALL_CAPS, Method::POST, path, Some(message)).await
 }
 
 /// The `lastUsedAt` of alice's credential `id`.
@@ -685,18 +683,7 @@ async fn a_credential_is_marked_used_once_a_turn_ran_never_by_a_refused_send() {
         let content = json!([{"kind": "text", "text": "hi"}]);
         json!({"conversationId": conversation, "content": content})
     };
-    let start_turn = |message: Value| async move {
-        let path = "/admin/api/ai/chat/site";
-        send(
-            socket,
-            "alice",
-            ALL_CAPS,
-            Method::POST,
-            path,
-            Some(&message),
-        )
-        .await
-    };
+    let start_turn = |message: Value| async move { send_chat(socket, &message).await };
 
     // Refused sends: the image preflight (400) and the capability gate (422).
     let (status, _) = chat(socket, &image_message(&id, BAD_IMAGE)).await;
@@ -820,4 +807,49 @@ async fn testing_a_credential_asks_its_provider_every_time() {
         body,
         json!({"ok": false, "error": "Anthropic model list answered 401"})
     );
+}
+
+#[tokio::test]
+async fn a_silent_provider_fails_the_turn_after_the_operators_idle_timeout() {
+    let provider = scripted(|seen| match seen.path.as_str() {
+        "/api/show" | "/quiet/api/show" => Answer::Json(
+            StatusCode::OK,
+            json!({"capabilities": ["completion", "tools"]}),
+        ),
+        // Never answers within the test: the turn must not wait for it.
+        "/quiet/v1/chat/completions" => Answer::Delayed(
+            Duration::from_secs(600),
+            Box::new(Answer::Json(StatusCode::OK, json!({}))),
+        ),
+        // Answers its head and a first word, then goes silent.
+        "/v1/chat/completions" => Answer::Sse {
+            frames: chat_frames(&text_chunks("Hel")[..1], false),
+            hang: true,
+        },
+        _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
+    })
+    .await;
+    let dir = prepare_dir();
+    let env = [("CHATD_PROVIDER_IDLE_TIMEOUT_MS", "1500".to_owned())];
+    let daemon = start(dir.path(), &env, 0).await;
+    let socket = &daemon.socket;
+    for (label, path, expected) in [
+        ("no answer at all", "/quiet", "no response for 1.5s"),
+        ("silent mid-stream", "", "no data for 1.5s"),
+    ] {
+        let body = ollama_credential(label, &format!("{}{path}", provider.base_url));
+        let credential = create_credential(socket, "alice", body).await;
+        let conversation = create_conversation(socket, &credential, "qwen3").await;
+        let content = json!([{"kind": "text", "text": "hi"}]);
+        let message = json!({"conversationId": conversation, "content": content});
+        let turn = send_chat(socket, &message).await;
+        assert_eq!(turn.status, StatusCode::OK, "{label}");
+        let lines = tokio::time::timeout(Duration::from_secs(60), turn.lines())
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the turn outlived its idle timeout"));
+        let last = lines.last().unwrap();
+        assert_eq!(last["type"], "error", "{label}: {lines:?}");
+        let said = last["message"].as_str().unwrap_or_default();
+        assert!(said.contains(expected), "{label}: {said}");
+    }
 }

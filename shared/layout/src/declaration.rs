@@ -620,6 +620,10 @@ pub struct Chat {
     /// The root-only file holding chatd's master key (base64 of 32 bytes), minted by apply
     /// when absent and never rewritten.
     pub master_key: PathBuf,
+    /// How long a model provider may stay silent before chatd fails the turn, when not
+    /// chatd's default (two minutes); a CPU-only local model may read a long prompt for
+    /// longer than that before its first byte.
+    pub provider_idle_timeout_ms: Option<u64>,
 }
 
 /// Operational limits; each is absent unless declared.

@@ -19,6 +19,11 @@ pub const BUILD_BINARY: &str = "atelier-build";
 pub const CHATD_BINARY: &str = "atelier-chatd";
 /// chatd's SQLite database, in its state directory.
 pub const CHATD_DATABASE_FILE: &str = "chat.sqlite3";
+/// The provider idle timeouts chatd takes (`chat.provider_idle_timeout_ms`, its
+/// `CHATD_PROVIDER_IDLE_TIMEOUT_MS`), in milliseconds: under a second is a typo for seconds,
+/// and the CMS's vhost waits an hour at most for a chat stream's next byte, so a longer wait
+/// would end at the web server instead, as a cut stream.
+pub const CHATD_PROVIDER_IDLE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
 /// The provisioner, as certbot's deploy hook runs it.
 pub const PROVISION_BINARY: &str = "atelier-provision";
 

@@ -62,7 +62,7 @@ pub enum LlmError {
         detail: String,
     },
     /// No bytes arrived on the stream for the idle limit.
-    #[error("{label} stream error: no data for {}s", idle.as_secs())]
+    #[error("{label} stream error: no data for {idle:?}")]
     IdleTimeout {
         /// The provider label.
         label: &'static str,

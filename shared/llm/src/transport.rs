@@ -157,7 +157,7 @@ async fn open(
         Err(_) => {
             return Err(LlmError::Request {
                 label,
-                detail: format!("no response for {}s", idle.as_secs()),
+                detail: format!("no response for {idle:?}"),
             })
         }
     };

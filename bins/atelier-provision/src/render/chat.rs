@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use atelier_layout::declaration::Chat;
 use atelier_layout::names;
 use atelier_layout::paths::Role;
+use atelier_layout::services;
 use atelier_layout::Layout;
 
 use super::vhosts::{letsencrypt_comment, nginx_servers, Certificate, Tls};
@@ -26,9 +27,10 @@ pub const CMS_MCP_PREFIX: &str = "/admin/api/ai/mcp/";
 /// The CMS's own editor-bridge stream below the chat prefix.
 pub const CMS_EDITOR_BRIDGE: &str = "/admin/api/ai/editor-bridge";
 
-/// A streamed chat turn or editor-bridge stream may stay quiet between events far longer than
-/// nginx's default minute.
-const STREAM_READ_TIMEOUT: &str = "1h";
+/// How long nginx waits for a chat stream's next byte, in seconds: a streamed chat turn or
+/// editor-bridge stream may stay quiet far longer than nginx's default minute, and chatd waits
+/// for a silent provider at most this long.
+const STREAM_READ_TIMEOUT_SECS: u64 = *services::CHATD_PROVIDER_IDLE_TIMEOUT_MS.end() / 1000;
 /// A chat message may carry images.
 const CHAT_BODY_MAX: &str = "32m";
 /// What the editor reads when nginx cannot reach chatd (its socket is gone, it failed).
@@ -111,7 +113,7 @@ impl CmsView {
             "        proxy_http_version 1.1;\n\
              \x20       proxy_set_header Connection \"\";\n\
              \x20       proxy_buffering off;\n\
-             \x20       proxy_read_timeout {STREAM_READ_TIMEOUT};\n"
+             \x20       proxy_read_timeout {STREAM_READ_TIMEOUT_SECS}s;\n"
         );
         write!(
             out,

@@ -906,3 +906,31 @@ fn letsencrypt_vhosts_wait_for_their_certificate_and_a_hook_applies_again() {
             .any(|a| String::from_utf8_lossy(&a.bytes).contains("acme-challenge")));
     }
 }
+
+/// A declared provider idle timeout reaches chatd's environment; undeclared, chatd keeps its
+/// own default. The CMS's vhost waits for a chat stream's next byte as long as chatd may wait
+/// for a provider at most, so a slow model's turn ends at chatd with a message, never cut by
+/// the web server.
+#[test]
+fn a_declared_provider_idle_timeout_reaches_chatd() {
+    let service = "/etc/systemd/system/atelier-chatd@example.service";
+    let variable = "CHATD_PROVIDER_IDLE_TIMEOUT_MS";
+    let mut decl = example();
+    let rendered = render(&decl, &FACTS).unwrap();
+    assert!(!text_of(&rendered, service).contains(variable));
+    let vhost = text_of(
+        &rendered,
+        "/etc/nginx/sites-available/atelier-example.cms.conf",
+    );
+    let end = atelier_layout::services::CHATD_PROVIDER_IDLE_TIMEOUT_MS.end() / 1000;
+    assert!(
+        vhost.contains(&format!("proxy_read_timeout {end}s;")),
+        "{vhost}"
+    );
+
+    decl.chat.as_mut().unwrap().provider_idle_timeout_ms = Some(600_000);
+    let rendered = render(&decl, &FACTS).unwrap();
+    let unit = text_of(&rendered, service);
+    let line = format!("\nEnvironment={variable}=600000\n");
+    assert!(unit.contains(&line), "{unit}");
+}

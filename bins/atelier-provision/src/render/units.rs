@@ -201,6 +201,12 @@ fn chatd_service(layout: &Layout<'_>, chat: &Chat) -> Result<String, RenderError
         ),
         ("PUBLIC_ORIGIN", safe_origin(&chat.public_origin)?),
         ("CMS_ORIGIN", safe_origin(&chat.cms_origin)?),
+        (
+            "PROVIDER_IDLE_TIMEOUT",
+            chat.provider_idle_timeout_ms
+                .map(|ms| format!("Environment=CHATD_PROVIDER_IDLE_TIMEOUT_MS={ms}\n"))
+                .unwrap_or_default(),
+        ),
         ("LOAD_CREDENTIALS", credentials),
     ]);
     fill(template::CHATD_SERVICE, &values)

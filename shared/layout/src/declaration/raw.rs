@@ -39,6 +39,7 @@ pub(crate) struct RawChat {
     pub cms_origin: Option<String>,
     pub public_origin: Option<String>,
     pub master_key: Option<String>,
+    pub provider_idle_timeout_ms: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -72,7 +72,6 @@ fn openai(doc: &mut Value) {
     set(doc, "/agent/openai_model", json!("qwen3-coder-30b"));
 }
 
-/// Switches the base to the driver pi with an OpenAI-compatible model.
 /// Adds a valid chat block.
 fn chat(doc: &mut Value) {
     set(
@@ -86,6 +85,7 @@ fn chat(doc: &mut Value) {
     );
 }
 
+/// Switches the base to the driver pi with an OpenAI-compatible model.
 fn pi(doc: &mut Value) {
     openai(doc);
     set(doc, "/agent/driver", json!("pi"));
@@ -920,6 +920,30 @@ const CASES: &[Case] = &[
         &[("chat.cms_origin", Reason::BadCmsOrigin)],
     ),
     (
+        "chat: the provider idle timeout in seconds",
+        |d| {
+            chat(d);
+            set(d, "/chat/provider_idle_timeout_ms", json!(600));
+        },
+        &[("chat.provider_idle_timeout_ms", Reason::OutOfRange)],
+    ),
+    (
+        "chat: the provider idle timeout past the vhost's hour",
+        |d| {
+            chat(d);
+            set(d, "/chat/provider_idle_timeout_ms", json!(3_600_001));
+        },
+        &[("chat.provider_idle_timeout_ms", Reason::OutOfRange)],
+    ),
+    (
+        "chat: the provider idle timeout as text",
+        |d| {
+            chat(d);
+            set(d, "/chat/provider_idle_timeout_ms", json!("10min"));
+        },
+        &[("chat.provider_idle_timeout_ms", Reason::WrongType)],
+    ),
+    (
         "chat: the public origin carries a path",
         |d| {
             chat(d);
@@ -1030,9 +1054,15 @@ fn a_chat_block_is_read_with_its_host() {
         chat.master_key,
         std::path::Path::new("/etc/atelier/example/credentials/CHATD_MASTER_KEY")
     );
+    assert_eq!(chat.provider_idle_timeout_ms, None, "chatd's default");
     // An IPv6 loopback is loopback too.
     set(&mut doc, "/chat/cms_origin", json!("http://[::1]:3001"));
     assert!(Declaration::parse(&doc.to_string()).is_ok());
+    for ms in [1_000, 600_000, 3_600_000] {
+        set(&mut doc, "/chat/provider_idle_timeout_ms", json!(ms));
+        let chat = Declaration::parse(&doc.to_string()).unwrap().chat.unwrap();
+        assert_eq!(chat.provider_idle_timeout_ms, Some(ms));
+    }
 }
 
 #[test]

@@ -262,12 +262,30 @@ fn chat(v: &mut Validator<'_>, raw: RawChat, at: &JsonPath) -> Option<Chat> {
         &at.key("master_key"),
         grammar::absolute_path,
     );
+    let timeout_at = at.key("provider_idle_timeout_ms");
+    let bounds = crate::services::CHATD_PROVIDER_IDLE_TIMEOUT_MS;
+    let provider_idle_timeout_ms =
+        v.number(raw.provider_idle_timeout_ms, &timeout_at, *bounds.start());
+    if let Some(Some(ms)) = provider_idle_timeout_ms {
+        if ms > *bounds.end() {
+            v.refuse(
+                &timeout_at,
+                Reason::OutOfRange,
+                format!(
+                    "{ms} is above the maximum {}: the CMS's vhost waits an hour at most for a \
+                     chat stream's next byte",
+                    bounds.end()
+                ),
+            );
+        }
+    }
     let public_origin = public_origin?;
     Some(Chat {
         cms_origin: cms_origin?,
         host: grammar::url_host(&public_origin).to_owned(),
         public_origin,
         master_key: master_key?,
+        provider_idle_timeout_ms: provider_idle_timeout_ms?,
     })
 }
 
