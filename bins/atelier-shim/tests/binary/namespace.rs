@@ -62,6 +62,23 @@ async fn in_a_private_namespace_the_proof_passes_and_the_run_proceeds() {
     assert!(marker.exists());
 }
 
+/// A host with a tunnel module loaded puts its fallback devices (`tunl0`, `gre0`, ...) into every
+/// new namespace, down; the proof lets such a namespace through. A bridge that is never set up
+/// stands in for one (this machine loads no tunnel module).
+#[tokio::test]
+async fn a_private_namespace_with_a_down_interface_passes_and_the_run_proceeds() {
+    let scratch = Scratch::new();
+    let marker = scratch.path("ran");
+    let mut launch = Launch::in_private_netns("build", &scratch.workdir());
+    launch.wrapper =
+        Some(r#"ip link set lo up && ip link add d0 type bridge && exec "$@""#.to_owned());
+    let (shim, exit) = run_marker(launch.start(), "build", &marker, &own_netns()).await;
+    assert_eq!(exit, Some(ExitRecord::exited(0)));
+    let ended = shim.wait();
+    assert_eq!(ended.code(), 0, "{}", ended.stderr);
+    assert!(marker.exists());
+}
+
 /// One way the proof must fail: exit 78, the contract's line, nothing run.
 struct NotInEffect {
     name: &'static str,
@@ -97,14 +114,15 @@ async fn without_the_private_namespace_the_shim_exits_78_and_runs_nothing() {
             says: "this unit shares the daemon's network namespace",
         },
         NotInEffect {
-            name: "a private namespace with another interface",
+            name: "a private namespace with another interface that is up",
             // The dummy driver is not in every kernel (this machine's has none); a bridge is
-            // an interface all the same.
-            wrapper: Some(
-                r#"ip link set lo up && { ip link add d0 type dummy 2>/dev/null || ip link add d0 type bridge; } && exec "$@""#,
-            ),
+            // an interface all the same. Either is made down, so it is set up.
+            wrapper: Some(concat!(
+                r#"ip link set lo up && { ip link add d0 type dummy 2>/dev/null "#,
+                r#"|| ip link add d0 type bridge; } && ip link set d0 up && exec "$@""#,
+            )),
             host: Host::TestsOwn,
-            says: "this unit can see a host interface (d0)",
+            says: "this unit can see a host interface that is up (d0)",
         },
         NotInEffect {
             name: "a daemon identity that is not one",
