@@ -31,7 +31,7 @@ use crate::limits::CHAT_MAX_REQUEST_BYTES;
 use crate::metrics::{TurnMeter, TurnOutcome};
 use crate::pricing::Pricing;
 use crate::state::{blocking, State};
-use crate::store::events::{AuditEvent, ChatTurn, TurnTotals, TURN_ABORTED_ERROR};
+use crate::store::events::{AuditEvent, ChatTurn, TurnTotals};
 use crate::store::history::{self, INTERRUPTED_TOOL_RESULT_ERROR};
 use crate::store::{
     Committed, ContentBlock, Message, NewMessage, Role, Scope, Store, ToolCallRef, TurnUsage,
@@ -689,16 +689,14 @@ impl Persister {
         };
         let totals = self.booked;
         let event = match ending {
-            Ending::Done => AuditEvent::ChatCompleted { turn, totals },
+            // A turn its editor stopped (or whose page went away) ended as they asked: the CMS
+            // records it completed, with what it booked, and so does chatd. Its metrics count
+            // it as cancelled.
+            Ending::Done | Ending::Aborted => AuditEvent::ChatCompleted { turn, totals },
             Ending::Error(message) => AuditEvent::ChatFailed {
                 turn,
                 totals,
                 error: message.clone(),
-            },
-            Ending::Aborted => AuditEvent::ChatFailed {
-                turn,
-                totals,
-                error: TURN_ABORTED_ERROR.to_owned(),
             },
         };
         for attempt in 1..=END_RECORD_ATTEMPTS {

@@ -713,6 +713,29 @@ async fn a_credential_is_marked_used_once_a_turn_ran_never_by_a_refused_send() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(marked.is_string(), "an aborted turn ran: {marked}");
+    // The audit records it as the CMS does: completed, not failed, though it was cut short.
+    let mut ends = Vec::new();
+    for _ in 0..200 {
+        let path = "/admin/api/ai/audit/events?action=ai.chat.&limit=50";
+        let (status, log) = call(socket, Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{log}");
+        ends = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["targetId"] == json!(held) && e["action"] != "ai.chat.started")
+            .map(|e| (e["action"].clone(), e["metadata"]["error"].clone()))
+            .collect();
+        if !ends.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        ends,
+        [(json!("ai.chat.completed"), Value::Null)],
+        "a stopped turn"
+    );
 
     // A turn that returned is marked by the time its client has read the last line.
     let turn = start_turn(text(&id)).await;

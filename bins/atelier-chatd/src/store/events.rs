@@ -22,9 +22,6 @@ use super::{AuthMode, CredentialRow, Scope, Store, StoreError};
 /// CMS bounds its metadata the same way.
 pub const MAX_ERROR_CHARS: usize = 200;
 
-/// The error a turn's failure records when the client went away before the turn ended.
-pub const TURN_ABORTED_ERROR: &str = "The client went away before the turn ended.";
-
 /// The error recorded, at the next start, for a turn whose process stopped mid-turn.
 pub const TURN_INTERRUPTED_ERROR: &str = "chatd stopped before the turn ended.";
 
@@ -112,14 +109,14 @@ pub enum TestOutcome {
 pub enum AuditEvent {
     /// A chat turn began: its user message is stored.
     ChatStarted(ChatTurn),
-    /// A chat turn ended normally.
+    /// A chat turn ended normally, or was stopped by its client.
     ChatCompleted {
         /// The turn.
         turn: ChatTurn,
         /// What it booked.
         totals: TurnTotals,
     },
-    /// A chat turn ended with an error, an abort, or a stopped process.
+    /// A chat turn ended with an error, or its process stopped mid-turn.
     ChatFailed {
         /// The turn.
         turn: ChatTurn,
