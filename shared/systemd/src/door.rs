@@ -45,10 +45,52 @@ const DENY_ANY: [&str; 2] = ["0.0.0.0/0", "::/0"];
 const ALLOW_LOCALHOST: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 /// `SystemCallErrorNumber=EPERM`.
 const EPERM: i64 = 1;
+/// What a door's syscall filter (`@system-service` without `@privileged @resources`) must never
+/// allow: mounting, tracing, modules, rebooting, swap, raw I/O and the privileged and resource
+/// calls; the groups as a unit file names them, the calls as PID 1 reports the expanded list.
+const SYSCALLS_NEVER_ALLOWED: [&str; 35] = [
+    "@mount",
+    "@debug",
+    "@module",
+    "@reboot",
+    "@swap",
+    "@raw-io",
+    "@privileged",
+    "@resources",
+    "@obsolete",
+    "@cpu-emulation",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "ptrace",
+    "perf_event_open",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "iopl",
+    "ioperm",
+    "bpf",
+    "setuid",
+    "setgroups",
+    "capset",
+    "sethostname",
+    "open_by_handle_at",
+    "setrlimit",
+    "sched_setscheduler",
+    "acct",
+];
 
 /// Service properties that must be empty: no other command, identity, namespace, credential,
-/// environment source, directory or image than the ones Atelier renders.
-const EMPTY_SERVICE_PROPERTIES: [&str; 30] = [
+/// environment source, directory, image or file descriptor than the ones Atelier renders.
+/// (`OpenFile=` hands the run a file PID 1 opened as root; systemd before 253 has no such
+/// property, which reads as empty.)
+const EMPTY_SERVICE_PROPERTIES: [&str; 31] = [
     "ExecCondition",
     "ExecStartPre",
     "ExecStartPost",
@@ -79,6 +121,7 @@ const EMPTY_SERVICE_PROPERTIES: [&str; 30] = [
     "IPIngressFilterPath",
     "IPEgressFilterPath",
     "LogNamespace",
+    "OpenFile",
 ];
 
 /// What sited knows about one door of one site: the instance, the site's ordinal and slug,
@@ -477,6 +520,10 @@ fn service_expectations(facts: &DoorFacts) -> UnitExpectations {
         (service("KeyringMode"), word("private")),
         (service("RemoveIPC"), yes()),
         (service("SystemCallArchitectures"), same_set(["native"])),
+        (
+            service("SystemCallFilter"),
+            Expected::AllowListWithout(SYSCALLS_NEVER_ALLOWED.map(str::to_owned).to_vec()),
+        ),
         (service("SystemCallErrorNumber"), is(Value::Int(EPERM))),
         (service("PrivateNetwork"), yes()),
         (service("PrivateIPC"), yes()),

@@ -130,6 +130,10 @@ pub enum Expected {
     /// Empty or unset; a property this PID 1 does not know counts as unset, since no unit
     /// file can set it either.
     Empty,
+    /// A non-empty allow list (its first item unmarked by `~`) holding none of these items:
+    /// a syscall filter, whose groups PID 1 expands by its own release's tables, so only what
+    /// must never be in it can be named.
+    AllowListWithout(Vec<String>),
 }
 
 // === impl Expected ===
@@ -142,6 +146,7 @@ impl Expected {
             (Expected::Empty, None) => true,
             (Expected::Empty, Some(value)) => value.is_empty(),
             (Expected::Includes(items), None) => items.is_empty(),
+            (Expected::AllowListWithout(_), None) => false,
             (_, None) => false,
             (Expected::Is(expected), Some(value)) => expected == value,
             (Expected::SameSet(expected), Some(value)) => {
@@ -150,6 +155,12 @@ impl Expected {
             (Expected::Includes(items), Some(value)) => value
                 .items()
                 .is_some_and(|have| items.iter().all(|item| have.contains(item))),
+            (Expected::AllowListWithout(banned), Some(value)) => {
+                value.items().is_some_and(|have| {
+                    have.first().is_some_and(|first| !first.starts_with('~'))
+                        && !have.iter().any(|item| banned.contains(item))
+                })
+            }
         }
     }
 }
@@ -161,6 +172,9 @@ impl fmt::Display for Expected {
             Expected::SameSet(value) => write!(f, "exactly {value} in any order"),
             Expected::Includes(items) => write!(f, "at least [{}]", items.join(", ")),
             Expected::Empty => f.write_str("empty"),
+            Expected::AllowListWithout(banned) => {
+                write!(f, "an allow list without [{}]", banned.join(", "))
+            }
         }
     }
 }
@@ -214,7 +228,7 @@ impl LoadedUnit {
 
 /// A property PID 1 loaded differently from what Atelier expects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{unit}: {property} is {}, expected {expected}", display_loaded(.loaded))]
+#[error("{unit}: {property} is {}, expected {expected}", display_loaded(.expected, .loaded))]
 pub struct Nonconformant {
     /// The unit read.
     pub unit: String,
@@ -227,10 +241,24 @@ pub struct Nonconformant {
     pub loaded: Option<Value>,
 }
 
-fn display_loaded(loaded: &Option<Value>) -> String {
-    match loaded {
-        Some(value) => value.to_string(),
-        None => "not known to this PID 1".to_owned(),
+fn display_loaded(expected: &Expected, loaded: &Option<Value>) -> String {
+    match (expected, loaded) {
+        // A syscall filter is hundreds of names: only what breaks the expectation is shown.
+        (Expected::AllowListWithout(banned), Some(value)) => match value.items() {
+            Some(items) if items.is_empty() => "empty".to_owned(),
+            Some(items) if items[0].starts_with('~') => "a deny list".to_owned(),
+            Some(items) => {
+                let allowed: Vec<&str> = items
+                    .iter()
+                    .filter(|item| banned.contains(item))
+                    .map(String::as_str)
+                    .collect();
+                format!("an allow list with [{}]", allowed.join(", "))
+            }
+            None => value.to_string(),
+        },
+        (_, Some(value)) => value.to_string(),
+        (_, None) => "not known to this PID 1".to_owned(),
     }
 }
 

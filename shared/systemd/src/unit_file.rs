@@ -183,6 +183,7 @@ fn conversion(interface: Interface, key: &str) -> Option<Conversion> {
         "KeyringMode" => Scalar("KeyringMode", string),
         "KillMode" => Scalar("KillMode", string),
         "LogNamespace" => Scalar("LogNamespace", string),
+        "OpenFile" => List("OpenFile", words),
         "NetworkNamespacePath" => Scalar("NetworkNamespacePath", string),
         "PAMName" => Scalar("PAMName", string),
         "ProcSubset" => Scalar("ProcSubset", string),
@@ -236,6 +237,7 @@ fn conversion(interface: Interface, key: &str) -> Option<Conversion> {
         "IPAddressAllow" => List("IPAddressAllow", ip_prefixes),
         "IPAddressDeny" => List("IPAddressDeny", ip_prefixes),
         "RestrictAddressFamilies" => List("RestrictAddressFamilies", families),
+        "SystemCallFilter" => List("SystemCallFilter", families),
         "TemporaryFileSystem" => Pairs("TemporaryFileSystem", temporary),
         "LoadCredential" => Pairs("LoadCredential", credential_sources),
         "ListenStream" | "ListenDatagram" | "ListenSequentialPacket" | "ListenFIFO" => {
@@ -507,7 +509,7 @@ fn ip_prefixes(value: &str) -> Vec<String> {
         .collect()
 }
 
-/// Address family names; a deny list (`~AF_…`) marks each one with `~`.
+/// Address family or syscall names; a deny list (`~AF_…`, `~@group`) marks each one with `~`.
 fn families(value: &str) -> Vec<String> {
     match value.strip_prefix('~') {
         Some(rest) => words(rest).into_iter().map(|f| format!("~{f}")).collect(),

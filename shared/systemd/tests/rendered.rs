@@ -174,6 +174,27 @@ fn a_unit_that_differs_in_one_directive_is_refused_naming_it() {
             "NetworkNamespacePath=/proc/1/ns/net",
             "NetworkNamespacePath",
         ),
+        ("no syscall filter", "SystemCallFilter=", "SystemCallFilter"),
+        (
+            "mounting allowed",
+            "SystemCallFilter=@mount",
+            "SystemCallFilter",
+        ),
+        (
+            "tracing allowed",
+            "SystemCallFilter=ptrace",
+            "SystemCallFilter",
+        ),
+        (
+            "a deny list in the allow list's place",
+            "SystemCallFilter=\nSystemCallFilter=~@mount",
+            "SystemCallFilter",
+        ),
+        (
+            "a file opened by PID 1",
+            "OpenFile=/etc/atelier/example/credentials/ANTHROPIC_API_KEY",
+            "OpenFile",
+        ),
     ];
     for (case, line, property) in cases {
         let changed = format!("{rendered}{line}\n");
@@ -185,6 +206,26 @@ fn a_unit_that_differs_in_one_directive_is_refused_naming_it() {
             refusal.unit, "atelier-example-s1-turn@probe.service",
             "{case}"
         );
+    }
+    // A syscall filter's refusal names what breaks it, not the hundreds of names it holds.
+    for (line, says) in [
+        (
+            "SystemCallFilter=ptrace @mount",
+            "is an allow list with [ptrace, @mount], expected",
+        ),
+        (
+            "SystemCallFilter=",
+            "SystemCallFilter is empty, expected an allow list without",
+        ),
+        (
+            "SystemCallFilter=\nSystemCallFilter=~@mount",
+            "SystemCallFilter is a deny list",
+        ),
+    ] {
+        let changed = format!("{rendered}{line}\n");
+        let loaded = unit_file::loaded(&turn.service.unit, UnitKind::Service, &changed);
+        let refusal = check(&loaded, &turn.service.expected).expect_err(line);
+        assert!(refusal.to_string().contains(says), "{line}: {refusal}");
     }
 
     let socket = read(&turn.socket);
