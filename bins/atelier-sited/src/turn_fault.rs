@@ -259,7 +259,7 @@ mod tests {
                 unit: "u".to_owned(),
                 active_state: "deactivating".to_owned(),
                 sub_state: "stop-sigterm".to_owned(),
-                tasks: None,
+                processes: None,
             }),
             RunRefusal::Pid1(atelier_systemd::Error::Refused {
                 method: "StartUnit",

@@ -67,6 +67,8 @@ trait Manager {
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 
     fn kill_unit(&self, name: &str, whom: &str, signal: i32) -> zbus::Result<()>;
+
+    fn get_unit_processes(&self, name: &str) -> zbus::Result<Vec<(String, u32, String)>>;
 }
 
 /// A unit's state as PID 1 reports it.
@@ -238,6 +240,19 @@ impl Systemd {
         Ok(rows.into_iter().map(UnitStatus::from_listed).collect())
     }
 
+    /// The units matching `patterns` that still hold a run: not stopped, or stopped with
+    /// processes left in their cgroup (one that outlived its unit's main process under a
+    /// `KillMode=` other than `control-group`, or one no signal reached yet).
+    pub async fn live_units(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
+        let mut live = Vec::new();
+        for unit in self.units_matching(patterns).await? {
+            if !unit.is_stopped() || self.processes_left(&unit.name).await?.unwrap_or(0) > 0 {
+                live.push(unit);
+            }
+        }
+        Ok(live)
+    }
+
     /// One unit's state. A unit PID 1 does not have reads as `not-found`, `inactive`.
     pub async fn unit_state(&self, unit: &str) -> Result<UnitStatus> {
         check_unit_name(unit)?;
@@ -306,23 +321,23 @@ impl Systemd {
     }
 
     /// Returns once PID 1 reports `unit` gone — not loaded, or `inactive`/`failed` with no
-    /// task left in its cgroup — and [`Error::StillAlive`] if it is not by `deadline`.
+    /// process left in its cgroup — and [`Error::StillAlive`] if it is not by `deadline`.
     ///
     /// It polls, every 10 ms at first and then at most every 200 ms, rather than waiting for
-    /// signals: `TasksCurrent` (what is left in the cgroup after the main process died) emits
-    /// no change signal, a signal can pass between subscribing and the first look, and one
-    /// state read is a single round trip on a local socket.
+    /// signals: what is left in the cgroup after the main process died emits no change
+    /// signal, a signal can pass between subscribing and the first look, and one state read is
+    /// a single round trip on a local socket.
     pub async fn wait_gone(&self, unit: &str, deadline: Instant) -> Result<()> {
         check_unit_name(unit)?;
         let mut pause = WAIT_FIRST_POLL;
         loop {
             let status = self.unit_state(unit).await?;
-            let tasks = if status.is_stopped() {
-                self.tasks_left(unit).await?
+            let processes = if status.is_stopped() {
+                self.processes_left(unit).await?
             } else {
                 None
             };
-            if status.is_stopped() && tasks.unwrap_or(0) == 0 {
+            if status.is_stopped() && processes.unwrap_or(0) == 0 {
                 return Ok(());
             }
             let now = Instant::now();
@@ -331,7 +346,7 @@ impl Systemd {
                     unit: unit.to_owned(),
                     active_state: status.active_state,
                     sub_state: status.sub_state,
-                    tasks,
+                    processes,
                 });
             }
             tokio::time::sleep(pause.min(deadline - now)).await;
@@ -339,26 +354,16 @@ impl Systemd {
         }
     }
 
-    /// `TasksCurrent` of a stopped unit that PID 1 still has, when it counts tasks.
-    async fn tasks_left(&self, unit: &str) -> Result<Option<u64>> {
-        let interface = match UnitKind::of(unit) {
-            Some(UnitKind::Service) => Interface::Service,
-            Some(UnitKind::Socket) => Interface::Socket,
-            _ => return Ok(None),
-        };
-        let path = match self.manager.get_unit(unit).await {
-            Ok(path) => path,
-            Err(error) => {
-                return match refusal("GetUnit", unit, error) {
-                    Refusal::NoSuchUnit => Ok(None),
-                    Refusal::Error(error) => Err(error),
-                }
-            }
-        };
-        match self.get(&path, interface, "TasksCurrent", unit).await? {
-            value::Value::UInt(u64::MAX) => Ok(None),
-            value::Value::UInt(n) => Ok(Some(n)),
-            _ => Ok(None),
+    /// How many processes are in the cgroup of a unit PID 1 still has (`GetUnitProcesses`,
+    /// which any cgroup setup answers; `TasksCurrent` needs the pids controller, which a
+    /// container may lack); `None` for a unit it does not have.
+    async fn processes_left(&self, unit: &str) -> Result<Option<u64>> {
+        match self.manager.get_unit_processes(unit).await {
+            Ok(processes) => Ok(Some(processes.len() as u64)),
+            Err(error) => match refusal("GetUnitProcesses", unit, error) {
+                Refusal::NoSuchUnit => Ok(None),
+                Refusal::Error(error) => Err(error),
+            },
         }
     }
 

@@ -103,7 +103,10 @@ pub enum Error {
     #[error(transparent)]
     BadName(#[from] NameError),
     /// The unit was still running (or held processes) when the deadline passed.
-    #[error("{unit} is still alive ({active_state}/{sub_state}{}) at the deadline", tasks_text(*.tasks))]
+    #[error(
+        "{unit} is still alive ({active_state}/{sub_state}{}) at the deadline",
+        processes_text(*.processes)
+    )]
     StillAlive {
         /// The unit.
         unit: String,
@@ -111,16 +114,18 @@ pub enum Error {
         active_state: String,
         /// Its `SubState` at the deadline.
         sub_state: String,
-        /// Its `TasksCurrent`, when PID 1 counts tasks.
-        tasks: Option<u64>,
+        /// The processes left in its cgroup, when it was stopped.
+        processes: Option<u64>,
     },
     /// A property PID 1 loaded differs from what Atelier expects.
     #[error(transparent)]
     Nonconformant(Box<Nonconformant>),
 }
 
-fn tasks_text(tasks: Option<u64>) -> String {
-    tasks.map(|n| format!(", {n} tasks")).unwrap_or_default()
+fn processes_text(processes: Option<u64>) -> String {
+    processes
+        .map(|n| format!(", {n} processes left"))
+        .unwrap_or_default()
 }
 
 // === impl Error ===
@@ -200,7 +205,7 @@ mod tests {
                     unit: "a.service".into(),
                     active_state: "deactivating".into(),
                     sub_state: "stop-sigterm".into(),
-                    tasks: None,
+                    processes: None,
                 },
                 "confinement.identity_quarantined",
                 true,

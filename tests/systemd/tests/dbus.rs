@@ -124,6 +124,18 @@ echo "stubborn_kill=$(probe kill dbustest-stubborn.service 9)"
 echo "stubborn_gone=$(probe wait-gone dbustest-stubborn.service 10)"
 echo "stubborn_after=$(probe state dbustest-stubborn.service)"
 
+systemctl start dbustest-orphan.service
+for _ in $(seq 100); do
+  [ "$(systemctl show -P ActiveState dbustest-orphan.service)" = inactive ] && break
+  sleep 0.1
+done
+echo "orphan_units=$(probe units 'dbustest-orphan*')"
+echo "orphan_live=$(probe live 'dbustest-orphan*')"
+echo "orphan_wait=$(probe wait-gone dbustest-orphan.service 0.5)"
+echo "orphan_kill=$(probe kill dbustest-orphan.service 9)"
+echo "orphan_gone=$(probe wait-gone dbustest-orphan.service 10)"
+echo "orphan_live_after=$(probe live 'dbustest-orphan*')"
+
 echo "never_state=$(probe state dbustest-never.service)"
 echo "never_stop=$(probe stop dbustest-never.service)"
 echo "never_kill=$(probe kill dbustest-never.service 15)"
@@ -137,6 +149,10 @@ exit 0
 "#;
 
 const SLEEPER: &str = "[Service]\nExecStart=/bin/sleep infinity\n";
+/// Its main process leaves a child behind and exits; `KillMode=process` leaves the child in the
+/// stopped unit's cgroup.
+const ORPHAN: &str =
+    "[Service]\nExecStart=/bin/sh -c 'sleep infinity & exit 0'\nKillMode=process\n";
 /// Ignores SIGTERM and never escalates: a stop stays pending until someone sends SIGKILL.
 const STUBBORN: &str = "[Service]\nExecStart=/bin/bash -c 'trap \"\" TERM; while :; do sleep 0.2; done'\nTimeoutStopSec=infinity\n";
 
@@ -336,6 +352,7 @@ fn stop_wait_gone_and_a_run_that_will_not_die() {
             STUBBORN,
             0o644,
         )
+        .write("/etc/systemd/system/dbustest-orphan.service", ORPHAN, 0o644)
         .run(LIFECYCLE)
         .expect("booting systemd in a container");
     run.assert_success();
@@ -379,6 +396,22 @@ fn stop_wait_gone_and_a_run_that_will_not_die() {
         after.ends_with("failed failed") || after.ends_with("inactive dead"),
         "{run:?}"
     );
+
+    // A unit whose main process left a child behind is stopped but not gone: still a live
+    // run, which sited stops and waits for before it opens another door of the site.
+    let orphan = "dbustest-orphan.service loaded inactive dead";
+    assert_eq!(fact(&run, "orphan_units"), orphan, "{run:?}");
+    assert_eq!(fact(&run, "orphan_live"), orphan, "{run:?}");
+    assert!(
+        fact(&run, "orphan_wait").starts_with("refused confinement.identity_quarantined"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "orphan_kill"), "signalled", "{run:?}");
+    assert!(
+        fact(&run, "orphan_gone").starts_with("gone after"),
+        "{run:?}"
+    );
+    assert_eq!(fact(&run, "orphan_live_after"), "", "{run:?}");
 
     // A unit PID 1 never had: nothing to stop or kill, and gone at once.
     assert_eq!(

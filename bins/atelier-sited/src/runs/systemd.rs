@@ -185,8 +185,9 @@ impl SystemdDoors {
         Ok(())
     }
 
-    /// PID 1 reports no run of the site's doors alive; a leftover is stopped and waited for,
-    /// and one that will not die quarantines the site.
+    /// PID 1 reports no run of the site's doors alive, counting a stopped unit with processes
+    /// left in its cgroup as alive; a leftover is stopped and waited for, and one that will not
+    /// die quarantines the site.
     pub async fn ensure_idle(&self, slug: &str, k: SiteOrdinal) -> Result<(), RunRefusal> {
         let systemd = self.bus().await?;
         let patterns: Vec<String> = Door::ALL
@@ -199,10 +200,10 @@ impl SystemdDoors {
             })
             .collect();
         let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-        let units = systemd.units_matching(&patterns).await?;
-        let live: Vec<String> = units
+        let live: Vec<String> = systemd
+            .live_units(&patterns)
+            .await?
             .into_iter()
-            .filter(|u| !u.is_stopped())
             .map(|u| u.name)
             .collect();
         for unit in &live {

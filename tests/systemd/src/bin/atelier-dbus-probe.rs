@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use atelier_layout::{Declaration, Door, Layout, SiteOrdinal};
 use atelier_systemd::{
-    door_expectations, DoorFacts, Error, Killed, Signal, Stopped, Systemd, UnitKind,
+    door_expectations, DoorFacts, Error, Killed, Signal, Stopped, Systemd, UnitKind, UnitStatus,
 };
 use clap::{Parser, Subcommand};
 
@@ -34,6 +34,8 @@ enum Question {
     RequireVersion { min: u32 },
     /// The state of every unit matching the patterns, one per line.
     Units { patterns: Vec<String> },
+    /// The same for those that still hold a run (not stopped, or stopped with tasks left).
+    Live { patterns: Vec<String> },
     /// One unit's state.
     State { unit: String },
     /// The properties PID 1 loaded for a unit, one `Name=value` per line.
@@ -121,6 +123,23 @@ fn door(name: &str) -> anyhow::Result<Door> {
         .with_context(|| format!("{name:?} is not a door"))
 }
 
+/// One line per unit, `name load active sub`, or the refusal.
+fn unit_lines(units: Result<Vec<UnitStatus>, Error>) -> String {
+    match units {
+        Ok(units) => units
+            .iter()
+            .map(|u| {
+                format!(
+                    "{} {} {} {}",
+                    u.name, u.load_state, u.active_state, u.sub_state
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => refused(&e),
+    }
+}
+
 async fn ask(systemd: &Systemd, question: Question) -> anyhow::Result<String> {
     let line = match question {
         Question::Version => match systemd.version().await {
@@ -133,19 +152,11 @@ async fn ask(systemd: &Systemd, question: Question) -> anyhow::Result<String> {
         },
         Question::Units { patterns } => {
             let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-            match systemd.units_matching(&patterns).await {
-                Ok(units) => units
-                    .iter()
-                    .map(|u| {
-                        format!(
-                            "{} {} {} {}",
-                            u.name, u.load_state, u.active_state, u.sub_state
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                Err(e) => refused(&e),
-            }
+            unit_lines(systemd.units_matching(&patterns).await)
+        }
+        Question::Live { patterns } => {
+            let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+            unit_lines(systemd.live_units(&patterns).await)
         }
         Question::State { unit } => match systemd.unit_state(&unit).await {
             Ok(u) => format!("{} {} {}", u.load_state, u.active_state, u.sub_state),
