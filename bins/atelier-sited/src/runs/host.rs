@@ -67,8 +67,10 @@ pub fn parse_group(text: &str) -> Vec<GroupEntry> {
 }
 
 /// Checks that `identity` is what the provisioner made: it exists once, is not root and
-/// shares its uid with no one; its primary group is `instance_group`; its private group (of
-/// the same name) holds exactly it and `service_user`, and is no other account's primary group.
+/// shares its uid with no one; its primary group is `instance_group`; no group but its private
+/// one (and the instance group) lists it, since a door's run takes every group `/etc/group`
+/// gives its user and no unit property shows them; its private group (of the same name) holds
+/// exactly it and `service_user`, and is no other account's primary group.
 pub fn check_identity(
     passwd: &[PasswdEntry],
     groups: &[GroupEntry],
@@ -104,6 +106,15 @@ pub fn check_identity(
         return Err(format!(
             "the site identity {identity}'s primary group is {}, not {instance_group}",
             primary.unwrap_or("unknown")
+        ));
+    }
+    if let Some(foreign) = groups.iter().find(|g| {
+        g.name != identity && g.name != instance_group && g.members.iter().any(|m| m == identity)
+    }) {
+        let group = &foreign.name;
+        return Err(format!(
+            "the site identity {identity} is a member of {group}, a group the provisioner never \
+             gives it (remove it: gpasswd -d {identity} {group})"
         ));
     }
     let private = groups
@@ -242,7 +253,13 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
     #[test]
     fn identities_as_the_provisioner_makes_them_pass_and_every_drift_is_named() {
         assert_eq!(check(PASSWD, GROUP), Ok(()));
-        let cases: [(&str, String, String, &str); 7] = [
+        // Listed in the instance group as well as having it as primary changes nothing.
+        let listed = GROUP.replace(
+            "atelier-example:x:990:\n",
+            "atelier-example:x:990:atelier-a-example_1\n",
+        );
+        assert_eq!(check(PASSWD, &listed), Ok(()));
+        let cases: [(&str, String, String, &str); 9] = [
             (
                 "missing",
                 PASSWD.replace("atelier-a-example_1:", "someone-else:"),
@@ -287,6 +304,22 @@ atelier-a-example_2:x:992:atelier-a-example_2,atelier-example
                 format!("{PASSWD}mallory:x:1500:991::/:/bin/sh\n"),
                 GROUP.into(),
                 "mallory's primary group",
+            ),
+            (
+                "a member of a host group",
+                PASSWD.into(),
+                format!("{GROUP}shadow:x:42:atelier-a-example_1\n"),
+                "member of shadow, a group the provisioner never gives it (remove it: \
+                 gpasswd -d atelier-a-example_1 shadow)",
+            ),
+            (
+                "a member of another site's private group",
+                PASSWD.into(),
+                GROUP.replace(
+                    "atelier-a-example_2,atelier-example",
+                    "atelier-a-example_2,atelier-example,atelier-a-example_1",
+                ),
+                "member of atelier-a-example_2",
             ),
         ];
         for (name, passwd, group, words) in cases {
