@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use atelier_gate::service::{parse_plan_arg, run, Deployment, Settings};
+use atelier_layout::services;
 use clap::{CommandFactory as _, Parser};
 
 /// One site's egress gate. systemd starts it from `atelier-<inst>-s<k>-gate.socket`, which
@@ -60,7 +61,13 @@ fn main() -> ExitCode {
         tracing::error!("{error}; nothing was started");
         return ExitCode::from(EXIT_CONFIG);
     }
+    // A thread per CPU of a large host would not fit the unit's TasksMax.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(services::GATE_WORKER_THREADS_MAX);
     let served = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(services::GATE_BLOCKING_THREADS_MAX)
         .enable_all()
         .build()
         .context("starting the async runtime")

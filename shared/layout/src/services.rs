@@ -27,6 +27,17 @@ pub const CHATD_PROVIDER_IDLE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1_000.
 /// The provisioner, as certbot's deploy hook runs it.
 pub const PROVISION_BINARY: &str = "atelier-provision";
 
+/// The most tasks a site's gate unit may hold (`TasksMax=`): it pumps bytes, nothing more.
+pub const GATE_TASKS_MAX: u32 = 64;
+/// The gate's async workers at most, whatever the host's CPU count: a site's gate pumps a
+/// handful of tunnels, and a worker per CPU of a large host would pass [`GATE_TASKS_MAX`].
+pub const GATE_WORKER_THREADS_MAX: usize = 4;
+/// The gate's blocking threads at most (each system lookup takes one while it waits).
+pub const GATE_BLOCKING_THREADS_MAX: usize = 16;
+// The main thread, the workers and the blocking pool fit the unit's cap with room to spare.
+const _: () =
+    assert!(1 + GATE_WORKER_THREADS_MAX + GATE_BLOCKING_THREADS_MAX < GATE_TASKS_MAX as usize);
+
 /// The only port a door's plan lets a tunnel reach.
 pub const EGRESS_PORT: u16 = 443;
 /// The loopback port the shim forwards to the door's gate socket for CONNECT tunnels.

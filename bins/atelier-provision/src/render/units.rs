@@ -21,9 +21,8 @@ use crate::artifact::{Artifact, ArtifactKind, CommentStyle};
 // The in-unit environment of the git door, which reads no configuration of anyone's.
 use atelier_layout::services::GIT_DOOR_ENV;
 
-/// The gate's memory and task caps: it pumps bytes, nothing more.
+/// The gate's memory cap: it pumps bytes, nothing more.
 const GATE_MEMORY_MAX: &str = "256M";
-const GATE_TASKS_MAX: u32 = 64;
 
 pub use atelier_layout::services::{GATE_SOCKET_ENV, MCP_SOCKET_ENV};
 
@@ -601,7 +600,7 @@ fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErr
             ("PLAN_ARGS", plan_args.join(" ")),
             ("LOAD_CREDENTIALS", credentials),
             ("MEMORY_MAX", GATE_MEMORY_MAX.to_owned()),
-            ("TASKS_MAX", GATE_TASKS_MAX.to_string()),
+            ("TASKS_MAX", services::GATE_TASKS_MAX.to_string()),
             ("STATE_DIR", safe_path(&layout.state_dir())?),
             ("SITES_ROOT", safe_path(&layout.sites_root())?),
             ("AUDIT_ROOT", safe_path(&layout.audit_root())?),
