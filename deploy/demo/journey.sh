@@ -333,7 +333,7 @@ check "… whose page is the rehung one" grep -q '<h1>The collection, rehung</h1
 ctl releases $slug | show
 
 step "roll back to the first release"
-ctl rollback $slug "$release1" | show
+ctl rollback $slug "$release1" --confirm | show
 check "production is 200" test "$(get_prod "$work/prod3.html")" = 200
 check "production serves the first release's bytes again ($(short_sha "$work/prod3.html"))" \
   cmp -s "$work/prod1.html" "$work/prod3.html"

@@ -59,7 +59,7 @@ Examples (connection flags left out):
   atelierctl build show museo 20260715T102030123Z-000001 --log
   atelierctl publish museo --note 'spring exhibition' --confirm
   atelierctl releases museo
-  atelierctl rollback museo 20260701T090000000Z-000003
+  atelierctl rollback museo 20260701T090000000Z-000003 --confirm
   atelierctl audit --site museo --limit 20
   atelierctl sites delete museo --purge-prod --confirm
 
@@ -193,6 +193,9 @@ pub enum Command {
         slug: String,
         /// The release (see 'releases').
         release: String,
+        /// Required: a rollback changes the public site.
+        #[arg(long)]
+        confirm: bool,
     },
     /// The audit log, newest first (GET /v1/audit).
     Audit {
@@ -232,14 +235,15 @@ pub enum SitesCommand {
         /// The site.
         slug: String,
     },
-    /// Delete a site's workspace and preproduction; production stays unless purged.
+    /// Delete a site's workspace (its sources and their history) and preproduction;
+    /// production stays unless purged.
     Delete {
         /// The site.
         slug: String,
-        /// Also remove production (needs --confirm).
+        /// Also remove production.
         #[arg(long)]
         purge_prod: bool,
-        /// Confirms --purge-prod.
+        /// Required: the workspace and its history are gone for good.
         #[arg(long)]
         confirm: bool,
     },
@@ -888,10 +892,12 @@ impl Plan {
                 purge_prod,
                 confirm,
             }) => {
-                if *purge_prod && !confirm {
-                    return Err(Invalid::ConfirmationRequired(
-                        "deleting production (--purge-prod)",
-                    )
+                if !confirm {
+                    return Err(Invalid::ConfirmationRequired(if *purge_prod {
+                        "deleting the site with production (--purge-prod)"
+                    } else {
+                        "deleting the site's workspace and its history"
+                    })
                     .into());
                 }
                 Plan::Call(Route::DeleteSite {
@@ -979,10 +985,19 @@ impl Plan {
                 })
             }
             Command::Releases { slug: s } => Plan::Call(Route::Releases(slug(s)?)),
-            Command::Rollback { slug: s, release } => Plan::Call(Route::Rollback {
-                slug: slug(s)?,
-                release: Id::parse("release", release)?,
-            }),
+            Command::Rollback {
+                slug: s,
+                release,
+                confirm,
+            } => {
+                if !confirm {
+                    return Err(Invalid::ConfirmationRequired("rolling production back").into());
+                }
+                Plan::Call(Route::Rollback {
+                    slug: slug(s)?,
+                    release: Id::parse("release", release)?,
+                })
+            }
             Command::Audit { site, limit } => {
                 if *limit == Some(0) {
                     return Err(Invalid::Limit.into());
@@ -1128,28 +1143,40 @@ fn text_argument(
     Ok(text)
 }
 
-/// The last seq of a session with no running turn (-1 when its log is empty).
+/// How long the session's replay may pause before a running turn is taken as running: its
+/// stream stays open until the turn ends, and the message will be refused anyway.
+const REPLAY_PAUSE: Duration = Duration::from_millis(300);
+/// The longest a running turn's stream is read for its last seq.
+const RUNNING_READ_MAX: Duration = Duration::from_secs(2);
+
+/// The seq of the session's last stored event (-1 for none), from its stream. While no turn
+/// runs, sited replays the log and closes the stream at once. While one runs the stream stays
+/// open until the turn ends; the message sent next is then refused as the session is running,
+/// so the read stops at the replay's first pause instead of waiting for the turn.
 async fn last_seq(client: &Client, session: &Id) -> Result<i64, Failure> {
-    let reply = client
-        .send(&Route::Events {
-            session: session.clone(),
-            after: -1,
-        })
-        .await?;
-    let mut parser = atelier_site_client::sse::SseParser::new();
-    let items = parser
-        .push(&reply.body)
-        .map_err(|e| Failure::from(Error::StreamLost(e.to_string())))?;
+    let mut stream = client.follow(session, -1).await?;
     let mut last = -1;
-    for item in items {
-        if let atelier_site_client::sse::SseItem::Frame(frame) = item {
-            if frame.event.is_none() {
-                if let Ok(event) =
-                    serde_json::from_str::<atelier_site_client::model::StoredEvent>(&frame.data)
-                {
-                    last = last.max(i64::try_from(event.seq).unwrap_or(i64::MAX));
-                }
+    let mut turn_open = false;
+    let started = std::time::Instant::now();
+    loop {
+        let item = if turn_open {
+            let left = RUNNING_READ_MAX.saturating_sub(started.elapsed());
+            match tokio::time::timeout(REPLAY_PAUSE.min(left), stream.next()).await {
+                Ok(item) => item,
+                Err(_) => break,
             }
+        } else {
+            stream.next().await
+        };
+        match item {
+            None => break,
+            Some(Ok(StreamItem::Event { event, .. })) => {
+                last = last.max(i64::try_from(event.seq).unwrap_or(i64::MAX));
+                turn_open = !matches!(event.event(), Ok(SessionEvent::TurnEnd { .. }));
+            }
+            // What the stream reports is the follow's to show; the send comes first.
+            Some(Ok(StreamItem::Error { .. })) => break,
+            Some(Err(error)) => return Err(error.into()),
         }
     }
     Ok(last)
@@ -1414,7 +1441,17 @@ mod tests {
             (
                 "purge without confirm",
                 &["sites", "delete", "museo", "--purge-prod"],
-                "confirmation_required",
+                "confirmation_required: deleting the site with production",
+            ),
+            (
+                "delete without confirm",
+                &["sites", "delete", "museo"],
+                "confirmation_required: deleting the site's workspace",
+            ),
+            (
+                "rollback without confirm",
+                &["rollback", "museo", "r-1"],
+                "confirmation_required: rolling production back",
             ),
             (
                 "publish without confirm",
@@ -1453,7 +1490,7 @@ mod tests {
             ),
             (
                 "bad release",
-                &["rollback", "museo", ".."],
+                &["rollback", "museo", "..", "--confirm"],
                 "invalid_id: release",
             ),
             (

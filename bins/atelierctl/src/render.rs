@@ -238,8 +238,13 @@ pub fn site(status: &SiteStatus) -> String {
 /// `sites delete`.
 pub fn deleted(report: &DeleteReport) -> String {
     let mut out = format!("deleted {}", clean(&report.deleted));
+    // purged_prod echoes the request: what happened is in the surfaces.
     if report.purged_prod {
-        out.push_str(" (production purged)");
+        if report.removed_surfaces.iter().any(|s| s == "prod") {
+            out.push_str(" (production purged)");
+        } else {
+            out.push_str(" (production NOT purged: see the skipped surfaces)");
+        }
     }
     out.push('\n');
     if !report.removed_surfaces.is_empty() {
@@ -437,6 +442,35 @@ mod tests {
             ts: "2026-01-01T00:00:00Z".into(),
             body,
         }
+    }
+
+    #[test]
+    fn a_delete_says_production_was_purged_only_when_it_was() {
+        use atelier_site_client::model::SkippedSurface;
+        let report = |removed: &[&str], skipped: &[(&str, &str)]| DeleteReport {
+            deleted: "museo".into(),
+            purged_prod: true,
+            removed_surfaces: removed.iter().map(|s| (*s).to_owned()).collect(),
+            skipped_surfaces: skipped
+                .iter()
+                .map(|(surface, reason)| SkippedSurface {
+                    surface: (*surface).to_owned(),
+                    reason: (*reason).to_owned(),
+                })
+                .collect(),
+        };
+        assert_eq!(
+            deleted(&report(&["preprod", "prod"], &[])),
+            "deleted museo (production purged)\nremoved surfaces: preprod, prod\n"
+        );
+        assert_eq!(
+            deleted(&report(
+                &["preprod"],
+                &[("prod", "marked by instance other")]
+            )),
+            "deleted museo (production NOT purged: see the skipped surfaces)\n\
+             removed surfaces: preprod\nskipped surface prod: marked by instance other\n"
+        );
     }
 
     #[test]

@@ -445,7 +445,7 @@ impl Client {
         let socket = &self.target.socket;
         let stream = UnixStream::connect(socket)
             .await
-            .map_err(|e| self.unreachable(format!("connecting: {e}")))?;
+            .map_err(|e| self.unreachable(format!("connecting: {e}{}", connect_hint(e.kind()))))?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.unreachable(format!("HTTP handshake: {e}")))?;
@@ -462,6 +462,25 @@ impl Client {
             socket: self.target.socket.clone(),
             why,
         }
+    }
+}
+
+/// What an operator can do about a socket that would not connect, by the kind of failure.
+fn connect_hint(kind: std::io::ErrorKind) -> &'static str {
+    match kind {
+        std::io::ErrorKind::NotFound => {
+            "; nothing is there: check --socket, and that the daemon's socket unit is active \
+             (systemctl status 'atelier-sited@*.socket')"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "; this user may not open it: the socket is the engine's group's, so run as a \
+             member of that group or as root"
+        }
+        std::io::ErrorKind::ConnectionRefused => {
+            "; no one accepts on it: its socket unit is stopped; start it (systemctl start \
+             'atelier-sited@<instance>.socket') and see journalctl -u 'atelier-sited@*' for why"
+        }
+        _ => "",
     }
 }
 

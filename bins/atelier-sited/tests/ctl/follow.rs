@@ -292,6 +292,31 @@ async fn a_live_stream_is_rendered_as_it_arrives_and_its_last_turn_end_decides_t
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_to_a_running_session_is_refused_at_once_even_with_follow() {
+    let instance = support::instance().await;
+    with_site(&instance, "alpha").await;
+    // A turn that runs until it is stopped.
+    let started = instance.ctl(&["session", "start", "alpha", "hang"]).await;
+    assert_eq!(started.code, 0, "{started:?}");
+    let session = started.stdout.trim().to_owned();
+    // The session's stream stays open while its turn runs; the send must not wait for it.
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        instance.ctl(&["session", "send", &session, "and more", "--follow"]),
+    )
+    .await
+    .expect("the send waited for the running turn");
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.starts_with("error: session_running (409): "),
+        "{out:?}"
+    );
+    assert_eq!(out.stdout, "", "{out:?}");
+    let stop = instance.ctl(&["session", "stop", &session]).await;
+    assert_eq!(stop.code, 0, "{stop:?}");
+}
+
 /// A unix-socket relay in front of sited that the test can cut: every connection through it is
 /// dropped at once, as a restart or a fault would drop it.
 struct Relay {

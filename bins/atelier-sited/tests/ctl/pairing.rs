@@ -254,6 +254,21 @@ async fn no_answer_is_unreachable_or_a_timeout() {
     let missing = client_of(&dir.path().join("absent.sock"), &token);
     let error = missing.capabilities().await.unwrap_err();
     assert_eq!(error.code(), "unreachable", "{error}");
+    // Each failure to connect says what to look at.
+    assert!(
+        error
+            .to_string()
+            .contains("nothing is there: check --socket"),
+        "{error}"
+    );
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let error = client_of(&stale, &token).capabilities().await.unwrap_err();
+    assert_eq!(error.code(), "unreachable", "{error}");
+    assert!(
+        error.to_string().contains("no one accepts on it"),
+        "{error}"
+    );
 
     std::fs::create_dir_all(dir.path().join("b")).unwrap();
     let unhealthy = recorder(

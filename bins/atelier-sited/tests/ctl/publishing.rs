@@ -101,7 +101,9 @@ async fn build_preview_publish_and_rollback_through_the_binary() {
         "{table:?}"
     );
 
-    let rolled = instance.ctl(&["rollback", "alpha", &prod_one]).await;
+    let rolled = instance
+        .ctl(&["rollback", "alpha", &prod_one, "--confirm"])
+        .await;
     assert_eq!(rolled.code, 0, "{rolled:?}");
     assert!(
         rolled.stdout.starts_with(&format!("release  {prod_one}\n")),
@@ -111,7 +113,12 @@ async fn build_preview_publish_and_rollback_through_the_binary() {
     assert_eq!(releases["current"], prod_one.as_str());
 
     let unknown = instance
-        .ctl(&["rollback", "alpha", "20990101T000000000Z-000000"])
+        .ctl(&[
+            "rollback",
+            "alpha",
+            "20990101T000000000Z-000000",
+            "--confirm",
+        ])
         .await;
     assert_eq!(unknown.code, 1, "{unknown:?}");
     assert!(unknown.stderr.starts_with("error: "), "{unknown:?}");

@@ -173,7 +173,11 @@ async fn sites_round_trip_through_the_binary_with_json() {
         "{taken:?}"
     );
 
-    let deleted = json_line(&instance.ctl(&["--json", "sites", "delete", "beta"]).await);
+    let deleted = json_line(
+        &instance
+            .ctl(&["--json", "sites", "delete", "beta", "--confirm"])
+            .await,
+    );
     assert_eq!(deleted["deleted"], "beta");
     assert_eq!(deleted["purged_prod"], false);
     let audit = json_line(&instance.ctl(&["audit", "--site", "beta", "--json"]).await);
@@ -197,7 +201,9 @@ async fn refusals_before_sending_and_failures_of_pairing_have_their_exit_codes()
     let before = sent();
     for (name, args, want) in [
         ("publish unconfirmed", vec!["publish", "alpha"], "error: confirmation_required: publishing needs --confirm\n"),
-        ("purge unconfirmed", vec!["sites", "delete", "alpha", "--purge-prod"], "error: confirmation_required: deleting production (--purge-prod) needs --confirm\n"),
+        ("purge unconfirmed", vec!["sites", "delete", "alpha", "--purge-prod"], "error: confirmation_required: deleting the site with production (--purge-prod) needs --confirm\n"),
+        ("delete unconfirmed", vec!["sites", "delete", "alpha"], "error: confirmation_required: deleting the site's workspace and its history needs --confirm\n"),
+        ("rollback unconfirmed", vec!["rollback", "alpha", "20990101T000000000Z-000000"], "error: confirmation_required: rolling production back needs --confirm\n"),
         ("bad slug", vec!["sites", "show", "../x"], "error: invalid_slug: \"../x\" is not a site slug (2-40 characters: a lowercase letter, then lowercase letters, digits or '-')\n"),
     ] {
         let out = instance.ctl(&args).await;
@@ -255,6 +261,10 @@ async fn refusals_before_sending_and_failures_of_pairing_have_their_exit_codes()
     assert_eq!(absent.code, 3, "{absent:?}");
     assert!(
         absent.stderr.starts_with("error: unreachable: "),
+        "{absent:?}"
+    );
+    assert!(
+        absent.stderr.contains("nothing is there: check --socket"),
         "{absent:?}"
     );
 
