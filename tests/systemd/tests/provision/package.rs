@@ -40,6 +40,23 @@ echo "env_paths=$(grep -e ^ATELIER_SHIM_BIN= -e ^ATELIER_BUILD_BIN= -e ^ATELIER_
 echo "door_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-example-s1-build@.service)"
 echo "chatd_socket=$(systemctl is-enabled atelier-chatd@example.socket) $(systemctl is-active atelier-chatd@example.socket)"
 echo "chatd_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-chatd@example.service)"
+echo "version=$(dpkg-query -W -f='${Version}' atelier)"
+
+# Taking the package off while the instance is provisioned is refused, naming the way out.
+copy=/etc/atelier/example/instance.json
+dpkg -r atelier > /tmp/remove 2>&1; echo "remove_refused=$?"
+sed 's/^/remove| /' /tmp/remove
+echo "remove_names=$(grep -c "atelier-provision remove --declaration $copy" /tmp/remove)"
+echo "after_refusal=$(dpkg-query -W -f='${Status}' atelier) $(command -v atelier-sited)"
+# Installed again over itself, as an upgrade is: the instance is told to apply.
+dpkg -i "$DEB" > /tmp/upgrade 2>&1; echo "upgrade=$?"
+sed 's/^/upgrade| /' /tmp/upgrade
+echo "upgrade_names=$(grep -c "atelier-provision apply --declaration $copy" /tmp/upgrade)"
+# Decommissioned, the instance no longer holds the package.
+atelier-provision remove --declaration "$copy" --purge-published > /tmp/decommission 2>&1
+echo "decommission=$?"
+dpkg -r atelier > /tmp/removed 2>&1; echo "removed=$?"
+echo "after_remove=$(dpkg-query -W -f='${Status}' atelier 2>&1) $(command -v atelier-sited || echo gone)"
 exit 0
 "#;
 
@@ -158,4 +175,20 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
         "ExecStart=/usr/bin/atelier-chatd --database /var/lib/atelier-chatd-example/chat.sqlite3",
         "{run:?}"
     );
+    // Each commit is a later version: the workspace's, then the commit's time and name.
+    assert!(fact("version").contains("+git"), "{run:?}");
+
+    // Removal waits for the instance's decommissioning; an upgrade says to apply.
+    assert_ne!(fact("remove_refused"), "0", "{run:?}");
+    assert_eq!(fact("remove_names"), "1", "{run:?}");
+    // dpkg keeps the wish to remove it (deinstall), the package installed.
+    assert!(
+        fact("after_refusal").ends_with(" ok installed /usr/bin/atelier-sited"),
+        "{run:?}"
+    );
+    assert_eq!(fact("upgrade"), "0", "{run:?}");
+    assert_eq!(fact("upgrade_names"), "1", "{run:?}");
+    assert_eq!(fact("decommission"), "0", "{run:?}");
+    assert_eq!(fact("removed"), "0", "{run:?}");
+    assert!(fact("after_remove").ends_with(" gone"), "{run:?}");
 }
