@@ -70,7 +70,12 @@ Output:
   is also one JSON object on stdout: {\"exit\", \"reason\", \"message\"}, and sited's
   \"status\" and \"type\" when it refused with a problem.
 
-  atelierctl --json sites show museo | jq -r '.reason // .manifest.domain'";
+  atelierctl --json sites show museo | jq -r '.reason // .manifest.domain'
+
+Following and waiting:
+  Ctrl-C (or a closed terminal) ends only the client: a turn followed with --follow, or a
+  build waited for with --wait, goes on running in sited. 'session stop <session>' stops a
+  turn; 'session follow' or 'build show' picks either up again.";
 
 const FOLLOW_EXAMPLE: &str = "\
 Output, one line per event:
@@ -131,10 +136,11 @@ pub struct ConnectionArgs {
     /// The mount prefix of sited's routes.
     #[arg(long, global = true, value_name = "PATH", default_value = config::DEFAULT_BASE_PATH)]
     pub base_path: String,
-    /// The actor's user id, recorded in the audit log [default: your uid].
+    /// The actor's user id, recorded in the audit log [default: your uid; under sudo,
+    /// SUDO_UID].
     #[arg(long, global = true, value_name = "N", allow_negative_numbers = true)]
     pub actor_id: Option<i64>,
-    /// The actor's username [default: your login name].
+    /// The actor's username [default: your login name; under sudo, SUDO_USER].
     #[arg(long, global = true, value_name = "NAME")]
     pub actor_name: Option<String>,
     /// Seconds a control call (pairing included) may take; streams have no deadline

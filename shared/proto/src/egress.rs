@@ -280,7 +280,10 @@ impl Decision {
     /// - closed: `[egress] closed the tunnel to api.example.com:443 — client_closed; nothing
     ///   was sent upstream` (a tunnel, so never the relay's).
     ///
-    /// A decision of the MCP relay names `MCP relay` where a CONNECT names its target.
+    /// A decision of the MCP relay names `MCP relay` where a CONNECT names its target, and one
+    /// made before any target was read (host `-`, no port: over the door's cap, a head that
+    /// never came) names `a connection`:
+    /// `[egress] refused a connection — over_cap: this door already holds 128`.
     pub fn line(&self) -> String {
         let target = match self.port {
             Some(port) => format!("{}:{port}", self.host),
@@ -288,6 +291,8 @@ impl Decision {
         };
         let subject = if self.is_mcp() {
             "MCP relay".to_owned()
+        } else if self.host == "-" && self.port.is_none() {
+            "a connection".to_owned()
         } else {
             format!("CONNECT {target}")
         };

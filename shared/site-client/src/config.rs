@@ -500,16 +500,35 @@ pub fn resolve(options: &TargetOptions) -> Result<(Target, Duration), ConfigErro
     ))
 }
 
-/// The actor: `user_id` and `username` as given, else the calling user's uid and login name
+/// The actor: `user_id` and `username` as given, else the person calling: under sudo the one
+/// who ran sudo (`SUDO_UID`, `SUDO_USER`), since the token file is root's and an audit of
+/// nothing but root tells nobody who acted; otherwise the calling user's uid and login name
 /// (its passwd entry; `user_<uid>`, the engine's form, when it has none).
 pub fn actor(user_id: Option<i64>, username: Option<&str>) -> Result<Actor, Invalid> {
-    let uid = rustix::process::getuid().as_raw();
+    let sudo_uid = std::env::var("SUDO_UID").ok();
+    let sudo_user = std::env::var("SUDO_USER").ok();
+    let (uid, name) = caller(
+        rustix::process::getuid().as_raw(),
+        sudo_uid.as_deref(),
+        sudo_user.as_deref(),
+    );
     let user_id = user_id.unwrap_or(i64::from(uid));
     let username = match username {
         Some(name) => name.to_owned(),
-        None => login_name(uid).unwrap_or_else(|| format!("user_{uid}")),
+        None => name
+            .or_else(|| login_name(uid))
+            .unwrap_or_else(|| format!("user_{uid}")),
     };
     Actor::new(user_id, &username)
+}
+
+/// Who is calling: the sudo caller when sudo's uid and name are both there and valid, else
+/// `uid` (its name looked up later).
+fn caller(uid: u32, sudo_uid: Option<&str>, sudo_user: Option<&str>) -> (u32, Option<String>) {
+    match (sudo_uid.and_then(|id| id.parse::<u32>().ok()), sudo_user) {
+        (Some(id), Some(name)) if !name.is_empty() => (id, Some(name.to_owned())),
+        _ => (uid, None),
+    }
 }
 
 /// The name of `uid` as the system's user database (NSS, so LDAP too) has it.
@@ -525,6 +544,47 @@ mod tests {
 
     fn parse(text: &str) -> Result<EngineEnv, ConfigError> {
         EngineEnv::parse(text, Path::new("/etc/engine.env"))
+    }
+
+    #[test]
+    fn the_actor_is_the_person_who_ran_sudo() {
+        type Case<'a> = (
+            &'a str,
+            u32,
+            Option<&'a str>,
+            Option<&'a str>,
+            (u32, Option<String>),
+        );
+        let ana = Some("ana".to_owned());
+        let cases: [Case<'_>; 6] = [
+            ("no sudo", 1000, None, None, (1000, None)),
+            (
+                "root by sudo",
+                0,
+                Some("1000"),
+                Some("ana"),
+                (1000, ana.clone()),
+            ),
+            (
+                "another user by sudo",
+                33,
+                Some("1000"),
+                Some("ana"),
+                (1000, ana),
+            ),
+            (
+                "a uid that is not one",
+                0,
+                Some("x"),
+                Some("ana"),
+                (0, None),
+            ),
+            ("no name", 0, Some("1000"), Some(""), (0, None)),
+            ("a name without a uid", 0, None, Some("ana"), (0, None)),
+        ];
+        for (name, uid, sudo_uid, sudo_user, expected) in cases {
+            assert_eq!(caller(uid, sudo_uid, sudo_user), expected, "{name}");
+        }
     }
 
     #[test]

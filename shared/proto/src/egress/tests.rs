@@ -204,6 +204,17 @@ fn every_verdict_has_its_human_line() {
             "[egress] refused MCP relay — DELETE /mcp upstream_redirect",
         ),
         (
+            "refused before any target was read",
+            Decision::new(
+                Door::Turn,
+                "",
+                None,
+                Verdict::Refused,
+                "over_cap: this door already holds 128",
+            ),
+            "[egress] refused a connection — over_cap: this door already holds 128",
+        ),
+        (
             "allowed with a reason that is not an address",
             Decision::new(
                 Door::Build,
