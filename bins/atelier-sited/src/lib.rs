@@ -121,6 +121,12 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         notifier.status("reconciling the sites' runs with PID 1");
         let quarantined = doors.reconcile().await;
         tracing::info!(quarantined, "boot reconciliation with PID 1 done");
+        // Off the start's path: the first connection waits for none of it.
+        let doors = doors.clone();
+        tokio::spawn(async move {
+            let refused = doors.boot_check().await;
+            tracing::info!(refused, "boot check of every site's doors done");
+        });
     }
     notifier.status("sweeping sessions left by a previous run");
     let (swept, recoveries) = router.sessions().sweep().await;

@@ -582,6 +582,19 @@ printf '[Service]\nPrivateNetwork=no\n' > $build_dropin/50-tamper.conf; systemct
 api -o /tmp/b-tamper -w "build_status=%{http_code}\n" -d "{$actor}" $base/v1/sites/collection/build
 echo "build_body=$(cat /tmp/b-tamper)"
 echo "build_records=$(ls $ws1/.builder/builds 2>/dev/null | wc -l)"
+
+# sited started again with the build door still tampered: its boot check names the door and
+# the property in the journal, at error priority, before any run is asked for.
+err_lines=$(journalctl -b -u atelier-sited@example.service -p err -o cat --no-pager | wc -l)
+log_lines=$(sited_log | wc -l)
+systemctl restart atelier-sited@example.service
+for _ in $(seq 100); do
+  sited_log | tail -n +$((log_lines + 1)) | grep -q "boot check of every site's doors done" && break
+  sleep 0.1
+done
+journalctl -b -u atelier-sited@example.service -p err -o cat --no-pager \
+  | tail -n +$((err_lines + 1)) | sed "s/^/boot-err| /"
+rm -r $build_dropin; systemctl daemon-reload
 exit 0
 "#;
 
@@ -673,6 +686,15 @@ fn tampered_doors_are_refused_naming_the_property_before_anything_starts() {
     // A build's start is refused the same way, before its record exists.
     refused_at_start("build");
     assert_eq!(fact(&run, "build_records"), "0", "{run:?}");
+
+    // Restarted, sited names the tampered door at boot, and only that one.
+    let boot = tagged(&run, "boot-err");
+    let checks: Vec<&&str> = boot.iter().filter(|l| l.contains("boot check: ")).collect();
+    assert_eq!(checks.len(), 1, "{run:?}");
+    assert!(
+        checks[0].contains(": PrivateNetwork is ") && checks[0].contains("every build run"),
+        "{run:?}"
+    );
 }
 
 /// A door tampered with before the first turn: the session's start is refused.

@@ -271,6 +271,30 @@ impl SystemdDoors {
         }
     }
 
+    /// After boot, in the background: every declared site's doors are asked what a run's
+    /// admission asks, and each refusal is logged at error priority, so a door that no longer
+    /// conforms (a drop-in, a group given to an identity, a systemd upgraded past what apply
+    /// rendered) is in the journal from the start, not only at its first run. Returns how many
+    /// doors refused.
+    pub async fn boot_check(&self) -> usize {
+        let mut refused = 0;
+        for (slug, _) in self.settings.identities.clone() {
+            for door in Door::ALL {
+                if let Err(refusal) = self.admit(&slug, door).await {
+                    tracing::error!(
+                        site = %slug,
+                        door = door.as_str(),
+                        "boot check: {refusal}; every {} run of the site is refused until this \
+                         is mended",
+                        door.as_str()
+                    );
+                    refused += 1;
+                }
+            }
+        }
+        refused
+    }
+
     /// Boot reconciliation: every declared site's leftover runs are stopped before sited
     /// listens; a site whose leftover will not die stays quarantined.
     pub async fn reconcile(&self) -> usize {
