@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use atelier_http::{Request, Response};
 use hyper::header::{
-    HeaderName, HeaderValue, CONTENT_SECURITY_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    HeaderName, HeaderValue, CONTENT_SECURITY_POLICY, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use hyper::Method;
 
@@ -26,15 +27,27 @@ use crate::turn::TurnRunner;
 use crate::{audit, catalogue, conversations, credentials, defaults};
 
 /// What the CMS sets on every answer under `/admin`, ours included: nothing of it is framed,
-/// sniffed, or given a base or plugins.
-const ADMIN_HEADERS: [(HeaderName, &str); 3] = [
+/// sniffed, or given a base or plugins, and a cross-origin link is told the origin only.
+const ADMIN_HEADERS: [(HeaderName, &str); 4] = [
     (X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (REFERRER_POLICY, "strict-origin-when-cross-origin"),
     (X_FRAME_OPTIONS, "DENY"),
     (
         CONTENT_SECURITY_POLICY,
         "frame-ancestors 'none'; base-uri 'self'; object-src 'none'",
     ),
 ];
+
+/// What the CMS adds when it is served over HTTPS: browsers keep to HTTPS for two years. Never
+/// on an install served over plain HTTP, which it would lock its browsers out of.
+const HSTS: &str = "max-age=63072000; includeSubDomains";
+
+/// Whether the editor is served over HTTPS only: every public origin is an `https` one.
+fn served_over_https(public_origins: &[String]) -> bool {
+    public_origins
+        .iter()
+        .all(|origin| origin.starts_with("https://"))
+}
 
 pub use crate::state::API_PREFIX;
 
@@ -103,6 +116,7 @@ impl Router {
                     clock,
                 ),
                 metrics,
+                https: served_over_https(&settings.public_origins),
             }),
         }
     }
@@ -133,6 +147,9 @@ impl Router {
         let headers = response.headers_mut();
         for (name, value) in ADMIN_HEADERS {
             headers.insert(name, HeaderValue::from_static(value));
+        }
+        if self.state.https {
+            headers.insert(STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
         }
         response
     }
@@ -355,6 +372,21 @@ pub fn services(settings: &Settings, store: Arc<Store>) -> Services {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_editor_served_over_https_alone_is_told_to_keep_to_it() {
+        let origins = |list: &[&str]| list.iter().map(|o| (*o).to_owned()).collect::<Vec<_>>();
+        assert!(served_over_https(&origins(&["https://cms.example"])));
+        assert!(served_over_https(&origins(&[
+            "https://cms.example",
+            "https://admin.example:8443"
+        ])));
+        assert!(!served_over_https(&origins(&["http://cms.example"])));
+        assert!(!served_over_https(&origins(&[
+            "https://cms.example",
+            "http://localhost:5173"
+        ])));
+    }
 
     fn endpoint(path: &str) -> Option<(Endpoint, Vec<String>)> {
         let segments: Vec<&str> = path.split('/').collect();

@@ -24,6 +24,8 @@ pub(crate) struct State {
     pub(crate) services: Services,
     pub(crate) authenticator: Authenticator,
     pub(crate) metrics: Metrics,
+    /// Whether every public origin is HTTPS, so answers carry HSTS.
+    pub(crate) https: bool,
 }
 
 /// Runs a store call off the async threads: every write waits for an fsync.

@@ -298,10 +298,16 @@ impl Events {
     }
 }
 
-/// The headers the CMS puts on every `/admin` answer, which chatd's answers carry too.
+/// The headers the CMS puts on every `/admin` answer, which chatd's answers carry too (HSTS
+/// as the editor's origin here is HTTPS).
 fn assert_admin_headers(headers: &hyper::HeaderMap, name: &str) {
     for (header, value) in [
         ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "strict-origin-when-cross-origin"),
+        (
+            "strict-transport-security",
+            "max-age=63072000; includeSubDomains",
+        ),
         ("x-frame-options", "DENY"),
         (
             "content-security-policy",
