@@ -329,15 +329,20 @@ fn check_groups(
             });
         }
     }
+    let listed = accounts
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.members.as_slice()));
+    if let Some(group) =
+        atelier_layout::accounts::foreign_group(listed, &user.name, &instance_group)
+    {
+        return Err(IdentityError::ForeignMembership {
+            name: user.name.clone(),
+            group: group.to_owned(),
+        });
+    }
     for group in &accounts.groups {
-        let own = group.name == user.name;
-        if !own && group.name != instance_group && group.members.contains(&user.name) {
-            return Err(IdentityError::ForeignMembership {
-                name: user.name.clone(),
-                group: group.name.clone(),
-            });
-        }
-        if own {
+        if group.name == user.name {
             let svc = names::service_user(&decl.instance);
             if let Some(member) = group
                 .members

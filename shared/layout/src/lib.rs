@@ -13,6 +13,7 @@
 //!
 //! Nothing here touches the filesystem except [`Declaration::load`].
 
+pub mod accounts;
 pub mod declaration;
 pub mod files;
 pub mod hosts;

@@ -108,10 +108,10 @@ pub fn check_identity(
             primary.unwrap_or("unknown")
         ));
     }
-    if let Some(foreign) = groups.iter().find(|g| {
-        g.name != identity && g.name != instance_group && g.members.iter().any(|m| m == identity)
-    }) {
-        let group = &foreign.name;
+    let listed = groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.members.as_slice()));
+    if let Some(group) = atelier_layout::accounts::foreign_group(listed, identity, instance_group) {
         return Err(format!(
             "the site identity {identity} is a member of {group}, a group the provisioner never \
              gives it (remove it: gpasswd -d {identity} {group})"
