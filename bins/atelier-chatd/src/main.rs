@@ -128,8 +128,7 @@ fn settings(args: Args) -> anyhow::Result<atelier_chatd::Settings> {
         master_key: master_key(args.master_key_file.as_deref())?,
         ..RawSettings::default()
     }
-    .with_variables(std::env::vars())
-    .and_then(RawSettings::validate)
+    .validate_with_variables(std::env::vars())
     .context("invalid configuration")
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use atelier_daemon::problems::Problems;
 use atelier_layout::services::CHATD_PROVIDER_IDLE_TIMEOUT_MS;
 
 use crate::auth::normalize_origin;
@@ -163,15 +164,25 @@ pub enum SettingsError {
 }
 
 impl RawSettings {
+    /// Validates every setting, reporting every one that cannot be used.
+    pub fn validate(self) -> Result<Settings, Problems<SettingsError>> {
+        self.validate_with_variables(std::iter::empty::<(&str, &str)>())
+    }
+
     /// Applies `CHATD_*` variables (the process environment, passed in) under what the command
-    /// line already set: the command line wins. Variables without the `CHATD_` prefix are
-    /// ignored; unknown ones with it are refused by name.
-    pub fn with_variables<I, K, V>(mut self, variables: I) -> Result<Self, SettingsError>
+    /// line already set (the command line wins), then validates every setting. Variables without
+    /// the `CHATD_` prefix are ignored; unknown ones with it are refused by name. Every problem
+    /// found is reported, not only the first.
+    pub fn validate_with_variables<I, K, V>(
+        mut self,
+        variables: I,
+    ) -> Result<Settings, Problems<SettingsError>>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
         V: AsRef<str>,
     {
+        let mut problems = Problems::new();
         for (key, value) in variables {
             let (key, value) = (key.as_ref(), value.as_ref());
             if !key.starts_with("CHATD_") {
@@ -205,37 +216,41 @@ impl RawSettings {
                     self.provider_idle_timeout_ms = Some(value.to_owned());
                 }
                 known if KNOWN_VARIABLES.contains(&known) => {}
-                unknown => return Err(SettingsError::UnknownKey(unknown.to_owned())),
+                unknown => problems.push(SettingsError::UnknownKey(unknown.to_owned())),
             }
         }
-        Ok(self)
+        self.settle(problems)
     }
 
-    /// Validates every setting, reporting the first that cannot be used.
-    pub fn validate(self) -> Result<Settings, SettingsError> {
-        let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
-        if service_token.chars().count() < MIN_TOKEN_LEN {
-            return Err(SettingsError::ShortToken);
-        }
+    /// Checks each setting in turn, recording a problem and going on to the next.
+    fn settle(
+        self,
+        mut problems: Problems<SettingsError>,
+    ) -> Result<Settings, Problems<SettingsError>> {
+        let service_token = problems.take(match self.service_token {
+            None => Err(SettingsError::MissingToken),
+            Some(token) if token.chars().count() < MIN_TOKEN_LEN => Err(SettingsError::ShortToken),
+            Some(token) => Ok(token),
+        });
         if self.public_origins.is_empty() {
-            return Err(SettingsError::MissingPublicOrigin);
+            problems.push(SettingsError::MissingPublicOrigin);
         }
-        let public_origins = self
+        let public_origins: Vec<String> = self
             .public_origins
             .iter()
-            .map(|origin| {
-                normalize_origin(origin)
-                    .ok_or_else(|| SettingsError::BadPublicOrigin(origin.clone()))
+            .filter_map(|origin| {
+                problems.take(
+                    normalize_origin(origin)
+                        .ok_or_else(|| SettingsError::BadPublicOrigin(origin.clone())),
+                )
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let cms_origin = self.cms_origin.ok_or(SettingsError::MissingCmsOrigin)?;
-        let cms_origin =
-            cms_origin
+            .collect();
+        let cms_origin = problems.take(match self.cms_origin {
+            None => Err(SettingsError::MissingCmsOrigin),
+            Some(value) => value
                 .parse::<CmsOrigin>()
-                .map_err(|reason| SettingsError::BadCmsOrigin {
-                    value: cms_origin.clone(),
-                    reason,
-                })?;
+                .map_err(|reason| SettingsError::BadCmsOrigin { value, reason }),
+        });
         let database = self
             .database
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATABASE));
@@ -244,18 +259,19 @@ impl RawSettings {
             ("listen", self.listen.as_ref()),
         ] {
             if let Some(path) = path.filter(|p| !p.is_absolute()) {
-                return Err(SettingsError::RelativePath {
+                problems.push(SettingsError::RelativePath {
                     setting,
                     path: path.clone(),
                 });
             }
         }
-        let master_key = self
-            .master_key
-            .as_deref()
-            .map(|text| MasterKey::from_base64(text).map(Arc::new))
-            .transpose()
-            .map_err(|_| SettingsError::BadMasterKey)?;
+        let master_key = problems.take(
+            self.master_key
+                .as_deref()
+                .map(|text| MasterKey::from_base64(text).map(Arc::new))
+                .transpose()
+                .map_err(|_| SettingsError::BadMasterKey),
+        );
         let mut provider_urls = ProviderUrls::default();
         for (setting, value, slot) in [
             (
@@ -274,20 +290,30 @@ impl RawSettings {
                 &mut provider_urls.openrouter,
             ),
         ] {
-            if let Some(url) = value {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(SettingsError::BadProviderUrl { setting, url });
+            match value {
+                Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                    *slot = url.trim_end_matches('/').to_owned();
                 }
-                *slot = url.trim_end_matches('/').to_owned();
+                Some(url) => problems.push(SettingsError::BadProviderUrl { setting, url }),
+                None => {}
             }
         }
-        let provider_idle_timeout = match self.provider_idle_timeout_ms {
-            None => atelier_llm::DEFAULT_IDLE_TIMEOUT,
+        let provider_idle_timeout = problems.take(match self.provider_idle_timeout_ms {
+            None => Ok(atelier_llm::DEFAULT_IDLE_TIMEOUT),
             Some(given) => match given.trim().parse::<u64>() {
-                Ok(ms) if CHATD_PROVIDER_IDLE_TIMEOUT_MS.contains(&ms) => Duration::from_millis(ms),
-                _ => return Err(SettingsError::BadProviderIdleTimeout(given)),
+                Ok(ms) if CHATD_PROVIDER_IDLE_TIMEOUT_MS.contains(&ms) => {
+                    Ok(Duration::from_millis(ms))
+                }
+                _ => Err(SettingsError::BadProviderIdleTimeout(given)),
             },
+        });
+        // Every `None` here comes with its recorded problem.
+        let (Some(service_token), Some(cms_origin), Some(master_key), Some(provider_idle_timeout)) =
+            (service_token, cms_origin, master_key, provider_idle_timeout)
+        else {
+            return Err(problems);
         };
+        problems.into_result()?;
         Ok(Settings {
             database,
             listen: self.listen,
@@ -373,7 +399,11 @@ mod tests {
             ),
         ];
         for (name, raw, expected) in cases {
-            assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
+            assert_eq!(
+                raw.validate().unwrap_err().as_slice(),
+                [expected],
+                "case {name}"
+            );
         }
     }
 
@@ -413,14 +443,18 @@ mod tests {
             ),
         ];
         for (name, value, expected) in cases {
-            let raw = RawSettings {
+            let got = RawSettings {
                 cms_origin: None,
                 ..raw()
             }
-            .with_variables(value.map(|v| ("CHATD_CMS_ORIGIN", v)))
-            .unwrap();
-            let got = raw.validate().map(|s| s.cms_origin.to_string());
-            assert_eq!(got, expected.map(str::to_owned), "{name}");
+            .validate_with_variables(value.map(|v| ("CHATD_CMS_ORIGIN", v)))
+            .map(|s| s.cms_origin.to_string())
+            .map_err(Problems::into_vec);
+            assert_eq!(
+                got,
+                expected.map(str::to_owned).map_err(|e| vec![e]),
+                "{name}"
+            );
         }
         let error = RawSettings {
             cms_origin: Some("http://10.0.0.1:3001".into()),
@@ -437,7 +471,7 @@ mod tests {
             public_origins: vec![],
             ..raw()
         }
-        .with_variables([
+        .validate_with_variables([
             ("PATH", "/usr/bin"),
             ("CHATD_DATABASE", "/srv/chat.db"),
             (
@@ -445,8 +479,6 @@ mod tests {
                 "https://A.example:443/x, http://b.example:8080",
             ),
         ])
-        .unwrap()
-        .validate()
         .unwrap();
         assert_eq!(settings.database, PathBuf::from("/srv/chat.db"));
         assert_eq!(
@@ -455,15 +487,61 @@ mod tests {
         );
 
         let cli_wins = raw()
-            .with_variables([("CHATD_PUBLIC_ORIGIN", "https://other.example")])
+            .validate_with_variables([("CHATD_PUBLIC_ORIGIN", "https://other.example")])
             .unwrap();
         assert_eq!(cli_wins.public_origins, ["https://cms.example"]);
 
         assert_eq!(
             raw()
-                .with_variables([("CHATD_PUBLIC_ORIGN", "https://x.example")])
-                .unwrap_err(),
-            SettingsError::UnknownKey("CHATD_PUBLIC_ORIGN".into())
+                .validate_with_variables([("CHATD_PUBLIC_ORIGN", "https://x.example")])
+                .unwrap_err()
+                .as_slice(),
+            [SettingsError::UnknownKey("CHATD_PUBLIC_ORIGN".into())]
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let problems = RawSettings {
+            service_token: Some("short".into()),
+            public_origins: vec!["https://ok.example".into(), "ftp://a".into(), "null".into()],
+            database: Some("chat.sqlite3".into()),
+            master_key: Some("not base64".into()),
+            ..raw()
+        }
+        .validate_with_variables([
+            ("CHATD_CMS_ORIGN", "http://127.0.0.1:3001"),
+            ("CHATD_OPENAI_URL", "api.openai.test"),
+            ("CHATD_PROVIDER_IDLE_TIMEOUT_MS", "600"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            problems.as_slice(),
+            [
+                SettingsError::UnknownKey("CHATD_CMS_ORIGN".into()),
+                SettingsError::ShortToken,
+                SettingsError::BadPublicOrigin("ftp://a".into()),
+                SettingsError::BadPublicOrigin("null".into()),
+                SettingsError::RelativePath {
+                    setting: "database",
+                    path: "chat.sqlite3".into(),
+                },
+                SettingsError::BadMasterKey,
+                SettingsError::BadProviderUrl {
+                    setting: "CHATD_OPENAI_URL",
+                    url: "api.openai.test".into(),
+                },
+                SettingsError::BadProviderIdleTimeout("600".into()),
+            ]
+        );
+        let line = problems.to_string();
+        assert!(
+            line.starts_with("8 problems: unknown setting CHATD_CMS_ORIGN"),
+            "{line}"
+        );
+        assert!(
+            line.contains("; CHATD_PROVIDER_IDLE_TIMEOUT_MS \"600\""),
+            "{line}"
         );
     }
 
@@ -519,11 +597,10 @@ mod tests {
         }
         for (name, value, expected) in cases {
             let got = raw()
-                .with_variables(value.map(|v| ("CHATD_PROVIDER_IDLE_TIMEOUT_MS", v)))
-                .unwrap()
-                .validate()
-                .map(|s| s.provider_idle_timeout.as_millis());
-            assert_eq!(got, expected, "{name}");
+                .validate_with_variables(value.map(|v| ("CHATD_PROVIDER_IDLE_TIMEOUT_MS", v)))
+                .map(|s| s.provider_idle_timeout.as_millis())
+                .map_err(Problems::into_vec);
+            assert_eq!(got, expected.map_err(|e| vec![e]), "{name}");
         }
         let refusal = bad("0").to_string();
         assert!(

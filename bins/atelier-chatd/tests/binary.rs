@@ -109,13 +109,20 @@ fn an_unknown_setting_is_refused_by_name_with_the_configuration_exit_status() {
     std::fs::write(dir.path().join("token"), TOKEN).unwrap();
     let output = command(dir.path())
         .env("CHATD_PUBLIC_ORIGN", "https://cms.example")
+        .env("CHATD_OPENAI_URL", "api.openai.test")
         .output()
         .unwrap();
     // 78: the unit's RestartPreventExitStatus=, so a bad setting is not restarted in a loop.
     assert_eq!(output.status.code(), Some(78), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("nothing was started"), "{stderr}");
+    // Every problem at once, the missing origins too.
+    assert!(stderr.contains("4 problems: "), "{stderr}");
     assert!(stderr.contains("CHATD_PUBLIC_ORIGN"), "{stderr}");
+    assert!(
+        stderr.contains("CHATD_OPENAI_URL \"api.openai.test\""),
+        "{stderr}"
+    );
 }
 
 #[test]

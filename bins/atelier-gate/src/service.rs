@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use atelier_daemon::problems::Problems;
 use atelier_layout::files::McpRelay;
 use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
 use atelier_layout::names::GATE_MCP_SOCKET_FILE;
@@ -83,14 +84,17 @@ pub enum SettingsError {
 }
 
 impl Settings {
-    /// Refuses settings the gate must not run with, before anything is loaded.
-    pub fn check(&self) -> Result<Policy, SettingsError> {
+    /// Refuses settings the gate must not run with, before anything is loaded, naming every
+    /// problem at once.
+    pub fn check(&self) -> Result<Policy, Problems<SettingsError>> {
+        let mut problems = Problems::new();
         if self.plans.is_empty() {
-            return Err(SettingsError::NoPlan);
+            problems.push(SettingsError::NoPlan);
         }
         if self.allow_benchmark_range && self.deployment == Deployment::Production {
-            return Err(SettingsError::BenchmarkRangeInProduction);
+            problems.push(SettingsError::BenchmarkRangeInProduction);
         }
+        problems.into_result()?;
         Ok(Policy {
             allow_benchmark_range: self.allow_benchmark_range,
         })

@@ -188,8 +188,7 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
             atelier_api_key: optional_credential(atelier_agents::ATELIER_API_KEY_ENV)?,
         },
     }
-    .with_environment(std::env::vars())
-    .and_then(RawSettings::validate)?;
+    .validate_with_environment(std::env::vars())?;
     Ok(settings)
 }
 

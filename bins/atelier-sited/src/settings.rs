@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use atelier_daemon::problems::Problems;
 use atelier_layout::names::InstanceName;
 
 use crate::manifest::Driver;
@@ -363,215 +364,263 @@ fn at_least<T: Into<u64> + Copy>(
     }
 }
 
+/// Sets `slot` to `value` unless it holds one already (a command-line flag wins).
+fn fill<T>(slot: &mut Option<T>, value: Option<T>) {
+    if slot.is_none() {
+        *slot = value;
+    }
+}
+
 impl RawSettings {
+    /// Validates every setting, reporting every one that cannot be used.
+    pub fn validate(self) -> Result<Settings, Problems<SettingsError>> {
+        self.validate_with_environment(std::iter::empty())
+    }
+
     /// Fills the settings the provisioner's env file carries from `variables` (the process
-    /// environment, where `EnvironmentFile=` put them). Only `ATELIER_*` keys are read; an
-    /// unknown or credential-looking one refuses the boot by name. Values already set (from the
-    /// command line) win, except that the instance must agree.
-    pub fn with_environment(
+    /// environment, where `EnvironmentFile=` put them), then validates every setting. Only
+    /// `ATELIER_*` keys are read; an unknown or credential-looking one is refused by name. Values
+    /// already set (from the command line) win, except that the instance must agree. Every
+    /// problem found is reported, not only the first.
+    pub fn validate_with_environment(
         mut self,
         variables: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, SettingsError> {
+    ) -> Result<Settings, Problems<SettingsError>> {
+        let mut problems = Problems::new();
+        self.read_environment(variables, &mut problems);
+        self.settle(problems)
+    }
+
+    fn read_environment(
+        &mut self,
+        variables: impl IntoIterator<Item = (String, String)>,
+        problems: &mut Problems<SettingsError>,
+    ) {
         use atelier_layout::services::env;
         for (key, value) in variables {
             if !key.starts_with("ATELIER_") {
                 continue;
             }
             if env::is_secret_looking(&key) {
-                return Err(SettingsError::CredentialInEnvironment(key));
+                problems.push(SettingsError::CredentialInEnvironment(key));
+                continue;
             }
             if !env::ALL.contains(&key.as_str()) {
-                return Err(SettingsError::UnknownKey(key));
+                problems.push(SettingsError::UnknownKey(key));
+                continue;
             }
-            let path = || Some(PathBuf::from(&value));
+            let path = Some(PathBuf::from(&value));
+            let text = Some(value.clone());
             match key.as_str() {
                 env::INSTANCE if self.instance.is_empty() => self.instance = value,
                 env::INSTANCE if self.instance != value => {
-                    return Err(SettingsError::InstanceMismatch {
-                        flag: self.instance,
+                    problems.push(SettingsError::InstanceMismatch {
+                        flag: self.instance.clone(),
                         env: value,
                     })
                 }
-                env::SITES_ROOT => self.sites_root = self.sites_root.or_else(path),
-                env::AUDIT_DIR => self.audit_dir = self.audit_dir.or_else(path),
-                env::SITE_TABLE_FILE => self.site_table_file = self.site_table_file.or_else(path),
-                env::TEMPLATES_DIR => self.templates_dir = self.templates_dir.or_else(path),
-                env::SHIM_BIN => self.shim_bin = self.shim_bin.or_else(path),
-                env::BUILD_BIN => self.build_bin = self.build_bin.or_else(path),
-                env::PUBLICATION_API_URL => {
-                    self.publication_api_url = self.publication_api_url.or(Some(value))
-                }
-                env::AGENT_DRIVER => self.default_driver = self.default_driver.or(Some(value)),
-                env::PREPROD_HOST_PREFIX => {
-                    self.preprod_host_prefix = self.preprod_host_prefix.or(Some(value))
-                }
-                env::MAX_SITES => {
-                    self.max_sites = self.max_sites.or(Some(number(&value, "max_sites")?))
-                }
-                env::MAX_CONCURRENT_SESSIONS => {
-                    self.max_concurrent_sessions = self
-                        .max_concurrent_sessions
-                        .or(Some(number(&value, "max_concurrent_sessions")?))
-                }
-                env::SITE_DISK_QUOTA_MB => {
-                    self.site_disk_quota_mb = self
-                        .site_disk_quota_mb
-                        .or(Some(number(&value, "site_disk_quota_mb")?))
-                }
-                env::GIT_TIMEOUT_MS => {
-                    self.git_timeout_ms = self
-                        .git_timeout_ms
-                        .or(Some(number(&value, "git_timeout_ms")?))
-                }
-                env::SESSION_TURN_TIMEOUT_MS => {
-                    self.session_turn_timeout_ms = self
-                        .session_turn_timeout_ms
-                        .or(Some(number(&value, "session_turn_timeout_ms")?))
-                }
-                env::AGENT_CONFINEMENT => {
-                    self.agent_confinement = self.agent_confinement.or(Some(value))
-                }
-                env::DEPLOYMENT => self.deployment = self.deployment.or(Some(value)),
-                env::AGENT_STATE_ROOT => {
-                    self.agent_state_root = self.agent_state_root.or_else(path)
-                }
-                env::CLAUDE_CODE_BIN => self.claude_code_bin = self.claude_code_bin.or_else(path),
-                env::AGENT_ANTHROPIC_BASE_URL => {
-                    self.anthropic_base_url = self.anthropic_base_url.or(Some(value))
-                }
-                env::AGENT_EXTRA_CA_CERTS => {
-                    self.agent_extra_ca_certs = self.agent_extra_ca_certs.or_else(path)
-                }
-                env::AGENT_OPENAI_BASE_URL => {
-                    self.openai_base_url = self.openai_base_url.or(Some(value))
-                }
-                env::AGENT_OPENAI_MODEL => self.openai_model = self.openai_model.or(Some(value)),
-                env::AGENT_ANTHROPIC_MODEL => {
-                    self.anthropic_model = self.anthropic_model.or(Some(value))
-                }
-                env::OPENCODE_BIN => self.opencode_bin = self.opencode_bin.or_else(path),
-                env::PI_BIN => self.pi_bin = self.pi_bin.or_else(path),
-                env::ATELIER_AGENT_BIN => self.atelier_bin = self.atelier_bin.or_else(path),
-                env::SITE_IDENTITIES => self.site_identities = self.site_identities.or(Some(value)),
-                env::RUNTIME_DIR => self.runtime_dir = self.runtime_dir.or_else(path),
-                env::AGENT_IDENTITY_EPOCH => {
-                    self.identity_epoch = self
-                        .identity_epoch
-                        .or(Some(number(&value, "agent_identity_epoch")?))
-                }
-                env::RELEASES_RETAINED => {
-                    self.releases_retained = self
-                        .releases_retained
-                        .or(Some(number(&value, "releases_retained")?))
-                }
-                env::PROD_URL_SCHEME => self.prod_url_scheme = self.prod_url_scheme.or(Some(value)),
-                env::INSTALL_TIMEOUT_MS => {
-                    self.install_timeout_ms = self
-                        .install_timeout_ms
-                        .or(Some(number(&value, "install_timeout_ms")?))
-                }
-                env::BUILD_TIMEOUT_MS => {
-                    self.build_timeout_ms = self
-                        .build_timeout_ms
-                        .or(Some(number(&value, "build_timeout_ms")?))
-                }
+                env::SITES_ROOT => fill(&mut self.sites_root, path),
+                env::AUDIT_DIR => fill(&mut self.audit_dir, path),
+                env::SITE_TABLE_FILE => fill(&mut self.site_table_file, path),
+                env::TEMPLATES_DIR => fill(&mut self.templates_dir, path),
+                env::SHIM_BIN => fill(&mut self.shim_bin, path),
+                env::BUILD_BIN => fill(&mut self.build_bin, path),
+                env::PUBLICATION_API_URL => fill(&mut self.publication_api_url, text),
+                env::AGENT_DRIVER => fill(&mut self.default_driver, text),
+                env::PREPROD_HOST_PREFIX => fill(&mut self.preprod_host_prefix, text),
+                env::MAX_SITES => fill(
+                    &mut self.max_sites,
+                    problems.take(number(&value, "max_sites")),
+                ),
+                env::MAX_CONCURRENT_SESSIONS => fill(
+                    &mut self.max_concurrent_sessions,
+                    problems.take(number(&value, "max_concurrent_sessions")),
+                ),
+                env::SITE_DISK_QUOTA_MB => fill(
+                    &mut self.site_disk_quota_mb,
+                    problems.take(number(&value, "site_disk_quota_mb")),
+                ),
+                env::GIT_TIMEOUT_MS => fill(
+                    &mut self.git_timeout_ms,
+                    problems.take(number(&value, "git_timeout_ms")),
+                ),
+                env::SESSION_TURN_TIMEOUT_MS => fill(
+                    &mut self.session_turn_timeout_ms,
+                    problems.take(number(&value, "session_turn_timeout_ms")),
+                ),
+                env::AGENT_CONFINEMENT => fill(&mut self.agent_confinement, text),
+                env::DEPLOYMENT => fill(&mut self.deployment, text),
+                env::AGENT_STATE_ROOT => fill(&mut self.agent_state_root, path),
+                env::CLAUDE_CODE_BIN => fill(&mut self.claude_code_bin, path),
+                env::AGENT_ANTHROPIC_BASE_URL => fill(&mut self.anthropic_base_url, text),
+                env::AGENT_EXTRA_CA_CERTS => fill(&mut self.agent_extra_ca_certs, path),
+                env::AGENT_OPENAI_BASE_URL => fill(&mut self.openai_base_url, text),
+                env::AGENT_OPENAI_MODEL => fill(&mut self.openai_model, text),
+                env::AGENT_ANTHROPIC_MODEL => fill(&mut self.anthropic_model, text),
+                env::OPENCODE_BIN => fill(&mut self.opencode_bin, path),
+                env::PI_BIN => fill(&mut self.pi_bin, path),
+                env::ATELIER_AGENT_BIN => fill(&mut self.atelier_bin, path),
+                env::SITE_IDENTITIES => fill(&mut self.site_identities, text),
+                env::RUNTIME_DIR => fill(&mut self.runtime_dir, path),
+                env::AGENT_IDENTITY_EPOCH => fill(
+                    &mut self.identity_epoch,
+                    problems.take(number(&value, "agent_identity_epoch")),
+                ),
+                env::RELEASES_RETAINED => fill(
+                    &mut self.releases_retained,
+                    problems.take(number(&value, "releases_retained")),
+                ),
+                env::PROD_URL_SCHEME => fill(&mut self.prod_url_scheme, text),
+                env::INSTALL_TIMEOUT_MS => fill(
+                    &mut self.install_timeout_ms,
+                    problems.take(number(&value, "install_timeout_ms")),
+                ),
+                env::BUILD_TIMEOUT_MS => fill(
+                    &mut self.build_timeout_ms,
+                    problems.take(number(&value, "build_timeout_ms")),
+                ),
                 // The provisioner's own facts (web server, webspace base, unit prefix, systemctl):
                 // sited derives or reads them elsewhere, so they are accepted and unused.
                 _ => {}
             }
         }
-        Ok(self)
     }
 
-    /// Validates every setting, reporting the first that cannot be used.
-    pub fn validate(self) -> Result<Settings, SettingsError> {
-        let instance = InstanceName::new(&self.instance)?;
-        if let Some(dir) = &self.runtime_dir {
-            let derived = atelier_layout::paths::runtime_dir(&instance);
+    /// Checks each setting in turn, recording a problem and going on to the next.
+    fn settle(
+        self,
+        mut problems: Problems<SettingsError>,
+    ) -> Result<Settings, Problems<SettingsError>> {
+        let instance = problems.take(InstanceName::new(&self.instance));
+        if let (Some(dir), Some(instance)) = (&self.runtime_dir, &instance) {
+            let derived = atelier_layout::paths::runtime_dir(instance);
             if dir != &derived {
-                return Err(SettingsError::RuntimeDirMismatch {
+                problems.push(SettingsError::RuntimeDirMismatch {
                     given: dir.clone(),
                     derived,
                 });
             }
         }
-        let agents = self.agent_settings()?;
-        let builds = crate::builds::BuildSettings {
-            // A build's package manager trusts what a turn's agent trusts (development only).
-            extra_ca_certs: agents.endpoint.extra_ca_certs.clone(),
-            ..self.build_settings()?
-        };
+        let agents = self.agent_settings(&mut problems);
+        let builds = self.build_settings(&mut problems);
         let development = self.deployment.as_deref() == Some("development");
-        let releases_retained = at_least(
+        let releases_retained = problems.take(at_least(
             self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
             1,
             "releases_retained",
-        )?;
-        let prod_url_scheme = match self.prod_url_scheme.as_deref() {
-            None | Some("https") => "https",
-            Some("http") => "http",
-            Some(other) => return Err(SettingsError::BadScheme(other.to_owned())),
-        };
-        let service_token = self.service_token.ok_or(SettingsError::MissingToken)?;
-        if service_token.chars().count() < MIN_TOKEN_LEN {
-            return Err(SettingsError::ShortToken);
-        }
+        ));
+        let prod_url_scheme = problems.take(match self.prod_url_scheme.as_deref() {
+            None | Some("https") => Ok("https"),
+            Some("http") => Ok("http"),
+            Some(other) => Err(SettingsError::BadScheme(other.to_owned())),
+        });
+        let service_token = problems.take(match self.service_token {
+            None => Err(SettingsError::MissingToken),
+            Some(token) if token.chars().count() < MIN_TOKEN_LEN => Err(SettingsError::ShortToken),
+            Some(token) => Ok(token),
+        });
         let base_path = self
             .base_path
             .unwrap_or_else(|| DEFAULT_BASE_PATH.to_owned());
         if !base_path.starts_with('/') || (base_path.len() > 1 && base_path.ends_with('/')) {
-            return Err(SettingsError::BadBasePath(base_path));
+            problems.push(SettingsError::BadBasePath(base_path.clone()));
         }
-        if let Some(path) = &self.listen {
-            if !path.is_absolute() {
-                return Err(SettingsError::RelativeListen(path.clone()));
-            }
+        if let Some(path) = self.listen.as_ref().filter(|path| !path.is_absolute()) {
+            problems.push(SettingsError::RelativeListen(path.clone()));
         }
-        let sites_root = required_path(self.sites_root, "sites_root")?;
-        let audit_dir = required_path(self.audit_dir, "audit_dir")?;
-        let site_table_file = required_path(self.site_table_file, "site_table_file")?;
-        let templates_dir = required_path(
+        let sites_root = problems.take(required_path(self.sites_root, "sites_root"));
+        let audit_dir = problems.take(required_path(self.audit_dir, "audit_dir"));
+        let site_table_file = problems.take(required_path(self.site_table_file, "site_table_file"));
+        let templates_dir = problems.take(required_path(
             Some(
                 self.templates_dir
                     .unwrap_or_else(|| atelier_layout::paths::TEMPLATES_DIR.into()),
             ),
             "templates_dir",
-        )?;
-        let publication_api_url = self
-            .publication_api_url
-            .ok_or(SettingsError::Missing("publication_api_url"))?;
-        if publication_api_url.trim().is_empty() {
-            return Err(SettingsError::EmptyApiUrl);
-        }
-        let max_sites = at_least(self.max_sites.unwrap_or(DEFAULT_MAX_SITES), 1, "max_sites")?;
-        let max_concurrent_sessions = at_least(
+        ));
+        let publication_api_url = problems.take(match self.publication_api_url {
+            None => Err(SettingsError::Missing("publication_api_url")),
+            Some(url) if url.trim().is_empty() => Err(SettingsError::EmptyApiUrl),
+            Some(url) => Ok(url),
+        });
+        let max_sites = problems.take(at_least(
+            self.max_sites.unwrap_or(DEFAULT_MAX_SITES),
+            1,
+            "max_sites",
+        ));
+        let max_concurrent_sessions = problems.take(at_least(
             self.max_concurrent_sessions
                 .unwrap_or(DEFAULT_MAX_CONCURRENT_SESSIONS),
             1,
             "max_concurrent_sessions",
-        )?;
-        let site_disk_quota_mb = at_least(
+        ));
+        let site_disk_quota_mb = problems.take(at_least(
             self.site_disk_quota_mb
                 .unwrap_or(DEFAULT_SITE_DISK_QUOTA_MB),
             1,
             "site_disk_quota_mb",
-        )?;
-        let git_timeout_ms = at_least(
+        ));
+        let git_timeout_ms = problems.take(at_least(
             self.git_timeout_ms
                 .unwrap_or(atelier_layout::paths::GIT_TIMEOUT_MS),
             1000,
             "git_timeout_ms",
-        )?;
-        let default_driver = match self.default_driver {
-            None => DEFAULT_DRIVER,
-            Some(id) => Driver::parse(&id).ok_or(SettingsError::UnknownDriver(id))?,
-        };
+        ));
+        let default_driver = problems.take(match self.default_driver {
+            None => Ok(DEFAULT_DRIVER),
+            Some(id) => Driver::parse(&id).ok_or(SettingsError::UnknownDriver(id)),
+        });
         let preprod_host_prefix = self
             .preprod_host_prefix
             .unwrap_or_else(|| DEFAULT_PREPROD_HOST_PREFIX.to_owned());
         if !atelier_layout::names::is_dns_label(&preprod_host_prefix) {
-            return Err(SettingsError::BadHostPrefix(preprod_host_prefix));
+            problems.push(SettingsError::BadHostPrefix(preprod_host_prefix.clone()));
         }
+        // Every `None` here comes with its recorded problem.
+        let (
+            Some(instance),
+            Some(agents),
+            Some(builds),
+            Some(releases_retained),
+            Some(prod_url_scheme),
+            Some(service_token),
+            Some(sites_root),
+            Some(audit_dir),
+            Some(site_table_file),
+            Some(templates_dir),
+            Some(publication_api_url),
+            Some(max_sites),
+            Some(max_concurrent_sessions),
+            Some(site_disk_quota_mb),
+            Some(git_timeout_ms),
+            Some(default_driver),
+        ) = (
+            instance,
+            agents,
+            builds,
+            releases_retained,
+            prod_url_scheme,
+            service_token,
+            sites_root,
+            audit_dir,
+            site_table_file,
+            templates_dir,
+            publication_api_url,
+            max_sites,
+            max_concurrent_sessions,
+            site_disk_quota_mb,
+            git_timeout_ms,
+            default_driver,
+        )
+        else {
+            return Err(problems);
+        };
+        problems.into_result()?;
+        let builds = crate::builds::BuildSettings {
+            // A build's package manager trusts what a turn's agent trusts (development only).
+            extra_ca_certs: agents.endpoint.extra_ca_certs.clone(),
+            ..builds
+        };
         Ok(Settings {
             agents,
             builds,
@@ -599,32 +648,35 @@ impl RawSettings {
             max_concurrent_sessions,
         })
     }
-}
 
-impl RawSettings {
-    fn build_settings(&self) -> Result<crate::builds::BuildSettings, SettingsError> {
-        let build_bin = required_path(
+    fn build_settings(
+        &self,
+        problems: &mut Problems<SettingsError>,
+    ) -> Option<crate::builds::BuildSettings> {
+        let build_bin = problems.take(required_path(
             Some(self.build_bin.clone().unwrap_or_else(|| {
                 Path::new(atelier_layout::paths::BIN_DIR)
                     .join(atelier_layout::services::BUILD_BINARY)
             })),
             "build_bin",
-        )?;
-        let step = |value: Option<u64>, default: u64, name: &'static str| {
-            at_least(value.unwrap_or(default), 1000, name)
+        ));
+        let mut step = |value: Option<u64>, default: u64, name: &'static str| {
+            problems.take(at_least(value.unwrap_or(default), 1000, name))
         };
-        Ok(crate::builds::BuildSettings {
-            build_bin,
-            install_timeout_ms: step(
-                self.install_timeout_ms,
-                atelier_layout::paths::INSTALL_TIMEOUT_MS,
-                "install_timeout_ms",
-            )?,
-            build_timeout_ms: step(
-                self.build_timeout_ms,
-                atelier_layout::paths::BUILD_TIMEOUT_MS,
-                "build_timeout_ms",
-            )?,
+        let install_timeout_ms = step(
+            self.install_timeout_ms,
+            atelier_layout::paths::INSTALL_TIMEOUT_MS,
+            "install_timeout_ms",
+        );
+        let build_timeout_ms = step(
+            self.build_timeout_ms,
+            atelier_layout::paths::BUILD_TIMEOUT_MS,
+            "build_timeout_ms",
+        );
+        Some(crate::builds::BuildSettings {
+            build_bin: build_bin?,
+            install_timeout_ms: install_timeout_ms?,
+            build_timeout_ms: build_timeout_ms?,
             releases_retained: usize::try_from(
                 self.releases_retained.unwrap_or(DEFAULT_RELEASES_RETAINED),
             )
@@ -633,55 +685,69 @@ impl RawSettings {
         })
     }
 
-    fn agent_settings(&self) -> Result<AgentSettings, SettingsError> {
-        let confinement = match self.agent_confinement.as_deref() {
-            None | Some("systemd_scope") => Confinement::SystemdScope,
-            Some("none") => Confinement::None,
-            Some(other) => return Err(SettingsError::UnknownConfinement(other.to_owned())),
-        };
-        let development = match self.deployment.as_deref() {
-            None | Some("production") => false,
-            Some("development") => true,
-            Some(other) => return Err(SettingsError::UnknownDeployment(other.to_owned())),
-        };
-        if confinement == Confinement::None && !development {
-            return Err(SettingsError::UnconfinedInProduction);
+    fn agent_settings(&self, problems: &mut Problems<SettingsError>) -> Option<AgentSettings> {
+        let confinement = problems.take(match self.agent_confinement.as_deref() {
+            None | Some("systemd_scope") => Ok(Confinement::SystemdScope),
+            Some("none") => Ok(Confinement::None),
+            Some(other) => Err(SettingsError::UnknownConfinement(other.to_owned())),
+        });
+        let development = problems.take(match self.deployment.as_deref() {
+            None | Some("production") => Ok(false),
+            Some("development") => Ok(true),
+            Some(other) => Err(SettingsError::UnknownDeployment(other.to_owned())),
+        });
+        if confinement == Some(Confinement::None) && development == Some(false) {
+            problems.push(SettingsError::UnconfinedInProduction);
         }
-        if self.agent_extra_ca_certs.is_some() && !development {
-            return Err(SettingsError::ExtraCaInProduction);
+        if self.agent_extra_ca_certs.is_some() && development == Some(false) {
+            problems.push(SettingsError::ExtraCaInProduction);
         }
         let extra_ca_certs = match &self.agent_extra_ca_certs {
-            Some(path) => Some(required_path(Some(path.clone()), "agent_extra_ca_certs")?),
+            Some(path) => {
+                Some(problems.take(required_path(Some(path.clone()), "agent_extra_ca_certs"))?)
+            }
             None => None,
         };
         if let Some(url) = &self.anthropic_base_url {
-            atelier_layout::declaration::check_provider_url(url)
-                .map_err(|_| SettingsError::BadAnthropicBaseUrl(url.clone()))?;
+            problems.take(
+                atelier_layout::declaration::check_provider_url(url)
+                    .map_err(|_| SettingsError::BadAnthropicBaseUrl(url.clone())),
+            );
         }
         let openai = match (&self.openai_base_url, &self.openai_model) {
             (None, None) => None,
             (Some(url), Some(model)) if !model.trim().is_empty() => {
-                atelier_layout::declaration::check_provider_url(url)
-                    .map_err(|_| SettingsError::BadOpenAiBaseUrl(url.clone()))?;
+                problems.take(
+                    atelier_layout::declaration::check_provider_url(url)
+                        .map_err(|_| SettingsError::BadOpenAiBaseUrl(url.clone())),
+                );
                 Some(atelier_agents::OpenAiModel {
                     base_url: url.clone(),
                     model: model.clone(),
                 })
             }
-            _ => return Err(SettingsError::IncompleteOpenAiModel),
+            _ => {
+                problems.push(SettingsError::IncompleteOpenAiModel);
+                None
+            }
         };
         if let Some(model) = &self.anthropic_model {
-            atelier_layout::declaration::check_model_id(model)
-                .map_err(|_| SettingsError::BadAnthropicModel(model.clone()))?;
+            problems.take(
+                atelier_layout::declaration::check_model_id(model)
+                    .map_err(|_| SettingsError::BadAnthropicModel(model.clone())),
+            );
         }
-        let state_root = required_path(self.agent_state_root.clone(), "agent_state_root")?;
-        let shim_bin = required_path(
+        let state_root = problems.take(required_path(
+            self.agent_state_root.clone(),
+            "agent_state_root",
+        ));
+        let shim_bin = problems.take(required_path(
             Some(self.shim_bin.clone().unwrap_or_else(|| {
                 Path::new(atelier_layout::paths::BIN_DIR)
                     .join(atelier_layout::services::SHIM_BINARY)
             })),
             "shim_bin",
-        )?;
+        ));
         let mut bins = Vec::new();
         for (driver, bin, name) in [
             (Driver::ClaudeCode, &self.claude_code_bin, "claude_code_bin"),
@@ -691,15 +757,17 @@ impl RawSettings {
         ] {
             // An empty value means "not installed", as the original's `''` did.
             if let Some(bin) = bin.clone().filter(|b| !b.as_os_str().is_empty()) {
-                bins.push((driver, required_path(Some(bin), name)?));
+                if let Some(bin) = problems.take(required_path(Some(bin), name)) {
+                    bins.push((driver, bin));
+                }
             }
         }
-        let turn_timeout_ms = at_least(
+        let turn_timeout_ms = problems.take(at_least(
             self.session_turn_timeout_ms
                 .unwrap_or(atelier_layout::paths::TURN_TIMEOUT_MS),
             1000,
             "session_turn_timeout_ms",
-        )?;
+        ));
         // Each `K=V,K=V` credential with the check of what its agent may be given.
         type Check = fn(&[(String, String)]) -> Result<(), atelier_agents::PlanError>;
         let pair_credentials: [(&'static str, &Option<String>, Check); 2] = [
@@ -716,26 +784,26 @@ impl RawSettings {
         ];
         for (name, pairs, check) in pair_credentials {
             if let Some(pairs) = pairs {
-                let parsed =
-                    parse_pairs(pairs).map_err(|why| SettingsError::BadCredential(name, why))?;
-                check(&parsed).map_err(|e| SettingsError::BadCredential(name, e.to_string()))?;
+                let checked =
+                    parse_pairs(pairs).and_then(|parsed| check(&parsed).map_err(|e| e.to_string()));
+                problems.take(checked.map_err(|why| SettingsError::BadCredential(name, why)));
             }
         }
-        let site_identities = match &self.site_identities {
-            Some(text) => atelier_layout::services::parse_site_identities(text)?,
-            None => Default::default(),
-        };
+        let site_identities = problems.take(match &self.site_identities {
+            Some(text) => atelier_layout::services::parse_site_identities(text),
+            None => Ok(Default::default()),
+        });
         if self.identity_epoch.is_some_and(|e| e < 0) {
-            return Err(SettingsError::TooSmall("agent_identity_epoch", 0));
+            problems.push(SettingsError::TooSmall("agent_identity_epoch", 0));
         }
-        Ok(AgentSettings {
+        Some(AgentSettings {
             identity_epoch: self.identity_epoch.unwrap_or(0),
-            site_identities,
-            confinement,
-            state_root,
-            shim_bin,
+            site_identities: site_identities?,
+            confinement: confinement?,
+            state_root: state_root?,
+            shim_bin: shim_bin?,
             bins,
-            turn_timeout: Duration::from_millis(turn_timeout_ms),
+            turn_timeout: Duration::from_millis(turn_timeout_ms?),
             credentials: self.credentials.clone(),
             endpoint: atelier_agents::ModelEndpoint {
                 anthropic_base_url: self.anthropic_base_url.clone(),
@@ -1137,7 +1205,11 @@ mod tests {
             ),
         ];
         for (name, raw, expected) in cases {
-            assert_eq!(raw.validate().unwrap_err(), expected, "case {name}");
+            assert_eq!(
+                raw.validate().unwrap_err().as_slice(),
+                [expected],
+                "case {name}"
+            );
         }
     }
 
@@ -1247,11 +1319,11 @@ mod tests {
 
     #[test]
     fn the_env_file_fills_settings_and_flags_win() {
-        let from_env = RawSettings {
+        let settings = RawSettings {
             service_token: Some("t".repeat(32)),
             ..RawSettings::default()
         }
-        .with_environment(vars(&[
+        .validate_with_environment(vars(&[
             ("ATELIER_INSTANCE", "museum"),
             ("ATELIER_SITES_ROOT", "/var/lib/atelier/museum/sites"),
             ("ATELIER_AUDIT_DIR", "/var/lib/atelier/museum/audit"),
@@ -1277,9 +1349,8 @@ mod tests {
             ("HOME", "/root"),
         ]))
         .unwrap();
-        assert_eq!(from_env.instance, "museum");
-        assert_eq!(from_env.max_sites, Some(8));
-        let settings = from_env.validate().unwrap();
+        assert_eq!(settings.instance.as_str(), "museum");
+        assert_eq!(settings.sites.max_sites, 8);
         assert_eq!(
             settings.agents.bins,
             [
@@ -1318,12 +1389,12 @@ mod tests {
             max_sites: Some(3),
             ..raw()
         }
-        .with_environment(vars(&[
+        .validate_with_environment(vars(&[
             ("ATELIER_MAX_SITES", "8"),
             ("ATELIER_INSTANCE", "museum"),
         ]))
         .unwrap();
-        assert_eq!(flagged.max_sites, Some(3), "a flag wins over the env file");
+        assert_eq!(flagged.sites.max_sites, 3, "a flag wins over the env file");
     }
 
     #[test]
@@ -1360,10 +1431,48 @@ mod tests {
                 ..raw()
             };
             assert_eq!(
-                raw.with_environment(variables).unwrap_err(),
-                expected,
+                raw.validate_with_environment(variables)
+                    .unwrap_err()
+                    .as_slice(),
+                [expected],
                 "case {name}"
             );
         }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let problems = RawSettings {
+            service_token: Some("short".into()),
+            sites_root: None,
+            max_sites: Some(0),
+            agent_confinement: Some("none".into()),
+            claude_code_bin: Some("claude".into()),
+            ..raw()
+        }
+        .validate_with_environment(vars(&[
+            ("ATELIER_MAX_SITE", "8"),
+            ("ATELIER_SITE_DISK_QUOTA_MB", "1G"),
+            ("ATELIER_PREPROD_HOST_PREFIX", "pre.view"),
+        ]))
+        .unwrap_err();
+        assert_eq!(
+            problems.as_slice(),
+            [
+                SettingsError::UnknownKey("ATELIER_MAX_SITE".into()),
+                SettingsError::NotANumber("site_disk_quota_mb", "1G".into()),
+                SettingsError::UnconfinedInProduction,
+                SettingsError::BadPath("claude_code_bin", "claude".into()),
+                SettingsError::ShortToken,
+                SettingsError::Missing("sites_root"),
+                SettingsError::TooSmall("max_sites", 1),
+                SettingsError::BadHostPrefix("pre.view".into()),
+            ]
+        );
+        let line = problems.to_string();
+        assert!(
+            line.starts_with("8 problems: unknown setting ATELIER_MAX_SITE"),
+            "{line}"
+        );
     }
 }

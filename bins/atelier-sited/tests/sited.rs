@@ -327,6 +327,16 @@ fn the_binary_refuses_bad_configuration_by_name() {
     assert_eq!(output.status.code(), Some(78), "EX_CONFIG");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("nothing was started"), "{stderr}");
+    // Every problem at once, each named: the operator fixes them in one go.
+    for named in [
+        "7 problems: ",
+        "instance name \"Not-An-Instance\"",
+        "no service token",
+        "sites_root is required",
+        "publication_api_url is required",
+    ] {
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
 }
 
 #[tokio::test]

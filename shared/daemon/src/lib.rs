@@ -1,7 +1,8 @@
 //! The life of a socket-activated Atelier daemon, one way for all of them: take the one
 //! listener systemd passed (or bind the development fallback), report READY with a status,
 //! keep the watchdog fed, and on SIGTERM or SIGINT report STOPPING and drain within a deadline.
-//! Beside it, the daemon's [`metrics`] socket when systemd passed one.
+//! Beside it, the daemon's [`metrics`] socket when systemd passed one, and the [`problems`]
+//! its settings are refused with, all at once.
 
 use std::future::Future;
 use std::path::Path;
@@ -16,6 +17,7 @@ use atelier_sd::listen::{
 use atelier_sd::notify::Notifier;
 
 pub mod metrics;
+pub mod problems;
 
 /// How long in-flight requests may run on after SIGTERM before their connections are closed.
 /// The units' `TimeoutStopSec=` is 30 s; 25 s leaves PID 1 no reason to SIGKILL a daemon.

@@ -47,7 +47,7 @@ fn the_benchmark_range_is_refused_in_production_and_allowed_in_development() {
         (
             "production, flag",
             settings(true, Deployment::Production),
-            Err(SettingsError::BenchmarkRangeInProduction),
+            Err(vec![SettingsError::BenchmarkRangeInProduction]),
         ),
         (
             "production, no flag",
@@ -72,11 +72,23 @@ fn the_benchmark_range_is_refused_in_production_and_allowed_in_development() {
                 plans: vec![],
                 ..settings(false, Deployment::Development)
             },
-            Err(SettingsError::NoPlan),
+            Err(vec![SettingsError::NoPlan]),
+        ),
+        (
+            "no plan, flag in production",
+            Settings {
+                plans: vec![],
+                ..settings(true, Deployment::Production)
+            },
+            Err(vec![
+                SettingsError::NoPlan,
+                SettingsError::BenchmarkRangeInProduction,
+            ]),
         ),
     ];
     for (what, settings, want) in cases {
-        assert_eq!(settings.check(), want, "{what}");
+        let got = settings.check().map_err(Problems::into_vec);
+        assert_eq!(got, want, "{what}");
     }
     assert!(SettingsError::BenchmarkRangeInProduction
         .to_string()
