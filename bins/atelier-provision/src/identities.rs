@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use atelier_layout::accounts::{parse_group, parse_passwd, GroupEntry, PasswdEntry};
 use atelier_layout::names::{self, MAX_ORDINAL};
 use atelier_layout::{Declaration, SiteOrdinal};
 use serde::Serialize;
@@ -18,34 +19,6 @@ pub const RETIRED_EXPIRY: i64 = 1;
 
 /// The login shell of every account Atelier creates.
 pub const NOLOGIN: &str = "/usr/sbin/nologin";
-
-/// One line of `/etc/passwd`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PasswdEntry {
-    /// Login name.
-    pub name: String,
-    /// User id.
-    pub uid: u32,
-    /// Primary group id.
-    pub gid: u32,
-    /// Comment field.
-    pub gecos: String,
-    /// Home directory.
-    pub home: String,
-    /// Login shell.
-    pub shell: String,
-}
-
-/// One line of `/etc/group`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GroupEntry {
-    /// Group name.
-    pub name: String,
-    /// Group id.
-    pub gid: u32,
-    /// Supplementary members.
-    pub members: Vec<String>,
-}
 
 /// One line of `/etc/shadow`, without the password hash (never kept).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -99,47 +72,6 @@ impl Accounts {
                 .any(|s| s.name == name && s.expire == Some(RETIRED_EXPIRY)),
         )
     }
-}
-
-/// Parses `/etc/passwd`; malformed lines are skipped (they name no account we could use).
-pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() != 7 {
-                return None;
-            }
-            Some(PasswdEntry {
-                name: f[0].to_owned(),
-                uid: f[2].parse().ok()?,
-                gid: f[3].parse().ok()?,
-                gecos: f[4].to_owned(),
-                home: f[5].to_owned(),
-                shell: f[6].to_owned(),
-            })
-        })
-        .collect()
-}
-
-/// Parses `/etc/group`.
-pub fn parse_group(text: &str) -> Vec<GroupEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split(':').collect();
-            if f.len() != 4 {
-                return None;
-            }
-            Some(GroupEntry {
-                name: f[0].to_owned(),
-                gid: f[2].parse().ok()?,
-                members: f[3]
-                    .split(',')
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            })
-        })
-        .collect()
 }
 
 /// Parses `/etc/shadow`, keeping only names and expiry dates.

@@ -2,69 +2,15 @@
 //! made, the shim every door runs is root's and writable by no one else, and a turn's HOME has
 //! the provisioner's shape.
 //!
-//! Identities are read from `/etc/passwd` and `/etc/group`, where `atelier-provision` creates
-//! them (`useradd --system`); an identity that exists only in another NSS source is not one it
-//! made, and is refused.
+//! Identities are read from `/etc/passwd` and `/etc/group` (with the parser the provisioner
+//! reads them with), where `atelier-provision` creates them (`useradd --system`); an identity
+//! that exists only in another NSS source is not one it made, and is refused.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// One `/etc/passwd` entry: name, uid, primary gid.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PasswdEntry {
-    /// The user's name.
-    pub name: String,
-    /// Its uid.
-    pub uid: u32,
-    /// Its primary group.
-    pub gid: u32,
-}
-
-/// One `/etc/group` entry: name, gid, listed members.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupEntry {
-    /// The group's name.
-    pub name: String,
-    /// Its gid.
-    pub gid: u32,
-    /// The members its line lists.
-    pub members: Vec<String>,
-}
-
-/// Parses `/etc/passwd` text; malformed lines are skipped.
-pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            (fields.len() >= 4).then_some(())?;
-            Some(PasswdEntry {
-                name: fields[0].to_owned(),
-                uid: fields[2].parse().ok()?,
-                gid: fields[3].parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-/// Parses `/etc/group` text; malformed lines are skipped.
-pub fn parse_group(text: &str) -> Vec<GroupEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            (fields.len() >= 4).then_some(())?;
-            Some(GroupEntry {
-                name: fields[0].to_owned(),
-                gid: fields[2].parse().ok()?,
-                members: fields[3]
-                    .split(',')
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            })
-        })
-        .collect()
-}
+use atelier_layout::accounts::{GroupEntry, PasswdEntry};
 
 /// Checks that `identity` is what the provisioner made: it exists once, is not root and
 /// shares its uid with no one; its primary group is `instance_group`; no group but its private
@@ -228,6 +174,7 @@ pub fn check_turn_home(home: &Path, identity_uid: u32, daemon_uid: u32) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use atelier_layout::accounts::{parse_group, parse_passwd};
 
     const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash
 atelier-example:x:990:990::/nonexistent:/usr/sbin/nologin

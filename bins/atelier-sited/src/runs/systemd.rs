@@ -155,8 +155,8 @@ impl SystemdDoors {
             std::fs::read_to_string(path)
                 .map_err(|e| RunRefusal::Unavailable(format!("reading {path}: {e}")))
         };
-        let passwd = super::host::parse_passwd(&read("/etc/passwd")?);
-        let groups = super::host::parse_group(&read("/etc/group")?);
+        let passwd = atelier_layout::accounts::parse_passwd(&read("/etc/passwd")?);
+        let groups = atelier_layout::accounts::parse_group(&read("/etc/group")?);
         super::host::check_identity(
             &passwd,
             &groups,
