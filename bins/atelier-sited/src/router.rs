@@ -115,10 +115,10 @@ impl Router {
                 shim: agents.shim_bin.clone(),
                 ceilings_ms: [
                     u64::try_from(agents.turn_timeout.as_millis()).unwrap_or(u64::MAX),
-                    settings
-                        .builds
-                        .install_timeout_ms
-                        .max(settings.builds.build_timeout_ms),
+                    atelier_layout::paths::build_door_ceiling_ms(
+                        settings.builds.install_timeout_ms,
+                        settings.builds.build_timeout_ms,
+                    ),
                     u64::try_from(settings.sites.git_timeout.as_millis()).unwrap_or(u64::MAX),
                 ],
             })),

@@ -355,6 +355,12 @@ pub fn site_workspace(sites_root: &Path, slug: &str) -> PathBuf {
     sites_root.join(slug)
 }
 
+/// The build door's ceiling: one run installs and then builds, each step within its own limit,
+/// so the run may take both.
+pub fn build_door_ceiling_ms(install_timeout_ms: u64, build_timeout_ms: u64) -> u64 {
+    install_timeout_ms.saturating_add(build_timeout_ms)
+}
+
 /// The `RuntimeMaxSec=` of a door whose ceiling is `ceiling_ms`: the ceiling rounded up to
 /// whole seconds, plus [`RUNTIME_GRACE_SECS`].
 pub fn runtime_max_sec(ceiling_ms: u64) -> u64 {
@@ -1151,15 +1157,15 @@ impl<'d> Layout<'d> {
         paths
     }
 
-    /// A door's ceiling: the declared limit, or the default (a build's covers its install).
+    /// A door's ceiling: the declared limit, or the default.
     pub fn door_ceiling_ms(&self, door: Door) -> u64 {
         let limits = &self.decl.limits;
         match door {
             Door::Turn => limits.session_turn_timeout_ms.unwrap_or(TURN_TIMEOUT_MS),
-            Door::Build => limits
-                .install_timeout_ms
-                .unwrap_or(INSTALL_TIMEOUT_MS)
-                .max(limits.build_timeout_ms.unwrap_or(BUILD_TIMEOUT_MS)),
+            Door::Build => build_door_ceiling_ms(
+                limits.install_timeout_ms.unwrap_or(INSTALL_TIMEOUT_MS),
+                limits.build_timeout_ms.unwrap_or(BUILD_TIMEOUT_MS),
+            ),
             Door::Git => limits.git_timeout_ms.unwrap_or(GIT_TIMEOUT_MS),
         }
     }

@@ -189,6 +189,8 @@ fn golden_paths() {
     assert_eq!(layout.templates_dir(), p("/usr/share/atelier/templates"));
     assert_eq!(layout.door_ceiling_ms(Door::Turn), 1_200_000);
     assert_eq!(layout.door_ceiling_ms(Door::Git), 30_000);
+    // One build run installs and then builds: it may take both steps' limits.
+    assert_eq!(layout.door_ceiling_ms(Door::Build), 600_000);
 }
 
 /// Where the binaries and the site templates are installed follows the declaration, for every
