@@ -66,6 +66,10 @@ pub enum Verb {
         /// Remove even while production serves a site (its vhosts go, so it goes offline).
         #[arg(long)]
         purge_published: bool,
+        /// Print the steps remove would take, in order, and change nothing; a site production
+        /// serves still refuses it without --purge-published.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -93,6 +97,7 @@ Examples:
   atelier-provision apply --declaration instance.json
   atelier-provision check --declaration instance.json --json | jq -r .reason
   atelier-provision verify --declaration instance.json
+  atelier-provision remove --dry-run --declaration instance.json
   atelier-provision remove --declaration instance.json
   atelier-provision remove --purge-published --declaration instance.json";
 
@@ -526,7 +531,7 @@ fn prepare_and_execute(
     out: &mut dyn Write,
     live: Live<'_>,
 ) -> Result<Exit, Failure> {
-    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove { .. });
+    let mutates = matches!(cli.verb, Verb::Apply | Verb::Remove { dry_run: false, .. });
     if mutates && cli.root != Path::new("/") {
         // Their commands (useradd, systemctl) act on the real host whatever the root.
         return Err(Failure::RootNotAllowed);
@@ -637,7 +642,36 @@ fn execute(
             }
             Ok(exit)
         }
-        Verb::Remove { purge_published } => {
+        Verb::Remove {
+            purge_published,
+            dry_run: true,
+        } => {
+            let actions = verbs::removal_plan_verb(decl, root, render, *purge_published)?;
+            if cli.json {
+                let body = report(
+                    &cli.verb,
+                    Exit::Ok,
+                    None,
+                    json!({ "dry_run": true, "actions": actions, "outcomes": [] }),
+                );
+                writeln!(out, "{body}").map_err(io)?;
+            } else {
+                writeln!(
+                    out,
+                    "{} actions (dry run: nothing was changed)",
+                    actions.len()
+                )
+                .map_err(io)?;
+                for action in &actions {
+                    writeln!(out, "{action}").map_err(io)?;
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Verb::Remove {
+            purge_published,
+            dry_run: false,
+        } => {
             let (removed, exit) = verbs::remove_verb(decl, root, render, *purge_published)?;
             if cli.json {
                 let body = report(

@@ -366,6 +366,24 @@ pub fn remove_verb(
     render: Renderer<'_>,
     purge_published: bool,
 ) -> Result<(Removed, Exit), VerbError> {
+    let actions = removal_plan_verb(decl, root, render, purge_published)?;
+    let outcomes = remove::apply_removal(&actions, root);
+    let stopped = outcomes
+        .iter()
+        .any(|o| o.status == crate::apply::Status::Skipped);
+    let exit = if stopped { Exit::Failed } else { Exit::Ok };
+    Ok((Removed { actions, outcomes }, exit))
+}
+
+/// `remove --dry-run`, and the first half of `remove`: the steps of the removal, in order,
+/// with nothing changed; refused as `remove` is while production may serve a site, unless
+/// `purge_published`.
+pub fn removal_plan_verb(
+    decl: &Declaration,
+    root: &Path,
+    render: Renderer<'_>,
+    purge_published: bool,
+) -> Result<Vec<RemoveAction>, VerbError> {
     let layout = Layout::new(decl);
     if !purge_published {
         let refusals = remove::published_refusals(&verify::verify(&layout, root));
@@ -374,7 +392,7 @@ pub fn remove_verb(
         }
     }
     let prepared = prepare(decl, root, render)?;
-    let actions = remove::removal_plan(
+    remove::removal_plan(
         &layout,
         &prepared.artifacts,
         &prepared.host,
@@ -384,13 +402,7 @@ pub fn remove_verb(
         VerbError::Refused(PlanError {
             refusals: vec![refusal],
         })
-    })?;
-    let outcomes = remove::apply_removal(&actions, root);
-    let stopped = outcomes
-        .iter()
-        .any(|o| o.status == crate::apply::Status::Skipped);
-    let exit = if stopped { Exit::Failed } else { Exit::Ok };
-    Ok((Removed { actions, outcomes }, exit))
+    })
 }
 
 /// `verify`: the serving proof; `Exit::Failed` when a surface is not provably served.

@@ -1,5 +1,6 @@
 //! The command line's verbs and exit codes, run in process against a host root in a temp dir
-//! (read-only verbs only: `apply` and `remove` act on the real host and refuse a root).
+//! (read-only verbs only: `apply` and `remove` act on the real host and refuse a root; `remove
+//! --dry-run` reads only).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,61 @@ fn usage_errors_exit_2() {
         run(&["remove", "--declaration", EXAMPLE], Some(tmp.path())).0,
         Exit::Usage
     );
+}
+
+/// Every path below `root` with its size, to tell that nothing was written or removed.
+fn tree(root: &Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            }
+            found.push((entry.path(), meta.len()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_removal_dry_run_lists_the_steps_and_changes_nothing() {
+    let tmp = host(true);
+    let before = tree(tmp.path());
+    let args = ["remove", "--dry-run", "--declaration", EXAMPLE];
+    let (exit, out, err) = run(&args, Some(tmp.path()));
+    assert_eq!(exit, Exit::Ok, "{err}");
+    let mut lines = out.lines();
+    let head = lines.next().unwrap();
+    let count: usize = head
+        .strip_suffix(" actions (dry run: nothing was changed)")
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    let steps: Vec<&str> = lines.collect();
+    assert_eq!(steps.len(), count, "{out}");
+    // Stopping comes first, so nothing runs while its files go.
+    assert!(
+        steps[0].starts_with("run systemctl disable --now atelier-sited@example.socket"),
+        "{out}"
+    );
+    assert_eq!(
+        tree(tmp.path()),
+        before,
+        "the dry run changed the host root"
+    );
+
+    let (exit, out, err) = run(&[&args[..], &["--json"]].concat(), Some(tmp.path()));
+    assert_eq!(exit, Exit::Ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["verb"], "remove");
+    assert_eq!(json["dry_run"], true);
+    assert_eq!(json["actions"].as_array().unwrap().len(), count, "{out}");
+    assert_eq!(json["outcomes"], serde_json::json!([]));
+    assert_eq!(tree(tmp.path()), before);
 }
 
 #[test]
@@ -432,6 +488,7 @@ fn reports_that_do_not_exit_0_name_their_reason_and_surfaces_theirs() {
         (
             Verb::Remove {
                 purge_published: false,
+                dry_run: false,
             },
             Exit::Failed,
             None,

@@ -290,8 +290,18 @@ named="collection (site_published): production of collection .* serves release $
 echo "published_named=$(grep -c "$named" /tmp/r0)"
 unit=/etc/systemd/system/atelier-example-s1-turn.socket
 echo "published_untouched=$(test -e $unit && echo yes || echo no),$(ls /srv/www | grep -c retired)"
+# A dry run is refused alike, and with the operator's word lists the steps and changes nothing.
+atelier-provision remove --dry-run --declaration /root/three.json > /tmp/d0 2>&1
+echo "dry_published=$?"
+atelier-provision remove --dry-run --purge-published --declaration /root/three.json > /tmp/d1 2>&1
+echo "dry_run=$?"
+sed 's/^/dry_run| /' /tmp/d1
+echo "dry_head=$(head -n1 /tmp/d1 | sed 's/^[0-9]* //')"
+echo "dry_lists_unit=$(grep -cx "unlink $unit" /tmp/d1)"
+echo "dry_untouched=$(test -e $unit && echo yes || echo no),$(ls /srv/www | grep -c retired),$(expiry atelier-a-example_1)"
 atelier-provision remove --purge-published --declaration /root/three.json >/tmp/r1 2>&1
 echo "remove=$?"
+echo "removed_unit=$(grep -c " unlink $unit\$" /tmp/r1)"
 sed 's/^/remove| /' /tmp/r1
 echo "unit_gone=$(test -e /etc/systemd/system/atelier-example-s1-turn.socket && echo no || echo yes)"
 echo "archived=$(ls /srv/www | grep -c '^www.example.org.retired-')"
@@ -361,7 +371,17 @@ fn ordinals_are_allocated_retired_and_never_reused_and_remove_archives() {
     assert_eq!(fact("remove_published"), "3", "{run:?}");
     assert_eq!(fact("published_named"), "1", "{run:?}");
     assert_eq!(fact("published_untouched"), "yes,0", "{run:?}");
+    assert_eq!(fact("dry_published"), "3", "{run:?}");
+    assert_eq!(fact("dry_run"), "0", "{run:?}");
+    assert_eq!(
+        fact("dry_head"),
+        "actions (dry run: nothing was changed)",
+        "{run:?}"
+    );
+    assert_eq!(fact("dry_lists_unit"), "1", "{run:?}");
+    assert_eq!(fact("dry_untouched"), "yes,0,", "{run:?}");
     assert_eq!(fact("remove"), "0", "{run:?}");
+    assert_eq!(fact("removed_unit"), "1", "{run:?}");
     assert_eq!(fact("unit_gone"), "yes", "{run:?}");
     assert_eq!(fact("archived"), "1", "{run:?}");
     assert_eq!(fact("sites_archived"), "1", "{run:?}");
