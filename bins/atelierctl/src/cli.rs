@@ -808,6 +808,13 @@ impl Output<'_> {
         let _ = self.progress.clear(self.err);
     }
 
+    /// Tells the operator on stderr what a wait or a follow is doing about a fault. A courtesy,
+    /// like the progress line: a stderr that cannot be written fails nothing.
+    fn note(&mut self, text: &str) {
+        self.clear_progress();
+        let _ = writeln!(self.err, "note: {text}").and_then(|()| self.err.flush());
+    }
+
     /// Waits `period`, keeping the progress line (if any) current with `label` and the time
     /// since `started`.
     async fn wait_showing(&mut self, period: Duration, label: &str, started: Instant) {
@@ -1261,7 +1268,7 @@ async fn follow_session(
         }
         match broke {
             Some(error) => {
-                eprintln!("note: {error}; following again after seq {cursor}");
+                out.note(&format!("{error}; following again after seq {cursor}"));
                 if !retry_again(&mut retry).await {
                     return Err(error.into());
                 }
@@ -1269,7 +1276,9 @@ async fn follow_session(
             // Ended cleanly mid-turn: once more, in case sited was stopping; a stream that
             // then brings nothing new is the end.
             None if turn_open && progressed => {
-                eprintln!("note: the stream closed mid-turn after seq {cursor}; following again");
+                out.note(&format!(
+                    "the stream closed mid-turn after seq {cursor}; following again"
+                ));
             }
             None => break,
         }
@@ -1278,9 +1287,9 @@ async fn follow_session(
         (false, Some(TurnState::Idle)) => Ok(()),
         (false, Some(state)) => Err(Failure::Turn(state.as_str().to_owned())),
         _ => {
-            eprintln!(
-                "note: the stream closed after seq {cursor} with no turn_end: no turn is running"
-            );
+            out.note(&format!(
+                "the stream closed after seq {cursor} with no turn_end: no turn is running"
+            ));
             Ok(())
         }
     }
@@ -1332,7 +1341,9 @@ fn build_label(log: &str) -> String {
     format!("building: {step}")
 }
 
-/// [`wait_for_build`]'s polling, from `started`.
+/// [`wait_for_build`]'s polling, from `started`. A poll that cannot reach sited (restarted by
+/// PID 1, say) is tried again, as a follow is, within [`RECONNECT_BUDGET`]: the build runs on in
+/// its own unit, and its record, not the fault, decides the exit status.
 async fn poll_build(
     client: &Client,
     route: Route,
@@ -1342,8 +1353,24 @@ async fn poll_build(
     // How much of the log is shown: each poll shows the lines added since (the JSON output is
     // the final record alone).
     let mut shown = 0;
+    let mut retry: Option<(std::time::Instant, usize)> = None;
     loop {
-        let reply = client.send(&route).await?;
+        let reply = match client.send(&route).await {
+            Ok(reply) => {
+                retry = None;
+                reply
+            }
+            Err(error) if reconnectable(&error) => {
+                if retry.is_none() {
+                    out.note(&format!("{error}; asking for the build again"));
+                }
+                if retry_again(&mut retry).await {
+                    continue;
+                }
+                return Err(error.into());
+            }
+            Err(error) => return Err(error.into()),
+        };
         let record: BuildWithLog = reply.parse()?;
         let ended = record.record.outcome != BuildOutcome::Running;
         if !out.json {

@@ -3,10 +3,7 @@
 //! scripted live stream (rendering as events arrive, escaping, and the exit status the last
 //! `turn_end` decides).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use atelier_site_api::SessionId;
 use atelier_site_client::{Id, NewSite, SessionEvent, Slug, StreamItem, TurnState};
@@ -317,76 +314,6 @@ async fn a_message_to_a_running_session_is_refused_at_once_even_with_follow() {
     assert_eq!(stop.code, 0, "{stop:?}");
 }
 
-/// A unix-socket relay in front of sited that the test can cut: every connection through it is
-/// dropped at once, as a restart or a fault would drop it.
-struct Relay {
-    path: std::path::PathBuf,
-    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-    /// Every byte relayed from sited to the client.
-    downstream: Arc<Mutex<Vec<u8>>>,
-}
-
-impl Relay {
-    fn start(upstream: std::path::PathBuf, path: std::path::PathBuf) -> Relay {
-        let listener = tokio::net::UnixListener::bind(&path).unwrap();
-        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
-        let downstream: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let (held, seen) = (Arc::clone(&connections), Arc::clone(&downstream));
-        tokio::spawn(async move {
-            loop {
-                let (client, _) = listener.accept().await.unwrap();
-                let server = tokio::net::UnixStream::connect(&upstream).await.unwrap();
-                let seen = Arc::clone(&seen);
-                let task = tokio::spawn(async move {
-                    let (mut client_read, mut client_write) = client.into_split();
-                    let (mut server_read, mut server_write) = server.into_split();
-                    let up = tokio::io::copy(&mut client_read, &mut server_write);
-                    let down = async {
-                        let mut buf = [0u8; 8192];
-                        loop {
-                            let n = server_read.read(&mut buf).await.unwrap_or(0);
-                            if n == 0 {
-                                break;
-                            }
-                            seen.lock().unwrap().extend_from_slice(&buf[..n]);
-                            if client_write.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = client_write.shutdown().await;
-                    };
-                    let _ = tokio::join!(up, down);
-                });
-                held.lock().unwrap().push(task.abort_handle());
-            }
-        });
-        Relay {
-            path,
-            connections,
-            downstream,
-        }
-    }
-
-    /// Drops every connection open through the relay.
-    fn cut(&self) {
-        for connection in self.connections.lock().unwrap().drain(..) {
-            connection.abort();
-        }
-    }
-
-    /// Waits until sited has sent `needle` through the relay.
-    async fn wait_for(&self, needle: &str) {
-        let waited = std::time::Instant::now();
-        while !String::from_utf8_lossy(&self.downstream.lock().unwrap()).contains(needle) {
-            assert!(
-                waited.elapsed() < Duration::from_secs(30),
-                "sited never sent {needle:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follow_cut_off_mid_turn_follows_again_without_a_gap_or_a_repeat() {
     let instance = support::instance().await;
@@ -399,26 +326,12 @@ async fn a_follow_cut_off_mid_turn_follows_again_without_a_gap_or_a_repeat() {
     .unwrap();
     live.append(event(json!({"type": "text", "text": "before the cut"})))
         .unwrap();
-    let relay = Relay::start(instance.socket.clone(), instance.root.join("relay.sock"));
+    let relay = support::Relay::start(instance.socket.clone(), instance.root.join("relay.sock"));
     let events_path = format!("/v1/sessions/{id}/events");
     let before = instance.seen().len();
 
     let session = id.to_string();
-    let binary = support::ctl(vec![
-        "--socket".into(),
-        relay.path.display().to_string(),
-        "--instance".into(),
-        support::INSTANCE.into(),
-        "--token-file".into(),
-        instance.token_file.display().to_string(),
-        "--actor-id".into(),
-        "7".into(),
-        "--actor-name".into(),
-        "ops".into(),
-        "session".into(),
-        "follow".into(),
-        session,
-    ]);
+    let binary = support::ctl(instance.argv_via(&relay.path, &["session", "follow", &session]));
     let cutter = async {
         relay.wait_for("\"seq\":1").await;
         relay.cut();

@@ -174,6 +174,32 @@ async fn a_failed_build_exits_4_with_its_error() {
     assert_eq!(lines[1]["exit"], "unsuccessful", "{json:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_wait_asks_again_while_sited_cannot_be_reached_and_ends_by_the_outcome() {
+    let instance = support::instance().await;
+    create_alpha(&instance).await;
+    // Long enough to outlast the outage below.
+    set_build_command(&instance, "install", "sleep 5");
+    let relay = support::Relay::start(instance.socket.clone(), instance.root.join("relay.sock"));
+    let argv = instance.argv_via(&relay.path, &["build", "start", "alpha", "--wait"]);
+    let outage = async {
+        // The build is running and polled; then sited cannot be reached for over two polls.
+        relay.wait_for("\"outcome\":\"running\"").await;
+        relay.set_down(true);
+        relay.cut();
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        relay.set_down(false);
+    };
+    let (out, ()) = tokio::join!(support::ctl(argv), outage);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("\noutcome   success\n"), "{out:?}");
+    assert_eq!(
+        out.stderr.matches("; asking for the build again").count(),
+        1,
+        "one note for the outage: {out:?}"
+    );
+}
+
 /// Creates the site alpha; returns what the binary printed.
 async fn create_alpha(instance: &support::Instance) -> support::Ctl {
     let created = instance

@@ -9,11 +9,13 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atelier_site_client::{Actor, BasePath, Client, ServiceToken, Target};
 use atelier_sited::{RawSettings, Router};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::support;
 pub use crate::support::TOKEN;
@@ -175,9 +177,14 @@ impl Instance {
 
     /// The arguments that run `args` against this instance (connection flags first).
     pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        self.argv_via(&self.socket, args)
+    }
+
+    /// The arguments that run `args` against this instance through `socket` (a relay).
+    pub fn argv_via(&self, socket: &Path, args: &[&str]) -> Vec<String> {
         let mut argv: Vec<String> = vec![
             "--socket".into(),
-            self.socket.display().to_string(),
+            socket.display().to_string(),
             "--instance".into(),
             INSTANCE.into(),
             "--token-file".into(),
@@ -218,5 +225,94 @@ pub async fn ctl(argv: Vec<String>) -> Ctl {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8(output.stdout).unwrap(),
         stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// A unix-socket relay in front of sited that the test can cut, dropping every connection
+/// through it at once as a restart or a fault would drop it, or take down, dropping each new
+/// connection as it comes, as while sited is restarting.
+pub struct Relay {
+    /// Where the relay listens.
+    pub path: PathBuf,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    down: Arc<AtomicBool>,
+    /// Every byte relayed from sited to the client.
+    downstream: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Relay {
+    /// Relays `path` to `upstream`.
+    pub fn start(upstream: PathBuf, path: PathBuf) -> Relay {
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let downstream: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let down = Arc::new(AtomicBool::new(false));
+        let (held, seen, is_down) = (
+            Arc::clone(&connections),
+            Arc::clone(&downstream),
+            Arc::clone(&down),
+        );
+        tokio::spawn(async move {
+            loop {
+                let (client, _) = listener.accept().await.unwrap();
+                if is_down.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let server = tokio::net::UnixStream::connect(&upstream).await.unwrap();
+                let seen = Arc::clone(&seen);
+                let task = tokio::spawn(async move {
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut server_read, mut server_write) = server.into_split();
+                    let up = tokio::io::copy(&mut client_read, &mut server_write);
+                    let down = async {
+                        let mut buf = [0u8; 8192];
+                        loop {
+                            let n = server_read.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 {
+                                break;
+                            }
+                            seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                            if client_write.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = client_write.shutdown().await;
+                    };
+                    let _ = tokio::join!(up, down);
+                });
+                held.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Relay {
+            path,
+            connections,
+            down,
+            downstream,
+        }
+    }
+
+    /// While `down`, every new connection is dropped as it is accepted.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Drops every connection open through the relay.
+    pub fn cut(&self) {
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    /// Waits until sited has sent `needle` through the relay.
+    pub async fn wait_for(&self, needle: &str) {
+        let waited = std::time::Instant::now();
+        while !String::from_utf8_lossy(&self.downstream.lock().unwrap()).contains(needle) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "sited never sent {needle:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
