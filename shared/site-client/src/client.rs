@@ -19,6 +19,8 @@ use tokio::sync::OnceCell;
 
 use crate::config::{Target, DEFAULT_TIMEOUT};
 use crate::error::{Error, Mismatch, Problem};
+use atelier_layout::names::{self, InstanceName};
+
 use crate::fingerprint::{fingerprint_matches, instance_fingerprint};
 use crate::model::{
     AuditEntry, BuildStarted, BuildWithLog, Capabilities, DataList, DeleteReport, Health,
@@ -443,9 +445,10 @@ impl Client {
         request: hyper::Request<Full<Bytes>>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
         let socket = &self.target.socket;
-        let stream = UnixStream::connect(socket)
-            .await
-            .map_err(|e| self.unreachable(format!("connecting: {e}{}", connect_hint(e.kind()))))?;
+        let stream = UnixStream::connect(socket).await.map_err(|e| {
+            let hint = connect_hint(e.kind(), &self.target.instance);
+            self.unreachable(format!("connecting: {e}{hint}"))
+        })?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.unreachable(format!("HTTP handshake: {e}")))?;
@@ -465,22 +468,24 @@ impl Client {
     }
 }
 
-/// What an operator can do about a socket that would not connect, by the kind of failure.
-fn connect_hint(kind: std::io::ErrorKind) -> &'static str {
+/// What an operator can do about `instance`'s socket that would not connect, by the kind of
+/// failure, naming the instance's own units.
+fn connect_hint(kind: std::io::ErrorKind, instance: &InstanceName) -> String {
+    let socket_unit = names::sited_socket_unit(instance);
     match kind {
-        std::io::ErrorKind::NotFound => {
+        std::io::ErrorKind::NotFound => format!(
             "; nothing is there: check --socket, and that the daemon's socket unit is active \
-             (systemctl status 'atelier-sited@*.socket')"
-        }
-        std::io::ErrorKind::PermissionDenied => {
-            "; this user may not open it: the socket is the engine's group's, so run as a \
-             member of that group or as root"
-        }
-        std::io::ErrorKind::ConnectionRefused => {
+             (systemctl status {socket_unit})"
+        ),
+        std::io::ErrorKind::PermissionDenied => "; this user may not open it: the socket is the \
+             engine's group's, so run as a member of that group or as root"
+            .to_owned(),
+        std::io::ErrorKind::ConnectionRefused => format!(
             "; no one accepts on it: its socket unit is stopped; start it (systemctl start \
-             'atelier-sited@<instance>.socket') and see journalctl -u 'atelier-sited@*' for why"
-        }
-        _ => "",
+             {socket_unit}) and see journalctl -u {} for why",
+            names::sited_service_unit(instance)
+        ),
+        _ => String::new(),
     }
 }
 

@@ -256,17 +256,21 @@ async fn no_answer_is_unreachable_or_a_timeout() {
     assert_eq!(error.code(), "unreachable", "{error}");
     // Each failure to connect says what to look at.
     assert!(
-        error
-            .to_string()
-            .contains("nothing is there: check --socket"),
-        "{error}"
+        error.to_string().contains(
+            "nothing is there: check --socket, and that the daemon's socket unit is active \
+             (systemctl status atelier-sited@example.socket)"
+        ),
+        "the instance's own unit: {error}"
     );
     let stale = dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     let error = client_of(&stale, &token).capabilities().await.unwrap_err();
     assert_eq!(error.code(), "unreachable", "{error}");
     assert!(
-        error.to_string().contains("no one accepts on it"),
+        error.to_string().contains(
+            "no one accepts on it: its socket unit is stopped; start it (systemctl start \
+             atelier-sited@example.socket) and see journalctl -u atelier-sited@example.service"
+        ),
         "{error}"
     );
 
