@@ -15,7 +15,7 @@ use crate::tools::ServerName;
 
 /// The environment variable holding the provider's API key. Never an argument, which any
 /// process on the host could read; never written anywhere by the agent.
-pub const API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
+pub const API_KEY_ENV: &str = "AGENT_API_KEY";
 
 /// The default of `--max-turns`.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
@@ -33,7 +33,7 @@ const HOME_STATE_DIR: &str = "state";
 /// root. With --mcp-url and --mcp-name it is also offered an MCP server's tools, as
 /// mcp__NAME__TOOL; a server that is unavailable is a warning line, not a failed turn. It
 /// writes one JSON object per line on stdout (text, tool, tool_result, file_change, warning,
-/// then result or error). The provider's API key is read from ATELIER_AGENT_API_KEY; requests
+/// then result or error). The provider's API key is read from AGENT_API_KEY; requests
 /// to the provider honour HTTPS_PROXY, HTTP_PROXY and NO_PROXY, while the MCP server is always
 /// reached directly. The conversation is kept in $HOME/state/atelier-agent/TOKEN.json (or
 /// below --state-dir), and the result line names the token --resume takes.
@@ -383,7 +383,7 @@ mod tests {
                 "no key",
                 &["--provider", "openrouter", "--model", "m", "go"],
                 &home,
-                "--provider openrouter needs an API key in ATELIER_AGENT_API_KEY",
+                "--provider openrouter needs an API key in AGENT_API_KEY",
             ),
             (
                 "no home",

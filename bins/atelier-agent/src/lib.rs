@@ -9,7 +9,7 @@
 //!
 //! Parts:
 //! - [`cli`]: the command line and the turn's [`cli::Settings`] (the API key comes from
-//!   `ATELIER_AGENT_API_KEY`, never an argument).
+//!   `AGENT_API_KEY`, never an argument).
 //! - [`events`]: the output lines, documented in one place, and [`events::Output`].
 //! - [`tools`]: the [`tools::Tools`] registry, the workspace's file tools and an MCP
 //!   server's tools.

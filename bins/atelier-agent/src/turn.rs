@@ -326,7 +326,7 @@ mod tests {
                     status: 403,
                 }),
                 "Anthropic refused the API key (HTTP 403): check the credential the agent was \
-                 given in ATELIER_AGENT_API_KEY",
+                 given in AGENT_API_KEY",
             ),
             (
                 "missing key",

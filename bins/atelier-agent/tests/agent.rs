@@ -262,7 +262,7 @@ mod support {
             .current_dir(&site.ws)
             .env_clear()
             .env("HOME", &site.home)
-            .env("ATELIER_AGENT_API_KEY", KEY)
+            .env("AGENT_API_KEY", KEY)
             .envs(env.iter().copied())
             .args([
                 "--provider",
@@ -1165,7 +1165,7 @@ mod turns {
         assert_eq!(
             run.last()["message"],
             "Custom Provider refused the API key (HTTP 401): check the credential the agent \
-             was given in ATELIER_AGENT_API_KEY"
+             was given in AGENT_API_KEY"
         );
         assert!(!run.stdout.contains("/admin/"), "{}", run.stdout);
         assert_eq!(provider.seen().len(), 1);
@@ -1185,7 +1185,7 @@ mod turns {
         let line: Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(
             line,
-            json!({"type": "error", "reason": "usage", "message": "--provider anthropic needs an API key in ATELIER_AGENT_API_KEY"})
+            json!({"type": "error", "reason": "usage", "message": "--provider anthropic needs an API key in AGENT_API_KEY"})
         );
     }
 }

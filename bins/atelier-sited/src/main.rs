@@ -185,7 +185,7 @@ fn settings(args: Args) -> anyhow::Result<Settings> {
             publication_api_key: optional_credential(atelier_layout::paths::PUBLICATION_API_KEY)?,
             opencode_env: optional_credential(atelier_layout::paths::OPENCODE_ENV)?,
             pi_env: optional_credential(atelier_layout::paths::PI_ENV)?,
-            atelier_api_key: optional_credential(atelier_agents::ATELIER_API_KEY_ENV)?,
+            atelier_api_key: optional_credential(atelier_agents::ATELIER_API_KEY_CREDENTIAL)?,
         },
     }
     .validate_with_environment(std::env::vars())?;

@@ -125,7 +125,8 @@ pub struct AgentCredentials {
     pub opencode_env: Option<String>,
     /// `PI_ENV`: `K=V,K=V` pairs for pi turns only.
     pub pi_env: Option<String>,
-    /// atelier-agent's provider key (`ATELIER_AGENT_API_KEY`), for atelier turns only.
+    /// atelier-agent's provider key (the `ATELIER_AGENT_API_KEY` credential), for atelier turns
+    /// only.
     pub atelier_api_key: Option<String>,
 }
 

@@ -27,8 +27,8 @@ pub use parse::{
 pub use plan::{
     is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,
     validate_pi_env, DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError,
-    PlannedFile, TurnPlan, TurnRequest, ATELIER_API_KEY_ENV, CONFINED_MCP_URL, MAX_BRIEF_BYTES,
-    MCP_SERVER_NAME, OPENCODE_DB_FILE,
+    PlannedFile, TurnPlan, TurnRequest, ATELIER_API_KEY_CREDENTIAL, ATELIER_API_KEY_ENV,
+    CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_DB_FILE,
 };
 pub use probe::{
     help_argv, judge_help, judge_opencode_accounts, judge_version, opencode_accounts_argv,

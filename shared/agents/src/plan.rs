@@ -180,7 +180,7 @@ pub struct DriverCredentials {
     pub opencode_env: Vec<(String, String)>,
     /// pi's (`PI_ENV`).
     pub pi_env: Vec<(String, String)>,
-    /// atelier-agent's provider key, its child's `ATELIER_AGENT_API_KEY`.
+    /// atelier-agent's provider key, its child's [`ATELIER_API_KEY_ENV`].
     pub atelier_api_key: Option<String>,
 }
 
@@ -757,9 +757,12 @@ fn plan_pi(request: &TurnRequest<'_>, brief: Option<String>) -> Result<TurnPlan,
 const ATELIER_ANTHROPIC: &str = "anthropic";
 /// atelier-agent's `--provider` for an OpenAI-compatible chat-completions API.
 const ATELIER_OPENAI_COMPATIBLE: &str = "openai-compatible";
-/// The variable atelier-agent reads its provider's key from (never an argument); the daemon's
-/// credential of the same name is its value.
-pub const ATELIER_API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
+/// The variable atelier-agent reads its provider's key from (never an argument). Outside the
+/// `ATELIER_` names a run's spec may not set (the shim keeps them for the units' own settings).
+pub const ATELIER_API_KEY_ENV: &str = "AGENT_API_KEY";
+/// The daemon's credential that holds atelier-agent's provider key; an atelier turn's child gets
+/// it as [`ATELIER_API_KEY_ENV`].
+pub const ATELIER_API_KEY_CREDENTIAL: &str = "ATELIER_AGENT_API_KEY";
 
 /// atelier-agent (`atelier-agent --provider P --model M … -- -`, the prompt on stdin). It reads no
 /// configuration source of its own (no settings file, no project directory, no plugins or
@@ -768,7 +771,7 @@ pub const ATELIER_API_KEY_ENV: &str = "ATELIER_AGENT_API_KEY";
 /// else the OpenAI-compatible model —, the round limit, the CLI's state directory, where it
 /// keeps the conversation its result's resume token names, and the MCP server. It reads the
 /// brief, AGENTS.md, itself through its link-refusing reader, and its key only from
-/// `ATELIER_AGENT_API_KEY`. It sends an MCP server no header, so an attachment that needs one
+/// [`ATELIER_API_KEY_ENV`]. It sends an MCP server no header, so an attachment that needs one
 /// (the Publication API's key, under `none`) is not offered: every request would be refused.
 fn plan_atelier(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
     let endpoint = request.endpoint;
@@ -855,13 +858,17 @@ fn has_credential(pairs: &[(String, String)], key: &str) -> bool {
     pairs.iter().any(|(k, _)| k == key)
 }
 
-/// Refuses `OPENCODE_ENV` unless every key is a provider credential (naming the first that is
-/// not) and `OPENCODE_AUTH_CONTENT`, when given, holds `api`/`oauth` entries only. Meant for
-/// config parsing, so a bad value stops the daemon at boot; [`plan_turn`] asks again.
+/// Refuses `OPENCODE_ENV` unless every key is a provider credential a run may be given (naming
+/// the first that is not) and `OPENCODE_AUTH_CONTENT`, when given, holds `api`/`oauth` entries
+/// only. Meant for config parsing, so a bad value stops the daemon at boot; [`plan_turn`] asks
+/// again.
 pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
     for (key, value) in pairs {
         let named = key == "OPENCODE_API_KEY" || key == "OPENCODE_AUTH_CONTENT";
-        if !(named || is_provider_credential(key) && !key.starts_with("OPENCODE_")) {
+        let credential = is_provider_credential(key)
+            && !key.starts_with("OPENCODE_")
+            && !atelier_proto::is_fixed_env_key(key);
+        if !(named || credential) {
             return Err(PlanError::OpencodeEnvKey(key.clone()));
         }
         if key == "OPENCODE_AUTH_CONTENT" && !is_plain_auth_store(value) {
@@ -871,12 +878,14 @@ pub fn validate_opencode_env(pairs: &[(String, String)]) -> Result<(), PlanError
     Ok(())
 }
 
-/// Refuses `PI_ENV` unless every key is a provider credential (naming the first that is not):
-/// anything else (`NODE_OPTIONS`, `PI_CODING_AGENT_DIR`) would change what pi loads. Meant for
+/// Refuses `PI_ENV` unless every key is a provider credential a run may be given (naming the
+/// first that is not): anything else (`NODE_OPTIONS`, `PI_CODING_AGENT_DIR`) would change what pi loads. Meant for
 /// config parsing; [`plan_turn`] asks again.
 pub fn validate_pi_env(pairs: &[(String, String)]) -> Result<(), PlanError> {
     match pairs.iter().find(|(key, _)| {
-        !is_provider_credential(key) || key.starts_with("PI_") || key.starts_with("ATELIER_")
+        !is_provider_credential(key)
+            || key.starts_with("PI_")
+            || atelier_proto::is_fixed_env_key(key)
     }) {
         Some((key, _)) => Err(PlanError::PiEnvKey(key.clone())),
         None => Ok(()),

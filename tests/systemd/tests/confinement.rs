@@ -2235,12 +2235,12 @@ const ATELIER_REPLACE: &str =
 #[test]
 fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resumes() {
     let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
-    let run = run_real_agent_with_lab(
-        openai_declaration_with("atelier", &bin),
-        ATELIER_TURN,
-        "",
-        ATELIER_REPLACE,
-    );
+    // With its key, which only its child gets (any credential file the operator made will do).
+    let mut declaration: Value =
+        serde_json::from_str(&openai_declaration_with("atelier", &bin)).expect("JSON");
+    declaration["secrets"]["ATELIER_AGENT_API_KEY"] =
+        "/etc/atelier/example/credentials/ANTHROPIC_API_KEY".into();
+    let run = run_real_agent_with_lab(declaration.to_string(), ATELIER_TURN, "", ATELIER_REPLACE);
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     assert_scripted_write_turn(&run, "turn1");
     let tools: Vec<Value> = events(&run, "turn1")
@@ -2285,11 +2285,16 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
     );
     assert_eq!(fact(&run, "outside"), "outside-untouched", "{run:?}");
     let requests = recorded_requests(&run);
-    let calls: Vec<String> = requests
-        .iter()
-        .filter(|r| r["path"] == "/v1/chat/completions")
-        .map(|r| r["body"].to_string())
-        .collect();
+    let completions = || {
+        requests
+            .iter()
+            .filter(|r| r["path"] == "/v1/chat/completions")
+    };
+    assert!(
+        completions().all(|r| r["headers"]["authorization"] == "[redacted]"),
+        "every call to the model carried the key: {run:?}"
+    );
+    let calls: Vec<String> = completions().map(|r| r["body"].to_string()).collect();
     let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
     // The editor's words exactly, read from atelier-agent's stdin, in both turns.
     let first_body: Value = serde_json::from_str(&calls[0]).expect("a JSON body");

@@ -224,7 +224,7 @@ fn child_environment_is_an_exact_allowlist() {
             "atelier with its key",
             DriverId::Atelier,
             &all,
-            vec!["ATELIER_AGENT_API_KEY", "PATH"],
+            vec!["AGENT_API_KEY", "PATH"],
         ),
         (
             "atelier without a key",
@@ -241,6 +241,13 @@ fn child_environment_is_an_exact_allowlist() {
             "{name}"
         );
         assert_eq!(plan.env["PATH"], "/usr/bin:/bin", "{name}");
+        // The shim refuses a spec that sets one of the names it keeps, so every run would be.
+        for key in plan.env.keys() {
+            assert!(
+                atelier_proto::is_valid_env_key(key) && !atelier_proto::is_fixed_env_key(key),
+                "{name}: the shim would refuse {key}"
+            );
+        }
         let everything = format!("{:?}{:?}", plan.argv, plan.env.values().collect::<Vec<_>>());
         for foreign in [
             "HOME",
@@ -273,7 +280,7 @@ fn child_environment_is_an_exact_allowlist() {
     let plan = plan_turn(&request(DriverId::Opencode, &mcp, &none, None, None)).unwrap();
     assert_eq!(plan.env["OPENCODE_AUTH_CONTENT"], "{}");
     let plan = plan_turn(&request(DriverId::Atelier, &mcp, &all, None, None)).unwrap();
-    assert_eq!(plan.env["ATELIER_AGENT_API_KEY"], "atelier-canary");
+    assert_eq!(plan.env["AGENT_API_KEY"], "atelier-canary");
     assert!(
         !plan.argv.iter().any(|arg| arg.contains("atelier-canary")),
         "the key is never an argument"
@@ -675,7 +682,7 @@ fn brief_bounds() {
 
 #[test]
 fn opencode_env_table() {
-    let cases: [(&str, &str, &str, Result<(), PlanError>); 18] = [
+    let cases: [(&str, &str, &str, Result<(), PlanError>); 20] = [
         ("openai key", "OPENAI_API_KEY", "v", Ok(())),
         ("anthropic key", "ANTHROPIC_API_KEY", "v", Ok(())),
         ("opencode zen key", "OPENCODE_API_KEY", "v", Ok(())),
@@ -745,6 +752,19 @@ fn opencode_env_table() {
             "openai_api_key",
             "v",
             Err(PlanError::OpencodeEnvKey("openai_api_key".into())),
+        ),
+        // Names the shim keeps: a run given one would be refused, every turn.
+        (
+            "a name the shim keeps",
+            "ATELIER_X_API_KEY",
+            "v",
+            Err(PlanError::OpencodeEnvKey("ATELIER_X_API_KEY".into())),
+        ),
+        (
+            "the original's prefix",
+            "DEDALO_X_API_KEY",
+            "v",
+            Err(PlanError::OpencodeEnvKey("DEDALO_X_API_KEY".into())),
         ),
     ];
     for (name, key, value, want) in cases {
@@ -1198,7 +1218,7 @@ fn atelier_states_its_provider_model_and_state_and_nothing_else() {
         assert_eq!(plan.argv, strings(&want), "{name}");
         assert_eq!(
             plan.env.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["ATELIER_AGENT_API_KEY", "PATH"],
+            ["AGENT_API_KEY", "PATH"],
             "{name}"
         );
     }
@@ -1254,5 +1274,29 @@ fn atelier_is_offered_the_mcp_server_it_can_reach_without_a_key() {
     ];
     for (name, mcp, want) in cases {
         assert_eq!(mcp_flags(&mcp), want, "{name}");
+    }
+}
+
+#[test]
+fn pi_env_takes_only_provider_credentials_a_run_may_be_given() {
+    let cases = [
+        ("a provider key", "OPENAI_API_KEY", true),
+        ("a cloud secret", "AWS_SECRET_ACCESS_KEY", true),
+        ("pi's own", "PI_API_KEY", false),
+        ("a name the shim keeps", "ATELIER_X_API_KEY", false),
+        ("the original's prefix", "DEDALO_X_API_KEY", false),
+        ("not a credential", "NODE_OPTIONS", false),
+    ];
+    for (name, key, accepted) in cases {
+        let want = if accepted {
+            Ok(())
+        } else {
+            Err(PlanError::PiEnvKey(key.to_owned()))
+        };
+        assert_eq!(
+            validate_pi_env(&[(key.to_owned(), "v".to_owned())]),
+            want,
+            "{name}"
+        );
     }
 }
