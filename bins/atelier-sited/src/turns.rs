@@ -364,8 +364,14 @@ impl Turn {
                         let clean =
                             matches!(&ending, Ending::Exit(ExitRecord { code: Some(0), .. }));
                         relay.flush(clean).await;
+                        relay.report_dropped_lines().await;
                         let saw_result = relay.saw_result;
                         let failed = relay.parser.failure().is_some();
+                        if !saw_result {
+                            if let Some(kept) = relay.parser.kept_after_failure() {
+                                *relay.last_token = Some(kept.to_owned());
+                            }
+                        }
                         let tail = std::mem::take(&mut relay.stderr_tail);
                         drop(relay);
                         fault = report_ending(&events, &ending, saw_result, failed, &tail).await;
@@ -530,6 +536,31 @@ impl Relay<'_> {
         ending
     }
 
+    /// Says, once the run is over, how many output lines were too long to read: whatever they
+    /// held (a tool call, a result) is missing from the session, and the user should know.
+    async fn report_dropped_lines(&mut self) {
+        let dropped = self.lines.dropped();
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "the agent wrote lines over {MAX_LINE_BYTES} bytes; skipped"
+            );
+            let mib = MAX_LINE_BYTES / (1024 * 1024);
+            let said = if dropped == 1 {
+                format!(
+                    "[atelier] A line of the agent's output was over {mib} MiB and was skipped: \
+                     what it held is not in this session."
+                )
+            } else {
+                format!(
+                    "[atelier] {dropped} lines of the agent's output were over {mib} MiB and were \
+                     skipped: what they held is not in this session."
+                )
+            };
+            self.events.persist(SessionEvent::text(said)).await;
+        }
+    }
+
     async fn parse(&mut self, line: &str) {
         let events = self.parser.parse_line(line);
         self.persist_all(events).await;
@@ -610,6 +641,14 @@ async fn report_ending(
                     })
                     .await;
             }
+            return None;
+        }
+        // A result is the turn's one terminal event: an exit status after it changes nothing
+        // (Claude Code exits 1 after its `error_max_turns` result, its work already done).
+        Ending::Exit(ExitRecord {
+            code: Some(code), ..
+        }) if saw_result => {
+            tracing::info!("the agent exited {code} after its result; the turn ends on the result");
             return None;
         }
         Ending::Exit(ExitRecord { code: Some(_), .. }) => {

@@ -261,7 +261,7 @@ async fn the_agent_gets_an_allowlisted_environment_and_its_own_home() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fault_ends_the_turn_with_one_named_error() {
     let instance = instance(|raw| raw.session_turn_timeout_ms = Some(1500)).await;
-    let cases: [(&str, &str, Value, &str); 4] = [
+    let cases: [(&str, &str, Value, &str); 5] = [
         (
             "non-zero exit",
             "stderr the agent broke\nexit 3",
@@ -286,6 +286,14 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
             Value::Null,
             "idle",
         ),
+        (
+            "a non-zero exit after the result",
+            "raw {\"type\":\"result\",\"subtype\":\"error_max_turns\",\"is_error\":true,\
+             \"session_id\":\"5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f\",\"duration_ms\":5}\n\
+             stderr max turns reached\nexit 1",
+            Value::Null,
+            "idle",
+        ),
     ];
     for (name, prompt, want_error, want_state) in cases {
         let id = instance.start(prompt).await;
@@ -293,10 +301,25 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
         let errors = errors(&events);
         if want_error.is_null() {
             assert!(errors.is_empty(), "{name}: {errors:?}");
-            assert!(
-                bodies(&events).contains(&json!({"type": "result", "ok": true, "durationMs": 0})),
-                "{name}: a clean exit without a result line gets a synthesized one"
-            );
+            let results: Vec<Value> = bodies(&events)
+                .into_iter()
+                .filter(|b| b["type"] == "result")
+                .collect();
+            let [result] = results.as_slice() else {
+                panic!("{name}: one terminal result: {results:?}");
+            };
+            if name.ends_with("without a result") {
+                assert_eq!(
+                    result,
+                    &json!({"type": "result", "ok": true, "durationMs": 0}),
+                    "{name}: a clean exit without a result line gets a synthesized one"
+                );
+            } else {
+                assert_eq!(
+                    result["resumeToken"], "5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f",
+                    "{name}: the agent's own result"
+                );
+            }
         } else {
             assert_eq!(errors, [want_error], "{name}");
         }
@@ -312,6 +335,34 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
             assert_eq!(output["text"], "the agent broke", "{name}");
         }
     }
+}
+
+/// A stdout line too long to read is skipped, the turn goes on, and the session says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_line_too_long_to_read_is_skipped_and_said() {
+    let instance = instance(|_| {}).await;
+    let id = instance.start("say-long 5000000\nspam 1").await;
+    let events = instance.events(&id).await;
+    let texts: Vec<String> = bodies(&events)
+        .into_iter()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str().map(str::to_owned))
+        .collect();
+    assert!(texts.contains(&"spam 0".to_owned()), "{texts:?}");
+    assert!(
+        texts.contains(
+            &"[atelier] A line of the agent's output was over 4 MiB and was skipped: what it \
+              held is not in this session."
+                .to_owned()
+        ),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().all(|t| t.len() < 1000),
+        "nothing long was read"
+    );
+    let end = bodies(&events).last().cloned().unwrap();
+    assert_eq!(end["state"], "idle");
 }
 
 /// The site says its turn is running as soon as the session's start has answered: an engine

@@ -105,6 +105,13 @@ pub trait LineParser: Send {
     fn failure(&self) -> Option<&str> {
         None
     }
+
+    /// The resume token of the conversation the agent kept although the turn failed, if its
+    /// output named one (atelier-agent's `error` line does when it saved the conversation), so
+    /// the next message resumes it rather than starting afresh.
+    fn kept_after_failure(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The parser of `driver`'s output.
@@ -351,12 +358,14 @@ fn pi_block(block: &Value) -> Option<SessionEvent> {
 /// definition): a `text` is said (a blank one is not), a `tool` is the call's name and its
 /// target (`input.path`, else `input.pattern`), each `file_change` names its one file, and
 /// `result` is the result (`resume`, `cost_usd`, `duration_ms`). An `error` line — the last
-/// before a non-zero exit — is said as text and makes the turn a failure; `tool_result` and
-/// `warning` lines are the agent's own log.
+/// before a non-zero exit — is said as text and makes the turn a failure, its `resume` naming
+/// the conversation kept; `tool_result` and `warning` lines are the agent's own log.
 #[derive(Debug, Default)]
 pub struct AtelierJson {
     /// The `error` line's message, once one was read.
     error: Option<String>,
+    /// The `error` line's `resume`, when the agent saved the conversation so far.
+    kept: Option<String>,
 }
 
 impl LineParser for AtelierJson {
@@ -386,6 +395,7 @@ impl LineParser for AtelierJson {
                     let message = field("message").unwrap_or("the turn failed");
                     let reason = field("reason").unwrap_or("unknown");
                     self.error = Some(message.to_owned());
+                    self.kept = resume_token(frame.get("resume"));
                     Some(SessionEvent::text(format!(
                         "atelier-agent error ({reason}): {message}"
                     )))
@@ -397,6 +407,10 @@ impl LineParser for AtelierJson {
 
     fn failure(&self) -> Option<&str> {
         self.error.as_deref()
+    }
+
+    fn kept_after_failure(&self) -> Option<&str> {
+        self.kept.as_deref()
     }
 }
 
@@ -866,9 +880,21 @@ mod tests {
             r#"{"type":"error","reason":"resume_not_found","message":"no conversation ab_1"}"#,
         );
         assert_eq!(parser.failure(), Some("no conversation ab_1"));
+        assert_eq!(parser.kept_after_failure(), None, "nothing was kept");
         let mut bare = AtelierJson::default();
         bare.parse_line(r#"{"type":"error"}"#);
         assert_eq!(bare.failure(), Some("the turn failed"));
+        // A provider's fault after some work: the conversation so far was saved, and the next
+        // message resumes it.
+        let mut saved = AtelierJson::default();
+        saved.parse_line(
+            r#"{"type":"error","reason":"provider","message":"overloaded","resume":"ab_1"}"#,
+        );
+        assert_eq!(saved.failure(), Some("overloaded"));
+        assert_eq!(saved.kept_after_failure(), Some("ab_1"));
+        let mut forged = AtelierJson::default();
+        forged.parse_line(r#"{"type":"error","message":"x","resume":"../../etc"}"#);
+        assert_eq!(forged.kept_after_failure(), None, "not a token");
     }
 
     proptest::proptest! {

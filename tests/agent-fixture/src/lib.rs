@@ -58,6 +58,7 @@ In <text>, \\n stands for a newline.
   raw <text>            print <text> as one raw stdout line (valid JSON or not)
   env <NAME>            say NAME=<value> or NAME unset
   spam <n>              say n lines
+  say-long <n>          say n bytes of 'x' in one frame (one long stdout line)
   mcp                   say each configured MCP server: mcp <name> <url> [header names]
   brief                 say the brief's size and first line, or brief none
 A prompt without any directive appends itself to notes.md, so every turn changes a file.
@@ -364,6 +365,9 @@ impl Script {
                     for i in 0..n {
                         self.say(&format!("spam {i}"));
                     }
+                }),
+                "say-long" => number(word, rest).map(|n| {
+                    self.say(&"x".repeat(usize::try_from(n).unwrap_or(0)));
                 }),
                 "mcp" => {
                     self.say_mcp();
