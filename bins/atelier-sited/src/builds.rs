@@ -336,9 +336,17 @@ impl Builds {
             }
         }
         let verified = report.outcome()?;
-        if let Err(e) = self.sites.check_quota(slug, verified.bytes) {
-            log(format!("\n# refused: {e}\n").as_bytes());
-            return Err("over disk quota".to_owned());
+        match self.sites.check_quota(slug, verified.bytes) {
+            Ok(()) => {}
+            Err(e @ SiteError::DiskQuota { .. }) => {
+                log(format!("\n# refused: {e}\n").as_bytes());
+                return Err("over disk quota".to_owned());
+            }
+            // Not knowing the site's use is not being over its quota.
+            Err(e) => {
+                log(format!("\n# error: measuring the site's disk use: {e}\n").as_bytes());
+                return Err(build_error());
+            }
         }
         log(b"\n# promote to preprod\n");
         let promoted = self.promote(site, &plan.output).await;
@@ -412,6 +420,7 @@ impl Builds {
     pub fn sweep(&self) -> usize {
         let mut swept = 0;
         for slug in self.sites.slugs() {
+            self.clean_promote_leftovers(&slug);
             let Ok(workspace) = self.workspace(&slug) else {
                 continue;
             };
@@ -442,6 +451,43 @@ impl Builds {
             }
         }
         swept
+    }
+}
+
+impl Builds {
+    /// Removes what a promote or publish cut short by a crash left in the site's two stores
+    /// (a staging copy, a next-link): the next one would, but until then it counts against the
+    /// site's quota. Logged, never fatal.
+    fn clean_promote_leftovers(&self, slug: &str) {
+        let status = Slug::parse(slug)
+            .ok()
+            .and_then(|slug| self.sites.get(&slug).ok());
+        let Some(status) = status else {
+            return;
+        };
+        let Ok(row) = self.sites.declared_row(&status.manifest) else {
+            return;
+        };
+        for surface in [&row.surfaces.preprod, &row.surfaces.prod] {
+            let Ok(store) = Store::open(&surface.store_dir, &surface.link_path) else {
+                continue;
+            };
+            match store.clean_leftovers() {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(
+                    site = slug,
+                    store = %surface.store_dir.display(),
+                    removed,
+                    "removed what an interrupted promote left"
+                ),
+                Err(e) => tracing::warn!(
+                    site = slug,
+                    store = %surface.store_dir.display(),
+                    error = %e,
+                    "could not remove what an interrupted promote left"
+                ),
+            }
+        }
     }
 }
 

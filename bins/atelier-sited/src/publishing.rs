@@ -150,10 +150,11 @@ impl Sites {
         release: &str,
         actor: &Actor,
     ) -> Result<Served, PublishError> {
+        // The contract's order: an unknown site is 404 before an empty release is 400.
+        let status = self.get(slug)?;
         if release.is_empty() {
             return Err(PublishError::Validation("release is required"));
         }
-        let status = self.get(slug)?;
         let row = self.declared_row(&status.manifest)?;
         let prod = prod_store(&row)?;
         let unknown = || PublishError::UnknownRelease {

@@ -229,6 +229,14 @@ async fn build_preview_publish_and_roll_back_the_exact_bytes() {
             .await;
         assert_eq!(bad.status, status, "{release:?}: {}", bad.body);
     }
+    // The site is looked up first: an unknown one is 404 whatever the body.
+    let nosuch = instance
+        .post(
+            "/v1/sites/nosuch/rollback",
+            json!({"release": "", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(nosuch.status, StatusCode::NOT_FOUND, "{}", nosuch.body);
     assert_eq!(
         instance.served("web", "index.html").unwrap(),
         page1,
@@ -484,6 +492,57 @@ fn processes_with(marker: &str) -> Vec<u32> {
                 .unwrap_or(false)
         })
         .collect()
+}
+
+/// A build script whose output is one page saying "hi".
+const HELLO_BUILD: &str = "mkdir -p dist; echo hi > dist/index.html";
+
+/// What a promote cut short by a crash left in the stores (a staging copy, a next-link) is
+/// removed by the boot sweep, so it does not count against the site's quota until the next
+/// promote; the served release stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_boot_sweep_removes_what_an_interrupted_promote_left() {
+    let instance = instance(|_| {}).await;
+    instance.set_build("", "sh b.sh", "dist", &[("b.sh", HELLO_BUILD)]);
+    assert_eq!(instance.build().await["outcome"], "success");
+    let store = instance.webspace().join(".releases/pre");
+    let staging = store.join(".staging-20260101T000000000Z-000001");
+    std::fs::create_dir_all(staging.join("assets")).unwrap();
+    std::fs::write(staging.join("assets/big.bin"), vec![0u8; 4096]).unwrap();
+    let next_link = instance.webspace().join("pre.tmp-crashed");
+    std::os::unix::fs::symlink(".releases/pre/nowhere", &next_link).unwrap();
+    instance.router.builds().sweep();
+    assert!(!staging.exists(), "the staging copy is gone");
+    assert!(
+        std::fs::symlink_metadata(&next_link).is_err(),
+        "the next-link is gone"
+    );
+    assert_eq!(
+        instance.served("pre", "index.html").as_deref(),
+        Some("hi\n"),
+        "the served release stays"
+    );
+}
+
+/// A site whose disk use cannot be measured (here a tree deeper than the walk goes) is not
+/// over its quota: the build fails as an error, the log naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmeasurable_site_fails_its_build_as_an_error_not_over_quota() {
+    let instance = instance(|_| {}).await;
+    instance.set_build("", "sh b.sh", "dist", &[("b.sh", HELLO_BUILD)]);
+    let deep: PathBuf = std::iter::once("deep")
+        .chain(std::iter::repeat_n("d", 300))
+        .collect();
+    std::fs::create_dir_all(instance.workspace().join(deep)).unwrap();
+    let record = instance.build().await;
+    assert_eq!(record["outcome"], "failed", "{record}");
+    assert_eq!(record["error"], "build error", "{}", record["log"]);
+    let log = record["log"].as_str().unwrap();
+    assert!(
+        log.contains("# error: measuring the site's disk use: "),
+        "{log}"
+    );
+    assert!(instance.served("pre", "index.html").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
