@@ -28,6 +28,15 @@ pub const EXIT_USAGE: u8 = 64;
 /// writing the frame stream to stdout, and returns the exit status: 0 for a verified output,
 /// [`BuildFailure::exit_code`] for a failure, [`EXIT_USAGE`] for a plan that does not parse.
 pub fn run_main(plan_json: &str) -> u8 {
+    // The steps run as this process's user: unless this process is not dumpable, a step could
+    // open its stdout (/proc/<ppid>/fd/1) and write frames of its own, a verified output's
+    // size among them, or trace it. A step's own execve makes it dumpable again.
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        eprintln!("atelier-build: cannot make itself not dumpable: {e}");
+        return BuildFailure::BuildError.exit_code();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

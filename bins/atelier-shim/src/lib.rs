@@ -192,6 +192,11 @@ fn run_on_stdio_inner(unconfined: bool) -> Result<Finished, ShimError> {
     fds::keep_inherited_fds_from_children()
         .map_err(|e| ShimError::Internal(format!("marking inherited descriptors: {e}")))?;
     let settings = Settings::load(unconfined)?;
+    // The agent runs as this process's user: unless this process is not dumpable, the agent
+    // could open its memory (/proc/<pid>/mem), its descriptors (/proc/<pid>/fd) or trace it,
+    // and so speak for the shim to sited. Its own execve makes the agent dumpable again.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| ShimError::Internal(format!("making the shim not dumpable: {e}")))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

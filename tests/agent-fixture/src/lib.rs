@@ -59,6 +59,7 @@ In <text>, \\n stands for a newline.
   env <NAME>            say NAME=<value> or NAME unset
   spam <n>              say n lines
   say-long <n>          say n bytes of 'x' in one frame (one long stdout line)
+  peek-parent           say whether the parent's memory opens: parent mem: opened|<error>
   mcp                   say each configured MCP server: mcp <name> <url> [header names]
   brief                 say the brief's size and first line, or brief none
 A prompt without any directive appends itself to notes.md, so every turn changes a file.
@@ -366,6 +367,13 @@ impl Script {
                         self.say(&format!("spam {i}"));
                     }
                 }),
+                "peek-parent" => {
+                    let parent = std::os::unix::process::parent_id();
+                    let opened = std::fs::File::open(format!("/proc/{parent}/mem"));
+                    let said = opened.map_or_else(|e| e.to_string(), |_| "opened".to_owned());
+                    self.say(&format!("parent mem: {said}"));
+                    Ok(())
+                }
                 "say-long" => number(word, rest).map(|n| {
                     self.say(&"x".repeat(usize::try_from(n).unwrap_or(0)));
                 }),

@@ -216,7 +216,7 @@ echo "commit1_files=$(git_in $ws1 show --name-only --format= HEAD | tr '\n' ',')
 echo "live_after_turn1=$(systemctl list-units --all --no-legend --plain 'atelier-example-s1-*@*.service' | wc -l)"
 echo "site_state=$(api $base/v1/sites/collection | grep -o '"session":{[^}]*}')"
 
-api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"write src/second.txt the second turn\",$actor}" $base/v1/sessions/$id/messages
+api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"peek-parent\\nwrite src/second.txt the second turn\",$actor}" $base/v1/sessions/$id/messages
 timeout 60 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=5" | sed -n 's/^data: //p' | sed 's/^/second| /'
 echo "second_owner=$(stat -c %U $ws1/src/second.txt)"
 echo "commit2=$(git_in $ws1 log -1 --format=%s)"
@@ -297,6 +297,14 @@ fn a_turn_on_real_systemd_runs_as_the_site_identity_and_streams_as_none_mode_doe
         "{run:?}"
     );
     assert_eq!(fact(&run, "second_owner"), "atelier-a-example_1", "{run:?}");
+    // The agent runs as the shim's user, yet cannot reach into the shim that speaks for it: a
+    // process it may not trace is not even shown to it (ProtectProc=invisible).
+    assert!(
+        second
+            .iter()
+            .any(|l| l.contains("\"parent mem: No such file or directory (os error 2)\"")),
+        "{run:?}"
+    );
     assert!(fact(&run, "commit2").ends_with(" turn 2"), "{run:?}");
 
     // The same prompt through none mode: the same events, but for the unconfined announcement.
@@ -1157,6 +1165,9 @@ requests
 # A build whose step reaches for the network: the build door's plan holds no host (the example
 # declares no registry), so the gate refuses, and the refusal is a line of the build's log.
 printf 'curl -sS -o /dev/null --max-time 20 https://model.lab.example/ || echo "the build went on without it"\n' >> $ws1/build.sh
+# A step runs as atelier-build's user; were atelier-build dumpable, the step could open its
+# stdout, the frame stream sited reads, and write frames of its own.
+printf '(exec 3>/proc/$PPID/fd/1) 2>/dev/null && echo "frames: opened" || echo "frames: refused"\n' >> $ws1/build.sh
 api -o /tmp/build -w 'build_start=%{http_code}\n' -d "{$actor}" $base/v1/sites/collection/build
 build=$(sed -n 's/.*"build_id":"\([^"]*\)".*/\1/p' /tmp/build)
 for _ in $(seq 300); do
@@ -1379,6 +1390,7 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         "{log:#?}\n{run:?}"
     );
     assert!(log.contains(&"the build went on without it"), "{run:?}");
+    assert!(log.contains(&"frames: refused"), "{log:#?}\n{run:?}");
 }
 
 /// The real Claude Code runs a turn with every configuration source a workspace or the turn
