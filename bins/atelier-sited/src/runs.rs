@@ -249,10 +249,17 @@ impl Runner {
     /// Opens one run: the connection, the hello (which must name `spec.door`), then the spec.
     /// Never retried: a refusal is the answer.
     pub async fn open(&self, target: &RunTarget, spec: RunSpec) -> Result<Run, RunRefusal> {
+        self.open_door(target, spec.door).await?.start(spec).await
+    }
+
+    /// The first half of [`open`](Self::open): the connection and the hello of `door`'s unit,
+    /// which then waits for its spec. Until [`Opened::start`] nothing of the caller's runs, so a
+    /// caller told to stop meanwhile (the unit's start may wait for a leftover run to go) can
+    /// give the run up having started nothing.
+    pub async fn open_door(&self, target: &RunTarget, door: Door) -> Result<Opened, RunRefusal> {
         if self.is_stopping() {
             return Err(RunRefusal::DaemonStopping);
         }
-        let door = spec.door;
         let (stream, shim, doors, decisions) = match &self.inner.mode {
             Mode::None(spawner) => {
                 let (stream, shim) = spawner.open(target, door)?;
@@ -295,19 +302,11 @@ impl Runner {
         }
         tracing::debug!(site = %target.slug, %door, unit = %hello.unit, "run opened");
         run.unit = doors.map(|doors| (doors, target.slug.clone(), hello.unit.clone()));
-        let spec = Spec {
-            v: PROTOCOL_VERSION,
+        Ok(Opened {
+            run,
             door,
-            argv: spec.argv,
-            env: spec.env,
             host_netns: self.inner.host_netns.clone(),
-            stdin: spec.stdin,
-        };
-        if let Err(e) = run.send_spec(&spec).await {
-            run.stop().await;
-            return Err(refused(format!("sending the spec: {e}")));
-        }
-        Ok(run)
+        })
     }
 
     /// Opens a run and collects its whole output (at most `limit` bytes of each stream; the
@@ -349,6 +348,48 @@ impl Runner {
 fn keep(buffer: &mut Vec<u8>, bytes: &[u8], limit: usize) {
     let room = limit.saturating_sub(buffer.len());
     buffer.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
+/// A run whose unit said hello and waits for its spec: nothing of the caller's runs yet.
+#[derive(Debug)]
+pub struct Opened {
+    run: Run,
+    door: Door,
+    host_netns: String,
+}
+
+impl Opened {
+    /// Sends the spec: from here the program runs.
+    pub async fn start(self, spec: RunSpec) -> Result<Run, RunRefusal> {
+        let Opened {
+            mut run,
+            door,
+            host_netns,
+        } = self;
+        let refused = |detail: String| RunRefusal::UnitRefused { door, detail };
+        if spec.door != door {
+            run.stop().await;
+            return Err(refused(format!("a spec for the {} door", spec.door)));
+        }
+        let spec = Spec {
+            v: PROTOCOL_VERSION,
+            door,
+            argv: spec.argv,
+            env: spec.env,
+            host_netns,
+            stdin: spec.stdin,
+        };
+        if let Err(e) = run.send_spec(&spec).await {
+            run.stop().await;
+            return Err(refused(format!("sending the spec: {e}")));
+        }
+        Ok(run)
+    }
+
+    /// Ends the run without starting anything, and waits until it is gone.
+    pub async fn give_up(mut self) {
+        self.run.stop().await;
+    }
 }
 
 /// One open run. Dropping it closes the connection, which makes the shim end the program;

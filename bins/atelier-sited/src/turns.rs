@@ -31,7 +31,7 @@ use crate::git;
 use crate::live_session::LiveSession;
 use crate::metrics::{Metrics, Open};
 use crate::reservations::Reservation;
-use crate::runs::{RunItem, RunSpec, RunTarget, Runner};
+use crate::runs::{RunItem, RunRefusal, RunSpec, RunTarget, Runner};
 use crate::session_log::{self, SessionId, SessionMeta};
 use crate::sites::Sites;
 use crate::turn_fault::{TurnEnd, TurnFault};
@@ -98,6 +98,7 @@ pub struct TurnSettings {
     /// Where the model is, beyond the driver's default.
     pub endpoint: atelier_agents::ModelEndpoint,
 }
+
 
 /// The global turn slots: at most so many turns run at once in this process.
 #[derive(Debug)]
@@ -497,12 +498,23 @@ impl Relay<'_> {
     ) -> Ending {
         let deadline = Instant::now() + timeout;
         let mut stop = control.stop.subscribe();
-        let mut run = match runner.open(target, spec).await {
+        let refused = |refusal: RunRefusal| {
+            tracing::warn!(site = %target.slug, "the turn's run was refused: {refusal}");
+            Ending::NotOpened(TurnFault::of_refusal(&refusal))
+        };
+        let opened = match runner.open_door(target, spec.door).await {
+            Ok(opened) => opened,
+            Err(refusal) => return refused(refusal),
+        };
+        // A stop that came while the unit was started (which may wait for a leftover run to
+        // go) starts nothing: the agent has not been given its spec.
+        if control.stop_requested() {
+            opened.give_up().await;
+            return Ending::NotOpened(TurnFault::Interrupted);
+        }
+        let mut run = match opened.start(spec).await {
             Ok(run) => run,
-            Err(refusal) => {
-                tracing::warn!(site = %target.slug, "the turn's run was refused: {refusal}");
-                return Ending::NotOpened(TurnFault::of_refusal(&refusal));
-            }
+            Err(refusal) => return refused(refusal),
         };
         if runner.is_unconfined() {
             self.events
@@ -807,3 +819,4 @@ async fn plan(
         atelier_agents::plan_turn(&request).map_err(|e| (TurnFault::SetupFailed, e.to_string()))?;
     Ok((plan, dirs.stated))
 }
+

@@ -387,6 +387,71 @@ async fn a_started_turn_shows_on_its_site_as_soon_as_the_start_answers() {
     instance.wait_free().await;
 }
 
+/// A stop that comes while the run's unit is being started (here a shim slow to say hello, as
+/// a door is while a leftover run goes) starts nothing: the agent is never given its prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_the_run_opens_starts_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let slow_shim = dir.path().join("slow-shim");
+    let (armed, opening) = (dir.path().join("armed"), dir.path().join("opening"));
+    let shim = support::workspace_bin("atelier-shim");
+    std::fs::write(
+        &slow_shim,
+        format!(
+            "#!/bin/sh\nif [ -e {armed} ]; then touch {opening}; sleep 1; fi\nexec {shim} \"$@\"\n",
+            armed = armed.display(),
+            opening = opening.display(),
+            shim = shim.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow_shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let instance = instance(|raw| raw.shim_bin = Some(slow_shim.clone())).await;
+    // A first turn, so the driver's probe (cached) is behind us: the armed shim's next start is
+    // the next turn's own run.
+    let first = instance.start("spam 1").await;
+    instance.events(&first).await;
+    instance.wait_free().await;
+    std::fs::write(&armed, "").unwrap();
+    let id = instance.start("write started.txt the agent ran").await;
+    // The stop lands while the run opens: its shim has started, its hello not yet come.
+    for _ in 0..500 {
+        if opening.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(opening.exists(), "the run never began to open");
+    let stopped = instance
+        .post(
+            &format!("/v1/sessions/{id}/stop"),
+            json!({"actor": actor()}),
+        )
+        .await;
+    assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
+    let events = instance.events(&id).await;
+    // Nothing between the start and the stop: no run began (a begun one says first that it
+    // runs unconfined), no agent spoke.
+    let kinds: Vec<Value> = bodies(&events)
+        .into_iter()
+        .map(|b| b["type"].clone())
+        .collect();
+    assert_eq!(kinds, ["turn_start", "error", "turn_end"], "{events:?}");
+    assert_eq!(
+        errors(&events),
+        [
+            json!({"type": "error", "reason": "turn_interrupted", "retriable": true, "message": "The turn was stopped before it finished."})
+        ]
+    );
+    let end = bodies(&events).last().cloned().unwrap();
+    assert_eq!(end, json!({"type": "turn_end", "state": "interrupted"}));
+    assert!(
+        !instance.workspace().join("started.txt").exists(),
+        "the agent never ran"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_ends_the_agent_and_its_processes_then_commits() {
     let instance = instance(|_| {}).await;
