@@ -84,8 +84,8 @@ impl TurnControl {
     }
 }
 
-/// What turns run with besides the sites and the runner.
-#[derive(Debug, Clone)]
+/// What turns run with besides the sites and the runner. Its `Debug` shows no secret.
+#[derive(Clone)]
 pub struct TurnSettings {
     /// A turn's wall-clock limit.
     pub turn_timeout: Duration,
@@ -99,6 +99,20 @@ pub struct TurnSettings {
     pub endpoint: atelier_agents::ModelEndpoint,
 }
 
+impl std::fmt::Debug for TurnSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnSettings")
+            .field("turn_timeout", &self.turn_timeout)
+            .field("credentials", &self.credentials)
+            .field(
+                "publication_api_key",
+                &self.publication_api_key.as_ref().map(|_| "[redacted]"),
+            )
+            .field("identity_epoch", &self.identity_epoch)
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
 
 /// The global turn slots: at most so many turns run at once in this process.
 #[derive(Debug)]
@@ -820,3 +834,30 @@ async fn plan(
     Ok((plan, dirs.stated))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turn_settings_show_no_secret() {
+        let settings = TurnSettings {
+            turn_timeout: Duration::from_secs(1),
+            credentials: atelier_agents::DriverCredentials {
+                anthropic_api_key: Some("sk-ant-canary".into()),
+                atelier_api_key: Some("atelier-canary".into()),
+                ..Default::default()
+            },
+            publication_api_key: Some("publication-canary".into()),
+            identity_epoch: 0,
+            endpoint: atelier_agents::ModelEndpoint::default(),
+        };
+        let shown = format!("{settings:?}");
+        for secret in ["sk-ant-canary", "atelier-canary", "publication-canary"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("publication_api_key: Some(\"[redacted]\")"),
+            "{shown}"
+        );
+    }
+}
