@@ -104,7 +104,20 @@ impl Sites {
             Err(e) => return Err(e.into()),
         };
         self.check_quota(slug.as_str(), incoming)?;
-        let published = atelier_releases::publish(&preprod, &prod, Strategy::default())?;
+        let published = atelier_releases::publish(&preprod, &prod, Strategy::default()).map_err(
+            |e| match e {
+                // preprod moved on meanwhile (a build's prune): nothing of it to publish.
+                ReleaseError::NothingToPublish { .. } | ReleaseError::UnknownRelease { .. } => {
+                    PublishError::NoBuild("The current preprod release is missing — rebuild")
+                }
+                // The production webspace is not as the provisioner made it.
+                e if e.is_refusal() => {
+                    SiteError::from(site_table::store_refused(&row.surfaces.prod.store_dir, e))
+                        .into()
+                }
+                e => e.into(),
+            },
+        )?;
         if let Err(e) = prod.prune(self.config().releases_retained) {
             tracing::warn!(site = %slug, error = %e, "pruning production releases failed");
         }

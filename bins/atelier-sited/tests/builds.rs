@@ -524,6 +524,36 @@ async fn the_boot_sweep_removes_what_an_interrupted_promote_left() {
     );
 }
 
+/// A directory where production's link belongs (someone's hand-made page) is the webspace's
+/// fault, named: publish is refused 409 before anything is copied, and the page stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_over_a_directory_in_the_links_place_is_refused_and_copies_nothing() {
+    let instance = instance(|_| {}).await;
+    instance.set_build("", "sh b.sh", "dist", &[("b.sh", HELLO_BUILD)]);
+    assert_eq!(instance.build().await["outcome"], "success");
+    let link = instance.webspace().join("web");
+    let _ = std::fs::remove_file(&link);
+    std::fs::create_dir(&link).unwrap();
+    std::fs::write(link.join("index.html"), "hand-made").unwrap();
+    let refused = instance
+        .post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "actor": actor()}),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert_eq!(
+        refused.json()["reason"],
+        "webspace_unavailable",
+        "{}",
+        refused.body
+    );
+    let store = instance.webspace().join(".releases/web");
+    let releases = std::fs::read_dir(&store).map_or(0, Iterator::count);
+    assert_eq!(releases, 0, "nothing was copied");
+    assert_eq!(instance.served("web", "index.html").unwrap(), "hand-made");
+}
+
 /// A site whose disk use cannot be measured (here a tree deeper than the walk goes) is not
 /// over its quota: the build fails as an error, the log naming why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -294,6 +294,8 @@ impl Store {
         strategy: Strategy,
     ) -> Result<Promoted, ReleaseError> {
         self.clean_locked()?;
+        // Refused before the copy, so a link that cannot be flipped leaves nothing behind.
+        self.check_link()?;
         let mut id = self.fresh_id()?;
         let staging_name = format!("{STAGING_PREFIX}{id}");
         let staging_shown = self.store_path.join(&staging_name);
@@ -333,11 +335,27 @@ impl Store {
             return Err(e);
         }
         rustix::fs::fsync(&self.store).map_err(|errno| io_err("sync", &self.store_path, errno))?;
-        self.flip(&id)?;
+        if let Err(e) = self.flip(&id) {
+            // Best effort, as above: a release no link ever served is not kept.
+            let _ = tree::remove_tree(&self.store, id.as_str());
+            return Err(e);
+        }
         Ok(Promoted {
             id,
             stats: copy.stats,
         })
+    }
+
+    /// Refuses a served link that is there but is not a symbolic link (a directory or a file in
+    /// its place): flipping it would replace what someone put there.
+    fn check_link(&self) -> Result<(), ReleaseError> {
+        match self.link_dir.metadata(&self.link_name) {
+            Ok(meta) if meta.kind != FileKind::Symlink => Err(ReleaseError::LinkNotSymlink {
+                link: self.link_path.clone(),
+            }),
+            Ok(_) | Err(FsError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A new id that sorts after every release already here (a clock stepped back must not
@@ -355,15 +373,7 @@ impl Store {
     /// Points the served link at release `id`: a new link `<link>.tmp-<id>` with the relative
     /// target `<store>/<id>`, renamed over the link in one `rename(2)`.
     fn flip(&self, id: &ReleaseId) -> Result<(), ReleaseError> {
-        match self.link_dir.metadata(&self.link_name) {
-            Ok(meta) if meta.kind != FileKind::Symlink => {
-                return Err(ReleaseError::LinkNotSymlink {
-                    link: self.link_path.clone(),
-                })
-            }
-            Ok(_) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
+        self.check_link()?;
         let target = self.store_rel.as_path().join(id.as_str());
         let mut temp = self.link_name.clone();
         temp.push(LINK_TEMP_INFIX);

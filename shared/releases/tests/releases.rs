@@ -601,6 +601,33 @@ fn publish_refusals_are_named_and_change_nothing() {
         }
     }
 
+    // Someone's directory where production's link belongs: refused before anything is copied,
+    // so no release appears that no link serves.
+    for strategy in Strategy::ALL {
+        let web = Webspace::new();
+        let (pre, prod) = (web.preprod(), web.prod());
+        pre.promote(
+            &Root::open(web.source("v1", &[("i", 1)])).unwrap(),
+            strategy,
+        )
+        .unwrap();
+        let link = web.path().join("web");
+        let _ = std::fs::remove_file(&link);
+        std::fs::create_dir(&link).unwrap();
+        std::fs::write(link.join("index.html"), "hand-made").unwrap();
+        let before = snapshot_links(web.path());
+        let releases_before = prod.list().unwrap();
+        let err = publish(&pre, &prod, strategy).unwrap_err();
+        assert_eq!(err.reason(), "link_not_symlink", "{strategy:?}");
+        assert!(err.is_refusal());
+        assert_eq!(snapshot_links(web.path()), before, "{strategy:?}");
+        assert_eq!(prod.list().unwrap(), releases_before, "{strategy:?}");
+        assert_eq!(
+            std::fs::read_to_string(link.join("index.html")).unwrap(),
+            "hand-made"
+        );
+    }
+
     // One store given as both surfaces.
     let web = Webspace::new();
     let pre = web.preprod();
