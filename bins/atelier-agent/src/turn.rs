@@ -237,7 +237,7 @@ async fn offer_remote(
 /// (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`): in the turn door, the gate's loopback forward is
 /// the only way out.
 fn driver(settings: &Settings) -> Result<Box<dyn Driver>, Failure> {
-    let client = reqwest::Client::builder()
+    let client = atelier_llm::provider_client_builder()
         .user_agent(USER_AGENT)
         .build()
         .map_err(|e| Failure::new(FailureReason::Usage, format!("the HTTP client: {e}")))?;

@@ -165,7 +165,7 @@ fn start_chatd(dir: &Path, provider: &Provider, client: &reqwest::Client) -> Pat
     let endpoint = Endpoint::new(client.clone(), provider.base_url.clone(), Some("sk".into()));
     let store = Arc::new(Store::open(&database).unwrap());
     let runner = LoopRunner::new(Arc::new(BenchProviders { endpoint }), Vec::new());
-    let router = Router::new(&settings, store, Arc::new(runner));
+    let router = Router::new(&settings, store, Arc::new(runner)).unwrap();
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     tokio::spawn(atelier_http::serve(
         listener.into(),

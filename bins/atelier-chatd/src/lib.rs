@@ -102,6 +102,9 @@ pub enum RunError {
     /// The listener or the server failed.
     #[error("{0}")]
     Daemon(#[from] DaemonError),
+    /// The providers' HTTP client could not be built.
+    #[error("building the providers' HTTP client: {0}")]
+    HttpClient(#[from] reqwest::Error),
 }
 
 /// Serves chatd until SIGTERM or SIGINT, then drains and returns. Turns run on each
@@ -123,7 +126,7 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
             "chat turns left without an end by an earlier process recorded as failed"
         );
     }
-    let services = router::services(&settings, Arc::clone(&store));
+    let services = router::services(&settings, Arc::clone(&store))?;
     let runner = LoopRunner::new(
         Arc::new(StoredProviders::new(services.clone())),
         tools::catalogue(),

@@ -59,9 +59,17 @@ pub struct Router {
 
 impl Router {
     /// A router over `store` whose chat turns are run by `runner`, with the settings'
-    /// credentials, catalogue and pricing services.
-    pub fn new(settings: &Settings, store: Arc<Store>, runner: Arc<dyn TurnRunner>) -> Self {
-        Self::with_services(settings, services(settings, store), runner)
+    /// credentials, catalogue and pricing services; fails as [`services`] does.
+    pub fn new(
+        settings: &Settings,
+        store: Arc<Store>,
+        runner: Arc<dyn TurnRunner>,
+    ) -> Result<Self, reqwest::Error> {
+        Ok(Self::with_services(
+            settings,
+            services(settings, store)?,
+            runner,
+        ))
     }
 
     /// A router over `services` (shared with a runner that uses them) whose chat turns are run
@@ -358,15 +366,17 @@ impl Route {
     }
 }
 
-/// The services a router builds from its settings when none are given.
-pub fn services(settings: &Settings, store: Arc<Store>) -> Services {
+/// The services a router builds from its settings when none are given; fails only when the
+/// providers' HTTP client cannot be built (no TLS backend).
+pub fn services(settings: &Settings, store: Arc<Store>) -> Result<Services, reqwest::Error> {
+    let client = atelier_llm::provider_client_builder().build()?;
     let credentials = Credentials::new(
         settings.master_key.clone(),
         settings.provider_urls.clone(),
         settings.provider_idle_timeout,
-        reqwest::Client::new(),
+        client,
     );
-    Services::new(store, credentials)
+    Ok(Services::new(store, credentials))
 }
 
 #[cfg(test)]

@@ -132,7 +132,7 @@ fn serve_with(
     let store = Arc::new(Store::open(&settings.database).unwrap());
     let router = Router::with_clock(
         &settings,
-        atelier_chatd::router::services(&settings, store),
+        atelier_chatd::router::services(&settings, store).unwrap(),
         Arc::new(ScriptedRunner { tools }),
         clock,
     );

@@ -43,7 +43,7 @@ fn start() -> (tempfile::TempDir, PathBuf) {
     .validate()
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
-    let router = Router::new(&settings, store, Arc::new(UnconfiguredRunner));
+    let router = Router::new(&settings, store, Arc::new(UnconfiguredRunner)).unwrap();
     support::serve_router(router, &socket);
     (dir, socket)
 }

@@ -54,7 +54,7 @@ fn start() -> Chatd {
     .validate()
     .unwrap();
     let store = Arc::new(Store::open(&settings.database).unwrap());
-    let router = Router::new(&settings, store, Arc::new(Echo));
+    let router = Router::new(&settings, store, Arc::new(Echo)).unwrap();
     support::serve_router(router, &socket);
     Chatd { _dir: dir, socket }
 }

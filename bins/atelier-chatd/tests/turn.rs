@@ -219,7 +219,7 @@ fn start_metered_chatd(
         }),
         vec![tool],
     );
-    let services = atelier_chatd::router::services(&settings, store);
+    let services = atelier_chatd::router::services(&settings, store).unwrap();
     let router = Router::with_metrics(&settings, services, Arc::new(runner), metrics);
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let handler = router.clone();

@@ -161,7 +161,9 @@ fn map_history(messages: &[Message]) -> Vec<Value> {
                     .content
                     .iter()
                     .filter_map(|block| match block {
-                        ContentBlock::Text { text } if !text.is_empty() => {
+                        // Anthropic refuses a text block of whitespace alone (400), which the
+                        // model itself may have sent before a tool call.
+                        ContentBlock::Text { text } if !text.trim().is_empty() => {
                             Some(json!({"type": "text", "text": text}))
                         }
                         ContentBlock::ToolCall(call) => Some(json!({

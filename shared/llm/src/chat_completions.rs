@@ -205,6 +205,8 @@ fn map_messages(system: &[String], messages: &[Message]) -> Vec<Value> {
 #[derive(Default)]
 struct PendingCall {
     id: String,
+    /// Whether `id` came from the stream (else it was made up until one does).
+    wire_id: bool,
     name: String,
     arguments: String,
     announced: bool,
@@ -214,7 +216,10 @@ struct PendingCall {
 struct ChatCompletionsTranslator {
     label: &'static str,
     text: String,
-    calls: BTreeMap<u64, PendingCall>,
+    /// The calls in the order they began.
+    calls: Vec<PendingCall>,
+    /// Which call a delta's `index` continues.
+    slots: BTreeMap<u64, usize>,
     finish_reason: Option<String>,
     emitted: bool,
     usage: Option<Usage>,
@@ -237,7 +242,7 @@ impl ChatCompletionsTranslator {
 
     fn tool_calls(&self) -> Vec<ToolCall> {
         self.calls
-            .values()
+            .iter()
             .map(|call| ToolCall {
                 id: call.id.clone(),
                 name: if call.name.is_empty() {
@@ -286,14 +291,35 @@ impl Translator for ChatCompletionsTranslator {
         if let Some(Value::Array(deltas)) = choice.pointer("/delta/tool_calls") {
             for delta in deltas {
                 let index = delta.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let call = self.calls.entry(index).or_insert_with(|| PendingCall {
-                    id: str_field(delta, "id").unwrap_or_else(generated_call_id),
-                    ..PendingCall::default()
+                let id = str_field(delta, "id");
+                // A new id at an index already in use starts another call: Ollama gives every
+                // call index 0, and some servers give no index at all.
+                let continues = self.slots.get(&index).copied().filter(|&slot| {
+                    let call = &self.calls[slot];
+                    !(call.wire_id && id.as_ref().is_some_and(|id| *id != call.id))
                 });
-                if let Some(id) = str_field(delta, "id") {
-                    call.id = id;
+                let slot = match continues {
+                    Some(slot) => slot,
+                    None => {
+                        self.calls.push(PendingCall::default());
+                        self.slots.insert(index, self.calls.len() - 1);
+                        self.calls.len() - 1
+                    }
+                };
+                let call = &mut self.calls[slot];
+                match id {
+                    Some(id) => {
+                        call.id = id;
+                        call.wire_id = true;
+                    }
+                    None if call.id.is_empty() => call.id = generated_call_id(),
+                    None => {}
                 }
-                if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+                if let Some(name) = delta
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .filter(|name| !name.is_empty())
+                {
                     call.name = name.to_owned();
                 }
                 if !call.announced && !call.name.is_empty() {
@@ -365,6 +391,112 @@ impl Translator for ChatCompletionsTranslator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calls a stream of chunks (each a `delta.tool_calls` array, then a finish) ends with,
+    /// as (id, name, arguments).
+    fn calls_of(chunks: &[Value]) -> Vec<(String, String, Value)> {
+        let mut translator = ChatCompletionsTranslator::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            let frame = SseFrame {
+                id: None,
+                event: None,
+                data: chunk.to_string(),
+            };
+            translator.frame(&frame, &mut out).unwrap();
+        }
+        let end = translator.finish(&mut out).unwrap();
+        end.tool_calls
+            .into_iter()
+            .map(|c| (c.id, c.name, c.arguments))
+            .collect()
+    }
+
+    fn delta(calls: Value) -> Value {
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]})
+    }
+
+    #[test]
+    fn each_call_is_its_own_whatever_index_the_server_gives() {
+        let finish = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
+        let call = |id: &str, index: Option<u64>, name: &str, args: &str| {
+            let mut c = json!({"id": id, "type": "function",
+                "function": {"name": name, "arguments": args}});
+            if let Some(index) = index {
+                c["index"] = index.into();
+            }
+            c
+        };
+        let want = |pairs: &[(&str, &str, Value)]| -> Vec<(String, String, Value)> {
+            pairs
+                .iter()
+                .map(|(id, name, args)| ((*id).to_owned(), (*name).to_owned(), args.clone()))
+                .collect()
+        };
+        let both = want(&[
+            ("a", "write", json!({"path": "a.html"})),
+            ("b", "write", json!({"path": "b.html"})),
+        ]);
+        let cases = [
+            (
+                "indexed, as OpenAI",
+                vec![
+                    delta(json!([call("a", Some(0), "write", "{\"path\":")])),
+                    delta(json!([{"index": 0, "function": {"arguments": "\"a.html\"}"}}])),
+                    delta(json!([call(
+                        "b",
+                        Some(1),
+                        "write",
+                        "{\"path\":\"b.html\"}"
+                    )])),
+                    finish.clone(),
+                ],
+                both.clone(),
+            ),
+            (
+                "every call index 0, as Ollama",
+                vec![
+                    delta(json!([call(
+                        "a",
+                        Some(0),
+                        "write",
+                        "{\"path\":\"a.html\"}"
+                    )])),
+                    delta(json!([call(
+                        "b",
+                        Some(0),
+                        "write",
+                        "{\"path\":\"b.html\"}"
+                    )])),
+                    finish.clone(),
+                ],
+                both.clone(),
+            ),
+            (
+                "no index at all",
+                vec![
+                    delta(json!([
+                        call("a", None, "write", "{\"path\":\"a.html\"}"),
+                        call("b", None, "write", "{\"path\":\"b.html\"}")
+                    ])),
+                    finish.clone(),
+                ],
+                both,
+            ),
+            (
+                "the id repeated in every fragment",
+                vec![
+                    delta(json!([call("a", Some(0), "write", "{\"path\":")])),
+                    delta(json!([call("a", Some(0), "", "\"a.html\"}")])),
+                    finish,
+                ],
+                want(&[("a", "write", json!({"path": "a.html"}))]),
+            ),
+        ];
+        for (name, chunks, expected) in cases {
+            assert_eq!(calls_of(&chunks), expected, "{name}");
+        }
+    }
 
     #[test]
     fn base_url_normalisation_strips_slashes_then_one_v1() {

@@ -68,7 +68,7 @@ pub use tool_loop::{
     ToolExecutor, ToolRejection, DEFAULT_MAX_ROUNDS, HEAVY_TOOL_NAMES, HISTORICAL_IMAGES_OMITTED,
     INTERRUPTED_TOOL_RESULT_ERROR, SCREENSHOT_TOOL,
 };
-pub use transport::{Endpoint, EventStream, DEFAULT_IDLE_TIMEOUT};
+pub use transport::{provider_client_builder, Endpoint, EventStream, DEFAULT_IDLE_TIMEOUT};
 pub use types::{
     ChatRequest, ContentBlock, Image, Message, Role, RoundEnd, StreamEvent, ToolCall, ToolChoice,
     ToolDefinition, ToolResult, Usage, TOOL_CALL_FAILED,

@@ -34,6 +34,14 @@ const LOGGED_BODY_CHARS: usize = 500;
 const DRAIN_WAIT: Duration = Duration::from_millis(250);
 const DRAIN_BYTES: usize = 64 * 1024;
 
+/// The HTTP client builder a provider's client starts from: it follows no redirect. The key
+/// travels in a header, and reqwest carries `x-api-key` (and `api-key`) to whatever host a
+/// redirect names; no provider answers its API with one, so a redirect is an answer like any
+/// non-OK status.
+pub fn provider_client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
+}
+
 /// Where and how a driver reaches its provider.
 #[derive(Clone, Debug)]
 pub struct Endpoint {

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use atelier_llm::{
-    run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, ContentBlock, Driver,
-    Endpoint, Image, LlmError, LoopEnd, LoopError, LoopEvent, LoopOptions, Message,
-    ResponsesDriver, Role, RoundEnd, StreamEvent, ToolCall, ToolDefinition, ToolExecutor,
+    provider_client_builder, run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest,
+    ContentBlock, Driver, Endpoint, Image, LlmError, LoopEnd, LoopError, LoopEvent, LoopOptions,
+    Message, ResponsesDriver, Role, RoundEnd, StreamEvent, ToolCall, ToolDefinition, ToolExecutor,
     ToolResult, Usage, HISTORICAL_IMAGES_OMITTED,
 };
 use futures_util::StreamExt;
@@ -212,7 +212,7 @@ impl Round {
 async fn run_script(provider: &Provider, script: Script, idle: Duration) -> Round {
     let server = start(script).await;
     let endpoint = Endpoint::new(
-        reqwest::Client::new(),
+        provider_client_builder().build().unwrap(),
         (provider.base)(&server.base_url),
         Some(KEY.to_owned()),
     )
@@ -636,9 +636,37 @@ async fn every_round_reuses_one_connection(provider: Provider) {
     );
 }
 
+/// A provider that answers with a redirect is not followed: the round fails, and no request
+/// (with the key) goes where the redirect points.
+async fn follows_no_redirect(provider: Provider) {
+    let elsewhere = start(script(
+        &provider,
+        Reply::Sse(transcript(provider.dir, "text")),
+    ))
+    .await;
+    let location = format!("{}{}", elsewhere.base_url, provider.path);
+    let round = run_script(
+        &provider,
+        script(&provider, Reply::Redirect(location)),
+        Duration::from_secs(5),
+    )
+    .await;
+    round.error();
+    assert_eq!(round.server.received.lock().unwrap().len(), 1);
+    assert!(
+        elsewhere.received.lock().unwrap().is_empty(),
+        "{}: the redirect was followed",
+        provider.label
+    );
+}
+
 macro_rules! conformance {
     ($($module:ident => $provider:ident),* $(,)?) => {$(
         mod $module {
+            #[tokio::test]
+            async fn follows_no_redirect() {
+                super::follows_no_redirect(super::$provider()).await;
+            }
             #[tokio::test]
             async fn streams_text() {
                 super::streams_text(super::$provider()).await;

@@ -110,6 +110,20 @@ fn anthropic_caches_the_static_prefix_and_merges_tool_results_into_the_next_user
 }
 
 #[test]
+fn anthropic_sends_no_assistant_text_of_whitespace_alone() {
+    let mut request = request();
+    request.messages[1].content[0] = ContentBlock::Text {
+        text: "\n\n ".to_owned(),
+    };
+    let body = AnthropicDriver::new(endpoint()).request_body(&request);
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "c1", "name": "snap", "input": {"a": 1}}]),
+        "Anthropic refuses a blank text block"
+    );
+}
+
+#[test]
 fn anthropic_single_part_system_is_a_string_and_failed_results_are_errors() {
     let mut request = request();
     request.system = vec!["only".to_owned()];

@@ -30,6 +30,8 @@ pub enum Reply {
     },
     /// Another reply, sent only after this pause.
     Delayed(Duration, Box<Reply>),
+    /// A 307 to this location.
+    Redirect(String),
 }
 
 /// One answer of the scripted provider and how it is written.
@@ -182,6 +184,14 @@ async fn answer(
     }
     match reply {
         Reply::Delayed(..) => unreachable!("unwrapped above"),
+        Reply::Redirect(location) => {
+            let mut response = Response::new(atelier_http::full_body(String::new()));
+            *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+            response
+                .headers_mut()
+                .insert(hyper::header::LOCATION, location.parse().unwrap());
+            response
+        }
         Reply::Error { status, body } => {
             let status = StatusCode::from_u16(status).unwrap();
             match body {

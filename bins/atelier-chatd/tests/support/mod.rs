@@ -311,7 +311,7 @@ pub fn serve_in_process(dir: &Path, cms_origin: String, provider_url: &str) -> P
         }),
         atelier_chatd::tools::catalogue(),
     );
-    let router = Router::new(&settings, store, Arc::new(runner));
+    let router = Router::new(&settings, store, Arc::new(runner)).unwrap();
     serve_router(router, &socket);
     socket
 }
