@@ -31,6 +31,15 @@ impl Instance {
         call(&self.socket, Method::GET, path, Value::Null).await
     }
 
+    /// Stops session `id`, as an engine's user does.
+    async fn stop(&self, id: &str) -> support::Reply {
+        self.post(
+            &format!("/v1/sessions/{id}/stop"),
+            json!({"actor": actor()}),
+        )
+        .await
+    }
+
     /// Starts a session on `alpha` and returns its id.
     async fn start(&self, prompt: &str) -> String {
         let started = self
@@ -377,12 +386,7 @@ async fn a_started_turn_shows_on_its_site_as_soon_as_the_start_answers() {
         site.json()["session"],
         json!({"state": "running", "session_id": id})
     );
-    let stopped = instance
-        .post(
-            &format!("/v1/sessions/{id}/stop"),
-            json!({"actor": actor()}),
-        )
-        .await;
+    let stopped = instance.stop(&id).await;
     assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
     instance.wait_free().await;
 }
@@ -423,12 +427,7 @@ async fn a_stop_while_the_run_opens_starts_nothing() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(opening.exists(), "the run never began to open");
-    let stopped = instance
-        .post(
-            &format!("/v1/sessions/{id}/stop"),
-            json!({"actor": actor()}),
-        )
-        .await;
+    let stopped = instance.stop(&id).await;
     assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
     let events = instance.events(&id).await;
     // Nothing between the start and the stop: no run began (a begun one says first that it
@@ -477,12 +476,7 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
         "A turn is already running for 'alpha'"
     );
 
-    let stopped = instance
-        .post(
-            &format!("/v1/sessions/{id}/stop"),
-            json!({"actor": actor()}),
-        )
-        .await;
+    let stopped = instance.stop(&id).await;
     assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
     assert_eq!(stopped.json(), json!({"session_id": id, "stopped": true}));
     assert!(
@@ -511,12 +505,7 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
         "00000000-0000-4000-8000-000000000000".into(),
         "..%2Fx".into(),
     ] {
-        let again = instance
-            .post(
-                &format!("/v1/sessions/{target}/stop"),
-                json!({"actor": actor()}),
-            )
-            .await;
+        let again = instance.stop(&target).await;
         assert_eq!(again.status, StatusCode::CONFLICT, "{target}");
         assert_eq!(again.json()["reason"], "not_running", "{target}");
     }
