@@ -30,9 +30,10 @@ pub fn recovery_message(session_id: &str) -> String {
 /// The only `PATH` git runs with.
 pub const GIT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// `.git/info/exclude`, rewritten before every commit so a run cannot un-exclude `.builder/`.
-const EXCLUDE: &str =
-    "# Written by atelier-sited before every commit; edits are lost.\n/.builder/\n";
+/// `.git/info/exclude`, rewritten before every commit so a run cannot un-exclude `.builder/`,
+/// nor what an atomic write killed half way left (named [`atelier_fs::TEMP_NAME_PREFIX`]).
+const EXCLUDE: &str = "# Written by atelier-sited before every commit; edits are lost.\n\
+    /.builder/\n.atelier-tmp.*\n";
 
 /// A commit of everything but sited's own state: `$0` is the message, `$1` the state's
 /// directory (`.builder`), the rest git's options.
@@ -282,6 +283,12 @@ fn tail(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exclude_names_the_temporary_files_of_atomic_writes() {
+        let pattern = format!("{}*", atelier_fs::TEMP_NAME_PREFIX);
+        assert!(EXCLUDE.lines().any(|line| line == pattern), "{EXCLUDE}");
+    }
 
     #[test]
     fn porcelain_z_table() {

@@ -145,6 +145,9 @@ fn processes_with(marker: &str) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_streams_the_agents_events_and_commits_its_files() {
     let instance = instance(|_| {}).await;
+    // What a write killed half way leaves (the agent's, or sited's own): never committed.
+    let leftover = format!("{}1.0", atelier_fs::TEMP_NAME_PREFIX);
+    std::fs::write(instance.workspace().join(&leftover), "half a page").unwrap();
     let id = instance
         .start("I will add a page.\nwrite index.html <h1>Hello from the agent</h1>")
         .await;
@@ -191,6 +194,7 @@ async fn a_turn_streams_the_agents_events_and_commits_its_files() {
     let files = instance.git(&["show", "--name-only", "--format=", "HEAD"]);
     assert_eq!(files.trim(), "index.html");
     assert!(!instance.git(&["ls-files"]).contains(".builder"));
+    assert!(!instance.git(&["ls-files"]).contains(&leftover));
     assert!(
         !instance.workspace().join(".builder/mcp.json").exists(),
         "the per-turn MCP file is gone after the turn"

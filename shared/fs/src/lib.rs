@@ -23,4 +23,6 @@ pub mod watch;
 
 pub use error::FsError;
 pub use path::{confined_join, resolve_within, RelPath};
-pub use root::{set_mode, FileKind, Metadata, Outcome, Root, DEFAULT_READ_LIMIT_BYTES};
+pub use root::{
+    set_mode, FileKind, Metadata, Outcome, Root, DEFAULT_READ_LIMIT_BYTES, TEMP_NAME_PREFIX,
+};

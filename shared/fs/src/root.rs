@@ -33,6 +33,10 @@ use crate::{FsError, RelPath};
 /// without bound (a sparse file costs them nothing).
 pub const DEFAULT_READ_LIMIT_BYTES: u64 = 64 * 1024 * 1024; // 64 MiB
 
+/// How the name of an atomic write's temporary file begins (it is renamed over the target once
+/// complete). A process killed half way leaves one behind, which no commit should take.
+pub const TEMP_NAME_PREFIX: &str = ".atelier-tmp.";
+
 /// How many temporary names [`Root::write_atomic`] tries before giving up; a collision needs
 /// someone to pre-create our exact name, so more than one retry means an adversary.
 const TEMP_NAME_ATTEMPTS: u32 = 16;
@@ -769,7 +773,7 @@ fn create_temp(
     for _ in 0..TEMP_NAME_ATTEMPTS {
         // Not derived from the target's name, which may already be NAME_MAX long.
         let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let temp_name = OsString::from(format!(".atelier-tmp.{pid}.{seq}"));
+        let temp_name = OsString::from(format!("{TEMP_NAME_PREFIX}{pid}.{seq}"));
         match rustix::fs::openat(dir, &temp_name, flags, mode) {
             Ok(fd) => return Ok((temp_name, fd)),
             Err(Errno::EXIST) => last = Errno::EXIST,
