@@ -416,7 +416,8 @@ impl Builds {
         Ok((record, log_tail(skipped, &log)))
     }
 
-    /// The boot sweep's part: a build left `running` by a dead process is interrupted.
+    /// The boot sweep's part: a build left `running` by a dead process is interrupted, and
+    /// what its promote left in the site's stores is removed. Returns the builds interrupted.
     pub fn sweep(&self) -> usize {
         let mut swept = 0;
         for slug in self.sites.slugs() {
@@ -452,9 +453,7 @@ impl Builds {
         }
         swept
     }
-}
 
-impl Builds {
     /// Removes what a promote or publish cut short by a crash left in the site's two stores
     /// (a staging copy, a next-link): the next one would, but until then it counts against the
     /// site's quota. Logged, never fatal.

@@ -132,7 +132,7 @@ pub struct AgentCredentials {
 
 impl fmt::Debug for AgentCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = |v: &Option<String>| v.as_ref().map(|_| "[redacted]");
+        use atelier_agents::redacted as shown;
         f.debug_struct("AgentCredentials")
             .field("anthropic_api_key", &shown(&self.anthropic_api_key))
             .field("publication_api_key", &shown(&self.publication_api_key))

@@ -106,7 +106,7 @@ impl std::fmt::Debug for TurnSettings {
             .field("credentials", &self.credentials)
             .field(
                 "publication_api_key",
-                &self.publication_api_key.as_ref().map(|_| "[redacted]"),
+                &atelier_agents::redacted(&self.publication_api_key),
             )
             .field("identity_epoch", &self.identity_epoch)
             .field("endpoint", &self.endpoint)

@@ -25,10 +25,10 @@ pub use parse::{
     OpencodeJson,
 };
 pub use plan::{
-    is_resume_token, opencode_db, plan_turn, proxy_env, turn_flags, validate_opencode_env,
-    validate_pi_env, DriverCredentials, McpAttachment, ModelEndpoint, OpenAiModel, PlanError,
-    PlannedFile, TurnPlan, TurnRequest, ATELIER_API_KEY_CREDENTIAL, ATELIER_API_KEY_ENV,
-    CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_DB_FILE,
+    is_resume_token, opencode_db, plan_turn, proxy_env, redacted, turn_flags,
+    validate_opencode_env, validate_pi_env, DriverCredentials, McpAttachment, ModelEndpoint,
+    OpenAiModel, PlanError, PlannedFile, TurnPlan, TurnRequest, ATELIER_API_KEY_CREDENTIAL,
+    ATELIER_API_KEY_ENV, CONFINED_MCP_URL, MAX_BRIEF_BYTES, MCP_SERVER_NAME, OPENCODE_DB_FILE,
 };
 pub use probe::{
     help_argv, judge_help, judge_opencode_accounts, judge_version, opencode_accounts_argv,

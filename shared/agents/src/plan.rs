@@ -184,22 +184,21 @@ pub struct DriverCredentials {
     pub atelier_api_key: Option<String>,
 }
 
+/// A secret as `Debug` shows it: whether there is one, never its value.
+pub fn redacted(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "[redacted]")
+}
+
 impl fmt::Debug for DriverCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names = |pairs: &[(String, String)]| -> Vec<String> {
             pairs.iter().map(|(k, _)| k.clone()).collect()
         };
         f.debug_struct("DriverCredentials")
-            .field(
-                "anthropic_api_key",
-                &self.anthropic_api_key.as_ref().map(|_| "[redacted]"),
-            )
+            .field("anthropic_api_key", &redacted(&self.anthropic_api_key))
             .field("opencode_env", &names(&self.opencode_env))
             .field("pi_env", &names(&self.pi_env))
-            .field(
-                "atelier_api_key",
-                &self.atelier_api_key.as_ref().map(|_| "[redacted]"),
-            )
+            .field("atelier_api_key", &redacted(&self.atelier_api_key))
             .finish()
     }
 }

@@ -36,12 +36,19 @@ pub struct GroupEntry {
     pub members: Vec<String>,
 }
 
-/// The lines of an account database that hold an entry: not blank, not a comment, with leading
-/// blanks removed.
-fn entry_lines(text: &str) -> impl Iterator<Item = &str> {
+/// The entries of an account database split into at most `fields` fields: each line that is
+/// neither blank nor a comment (leading blanks removed) as its name and the fields after its
+/// password; a line without those two is none.
+fn entries(text: &str, fields: usize) -> impl Iterator<Item = (&str, std::str::SplitN<'_, char>)> {
     text.lines()
         .map(|line| line.trim_start_matches([' ', '\t']))
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .filter_map(move |line| {
+            let mut split = line.splitn(fields, ':');
+            let name = split.next()?;
+            let _password = split.next()?;
+            Some((name, split))
+        })
 }
 
 /// A numeric id as the C library reads it (`strtoul`, then clamped to 32 bits): leading
@@ -70,11 +77,8 @@ fn id(field: &str) -> Option<u32> {
 /// Parses `/etc/passwd`; a line without a name, password, uid and gid is skipped, as the C
 /// library skips it.
 pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
-    entry_lines(text)
-        .filter_map(|line| {
-            let mut fields = line.splitn(7, ':');
-            let name = fields.next()?;
-            let _password = fields.next()?;
+    entries(text, 7)
+        .filter_map(|(name, mut fields)| {
             let uid = id(fields.next()?)?;
             let gid = id(fields.next()?)?;
             let mut rest = || fields.next().unwrap_or_default().to_owned();
@@ -93,11 +97,8 @@ pub fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
 /// Parses `/etc/group`; a line without a name, password and gid is skipped, as the C library
 /// skips it. Empty items of the member list name no one.
 pub fn parse_group(text: &str) -> Vec<GroupEntry> {
-    entry_lines(text)
-        .filter_map(|line| {
-            let mut fields = line.splitn(4, ':');
-            let name = fields.next()?;
-            let _password = fields.next()?;
+    entries(text, 4)
+        .filter_map(|(name, mut fields)| {
             let gid = id(fields.next()?)?;
             let members = fields
                 .next()
