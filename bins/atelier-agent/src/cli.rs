@@ -38,6 +38,11 @@ const HOME_STATE_DIR: &str = "state";
 /// reached directly. The conversation is kept in $HOME/state/atelier-agent/TOKEN.json (or
 /// below --state-dir), and the result line names the token --resume takes.
 ///
+/// SIGTERM or SIGINT stops the turn where it is: the conversation so far is saved and the
+/// error line's reason is interrupted. A provider round that fails transiently (429, 408,
+/// 5xx, a dropped connection) before it says anything is asked again after 2, 10 and 30 s,
+/// each pause a warning line.
+///
 /// Exit codes: 0 the turn ended (result line); 1 it failed (error line); 2 a usage error.
 #[derive(Debug, Parser)]
 #[command(name = "atelier-agent", version)]

@@ -3,29 +3,35 @@
 //!
 //! | `type` | fields | when |
 //! |---|---|---|
+//! | `start` | `resume` | first, once the conversation (with this turn's prompt) is saved under the token `resume`: a turn that ends without its last line (killed) is resumed with it |
 //! | `text` | `text` | a run of the model's text, whole: cut only where a tool call or the end of a round interrupts it |
 //! | `tool` | `id`, `name`, `input` | the model called a tool (before it runs); `input` is its arguments as sent. The workspace's tools are `read`, `write`, `edit`, `list`, `glob` and `grep`; an MCP server's are `mcp__<server>__<tool>` |
 //! | `tool_result` | `id`, `name`, `ok`, `error`? | the call's outcome; `error` (present exactly when `ok` is false) is the named refusal the model reads, e.g. `refused: symlink (…)` |
 //! | `file_change` | `path`, `kind` | a call created (`"created"`) or changed (`"modified"`) the workspace file `path`, written before that call's `tool_result` |
-//! | `warning` | `message` | something the turn goes on without: an MCP server that is unavailable (its tools are not offered), a tool of it that cannot be offered |
+//! | `warning` | `message` | something the turn goes on without: an MCP server that is unavailable (its tools are not offered), a tool of it that cannot be offered, a provider round that failed transiently and is asked again after a pause |
 //! | `result` | `stop`, `rounds`, `usage`, `cost_usd`?, `duration_ms`, `resume` | the turn ended: `stop` is `"end_turn"` (the model stopped calling tools) or `"max_turns"` (the round limit stopped it); `usage` holds `input_tokens`, `output_tokens` and, when reported, `cache_read_tokens`, `cache_write_tokens`; `cost_usd` only when the provider priced the turn itself; `resume` is the token a later turn passes to `--resume` |
 //! | `error` | `reason`, `message`, `resume`? | the turn failed; the last line, and the process exits non-zero. `reason` is a stable code ([`FailureReason`]); `resume` is there when the conversation so far was saved |
 //!
-//! A run writes zero or more `text`, `tool`, `tool_result`, `file_change` and `warning` lines
-//! (any `warning` before the first model request), then
-//! exactly one `result` (exit 0) or `error` (exit 1) — except when stdout itself goes away.
-//! Absent optional fields are left out, never `null`.
+//! A run writes one `start` line (unless it fails before: a usage error, an unusable workspace,
+//! brief, state directory or resume token), zero or more `text`, `tool`, `tool_result`,
+//! `file_change` and `warning` lines, then exactly one `result` (exit 0) or `error` (exit 1) —
+//! except when stdout itself goes away. SIGTERM or SIGINT stops the turn where it is: the
+//! conversation so far is saved and the `error` line's `reason` is `interrupted`. Absent
+//! optional fields are left out, never `null`.
 //!
 //! As session events: `text` → `text`; `tool` → `tool` (its summary from `input.path`, else
 //! `input.pattern`); `file_change` → `file_change` with `files: [path]`; `result` → `result`
 //! with `resumeToken` = `resume`, `costUsd` = `cost_usd`, `durationMs` = `duration_ms`;
 //! `tool_result` and `warning` are for the log only; `error`'s `message` is the turn's failure.
+//! `start` is no event: its `resume` is the session's token when the turn ends without a
+//! `result` (an `error` line's own `resume`, when it has one, comes after it and wins).
 
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::time::Duration;
 
-use atelier_llm::{EventSink, LoopEvent, SinkClosed};
+use atelier_llm::{EventSink, LlmError, LoopEvent, SinkClosed};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -35,6 +41,11 @@ use crate::tools::ChangeKind;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Line {
+    /// The conversation is saved under `resume`, before the first model request.
+    Start {
+        /// The token that resumes this conversation.
+        resume: String,
+    },
     /// The model said something.
     Text {
         /// What it said.
@@ -130,6 +141,8 @@ pub enum FailureReason {
     ResumeUnreadable,
     /// The provider refused or broke off a round.
     Provider,
+    /// SIGTERM or SIGINT stopped the turn before it finished.
+    Interrupted,
 }
 
 /// Token counts of a turn.
@@ -160,9 +173,12 @@ impl From<&atelier_llm::Usage> for Usage {
 
 /// Where the lines go: a writer (stdout in production), written a whole line at a time and
 /// flushed after each, so a reader sees every line as soon as it is decided. Also the tool
-/// loop's event sink: it turns the loop's events into lines, gathering text deltas into runs.
+/// loop's event sink: it turns the loop's events into lines, gathering text deltas into runs,
+/// and it is how a stop reaches the loop ([`Output::stop`]).
 pub struct Output {
     state: Mutex<State>,
+    /// Set once the turn is to stop; the loop's wait on [`EventSink::closed`] watches it.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 struct State {
@@ -181,7 +197,19 @@ impl Output {
                 writer,
                 pending: String::new(),
             }),
+            stop: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// Stops the turn: the loop ends where it is, as if the reader had gone, and the runner
+    /// (which sees [`Output::stop_requested`]) says why.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Whether [`Output::stop`] was called.
+    pub fn stop_requested(&self) -> bool {
+        *self.stop.borrow()
     }
 
     /// Lines written to stdout.
@@ -269,8 +297,22 @@ impl EventSink for Output {
     }
 
     fn closed<'a>(&'a self) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        // A pipe tells its writer it is gone only on a write, which `send` reports.
-        Box::pin(std::future::pending())
+        // A pipe tells its writer it is gone only on a write, which `send` reports; this is
+        // the stop.
+        let mut stop = self.stop.subscribe();
+        Box::pin(async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+    }
+
+    fn retrying(&self, error: &LlmError, delay: Duration) {
+        // A closed output is the loop's to notice, at its next line.
+        let _ = self.line(&Line::Warning {
+            message: format!(
+                "the provider failed ({error}); asking again in {} s",
+                delay.as_secs()
+            ),
+        });
     }
 }
 
@@ -303,6 +345,12 @@ mod tests {
     #[test]
     fn every_line_is_spelled_as_documented() {
         let cases = [
+            (
+                Line::Start {
+                    resume: "abc".into(),
+                },
+                r#"{"type":"start","resume":"abc"}"#,
+            ),
             (
                 Line::Text { text: "hi".into() },
                 r#"{"type":"text","text":"hi"}"#,
@@ -380,6 +428,14 @@ mod tests {
                     resume: None,
                 },
                 r#"{"type":"error","reason":"resume_not_found","message":"m"}"#,
+            ),
+            (
+                Line::Error {
+                    reason: FailureReason::Interrupted,
+                    message: "m".into(),
+                    resume: Some("abc".into()),
+                },
+                r#"{"type":"error","reason":"interrupted","message":"m","resume":"abc"}"#,
             ),
         ];
         for (line, want) in cases {

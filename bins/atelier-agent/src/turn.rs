@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use atelier_llm::{
     run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, LlmError,
@@ -22,6 +22,15 @@ use crate::tools::{RemoteTools, Tools, Workspace};
 
 /// How the agent names itself to the provider.
 const USER_AGENT: &str = concat!("atelier-agent/", env!("CARGO_PKG_VERSION"));
+
+/// The pauses before asking the provider again for a round that failed transiently (a rate
+/// limit, an overloaded or failing service, a dropped connection) before it said anything: a
+/// busy provider often answers a few seconds later, and a turn is worth the wait.
+const RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(2),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+];
 
 /// A turn that failed before or after the loop, as its `error` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +81,13 @@ pub async fn run(
     output: Arc<Output>,
     started: Instant,
 ) -> Ended {
+    // From here a stop ends the turn through the loop, which keeps the conversation so far.
+    if let Err(e) = listen_for_stop(Arc::clone(&output)) {
+        return Ended::Failed(Failure::new(
+            FailureReason::Usage,
+            format!("the stop signals' handler: {e}"),
+        ));
+    }
     let setup = match Setup::prepare(&settings, workspace_dir) {
         Ok(setup) => setup,
         Err(failure) => return Ended::Failed(failure),
@@ -83,12 +99,31 @@ pub async fn run(
         token,
         mut messages,
     } = setup;
+    messages.push(Message::user_text(settings.prompt.clone()));
+    // Saved before anything can take time, so a turn that never reaches its last line (a stop,
+    // a kill) leaves a conversation its token resumes; the start line names the token.
+    let opening = Conversation::new(
+        settings.provider.as_str(),
+        &settings.model,
+        messages.clone(),
+    );
+    if let Err(error) = conversations.save(&token, &opening) {
+        return Ended::Failed(Failure::new(
+            FailureReason::StateUnavailable,
+            error.to_string(),
+        ));
+    }
+    let start = Line::Start {
+        resume: token.to_string(),
+    };
+    if output.line(&start).is_err() {
+        return Ended::OutputClosed;
+    }
     if let Some(server) = &settings.mcp {
         if offer_remote(server, &mut tools, &output).await.is_err() {
             return Ended::OutputClosed;
         }
     }
-    messages.push(Message::user_text(settings.prompt.clone()));
     let request = ChatRequest {
         model: settings.model.clone(),
         system: system_prompt(tools.definitions(), brief.as_deref()),
@@ -109,6 +144,7 @@ pub async fn run(
     let options = LoopOptions {
         max_rounds: settings.max_turns,
         tool_result_images: false,
+        retry_delays: RETRY_DELAYS.to_vec(),
     };
     let outcome = run_tool_loop(driver.as_ref(), &executor, request, options, &*output).await;
 
@@ -125,6 +161,22 @@ pub async fn run(
                 message: failure_message(&error),
                 resume: saved.is_ok().then(|| token.to_string()),
             })
+        }
+        LoopEnd::Aborted if output.stop_requested() => {
+            let message = match &saved {
+                Ok(()) => "the turn was stopped before it finished; the conversation so far is \
+                           saved"
+                    .to_owned(),
+                Err(error) => format!(
+                    "the turn was stopped before it finished, and the conversation so far \
+                     could not be saved: {error}"
+                ),
+            };
+            return Ended::Failed(Failure {
+                reason: FailureReason::Interrupted,
+                message,
+                resume: saved.is_ok().then(|| token.to_string()),
+            });
         }
         LoopEnd::Aborted => return Ended::OutputClosed,
     };
@@ -146,6 +198,22 @@ pub async fn run(
         Ok(()) => Ended::Done,
         Err(_) => Ended::OutputClosed,
     }
+}
+
+/// Stops the turn through `output` on the first SIGTERM (a stop or a timeout of the turn's
+/// unit) or SIGINT. Once the handlers are in place neither signal ends the process itself.
+fn listen_for_stop(output: Arc<Output>) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        output.stop();
+    });
+    Ok(())
 }
 
 /// What a turn needs before its first request, each part refused by name.

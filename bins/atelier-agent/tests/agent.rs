@@ -5,200 +5,31 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::io::Read;
+    use std::net::TcpListener;
     use std::path::{Path, PathBuf};
-    use std::process::Command;
-    use std::sync::{Arc, Mutex};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
 
-    use serde_json::{json, Value};
-
-    /// One request the scripted provider received.
-    #[derive(Debug, Clone)]
-    pub struct Seen {
-        /// The request target as sent: a path, or an absolute URL when sent to a proxy.
-        pub target: String,
-        /// Header names (lowercase) and values.
-        pub headers: Vec<(String, String)>,
-        /// The JSON body.
-        pub body: Value,
-    }
-
-    impl Seen {
-        pub fn header(&self, name: &str) -> Option<&str> {
-            self.headers
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| value.as_str())
-        }
-
-        /// The body's messages without the system message.
-        pub fn conversation(&self) -> Vec<Value> {
-            self.body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|m| m["role"] != "system")
-                .cloned()
-                .collect()
-        }
-    }
-
-    /// A provider on loopback speaking chat-completions SSE, answering each request with
-    /// the frames its answerer gives, and a 500 when it gives none.
-    pub struct Scripted {
-        pub base_url: String,
-        pub addr: String,
-        seen: Arc<Mutex<Vec<Seen>>>,
-    }
-
-    impl Scripted {
-        pub fn seen(&self) -> Vec<Seen> {
-            self.seen.lock().unwrap().clone()
-        }
-    }
-
-    /// The 500 a scripted provider answers once its answers are used up.
-    const NO_MORE: Refusal = (
-        "500 Internal Server Error",
-        r#"{"error":{"message":"the script has no more answers"}}"#,
-    );
-
-    /// A status line and a JSON body.
-    type Refusal = (&'static str, &'static str);
-
-    /// Each request gets the next scripted answer, and a 500 once they are used up.
-    pub fn scripted(answers: Vec<Vec<String>>) -> Scripted {
-        let mut answers = answers.into_iter();
-        provider(NO_MORE, move |_| answers.next())
-    }
-
-    /// Every request is refused with `refusal`.
-    pub fn refusing(refusal: Refusal) -> Scripted {
-        provider(refusal, |_| None)
-    }
+    use atelier_test_support::provider::provider;
+    pub use atelier_test_support::provider::{
+        answering, refusing, scripted, text_round, tool_round, Answer, Scripted, NO_MORE,
+    };
+    use serde_json::Value;
 
     /// Each request gets what the lab model's OpenAI script answers it.
     pub fn lab_provider(script: atelier_lab_model::script::Script) -> Scripted {
         use atelier_lab_model::openai;
         let mut n = 0;
-        provider(NO_MORE, move |seen| {
-            let request: openai::Request = serde_json::from_value(seen.body.clone()).ok()?;
+        provider(move |seen| {
+            let Ok(request) = serde_json::from_value::<openai::Request>(seen.body.clone()) else {
+                return Answer::Refuse(NO_MORE);
+            };
             n += 1;
             let mut chunks = openai::chunks(&request, &script, n);
             chunks.push(openai::DONE.to_owned());
-            Some(chunks)
+            Answer::Frames(chunks)
         })
-    }
-
-    /// Answers each request with the frames `answer` gives, or with `refusal` when it gives none.
-    fn provider(
-        refusal: Refusal,
-        mut answer: impl FnMut(&Seen) -> Option<Vec<String>> + Send + 'static,
-    ) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let Some(request) = read_request(&mut stream) else {
-                    continue;
-                };
-                let frames = answer(&request);
-                log.lock().unwrap().push(request);
-                let response = match frames {
-                    Some(frames) => format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{}",
-                        frames.concat()
-                    ),
-                    None => {
-                        let (status, body) = refusal;
-                        format!(
-                            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                    }
-                };
-                let _ = stream.write_all(response.as_bytes());
-            }
-        });
-        Scripted {
-            base_url: format!("http://{addr}"),
-            addr,
-            seen,
-        }
-    }
-
-    fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-        let mut reader = BufReader::new(stream.try_clone().ok()?);
-        let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        let target = line.split_whitespace().nth(1)?.to_owned();
-        let mut headers = Vec::new();
-        loop {
-            let mut header = String::new();
-            reader.read_line(&mut header).ok()?;
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            let (name, value) = header.split_once(':')?;
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(name, _)| name == "content-length")
-            .and_then(|(_, value)| value.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).ok()?;
-        Some(Seen {
-            target,
-            headers,
-            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-        })
-    }
-
-    fn frames(chunks: &[Value]) -> Vec<String> {
-        let mut frames: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
-        frames.push("data: [DONE]\n\n".to_owned());
-        frames
-    }
-
-    fn usage() -> Value {
-        json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
-    }
-
-    /// A round in which the model calls each `(id, tool, arguments)`.
-    pub fn tool_round(calls: &[(&str, &str, Value)]) -> Vec<String> {
-        let mut chunks = vec![
-            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls":
-                calls.iter().enumerate().map(|(i, (id, name, _))| json!({"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}})).collect::<Vec<_>>()
-            }}]}),
-        ];
-        for (i, (_, _, arguments)) in calls.iter().enumerate() {
-            let text = arguments.to_string();
-            let (head, tail) = text.split_at(text.len() / 2);
-            for piece in [head, tail] {
-                chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}}]}));
-            }
-        }
-        chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}));
-        chunks.push(usage());
-        frames(&chunks)
-    }
-
-    /// A round in which the model says `text` (in two pieces) and stops.
-    pub fn text_round(text: &str) -> Vec<String> {
-        let (head, tail) = text.split_at(text.len() / 2);
-        frames(&[
-            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": head}}]}),
-            json!({"choices": [{"index": 0, "delta": {"content": tail}}]}),
-            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-            usage(),
-        ])
     }
 
     /// The key the runs are given; it must never be printed.
@@ -231,6 +62,9 @@ mod support {
     /// A finished run of the binary.
     pub struct Run {
         pub code: Option<i32>,
+        /// The `start` line's resume token, when the run wrote one (first, as it must).
+        pub started: Option<String>,
+        /// Every line after the `start` line.
         pub lines: Vec<Value>,
         pub stdout: String,
         pub stderr: String,
@@ -258,7 +92,27 @@ mod support {
         env: &[(&str, &str)],
         prompt: &str,
     ) -> Run {
-        let output = Command::new(env!("CARGO_BIN_EXE_atelier-agent"))
+        let output = command(site, base_url, flags, env, prompt)
+            .output()
+            .unwrap();
+        Run::of(output)
+    }
+
+    /// Runs the binary as [`agent`] does, resuming the conversation `token`.
+    pub fn resume(site: &Site, provider: &Scripted, token: &str, prompt: &str) -> Run {
+        agent(site, &provider.base_url, &["--resume", token], &[], prompt)
+    }
+
+    /// The command [`agent`] runs.
+    pub fn command(
+        site: &Site,
+        base_url: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        prompt: &str,
+    ) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_atelier-agent"));
+        command
             .current_dir(&site.ws)
             .env_clear()
             .env("HOME", &site.home)
@@ -274,18 +128,84 @@ mod support {
             ])
             .args(flags)
             .arg("--")
-            .arg(prompt)
-            .output()
+            .arg(prompt);
+        command
+    }
+
+    impl Run {
+        /// The run that ended with `output`.
+        pub fn of(output: std::process::Output) -> Run {
+            let stdout = String::from_utf8(output.stdout).unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            let mut lines: Vec<Value> = stdout
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+                .collect();
+            let started = match lines.first() {
+                Some(first) if first["type"] == "start" => {
+                    let token = first["resume"].as_str().unwrap().to_owned();
+                    lines.remove(0);
+                    Some(token)
+                }
+                _ => None,
+            };
+            assert!(
+                lines.iter().all(|line| line["type"] != "start"),
+                "a start line comes first or not at all: {stdout}"
+            );
+            Run {
+                code: output.status.code(),
+                started,
+                lines,
+                stdout,
+                stderr,
+            }
+        }
+    }
+
+    /// Starts the binary as [`agent`] does and waits until `provider` was asked `requests`
+    /// times; the child, and the deadline for the rest of the test.
+    pub fn spawn_until_asked(
+        site: &Site,
+        provider: &Scripted,
+        prompt: &str,
+        requests: usize,
+    ) -> (Child, Instant) {
+        let child = command(site, &provider.base_url, &[], &[], prompt)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let lines = stdout
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
-            .collect();
-        Run {
-            code: output.status.code(),
-            lines,
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while provider.seen().len() < requests {
+            assert!(Instant::now() < deadline, "round {requests} never came");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (child, deadline)
+    }
+
+    /// What `child` wrote once it exited, which it must before `deadline`.
+    pub fn wait_with_deadline(child: &mut Child, deadline: Instant) -> std::process::Output {
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the agent did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_end(&mut stderr)
+            .unwrap();
+        std::process::Output {
+            status: child.wait().unwrap(),
             stdout,
             stderr,
         }
@@ -835,12 +755,14 @@ mod edit {
 /// The real binary against the scripted provider.
 mod turns {
     use std::os::unix::fs::symlink;
+    use std::process::Command;
 
     use serde_json::{json, Value};
 
     use super::support::{
-        agent, count_entries, lab_provider, offered, refusing, scripted, site, text_round,
-        tool_message, tool_round, KEY,
+        agent, answering, count_entries, lab_provider, offered, refusing, resume, scripted, site,
+        spawn_until_asked, text_round, tool_message, tool_round, wait_with_deadline, Answer, Run,
+        KEY,
     };
 
     #[test]
@@ -930,6 +852,11 @@ mod turns {
         );
         assert!(result.get("cost_usd").is_none());
         let token = result["resume"].as_str().unwrap();
+        assert_eq!(
+            run.started.as_deref(),
+            Some(token),
+            "the start line named it first"
+        );
         assert_eq!(token.len(), 32);
         assert!(site
             .home
@@ -1035,13 +962,7 @@ mod turns {
         assert_eq!(first.code, Some(0), "{}", first.stdout);
         let token = first.last()["resume"].as_str().unwrap().to_owned();
 
-        let second = agent(
-            &site,
-            &provider.base_url,
-            &["--resume", &token],
-            &[],
-            "What is in it?",
-        );
+        let second = resume(&site, &provider, &token, "What is in it?");
         assert_eq!(second.code, Some(0), "{}", second.stdout);
         assert_eq!(second.last()["resume"], token.as_str());
         assert_eq!(second.types(), ["text", "result"]);
@@ -1058,6 +979,100 @@ mod turns {
         );
         // The system prompt is stated afresh, not taken from the saved conversation.
         assert_eq!(seen[2].body["messages"][0]["role"], "system");
+    }
+
+    #[test]
+    fn a_stopped_turn_keeps_its_conversation_and_a_resumed_one_continues_it() {
+        let site = site();
+        let provider = answering(vec![
+            Answer::Frames(tool_round(&[(
+                "c1",
+                "write",
+                json!({"path": "a.txt", "content": "a"}),
+            )])),
+            Answer::Hold,
+            Answer::Frames(text_round("Carrying on.")),
+        ]);
+        // Stopped while its second round waits on the provider, as a stop or a timeout of the
+        // turn's unit does: with SIGTERM.
+        let (mut child, deadline) = spawn_until_asked(&site, &provider, "Write a.txt.", 2);
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let stopped = Run::of(wait_with_deadline(&mut child, deadline));
+        assert_eq!(
+            stopped.code,
+            Some(1),
+            "{}\n{}",
+            stopped.stdout,
+            stopped.stderr
+        );
+        assert_eq!(
+            stopped.types(),
+            ["tool", "file_change", "tool_result", "error"]
+        );
+        assert_eq!(stopped.last()["reason"], "interrupted");
+        assert_eq!(
+            stopped.last()["message"],
+            "the turn was stopped before it finished; the conversation so far is saved"
+        );
+        let token = stopped.last()["resume"].as_str().unwrap().to_owned();
+
+        // The next turn sends what the stopped one did: the call and its result.
+        let resumed = resume(&site, &provider, &token, "Go on.");
+        assert_eq!(resumed.code, Some(0), "{}", resumed.stdout);
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 3);
+        let mut expected = seen[1].conversation();
+        expected.push(json!({"role": "user", "content": "Go on."}));
+        assert_eq!(seen[2].conversation(), expected);
+        assert_eq!(expected[1]["tool_calls"][0]["id"], "c1");
+        assert_eq!(expected[2]["tool_call_id"], "c1");
+    }
+
+    #[test]
+    fn a_killed_turn_leaves_the_conversation_its_start_line_names() {
+        let site = site();
+        let provider = answering(vec![Answer::Hold, Answer::Frames(text_round("Here I am."))]);
+        let (mut child, deadline) = spawn_until_asked(&site, &provider, "Write a.txt.", 1);
+        child.kill().unwrap();
+        let killed = Run::of(wait_with_deadline(&mut child, deadline));
+        assert_eq!(killed.code, None, "killed by SIGKILL");
+        assert!(killed.lines.is_empty(), "{}", killed.stdout);
+        let token = killed.started.expect("the start line came first");
+
+        let resumed = resume(&site, &provider, &token, "Go on.");
+        assert_eq!(resumed.code, Some(0), "{}", resumed.stdout);
+        assert_eq!(resumed.started.as_deref(), Some(token.as_str()));
+        assert_eq!(
+            provider.seen()[1].conversation(),
+            [
+                json!({"role": "user", "content": "Write a.txt."}),
+                json!({"role": "user", "content": "Go on."}),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_transient_provider_failure_is_a_warning_and_asked_again() {
+        let site = site();
+        let provider = answering(vec![
+            Answer::Refuse(("529 Overloaded", r#"{"error":{"message":"overloaded"}}"#)),
+            Answer::Frames(text_round("Hello.")),
+        ]);
+        let run = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.types(), ["warning", "text", "result"]);
+        assert_eq!(
+            run.lines[0]["message"],
+            "the provider failed (Custom Provider service error (529): overloaded. Please try \
+             again.); asking again in 2 s"
+        );
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].body, seen[1].body, "the same request, asked again");
     }
 
     #[test]
@@ -1112,6 +1127,7 @@ mod turns {
             .unwrap()
             .contains("no more answers"));
         let token = run.last()["resume"].as_str().unwrap().to_owned();
+        assert_eq!(run.started, Some(token.clone()));
         assert!(site
             .home
             .join(format!("state/atelier-agent/{token}.json"))
@@ -1128,6 +1144,10 @@ mod turns {
         assert_eq!(
             (unknown.code, unknown.last()["reason"].clone()),
             (Some(1), json!("resume_not_found"))
+        );
+        assert_eq!(
+            unknown.started, None,
+            "a refused turn names no conversation"
         );
 
         symlink("elsewhere.md", site.ws.join("AGENTS.md")).unwrap();
@@ -1169,6 +1189,24 @@ mod turns {
         );
         assert!(!run.stdout.contains("/admin/"), "{}", run.stdout);
         assert_eq!(provider.seen().len(), 1);
+    }
+
+    #[test]
+    fn the_help_the_drivers_probe_is_tested_against_is_this_binary_s() {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_atelier-agent"))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/agents/tests/fixtures/atelier/help.txt"
+        );
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap(),
+            std::fs::read_to_string(fixture).unwrap(),
+            "refresh {fixture} from `atelier-agent --help`"
+        );
     }
 
     #[test]

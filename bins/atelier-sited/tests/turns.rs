@@ -528,6 +528,92 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
     }
 }
 
+/// An `atelier` turn stopped after the agent named its saved conversation (its `start` line)
+/// keeps that conversation: the next message resumes it. The agent is a script speaking
+/// atelier-agent's lines, the real binary answering its version and help (the real agent's own
+/// stop is its tests'; its model would need the network here, which a `none` turn reaches
+/// directly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_atelier_turn_is_resumed_from_its_start_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = support::workspace_bin("atelier-agent");
+    let argv_log = dir.path().join("argv.log");
+    let agent = dir.path().join("atelier-agent");
+    std::fs::write(
+        &agent,
+        format!(
+            r#"#!/bin/sh
+case " $* " in *" --help "*|*" --version "*) exec '{real}' "$@";; esac
+echo "$*" >> '{log}'
+echo '{{"type":"start","resume":"tok_1"}}'
+echo '{{"type":"text","text":"Working."}}'
+case " $* " in
+  *" --resume tok_1 "*)
+    echo '{{"type":"result","stop":"end_turn","rounds":1,"usage":{{"input_tokens":0,"output_tokens":0}},"duration_ms":1,"resume":"tok_1"}}'
+    exit 0;;
+esac
+exec sleep 600
+"#,
+            real = real.display(),
+            log = argv_log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let instance = instance(|raw| {
+        raw.atelier_bin = Some(agent.clone());
+        raw.openai_base_url = Some("https://llm.example.org/v1".into());
+        raw.openai_model = Some("m".into());
+    })
+    .await;
+    let started = instance
+        .post(
+            "/v1/sites/alpha/sessions",
+            json!({"prompt": "Write a.txt.", "driver": "atelier", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    // Stopped once the line after the start line is in the log: the start line was read.
+    let log = instance
+        .workspace()
+        .join(atelier_layout::workspace::SESSIONS_DIR)
+        .join(format!("{id}.jsonl"));
+    for _ in 0..1000 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("Working.") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = instance.stop(&id).await;
+    assert_eq!(stopped.status, StatusCode::OK, "{}", stopped.body);
+    let events = instance.events(&id).await;
+    assert_eq!(
+        bodies(&events).last().unwrap(),
+        &json!({"type": "turn_end", "state": "interrupted", "resumeToken": "tok_1"})
+    );
+    instance.wait_free().await;
+
+    let sent = instance
+        .post(
+            &format!("/v1/sessions/{id}/messages"),
+            json!({"message": "Go on.", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+    let events = instance.events(&id).await;
+    assert_eq!(
+        bodies(&events).last().unwrap(),
+        &json!({"type": "turn_end", "state": "idle", "resumeToken": "tok_1"})
+    );
+    let argv = std::fs::read_to_string(&argv_log).unwrap();
+    let runs: Vec<&str> = argv.lines().collect();
+    assert_eq!(runs.len(), 2, "{argv}");
+    assert!(!runs[0].contains("--resume"), "{argv}");
+    assert!(runs[1].contains("--resume tok_1"), "{argv}");
+}
+
 #[test]
 fn sited_spawns_processes_only_in_the_none_mode_spawner() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

@@ -106,9 +106,10 @@ pub trait LineParser: Send {
         None
     }
 
-    /// The resume token of the conversation the agent kept although the turn failed, if its
-    /// output named one (atelier-agent's `error` line does when it saved the conversation), so
-    /// the next message resumes it rather than starting afresh.
+    /// The resume token of the conversation the agent kept although the turn ended without a
+    /// result (it failed, or was stopped), if its output named one (atelier-agent's `start`
+    /// line does, and its `error` line when it saved the conversation), so the next message
+    /// resumes it rather than starting afresh.
     fn kept_after_failure(&self) -> Option<&str> {
         None
     }
@@ -357,14 +358,16 @@ fn pi_block(block: &Value) -> Option<SessionEvent> {
 /// atelier-agent's output, one JSON object per line (the agent's `events` module is their one
 /// definition): a `text` is said (a blank one is not), a `tool` is the call's name and its
 /// target (`input.path`, else `input.pattern`), each `file_change` names its one file, and
-/// `result` is the result (`resume`, `cost_usd`, `duration_ms`). An `error` line — the last
-/// before a non-zero exit — is said as text and makes the turn a failure, its `resume` naming
-/// the conversation kept; `tool_result` and `warning` lines are the agent's own log.
+/// `result` is the result (`resume`, `cost_usd`, `duration_ms`). The `start` line's `resume`
+/// names the conversation the agent saved before its first request, kept for a turn that ends
+/// without a result. An `error` line — the last before a non-zero exit — is said as text and
+/// makes the turn a failure, its `resume` (when it has one) naming the conversation kept;
+/// `tool_result` and `warning` lines are the agent's own log.
 #[derive(Debug, Default)]
 pub struct AtelierJson {
     /// The `error` line's message, once one was read.
     error: Option<String>,
-    /// The `error` line's `resume`, when the agent saved the conversation so far.
+    /// The conversation saved so far: the `start` line's, or the `error` line's `resume`.
     kept: Option<String>,
 }
 
@@ -391,11 +394,17 @@ impl LineParser for AtelierJson {
                     frame.get("cost_usd").and_then(finite),
                     millis(frame.get("duration_ms")),
                 )),
+                Some("start") => {
+                    self.kept = resume_token(frame.get("resume"));
+                    None
+                }
                 Some("error") => {
                     let message = field("message").unwrap_or("the turn failed");
                     let reason = field("reason").unwrap_or("unknown");
                     self.error = Some(message.to_owned());
-                    self.kept = resume_token(frame.get("resume"));
+                    if let Some(kept) = resume_token(frame.get("resume")) {
+                        self.kept = Some(kept);
+                    }
                     Some(SessionEvent::text(format!(
                         "atelier-agent error ({reason}): {message}"
                     )))
@@ -894,6 +903,28 @@ mod tests {
         assert_eq!(saved.kept_after_failure(), Some("ab_1"));
         let mut forged = AtelierJson::default();
         forged.parse_line(r#"{"type":"error","message":"x","resume":"../../etc"}"#);
+        assert_eq!(forged.kept_after_failure(), None, "not a token");
+    }
+
+    #[test]
+    fn an_atelier_start_line_names_the_conversation_a_turn_without_a_result_keeps() {
+        // Stopped (or killed) after its start: the conversation saved then is resumed.
+        let mut stopped = AtelierJson::default();
+        assert_eq!(
+            stopped.parse_line(r#"{"type":"start","resume":"ab_1"}"#),
+            []
+        );
+        stopped.parse_line(r#"{"type":"text","text":"Working."}"#);
+        assert_eq!(stopped.kept_after_failure(), Some("ab_1"));
+        assert_eq!(stopped.failure(), None);
+        // A failure whose last save did not happen keeps the start's conversation.
+        let mut unsaved = AtelierJson::default();
+        unsaved.parse_line(r#"{"type":"start","resume":"ab_1"}"#);
+        unsaved.parse_line(r#"{"type":"error","reason":"state_unavailable","message":"full"}"#);
+        assert_eq!(unsaved.kept_after_failure(), Some("ab_1"));
+        // A start line's resume is checked like any other.
+        let mut forged = AtelierJson::default();
+        forged.parse_line(r#"{"type":"start","resume":"--settings"}"#);
         assert_eq!(forged.kept_after_failure(), None, "not a token");
     }
 

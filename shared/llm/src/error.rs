@@ -133,6 +133,26 @@ impl LlmError {
     pub fn is_overflow(&self) -> bool {
         matches!(self, LlmError::Overflow { .. })
     }
+
+    /// Whether asking again unchanged may succeed: a rate limit (not a spent quota, 402), a
+    /// timeout or service fault (408, 5xx, Anthropic's 529 among them), a request that could
+    /// not be sent or answered, or a stream that broke or went idle. A refusal of the request
+    /// itself (a bad key, a bad field, an overflow) would be refused again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LlmError::RateLimited { status, .. } => *status == 429,
+            LlmError::Http { status, .. } => *status == 408 || *status >= 500,
+            LlmError::Request { .. } | LlmError::Stream { .. } | LlmError::IdleTimeout { .. } => {
+                true
+            }
+            LlmError::Overflow { .. }
+            | LlmError::Auth { .. }
+            | LlmError::Provider { .. }
+            | LlmError::ResponseFailed { .. }
+            | LlmError::MissingSetting { .. }
+            | LlmError::Config { .. } => false,
+        }
+    }
 }
 
 /// The error text inside a provider's error body: `error` when it is a string, else
@@ -334,6 +354,92 @@ mod tests {
             classify_http_failure("OpenRouter", 404, "nope").to_string(),
             "OpenRouter error (404): nope."
         );
+    }
+
+    #[test]
+    fn transient_table() {
+        let http = |status| LlmError::Http {
+            status,
+            message: String::new(),
+        };
+        let limited = |status| LlmError::RateLimited {
+            status,
+            message: String::new(),
+        };
+        let cases = [
+            ("rate limit", limited(429), true),
+            ("spent quota", limited(402), false),
+            ("request timeout", http(408), true),
+            ("server error", http(500), true),
+            ("bad gateway", http(502), true),
+            ("unavailable", http(503), true),
+            ("anthropic overloaded", http(529), true),
+            ("not found", http(404), false),
+            ("bad request", http(400), false),
+            (
+                "unsent",
+                LlmError::Request {
+                    label: "X",
+                    detail: String::new(),
+                },
+                true,
+            ),
+            (
+                "broken stream",
+                LlmError::Stream {
+                    label: "X",
+                    detail: String::new(),
+                },
+                true,
+            ),
+            (
+                "idle stream",
+                LlmError::IdleTimeout {
+                    label: "X",
+                    idle: Duration::from_secs(1),
+                },
+                true,
+            ),
+            (
+                "refused key",
+                LlmError::Auth {
+                    label: "X",
+                    status: 401,
+                },
+                false,
+            ),
+            ("overflow", classify_http_failure("X", 413, ""), false),
+            (
+                "in-stream error",
+                LlmError::Provider {
+                    message: String::new(),
+                },
+                false,
+            ),
+            (
+                "failed response",
+                LlmError::ResponseFailed { label: "X" },
+                false,
+            ),
+            (
+                "missing key",
+                LlmError::MissingSetting {
+                    label: "X",
+                    setting: Setting::ApiKey,
+                },
+                false,
+            ),
+            (
+                "config",
+                LlmError::Config {
+                    message: String::new(),
+                },
+                false,
+            ),
+        ];
+        for (name, error, transient) in cases {
+            assert_eq!(error.is_transient(), transient, "{name}");
+        }
     }
 
     #[test]

@@ -22,6 +22,12 @@
 //! Abort: when the sink closes (the receiver is dropped), the loop notices at its next send or while it awaits
 //! the provider or a tool, drops the provider stream (which cancels the HTTP request) and
 //! returns [`LoopEnd::Aborted`] without writing more. Dropping the loop's future does the same.
+//! Whatever ends a turn, the outcome's history answers every call its last assistant message
+//! made (those that did not run as interrupted), so it stays a history a provider accepts.
+//!
+//! Retry: a round that failed transiently ([`LlmError::is_transient`]) before sending anything
+//! is asked again after each of [`LoopOptions::retry_delays`] in turn, the sink told first
+//! ([`EventSink::retrying`]). The chat runtime gives none, as the original did.
 
 mod event;
 mod evidence;
@@ -29,6 +35,7 @@ mod evidence;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -121,6 +128,10 @@ pub trait EventSink: Send + Sync {
 
     /// Resolves once the consumer is gone; the loop races every wait against it.
     fn closed<'a>(&'a self) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+    /// The round failed with `error` before sending anything, and is asked again after
+    /// `delay`. Nothing is sent by default: the browser's wire has no line for it.
+    fn retrying(&self, _error: &LlmError, _delay: Duration) {}
 }
 
 impl EventSink for mpsc::Sender<LoopEvent> {
@@ -164,6 +175,10 @@ pub struct LoopOptions {
     /// Whether the model can see images in tool results (the model's `visionInput &&
     /// toolResultImages`): the value of `captureScreenshot` on [`SCREENSHOT_TOOL`] calls.
     pub tool_result_images: bool,
+    /// The pauses before asking again for a round that failed transiently before sending
+    /// anything: one more attempt per entry, counted afresh for every round. Empty: the first
+    /// failure ends the turn.
+    pub retry_delays: Vec<Duration>,
 }
 
 impl Default for LoopOptions {
@@ -171,6 +186,7 @@ impl Default for LoopOptions {
         LoopOptions {
             max_rounds: DEFAULT_MAX_ROUNDS,
             tool_result_images: false,
+            retry_delays: Vec::new(),
         }
     }
 }
@@ -296,6 +312,7 @@ struct Turn<'a> {
 impl Turn<'_> {
     async fn run(&mut self) -> Result<(), Stop> {
         let mut overflow_retried = false;
+        let mut retries = 0;
         let mut evidence = HeavyEvidence::default();
         let mut names: HashMap<String, String> = HashMap::new();
         loop {
@@ -311,10 +328,18 @@ impl Turn<'_> {
                             continue;
                         }
                     }
+                    if let Some(delay) = self.options.retry_delays.get(retries).copied() {
+                        if quiet && error.is_transient() {
+                            retries += 1;
+                            self.pause(&error, delay).await?;
+                            continue;
+                        }
+                    }
                     return Err(self.fail(LoopError::Provider(error)).await);
                 }
             };
             self.rounds += 1;
+            retries = 0;
             if let Some(usage) = end.usage {
                 self.add_usage(&usage);
                 let context = LoopEvent::Context {
@@ -353,18 +378,16 @@ impl Turn<'_> {
                 self.request.messages.push(assistant);
             }
             let mut results = Vec::with_capacity(end.tool_calls.len());
-            for call in &end.tool_calls {
-                names.insert(call.id.clone(), call.name.clone());
-                let result = self.execute(call).await?;
-                self.answered(&call.id);
-                self.emit(LoopEvent::tool_result(&call.name, &result))
-                    .await?;
-                results.push(ContentBlock::ToolResult(result));
-            }
+            let ran = self
+                .run_calls(&end.tool_calls, &mut names, &mut results)
+                .await;
+            // The calls that did not run (the turn stopped among them) are answered too.
+            results.extend(interrupted_results(&end.tool_calls[results.len()..]));
             self.request.messages.push(Message {
                 role: Role::Tool,
                 content: results,
             });
+            ran?;
             let index = self.request.messages.len() - 1;
             evidence.record(&mut self.request.messages, index, &names);
             // A forced call has been made and answered; forcing it again would call it every
@@ -375,6 +398,37 @@ impl Turn<'_> {
             ) {
                 self.request.tool_choice = ToolChoice::Auto;
             }
+        }
+    }
+
+    /// Runs `calls` in order, sending each result as it comes and keeping it in `results`,
+    /// until they all ran or the turn stops.
+    async fn run_calls(
+        &mut self,
+        calls: &[ToolCall],
+        names: &mut HashMap<String, String>,
+        results: &mut Vec<ContentBlock>,
+    ) -> Result<(), Stop> {
+        for call in calls {
+            names.insert(call.id.clone(), call.name.clone());
+            let result = self.execute(call).await?;
+            self.answered(&call.id);
+            let line = LoopEvent::tool_result(&call.name, &result);
+            results.push(ContentBlock::ToolResult(result));
+            self.emit(line).await?;
+        }
+        Ok(())
+    }
+
+    /// Tells the sink a failed round is asked again, and waits `delay` (or until the
+    /// consumer goes).
+    async fn pause(&self, error: &LlmError, delay: Duration) -> Result<(), Stop> {
+        tracing::info!(%error, ?delay, "a transient provider failure; asking again");
+        self.events.retrying(error, delay);
+        tokio::select! {
+            biased;
+            () = self.events.closed() => Err(Stop::Aborted),
+            () = tokio::time::sleep(delay) => Ok(()),
         }
     }
 
@@ -488,19 +542,9 @@ impl Turn<'_> {
         if end.tool_calls.is_empty() {
             return;
         }
-        let interrupted = end
-            .tool_calls
-            .iter()
-            .map(|call| {
-                ContentBlock::ToolResult(ToolResult::failed(
-                    &call.id,
-                    INTERRUPTED_TOOL_RESULT_ERROR,
-                ))
-            })
-            .collect();
         self.request.messages.push(Message {
             role: Role::Tool,
-            content: interrupted,
+            content: interrupted_results(&end.tool_calls).collect(),
         });
     }
 
@@ -539,4 +583,11 @@ impl Turn<'_> {
     async fn emit(&self, event: LoopEvent) -> Result<(), Stop> {
         self.events.send(event).await.map_err(|_| Stop::Aborted)
     }
+}
+
+/// Results answering each of `calls` as interrupted.
+fn interrupted_results(calls: &[ToolCall]) -> impl Iterator<Item = ContentBlock> + '_ {
+    calls.iter().map(|call| {
+        ContentBlock::ToolResult(ToolResult::failed(&call.id, INTERRUPTED_TOOL_RESULT_ERROR))
+    })
 }

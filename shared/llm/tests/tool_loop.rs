@@ -11,15 +11,15 @@ use std::time::Duration;
 use atelier_llm::{
     run_tool_loop, AnthropicDriver, ChatRequest, ContentBlock, Driver, Endpoint, EventSink,
     LlmError, LoopEnd, LoopError, LoopEvent, LoopOptions, LoopOutcome, Message, ResponsesDriver,
-    Role, ToolCall, ToolChoice, ToolDefinition, ToolExecutor, ToolRejection, ToolResult, Usage,
-    INTERRUPTED_TOOL_RESULT_ERROR,
+    Role, SinkClosed, ToolCall, ToolChoice, ToolDefinition, ToolExecutor, ToolRejection,
+    ToolResult, Usage, INTERRUPTED_TOOL_RESULT_ERROR,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::scripted;
 
-use scripted::{start_sequence, transcript, Reply, Script, ScriptedProvider};
+use scripted::{error_answer, start_sequence, transcript, Reply, Script, ScriptedProvider};
 
 type ToolFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -444,7 +444,12 @@ async fn a_stop_with_calls_ends_cleanly_with_the_calls_interrupted() {
     assert_eq!(server.bodies().len(), 1);
     // The history keeps the call and answers it as its toolResult line did, so a provider
     // accepts it as the next turn's.
-    let history = &turn.outcome.history;
+    assert_call_1_answered_as_interrupted(&turn.outcome.history);
+}
+
+/// `history` is the user's message, the assistant's call `call_1`, and that call answered as
+/// interrupted.
+fn assert_call_1_answered_as_interrupted(history: &[Message]) {
     assert_eq!(history.len(), 3, "{history:?}");
     assert_eq!(history[1].role, Role::Assistant);
     assert!(
@@ -454,16 +459,18 @@ async fn a_stop_with_calls_ends_cleanly_with_the_calls_interrupted() {
             .any(|block| matches!(block, ContentBlock::ToolCall(call) if call.id == "call_1")),
         "{history:?}"
     );
-    assert_eq!(history[2].role, Role::Tool);
     assert_eq!(
-        history[2].content,
-        [ContentBlock::ToolResult(ToolResult {
-            call_id: "call_1".into(),
-            ok: false,
-            data: None,
-            error: Some(INTERRUPTED_TOOL_RESULT_ERROR.into()),
-            images: Vec::new(),
-        })]
+        history[2],
+        Message {
+            role: Role::Tool,
+            content: vec![ContentBlock::ToolResult(ToolResult {
+                call_id: "call_1".into(),
+                ok: false,
+                data: None,
+                error: Some(INTERRUPTED_TOOL_RESULT_ERROR.into()),
+                images: Vec::new(),
+            })],
+        }
     );
 }
 
@@ -672,6 +679,223 @@ async fn a_gone_consumer_aborts_a_tool_that_never_answers() {
     .expect("the loop should notice the consumer left while the tool hangs");
     assert_eq!(outcome.end, LoopEnd::Aborted);
     assert_eq!(tools.started.load(Ordering::SeqCst), 1);
+    // The call that never finished is answered as interrupted in the history, so a later turn
+    // can continue it.
+    assert_call_1_answered_as_interrupted(&outcome.history);
+}
+
+/// A sink that keeps every event and every retry it was told of.
+#[derive(Default)]
+struct Recording {
+    events: Mutex<Vec<LoopEvent>>,
+    retries: Mutex<Vec<(String, Duration)>>,
+}
+
+impl EventSink for Recording {
+    fn send<'a>(&'a self, event: LoopEvent) -> ToolFuture<'a, Result<(), SinkClosed>> {
+        self.events.lock().unwrap().push(event);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn closed<'a>(&'a self) -> ToolFuture<'a, ()> {
+        Box::pin(std::future::pending())
+    }
+
+    fn retrying(&self, error: &LlmError, delay: Duration) {
+        self.retries
+            .lock()
+            .unwrap()
+            .push((error.to_string(), delay));
+    }
+}
+
+/// `reply` as Anthropic writes it.
+fn answer(reply: Reply) -> Script {
+    Script::new(reply, true, false)
+}
+
+fn busy() -> Script {
+    answer(Reply::Error {
+        status: 503,
+        body: json!({"error": {"message": "busy"}}),
+    })
+}
+
+/// Runs a turn against `scripts` in order with `retry_delays`.
+async fn run_retrying(
+    scripts: Vec<Script>,
+    retry_delays: Vec<Duration>,
+) -> (ScriptedProvider, LoopOutcome, Recording) {
+    let server = start_sequence(scripts).await;
+    let sink = Recording::default();
+    let outcome = run_pausing(&server, retry_delays, &sink).await;
+    (server, outcome, sink)
+}
+
+/// Runs a turn against `server` into `sink` with `retry_delays`; it must end within 10 s.
+async fn run_pausing(
+    server: &ScriptedProvider,
+    retry_delays: Vec<Duration>,
+    sink: &dyn EventSink,
+) -> LoopOutcome {
+    let options = LoopOptions {
+        retry_delays,
+        ..LoopOptions::default()
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        run_tool_loop(
+            &anthropic(server),
+            &ServerTools::default(),
+            request(),
+            options,
+            sink,
+        ),
+    )
+    .await
+    .expect("the turn should end")
+}
+
+const PAUSE: Duration = Duration::from_millis(20);
+
+#[tokio::test]
+async fn a_transient_failure_is_asked_again_after_each_pause() {
+    let (server, outcome, sink) = run_retrying(
+        vec![
+            answer(error_answer("anthropic", "rate_limit_429")),
+            answer(Reply::Error {
+                status: 529,
+                body: json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            }),
+            answer(Reply::Sse(transcript("anthropic", "text"))),
+        ],
+        vec![PAUSE, PAUSE * 2],
+    )
+    .await;
+    assert_eq!(outcome.end, LoopEnd::Completed);
+    assert_eq!(outcome.rounds, 1);
+    assert_eq!(server.bodies().len(), 3);
+    let retries = sink.retries.lock().unwrap().clone();
+    assert_eq!(
+        retries,
+        [
+            (
+                "Anthropic quota or rate limit reached: Number of request tokens has exceeded \
+                 your per-minute rate limit. Check your account balance."
+                    .to_owned(),
+                PAUSE
+            ),
+            (
+                "Anthropic service error (529): Overloaded. Please try again.".to_owned(),
+                PAUSE * 2
+            ),
+        ]
+    );
+    // The failed attempts said nothing to the consumer.
+    let events = sink.events.lock().unwrap();
+    assert!(
+        !events.iter().any(|e| matches!(e, LoopEvent::Error { .. })),
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&LoopEvent::Done));
+}
+
+#[tokio::test]
+async fn retries_are_counted_per_round_and_then_the_turn_fails() {
+    let (server, outcome, sink) = run_retrying(
+        vec![
+            busy(),
+            answer(Reply::Sse(transcript("anthropic", "tool_call_deltas"))),
+            busy(),
+            busy(),
+        ],
+        vec![PAUSE],
+    )
+    .await;
+    // One retry for the first round, which then finished; one for the second, spent.
+    assert_eq!(server.bodies().len(), 4);
+    assert_eq!(sink.retries.lock().unwrap().len(), 2);
+    assert_eq!(outcome.rounds, 1);
+    assert!(
+        matches!(
+            &outcome.end,
+            LoopEnd::Failed(LoopError::Provider(LlmError::Http { status: 503, .. }))
+        ),
+        "{:?}",
+        outcome.end
+    );
+}
+
+#[tokio::test]
+async fn only_a_quiet_transient_failure_is_asked_again() {
+    let mut cut = answer(Reply::Sse(transcript("anthropic", "text")));
+    cut.cut_after = Some(4);
+    for (name, first, delays) in [
+        (
+            "a refused request",
+            answer(error_answer("anthropic", "bad_request_400")),
+            vec![PAUSE],
+        ),
+        (
+            "a refused key",
+            answer(error_answer("anthropic", "auth_401")),
+            vec![PAUSE],
+        ),
+        (
+            "an overflow",
+            answer(error_answer("anthropic", "overflow_413")),
+            vec![PAUSE],
+        ),
+        (
+            "a spent quota",
+            answer(Reply::Error {
+                status: 402,
+                body: json!({"error": {"message": "pay"}}),
+            }),
+            vec![PAUSE],
+        ),
+        ("a stream cut after text was sent", cut, vec![PAUSE]),
+        (
+            "a transient failure when no pause is given",
+            busy(),
+            Vec::new(),
+        ),
+    ] {
+        let then = answer(Reply::Sse(transcript("anthropic", "text")));
+        let (server, outcome, sink) = run_retrying(vec![first, then], delays).await;
+        assert_eq!(server.bodies().len(), 1, "{name}");
+        assert!(sink.retries.lock().unwrap().is_empty(), "{name}");
+        assert!(matches!(outcome.end, LoopEnd::Failed(_)), "{name}");
+    }
+}
+
+/// A consumer that goes away as soon as it is told of a retry.
+struct LeavesOnRetry(tokio::sync::watch::Sender<bool>);
+
+impl EventSink for LeavesOnRetry {
+    fn send<'a>(&'a self, _event: LoopEvent) -> ToolFuture<'a, Result<(), SinkClosed>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn closed<'a>(&'a self) -> ToolFuture<'a, ()> {
+        let mut gone = self.0.subscribe();
+        Box::pin(async move {
+            let _ = gone.wait_for(|gone| *gone).await;
+        })
+    }
+
+    fn retrying(&self, _error: &LlmError, _delay: Duration) {
+        self.0.send_replace(true);
+    }
+}
+
+#[tokio::test]
+async fn a_gone_consumer_ends_a_pause() {
+    let server = start_sequence(vec![busy()]).await;
+    let sink = LeavesOnRetry(tokio::sync::watch::channel(false).0);
+    // The pause outlasts the run's deadline: only the consumer's going can end it.
+    let outcome = run_pausing(&server, vec![Duration::from_secs(600)], &sink).await;
+    assert_eq!(outcome.end, LoopEnd::Aborted);
 }
 
 #[tokio::test]

@@ -8,6 +8,8 @@
 //!   provisioner's vhost does or the provisioner's rendered vhosts themselves, with its access
 //!   log and a keep-alive HTTP/1.1 client.
 //! - [`process`]: ending a child process with a graceful signal, a bounded wait, then SIGKILL.
+//! - [`provider`]: a scripted model provider on loopback (OpenAI chat completions) for the
+//!   tests that run the real atelier-agent.
 //! - [`workspace`]: the workspace's built binaries and shipped templates, as a test finds them.
 
 #![expect(
@@ -18,4 +20,5 @@
 pub mod bulk;
 pub mod nginx;
 pub mod process;
+pub mod provider;
 pub mod workspace;
