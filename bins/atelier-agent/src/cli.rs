@@ -63,6 +63,12 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_turns: u32,
+    /// The most tokens one answer of the model may take (default: for Anthropic, which
+    /// requires a limit, what the model allows: 4096 for Claude 3, 8192 for Claude 3.5, 32000
+    /// for later models; for the others, the provider's own).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_output_tokens: Option<u32>,
     /// Where conversations are kept (default: $HOME/state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -165,6 +171,25 @@ fn mcp_url(text: &str) -> Result<Url, String> {
     Ok(url)
 }
 
+/// The output limit of a turn given none: Anthropic's Messages API requires one, and the
+/// shared driver's (8192) would cut a large page short on a model that allows more; a model of
+/// a family not known here is taken to be a later one. The other APIs have limits of their own.
+fn default_output_limit(provider: Provider, model: &str) -> Option<u32> {
+    if provider != Provider::Anthropic {
+        return None;
+    }
+    let limit = if model.starts_with("claude-3-5-") {
+        8192
+    } else if model.starts_with("claude-3-7-") {
+        32_000
+    } else if model.starts_with("claude-3-") {
+        4096
+    } else {
+        32_000
+    };
+    Some(limit)
+}
+
 /// A turn's settings, checked.
 pub struct Settings {
     /// The provider.
@@ -179,6 +204,8 @@ pub struct Settings {
     pub resume: Option<ResumeToken>,
     /// The round limit.
     pub max_turns: u32,
+    /// The output limit of one answer, when one is asked for.
+    pub max_output_tokens: Option<u32>,
     /// Where conversations are kept.
     pub state_dir: PathBuf,
     /// The MCP server whose tools are offered, if any.
@@ -268,6 +295,9 @@ impl Settings {
             (Some(name), Some(url)) => Some(McpServer { name, url }),
             _ => None,
         };
+        let max_output_tokens = cli
+            .max_output_tokens
+            .or_else(|| default_output_limit(cli.provider, &cli.model));
         Ok(Settings {
             provider: cli.provider,
             model: cli.model,
@@ -275,6 +305,7 @@ impl Settings {
             api_key,
             resume: cli.resume,
             max_turns: cli.max_turns,
+            max_output_tokens,
             state_dir,
             mcp,
             prompt,
@@ -291,6 +322,53 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn output_limit_table() {
+        for (name, provider, model, limit) in [
+            (
+                "claude 3",
+                Provider::Anthropic,
+                "claude-3-haiku-20240307",
+                Some(4096),
+            ),
+            (
+                "claude 3.5",
+                Provider::Anthropic,
+                "claude-3-5-sonnet-20241022",
+                Some(8192),
+            ),
+            (
+                "claude 3.7",
+                Provider::Anthropic,
+                "claude-3-7-sonnet-20250219",
+                Some(32_000),
+            ),
+            (
+                "claude 4",
+                Provider::Anthropic,
+                "claude-sonnet-4-5",
+                Some(32_000),
+            ),
+            (
+                "a later family",
+                Provider::Anthropic,
+                "claude-next",
+                Some(32_000),
+            ),
+            ("openai", Provider::OpenAi, "claude-3-5-sonnet", None),
+            ("compatible", Provider::OpenAiCompatible, "qwen", None),
+            ("ollama", Provider::Ollama, "llama3", None),
+            (
+                "openrouter",
+                Provider::OpenRouter,
+                "anthropic/claude-3.5-sonnet",
+                None,
+            ),
+        ] {
+            assert_eq!(default_output_limit(provider, model), limit, "{name}");
+        }
     }
 
     struct Fake {

@@ -9,7 +9,7 @@
 //! | `tool_result` | `id`, `name`, `ok`, `error`? | the call's outcome; `error` (present exactly when `ok` is false) is the named refusal the model reads, e.g. `refused: symlink (…)` |
 //! | `file_change` | `path`, `kind` | a call created (`"created"`) or changed (`"modified"`) the workspace file `path`, written before that call's `tool_result` |
 //! | `warning` | `message` | something the turn goes on without: an MCP server that is unavailable (its tools are not offered), a tool of it that cannot be offered, a provider round that failed transiently and is asked again after a pause |
-//! | `result` | `stop`, `rounds`, `usage`, `cost_usd`?, `duration_ms`, `resume` | the turn ended: `stop` is `"end_turn"` (the model stopped calling tools) or `"max_turns"` (the round limit stopped it); `usage` holds `input_tokens`, `output_tokens` and, when reported, `cache_read_tokens`, `cache_write_tokens`; `cost_usd` only when the provider priced the turn itself; `resume` is the token a later turn passes to `--resume` |
+//! | `result` | `stop`, `rounds`, `usage`, `cost_usd`?, `duration_ms`, `resume` | the turn ended: `stop` is `"end_turn"` (the model stopped calling tools), `"max_turns"` (the round limit stopped it) or `"max_tokens"` (its last answer was cut at its output limit, unfinished); `usage` holds `input_tokens`, `output_tokens` and, when reported, `cache_read_tokens`, `cache_write_tokens`; `cost_usd` only when the provider priced the turn itself; `resume` is the token a later turn passes to `--resume` |
 //! | `error` | `reason`, `message`, `resume`? | the turn failed; the last line, and the process exits non-zero. `reason` is a stable code ([`FailureReason`]); `resume` is there when the conversation so far was saved |
 //!
 //! A run writes one `start` line (unless it fails before: a usage error, an unusable workspace,
@@ -120,6 +120,9 @@ pub enum Stop {
     EndTurn,
     /// The model was still calling tools at `--max-turns` rounds; those calls were not run.
     MaxTurns,
+    /// The model's last answer was cut at its output limit: what it was writing (a text, a
+    /// tool call, which was not run) is unfinished.
+    MaxTokens,
 }
 
 /// Why a turn failed: the `reason` of an `error` line.

@@ -11,6 +11,7 @@
 
 pub mod args;
 mod error;
+mod ignore;
 mod remote;
 mod walk;
 mod workspace;

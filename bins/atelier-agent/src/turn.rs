@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use atelier_llm::{
     run_tool_loop, AnthropicDriver, ChatCompletionsDriver, ChatRequest, Driver, Endpoint, LlmError,
-    LoopEnd, LoopError, LoopOptions, Message, ResponsesDriver, SinkClosed, ToolCall, ToolChoice,
-    ToolExecutor, ToolResult,
+    LoopEnd, LoopError, LoopOptions, LoopOutcome, Message, ResponsesDriver, Role, SinkClosed,
+    ToolCall, ToolChoice, ToolExecutor, ToolResult,
 };
 
 use crate::cli::{McpServer, Provider, Settings, API_KEY_ENV};
@@ -129,7 +129,7 @@ pub async fn run(
         system: system_prompt(tools.definitions(), brief.as_deref()),
         messages,
         tools: tools.definitions().to_vec(),
-        max_tokens: None,
+        max_tokens: settings.max_output_tokens,
         scope: None,
         tool_choice: ToolChoice::Auto,
     };
@@ -141,18 +141,23 @@ pub async fn run(
         tools,
         output: Arc::clone(&output),
     };
-    let options = LoopOptions {
-        max_rounds: settings.max_turns,
-        tool_result_images: false,
-        retry_delays: RETRY_DELAYS.to_vec(),
-    };
-    let outcome = run_tool_loop(driver.as_ref(), &executor, request, options, &*output).await;
+    let outcome = converse(
+        driver.as_ref(),
+        &executor,
+        request,
+        settings.max_turns,
+        &output,
+    )
+    .await;
 
     let conversation =
         Conversation::new(settings.provider.as_str(), &settings.model, outcome.history);
     let saved = conversations.save(&token, &conversation);
 
     let stop = match outcome.end {
+        LoopEnd::Completed if cut_at_output_limit(outcome.stop_reason.as_deref()) => {
+            Stop::MaxTokens
+        }
         LoopEnd::Completed => Stop::EndTurn,
         LoopEnd::Failed(LoopError::RoundLimit { .. }) => Stop::MaxTurns,
         LoopEnd::Failed(error) => {
@@ -198,6 +203,105 @@ pub async fn run(
         Ok(()) => Ended::Done,
         Err(_) => Ended::OutputClosed,
     }
+}
+
+/// Runs the tool loop on `request` for at most `max_rounds` rounds. When the provider refuses
+/// the conversation as longer than its context, the older half of the exchanges before this
+/// turn's prompt is left out (a `warning` line says so) and the loop runs on from where it
+/// stopped, up to [`MAX_TRIMS`] times: a session that outgrew its model goes on rather than
+/// failing every turn from then on. The outcome's rounds and usage are the runs' sums.
+async fn converse(
+    driver: &dyn Driver,
+    executor: &Executor,
+    mut request: ChatRequest,
+    max_rounds: u32,
+    output: &Output,
+) -> LoopOutcome {
+    let mut rounds = 0;
+    let mut usage = atelier_llm::Usage::default();
+    let mut trims = 0;
+    loop {
+        let options = LoopOptions {
+            max_rounds: max_rounds.saturating_sub(rounds).max(1),
+            tool_result_images: false,
+            retry_delays: RETRY_DELAYS.to_vec(),
+        };
+        let mut outcome = run_tool_loop(driver, executor, request.clone(), options, output).await;
+        rounds += outcome.rounds;
+        usage.add(&outcome.usage);
+        let overflowed = matches!(
+            &outcome.end,
+            LoopEnd::Failed(LoopError::Provider(error)) if is_context_overflow(error)
+        );
+        if overflowed && trims < MAX_TRIMS {
+            if let Some(left_out) = leave_out_older_half(&mut outcome.history) {
+                trims += 1;
+                let warning = Line::Warning {
+                    message: format!(
+                        "the conversation is longer than the model's context, so its \
+                         {left_out} oldest messages are left out from now on"
+                    ),
+                };
+                if output.line(&warning).is_err() {
+                    return LoopOutcome {
+                        end: LoopEnd::Aborted,
+                        rounds,
+                        usage,
+                        ..outcome
+                    };
+                }
+                request.messages = outcome.history;
+                continue;
+            }
+        }
+        return LoopOutcome {
+            rounds,
+            usage,
+            ..outcome
+        };
+    }
+}
+
+/// Whether a round's stop reason says its answer was cut at the output limit: Anthropic's
+/// `max_tokens`, chat completions' `length`, Responses' `incomplete`.
+fn cut_at_output_limit(stop_reason: Option<&str>) -> bool {
+    matches!(stop_reason, Some("max_tokens" | "length" | "incomplete"))
+}
+
+/// How many times one turn leaves out older messages before it fails on an overflow.
+const MAX_TRIMS: u32 = 3;
+
+/// Whether `error` is the provider refusing the conversation as longer than its context: the
+/// shared classification, and the refusals it does not class as one because the chat runtime's
+/// original did not (Anthropic's `prompt is too long`, llama.cpp's `exceeds the available
+/// context size`).
+fn is_context_overflow(error: &LlmError) -> bool {
+    match error {
+        LlmError::Overflow { .. } => true,
+        LlmError::Http {
+            status: 400,
+            message,
+        } => ["prompt is too long", "exceeds the available context size"]
+            .iter()
+            .any(|said| message.contains(said)),
+        _ => false,
+    }
+}
+
+/// Leaves out the older half (rounded up) of the exchanges before the last user message (this
+/// turn's prompt), an exchange being a user message and what followed it; how many messages
+/// went, or `None` when there is nothing before the prompt to leave out.
+fn leave_out_older_half(history: &mut Vec<Message>) -> Option<usize> {
+    let starts: Vec<usize> = history
+        .iter()
+        .enumerate()
+        .filter(|(_, message)| message.role == Role::User)
+        .map(|(index, _)| index)
+        .collect();
+    let older = starts.len().checked_sub(1).filter(|older| *older > 0)?;
+    let keep_from = starts[older.div_ceil(2)];
+    history.drain(..keep_from);
+    Some(keep_from)
 }
 
 /// Stops the turn through `output` on the first SIGTERM (a stop or a timeout of the turn's
@@ -382,6 +486,86 @@ mod tests {
     use atelier_llm::Setting;
 
     use super::*;
+
+    #[test]
+    fn the_older_half_of_the_exchanges_before_the_prompt_is_left_out() {
+        let user = |text: &str| Message::user_text(text);
+        let answer = |text: &str| Message {
+            role: Role::Assistant,
+            content: vec![atelier_llm::ContentBlock::Text { text: text.into() }],
+        };
+        let texts = |history: &[Message]| -> Vec<String> {
+            history
+                .iter()
+                .map(|m| match &m.content[0] {
+                    atelier_llm::ContentBlock::Text { text } => text.clone(),
+                    other => format!("{other:?}"),
+                })
+                .collect()
+        };
+        let mut history = vec![
+            user("u1"),
+            answer("a1"),
+            user("u2"),
+            answer("a2"),
+            user("u3"),
+            answer("a3"),
+            user("now"),
+            answer("working"),
+        ];
+        // Three older exchanges: two go (half, rounded up), then the last, then nothing more.
+        assert_eq!(leave_out_older_half(&mut history), Some(4));
+        assert_eq!(texts(&history), ["u3", "a3", "now", "working"]);
+        assert_eq!(leave_out_older_half(&mut history), Some(2));
+        assert_eq!(texts(&history), ["now", "working"]);
+        assert_eq!(leave_out_older_half(&mut history), None);
+        assert_eq!(texts(&history), ["now", "working"]);
+        assert_eq!(leave_out_older_half(&mut Vec::new()), None);
+    }
+
+    #[test]
+    fn context_overflow_table() {
+        let http = |status, message: &str| LlmError::Http {
+            status,
+            message: message.to_owned(),
+        };
+        for (name, error, overflow) in [
+            (
+                "classified",
+                atelier_llm::classify_http_failure("X", 413, ""),
+                true,
+            ),
+            (
+                "anthropic",
+                http(
+                    400,
+                    "Anthropic error (400): prompt is too long: 208310 tokens > 200000 maximum.",
+                ),
+                true,
+            ),
+            (
+                "llama.cpp",
+                http(
+                    400,
+                    "Custom Provider error (400): the request exceeds the available context \
+                     size, try increasing it.",
+                ),
+                true,
+            ),
+            ("another 400", http(400, "X error (400): bad field."), false),
+            ("not a 400", http(500, "prompt is too long"), false),
+            (
+                "rate limit",
+                LlmError::RateLimited {
+                    status: 429,
+                    message: "prompt is too long".into(),
+                },
+                false,
+            ),
+        ] {
+            assert_eq!(is_context_overflow(&error), overflow, "{name}");
+        }
+    }
 
     #[test]
     fn failures_that_would_send_the_reader_to_the_cms_are_said_in_the_agents_words() {

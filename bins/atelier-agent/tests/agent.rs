@@ -13,7 +13,7 @@ mod support {
 
     use atelier_test_support::provider::provider;
     pub use atelier_test_support::provider::{
-        answering, refusing, scripted, text_round, tool_round, Answer, Scripted, NO_MORE,
+        answering, cut_round, refusing, scripted, text_round, tool_round, Answer, Scripted, NO_MORE,
     };
     use serde_json::Value;
 
@@ -608,6 +608,43 @@ mod paths {
     }
 
     #[test]
+    fn searches_pass_by_what_the_site_s_gitignore_names() {
+        let site = site();
+        let ws = &site.ws;
+        // A built site, as the templates ignore it.
+        std::fs::write(ws.join(".gitignore"), "/dist/\n/node_modules/\n").unwrap();
+        for dir in ["node_modules/lib", "dist", "src"] {
+            std::fs::create_dir_all(ws.join(dir)).unwrap();
+        }
+        std::fs::write(ws.join("node_modules/lib/index.html"), "<h1>lib</h1>").unwrap();
+        std::fs::write(ws.join("dist/index.html"), "<h1>Home</h1>").unwrap();
+        std::fs::write(ws.join("src/index.html"), "<h1>Home</h1>").unwrap();
+        let workspace = Workspace::open(ws).unwrap();
+
+        let globbed = workspace
+            .call_tool("glob", &json!({"pattern": "**/*.html"}))
+            .unwrap()
+            .data;
+        assert_eq!(globbed["files"], json!(["src/index.html"]));
+        assert_eq!(globbed["ignored"], json!(["dist/", "node_modules/"]));
+        let found = workspace
+            .call_tool("grep", &json!({"pattern": "<h1>"}))
+            .unwrap()
+            .data;
+        assert_eq!(found["files_searched"], 2, "{found}");
+        assert_eq!(found["matches"][0]["path"], "src/index.html");
+        assert_eq!(found["ignored"], json!(["dist/", "node_modules/"]));
+
+        // Named as the place to look, an ignored directory is searched.
+        let inside = workspace
+            .call_tool("grep", &json!({"pattern": "<h1>", "path": "dist"}))
+            .unwrap()
+            .data;
+        assert_eq!(inside["matches"][0]["path"], "dist/index.html");
+        assert!(inside.get("ignored").is_none(), "{inside}");
+    }
+
+    #[test]
     fn reading_a_window_of_lines() {
         let site = site();
         std::fs::write(site.ws.join("five.txt"), "1\n2\n3\n4\n5").unwrap();
@@ -760,9 +797,9 @@ mod turns {
     use serde_json::{json, Value};
 
     use super::support::{
-        agent, answering, count_entries, lab_provider, offered, refusing, resume, scripted, site,
-        spawn_until_asked, text_round, tool_message, tool_round, wait_with_deadline, Answer, Run,
-        KEY,
+        agent, answering, count_entries, cut_round, lab_provider, offered, refusing, resume,
+        scripted, site, spawn_until_asked, text_round, tool_message, tool_round,
+        wait_with_deadline, Answer, Run, KEY,
     };
 
     #[test]
@@ -1053,6 +1090,75 @@ mod turns {
                 json!({"role": "user", "content": "Go on."}),
             ]
         );
+    }
+
+    #[test]
+    fn a_conversation_longer_than_the_model_takes_leaves_out_its_oldest_exchanges() {
+        let site = site();
+        // Anthropic's words for it, which the shared classification does not take for one.
+        let too_long = Answer::Refuse((
+            "400 Bad Request",
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
+        ));
+        let provider = answering(vec![
+            Answer::Frames(text_round("One.")),
+            Answer::Frames(text_round("Two.")),
+            too_long,
+            Answer::Frames(text_round("Three.")),
+            Answer::Frames(text_round("Four.")),
+        ]);
+        let first = agent(&site, &provider.base_url, &[], &[], "First.");
+        let token = first.started.clone().unwrap();
+        assert_eq!(resume(&site, &provider, &token, "Second.").code, Some(0));
+
+        let third = resume(&site, &provider, &token, "Third.");
+        assert_eq!(third.code, Some(0), "{}", third.stdout);
+        assert_eq!(third.types(), ["warning", "text", "result"]);
+        assert_eq!(
+            third.lines[0]["message"],
+            "the conversation is longer than the model's context, so its 2 oldest messages are \
+             left out from now on"
+        );
+        assert_eq!(third.last()["rounds"], 1);
+        let user = |text: &str| json!({"role": "user", "content": text});
+        let assistant = |text: &str| json!({"role": "assistant", "content": text});
+        let seen = provider.seen();
+        assert_eq!(
+            seen[3].conversation(),
+            [user("Second."), assistant("Two."), user("Third.")]
+        );
+
+        // The conversation kept is the shorter one.
+        assert_eq!(resume(&site, &provider, &token, "Fourth.").code, Some(0));
+        assert_eq!(
+            provider.seen()[4].conversation(),
+            [
+                user("Second."),
+                assistant("Two."),
+                user("Third."),
+                assistant("Three."),
+                user("Fourth.")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_answer_cut_at_the_output_limit_ends_the_turn_max_tokens() {
+        let site = site();
+        let provider = scripted(vec![cut_round("<h1>Half a pa")]);
+        let flags = ["--max-output-tokens", "500"];
+        let run = agent(&site, &provider.base_url, &flags, &[], "Write the page.");
+        assert_eq!(run.code, Some(0), "{}", run.stdout);
+        assert_eq!(run.types(), ["text", "result"]);
+        assert_eq!(run.last()["stop"], "max_tokens");
+        assert_eq!(provider.seen()[0].body["max_tokens"], 500);
+
+        // Given no limit, an OpenAI-compatible provider is asked for none.
+        let provider = scripted(vec![text_round("Hi.")]);
+        let run = agent(&site, &provider.base_url, &[], &[], "Hi");
+        assert_eq!(run.last()["stop"], "end_turn");
+        let body = &provider.seen()[0].body;
+        assert!(body.get("max_tokens").is_none(), "{body}");
     }
 
     #[test]

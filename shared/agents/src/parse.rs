@@ -389,11 +389,19 @@ impl LineParser for AtelierJson {
                         files: vec![path.to_owned()],
                     }
                 }),
-                Some("result") => Some(finished(
-                    resume_token(frame.get("resume")),
-                    frame.get("cost_usd").and_then(finite),
-                    millis(frame.get("duration_ms")),
-                )),
+                Some("result") => {
+                    let result = finished(
+                        resume_token(frame.get("resume")),
+                        frame.get("cost_usd").and_then(finite),
+                        millis(frame.get("duration_ms")),
+                    );
+                    if field("stop") == Some("max_tokens") {
+                        // Otherwise the editor sees a turn that ended well with the work
+                        // undone.
+                        return vec![SessionEvent::text(OUTPUT_LIMIT_NOTICE), result];
+                    }
+                    Some(result)
+                }
                 Some("start") => {
                     self.kept = resume_token(frame.get("resume"));
                     None
@@ -422,6 +430,11 @@ impl LineParser for AtelierJson {
         self.kept.as_deref()
     }
 }
+
+/// What an atelier turn whose last answer was cut at the model's output limit is said with,
+/// before its result.
+pub const OUTPUT_LIMIT_NOTICE: &str = "atelier-agent: the model's last answer was cut off at its \
+     output limit, so what it was writing is unfinished. Send a message to let it continue.";
 
 /// opencode's `run --format json`. Each line is `{type, timestamp, sessionID, part…}`:
 /// `text` and `tool_use` parts become events, `step_finish` costs add up, `error` is said
@@ -848,6 +861,14 @@ mod tests {
                 "a result without a price, stopped at the round limit",
                 r#"{"type":"result","stop":"max_turns","rounds":50,"usage":{"input_tokens":0,"output_tokens":0},"duration_ms":9,"resume":"ab_1"}"#,
                 vec![finished(Some("ab_1".into()), None, 9)],
+            ),
+            (
+                "a result cut at the output limit is said first",
+                r#"{"type":"result","stop":"max_tokens","rounds":2,"usage":{"input_tokens":1,"output_tokens":9},"duration_ms":9,"resume":"ab_1"}"#,
+                vec![
+                    text(OUTPUT_LIMIT_NOTICE),
+                    finished(Some("ab_1".into()), None, 9),
+                ],
             ),
             (
                 "an option-shaped resume is no token",

@@ -286,7 +286,8 @@ impl Translator for ResponsesTranslator {
                 out.push(StreamEvent::ToolCallCompleted(call.clone()));
                 self.tool_calls.push(call);
             }
-            Some("response.completed") => {
+            // An answer cut at its output limit ends `incomplete`, with its usage all the same.
+            Some("response.completed" | "response.incomplete") => {
                 self.status = data
                     .pointer("/response/status")
                     .and_then(Value::as_str)

@@ -240,6 +240,9 @@ pub struct LoopOutcome {
     /// retry ran) plus this turn's assistant and tool messages, stale heavy results elided. A
     /// completed turn's last answer is its last message.
     pub history: Vec<Message>,
+    /// The provider's stop reason for the last round that finished, as it said it (e.g.
+    /// Anthropic's `max_tokens`, chat completions' `length`, Responses' `incomplete`).
+    pub stop_reason: Option<String>,
 }
 
 /// Runs one chat turn from `request` (system, history ending with the user's message, tools)
@@ -265,6 +268,7 @@ pub async fn run_tool_loop(
         rounds: 0,
         usage: Usage::default(),
         unanswered: Vec::new(),
+        stop_reason: None,
     };
     let end = match turn.run().await {
         Ok(()) => LoopEnd::Completed,
@@ -276,6 +280,7 @@ pub async fn run_tool_loop(
         rounds: turn.rounds,
         usage: turn.usage,
         history: turn.request.messages,
+        stop_reason: turn.stop_reason,
     }
 }
 
@@ -307,6 +312,8 @@ struct Turn<'a> {
     usage: Usage,
     /// Calls announced with a `toolCall` line and not yet answered, as (id, name).
     unanswered: Vec<(String, String)>,
+    /// The last finished round's stop reason.
+    stop_reason: Option<String>,
 }
 
 impl Turn<'_> {
@@ -340,8 +347,9 @@ impl Turn<'_> {
             };
             self.rounds += 1;
             retries = 0;
+            self.stop_reason.clone_from(&end.stop_reason);
             if let Some(usage) = end.usage {
-                self.add_usage(&usage);
+                self.usage.add(&usage);
                 let context = LoopEvent::Context {
                     prompt_tokens: usage.input_tokens,
                     cache_read_tokens: usage.cache_read_tokens,
@@ -550,21 +558,6 @@ impl Turn<'_> {
 
     fn answered(&mut self, id: &str) {
         self.unanswered.retain(|(pending, _)| pending != id);
-    }
-
-    fn add_usage(&mut self, round: &Usage) {
-        let total = &mut self.usage;
-        total.input_tokens += round.input_tokens;
-        total.output_tokens += round.output_tokens;
-        let add = |sum: Option<u64>, part: Option<u64>| match (sum, part) {
-            (None, None) => None,
-            (sum, part) => Some(sum.unwrap_or(0) + part.unwrap_or(0)),
-        };
-        total.cache_read_tokens = add(total.cache_read_tokens, round.cache_read_tokens);
-        total.cache_write_tokens = add(total.cache_write_tokens, round.cache_write_tokens);
-        if let Some(cost) = round.cost_usd {
-            total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
-        }
     }
 
     /// The terminal `usage` line: zero cache buckets omitted, the provider's cost or 0.

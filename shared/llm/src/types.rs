@@ -230,6 +230,24 @@ pub struct Usage {
     pub cost_usd: Option<f64>,
 }
 
+impl Usage {
+    /// Adds `other`'s counts to these: a bucket or price stays unreported only while neither
+    /// side reported it.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        let add = |sum: Option<u64>, part: Option<u64>| match (sum, part) {
+            (None, None) => None,
+            (sum, part) => Some(sum.unwrap_or(0) + part.unwrap_or(0)),
+        };
+        self.cache_read_tokens = add(self.cache_read_tokens, other.cache_read_tokens);
+        self.cache_write_tokens = add(self.cache_write_tokens, other.cache_write_tokens);
+        if let Some(cost) = other.cost_usd {
+            self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
+        }
+    }
+}
+
 /// How a round ended, reported once as the last event of a successful stream.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RoundEnd {

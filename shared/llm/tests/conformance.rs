@@ -735,6 +735,20 @@ conformance! {
     openai_compatible_chat_completions => custom,
 }
 
+#[tokio::test]
+async fn a_responses_answer_cut_at_its_output_limit_ends_incomplete_with_its_usage() {
+    let round = replay(&openai(), "incomplete").await;
+    assert_eq!(round.texts().concat(), "<h1>Half a pa");
+    let end = round.finished();
+    assert!(end.stop && end.tool_calls.is_empty());
+    assert_eq!(end.stop_reason.as_deref(), Some("incomplete"));
+    assert_eq!(
+        end.usage
+            .map(|usage| (usage.input_tokens, usage.output_tokens)),
+        Some((12, 500))
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The wire of a real OpenAI-compatible server (llama-cpp-python 0.3.36, recorded by
 // tests/real_model.rs's server), where it differs from the transcripts above.

@@ -442,6 +442,7 @@ async fn a_stop_with_calls_ends_cleanly_with_the_calls_interrupted() {
     );
     assert_eq!(tools.call_count(), 0);
     assert_eq!(server.bodies().len(), 1);
+    assert_eq!(turn.outcome.stop_reason.as_deref(), Some("max_tokens"));
     // The history keeps the call and answers it as its toolResult line did, so a provider
     // accepts it as the next turn's.
     assert_call_1_answered_as_interrupted(&turn.outcome.history);

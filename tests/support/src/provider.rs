@@ -203,11 +203,20 @@ pub fn tool_round(calls: &[(&str, &str, Value)]) -> Vec<String> {
 
 /// A round in which the model says `text` (in two pieces) and stops.
 pub fn text_round(text: &str) -> Vec<String> {
+    text_ending(text, "stop")
+}
+
+/// A round in which the model says `text` (in two pieces) and is cut at its output limit.
+pub fn cut_round(text: &str) -> Vec<String> {
+    text_ending(text, "length")
+}
+
+fn text_ending(text: &str, finish_reason: &str) -> Vec<String> {
     let (head, tail) = text.split_at(text.len() / 2);
     frames(&[
         json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": head}}]}),
         json!({"choices": [{"index": 0, "delta": {"content": tail}}]}),
-        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}),
         usage(),
     ])
 }

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use super::args::{
     self, Glob, ToolPath, WorkspaceCall, WorkspaceDir, DEFAULT_READ_LINES, MAX_WRITE_BYTES,
 };
+use super::ignore::IgnoreRules;
 use super::walk::{Flow, Walk};
 use super::{ChangeKind, FileChange, ToolError, ToolFuture, ToolOutput, ToolSource};
 
@@ -275,8 +276,9 @@ impl Workspace {
     fn glob(&self, pattern: &Glob, path: Option<&ToolPath>) -> Result<ToolOutput, ToolError> {
         let mut files = Vec::new();
         let mut more = false;
-        let mut walk = Walk::default();
-        self.with_dir(path, |dir, prefix| {
+        let rules = IgnoreRules::read(&self.root);
+        let walked = self.with_dir(path, |dir, prefix| {
+            let mut walk = Walk::new(&rules, prefix);
             walk.files(dir, &mut |_, _, rel| {
                 if pattern.matches_path(rel) {
                     if files.len() == MAX_GLOB_RESULTS {
@@ -286,14 +288,12 @@ impl Workspace {
                     files.push(prefix.join(rel).to_string_lossy().into_owned());
                 }
                 Flow::More
-            })
-            .map_err(ToolError::from)
+            })?;
+            Ok(Walked::of(walk))
         })?;
         let mut data =
             json!({"pattern": pattern.as_str(), "path": shown_dir(path), "files": files});
-        if more || walk.truncated {
-            data["truncated"] = json!(true);
-        }
+        walked.note(&mut data, more);
         Ok(ToolOutput::data(data))
     }
 
@@ -304,7 +304,7 @@ impl Workspace {
         glob: Option<&Glob>,
     ) -> Result<ToolOutput, ToolError> {
         let mut found = Found::default();
-        let mut walk = Walk::default();
+        let mut walked = Walked::default();
         let single = match path {
             Some(path) => match self.root.metadata(path.as_path())?.kind {
                 FileKind::File => true,
@@ -320,7 +320,9 @@ impl Workspace {
                 .read_limited(path.as_path(), MAX_SEARCH_FILE_BYTES)?;
             found.scan(regex, &path.shown(), &bytes);
         } else {
-            self.with_dir(path, |dir, prefix| {
+            let rules = IgnoreRules::read(&self.root);
+            walked = self.with_dir(path, |dir, prefix| {
+                let mut walk = Walk::new(&rules, prefix);
                 walk.files(dir, &mut |dir: &Root, name: &OsStr, rel: &Path| {
                     if glob.is_some_and(|glob| !glob.matches_file(rel)) {
                         return Flow::More;
@@ -332,8 +334,8 @@ impl Workspace {
                             Flow::More
                         }
                     }
-                })
-                .map_err(ToolError::from)
+                })?;
+                Ok(Walked::of(walk))
             })?;
         }
         let mut data = json!({
@@ -344,9 +346,7 @@ impl Workspace {
         if found.skipped > 0 {
             data["files_skipped"] = json!(found.skipped);
         }
-        if found.full || walk.truncated {
-            data["truncated"] = json!(true);
-        }
+        walked.note(&mut data, found.full);
         Ok(ToolOutput::data(data))
     }
 
@@ -409,6 +409,33 @@ impl ToolSource for Workspace {
     fn call<'a>(&'a self, name: &'a str, arguments: &'a Value) -> ToolFuture<'a> {
         // Local file work is short and the turn does nothing else meanwhile, so it runs inline.
         Box::pin(std::future::ready(self.call_tool(name, arguments)))
+    }
+}
+
+/// What a finished walk tells the model beside its results.
+#[derive(Default)]
+struct Walked {
+    truncated: bool,
+    ignored: Vec<String>,
+}
+
+impl Walked {
+    fn of(walk: Walk<'_>) -> Walked {
+        Walked {
+            truncated: walk.truncated,
+            ignored: walk.ignored,
+        }
+    }
+
+    /// Adds `truncated` (when the walk or the caller's own limit, `full`, cut the answer
+    /// short) and `ignored` (the directories the ignore file kept out) to `data`.
+    fn note(self, data: &mut Value, full: bool) {
+        if full || self.truncated {
+            data["truncated"] = json!(true);
+        }
+        if !self.ignored.is_empty() {
+            data["ignored"] = json!(self.ignored);
+        }
     }
 }
 
@@ -537,7 +564,9 @@ fn definitions() -> Vec<ToolDefinition> {
             args::GLOB,
             "Find files by glob pattern, matched against their path relative to `path`: `*` \
              and `?` stay within one name, `**/` spans directories (e.g. `**/*.html`), \
-             `{a,b}` offers alternatives.",
+             `{a,b}` offers alternatives. What the workspace's .gitignore names (installed \
+             packages, build output) is left out unless `path` is inside it; `ignored` lists \
+             the directories left out.",
             json!({
                 "type": "object",
                 "properties": {"pattern": {"type": "string"}, "path": dir},
@@ -550,7 +579,8 @@ fn definitions() -> Vec<ToolDefinition> {
             "Search file contents with a regular expression (Rust regex syntax), line by \
              line. Returns each matching line with its path and line number. `path` may name \
              a file or a directory; `glob` keeps only the files it matches (a pattern without \
-             `/` matches file names at any depth).",
+             `/` matches file names at any depth). What the workspace's .gitignore names is \
+             left out unless `path` is inside it; `ignored` lists the directories left out.",
             json!({
                 "type": "object",
                 "properties": {
