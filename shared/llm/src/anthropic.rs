@@ -211,6 +211,8 @@ struct AnthropicTranslator {
     /// Blocks by their stream index, in order of appearance.
     blocks: Vec<(u64, Block)>,
     stop_reason: Option<String>,
+    /// A `message_stop` arrived.
+    stopped: bool,
     usage: serde_json::Map<String, Value>,
 }
 
@@ -314,6 +316,7 @@ impl Translator for AnthropicTranslator {
                     }
                 }
             }
+            Some("message_stop") => self.stopped = true,
             Some("message_delta") => {
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
@@ -334,6 +337,15 @@ impl Translator for AnthropicTranslator {
     }
 
     fn finish(&mut self, _out: &mut Vec<StreamEvent>) -> Result<RoundEnd, LlmError> {
+        // A message ends with its stop reason and `message_stop`; a stream that closed before
+        // either was cut (a proxy, a dropped upstream), and what it holds may be half a call,
+        // which must not pass for a finished answer.
+        if self.stop_reason.is_none() && !self.stopped {
+            return Err(LlmError::Stream {
+                label: LABEL,
+                detail: "the stream ended before the message did".to_owned(),
+            });
+        }
         let mut content = Vec::new();
         let mut tool_calls = Vec::new();
         for (_, block) in &self.blocks {

@@ -736,6 +736,22 @@ conformance! {
 }
 
 #[tokio::test]
+async fn an_anthropic_stream_that_closes_before_its_message_ends_fails_the_round() {
+    // Half a write's arguments, then a clean close: a finished answer would run it with what
+    // parsed of them.
+    let round = replay(&anthropic(), "ended_early").await;
+    let error = round.error();
+    assert!(
+        matches!(
+            error,
+            LlmError::Stream { label: "Anthropic", detail }
+                if detail == "the stream ended before the message did"
+        ),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_responses_answer_cut_at_its_output_limit_ends_incomplete_with_its_usage() {
     let round = replay(&openai(), "incomplete").await;
     assert_eq!(round.texts().concat(), "<h1>Half a pa");
