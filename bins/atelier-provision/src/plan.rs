@@ -783,6 +783,9 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     p.htpasswd(&matrix);
     p.chat_proxy_auth(&matrix);
     let mut written = p.artifacts(&matrix);
+    // A minted or rewritten secret is an input of what reads it like any written file: the
+    // daemons restart on it, the web server reloads on its include.
+    written.extend(p.secret_writes());
     p.hold_back_door_units(&mut written);
     p.service(&written);
     p.sockets(&written);
@@ -1303,7 +1306,11 @@ impl Planner<'_> {
         let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
         let path = entry.path.clone();
         let content = Content::ChatProxyAuth(token.clone());
-        let seen_token = self.observed(&token).cloned();
+        let seen_token = self.observed(&token).map(|t| t.mtime_ns);
+        // A token this plan mints (the operator deleted it) is newer than any include.
+        let minting = self.secret_writes().contains(&token);
+        let stale =
+            |seen: &Observed| minting || seen_token.is_some_and(|mtime| mtime > seen.mtime_ns);
         match self.observed(&path).cloned() {
             None => self.push_file(
                 Phase::Secret,
@@ -1313,7 +1320,7 @@ impl Planner<'_> {
                 content,
                 meta,
             ),
-            Some(seen) if seen_token.is_some_and(|t| t.mtime_ns > seen.mtime_ns) => self.push_file(
+            Some(seen) if stale(&seen) => self.push_file(
                 Phase::Secret,
                 path,
                 Disposition::Rewrite,
@@ -1381,6 +1388,22 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+
+    /// The secrets this plan writes so far (minted, or rewritten from what they are made of).
+    fn secret_writes(&self) -> Vec<PathBuf> {
+        self.actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::File {
+                    phase: Phase::Secret,
+                    disposition: Disposition::Create | Disposition::Rewrite,
+                    path,
+                    ..
+                } => Some(path.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Rendered files and the declaration's copy; returns the paths that will be written.
@@ -1693,7 +1716,9 @@ impl Planner<'_> {
                 ),
             }
         }
+        // The include carrying chatd's token is web server configuration too.
         let vhost_written = self.vhost_unlinked
+            || written.contains(&layout.chat_proxy_auth_path())
             || self.input.artifacts.iter().any(|a| {
                 matches!(a.kind, ArtifactKind::NginxVhost | ArtifactKind::ApacheVhost)
                     && written.contains(&a.path)
@@ -2813,20 +2838,46 @@ mod tests {
         assert!(token < include && key < include, "{text:#?}");
         f.converge();
         assert!(f.plan().unwrap().is_empty());
-        // A new token (the operator deleted it and applied again) rewrites the include, and
-        // leaves the key alone.
+        // A new token (an apply minted it after the operator deleted it) rewrites the include,
+        // which the web server then takes in, and leaves the key alone.
         let layout = Layout::new(&f.decl);
         let token = layout.credentials_dir().join(CHATD_SERVICE_TOKEN);
+        let chatd = atelier_layout::names::chatd_service_unit(layout.instance());
         f.host.entries.get_mut(&token).unwrap().mtime_ns = i128::MAX / 2;
         let actions = f.plan().unwrap();
-        assert_eq!(
-            lines(&actions),
-            ["secret   rewrite /etc/atelier/example/chat-proxy-auth.conf root:root 0600 (drift: stale)"]
-        );
+        let rewrite =
+            "secret   rewrite /etc/atelier/example/chat-proxy-auth.conf root:root 0600 (drift: stale)";
+        let reload = [
+            "web      run nginx -t",
+            "web      run systemctl try-reload-or-restart nginx.service",
+        ];
+        assert_eq!(lines(&actions), [&[rewrite][..], &reload[..]].concat());
         // The plan names where the token is, never the token.
         let json = serde_json::to_string(&actions).unwrap();
         assert!(json.contains(r#""content":"chat_proxy_auth""#), "{json}");
         assert!(!json.contains("minted"), "{json}");
+
+        // The token deleted while chatd runs: one apply mints it, writes it into the include,
+        // reloads the web server and restarts chatd, so both sides hold the same token.
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let running = crate::host::ServiceState {
+            started_ns: Some(1),
+            groups: None,
+        };
+        f.host.services.insert(chatd.clone(), running);
+        assert!(f.plan().unwrap().is_empty());
+        f.host.entries.remove(&token);
+        assert_eq!(
+            lines(&f.plan().unwrap()),
+            [
+                "secret   create /etc/atelier/example/credentials/CHATD_SERVICE_TOKEN root:root 0600",
+                rewrite,
+                &format!("service  run systemctl try-restart {chatd}"),
+                reload[0],
+                reload[1],
+            ]
+        );
     }
 
     #[test]
