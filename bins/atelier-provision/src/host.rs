@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use atelier_layout::declaration::WebServer;
-use atelier_layout::names;
+use atelier_layout::{names, InstanceName};
 use serde::Serialize;
 
 use crate::identities::{parse_group, parse_passwd, parse_shadow, Accounts};
+use crate::owed::{self, Owed};
 
 /// The largest file the observer reads; an artifact is a few kilobytes.
 const MAX_OBSERVED_BYTES: u64 = 4 * 1024 * 1024;
@@ -94,6 +95,8 @@ pub struct HostState {
     /// The instance's door runs (turns, builds, git) running now, by unit name: a daemon
     /// restarted under them would cut them off.
     pub live_runs: Vec<String>,
+    /// The follow-up steps an earlier apply still owes.
+    pub owed: Owed,
 }
 
 /// A running daemon as systemd and `/proc` show it.
@@ -273,6 +276,22 @@ pub fn live_runs(stems: &[String]) -> Option<Vec<String>> {
 /// `host_path` (absolute) below `root`.
 pub fn under_root(root: &Path, host_path: &Path) -> PathBuf {
     root.join(host_path.strip_prefix("/").unwrap_or(host_path))
+}
+
+/// The follow-up steps an earlier apply left owed for instance `inst` (below `root`): none when
+/// it left no marker, every step when its marker cannot be read.
+pub fn read_owed(root: &Path, inst: &InstanceName) -> Owed {
+    let path = under_root(root, &owed::marker_path(inst));
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owed::default(),
+        Ok(meta) if meta.is_file() && meta.len() <= owed::MAX_OWED_BYTES => {
+            match std::fs::read(&path).map(String::from_utf8) {
+                Ok(Ok(text)) => Owed::parse(&text),
+                _ => Owed::everything(),
+            }
+        }
+        _ => Owed::everything(),
+    }
 }
 
 /// Reads `etc/passwd`, `etc/group` and, when permitted, `etc/shadow` below `root`.

@@ -6,6 +6,7 @@
 //! - [`identities`]: site identities with the host's account files as the ledger.
 //! - [`host`]: observing the host (accounts, paths, systemd, web server).
 //! - [`plan`]: the pure planner; [`apply`]: the executor; [`check`]: the drift report.
+//! - [`owed`]: the follow-up steps (reloads, restarts) an apply owes until they succeed.
 //! - [`remove`]: decommissioning (unlink only what is stamped ours, archive, lock).
 //! - [`verify`]: the serving proof.
 //! - [`verbs`]: the verbs' shared pipeline; [`cli`]: the command line and exit codes.
@@ -17,6 +18,7 @@ pub mod check;
 pub mod cli;
 pub mod host;
 pub mod identities;
+pub mod owed;
 pub mod plan;
 pub mod remove;
 pub mod render;

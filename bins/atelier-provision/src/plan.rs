@@ -1625,10 +1625,12 @@ impl Planner<'_> {
 
     fn service(&mut self, written: &BTreeSet<PathBuf>) {
         let layout = self.input.layout;
+        let owed = &self.input.host.owed;
         let unit_dir = layout.unit_dir();
-        if written
-            .iter()
-            .any(|p| p.parent() == Some(unit_dir.as_path()))
+        if owed.daemon_reload
+            || written
+                .iter()
+                .any(|p| p.parent() == Some(unit_dir.as_path()))
         {
             self.actions.push(Action::Exec {
                 step: ExecStep::DaemonReload,
@@ -1638,7 +1640,7 @@ impl Planner<'_> {
         let tmpfiles = layout.tmpfiles_path();
         let has_tmpfiles = self.input.artifacts.iter().any(|a| a.path == tmpfiles);
         let runtime_missing = self.observed(&layout.runtime_dir()).is_none();
-        if has_tmpfiles && (written.contains(&tmpfiles) || runtime_missing) {
+        if has_tmpfiles && (written.contains(&tmpfiles) || runtime_missing || owed.tmpfiles) {
             let file = tmpfiles.display().to_string();
             self.actions.push(Action::Exec {
                 step: ExecStep::TmpfilesCreate,
@@ -1648,14 +1650,16 @@ impl Planner<'_> {
     }
 
     /// Every declared socket listens: enabled (and started) if it is not, started if it is
-    /// enabled but down, restarted if its unit file changed while it listened.
+    /// enabled but down, restarted if its unit file changed while it listened (in this plan, or
+    /// in an apply that stopped before the restart).
     fn sockets(&mut self, written: &BTreeSet<PathBuf>) {
         let input = self.input;
         let (mut enable, mut start, mut restart) = (Vec::new(), Vec::new(), Vec::new());
         for unit in socket_units(input.layout, &input.sites()) {
             let state = input.host.units.get(&unit).copied().unwrap_or_default();
-            let rewritten = self.observed(&input.layout.unit_path(&unit)).is_some()
-                && written.contains(&input.layout.unit_path(&unit));
+            let rewritten = (self.observed(&input.layout.unit_path(&unit)).is_some()
+                && written.contains(&input.layout.unit_path(&unit)))
+                || input.host.owed.sockets.contains(&unit);
             if !state.enabled {
                 enable.push(unit);
             } else if !state.active {
@@ -1723,7 +1727,8 @@ impl Planner<'_> {
                 matches!(a.kind, ArtifactKind::NginxVhost | ArtifactKind::ApacheVhost)
                     && written.contains(&a.path)
             });
-        if (changed || vhost_written) && self.input.host.web_server_present {
+        let owed = self.input.host.owed.web_reload;
+        if (changed || vhost_written || owed) && self.input.host.web_server_present {
             let server = layout.declaration().web.server;
             self.actions.push(Action::Exec {
                 step: ExecStep::WebConfigtest,
@@ -2764,6 +2769,45 @@ mod tests {
                 "systemctl restart atelier-example-s1-turn.socket",
             ]
         );
+    }
+
+    /// An apply that wrote its files and stopped before their reloads (a failed config test,
+    /// a kill) left them owed: the next plan finds the files right and still takes the steps.
+    #[test]
+    fn steps_an_earlier_apply_still_owes_are_planned_though_nothing_is_written() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        assert!(f.plan().unwrap().is_empty());
+        let socket = "atelier-example-s1-turn.socket".to_owned();
+        f.host.owed = crate::owed::Owed {
+            daemon_reload: true,
+            tmpfiles: true,
+            web_reload: true,
+            sockets: [socket.clone(), "atelier-example-s9-gone.socket".to_owned()].into(),
+        };
+        let tmpfiles = Layout::new(&f.decl).tmpfiles_path();
+        let has_tmpfiles = f
+            .artifacts(&f.allocation())
+            .iter()
+            .any(|a| a.path == tmpfiles);
+        let mut expected = vec!["systemctl daemon-reload".to_owned()];
+        if has_tmpfiles {
+            expected.push(format!("systemd-tmpfiles --create {}", tmpfiles.display()));
+        }
+        expected.extend([
+            // A socket no longer declared is no longer owed a restart.
+            format!("systemctl restart {socket}"),
+            "nginx -t".to_owned(),
+            "systemctl try-reload-or-restart nginx.service".to_owned(),
+        ]);
+        assert_eq!(argvs(&f.plan().unwrap()), expected);
+        // Without a web server nothing can be reloaded: not planned.
+        f.host.web_server_present = false;
+        f.host.owed = crate::owed::Owed {
+            web_reload: true,
+            ..crate::owed::Owed::default()
+        };
+        assert!(f.plan().unwrap().is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::artifact::Artifact;
 use crate::check::{self, DriftReport};
 use crate::host::{self, HostError, HostState};
 use crate::identities::{self, Allocation};
+use crate::owed;
 use crate::plan::{self, Action, Holdback, PlanError, PlanInput, Refusal};
 use crate::remove::{self, RemoveAction, RemoveOutcome};
 use crate::render::{render_all, RenderFacts};
@@ -182,6 +183,7 @@ pub fn prepare(
         units: host::unit_states(&plan::socket_units(&layout, &sites)).unwrap_or_default(),
         services: host::service_states(&plan::daemon_units(&layout, &sites)).unwrap_or_default(),
         live_runs: host::live_runs(&plan::run_stems(&layout, &sites)).unwrap_or_default(),
+        owed: host::read_owed(root, layout.instance()),
     };
     Ok(Prepared {
         allocation,
@@ -300,7 +302,9 @@ pub fn apply_verb(
     let actions = plan_verb(decl, declaration_bytes, root, render)?;
     progress.planned(&actions);
     let report = if actions.iter().any(Action::changes_host) {
-        apply::apply_watched(&actions, root, &mut Watching(progress))
+        let inst = Layout::new(decl).instance();
+        owed::apply_owing(&actions, root, inst, &mut Watching(progress))
+            .map_err(|e| marker_unwritable(inst, e))?
     } else {
         Report::default()
     };
@@ -371,8 +375,25 @@ pub fn remove_verb(
     let stopped = outcomes
         .iter()
         .any(|o| o.status == crate::apply::Status::Skipped);
-    let exit = if stopped { Exit::Failed } else { Exit::Ok };
+    let exit = if stopped {
+        Exit::Failed
+    } else {
+        // Nothing is owed to an instance that is gone.
+        let inst = Layout::new(decl).instance();
+        owed::Owed::default()
+            .record(root, inst)
+            .map_err(|e| marker_unwritable(inst, e))?;
+        Exit::Ok
+    };
     Ok((Removed { actions, outcomes }, exit))
+}
+
+/// Why the marker of what an apply owes could not be written.
+fn marker_unwritable(inst: &atelier_layout::InstanceName, e: atelier_fs::FsError) -> VerbError {
+    VerbError::Write {
+        path: owed::marker_path(inst),
+        source: std::io::Error::other(e),
+    }
 }
 
 /// `remove --dry-run`, and the first half of `remove`: the steps of the removal, in order,
