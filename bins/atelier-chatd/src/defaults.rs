@@ -43,19 +43,15 @@ pub(crate) async fn list(state: &State, caller: &Caller) -> Result<Response, Api
     ))
 }
 
-/// `PUT` and `DELETE /defaults/:scope`: the method first, then the scope (before the
-/// capability, as the reference orders it), then `ai.providers.manage`.
+/// `PUT` and `DELETE /defaults/:scope`, its method and scope checked by the router before the
+/// session (as the reference orders them): `ai.providers.manage`, then the change.
 pub(crate) async fn scoped(
     state: &State,
     caller: &Caller,
     method: &Method,
-    scope: &str,
+    scope: Scope,
     request: Request,
 ) -> Result<Response, ApiError> {
-    if *method != Method::PUT && *method != Method::DELETE {
-        return Err(ApiError::MethodNotAllowed);
-    }
-    let scope = Scope::parse(scope).ok_or_else(|| ApiError::UnknownScope(scope.to_owned()))?;
     caller.require(Capability::ProvidersManage)?;
     if *method == Method::DELETE {
         blocking(&state.store, move |store| store.clear_default(scope)).await?;

@@ -135,9 +135,6 @@ pub enum ApiError {
     /// The models route names an unknown provider.
     #[error("Unknown provider \"{0}\". Must be one of: anthropic, openai, ollama, openrouter, openai-compatible")]
     UnknownProvider(String),
-    /// The audit's `tz` is not an IANA time zone.
-    #[error("Unknown time zone \"{0}\". Use an IANA time zone name such as Europe/Bratislava.")]
-    BadTimeZone(String),
     /// The audit log's `limit` is not a whole number from 1 to 500.
     #[error("Invalid limit \"{0}\". Use a whole number from 1 to 500.")]
     BadLimit(String),
@@ -157,7 +154,7 @@ pub enum ApiError {
 impl ApiError {
     /// One error of every kind [`ApiError::reason`] tells apart, each reason once (its
     /// message fields are placeholders); the API document's reason list is held against it.
-    pub const ALL: [ApiError; 39] = [
+    pub const ALL: [ApiError; 38] = [
         ApiError::Unauthorized,
         ApiError::MfaRequired,
         ApiError::CmsUnavailable(CmsProblem::SessionUnreachable),
@@ -198,7 +195,6 @@ impl ApiError {
         ApiError::UnknownScope(String::new()),
         ApiError::DefaultCredentialMissing,
         ApiError::UnknownProvider(String::new()),
-        ApiError::BadTimeZone(String::new()),
         ApiError::BadLimit(String::new()),
         ApiError::ImageRefused {
             too_large: false,
@@ -249,7 +245,6 @@ impl ApiError {
             ApiError::UnknownScope(_) => "unknown_scope",
             ApiError::DefaultCredentialMissing => "default_credential_missing",
             ApiError::UnknownProvider(_) => "unknown_provider",
-            ApiError::BadTimeZone(_) => "bad_time_zone",
             ApiError::BadLimit(_) => "bad_limit",
             ApiError::ImageRefused {
                 too_large: false, ..
@@ -284,7 +279,6 @@ impl ApiError {
             | ApiError::UnknownScope(_)
             | ApiError::DefaultCredentialMissing
             | ApiError::UnknownProvider(_)
-            | ApiError::BadTimeZone(_)
             | ApiError::BadLimit(_)
             | ApiError::ImageRefused {
                 too_large: false, ..

@@ -173,18 +173,27 @@ impl Router {
         };
         // A cross-site write is refused before its cookie is shown to the CMS.
         authenticator.check_origin(request.method(), request.headers())?;
+        // As the original: an unknown path, a method a route does not answer and the defaults'
+        // unknown scope are said before the session is asked for (404, 405, 400, not 401).
+        let segments: Vec<&str> = rest.split('/').collect();
+        let (route, params) = Route::find(&segments).ok_or(ApiError::NotFound)?;
+        let method = request.method().clone();
+        if !route.methods.contains(&method.as_str()) {
+            return Err(ApiError::MethodNotAllowed);
+        }
+        let default_scope = match route.endpoint {
+            Endpoint::Default => {
+                let scope = params.at(0);
+                Some(Scope::parse(scope).ok_or_else(|| ApiError::UnknownScope(scope.to_owned()))?)
+            }
+            _ => None,
+        };
         let (caller, session) = authenticator.identify(request.headers()).await?;
         if let Some(label) = &caller.label {
             // The audit's name for the user; a failure only leaves the id there.
             if let Err(error) = self.state.store.note_user_label(&caller.user_id, label) {
                 tracing::warn!(%error, "remembering a user's name failed");
             }
-        }
-        let segments: Vec<&str> = rest.split('/').collect();
-        let (route, params) = Route::find(&segments).ok_or(ApiError::NotFound)?;
-        let method = request.method().clone();
-        if !route.methods.contains(&method.as_str()) {
-            return Err(ApiError::MethodNotAllowed);
         }
         let query = request.uri().query().map(str::to_owned);
         let query = query.as_deref();
@@ -240,8 +249,8 @@ impl Router {
             }
             Endpoint::Defaults => defaults::list(state, &caller).await,
             Endpoint::Default => {
-                let scope = params.at(0).to_owned();
-                defaults::scoped(state, &caller, &method, &scope, request).await
+                let scope = default_scope.ok_or(ApiError::NotFound)?;
+                defaults::scoped(state, &caller, &method, scope, request).await
             }
             Endpoint::ProviderModels => {
                 catalogue::models(state, &caller, params.at(0), query).await

@@ -191,9 +191,11 @@ impl TurnRunner for LoopRunner {
     }
 }
 
-/// The longest server-side read result the model is sent, in JSON characters; a bigger one
-/// is refused with a hint to narrow it, so one read cannot flood the context.
-pub const MAX_SERVER_RESULT_CHARS: usize = 100_000;
+/// The longest server-side read result the model is sent, in JSON characters (some 250,000
+/// tokens, past any model's context): the original sends every result whole, and several reads
+/// (a document, the site's page list) take no filter, limit or offset, so a long article or a
+/// large site must still be read. Only a result no model could take is refused.
+pub const MAX_SERVER_RESULT_CHARS: usize = 1_000_000;
 
 /// Runs one turn's tool calls: checks the input against the tool's schema (cleaned and
 /// coerced), the caller's capabilities again, and the payload (CSS, HTML) before anything
@@ -256,14 +258,20 @@ impl TurnExecutor {
             }
             _ => crate::tools::content_reads::run(&self.cms, name, &input).await,
         }?;
-        let size = data.to_string().len();
-        if size > MAX_SERVER_RESULT_CHARS {
-            return Err(format!(
-                "The {name} result is too large ({size} characters); narrow it with a filter, limit or offset."
-            ));
-        }
-        Ok(data)
+        within_result_limit(name, data)
     }
+}
+
+/// `data`, unless it is longer than [`MAX_SERVER_RESULT_CHARS`] as JSON.
+fn within_result_limit(name: &str, data: Value) -> Result<Value, String> {
+    let size = data.to_string().len();
+    if size > MAX_SERVER_RESULT_CHARS {
+        return Err(format!(
+            "The {name} result is too large to send ({size} characters); if the tool takes a \
+             filter, limit or offset, narrow it."
+        ));
+    }
+    Ok(data)
 }
 
 impl ToolExecutor for TurnExecutor {
@@ -388,6 +396,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_long_document_is_sent_whole_and_only_a_result_no_model_could_take_is_refused() {
+        // A long article: well past the 100,000 characters the first limit allowed.
+        let article = json!({"id": "row_1", "body": "x".repeat(150_000)});
+        assert_eq!(
+            within_result_limit("content_get_document", article.clone()),
+            Ok(article)
+        );
+        let flood = json!({"body": "x".repeat(MAX_SERVER_RESULT_CHARS)});
+        let refusal = within_result_limit("content_get_document", flood).unwrap_err();
+        assert!(
+            refusal.starts_with("The content_get_document result is too large to send ("),
+            "{refusal}"
+        );
+    }
 
     struct NoProviders;
 

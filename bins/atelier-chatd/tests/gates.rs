@@ -55,20 +55,32 @@ async fn call(
     path: &str,
     body: &Option<Value>,
 ) -> (StatusCode, Value) {
+    let cookie = support::cookie_for("alice", &capabilities.join(","));
+    send(socket, Some(cookie), method, path, body).await
+}
+
+/// Sends a request through the web server's token, with the session cookie `cookie` if any.
+async fn send(
+    socket: &Path,
+    cookie: Option<String>,
+    method: Method,
+    path: &str,
+    body: &Option<Value>,
+) -> (StatusCode, Value) {
     let stream = UnixStream::connect(socket).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let request = hyper::Request::builder()
+    let mut request = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header("host", "chatd")
-        .header("authorization", format!("Bearer {TOKEN}"))
-        .header(
-            "cookie",
-            support::cookie_for("alice", &capabilities.join(",")),
-        )
+        .header("authorization", format!("Bearer {TOKEN}"));
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let request = request
         .body(Full::new(Bytes::from(
             body.as_ref().map(Value::to_string).unwrap_or_default(),
         )))
@@ -269,6 +281,50 @@ async fn every_route_is_gated_by_its_capability() {
     )
     .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// As the original: a path nothing serves, a method its route does not answer and the
+/// defaults' unknown scope are said to a browser without a session (and while the CMS is
+/// down), not hidden behind 401.
+#[tokio::test]
+async fn paths_methods_and_the_defaults_scope_are_answered_before_the_session() {
+    let (_dir, socket) = start();
+    let signed_out = |method, path| send(&socket, None, method, path, &None);
+    for (name, method, path, status) in [
+        (
+            "unknown path",
+            Method::GET,
+            "/admin/api/ai/nope",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "wrong method",
+            Method::GET,
+            "/admin/api/ai/chat/site",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "wrong method on a default",
+            Method::PATCH,
+            "/admin/api/ai/defaults/nope",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "unknown scope of a default",
+            Method::PUT,
+            "/admin/api/ai/defaults/nope",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "a served route",
+            Method::PUT,
+            "/admin/api/ai/defaults/site",
+            StatusCode::UNAUTHORIZED,
+        ),
+    ] {
+        let (got, reply) = signed_out(method, path).await;
+        assert_eq!(got, status, "{name}: {reply}");
+    }
 }
 
 #[tokio::test]
