@@ -153,9 +153,9 @@ impl Serialize for Content {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecStep {
-    /// `systemctl disable --now` a removed site's sockets.
+    /// `systemctl disable --now` a removed site's sockets, or a withdrawn chat's.
     DisableSockets,
-    /// `systemctl stop` a removed site's runs.
+    /// `systemctl stop` a removed site's runs, or a withdrawn chat's services.
     StopRuns,
     /// `systemctl daemon-reload`, because a unit file changed.
     DaemonReload,
@@ -634,6 +634,18 @@ pub fn observed_paths(
         }
         add(layout.agent_site_dir(id.k), false);
     }
+    // A chat block taken out: what it left is looked for.
+    if layout.declaration().chat.is_none() {
+        let chat = ChatPaths::of(layout);
+        for unit in chat.listening.iter().chain(&chat.services) {
+            add(layout.unit_path(unit), true);
+        }
+        add(chat.vhost, true);
+        if let Some(link) = chat.link {
+            add(link, false);
+        }
+        add(chat.include, false);
+    }
     // When each daemon's inputs last changed (its binary among them: an upgraded package).
     for path in restarts::daemon_inputs(layout, sites) {
         add(path, false);
@@ -715,6 +727,41 @@ impl RetiredPaths {
             files,
             vhosts,
             links,
+        }
+    }
+}
+
+/// Where a chat block's files are, whether or not the declaration has one.
+struct ChatPaths {
+    /// The units that listen or wait: chatd's socket, its metrics socket, the purge's timer.
+    listening: Vec<String>,
+    /// The services they start: chatd's and the purge's.
+    services: Vec<String>,
+    /// The CMS's vhost.
+    vhost: PathBuf,
+    /// Its enabling link, when the web server keeps one.
+    link: Option<PathBuf>,
+    /// The web server's include carrying chatd's token.
+    include: PathBuf,
+}
+
+impl ChatPaths {
+    fn of(layout: &Layout<'_>) -> ChatPaths {
+        let inst = layout.instance();
+        let vhost = layout.vhost_dir().join(names::chat_vhost_file(inst));
+        ChatPaths {
+            listening: vec![
+                names::chatd_socket_unit(inst),
+                names::chatd_metrics_socket_unit(inst),
+                names::chatd_purge_timer_unit(inst),
+            ],
+            services: vec![
+                names::chatd_service_unit(inst),
+                names::chatd_purge_service_unit(inst),
+            ],
+            link: vhost_enabling_link(layout, &vhost).map(|(link, _)| link),
+            vhost,
+            include: layout.chat_proxy_auth_path(),
         }
     }
 }
@@ -1455,6 +1502,7 @@ impl Planner<'_> {
             else {
                 self.removed_sites_units(&mut written);
                 self.withdrawn_vhosts(&mut written);
+                self.withdrawn_chat(&mut written);
                 continue;
             };
             let meta = (owner.as_str(), group.as_str(), mode);
@@ -1578,6 +1626,58 @@ impl Planner<'_> {
         }
     }
 
+    /// A chat block taken out of the declaration takes chatd with it: its sockets and timer
+    /// disabled, its services stopped, its unit files, the CMS's vhost (when they are ours) and
+    /// the include with chatd's token gone, so the web server no longer serves the chat routes.
+    /// chatd's database and credentials stay, as a removed site's workspace does.
+    fn withdrawn_chat(&mut self, written: &mut BTreeSet<PathBuf>) {
+        let layout = self.input.layout;
+        if layout.declaration().chat.is_some() {
+            return;
+        }
+        let inst = layout.instance().as_str().to_owned();
+        let paths = ChatPaths::of(layout);
+        let ours = |units: &[String]| -> Vec<String> {
+            units
+                .iter()
+                .filter(|unit| self.stamped_ours(&layout.unit_path(unit), &inst))
+                .cloned()
+                .collect()
+        };
+        let (listening, services) = (ours(&paths.listening), ours(&paths.services));
+        self.push_systemctl(
+            ExecStep::DisableSockets,
+            &["disable", "--now"],
+            listening.clone(),
+        );
+        self.push_systemctl(ExecStep::StopRuns, &["stop"], services.clone());
+        for unit in listening.iter().chain(&services) {
+            let path = layout.unit_path(unit);
+            written.insert(path.clone());
+            self.actions.push(Action::Unlink { path });
+        }
+        if let Some(link) = paths.link.filter(|link| self.links_to(link, &paths.vhost)) {
+            self.actions.push(Action::Unlink { path: link });
+            self.vhost_unlinked = true;
+        }
+        if self.stamped_ours(&paths.vhost, &inst) {
+            self.vhost_unlinked = true;
+            written.insert(paths.vhost.clone());
+            self.actions.push(Action::Unlink {
+                path: paths.vhost.clone(),
+            });
+        }
+        if self
+            .observed(&paths.include)
+            .is_some_and(|s| s.kind == ObservedKind::File)
+        {
+            written.insert(paths.include.clone());
+            self.actions.push(Action::Unlink {
+                path: paths.include.clone(),
+            });
+        }
+    }
+
     /// A declared site's vhost that is no longer rendered (its preproduction turned off) goes,
     /// with its enabling link, when it is ours: left, the web server would go on serving it.
     fn withdrawn_vhosts(&mut self, written: &mut BTreeSet<PathBuf>) {
@@ -1668,22 +1768,23 @@ impl Planner<'_> {
                 restart.push(unit);
             }
         }
-        for (step, verb, units) in [
-            (ExecStep::EnableSockets, &["enable", "--now"][..], enable),
-            (ExecStep::StartSockets, &["start"][..], start),
-            (ExecStep::RestartSockets, &["restart"][..], restart),
-        ] {
-            if units.is_empty() {
-                continue;
-            }
-            let mut command = argv(&["systemctl"]);
-            command.extend(argv(verb));
-            command.extend(units);
-            self.actions.push(Action::Exec {
-                step,
-                argv: command,
-            });
+        self.push_systemctl(ExecStep::EnableSockets, &["enable", "--now"], enable);
+        self.push_systemctl(ExecStep::StartSockets, &["start"], start);
+        self.push_systemctl(ExecStep::RestartSockets, &["restart"], restart);
+    }
+
+    /// `systemctl <verb> <units>…` as `step`, unless there are no units.
+    fn push_systemctl(&mut self, step: ExecStep, verb: &[&str], units: Vec<String>) {
+        if units.is_empty() {
+            return;
         }
+        let mut command = argv(&["systemctl"]);
+        command.extend(argv(verb));
+        command.extend(units);
+        self.actions.push(Action::Exec {
+            step,
+            argv: command,
+        });
     }
 
     fn web(&mut self, written: &BTreeSet<PathBuf>) {
@@ -2807,6 +2908,88 @@ mod tests {
             web_reload: true,
             ..crate::owed::Owed::default()
         };
+        assert!(f.plan().unwrap().is_empty());
+    }
+
+    /// Taking the chat block out of the declaration takes chatd down and the CMS's vhost and
+    /// token include away; chatd's database and credentials stay.
+    #[test]
+    fn a_withdrawn_chat_block_takes_chatd_and_its_vhost_with_it() {
+        let mut f = Fixture::new(&["blog"]);
+        assert!(f.decl.chat.is_some());
+        // What the renderer makes of a chat block: chatd's units and the CMS's vhost.
+        let (chat, units) = {
+            let layout = Layout::new(&f.decl);
+            let chat = ChatPaths::of(&layout);
+            let units: Vec<PathBuf> = chat
+                .listening
+                .iter()
+                .chain(&chat.services)
+                .map(|unit| layout.unit_path(unit))
+                .collect();
+            (chat, units)
+        };
+        let stub = |path: PathBuf, kind| {
+            Artifact::new(
+                path,
+                INST,
+                kind,
+                CommentStyle::Hash,
+                ("root", "root", 0o644),
+                "# chat\n",
+            )
+        };
+        f.extra_artifacts = units
+            .into_iter()
+            .map(|unit| stub(unit, ArtifactKind::Unit))
+            .chain([stub(chat.vhost.clone(), ArtifactKind::NginxVhost)])
+            .collect();
+        f.converge();
+        assert!(f.plan().unwrap().is_empty());
+        f.decl.chat = None;
+        f.extra_artifacts.clear();
+        let plan = f.plan().unwrap();
+        let text = lines(&plan);
+        let inst = "example";
+        let expected_commands = [
+            format!(
+                "systemctl disable --now atelier-chatd@{inst}.socket \
+                 atelier-chatd-metrics@{inst}.socket atelier-chatd-purge@{inst}.timer"
+            ),
+            format!(
+                "systemctl stop atelier-chatd@{inst}.service atelier-chatd-purge@{inst}.service"
+            ),
+            "systemctl daemon-reload".to_owned(),
+            "nginx -t".to_owned(),
+            "systemctl try-reload-or-restart nginx.service".to_owned(),
+        ];
+        assert_eq!(argvs(&plan), expected_commands, "{text:#?}");
+        let unlinked: Vec<&str> = text
+            .iter()
+            .filter_map(|line| line.strip_prefix("artifact unlink "))
+            .collect();
+        for unit in [
+            "atelier-chatd@example.socket",
+            "atelier-chatd-metrics@example.socket",
+            "atelier-chatd-purge@example.timer",
+            "atelier-chatd@example.service",
+            "atelier-chatd-purge@example.service",
+        ] {
+            assert!(
+                unlinked.contains(&format!("/etc/systemd/system/{unit}").as_str()),
+                "{unit}: {text:#?}"
+            );
+        }
+        for path in [&chat.include, &chat.vhost, chat.link.as_ref().unwrap()] {
+            assert!(unlinked.contains(&path.to_str().unwrap()), "{text:#?}");
+        }
+        // The credentials and chatd's data are left.
+        assert!(
+            !text.iter().any(|line| line.contains("credentials")),
+            "{text:#?}"
+        );
+        // Done, nothing more is planned.
+        f.simulate(&plan);
         assert!(f.plan().unwrap().is_empty());
     }
 
