@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use atelier_layout::declaration::Site;
+use atelier_layout::declaration::{Declaration, Site};
 use atelier_layout::names;
 use atelier_layout::paths::{
     door_hides, in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface,
@@ -882,6 +882,44 @@ impl Planner<'_> {
                 .is_some_and(|g| g.name == group)
     }
 
+    /// Refuses a site whose webspace would move (its domain, or the webspace base, changed
+    /// while no `webspace` is declared for it) to a place that does not exist yet: the web
+    /// server would serve the new, empty webspace while every release stayed in the old one.
+    /// The previous declaration is the copy the last apply kept.
+    fn moved_webspaces(&mut self) {
+        let layout = self.input.layout;
+        let Some(previous) = self
+            .observed(&layout.declaration_path())
+            .and_then(|seen| seen.content.as_deref())
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .and_then(|text| Declaration::parse(text).ok())
+        else {
+            return;
+        };
+        let before = Layout::new(&previous);
+        for site in &layout.declaration().sites {
+            let Some(old) = previous.sites.iter().find(|old| old.slug == site.slug) else {
+                continue;
+            };
+            let (from, to) = (before.webspace(old), layout.webspace(site));
+            if from == to || self.observed(&to).is_some() {
+                continue;
+            }
+            self.refuse(
+                &site.slug,
+                "webspace_moved",
+                format!(
+                    "its webspace would move from {} to {} (its domain or the webspace base \
+                     changed), leaving every release in the old one: move the folder there \
+                     first, or declare \"webspace\": \"{}\" for the site",
+                    from.display(),
+                    to.display(),
+                    from.display()
+                ),
+            );
+        }
+    }
+
     fn preconditions(&mut self) {
         match self.input.host.systemd_version {
             Some(v) if v >= MIN_SYSTEMD => {}
@@ -896,6 +934,7 @@ impl Planner<'_> {
                 "could not read PID 1's version from systemctl --version".into(),
             ),
         }
+        self.moved_webspaces();
         let layout = self.input.layout;
         let decl = layout.declaration();
         // A door shows the host's system folders and nothing else of it: an agent CLI must be
@@ -1259,12 +1298,14 @@ impl Planner<'_> {
 
     /// The preproduction password file: written when absent, rewritten when its login names
     /// differ from the declared ones or a password file is newer than it; awaited while a
-    /// password file is missing.
+    /// password file is missing. A login on it that is no longer declared is revoked at once,
+    /// though: the file is rewritten with the declared users whose password file is there, the
+    /// others coming in once theirs is (their absence is reported as a credential's).
     fn htpasswd(&mut self, matrix: &[ModeEntry]) {
         let Some(entry) = matrix.iter().find(|e| e.role == Role::Htpasswd) else {
             return;
         };
-        let users: Vec<(String, PathBuf)> = self
+        let declared: Vec<(String, PathBuf)> = self
             .input
             .layout
             .declaration()
@@ -1277,32 +1318,18 @@ impl Planner<'_> {
             .collect();
         let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
         let path = entry.path.clone();
-        let passwords: Vec<Option<Observed>> = users
+        let (users, passwords): (Vec<(String, PathBuf)>, Vec<Observed>) = declared
             .iter()
-            .map(|(_, file)| self.observed(file).cloned())
-            .collect();
-        if users.is_empty() || passwords.iter().any(Option::is_none) {
-            if self.observed(&path).is_none() {
-                self.push_file(
-                    Phase::Secret,
-                    path,
-                    Disposition::Awaiting,
-                    None,
-                    Content::Operator,
-                    meta,
-                );
-            }
-            return;
-        }
+            .filter_map(|user| Some((user.clone(), self.observed(&user.1).cloned()?)))
+            .unzip();
+        let complete = !declared.is_empty() && users.len() == declared.len();
         let Some(seen) = self.observed(&path).cloned() else {
-            self.push_file(
-                Phase::Secret,
-                path,
-                Disposition::Create,
-                None,
-                Content::Htpasswd(users),
-                meta,
-            );
+            let (disposition, content) = if complete {
+                (Disposition::Create, Content::Htpasswd(users))
+            } else {
+                (Disposition::Awaiting, Content::Operator)
+            };
+            self.push_file(Phase::Secret, path, disposition, None, content, meta);
             return;
         };
         let text =
@@ -1312,13 +1339,16 @@ impl Planner<'_> {
             .filter_map(|l| l.split_once(':').map(|(name, _)| name))
             .collect();
         names.sort_unstable();
-        let mut declared: Vec<&str> = users.iter().map(|(name, _)| name.as_str()).collect();
-        declared.sort_unstable();
-        let newer = passwords
+        let revoked = names
             .iter()
-            .flatten()
-            .any(|p| p.mtime_ns > seen.mtime_ns);
-        if names != declared || newer {
+            .any(|name| !declared.iter().any(|(declared, _)| declared == name));
+        if !complete && !revoked {
+            return;
+        }
+        let mut wanted: Vec<&str> = users.iter().map(|(name, _)| name.as_str()).collect();
+        wanted.sort_unstable();
+        let newer = passwords.iter().any(|p| p.mtime_ns > seen.mtime_ns);
+        if names != wanted || newer {
             self.push_file(
                 Phase::Secret,
                 path,
@@ -2991,6 +3021,103 @@ mod tests {
         // Done, nothing more is planned.
         f.simulate(&plan);
         assert!(f.plan().unwrap().is_empty());
+    }
+
+    /// A preview user taken out of the declaration loses access at the next apply, though the
+    /// user who replaces them still has no password file: the file keeps whom it can.
+    #[test]
+    fn a_preview_login_no_longer_declared_is_revoked_while_another_is_awaited() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let htpasswd = Layout::new(&f.decl).htpasswd_path();
+        assert_eq!(
+            f.host.entries[&htpasswd].content.as_deref(),
+            Some(&b"preview:$2y$12$hash\n"[..])
+        );
+        let editor = PathBuf::from("/etc/atelier/example/credentials/EDITOR_PASSWORD");
+        f.decl.serving.preprod.auth.users[0] = atelier_layout::declaration::AuthUser {
+            name: "editor".into(),
+            password_file: editor.clone(),
+        };
+        let plan = f.plan().unwrap();
+        let text = lines(&plan);
+        assert!(
+            text.contains(&format!(
+                "secret   rewrite {} root:www-data 0640 (drift: stale)",
+                htpasswd.display()
+            )),
+            "{text:#?}"
+        );
+        assert!(
+            text.iter()
+                .any(|l| l.contains(&format!("awaiting operator file {}", editor.display()))),
+            "{text:#?}"
+        );
+        f.simulate(&plan);
+        assert_eq!(f.host.entries[&htpasswd].content.as_deref(), Some(&b""[..]));
+        // Nothing more until the editor's password file is there; then it comes in.
+        let text = lines(&f.plan().unwrap()).join("\n");
+        assert!(!text.contains("htpasswd"), "{text}");
+        let seen = f.observed(ObservedKind::File, "root", "root", 0o600, None);
+        f.host.entries.insert(
+            editor,
+            Observed {
+                mtime_ns: 5,
+                ..seen
+            },
+        );
+        let plan = f.plan().unwrap();
+        f.simulate(&plan);
+        assert_eq!(
+            f.host.entries[&htpasswd].content.as_deref(),
+            Some(&b"editor:$2y$12$hash\n"[..])
+        );
+    }
+
+    /// A site's new domain would move its default webspace: refused by name while the new
+    /// place does not exist, and planned once the operator moved it there or declared the old.
+    #[test]
+    fn a_domain_change_that_would_strand_production_is_refused() {
+        let mut f = Fixture::new(&["blog"]);
+        f.converge();
+        let (copy, old, new) = {
+            let layout = Layout::new(&f.decl);
+            let site = &f.decl.sites[0];
+            let mut moved = site.clone();
+            moved.domain = "journal.example.org".into();
+            (
+                layout.declaration_path(),
+                layout.webspace(site),
+                layout.webspace(&moved),
+            )
+        };
+        // What the last apply kept of the declaration.
+        let previous = crate::test_support::declaration_json(&["blog"]).into_bytes();
+        f.host.entries.get_mut(&copy).unwrap().content = Some(previous);
+        // (The fixture's own copy differs, so the plan rewrites it; nothing is refused.)
+        assert!(f.plan().is_ok());
+        f.decl.sites[0].domain = "journal.example.org".into();
+        let refusals = f.plan().unwrap_err().refusals;
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
+        assert_eq!(
+            (refusals[0].subject.as_str(), refusals[0].reason),
+            ("blog", "webspace_moved")
+        );
+        assert!(
+            refusals[0]
+                .message
+                .contains(&format!("declare \"webspace\": \"{}\"", old.display())),
+            "{}",
+            refusals[0].message
+        );
+        // The old webspace declared: nothing moves.
+        f.decl.sites[0].webspace = Some(old.clone());
+        assert!(f.plan().is_ok());
+        // Or the operator moved it to the new place.
+        f.decl.sites[0].webspace = None;
+        let seen = f.host.entries[&old].clone();
+        f.host.entries.insert(new, seen);
+        assert!(f.plan().is_ok());
     }
 
     #[test]

@@ -5,6 +5,11 @@ use atelier_layout::Declaration;
 /// The example declaration (`deploy/examples/instance.json`) declaring exactly `slugs`, each
 /// at `<slug>.example.org` in the default webspace base.
 pub fn declaration(slugs: &[&str]) -> Declaration {
+    Declaration::parse(&declaration_json(slugs)).unwrap()
+}
+
+/// The text [`declaration`] parses.
+pub fn declaration_json(slugs: &[&str]) -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/examples/instance.json"
@@ -16,5 +21,5 @@ pub fn declaration(slugs: &[&str]) -> Declaration {
         .map(|s| serde_json::json!({ "slug": s, "domain": format!("{s}.example.org") }))
         .collect();
     json["serving"]["aliases"] = serde_json::json!({});
-    Declaration::parse(&json.to_string()).unwrap()
+    json.to_string()
 }
