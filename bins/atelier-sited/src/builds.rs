@@ -362,6 +362,9 @@ impl Builds {
         let this = self.clone();
         let (slug, output) = (slug.clone(), output.to_owned());
         tokio::task::spawn_blocking(move || {
+            // Its prune must not take the release a publish is copying.
+            let lock = this.sites.reservations().serving(slug.as_str());
+            let _serving = crate::reservations::hold(&lock);
             let status = this.sites.get(&slug).map_err(|e| e.to_string())?;
             let row = this
                 .sites

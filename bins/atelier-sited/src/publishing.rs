@@ -12,6 +12,7 @@ use atelier_site_api::Slug;
 use crate::actor::Actor;
 use crate::dates::iso8601;
 use crate::manifest::{self, Published};
+use crate::reservations;
 use crate::site_table::{self, SiteRow, SurfacePaths};
 use crate::sites::{SiteError, Sites};
 
@@ -87,6 +88,8 @@ impl Sites {
 
     /// `POST /v1/sites/:slug/publish` after the actor and `confirm` checks. Blocking.
     pub fn publish(&self, slug: &Slug, actor: &Actor) -> Result<Served, PublishError> {
+        let lock = self.reservations().serving(slug.as_str());
+        let _serving = reservations::hold(&lock);
         let status = self.get(slug)?;
         let row = self.declared_row(&status.manifest)?;
         self.ensure_store(&row, "prod")?;
@@ -163,6 +166,8 @@ impl Sites {
         release: &str,
         actor: &Actor,
     ) -> Result<Served, PublishError> {
+        let lock = self.reservations().serving(slug.as_str());
+        let _serving = reservations::hold(&lock);
         // The contract's order: an unknown site is 404 before an empty release is 400.
         let status = self.get(slug)?;
         if release.is_empty() {

@@ -1,5 +1,12 @@
 //! Per-site reservations: at most one holder per site at a time, and the holder names the
 //! busy reason every other request on the site is refused with.
+//!
+//! Beside them, each site's serving lock ([`Reservations::serving`]): publish and rollback run
+//! while a turn or a build holds the site, as the contract allows, but what they change (the
+//! release stores, the served links, `published`) must not be torn by a delete removing the
+//! same, nor by a build's promote pruning what a publish copies. Those four take it in turn;
+//! a holder waits for the one before it rather than being refused, as none has a busy reason
+//! of its own and each is short.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -61,6 +68,7 @@ pub struct Busy(pub Hold);
 #[derive(Debug, Clone, Default)]
 pub struct Reservations {
     held: Arc<Mutex<HashMap<String, Hold>>>,
+    serving: Arc<Mutex<HashMap<String, Arc<Mutex<()>>>>>,
 }
 
 /// A held reservation; dropping it frees the site.
@@ -102,6 +110,19 @@ impl Reservations {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(slug).copied()
     }
+
+    /// `slug`'s serving lock (see the module's note), to hold while changing what the site
+    /// serves. Blocking: taken off the async workers only.
+    pub fn serving(&self, slug: &str) -> Arc<Mutex<()>> {
+        let mut locks = self.serving.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(locks.entry(slug.to_owned()).or_default())
+    }
+}
+
+/// Holds `lock` (a [`Reservations::serving`] lock) until the guard goes; a holder that
+/// panicked left nothing half done that the next must not see, as each step is atomic.
+pub fn hold(lock: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Reservation {
@@ -121,6 +142,19 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_site_s_serving_lock_is_one_lock_and_another_site_s_is_another() {
+        let r = Reservations::new();
+        let lock = r.serving("museum");
+        let held = hold(&lock);
+        let same = r.serving("museum");
+        assert!(same.try_lock().is_err(), "the same site's lock is held");
+        let other = r.serving("archive");
+        assert!(other.try_lock().is_ok(), "another site's is free");
+        drop(held);
+        assert!(same.try_lock().is_ok());
+    }
 
     #[test]
     fn one_holder_per_site_and_drop_frees_it() {

@@ -569,6 +569,10 @@ impl Sites {
     pub fn delete(&self, slug: &Slug, purge_prod: bool) -> Result<DeleteReport, SiteError> {
         let not_found = || SiteError::NotFound(slug.to_string());
         let _deleting = self.reservations.reserve(slug.as_str(), Hold::Deleting)?;
+        // A publish or rollback under way finishes first: its release must not be half copied
+        // into a store the delete removes, nor land after it.
+        let lock = self.reservations.serving(slug.as_str());
+        let _serving = crate::reservations::hold(&lock);
         let root = self.sites_root()?;
         // Existence is decided under the hold: a workspace that is a link or a file is no site.
         let workspace = match root.open_dir(slug.as_str()) {

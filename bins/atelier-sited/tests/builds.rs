@@ -367,6 +367,45 @@ async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
 /// The store a deleted site lost is made again without following a link planted where it (or
 /// the stores' directory) was: the build fails naming the refusal, publish and rollback are
 /// `webspace_unavailable`, and nothing lands where the link points.
+/// A delete that arrives while a publish (or a rollback, or a build's promote) changes what
+/// the site serves waits for it: the release is never half copied into a store the delete
+/// removes. The test holds the site's serving lock as a publish under way does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_waits_for_a_publish_under_way() {
+    let instance = instance(|_| {}).await;
+    assert_eq!(instance.build().await["outcome"], "success");
+    let publishing = instance.router.sites().reservations().serving("alpha");
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _serving = publishing.lock().unwrap();
+        held_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+    });
+    held_rx.recv().unwrap();
+    let socket = instance.socket.clone();
+    let delete = tokio::spawn(async move {
+        call(
+            &socket,
+            Method::DELETE,
+            "/v1/sites/alpha",
+            json!({"actor": actor()}),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !delete.is_finished(),
+        "the delete went ahead of the publish"
+    );
+    assert!(instance.workspace().exists());
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let deleted = delete.await.unwrap();
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    assert!(!instance.workspace().exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_planted_where_a_deleted_store_was_is_refused_never_followed() {
     let instance = instance(|_| {}).await;
