@@ -95,6 +95,9 @@ pub struct HostState {
     /// The instance's door runs (turns, builds, git) running now, by unit name: a daemon
     /// restarted under them would cut them off.
     pub live_runs: Vec<String>,
+    /// systemd could not say which runs are live: any of them may be, so no restart that
+    /// would cut one off is made.
+    pub live_runs_unknown: bool,
     /// The follow-up steps an earlier apply still owes.
     pub owed: Owed,
 }

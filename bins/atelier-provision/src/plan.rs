@@ -2087,23 +2087,13 @@ mod tests {
         fn artifacts(&self, allocation: &Allocation) -> Vec<Artifact> {
             let layout = Layout::new(&self.decl);
             let inst = layout.instance();
-            let hash = |path: PathBuf, kind, body: &str| {
-                Artifact::new(
-                    path,
-                    INST,
-                    kind,
-                    CommentStyle::Hash,
-                    ("root", "root", 0o644),
-                    body,
-                )
-            };
             let mut out = vec![
-                hash(
+                hashed(
                     layout.unit_path(&names::sited_service_unit(inst)),
                     ArtifactKind::Unit,
                     "[Service]\nType=notify\n",
                 ),
-                hash(
+                hashed(
                     layout.tmpfiles_path(),
                     ArtifactKind::AgentUnits,
                     "d /run/atelier/example 0755 root root -\n",
@@ -2119,7 +2109,7 @@ mod tests {
             ];
             for (k, site) in sites_of(&layout, allocation) {
                 let unit = names::door_socket_unit(inst, k, atelier_layout::Door::Turn);
-                out.push(hash(
+                out.push(hashed(
                     layout.unit_path(&unit),
                     ArtifactKind::AgentUnits,
                     &format!("[Socket]\n# {}\n", site.slug),
@@ -2133,7 +2123,7 @@ mod tests {
                     ),
                 ] {
                     let Some(prefix) = prefix else { continue };
-                    out.push(hash(
+                    out.push(hashed(
                         layout.vhost_dir().join(file),
                         ArtifactKind::NginxVhost,
                         &format!("server {{ server_name {prefix}{}; }}\n", site.domain),
@@ -2376,6 +2366,18 @@ mod tests {
             let actions = self.plan().unwrap();
             self.simulate(&actions);
         }
+    }
+
+    /// An artifact of `body` at `path`, root's 0644, its stamp in `#` comments.
+    fn hashed(path: PathBuf, kind: ArtifactKind, body: &str) -> Artifact {
+        Artifact::new(
+            path,
+            INST,
+            kind,
+            CommentStyle::Hash,
+            ("root", "root", 0o644),
+            body,
+        )
     }
 
     fn lines(actions: &[Action]) -> Vec<String> {
@@ -2959,16 +2961,7 @@ mod tests {
                 .collect();
             (chat, units)
         };
-        let stub = |path: PathBuf, kind| {
-            Artifact::new(
-                path,
-                INST,
-                kind,
-                CommentStyle::Hash,
-                ("root", "root", 0o644),
-                "# chat\n",
-            )
-        };
+        let stub = |path, kind| hashed(path, kind, "# chat\n");
         f.extra_artifacts = units
             .into_iter()
             .map(|unit| stub(unit, ArtifactKind::Unit))

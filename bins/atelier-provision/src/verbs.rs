@@ -175,6 +175,7 @@ pub fn prepare(
     };
     let paths = plan::observed_paths(&layout, &sites, &artifacts, &allocation.removed);
     let entries = host::observe_entries(root, paths.iter().map(|(p, read)| (p.as_path(), *read)));
+    let live_runs = host::live_runs(&plan::run_stems(&layout, &sites));
     let host = HostState {
         accounts,
         entries,
@@ -182,7 +183,8 @@ pub fn prepare(
         web_server_present: host::web_server_present(root, decl.web.server),
         units: host::unit_states(&plan::socket_units(&layout, &sites)).unwrap_or_default(),
         services: host::service_states(&plan::daemon_units(&layout, &sites)).unwrap_or_default(),
-        live_runs: host::live_runs(&plan::run_stems(&layout, &sites)).unwrap_or_default(),
+        live_runs: live_runs.clone().unwrap_or_default(),
+        live_runs_unknown: live_runs.is_none(),
         owed: host::read_owed(root, layout.instance()),
     };
     Ok(Prepared {

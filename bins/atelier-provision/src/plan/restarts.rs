@@ -23,6 +23,9 @@ use atelier_layout::{names, Door, SiteOrdinal};
 
 use super::{argv, AccountStep, Action, Disposition, ExecStep, Phase, Planner};
 
+/// What a deferral names as live when systemd could not list the runs.
+const LIVE_RUNS_UNKNOWN: &str = "(systemd could not list the live runs)";
+
 /// One daemon the plan looks at.
 struct Daemon {
     /// Its service unit.
@@ -116,8 +119,12 @@ impl Planner<'_> {
         self.held_door_units = held;
     }
 
-    /// The live runs a restart of `daemon` would cut off.
+    /// The live runs a restart of `daemon` would cut off; when systemd could not list them,
+    /// a placeholder that says so, as any run it serves may be live.
     fn live_runs_of(&self, daemon: &Daemon) -> Vec<String> {
+        if self.input.host.live_runs_unknown && !daemon.serves.is_empty() {
+            return vec![LIVE_RUNS_UNKNOWN.to_owned()];
+        }
         self.input
             .host
             .live_runs
@@ -358,6 +365,26 @@ mod tests {
         assert!(at("gpasswd -a atelier-example") < restart, "{argvs:?}");
         assert!(at("systemctl daemon-reload") < restart, "{argvs:?}");
         assert!(at("systemctl enable --now") < restart, "{argvs:?}");
+    }
+
+    /// A failed `systemctl list-units` is no proof that nothing runs: the restarts that could
+    /// cut a run off are deferred, named, rather than made under a turn.
+    #[test]
+    fn restarts_wait_while_systemd_cannot_list_the_live_runs() {
+        let mut f = running(&["blog"], "\"a.example\"");
+        f.redeclare(&["blog", "shop"]);
+        declare_inputs(&mut f, "\"a.example\"");
+        f.host.live_runs_unknown = true;
+        let plan = f.plan().unwrap();
+        assert!(
+            !argvs(&plan).iter().any(|a| a.contains(SITED)),
+            "no restart of sited: {plan:#?}"
+        );
+        let deferred = plan.iter().find_map(|a| match a {
+            Action::DeferRestart { unit, live, .. } if unit == SITED => Some(live.clone()),
+            _ => None,
+        });
+        assert_eq!(deferred, Some(vec![super::LIVE_RUNS_UNKNOWN.to_owned()]));
     }
 
     #[test]
