@@ -284,7 +284,7 @@ pub fn under_root(root: &Path, host_path: &Path) -> PathBuf {
 /// The follow-up steps an earlier apply left owed for instance `inst` (below `root`): none when
 /// it left no marker, every step when its marker cannot be read.
 pub fn read_owed(root: &Path, inst: &InstanceName) -> Owed {
-    let path = under_root(root, &owed::marker_path(inst));
+    let path = under_root(root, &atelier_layout::paths::provision_owed_path(inst));
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owed::default(),
         Ok(meta) if meta.is_file() && meta.len() <= owed::MAX_OWED_BYTES => {

@@ -7,21 +7,20 @@
 //! Ctrl-C, a crash) left files the next plan finds already right, and the step was never taken:
 //! nginx kept serving the old vhosts, systemd the old units. So apply writes what its plan owes
 //! to a marker before it acts and, once done, what is still owed; the next plan takes every
-//! step the marker names. The marker lives below `/run`: a boot reloads systemd and the web
-//! server and runs tmpfiles anyway, so nothing is owed across one.
+//! step the marker names. The marker (`atelier_layout::paths::provision_owed_path`) lives
+//! below `/run`: a boot reloads systemd and the web server and runs tmpfiles anyway, so nothing
+//! is owed across one.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atelier_fs::{FsError, Root};
+use atelier_layout::paths::provision_owed_path;
 use atelier_layout::InstanceName;
 use serde::Serialize;
 
 use crate::apply::{self, ActionOutcome, Report, Status, Watch};
 use crate::plan::{Action, ExecStep};
-
-/// Where the markers are, one per instance.
-pub const OWED_DIR: &str = "/run/atelier-provision";
 
 /// The largest marker read; a larger one is not one apply wrote.
 pub const MAX_OWED_BYTES: u64 = 64 * 1024;
@@ -31,11 +30,6 @@ const MARKER_DIR_MODE: u32 = 0o700;
 
 /// A marker's mode.
 const MARKER_MODE: u32 = 0o600;
-
-/// The marker of instance `inst`.
-pub fn marker_path(inst: &InstanceName) -> PathBuf {
-    Path::new(OWED_DIR).join(format!("{inst}.owed"))
-}
 
 /// Executes `actions` below `root` as [`apply::apply_watched`] does, with what they owe
 /// recorded in instance `inst`'s marker before the first of them runs (so a run that stops half
@@ -147,7 +141,7 @@ impl Owed {
     /// leaves the marker before it), or removes the marker when nothing is.
     pub fn record(&self, root: &Path, inst: &InstanceName) -> Result<(), FsError> {
         let host = Root::open(root)?;
-        let path = marker_path(inst);
+        let path = provision_owed_path(inst);
         let rel = path.strip_prefix("/").unwrap_or(&path);
         if self.is_empty() {
             return host.remove_file(rel).map(|_| ());
@@ -264,7 +258,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         let inst = InstanceName::new("example").unwrap();
-        let marker = crate::host::under_root(root, &marker_path(&inst));
+        let marker = crate::host::under_root(root, &provision_owed_path(&inst));
         let marker_shown = marker.display().to_string();
         let run = |actions: &[Action]| apply_owing(actions, root, &inst, &mut Quiet).unwrap();
         let command = |step, argv: &[&str]| exec(step, argv);
@@ -303,7 +297,7 @@ mod tests {
     fn an_unreadable_marker_owes_every_reload() {
         let tmp = tempfile::tempdir().unwrap();
         let inst = InstanceName::new("example").unwrap();
-        let marker = crate::host::under_root(tmp.path(), &marker_path(&inst));
+        let marker = crate::host::under_root(tmp.path(), &provision_owed_path(&inst));
         std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
         std::fs::create_dir(&marker).unwrap();
         assert_eq!(

@@ -748,7 +748,7 @@ struct ChatPaths {
 impl ChatPaths {
     fn of(layout: &Layout<'_>) -> ChatPaths {
         let inst = layout.instance();
-        let vhost = layout.vhost_dir().join(names::chat_vhost_file(inst));
+        let vhost = layout.chat_vhost_path();
         ChatPaths {
             listening: vec![
                 names::chatd_socket_unit(inst),

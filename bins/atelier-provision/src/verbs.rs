@@ -393,7 +393,7 @@ pub fn remove_verb(
 /// Why the marker of what an apply owes could not be written.
 fn marker_unwritable(inst: &atelier_layout::InstanceName, e: atelier_fs::FsError) -> VerbError {
     VerbError::Write {
-        path: owed::marker_path(inst),
+        path: atelier_layout::paths::provision_owed_path(inst),
         source: std::io::Error::other(e),
     }
 }

@@ -16,6 +16,9 @@ pub const STATE_BASE: &str = "/var/lib/atelier";
 /// Where instances' sockets live. Never declared: every door unit masks `/run`, which is what
 /// hides sited's socket and every other site's gate from a run.
 pub const RUNTIME_BASE: &str = "/run/atelier";
+/// Where the provisioner notes what an apply still owes the host, one file per instance. Below
+/// `/run`: a boot pays every reload and restart anyway.
+pub const PROVISION_OWED_BASE: &str = "/run/atelier-provision";
 /// Where site webspaces live by default: `<SERVED_BASE>/<inst>/<domain>`.
 pub const SERVED_BASE: &str = "/srv/atelier";
 /// Where unit files are written by default.
@@ -127,6 +130,11 @@ const _: () = assert!(PRIVATE_PIDS_SINCE > SYSTEMD_FLOOR);
 /// The instance's runtime dir: `/run/atelier/<inst>`.
 pub fn runtime_dir(inst: &InstanceName) -> PathBuf {
     Path::new(RUNTIME_BASE).join(inst.as_str())
+}
+
+/// `/run/atelier-provision/<inst>.owed`: the follow-up steps an apply of `inst` still owes.
+pub fn provision_owed_path(inst: &InstanceName) -> PathBuf {
+    Path::new(PROVISION_OWED_BASE).join(format!("{inst}.owed"))
 }
 
 /// sited's socket: `/run/atelier/<inst>/sited.sock`.
@@ -1069,6 +1077,12 @@ impl<'d> Layout<'d> {
         })
     }
 
+    /// Where the CMS's vhost is, with a chat block or without.
+    pub fn chat_vhost_path(&self) -> PathBuf {
+        self.vhost_dir()
+            .join(names::chat_vhost_file(self.instance()))
+    }
+
     /// Where the vhost of `slug`'s `surface` is, rendered or not.
     pub fn site_vhost_path(&self, slug: &str, surface: Surface) -> PathBuf {
         let inst = self.instance();
@@ -1374,8 +1388,7 @@ impl<'d> Layout<'d> {
             }
         }
         if self.decl.chat.is_some() {
-            let file = names::chat_vhost_file(inst);
-            out.push(self.entry(Role::Vhost, self.vhost_dir().join(file), None));
+            out.push(self.entry(Role::Vhost, self.chat_vhost_path(), None));
         }
         if self.uses_letsencrypt() {
             out.push(self.entry(Role::RenewalHook, self.renewal_hook_path(), None));

@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 
 use atelier_layout::declaration::Chat;
-use atelier_layout::names;
 use atelier_layout::paths::Role;
 use atelier_layout::services;
 use atelier_layout::Layout;
@@ -42,9 +41,7 @@ pub(super) fn render(layout: &Layout<'_>, out: &mut Vec<Artifact>) -> Result<(),
         return Ok(());
     };
     let view = CmsView::new(layout, chat)?;
-    let path = layout
-        .vhost_dir()
-        .join(names::chat_vhost_file(layout.instance()));
+    let path = layout.chat_vhost_path();
     let mut vhost = artifact(
         layout,
         path,
