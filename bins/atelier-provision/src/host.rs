@@ -92,6 +92,9 @@ pub struct HostState {
     /// The daemons that read their inputs once, at start (sited, the gates), by unit name; a
     /// unit absent from the map is not running.
     pub services: BTreeMap<String, ServiceState>,
+    /// systemd (PID 1 here) could not say which daemons run and since when: any may run with
+    /// inputs older than what is declared, so none is taken for current.
+    pub services_unknown: bool,
     /// The instance's door runs (turns, builds, git) running now, by unit name: a daemon
     /// restarted under them would cut them off.
     pub live_runs: Vec<String>,
@@ -379,6 +382,13 @@ fn observe(root: &Path, path: &Path, with_content: bool) -> Option<Observed> {
 pub fn systemd_version() -> Option<u32> {
     let out = Command::new("systemctl").arg("--version").output().ok()?;
     parse_systemd_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Whether the host was booted with systemd as PID 1 (its runtime folder exists). On a host
+/// that was not, nothing runs under systemd and a failed query of it says nothing is
+/// running; on one that was, a failed query is an unknown.
+pub fn systemd_booted() -> bool {
+    Path::new("/run/systemd/system").is_dir()
 }
 
 /// Parses the first line of `systemctl --version`.

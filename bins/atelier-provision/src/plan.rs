@@ -254,14 +254,15 @@ pub enum Action {
         /// The command.
         argv: Vec<String>,
     },
-    /// A running daemon's restart, put off because runs it serves are live; nothing is done
-    /// until an apply finds them ended.
+    /// A running daemon's restart, put off because runs it serves are live (or systemd could
+    /// not say how it runs); nothing is done until an apply finds them ended.
     DeferRestart {
         /// The daemon's service unit.
         unit: String,
         /// What changed since it started.
         because: String,
-        /// The live runs a restart would cut off.
+        /// The live runs a restart would cut off (none when systemd could not say how the
+        /// daemon runs).
         live: Vec<String>,
         /// Door units left as they are until this daemon restarts (sited's only): the running
         /// sited holds every run's door to the units it was built for.
@@ -418,11 +419,10 @@ impl fmt::Display for Action {
                 live,
                 held,
             } => {
-                write!(
-                    f,
-                    "restart {unit} deferred: {because}; live runs it serves: {}",
-                    live.join(", ")
-                )?;
+                write!(f, "restart {unit} deferred: {because}")?;
+                if !live.is_empty() {
+                    write!(f, "; live runs it serves: {}", live.join(", "))?;
+                }
                 if !held.is_empty() {
                     let held: Vec<String> = held.iter().map(|p| p.display().to_string()).collect();
                     write!(
@@ -431,7 +431,11 @@ impl fmt::Display for Action {
                         held.join(", ")
                     )?;
                 }
-                write!(f, "; apply again once they end")
+                if live.is_empty() {
+                    write!(f, "; apply again once systemd answers")
+                } else {
+                    write!(f, "; apply again once they end")
+                }
             }
             Action::Symlink {
                 path,

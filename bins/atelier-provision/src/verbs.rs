@@ -176,15 +176,19 @@ pub fn prepare(
     let paths = plan::observed_paths(&layout, &sites, &artifacts, &allocation.removed);
     let entries = host::observe_entries(root, paths.iter().map(|(p, read)| (p.as_path(), *read)));
     let live_runs = host::live_runs(&plan::run_stems(&layout, &sites));
+    let services = host::service_states(&plan::daemon_units(&layout, &sites));
+    // Without systemd as PID 1 nothing of the instance runs, and every query fails.
+    let booted = host::systemd_booted();
     let host = HostState {
         accounts,
         entries,
         systemd_version,
         web_server_present: host::web_server_present(root, decl.web.server),
         units: host::unit_states(&plan::socket_units(&layout, &sites)).unwrap_or_default(),
-        services: host::service_states(&plan::daemon_units(&layout, &sites)).unwrap_or_default(),
-        live_runs: live_runs.clone().unwrap_or_default(),
-        live_runs_unknown: live_runs.is_none(),
+        services_unknown: services.is_none() && booted,
+        services: services.unwrap_or_default(),
+        live_runs_unknown: live_runs.is_none() && booted,
+        live_runs: live_runs.unwrap_or_default(),
         owed: host::read_owed(root, layout.instance()),
     };
     Ok(Prepared {

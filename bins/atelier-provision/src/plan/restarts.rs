@@ -8,6 +8,11 @@
 //! tunnels), so while one is live the restart is deferred by name instead, and the plan keeps
 //! deferring it (and `check` reports it) until an apply finds the runs ended.
 //!
+//! A host booted with systemd whose PID 1 could not say which daemons run and since when
+//! (a failed `systemctl show`) proves nothing current: what the plan writes restarts its
+//! daemons as usual, and every other daemon is deferred with that reason, so `check` reports
+//! it instead of a clean host.
+//!
 //! While sited's restart is deferred it keeps holding every run's door to the units it was
 //! built for. A changed door unit written then would have it refuse every new run of every
 //! site as nonconformant until it restarts, so changed door units wait, named in the
@@ -22,9 +27,15 @@ use atelier_layout::services;
 use atelier_layout::{names, Door, SiteOrdinal};
 
 use super::{argv, AccountStep, Action, Disposition, ExecStep, Phase, Planner};
+use crate::host::ServiceState;
 
 /// What a deferral names as live when systemd could not list the runs.
 const LIVE_RUNS_UNKNOWN: &str = "(systemd could not list the live runs)";
+
+/// Why a daemon none of whose inputs this plan writes is deferred when systemd could not say
+/// whether it runs or since when: it may run with inputs an earlier apply changed.
+const STATE_UNKNOWN: &str = "systemd could not say whether it runs or when it started, so \
+                             whether it read what is declared is unknown";
 
 /// One daemon the plan looks at.
 struct Daemon {
@@ -47,6 +58,16 @@ impl Planner<'_> {
         let sited = names::sited_service_unit(self.input.layout.instance());
         for daemon in daemons(self.input.layout, &self.input.sites()) {
             let Some(why) = self.stale(&daemon, written) else {
+                if self.state_unknown(&daemon) {
+                    // Not restarted blind (it may be current, and a restart cuts off what it
+                    // serves), but not taken for current either: `check` reports it.
+                    self.actions.push(Action::DeferRestart {
+                        unit: daemon.unit,
+                        because: STATE_UNKNOWN.to_owned(),
+                        live: Vec::new(),
+                        held: Vec::new(),
+                    });
+                }
                 continue;
             };
             let live = self.live_runs_of(&daemon);
@@ -139,9 +160,22 @@ impl Planner<'_> {
             .collect()
     }
 
-    /// Why a running `daemon` must restart, or `None` if it runs with what is declared.
+    /// Whether systemd could not say how `daemon` runs.
+    fn state_unknown(&self, daemon: &Daemon) -> bool {
+        let host = self.input.host;
+        host.services_unknown && !host.services.contains_key(&daemon.unit)
+    }
+
+    /// Why a running `daemon` must restart, or `None` if it runs with what is declared. One
+    /// whose state systemd could not give is taken to be running since an unknown time: what
+    /// this plan writes restarts it (`try-restart` leaves a stopped one stopped).
     fn stale(&self, daemon: &Daemon, written: &BTreeSet<PathBuf>) -> Option<String> {
-        let state = self.input.host.services.get(&daemon.unit)?;
+        let unknown = ServiceState::default();
+        let state = match self.input.host.services.get(&daemon.unit) {
+            Some(state) => state,
+            None if self.state_unknown(daemon) => &unknown,
+            None => return None,
+        };
         let mut why = Vec::new();
         for input in &daemon.inputs {
             let changed_now = written.contains(input);
@@ -289,6 +323,8 @@ mod tests {
 
     const SITED: &str = "atelier-sited@example.service";
     const GATE_1: &str = "atelier-example-s1-gate.service";
+    const GATE_2: &str = "atelier-example-s2-gate.service";
+    const CHATD: &str = "atelier-chatd@example.service";
 
     /// A fixture whose artifacts include sited's env file (naming `slugs`) and site 1's turn
     /// plan (listing `hosts`), converged, with sited and site 1's gate running since after
@@ -385,6 +421,59 @@ mod tests {
             _ => None,
         });
         assert_eq!(deferred, Some(vec![super::LIVE_RUNS_UNKNOWN.to_owned()]));
+    }
+
+    /// A failed `systemctl show` is no proof that the daemons read what is declared: what the
+    /// plan writes restarts them, and the others are reported, not taken for current.
+    #[test]
+    fn daemons_systemd_cannot_describe_are_restarted_for_what_is_written_and_reported_otherwise() {
+        let mut f = running(&["blog", "shop"], "\"a.example\"");
+        f.host.services.clear();
+        f.host.services_unknown = true;
+        let plan = f.plan().unwrap();
+        let deferred: Vec<(&str, &str)> = plan
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeferRestart {
+                    unit,
+                    because,
+                    live,
+                    ..
+                } if live.is_empty() => Some((unit.as_str(), because.as_str())),
+                _ => None,
+            })
+            .collect();
+        let units: Vec<&str> = deferred.iter().map(|(unit, _)| *unit).collect();
+        assert_eq!(units, [SITED, GATE_1, GATE_2, CHATD], "{plan:#?}");
+        assert!(deferred.iter().all(|(_, why)| *why == super::STATE_UNKNOWN));
+        assert_eq!(
+            argvs(&plan),
+            Vec::<String>::new(),
+            "nothing restarted blind"
+        );
+        assert!(plan[0]
+            .to_string()
+            .ends_with("apply again once systemd answers"));
+        // A changed gate plan restarts its gate (try-restart leaves a stopped one stopped);
+        // the daemons whose inputs are unchanged stay reported.
+        declare_inputs(&mut f, "\"a.example\",\"b.example\"");
+        let plan = f.plan().unwrap();
+        assert_eq!(argvs(&plan), [format!("systemctl try-restart {GATE_1}")]);
+        let deferred: Vec<&str> = plan
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeferRestart { unit, .. } => Some(unit.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deferred, [SITED, GATE_2, CHATD]);
+        // A host that answers again is judged as usual.
+        f.host.services_unknown = false;
+        assert!(!f
+            .plan()
+            .unwrap()
+            .iter()
+            .any(|a| matches!(a, Action::DeferRestart { .. })));
     }
 
     #[test]
