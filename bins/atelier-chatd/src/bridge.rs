@@ -2,6 +2,10 @@
 //! emitting `toolRequest` on its stream, and waits until the browser posts the result to
 //! `POST /admin/api/ai/tool-result` (or 90 s pass, or the turn ends).
 //!
+//! A stopping chatd accepts no new connection, so a result the browser posts then never
+//! arrives: once the registry is closed, a turn whose bridge waits (or comes to wait) on the
+//! browser learns it is stranded and ends at once instead of holding the drain.
+//!
 //! Bridges live in this process only. Unlike the original, a bridge belongs to the user who
 //! opened it: a result posted by anyone else is answered exactly like an unknown bridge (404),
 //! so ids are no longer bearer capabilities. The CMS's own editor bridges post their results to
@@ -16,7 +20,7 @@ use hyper::header::CONTENT_TYPE;
 use hyper::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::caller::{Caller, Capability, SessionCookie};
 use crate::cms::CmsClient;
@@ -93,12 +97,25 @@ struct Entry {
     owner: String,
     pending: HashMap<String, Waiter>,
     snapshot: Arc<Mutex<Option<Value>>>,
+    /// Told of every call registered, for [`Bridge::stranded`].
+    registered: Arc<Notify>,
 }
 
 /// The registry of open bridges in this process.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Bridges {
     open: Arc<Mutex<HashMap<String, Entry>>>,
+    /// Whether the process is stopping (see the module's note).
+    closing: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Bridges {
+    fn default() -> Self {
+        Self {
+            open: Arc::default(),
+            closing: Arc::new(watch::Sender::new(false)),
+        }
+    }
 }
 
 impl Bridges {
@@ -117,12 +134,14 @@ impl Bridges {
     ) -> Bridge {
         let id = crate::ids::new_id();
         let snapshot = Arc::new(Mutex::new(snapshot));
+        let registered = Arc::new(Notify::new());
         self.lock().insert(
             id.clone(),
             Entry {
                 owner: owner.to_owned(),
                 pending: HashMap::new(),
                 snapshot: Arc::clone(&snapshot),
+                registered: Arc::clone(&registered),
             },
         );
         Bridge {
@@ -131,7 +150,20 @@ impl Bridges {
             events,
             snapshot,
             timeout: BROWSER_TOOL_TIMEOUT,
+            registered,
         }
+    }
+
+    /// Marks the process as stopping: from now on every turn waiting on the browser, or
+    /// coming to, is stranded. Idempotent.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    fn has_pending(&self, bridge_id: &str) -> bool {
+        self.lock()
+            .get(bridge_id)
+            .is_some_and(|entry| !entry.pending.is_empty())
     }
 
     /// Returns true if and only if bridge `id` is open.
@@ -167,6 +199,8 @@ impl Bridges {
         match self.lock().get_mut(bridge_id) {
             Some(entry) => {
                 entry.pending.insert(request_id.to_owned(), waiter);
+                // A permit is kept when nobody waits yet, so no registration goes unseen.
+                entry.registered.notify_one();
                 true
             }
             None => false,
@@ -200,6 +234,7 @@ pub struct Bridge {
     events: mpsc::UnboundedSender<LoopEvent>,
     snapshot: Arc<Mutex<Option<Value>>>,
     timeout: Duration,
+    registered: Arc<Notify>,
 }
 
 /// Removes a call's waiter however the call ends, an abort (the future dropped) included.
@@ -275,6 +310,26 @@ impl Bridge {
             .call_browser(&call.name, call.arguments.clone())
             .await?;
         Ok(output.into_tool_result(&call.id))
+    }
+
+    /// Resolves once the process is stopping while this bridge waits for a browser result,
+    /// which can then no longer arrive; pending for as long as neither holds.
+    pub async fn stranded(&self) {
+        let mut closing = self.bridges.closing.subscribe();
+        loop {
+            if *closing.borrow_and_update() && self.bridges.has_pending(&self.id) {
+                return;
+            }
+            tokio::select! {
+                changed = closing.changed() => {
+                    if changed.is_err() {
+                        // The registry is gone with the process; nothing will change.
+                        std::future::pending::<()>().await;
+                    }
+                }
+                () = self.registered.notified() => {}
+            }
+        }
     }
 
     /// Closes the bridge: later posts get 404 and pending calls fail. Idempotent.
@@ -429,6 +484,41 @@ mod tests {
             long.call_browser("t", json!({})).await,
             Err(BridgeError::Destroyed)
         );
+    }
+
+    /// Whether `future` has resolved after the ready work it can do.
+    fn resolved<F: std::future::Future + Unpin>(future: &mut F) -> bool {
+        use futures_util::FutureExt as _;
+        future.now_or_never().is_some()
+    }
+
+    #[tokio::test]
+    async fn a_stopping_process_strands_exactly_the_turns_waiting_on_the_browser() {
+        let bridges = Bridges::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let waiting = bridges.open("alice", tx.clone(), None);
+        let idle = bridges.open("bob", tx, None);
+        let call = waiting.call_browser("t", json!({}));
+        tokio::pin!(call);
+        assert!(!resolved(&mut call));
+        assert!(matches!(rx.try_recv(), Ok(LoopEvent::ToolRequest { .. })));
+        let stranded = waiting.stranded();
+        tokio::pin!(stranded);
+        let idle_stranded = idle.stranded();
+        tokio::pin!(idle_stranded);
+        assert!(!resolved(&mut stranded), "a serving process strands nobody");
+
+        bridges.close();
+        assert!(
+            resolved(&mut stranded),
+            "its call cannot be answered any more"
+        );
+        assert!(!resolved(&mut idle_stranded), "a turn not waiting goes on");
+        // A call the idle turn makes after the close strands it at once.
+        let late = idle.call_browser("t", json!({}));
+        tokio::pin!(late);
+        assert!(!resolved(&mut late));
+        assert!(resolved(&mut idle_stranded));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! Abort owns the whole response: the turn runs in a task that watches the response body; when
 //! the client goes away the runner's future is dropped (cancelling its provider request and any
 //! browser tool wait), unresolved calls are persisted as interrupted and the lease is released.
+//! A stopping chatd ends the same way, with an error line, each turn that waits on the browser
+//! (whose result cannot reach it any more); the others finish within the drain.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,6 +49,12 @@ const TITLE_MAX_CHARS: usize = 60;
 
 /// Buffer of the response body: the turn waits for a slow client instead of piling up lines.
 const STREAM_BUFFER: usize = 64;
+
+/// Why a turn ended that waited on the browser when chatd was stopped: the result would
+/// come on a new connection, which a stopping chatd no longer accepts.
+const STOPPED_WAITING_FOR_BROWSER: &str =
+    "The AI runtime is restarting and could not wait for the editor's tool result. \
+     Send your message again.";
 
 /// How often the end of a turn is tried to be recorded before the next start is left to.
 const END_RECORD_ATTEMPTS: u32 = 3;
@@ -359,6 +367,8 @@ async fn drive_turn(
     mut events: mpsc::UnboundedReceiver<LoopEvent>,
 ) {
     let mut run = Some(run);
+    let stranded = bridge.stranded();
+    tokio::pin!(stranded);
     let ending = loop {
         tokio::select! {
             biased;
@@ -370,6 +380,8 @@ async fn drive_turn(
                     }
                 }
             }
+            // After the queued events, so the call it waits on has its row.
+            () = &mut stranded => break Ending::Error(STOPPED_WAITING_FOR_BROWSER.to_owned()),
             () = async { if let Some(run) = run.as_mut() { run.await } }, if run.is_some() => {
                 run = None;
                 // Whatever the runner sent before finishing is still queued.

@@ -156,14 +156,17 @@ pub async fn run_with(
             live_status(leases.count(), &serving)
         })
     };
+    let bridges = router.bridges().clone();
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
     };
-    // From the stop signal on, STATUS= tells of the drain.
+    // From the stop signal on, STATUS= tells of the drain, and turns waiting on a browser
+    // result (which would come on a connection no longer accepted) end.
     let stop_reporting = status.abort_handle();
     atelier_daemon::serve_with_stop_hook(api, handler, notifier, &serving, move || {
-        stop_reporting.abort()
+        stop_reporting.abort();
+        bridges.close();
     })
     .await?;
     status.abort();

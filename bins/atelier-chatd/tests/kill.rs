@@ -2,7 +2,8 @@
 //! and unanswered, during a pricing refresh, during an image decode, amid a burst of
 //! concurrent turns whose writes share group commits — then a restart: SQLite's integrity
 //! check passes, nothing half-written is visible, every acknowledged message is there, the
-//! killed turn's start gets its end in the audit log, and the conversation goes on.
+//! killed turn's start gets its end in the audit log, and the conversation goes on. And a stop
+//! (SIGTERM) while a turn waits on the browser, which ends that turn at once.
 
 use crate::support;
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{
-    call, chat_frames, kill_9, prepare_dir, scripted, send, start, Answer, ALL_CAPS,
+    call, chat_frames, kill_9, prepare_dir, scripted, send, start, terminate, Answer, ALL_CAPS,
 };
 use base64::Engine as _;
 use hyper::{Method, StatusCode};
@@ -56,7 +57,7 @@ async fn ollama(capabilities: Value, turns: Vec<(Vec<Value>, bool)>) -> support:
     .await
 }
 
-async fn ollama_conversation(socket: &Path, base_url: &str) -> String {
+async fn ollama_conversation(socket: &Path, base_url: &str, scope: &str) -> String {
     let (status, body) = call(
         socket,
         Method::POST,
@@ -73,7 +74,7 @@ async fn ollama_conversation(socket: &Path, base_url: &str) -> String {
         socket,
         Method::POST,
         "/admin/api/ai/conversations",
-        Some(json!({"scope": "content", "credentialId": credential, "modelId": "qwen3"})),
+        Some(json!({"scope": scope, "credentialId": credential, "modelId": "qwen3"})),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
@@ -97,7 +98,7 @@ async fn kill_9_mid_turn_heals_the_conversation_and_the_next_turn_replays_it() {
     .await;
     let dir = prepare_dir();
     let mut daemon = start(dir.path(), &[], 0).await;
-    let id = ollama_conversation(&daemon.socket, &provider.base_url).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url, "content").await;
 
     let mut reply = send(
         &daemon.socket,
@@ -226,6 +227,85 @@ async fn kill_9_mid_turn_heals_the_conversation_and_the_next_turn_replays_it() {
     assert_eq!(events[2]["metadata"]["providerId"], "ollama");
 }
 
+/// A stop while a turn waits on the browser: the result would come on a connection the
+/// stopping chatd no longer accepts, so the turn ends at once (not after the drain's deadline)
+/// with a line saying why, its call closed as interrupted and its end recorded; the provider
+/// is not asked again.
+#[tokio::test]
+async fn a_stop_ends_a_turn_waiting_on_the_browser_at_once_and_records_it() {
+    let tool_call = vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Looking."}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_b",
+            "type": "function", "function": {"name": "site_get_node_html",
+            "arguments": "{\"nodeId\":\"n7\"}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ];
+    let provider = ollama(
+        json!(["completion", "tools"]),
+        vec![(tool_call, false), (text_chunks("Never asked."), false)],
+    )
+    .await;
+    let dir = prepare_dir();
+    let mut daemon = start(dir.path(), &[], 0).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url, "site").await;
+    let mut reply = send(
+        &daemon.socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Show n7"}]})),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    while reply.line().await.unwrap()["type"] != "toolRequest" {}
+
+    assert!(terminate(&mut daemon).await.success());
+    let stopped = "The AI runtime is restarting and could not wait for the editor's tool result. \
+                   Send your message again.";
+    assert_eq!(
+        reply.lines().await,
+        [
+            json!({"type": "toolResult", "toolCallId": "call_b", "toolName": "site_get_node_html",
+                   "ok": false, "error": INTERRUPTED}),
+            json!({"type": "error", "message": stopped}),
+        ]
+    );
+    assert_eq!(provider.requests_to("/v1/chat/completions").len(), 1);
+
+    let daemon = start(dir.path(), &[], 1).await;
+    let (status, detail) = call(
+        &daemon.socket,
+        Method::GET,
+        &format!("/admin/api/ai/conversations/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let last = detail["conversation"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool");
+    assert_eq!(
+        last["content"],
+        json!([{"kind": "toolResult", "ok": false, "error": INTERRUPTED}])
+    );
+    let (status, log) = call(
+        &daemon.socket,
+        Method::GET,
+        "/admin/api/ai/audit/events?action=ai.chat.",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{log}");
+    let ended = &log["events"][0];
+    assert_eq!(ended["action"], "ai.chat.failed", "{log}");
+    assert_eq!(ended["metadata"]["error"], stopped);
+}
+
 /// A pricing catalogue big enough that storing it takes a while.
 fn big_catalogue(models: usize) -> Value {
     json!({"data": (0..models).map(|n| json!({
@@ -344,7 +424,7 @@ async fn kill_9_during_an_image_decode_stores_nothing_and_the_conversation_goes_
     .await;
     let dir = prepare_dir();
     let mut daemon = start(dir.path(), &[], 0).await;
-    let id = ollama_conversation(&daemon.socket, &provider.base_url).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url, "content").await;
     let image = large_jpeg();
     let content: Vec<Value> = (0..8)
         .map(|_| json!({"kind": "image", "mimeType": "image/jpeg", "data": image}))
@@ -582,7 +662,7 @@ async fn kill_9_during_a_burst_of_concurrent_turns_loses_no_acknowledged_message
     let dir = prepare_dir();
     let database = dir.path().join("chat.sqlite3");
     let mut daemon = start(dir.path(), &[], 0).await;
-    let first = ollama_conversation(&daemon.socket, &provider.base_url).await;
+    let first = ollama_conversation(&daemon.socket, &provider.base_url, "content").await;
     let (_, detail) = call(
         &daemon.socket,
         Method::GET,

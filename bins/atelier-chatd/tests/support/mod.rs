@@ -413,6 +413,19 @@ pub fn kill_9(daemon: &mut Daemon) {
     daemon.child.wait().unwrap();
 }
 
+/// SIGTERM, and the exit status once the process is gone (it drains first).
+pub async fn terminate(daemon: &mut Daemon) -> std::process::ExitStatus {
+    let pid = daemon.child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    loop {
+        if let Some(status) = daemon.child.try_wait().unwrap() {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A response whose body is read as it comes.
 pub struct Reply {
     pub status: StatusCode,
