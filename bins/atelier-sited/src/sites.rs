@@ -664,7 +664,9 @@ impl Sites {
     }
 
     /// Bytes the site uses: its workspace plus its declared release stores (links are not
-    /// followed; what is missing counts 0).
+    /// followed; what is missing counts 0, and so does what goes away while it is measured).
+    /// A store that cannot be measured fails the measure as the workspace does: counted as
+    /// empty, it would let exactly the largest sites past their quota.
     pub fn usage_bytes(&self, slug: &str) -> Result<u64, SiteError> {
         let slug = Slug::parse(slug).map_err(|_| SiteError::NotFound(slug.to_owned()))?;
         let root = self.sites_root()?;
@@ -677,7 +679,7 @@ impl Sites {
                         &row.surfaces.prod.store_dir,
                     ] {
                         if let Some(rel) = site_table::inside(&row.webspace, store) {
-                            total += tree::usage_bytes(&webspace, Some(&rel)).unwrap_or(0);
+                            total += tree::usage_bytes(&webspace, Some(&rel))?;
                         }
                     }
                 }

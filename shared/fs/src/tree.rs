@@ -14,6 +14,10 @@ use rustix::io::Errno;
 /// the daemon.
 const MAX_WALK_ENTRIES: usize = 200_000;
 
+/// Entries a usage measure visits at most: more than a walk that copies or removes, as a
+/// site's release stores hold several builds' trees side by side, and a measure only stats.
+const MAX_MEASURED_ENTRIES: usize = 2_000_000;
+
 fn io(op: &'static str, path: &Path, errno: Errno) -> FsError {
     FsError::Io {
         op,
@@ -147,7 +151,9 @@ fn empty_dir(dir: &Root, depth: usize) -> Result<(), FsError> {
 }
 
 /// Bytes of the regular files under `rel` (or the root for `None`); links are not followed
-/// and a missing directory counts 0.
+/// (a link, or a file, where the folder should be counts 0) and a missing folder counts 0. The tree may change while it is measured (a run that
+/// installs packages, a build): an entry that is gone or became something else by the time
+/// it is looked at counts as what it is then, or 0, never as a failure.
 pub fn usage_bytes(root: &Root, rel: Option<&Path>) -> Result<u64, FsError> {
     let opened;
     let dir = match rel {
@@ -156,7 +162,8 @@ pub fn usage_bytes(root: &Root, rel: Option<&Path>) -> Result<u64, FsError> {
                 opened = d;
                 &opened
             }
-            Err(FsError::NotFound { .. }) => return Ok(0),
+            // A link is not followed, whether it is the folder itself or on the way to it.
+            Err(e) if replaced(&e) => return Ok(0),
             Err(e) => return Err(e),
         },
         None => root,
@@ -171,18 +178,53 @@ fn usage_walk(dir: &Root, depth: usize, total: &mut u64, seen: &mut usize) -> Re
     if depth > 256 {
         return Err(io("measure", dir.path(), Errno::LOOP));
     }
-    for (name, kind) in list_dir(dir, None)? {
-        *seen += 1;
-        if *seen > MAX_WALK_ENTRIES {
-            return Err(io("measure", dir.path(), Errno::NOMEM));
+    let shown = dir.path().to_path_buf();
+    let mut reader = match rustix::fs::Dir::read_from(dir) {
+        Ok(reader) => reader,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(io("read", &shown, e)),
+    };
+    while let Some(entry) = reader.read() {
+        let entry = match entry {
+            Ok(entry) => entry,
+            // The folder was removed while it was read.
+            Err(Errno::NOENT) => break,
+            Err(e) => return Err(io("read", &shown, e)),
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
         }
-        match kind {
-            FileKind::Dir => usage_walk(&dir.open_dir(&name)?, depth + 1, total, seen)?,
-            FileKind::File => *total += dir.metadata(&name)?.len,
+        *seen += 1;
+        if *seen > MAX_MEASURED_ENTRIES {
+            return Err(io("measure", &shown, Errno::NOMEM));
+        }
+        let name = OsStr::from_bytes(name);
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(io("stat", &shown.join(name), e)),
+        };
+        match kind_of(FileType::from_raw_mode(stat.st_mode)) {
+            FileKind::Dir => match dir.open_dir(Path::new(name)) {
+                Ok(child) => usage_walk(&child, depth + 1, total, seen)?,
+                Err(error) if replaced(&error) => {}
+                Err(error) => return Err(error),
+            },
+            FileKind::File => *total += u64::try_from(stat.st_size).unwrap_or(0),
             FileKind::Symlink | FileKind::Other => {}
         }
     }
     Ok(())
+}
+
+/// Whether opening a folder failed because it is not there, or is not a folder (a link, a
+/// file), maybe swapped since it was listed: it counts 0.
+fn replaced(error: &FsError) -> bool {
+    matches!(
+        error,
+        FsError::NotFound { .. } | FsError::SymlinkRefused { .. } | FsError::NotDirectory { .. }
+    )
 }
 
 /// Sets `dir_mode` on every directory and `file_mode` on every regular file below `root` (the
@@ -313,6 +355,50 @@ mod tests {
         assert!(outside.join("keep/file").exists());
         assert!(!remove_tree(&root, "ws").unwrap());
         assert_eq!(usage_bytes(&root, Some(Path::new("ws"))).unwrap(), 0);
+    }
+
+    /// A run installing packages while a turn or a publish measures the site: files and
+    /// folders come and go, and one is swapped for a link, under the walk. Every measure
+    /// answers (what is there when looked at); none fails.
+    #[test]
+    fn usage_is_measured_while_the_tree_changes_under_the_walk() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("kept")).unwrap();
+        std::fs::write(ws.join("kept/f"), b"12345").unwrap();
+        let root = Root::open(tmp.path()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let churn = {
+            let (ws, stop) = (ws.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut rounds = 0u32;
+                while !stop.load(Ordering::Relaxed) || rounds < 50 {
+                    for n in 0..40 {
+                        let dir = ws.join(format!("pkg{n}"));
+                        let _ = std::fs::create_dir_all(dir.join("lib"));
+                        let _ = std::fs::write(dir.join("lib/index.js"), b"x");
+                        let _ = std::fs::write(dir.join("package.json"), b"{}");
+                    }
+                    for n in 0..40 {
+                        let dir = ws.join(format!("pkg{n}"));
+                        let _ = std::fs::remove_dir_all(&dir);
+                        if n % 4 == 0 {
+                            let _ = std::os::unix::fs::symlink("/", &dir);
+                            let _ = std::fs::remove_file(&dir);
+                        }
+                    }
+                    rounds += 1;
+                }
+            })
+        };
+        for _ in 0..400 {
+            let bytes = usage_bytes(&root, Some(Path::new("ws"))).unwrap();
+            assert!(bytes >= 5, "{bytes}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        churn.join().unwrap();
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl Store {
         let id = ReleaseId::parse(id)?;
         let _lock = self.lock(FlockOperation::LockExclusive)?;
         self.open_release(&id)?;
-        self.flip(&id)?;
+        self.flip(&id).map_err(Flip::into_error)?;
         Ok(id)
     }
 
@@ -335,10 +335,15 @@ impl Store {
             return Err(e);
         }
         rustix::fs::fsync(&self.store).map_err(|errno| io_err("sync", &self.store_path, errno))?;
-        if let Err(e) = self.flip(&id) {
-            // Best effort, as above: a release no link ever served is not kept.
-            let _ = tree::remove_tree(&self.store, id.as_str());
-            return Err(e);
+        match self.flip(&id) {
+            Ok(()) => {}
+            Err(Flip::Unchanged(e)) => {
+                // Best effort, as above: a release no link ever served is not kept.
+                let _ = tree::remove_tree(&self.store, id.as_str());
+                return Err(e);
+            }
+            // The link serves the new release already: it stays, whatever is reported.
+            Err(Flip::Unsynced(e)) => return Err(e),
         }
         Ok(Promoted {
             id,
@@ -372,8 +377,8 @@ impl Store {
 
     /// Points the served link at release `id`: a new link `<link>.tmp-<id>` with the relative
     /// target `<store>/<id>`, renamed over the link in one `rename(2)`.
-    fn flip(&self, id: &ReleaseId) -> Result<(), ReleaseError> {
-        self.check_link()?;
+    fn flip(&self, id: &ReleaseId) -> Result<(), Flip> {
+        self.check_link().map_err(Flip::Unchanged)?;
         let target = self.store_rel.as_path().join(id.as_str());
         let mut temp = self.link_name.clone();
         temp.push(LINK_TEMP_INFIX);
@@ -382,27 +387,27 @@ impl Store {
         // A leftover of the same name can only be a crashed flip to this very id.
         match rustix::fs::unlinkat(&self.link_dir, &temp, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => {}
-            Err(errno) => return Err(io_err("remove", &temp_shown, errno)),
+            Err(errno) => return Err(Flip::Unchanged(io_err("remove", &temp_shown, errno))),
         }
         rustix::fs::symlinkat(&target, &self.link_dir, &temp)
-            .map_err(|errno| io_err("create the link", &temp_shown, errno))?;
+            .map_err(|errno| Flip::Unchanged(io_err("create the link", &temp_shown, errno)))?;
         if let Err(errno) =
             rustix::fs::renameat(&self.link_dir, &temp, &self.link_dir, &self.link_name)
         {
             let _ = rustix::fs::unlinkat(&self.link_dir, &temp, AtFlags::empty());
-            return Err(match errno {
+            return Err(Flip::Unchanged(match errno {
                 Errno::ISDIR | Errno::NOTEMPTY => ReleaseError::LinkNotSymlink {
                     link: self.link_path.clone(),
                 },
                 errno => io_err("rename the link over", &self.link_path, errno),
-            });
+            }));
         }
         rustix::fs::fsync(&self.link_dir).map_err(|errno| {
-            io_err(
+            Flip::Unsynced(io_err(
                 "sync",
                 self.link_path.parent().unwrap_or(Path::new("/")),
                 errno,
-            )
+            ))
         })
     }
 
@@ -413,6 +418,21 @@ impl Store {
         rustix::fs::flock(&dir, operation)
             .map_err(|errno| io_err("lock", &self.store_path, errno))?;
         Ok(StoreLock { _dir: dir })
+    }
+}
+
+/// How a flip of the served link failed: before the link changed, or after (it serves the new
+/// release, but its folder could not be synced).
+enum Flip {
+    Unchanged(ReleaseError),
+    Unsynced(ReleaseError),
+}
+
+impl Flip {
+    fn into_error(self) -> ReleaseError {
+        match self {
+            Flip::Unchanged(error) | Flip::Unsynced(error) => error,
+        }
     }
 }
 
