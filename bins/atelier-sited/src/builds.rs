@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::reservations::{Hold, Reservation};
 use crate::runs::{base_env, RunItem, RunSpec, Runner};
 use crate::sites::{SiteError, Sites};
+use atelier_site_api::wire::BuildWithLog;
 use atelier_site_api::Slug;
 
 /// The most of a build log `GET` returns: its end, where a failure is told.
@@ -217,13 +218,8 @@ impl Builds {
         };
         let this = self.clone();
         let (slug2, id2) = (slug.clone(), id.clone());
-        let written = tokio::task::spawn_blocking(move || -> Result<(), BuildError> {
-            let workspace = this.workspace(slug2.as_str())?;
-            let mut record = read_record(&workspace, slug2.as_str(), &id2)?;
-            finish(&mut record, outcome);
-            write_record(&workspace, &record)
-        })
-        .await;
+        let written =
+            tokio::task::spawn_blocking(move || this.record_end(&slug2, &id2, outcome)).await;
         match written {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -236,6 +232,23 @@ impl Builds {
         self.metrics.build_ended(ended, admitted.elapsed());
         drop(reservation);
         tracing::info!(site = %slug, build = %id, outcome = ended.as_str(), "build ended");
+    }
+
+    /// Gives build `id` its terminal record, unless it has one already (a promote records its
+    /// success itself). Blocking.
+    fn record_end(
+        &self,
+        slug: &Slug,
+        id: &str,
+        outcome: Result<String, String>,
+    ) -> Result<(), BuildError> {
+        let workspace = self.workspace(slug.as_str())?;
+        let mut record = read_record(&workspace, slug.as_str(), id)?;
+        if record.outcome != BuildOutcome::Running {
+            return Ok(());
+        }
+        finish(&mut record, outcome);
+        write_record(&workspace, &record)
     }
 
     async fn pipeline(&self, site: &Slug, id: &str, plan: &BuildPlan) -> Result<String, String> {
@@ -349,18 +362,20 @@ impl Builds {
             }
         }
         log(b"\n# promote to preprod\n");
-        let promoted = self.promote(site, &plan.output).await;
-        match &promoted {
-            Ok(release) => log(format!("released {release}\n").as_bytes()),
-            Err(why) => log(format!("# refused: {why}\n").as_bytes()),
+        let promoted = self.promote(site, id, &plan.output).await;
+        if let Err(why) = &promoted {
+            log(format!("# refused: {why}\n").as_bytes());
         }
         promoted.map_err(|_| build_error())
     }
 
-    /// Copies the verified output into preproduction's store and flips its link.
-    async fn promote(&self, slug: &Slug, output: &str) -> Result<String, String> {
+    /// Copies the verified output into preproduction's store, flips its link and records the
+    /// build's success, all in one blocking task: a sited stopped meanwhile (which cuts the
+    /// build's own task off, not this one) still has on record the release preproduction
+    /// serves, instead of a build the next start calls interrupted.
+    async fn promote(&self, slug: &Slug, id: &str, output: &str) -> Result<String, String> {
         let this = self.clone();
-        let (slug, output) = (slug.clone(), output.to_owned());
+        let (slug, id, output) = (slug.clone(), id.to_owned(), output.to_owned());
         tokio::task::spawn_blocking(move || {
             // Its prune must not take the release a publish is copying.
             let lock = this.sites.reservations().serving(slug.as_str());
@@ -378,9 +393,8 @@ impl Builds {
                 &row.surfaces.preprod.link_path,
             )
             .map_err(|e| e.to_string())?;
-            let source = this
-                .workspace(slug.as_str())
-                .map_err(|e| e.to_string())?
+            let source_workspace = this.workspace(slug.as_str()).map_err(|e| e.to_string())?;
+            let source = source_workspace
                 .open_dir(&output)
                 .map_err(|e| e.to_string())?;
             let promoted = store
@@ -389,7 +403,13 @@ impl Builds {
             if let Err(e) = store.prune(this.settings.releases_retained) {
                 tracing::warn!(site = %slug, error = %e, "pruning preproduction releases failed");
             }
-            Ok(promoted.id.as_str().to_owned())
+            let release = promoted.id.as_str().to_owned();
+            append_log(&source_workspace, &id, format!("released {release}\n").as_bytes());
+            if let Err(e) = this.record_end(&slug, &id, Ok(release.clone())) {
+                // The build's task records it again once this returns.
+                tracing::warn!(site = %slug, build = %id, error = %e, "recording the promoted build failed");
+            }
+            Ok(release)
         })
         .await
         .map_err(|e| e.to_string())?
@@ -416,7 +436,7 @@ impl Builds {
             })?
             .unwrap_or_default();
         let log = String::from_utf8_lossy(&log);
-        Ok((record, log_tail(skipped, &log)))
+        Ok((record, BuildWithLog::log_text(skipped, &log)))
     }
 
     /// The boot sweep's part: a build left `running` by a dead process is interrupted, and
@@ -499,16 +519,6 @@ fn busy_detail(hold: Hold) -> String {
         Hold::Session => "Cannot build while a session is running".to_owned(),
         Hold::Build => "A build is already running".to_owned(),
         other => crate::reservations::Busy(other).to_string(),
-    }
-}
-
-/// A build log's text as `GET` returns it: whole, or its end after a line saying how much of
-/// its start was left out.
-fn log_tail(skipped: u64, tail: &str) -> String {
-    if skipped == 0 {
-        tail.to_owned()
-    } else {
-        format!("# the log's first {skipped} bytes are left out\n{tail}")
     }
 }
 

@@ -141,6 +141,16 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
         interrupted_builds,
         "boot sweep done"
     );
+    let sites = router.sites().clone();
+    tokio::task::spawn_blocking(move || {
+        let removed = sites.remove_deleted_leftovers();
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "deleted workspaces a cut-short delete left removed"
+            );
+        }
+    });
     let sessions = router.sessions().clone();
     // The door a recovery commit goes through is started by PID 1 only once sited is ready;
     // the sites stay held `site_recovering` until then.

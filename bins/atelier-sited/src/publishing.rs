@@ -2,6 +2,7 @@
 //! the preproduction release that was previewed — a copy into its own store, never a rebuild —
 //! and any retained production release can be served again by flipping the link back.
 
+use std::path::Path;
 use std::time::SystemTime;
 
 use atelier_fs::{FsError, Root};
@@ -68,10 +69,18 @@ fn open_store(paths: &SurfacePaths, missing: &'static str) -> Result<Store, Publ
     match Store::open(&paths.store_dir, &paths.link_path) {
         Ok(store) => Ok(store),
         Err(ReleaseError::Fs(FsError::NotFound { .. })) => Err(PublishError::NoBuild(missing)),
-        Err(e) if e.is_refusal() => {
-            Err(SiteError::from(site_table::store_refused(&paths.store_dir, e)).into())
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(store_error(&paths.store_dir, e)),
+    }
+}
+
+/// A store's failure as publishing answers it: a refusal (a link or a folder where the served
+/// link or the store should be, never followed) is the webspace's, not the provisioner's
+/// layout; anything else is the release's own failure.
+fn store_error(store_dir: &Path, error: ReleaseError) -> PublishError {
+    if error.is_refusal() {
+        SiteError::from(site_table::store_refused(store_dir, error)).into()
+    } else {
+        error.into()
     }
 }
 
@@ -94,9 +103,12 @@ impl Sites {
         let row = self.declared_row(&status.manifest)?;
         self.ensure_store(&row, "prod")?;
         let (preprod, prod) = stores(&row)?;
-        let current = preprod.current()?.ok_or(PublishError::NoBuild(
-            "Nothing to publish — build the site first",
-        ))?;
+        let current = preprod
+            .current()
+            .map_err(|e| store_error(&row.surfaces.preprod.store_dir, e))?
+            .ok_or(PublishError::NoBuild(
+                "Nothing to publish — build the site first",
+            ))?;
         let incoming = match preprod.release_bytes(&current) {
             Ok(bytes) => bytes,
             Err(ReleaseError::UnknownRelease { .. }) | Err(ReleaseError::Fs(_)) => {
@@ -113,19 +125,14 @@ impl Sites {
                 ReleaseError::NothingToPublish { .. } | ReleaseError::UnknownRelease { .. } => {
                     PublishError::NoBuild("The current preprod release is missing — rebuild")
                 }
-                // The production webspace is not as the provisioner made it.
-                e if e.is_refusal() => {
-                    SiteError::from(site_table::store_refused(&row.surfaces.prod.store_dir, e))
-                        .into()
-                }
-                e => e.into(),
+                e => store_error(&row.surfaces.prod.store_dir, e),
             },
         )?;
         if let Err(e) = prod.prune(self.config().releases_retained) {
             tracing::warn!(site = %slug, error = %e, "pruning production releases failed");
         }
         let release = published.release.as_str().to_owned();
-        self.record_published(slug.as_str(), &release, actor)?;
+        self.record_published(slug.as_str(), &release, actor);
         Ok(Served {
             url: self.prod_url(&status.manifest.domain),
             release,
@@ -184,10 +191,10 @@ impl Sites {
             Err(ReleaseError::UnknownRelease { .. } | ReleaseError::InvalidReleaseId { .. }) => {
                 return Err(unknown())
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(store_error(&row.surfaces.prod.store_dir, e)),
         };
         let release = activated.as_str().to_owned();
-        self.record_published(slug.as_str(), &release, actor)?;
+        self.record_published(slug.as_str(), &release, actor);
         Ok(Served {
             url: self.prod_url(&status.manifest.domain),
             release,
@@ -199,7 +206,17 @@ impl Sites {
     }
 
     /// Records in `site.json` what production serves and who put it there.
-    fn record_published(&self, slug: &str, release: &str, actor: &Actor) -> Result<(), SiteError> {
+    /// Notes in the manifest what production serves now. Production changed already, so a
+    /// manifest that cannot take the note (an agent broke it meanwhile) fails nothing: the
+    /// answer and the audit entry still tell the change, and the journal why the note is
+    /// missing.
+    fn record_published(&self, slug: &str, release: &str, actor: &Actor) {
+        if let Err(error) = self.write_published(slug, release, actor) {
+            tracing::warn!(site = %slug, release, %error, "production serves the release, but the manifest could not record it");
+        }
+    }
+
+    fn write_published(&self, slug: &str, release: &str, actor: &Actor) -> Result<(), SiteError> {
         let workspace = Root::open(&self.config().sites_root)?.open_dir(slug)?;
         let mut manifest = manifest::read_manifest(&workspace, slug)?
             .ok_or_else(|| SiteError::NotFound(slug.to_owned()))?;

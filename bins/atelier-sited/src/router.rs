@@ -403,14 +403,19 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let publish = requests::publish(&body)?;
-                let (who, site) = (actor.clone(), slug.clone());
-                let served = publishing_task(sites, move |s| s.publish(&site, &who)).await?;
-                let mut detail = json!({ "release": served.release });
-                if let Some(note) = publish.note {
-                    detail["note"] = Value::String(note);
-                }
-                self.record(&actor, "publish", Some(slug.as_str()), detail)
-                    .await;
+                let audit = self.inner.audit.clone();
+                let served = publishing_task(sites, move |s| {
+                    let served = s.publish(&slug, &actor)?;
+                    let mut detail = json!({ "release": served.release });
+                    if let Some(note) = publish.note {
+                        detail["note"] = Value::String(note);
+                    }
+                    // In the change's own task, which runs to its end even when the caller
+                    // stops waiting: production never changes without its entry.
+                    audit.record(&actor, "publish", Some(slug.as_str()), detail);
+                    Ok(served)
+                })
+                .await?;
                 Ok(json_response(StatusCode::OK, &served))
             }
             Endpoint::Releases => {
@@ -423,16 +428,15 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let release = requests::rollback(&body).release;
-                let (who, site, wanted) = (actor.clone(), slug.clone(), release.clone());
-                let served =
-                    publishing_task(sites, move |s| s.rollback(&site, &wanted, &who)).await?;
-                self.record(
-                    &actor,
-                    "rollback",
-                    Some(slug.as_str()),
-                    json!({ "release": release }),
-                )
-                .await;
+                let audit = self.inner.audit.clone();
+                let served = publishing_task(sites, move |s| {
+                    let served = s.rollback(&slug, &release, &actor)?;
+                    // As for a publish: in the task that changed production.
+                    let detail = json!({ "release": release });
+                    audit.record(&actor, "rollback", Some(slug.as_str()), detail);
+                    Ok(served)
+                })
+                .await?;
                 Ok(json_response(StatusCode::OK, &served))
             }
             Endpoint::Audit => {

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use atelier_fs::{FileKind, FsError, Root};
 use serde_json::Value;
@@ -606,14 +606,43 @@ impl Sites {
                 }),
             }
         }
-        tree::remove_tree(&root, slug.as_str())?;
+        // The workspace leaves its slug in one rename, then goes: a delete cut short (a crash,
+        // a folder the agent made unreadable) never leaves half a workspace under the slug,
+        // which would be no site to delete and still block creating it again.
+        let retired = format!("{DELETED_PREFIX}{slug}-{}", unix_nanos());
+        root.rename_dir(slug.as_str(), &retired)?;
         root.remove_file(driver_record(slug.as_str()))?;
+        if let Err(error) = tree::remove_tree(&root, &retired) {
+            tracing::warn!(site = %slug, %error, "the deleted workspace is left as {retired}; the next start removes it");
+        }
         Ok(DeleteReport {
             deleted: slug.to_string(),
             purged_prod: purge_prod,
             removed_surfaces,
             skipped_surfaces,
         })
+    }
+
+    /// Removes what deletes cut short left in the sites root (see [`Sites::delete`]); the
+    /// count removed. Blocking.
+    pub fn remove_deleted_leftovers(&self) -> usize {
+        let Ok(root) = self.sites_root() else {
+            return 0;
+        };
+        let Ok(entries) = tree::list_dir(&root, None) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for (name, _) in entries {
+            let Some(name) = name.to_str().filter(|n| n.starts_with(DELETED_PREFIX)) else {
+                continue;
+            };
+            match tree::remove_tree(&root, name) {
+                Ok(_) => removed += 1,
+                Err(error) => tracing::warn!(%error, "a deleted workspace, {name}, is left"),
+            }
+        }
+        removed
     }
 
     /// Makes a surface's release store again when it is missing, with the provisioner's mode in
@@ -748,6 +777,16 @@ fn preprod_release(row: &SiteRow, watched: &mut Watched) -> Option<String> {
 fn has_manifest(root: &Root, slug: &Slug) -> bool {
     root.metadata(Path::new(slug.as_str()).join(manifest::MANIFEST_FILE))
         .is_ok()
+}
+
+/// What a deleted workspace is renamed to begin with, before `<slug>-<nanoseconds>`: no slug
+/// starts with a dot, so nothing reads it as a site.
+const DELETED_PREFIX: &str = ".deleted-";
+
+fn unix_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 fn driver_record(slug: &str) -> PathBuf {

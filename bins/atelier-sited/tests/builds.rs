@@ -29,6 +29,15 @@ impl Instance {
         call(&self.socket, Method::GET, path, Value::Null).await
     }
 
+    /// `POST /v1/sites` of alpha, declared in the site table.
+    async fn create_alpha(&self) -> Reply {
+        self.post(
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+        )
+        .await
+    }
+
     fn workspace(&self) -> PathBuf {
         self.root.join("sites/alpha")
     }
@@ -107,12 +116,7 @@ async fn instance(configure: impl FnOnce(&mut atelier_sited::RawSettings)) -> In
         socket,
         router,
     };
-    let created = instance
-        .post(
-            "/v1/sites",
-            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-        )
-        .await;
+    let created = instance.create_alpha().await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     instance
 }
@@ -273,12 +277,6 @@ async fn build_preview_publish_and_roll_back_the_exact_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
     let instance = instance(|_| {}).await;
-    let create = || {
-        instance.post(
-            "/v1/sites",
-            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-        )
-    };
     let delete = |query: &'static str| {
         call(
             &instance.socket,
@@ -306,7 +304,7 @@ async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
             !instance.webspace().join(".releases/pre").exists(),
             "{round}: the delete took preproduction's store"
         );
-        let created = create().await;
+        let created = instance.create_alpha().await;
         assert_eq!(
             created.status,
             StatusCode::CREATED,
@@ -362,6 +360,99 @@ async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
             "{round}: the store made again as provisioned"
         );
     }
+}
+
+/// A delete takes the workspace off its slug in one rename before removing it, so one cut
+/// short (a crash, an unreadable folder) leaves only a dot-named leftover: the slug is free
+/// to create again, the list does not see it, and the next start removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_cut_short_leaves_the_slug_free_and_its_leftover_goes_at_the_next_start() {
+    let instance = instance(|_| {}).await;
+    let sites_root = instance.root.join("sites");
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&sites_root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with('.') || n.starts_with(".deleted-"))
+            .collect();
+        names.sort();
+        names
+    };
+    let deleted = call(
+        &instance.socket,
+        Method::DELETE,
+        "/v1/sites/alpha",
+        json!({"actor": actor()}),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    assert_eq!(names(), Vec::<String>::new(), "nothing is left behind");
+
+    // What a delete cut short after its rename leaves.
+    let leftover = sites_root.join(".deleted-alpha-1765000000000000000");
+    std::fs::create_dir_all(leftover.join("src")).unwrap();
+    std::fs::write(leftover.join("src/index.html"), "<p>old</p>").unwrap();
+    let created = instance.create_alpha().await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let listed = instance.get("/v1/sites").await.json();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1, "{listed}");
+
+    let sites = instance.router.sites().clone();
+    let removed = tokio::task::spawn_blocking(move || sites.remove_deleted_leftovers())
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(names(), ["alpha"]);
+    assert!(instance.workspace().join("site.json").exists());
+}
+
+/// A folder where a served link should be (someone replaced `pre` or `web`) is the webspace's
+/// fault, refused by name as the contract says: publish and rollback answer 409
+/// `webspace_unavailable`, and production is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_where_a_served_link_should_be_is_webspace_unavailable() {
+    let instance = instance(|_| {}).await;
+    assert_eq!(instance.build().await["outcome"], "success");
+    let publish = || {
+        instance.post(
+            "/v1/sites/alpha/publish",
+            json!({"confirm": true, "actor": actor()}),
+        )
+    };
+    let published = publish().await;
+    assert_eq!(published.status, StatusCode::OK, "{}", published.body);
+    let release = published.json()["release"].as_str().unwrap().to_owned();
+    let page = instance.served("web", "index.html").unwrap();
+
+    let replace = |surface: &str| {
+        let link = instance.webspace().join(surface);
+        let target = std::fs::read_link(&link).unwrap();
+        std::fs::remove_file(&link).unwrap();
+        std::fs::create_dir(&link).unwrap();
+        std::fs::write(link.join("index.html"), "planted").unwrap();
+        move || {
+            std::fs::remove_dir_all(&link).unwrap();
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+        }
+    };
+    let restore = replace("pre");
+    let refused = publish().await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert_eq!(refused.json()["reason"], "webspace_unavailable");
+    assert_eq!(instance.served("web", "index.html").unwrap(), page);
+    restore();
+
+    let restore = replace("web");
+    let rollback = instance
+        .post(
+            "/v1/sites/alpha/rollback",
+            json!({"release": release, "actor": actor()}),
+        )
+        .await;
+    assert_eq!(rollback.status, StatusCode::CONFLICT, "{}", rollback.body);
+    assert_eq!(rollback.json()["reason"], "webspace_unavailable");
+    assert_eq!(instance.served("web", "index.html").unwrap(), "planted");
+    restore();
 }
 
 /// The store a deleted site lost is made again without following a link planted where it (or
@@ -433,12 +524,7 @@ async fn a_link_planted_where_a_deleted_store_was_is_refused_never_followed() {
             std::fs::remove_dir_all(&planted).unwrap();
         }
         std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
-        let created = instance
-            .post(
-                "/v1/sites",
-                json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-            )
-            .await;
+        let created = instance.create_alpha().await;
         assert_eq!(
             created.status,
             StatusCode::CREATED,

@@ -581,10 +581,25 @@ impl Root {
     /// followed (a link or anything but a regular file at `from` is refused), and an entry
     /// already at `to` is refused rather than replaced, so a rename never overwrites.
     pub fn rename_file(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
+        self.rename_kind(from.as_ref(), to.as_ref(), FileType::RegularFile)
+    }
+
+    /// Renames the directory `from` to `to` in the same tree, whole, in one step: a link or
+    /// anything but a directory at `from` is refused, and so is an entry already at `to`.
+    pub fn rename_dir(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
+        self.rename_kind(from.as_ref(), to.as_ref(), FileType::Directory)
+    }
+
+    fn rename_kind(&self, from: &Path, to: &Path, kind: FileType) -> Result<(), FsError> {
         let (from, to) = (RelPath::new(from)?, RelPath::new(to)?);
         let (old, new) = (self.locate(&from)?, self.locate(&to)?);
         match rustix::fs::statat(old.dir(), old.name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {}
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == kind => {}
+            Ok(_) if kind == FileType::Directory => {
+                return Err(FsError::NotDirectory {
+                    path: from.as_path().to_path_buf(),
+                })
+            }
             Ok(_) => return Err(not_regular(from.as_path())),
             Err(Errno::NOENT) => {
                 return Err(FsError::NotFound {

@@ -217,6 +217,34 @@ pub struct BuildWithLog {
     pub log: String,
 }
 
+/// The line a build log's text starts with when sited sends only its end: how many bytes of
+/// the log's start are left out.
+const LEFT_OUT_PREFIX: &str = "# the log's first ";
+const LEFT_OUT_SUFFIX: &str = " bytes are left out\n";
+
+impl BuildWithLog {
+    /// A log's text as sent: the whole log, or (`skipped` > 0) the line saying how many bytes
+    /// of its start are left out, then its `tail`.
+    pub fn log_text(skipped: u64, tail: &str) -> String {
+        if skipped == 0 {
+            tail.to_owned()
+        } else {
+            format!("{LEFT_OUT_PREFIX}{skipped}{LEFT_OUT_SUFFIX}{tail}")
+        }
+    }
+
+    /// The log read back: the bytes of its start left out (0 for a whole log), and the text
+    /// that follows them.
+    pub fn log_window(&self) -> (u64, &str) {
+        let left_out = self
+            .log
+            .strip_prefix(LEFT_OUT_PREFIX)
+            .and_then(|rest| rest.split_once(LEFT_OUT_SUFFIX))
+            .and_then(|(count, tail)| Some((count.parse::<u64>().ok()?, tail)));
+        left_out.unwrap_or((0, &self.log))
+    }
+}
+
 /// `SiteStatus`: `GET /v1/sites/:slug`, the list's items, and the create answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteStatus {
@@ -397,6 +425,31 @@ mod tests {
         assert_eq!(read.record.error.as_deref(), Some("build failed"));
         assert_eq!(read.log, "# install: \n");
         assert_eq!(serde_json::to_value(&read).unwrap(), wire);
+    }
+
+    #[test]
+    fn a_log_sent_without_its_start_says_how_much_is_left_out() {
+        let record = |log: String| BuildWithLog {
+            record: serde_json::from_value(json!({"id": "b1", "outcome": "running",
+                "started_at": "t", "finished_at": null, "release": null, "error": null}))
+            .unwrap(),
+            log,
+        };
+        let cases = [
+            ("whole", 0, "# build: x\nok\n"),
+            ("its end", 9_000_000, "ok\n# done\n"),
+            (
+                "an end that looks like the line",
+                12,
+                "# the log's first 3 bytes are left out\n",
+            ),
+        ];
+        for (name, skipped, tail) in cases {
+            let sent = record(BuildWithLog::log_text(skipped, tail));
+            assert_eq!(sent.log_window(), (skipped, tail), "{name}");
+        }
+        let whole = record("# the log's first many bytes are left out\n".into());
+        assert_eq!(whole.log_window(), (0, whole.log.as_str()), "not a count");
     }
 
     #[test]
