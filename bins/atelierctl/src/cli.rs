@@ -65,7 +65,8 @@ Examples (connection flags left out):
 
 Output:
   Tables and lines for people; with --json, the daemon's JSON body exactly as sent, one line
-  (a stream prints each stored event's JSON line as received). Errors go to stderr as
+  (a stream prints each stored event's JSON line as received; --follow and --wait print the
+  start's answer first). Errors go to stderr as
   'error: <reason or title> (<status>): <detail>' for sited's refusals. With --json a failure
   is also one JSON object on stdout: {\"exit\", \"reason\", \"message\"}, and sited's
   \"status\" and \"type\" when it refused with a problem.
@@ -144,7 +145,7 @@ pub struct ConnectionArgs {
     #[arg(long, global = true, value_name = "NAME")]
     pub actor_name: Option<String>,
     /// Seconds a control call (pairing included) may take; streams have no deadline
-    /// [default: 30, or DEDALO_SITE_BUILDER_TIMEOUT_MS].
+    /// [default: DEDALO_SITE_BUILDER_TIMEOUT_MS of the --engine-env file, else 30].
     #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
     pub timeout: Option<Duration>,
 }
@@ -208,7 +209,7 @@ pub enum Command {
         /// Only this site's entries.
         #[arg(long, value_name = "SLUG")]
         site: Option<String>,
-        /// At most this many entries (sited: 100 by default, 1000 at most).
+        /// At most this many entries, 1 to 1000 [default: 100].
         #[arg(long, value_name = "N")]
         limit: Option<u32>,
     },
@@ -336,8 +337,8 @@ pub enum SessionCommand {
         slug: String,
     },
     /// Render a session's events live, one line each (seq, type, the salient field), until
-    /// sited closes the stream. Exit 0 if the last turn ended idle, 4 if in error or
-    /// interrupted.
+    /// sited closes the stream. Exit 0 if the last turn shown ended idle, 4 if in error or
+    /// interrupted; 0, with a note, when no turn ended after --after.
     #[command(after_long_help = FOLLOW_EXAMPLE)]
     Follow {
         /// The session.
@@ -355,7 +356,8 @@ pub enum BuildCommand {
     Start {
         /// The site.
         slug: String,
-        /// Then wait for the build to end (exit 0 on success, 4 on failure).
+        /// Then wait for the build to end (exit 0 on success, 4 on failure); with --json,
+        /// the started answer's line, then the record's.
         #[arg(long)]
         wait: bool,
     },
@@ -1012,9 +1014,7 @@ impl Plan {
                 })
             }
             Command::Audit { site, limit } => {
-                if *limit == Some(0) {
-                    return Err(Invalid::Limit.into());
-                }
+                Invalid::check_audit_limit(*limit)?;
                 Plan::Call(Route::Audit {
                     site: site.as_deref().map(slug).transpose()?,
                     limit: *limit,
@@ -1073,12 +1073,10 @@ impl Plan {
                         format!("{}\n", render::clean(&b.build_id))
                     });
                 }
-                if !out.json {
-                    out.write(&format!(
-                        "build {} started\n",
-                        render::clean(&started.build_id)
-                    ))?;
-                }
+                // The id first, in JSON too: a wait that fails still leaves it to pick up.
+                out.reply(&reply, |b: BuildStarted| {
+                    format!("build {} started\n", render::clean(&b.build_id))
+                })?;
                 let build = Id::parse("build", &started.build_id)?;
                 wait_for_build(client, slug, build, out).await
             }
@@ -1221,7 +1219,17 @@ async fn follow_session(
         let opened = client.follow(session, cursor).await;
         let mut stream = match opened {
             Ok(stream) => stream,
-            Err(error) if reconnectable(&error) && retry_again(&mut retry).await => continue,
+            // Only a sited this run has reached is waited for (it may be restarting): a
+            // wrong socket or a missing permission fails at once.
+            Err(error) if reconnectable(&error) && client.is_paired() => {
+                if retry.is_none() {
+                    out.note(&format!("{error}; following again after seq {cursor}"));
+                }
+                if retry_again(&mut retry).await {
+                    continue;
+                }
+                return Err(error.into());
+            }
             Err(error) => return Err(error.into()),
         };
         let mut progressed = false;
@@ -1374,7 +1382,7 @@ async fn poll_build(
         let record: BuildWithLog = reply.parse()?;
         let ended = record.record.outcome != BuildOutcome::Running;
         if !out.json {
-            out.write(&render::log_since(&record.log, &mut shown, ended))?;
+            out.write(&render::log_since(record.log_window(), &mut shown, ended))?;
         }
         if ended {
             out.reply(&reply, |b: BuildWithLog| render::build(&b, false))?;
@@ -1530,6 +1538,11 @@ mod tests {
                 "audit limit zero",
                 &["audit", "--limit", "0"],
                 "invalid_limit",
+            ),
+            (
+                "audit limit past sited's most",
+                &["audit", "--limit", "1001"],
+                "invalid_limit: limit must be from 1 to 1000",
             ),
             ("audit bad site", &["audit", "--site", "A"], "invalid_slug"),
             (

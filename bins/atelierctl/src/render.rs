@@ -302,18 +302,39 @@ pub fn build(record: &BuildWithLog, with_log: bool) -> String {
     out
 }
 
-/// The lines of a growing build `log` past the first `shown` bytes, each as `| <line>`, and
-/// `shown` moved past them. While the build runs only whole lines are shown (the last may still
-/// be written); once it `ended`, the rest too.
-pub fn log_since(log: &str, shown: &mut usize, ended: bool) -> String {
-    let rest = log.get(*shown..).unwrap_or_default();
+/// The lines of a growing build log past its first `shown` bytes, each as `| <line>`, and
+/// `shown` moved past them. The log comes as sited sends it (see
+/// [`BuildWithLog::log_window`]): whole, or only its end with the count of bytes left out
+/// before it; bytes that were left out before they could be shown are said to be missing, and
+/// the end is shown from its first whole line. While the build runs only whole lines are
+/// shown (the last may still be written); once it `ended`, the rest too.
+pub fn log_since((skipped, tail): (u64, &str), shown: &mut u64, ended: bool) -> String {
+    let mut out = String::new();
+    let mut start = usize::try_from(shown.saturating_sub(skipped)).unwrap_or(usize::MAX);
+    let jumped = *shown < skipped;
+    if jumped {
+        start = tail.find('\n').map_or(tail.len(), |i| i + 1);
+    }
+    // A lossy decoding at the cut can shift the text by a byte or two: never split a character.
+    while start < tail.len() && !tail.is_char_boundary(start) {
+        start += 1;
+    }
+    if jumped {
+        let missing = (skipped + start as u64).saturating_sub(*shown);
+        let _ = writeln!(
+            out,
+            "| [{missing} bytes of the log not shown: sited keeps only its end]"
+        );
+    }
+    let rest = tail.get(start..).unwrap_or_default();
     let whole = if ended {
         rest.len()
     } else {
         rest.rfind('\n').map_or(0, |i| i + 1)
     };
-    *shown += whole;
-    let mut out = String::new();
+    if start <= tail.len() {
+        *shown = skipped + (start + whole) as u64;
+    }
     for line in rest[..whole].lines() {
         out.push_str("| ");
         out.push_str(&clean(line));
@@ -475,23 +496,52 @@ mod tests {
 
     #[test]
     fn a_growing_log_is_shown_once_line_by_line_and_its_tail_at_the_end() {
+        let whole = |log| (0, log);
         let mut shown = 0;
         assert_eq!(
-            log_since("$ npm ci\nadded 1 pack", &mut shown, false),
+            log_since(whole("$ npm ci\nadded 1 pack"), &mut shown, false),
             "| $ npm ci\n"
         );
         assert_eq!(shown, 9);
-        assert_eq!(log_since("$ npm ci\nadded 1 pack", &mut shown, false), "");
+        assert_eq!(
+            log_since(whole("$ npm ci\nadded 1 pack"), &mut shown, false),
+            ""
+        );
         let log = "$ npm ci\nadded 1 package\n\u{1b}[31mred\n# done";
         assert_eq!(
-            log_since(log, &mut shown, false),
+            log_since(whole(log), &mut shown, false),
             "| added 1 package\n| \\u{1b}[31mred\n"
         );
-        assert_eq!(log_since(log, &mut shown, true), "| # done\n");
-        assert_eq!(shown, log.len());
-        assert_eq!(log_since(log, &mut shown, true), "");
+        assert_eq!(log_since(whole(log), &mut shown, true), "| # done\n");
+        assert_eq!(shown, log.len() as u64);
+        assert_eq!(log_since(whole(log), &mut shown, true), "");
         // A log that is shorter than what was shown (it cannot be, but a cap could) shows nothing.
-        assert_eq!(log_since("short", &mut shown, true), "");
+        assert_eq!(log_since(whole("short"), &mut shown, true), "");
+        assert_eq!(shown, log.len() as u64);
+    }
+
+    /// Past sited's cap a poll gets only the log's end: what follows is still shown, once,
+    /// and what was left out before it could be shown is said to be missing.
+    #[test]
+    fn a_log_sent_without_its_start_is_followed_by_its_offsets() {
+        let mut shown = 0;
+        assert_eq!(log_since((0, "a\nb\n"), &mut shown, false), "| a\n| b\n");
+        // The window moved 2 bytes ("a\n") on: "b" was shown, "c" is new.
+        assert_eq!(log_since((2, "b\nc\n"), &mut shown, false), "| c\n");
+        assert_eq!(shown, 6);
+        // It moved past what was shown: the cut line is left, the gap is told.
+        assert_eq!(
+            log_since((10, "art\ne\nf"), &mut shown, false),
+            "| [8 bytes of the log not shown: sited keeps only its end]\n| e\n"
+        );
+        assert_eq!(shown, 16);
+        assert_eq!(log_since((11, "rt\ne\nf!"), &mut shown, true), "| f!\n");
+        // A cut inside a character decodes lossily: nothing is split, nothing repeated.
+        let mut shown = 3;
+        assert_eq!(
+            log_since((1, "\u{fffd}x\ny\n"), &mut shown, false),
+            "| x\n| y\n"
+        );
     }
 
     #[test]

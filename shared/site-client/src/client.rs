@@ -326,9 +326,7 @@ impl Client {
         site: Option<&Slug>,
         limit: Option<u32>,
     ) -> Result<Vec<AuditEntry>, Error> {
-        if limit == Some(0) {
-            return Err(crate::error::Invalid::Limit.into());
-        }
+        crate::error::Invalid::check_audit_limit(limit)?;
         let route = Route::Audit {
             site: site.cloned(),
             limit,
@@ -371,7 +369,12 @@ impl Client {
         let status = response.status();
         let body = read_body(response.into_body(), status, &self.target).await?;
         if !status.is_success() {
-            return Err(self.unreachable(format!("GET /health answered {status}")));
+            // A daemon that refused with a problem answered: its reason is the operator's
+            // lead (a 401 here is a base path sited does not serve /health under).
+            return Err(match Problem::parse(status.as_u16(), &body) {
+                Some(problem) => Error::Problem(problem),
+                None => self.unreachable(format!("GET /health answered {status}")),
+            });
         }
         let value: Option<Value> = serde_json::from_slice(&body).ok();
         let received = value

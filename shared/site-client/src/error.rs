@@ -129,9 +129,25 @@ pub enum Invalid {
     /// An `after` cursor below -1.
     #[error("invalid_cursor: after must be -1 (everything) or a seq, not {0}")]
     Cursor(i64),
-    /// An audit `limit` of 0.
-    #[error("invalid_limit: limit must be at least 1")]
+    /// An audit `limit` of 0, or past the most sited answers with (it would cut the page
+    /// short without a word).
+    #[error(
+        "invalid_limit: limit must be from 1 to {}",
+        atelier_site_api::limits::MAX_AUDIT_LIMIT
+    )]
     Limit,
+}
+
+impl Invalid {
+    /// Refuses an audit `limit` outside 1 to [`MAX_AUDIT_LIMIT`](atelier_site_api::limits).
+    pub fn check_audit_limit(limit: Option<u32>) -> Result<(), Invalid> {
+        let most = atelier_site_api::limits::MAX_AUDIT_LIMIT;
+        match limit.map(usize::try_from) {
+            None => Ok(()),
+            Some(Ok(n)) if (1..=most).contains(&n) => Ok(()),
+            Some(_) => Err(Invalid::Limit),
+        }
+    }
 }
 
 // === impl Invalid ===

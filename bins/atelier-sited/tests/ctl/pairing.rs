@@ -246,6 +246,30 @@ async fn the_only_bytes_a_refused_pairing_sends_are_one_unauthenticated_health_r
     }
 }
 
+/// A sited that answers the pairing with a refusal was reached: the client says what sited
+/// said (here, a base path it does not serve `/health` under), not that it is unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pairing_refused_with_a_problem_keeps_sited_s_answer() {
+    let instance = support::instance().await;
+    let client = atelier_site_client::Client::new(
+        atelier_site_client::Target {
+            base_path: atelier_site_client::BasePath::parse("/elsewhere").unwrap(),
+            ..instance.client().target().clone()
+        },
+        atelier_site_client::Actor::new(1, "ops").unwrap(),
+    );
+    let error = client.capabilities().await.unwrap_err();
+    let problem = error
+        .problem()
+        .unwrap_or_else(|| panic!("a problem: {error}"));
+    assert_eq!(problem.status, 401, "{error}");
+    assert!(
+        error.to_string().contains("Missing bearer token"),
+        "{error}"
+    );
+    assert_eq!(instance.seen().len(), 1, "nothing but the pairing was sent");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_answer_is_unreachable_or_a_timeout() {
     let token = "x".repeat(32);

@@ -13,12 +13,21 @@ fn json_line(out: &support::Ctl) -> Value {
     serde_json::from_str(out.stdout.trim_end()).unwrap()
 }
 
-/// Builds alpha and returns the build's record (the last `--json` line of `--wait`).
+/// Builds alpha and returns the build's record: `--wait`'s `--json` lines are the started
+/// answer (its id), then the record.
 async fn build(instance: &support::Instance) -> Value {
     let out = instance
         .ctl(&["--json", "build", "start", "alpha", "--wait"])
         .await;
-    json_line(&out)
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert_eq!(lines[0]["build_id"], lines[1]["id"], "{out:?}");
+    lines[1].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,16 +171,18 @@ async fn a_failed_build_exits_4_with_its_error() {
         .ctl(&["--json", "build", "start", "alpha", "--wait"])
         .await;
     assert_eq!(json.code, 4, "{json:?}");
-    // The record as sited sent it, then the failure with its reason: one JSON line each.
+    // The started answer and the record as sited sent them, then the failure with its
+    // reason: one JSON line each.
     let lines: Vec<Value> = json
         .stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{json:?}");
-    assert_eq!(lines[0]["outcome"], "failed");
-    assert_eq!(lines[1]["reason"], "build_failed", "{json:?}");
-    assert_eq!(lines[1]["exit"], "unsuccessful", "{json:?}");
+    assert_eq!(lines.len(), 3, "{json:?}");
+    assert_eq!(lines[0]["build_id"], lines[1]["id"], "{json:?}");
+    assert_eq!(lines[1]["outcome"], "failed");
+    assert_eq!(lines[2]["reason"], "build_failed", "{json:?}");
+    assert_eq!(lines[2]["exit"], "unsuccessful", "{json:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
