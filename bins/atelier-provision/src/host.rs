@@ -73,6 +73,11 @@ pub struct Observed {
     pub content: Option<Vec<u8>>,
     /// Modification time in nanoseconds since the epoch.
     pub mtime_ns: i128,
+    /// When the file last changed on this host, in nanoseconds since the epoch: the later of
+    /// its modification and status-change times. A package installs its binaries with the
+    /// modification time of its build (clamped to the commit's time), older than a daemon
+    /// started since; dpkg's rename into place sets the change time.
+    pub changed_ns: i128,
 }
 
 /// Everything the planner knows about the host.
@@ -374,8 +379,14 @@ fn observe(root: &Path, path: &Path, with_content: bool) -> Option<Observed> {
         link_target,
         resolved,
         content,
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
+        changed_ns: nanos(meta.mtime(), meta.mtime_nsec())
+            .max(nanos(meta.ctime(), meta.ctime_nsec())),
     })
+}
+
+fn nanos(seconds: i64, nanoseconds: i64) -> i128 {
+    i128::from(seconds) * 1_000_000_000 + i128::from(nanoseconds)
 }
 
 /// PID 1's version from `systemctl --version` (`systemd 252 (…)`).

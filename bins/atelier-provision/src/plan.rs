@@ -2342,6 +2342,7 @@ mod tests {
                 resolved: None,
                 content,
                 mtime_ns: 0,
+                changed_ns: 0,
             }
         }
 
@@ -3060,6 +3061,7 @@ mod tests {
             editor,
             Observed {
                 mtime_ns: 5,
+                changed_ns: 5,
                 ..seen
             },
         );

@@ -25,7 +25,8 @@ use crate::verify::{SurfaceProof, Unproved};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum RemoveAction {
-    /// A command; `tolerate` means its failure does not stop the removal.
+    /// A command; `tolerate` means its failure does not stop the removal (it still fails
+    /// the removal's exit status).
     Exec {
         /// The command.
         argv: Vec<String>,
@@ -144,12 +145,22 @@ pub fn removal_plan(
             .filter_map(|a| a.path.file_name())
             .map(|n| n.to_string_lossy().into_owned()),
     );
-    let mut disable = argv(&["systemctl", "disable", "--now"]);
-    disable.extend(units);
-    out.push(RemoveAction::Exec {
-        argv: disable,
-        tolerate: true,
+    // Only units whose file is on the host: systemctl refuses the whole command, disabling and
+    // stopping nothing, when one of the units it names has no file (a site or a chat block
+    // declared but never applied).
+    // Each once: sited's socket is also among the rendered sockets.
+    let mut named = std::collections::BTreeSet::new();
+    units.retain(|unit| {
+        host.entries.contains_key(&layout.unit_path(unit)) && named.insert(unit.clone())
     });
+    if !units.is_empty() {
+        let mut disable = argv(&["systemctl", "disable", "--now"]);
+        disable.extend(units);
+        out.push(RemoveAction::Exec {
+            argv: disable,
+            tolerate: true,
+        });
+    }
     // Every run of every rendered template, by whole stem: a prefix glob could match another
     // instance's units.
     let mut stop = argv(&["systemctl", "stop"]);
@@ -517,6 +528,7 @@ mod tests {
             resolved: None,
             content: Some(content),
             mtime_ns: 0,
+            changed_ns: 0,
         }
     }
 
@@ -580,6 +592,15 @@ mod tests {
         .unwrap();
         let text: Vec<String> = plan.iter().map(ToString::to_string).collect();
         let text = text.join("\n");
+        // Only the units whose file is on the host are disabled: one without a file would make
+        // systemctl refuse the whole command.
+        assert!(
+            text.starts_with(
+                "run systemctl disable --now atelier-example-s1-turn.socket \
+                 atelier-example-s1-git.socket (failure tolerated)\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains(&format!("unlink {}", ours.path.display())),
             "{text}"

@@ -378,10 +378,15 @@ pub fn remove_verb(
 ) -> Result<(Removed, Exit), VerbError> {
     let actions = removal_plan_verb(decl, root, render, purge_published)?;
     let outcomes = remove::apply_removal(&actions, root);
-    let stopped = outcomes
-        .iter()
-        .any(|o| o.status == crate::apply::Status::Skipped);
-    let exit = if stopped {
+    // A tolerated failure let the removal go on, but the instance is not fully removed (a
+    // unit still enabled, an identity not locked): the exit says so.
+    let incomplete = outcomes.iter().any(|o| {
+        matches!(
+            o.status,
+            crate::apply::Status::Failed | crate::apply::Status::Skipped
+        )
+    });
+    let exit = if incomplete {
         Exit::Failed
     } else {
         // Nothing is owed to an instance that is gone.

@@ -121,6 +121,13 @@ fn prove(root: &Path, link: &Path, store: &Path) -> Result<Option<String>, Unpro
     if resolved.parent() != Some(store) || name.starts_with('.') || name.is_empty() {
         return Err(Unproved::OutsideStore(resolved));
     }
+    // The kernel must resolve the link where the lexical reading does: a release that is
+    // itself a link, or a `..` after a link on the way, leads out of the store.
+    let release_is_dir = std::fs::symlink_metadata(&real).is_ok_and(|m| m.is_dir());
+    let kernel = std::fs::canonicalize(&real_link).ok();
+    if !release_is_dir || kernel.is_none() || kernel != std::fs::canonicalize(&real).ok() {
+        return Err(Unproved::OutsideStore(resolved));
+    }
     let empty = std::fs::read_dir(&real)
         .map(|mut d| d.next().is_none())
         .unwrap_or(true);
@@ -153,11 +160,11 @@ mod tests {
 
     #[test]
     fn served_links_are_proved_or_named() {
-        let decl = crate::test_support::declaration(&["blog", "shop", "wiki"]);
+        let decl = crate::test_support::declaration(&["blog", "shop", "wiki", "news", "docs"]);
         let layout = Layout::new(&decl);
         let tmp = tempfile::tempdir().unwrap();
         let ws = |slug: &str| tmp.path().join(format!("srv/www/{slug}.example.org"));
-        for slug in ["blog", "shop", "wiki"] {
+        for slug in ["blog", "shop", "wiki", "news", "docs"] {
             std::fs::create_dir_all(ws(slug).join(".releases/pre")).unwrap();
             std::fs::create_dir_all(ws(slug).join(".releases/web/r1")).unwrap();
         }
@@ -170,6 +177,23 @@ mod tests {
         // wiki: prod escaping its store; preprod a plain directory.
         symlink("..", ws("wiki").join("web")).unwrap();
         std::fs::create_dir(ws("wiki").join("pre")).unwrap();
+        // Escapes that read as inside the store: a release that is a link out of it, and a
+        // `..` after a link on the way.
+        let elsewhere = tmp.path().join("etc");
+        std::fs::create_dir_all(elsewhere.join("r2")).unwrap();
+        std::fs::write(elsewhere.join("r2/passwd"), b"x").unwrap();
+        for slug in ["news", "docs"] {
+            std::fs::create_dir_all(ws(slug).join(".releases/web")).unwrap();
+            symlink(".releases/pre", ws(slug).join("pre")).unwrap();
+            std::fs::create_dir_all(ws(slug).join(".releases/pre")).unwrap();
+        }
+        symlink(elsewhere.join("r2"), ws("news").join(".releases/web/r2")).unwrap();
+        symlink(".releases/web/r2", ws("news").join("web")).unwrap();
+        symlink(elsewhere.join("sub"), ws("docs").join(".releases/web/x")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("sub")).unwrap();
+        std::fs::create_dir_all(ws("docs").join(".releases/web/r2")).unwrap();
+        std::fs::write(ws("docs").join(".releases/web/r2/index.html"), b"hi").unwrap();
+        symlink(".releases/web/x/../r2", ws("docs").join("web")).unwrap();
 
         let proofs = verify(&layout, tmp.path());
         let summary: Vec<(String, &str, Option<&str>, Option<&str>)> = proofs
@@ -189,6 +213,12 @@ mod tests {
         assert_eq!(summary[3].3, Some("empty_release"));
         assert_eq!(summary[4].3, Some("not_a_symlink"));
         assert_eq!(summary[5].3, Some("outside_store"), "{summary:?}");
+        assert_eq!(
+            summary[7].3,
+            Some("outside_store"),
+            "a release that is a link"
+        );
+        assert_eq!(summary[9].3, Some("outside_store"), "a `..` after a link");
         let shown: Vec<String> = proofs
             .iter()
             .filter_map(|p| p.problem.as_ref().map(ToString::to_string))
