@@ -3,7 +3,9 @@
 //! TLS server's own parser (rustls's) about the name a ClientHello carries.
 #![no_main]
 
-use atelier_gate::{inspect_first_flight, is_plan_hostname, FirstFlight, HelloRefusal};
+use atelier_gate::{
+    inspect_first_flight, is_plan_hostname, FirstFlight, FirstFlightReader, HelloRefusal,
+};
 use libfuzzer_sys::fuzz_target;
 use rustls::server::Acceptor;
 
@@ -74,7 +76,8 @@ fuzz_target!(|data: &[u8]| {
         }
         FirstFlight::NeedMore => assert!(data.len() < atelier_gate::MAX_FIRST_FLIGHT),
     }
-    // Every prefix, at a cut chosen by the last byte, needs more or decides the same.
+    // Every prefix, at a cut chosen by the last byte, needs more or decides the same; and a
+    // reader fed the prefix, then the rest, answers as the whole walks do.
     if let Some(&seed) = data.last() {
         let cut = data.len() * usize::from(seed) / 255;
         let prefix = inspect_first_flight(&data[..cut]);
@@ -82,5 +85,11 @@ fuzz_target!(|data: &[u8]| {
             prefix == FirstFlight::NeedMore || prefix == whole,
             "{prefix:?} vs {whole:?}"
         );
+        let mut reader = FirstFlightReader::default();
+        let first = reader.inspect(&data[..cut]);
+        assert_eq!(first, prefix);
+        if first == FirstFlight::NeedMore {
+            assert_eq!(reader.inspect(data), whole);
+        }
     }
 });

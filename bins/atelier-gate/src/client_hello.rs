@@ -1,10 +1,13 @@
 //! The first-flight walker: is what the client sends first a TLS ClientHello with exactly one
 //! server name, and which?
 //!
-//! The gate buffers the client's first bytes after `200 Connection Established` and asks
-//! [`inspect_first_flight`] after every read. Nothing goes upstream until it answers
+//! The gate buffers the client's first bytes after `200 Connection Established` and asks a
+//! [`FirstFlightReader`] after every read. Nothing goes upstream until it answers
 //! [`FirstFlight::Accept`]; then the buffered bytes go upstream verbatim, so the upstream parses
-//! the very ClientHello judged here.
+//! the very ClientHello judged here. The reader keeps the records it walked between reads, so
+//! each byte is walked once however the client splits its writes (a flight sent a byte at a
+//! time would otherwise be walked again from its start at every byte);
+//! [`inspect_first_flight`] is the same walk over a whole buffer.
 //!
 //! What is walked:
 //! - TLS records: content type 0x16 (handshake), major version byte 3, length
@@ -135,17 +138,86 @@ impl HelloRefusal {
 
 /// Inspects the first flight buffered so far; see the module documentation.
 pub fn inspect_first_flight(buf: &[u8]) -> FirstFlight {
-    let window = &buf[..buf.len().min(MAX_FIRST_FLIGHT)];
-    match reassemble(window) {
-        Reassembly::Complete(hello) => match walk(&hello) {
-            Ok(sni) => FirstFlight::Accept { sni },
-            Err(refusal) => FirstFlight::Refuse(refusal),
-        },
-        Reassembly::Refused(refusal) => FirstFlight::Refuse(refusal),
-        Reassembly::Incomplete if buf.len() >= MAX_FIRST_FLIGHT => {
-            FirstFlight::Refuse(HelloRefusal::TooLarge)
+    FirstFlightReader::default().inspect(buf)
+}
+
+/// The walk of one tunnel's first flight, kept between its reads: the whole records walked
+/// and their handshake fragments.
+#[derive(Debug, Default)]
+pub struct FirstFlightReader {
+    /// The bytes of the buffer that are whole records, walked.
+    walked: usize,
+    /// The handshake fragments of those records, concatenated.
+    handshake: Vec<u8>,
+}
+
+impl FirstFlightReader {
+    /// Inspects the first flight buffered so far: `buf` is the buffer given before (if any)
+    /// with what was read since appended. Answers as [`inspect_first_flight`] of `buf` does.
+    pub fn inspect(&mut self, buf: &[u8]) -> FirstFlight {
+        let window = &buf[..buf.len().min(MAX_FIRST_FLIGHT)];
+        match self.reassemble(window) {
+            Reassembly::Complete(hello) => match walk(&hello) {
+                Ok(sni) => FirstFlight::Accept { sni },
+                Err(refusal) => FirstFlight::Refuse(refusal),
+            },
+            Reassembly::Refused(refusal) => FirstFlight::Refuse(refusal),
+            Reassembly::Incomplete if buf.len() >= MAX_FIRST_FLIGHT => {
+                FirstFlight::Refuse(HelloRefusal::TooLarge)
+            }
+            Reassembly::Incomplete => FirstFlight::NeedMore,
         }
-        Reassembly::Incomplete => FirstFlight::NeedMore,
+    }
+
+    fn reassemble(&mut self, window: &[u8]) -> Reassembly {
+        loop {
+            let rest = window.get(self.walked..).unwrap_or_default();
+            // Check each header byte as soon as it is there.
+            let Some(&content_type) = rest.first() else {
+                return Reassembly::Incomplete;
+            };
+            if content_type != CONTENT_TYPE_HANDSHAKE {
+                return Reassembly::Refused(HelloRefusal::NotTlsHandshake);
+            }
+            let Some(&major) = rest.get(1) else {
+                return Reassembly::Incomplete;
+            };
+            if major != 3 {
+                return Reassembly::Refused(HelloRefusal::BadRecordVersion);
+            }
+            let Some(header) = rest.get(..RECORD_HEADER_LEN) else {
+                return Reassembly::Incomplete;
+            };
+            let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            if len == 0 || len > MAX_RECORD_LEN {
+                return Reassembly::Refused(HelloRefusal::BadRecordLength);
+            }
+            let body = &rest[RECORD_HEADER_LEN..];
+            let Some(fragment) = body.get(..len) else {
+                // Judge the handshake header from what is already here, whole record or not;
+                // once the whole records hold all of it, it was judged with them.
+                if self.handshake.len() < HANDSHAKE_HEADER_LEN {
+                    let mut probe = self.handshake.clone();
+                    probe.extend(body.iter().take(HANDSHAKE_HEADER_LEN));
+                    if let Err(refusal) = check_handshake_header(&probe) {
+                        return Reassembly::Refused(refusal);
+                    }
+                }
+                return Reassembly::Incomplete;
+            };
+            self.handshake.extend_from_slice(fragment);
+            self.walked += RECORD_HEADER_LEN + len;
+            match check_handshake_header(&self.handshake) {
+                Err(refusal) => return Reassembly::Refused(refusal),
+                Ok(Some(hello_len)) => {
+                    let end = HANDSHAKE_HEADER_LEN + hello_len;
+                    if let Some(hello) = self.handshake.get(HANDSHAKE_HEADER_LEN..end) {
+                        return Reassembly::Complete(hello.to_vec());
+                    }
+                }
+                Ok(None) => {}
+            }
+        }
     }
 }
 
@@ -163,55 +235,6 @@ enum Reassembly {
     /// The ClientHello body, without its handshake header.
     Complete(Vec<u8>),
     Refused(HelloRefusal),
-}
-
-fn reassemble(window: &[u8]) -> Reassembly {
-    let mut handshake: Vec<u8> = Vec::new();
-    let mut rest = window;
-    loop {
-        // Check each header byte as soon as it is there.
-        let Some(&content_type) = rest.first() else {
-            return Reassembly::Incomplete;
-        };
-        if content_type != CONTENT_TYPE_HANDSHAKE {
-            return Reassembly::Refused(HelloRefusal::NotTlsHandshake);
-        }
-        let Some(&major) = rest.get(1) else {
-            return Reassembly::Incomplete;
-        };
-        if major != 3 {
-            return Reassembly::Refused(HelloRefusal::BadRecordVersion);
-        }
-        let Some(header) = rest.get(..RECORD_HEADER_LEN) else {
-            return Reassembly::Incomplete;
-        };
-        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
-        if len == 0 || len > MAX_RECORD_LEN {
-            return Reassembly::Refused(HelloRefusal::BadRecordLength);
-        }
-        let body = &rest[RECORD_HEADER_LEN..];
-        let Some(fragment) = body.get(..len) else {
-            // Judge the handshake header from what is already here, whole record or not.
-            let mut probe = handshake.clone();
-            probe.extend(body.iter().take(HANDSHAKE_HEADER_LEN));
-            if let Err(refusal) = check_handshake_header(&probe) {
-                return Reassembly::Refused(refusal);
-            }
-            return Reassembly::Incomplete;
-        };
-        handshake.extend_from_slice(fragment);
-        rest = &body[len..];
-        match check_handshake_header(&handshake) {
-            Err(refusal) => return Reassembly::Refused(refusal),
-            Ok(Some(hello_len)) => {
-                let end = HANDSHAKE_HEADER_LEN + hello_len;
-                if let Some(hello) = handshake.get(HANDSHAKE_HEADER_LEN..end) {
-                    return Reassembly::Complete(hello.to_vec());
-                }
-            }
-            Ok(None) => {}
-        }
-    }
 }
 
 /// Checks the handshake header bytes present; returns the ClientHello length once known.

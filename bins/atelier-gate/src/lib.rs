@@ -3,8 +3,8 @@
 //! Parts:
 //! - [`address`]: the public-address classifier ([`classify`], [`Verdict`], [`Reason`]).
 //! - [`connect`]: the CONNECT head parser ([`parse_head`], [`check_plan`], [`ConnectRefusal`]).
-//! - [`client_hello`]: the first-flight walker ([`inspect_first_flight`], [`FirstFlight`],
-//!   [`HelloRefusal`]).
+//! - [`client_hello`]: the first-flight walker ([`FirstFlightReader`], [`inspect_first_flight`],
+//!   [`FirstFlight`], [`HelloRefusal`]).
 //! - [`plan`]: a door's stamped plan file ([`plan::load_plan`]).
 //! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]); its tunnels'
 //!   bytes move through [`atelier_relay`].
@@ -57,7 +57,7 @@ pub(crate) fn fuzz_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
 pub use address::{classify, parse_and_classify, Policy, Reason, Verdict};
 pub use atelier_layout::hosts::is_plan_hostname;
 pub use client_hello::{
-    check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
-    MAX_HELLO_LEN, MAX_RECORD_LEN,
+    check_server_name, inspect_first_flight, FirstFlight, FirstFlightReader, HelloRefusal,
+    MAX_FIRST_FLIGHT, MAX_HELLO_LEN, MAX_RECORD_LEN,
 };
 pub use connect::{check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD};

@@ -6,7 +6,8 @@
 //! credential; the body, for POST only, bounded at [`MAX_REQUEST_BODY`] (else 413). Upstream
 //! redirects are never followed: any 3xx is a 502. The status and the body pass through as
 //! they arrive (SSE streams are not buffered), with response headers by allowlist
-//! ([`RESPONSE_HEADERS`]). Every outcome is a decision of the turn door (host [`MCP_HOST`], no
+//! ([`RESPONSE_HEADERS`]). At most [`MAX_BODIES_HELD`] bodies are held at once, each for at
+//! most 30 s of reading. Every outcome is a decision of the turn door (host [`MCP_HOST`], no
 //! port, the reason `<method> /mcp <status or refusal>`), recorded in the door's
 //! [`DecisionLog`] before the agent gets its answer.
 
@@ -52,6 +53,14 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 /// stream lasts as long as the session.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many request bodies are held at once (each up to [`MAX_REQUEST_BODY`], from its first
+/// byte until it was sent upstream): a run opening many large POSTs and stalling them waits
+/// for its own earlier ones instead of growing the gate past its memory cap.
+pub const MAX_BODIES_HELD: usize = 8;
+
+/// How long a POST body may take to arrive in full.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long open requests may finish once the relay is told to stop.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -70,7 +79,8 @@ pub enum McpRefusal {
     /// The POST body exceeds [`MAX_REQUEST_BODY`] (413).
     #[error("the request body is too large")]
     BodyTooLarge,
-    /// The POST body could not be read from the agent (400).
+    /// The POST body could not be read from the agent, or did not arrive in full within 30 s
+    /// (400).
     #[error("the request body could not be read")]
     BodyUnreadable,
     /// The upstream answered with a redirect, which is never followed (502).
@@ -144,6 +154,8 @@ pub struct McpDoor {
     pub log: Arc<DecisionLog>,
     /// Where each request's outcome is counted.
     metrics: Metrics,
+    /// One permit per request body held (see [`MAX_BODIES_HELD`]).
+    bodies: tokio::sync::Semaphore,
 }
 
 impl McpDoor {
@@ -175,6 +187,7 @@ impl McpDoor {
             client,
             log,
             metrics: Metrics::default(),
+            bodies: tokio::sync::Semaphore::new(MAX_BODIES_HELD),
         })
     }
 
@@ -240,13 +253,18 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
     if let Some(key) = &door.key {
         upstream = upstream.header(API_KEY_HEADER, key.clone());
     }
+    // Held until the body went upstream (see [`MAX_BODIES_HELD`]); the semaphore is never
+    // closed.
+    let mut _holding = None;
     if method == Method::POST {
-        match read_body(request.into_body(), MAX_REQUEST_BODY).await {
-            Ok(body) => upstream = upstream.body(body),
-            Err(BodyError::TooLarge { .. }) => {
+        _holding = door.bodies.acquire().await.ok();
+        let read = read_body(request.into_body(), MAX_REQUEST_BODY);
+        match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+            Ok(Ok(body)) => upstream = upstream.body(body),
+            Ok(Err(BodyError::TooLarge { .. })) => {
                 return door.refuse(&method, McpRefusal::BodyTooLarge)
             }
-            Err(_) => return door.refuse(&method, McpRefusal::BodyUnreadable),
+            Ok(Err(_)) | Err(_) => return door.refuse(&method, McpRefusal::BodyUnreadable),
         }
     }
     let answer = match upstream.send().await {

@@ -5,7 +5,7 @@
 //! lookup's answers serve a host's connections for a second: [`KeptAnswers`]); refuse if any
 //! answer is not public under the door's [`Policy`]; dial the vetted addresses in resolver
 //! order through the [`Dialer`] until one connects; reply `200 Connection Established`; buffer the client's
-//! first flight until [`inspect_first_flight`] decides; only after it accepts a ClientHello
+//! first flight until its [`FirstFlightReader`] decides; only after it accepts a ClientHello
 //! naming the CONNECT host do the buffered bytes go upstream, then bytes move both ways
 //! ([`atelier_relay`]: `splice(2)` through a pipe toward the client, a copy toward upstream).
 //!
@@ -33,7 +33,7 @@ use atelier_proto::Door as DoorName;
 
 use crate::address::{Policy, Verdict};
 use crate::client_hello::{
-    check_server_name, inspect_first_flight, FirstFlight, HelloRefusal, MAX_FIRST_FLIGHT,
+    check_server_name, FirstFlight, FirstFlightReader, HelloRefusal, MAX_FIRST_FLIGHT,
 };
 use crate::connect::{
     check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
@@ -117,6 +117,8 @@ impl Dialer for TcpDialer {
 pub struct Limits {
     /// How long the head may take to arrive (then 408).
     pub head_timeout: Duration,
+    /// How long the name's lookup may take (a hung resolver holds the connection's slot).
+    pub lookup_timeout: Duration,
     /// How long each dial may take.
     pub dial_timeout: Duration,
     /// How long the first flight may take to be decided.
@@ -126,10 +128,12 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// The reference's bounds: 5 s head, 10 s per dial, 5 s first flight, 128 connections.
+    /// The reference's bounds: 5 s head, 10 s per dial, 5 s first flight, 128 connections;
+    /// and 10 s for the lookup.
     fn default() -> Self {
         Limits {
             head_timeout: Duration::from_secs(5),
+            lookup_timeout: Duration::from_secs(10),
             dial_timeout: Duration::from_secs(10),
             first_flight_timeout: Duration::from_secs(5),
             max_connections: 128,
@@ -448,10 +452,15 @@ async fn open_upstream(
     door: &Door,
     target: &ConnectTarget,
 ) -> Option<(TcpStream, SocketAddr)> {
-    let answers = match door.resolver.resolve(target.host()).await {
-        Ok(answers) => answers,
-        Err(error) => {
-            door.fail(target, Failure::LookupFailed, &error.to_string());
+    let lookup = door.resolver.resolve(target.host());
+    let answers = match timeout(door.limits.lookup_timeout, lookup).await {
+        Ok(Ok(answers)) => answers,
+        failed => {
+            let why = match failed {
+                Ok(Err(error)) => error.to_string(),
+                _ => format!("no answer within {:?}", door.limits.lookup_timeout),
+            };
+            door.fail(target, Failure::LookupFailed, &why);
             reply(client, BAD_GATEWAY).await;
             return None;
         }
@@ -498,8 +507,9 @@ async fn read_first_flight(
     limit: Duration,
 ) -> Result<String, EarlyClose> {
     let deadline = Instant::now() + limit;
+    let mut reader = FirstFlightReader::default();
     loop {
-        match inspect_first_flight(buf) {
+        match reader.inspect(buf) {
             FirstFlight::Accept { sni } => return Ok(sni),
             FirstFlight::Refuse(refusal) => return Err(EarlyClose::Hello(refusal)),
             FirstFlight::NeedMore if buf.len() >= MAX_FIRST_FLIGHT => {

@@ -207,6 +207,40 @@ fn split_over_three_records_and_fed_in_five_segments() {
     }
 }
 
+/// A reader kept between reads answers at every read as a walk of the whole buffer does, for
+/// flights accepted and refused, fed a byte at a time.
+#[test]
+fn a_reader_fed_a_byte_at_a_time_answers_as_the_whole_walk() {
+    let handshake = Hello::named("packages.example.org").handshake();
+    let mut not_hello = records(&handshake, &[3, 700, 0]);
+    not_hello[RECORD_HEADER_LEN] = 2;
+    let mut bad_second_record = records(&handshake, &[300, 0]);
+    bad_second_record[RECORD_HEADER_LEN + 300 + 1] = 2;
+    let flights = [
+        ("three records", records(&handshake, &[3, 700, 0])),
+        ("one record", records(&handshake, &[0])),
+        ("not a client hello", not_hello),
+        ("a bad second record", bad_second_record),
+    ];
+    for (name, flight) in flights {
+        let mut reader = FirstFlightReader::default();
+        let mut decided = None;
+        for cut in 1..=flight.len() {
+            let answer = reader.inspect(&flight[..cut]);
+            assert_eq!(
+                answer,
+                inspect_first_flight(&flight[..cut]),
+                "{name}: {cut}"
+            );
+            if answer != FirstFlight::NeedMore {
+                decided = Some(answer);
+                break;
+            }
+        }
+        assert!(decided.is_some(), "{name}: decided");
+    }
+}
+
 #[test]
 fn every_strict_prefix_needs_more() {
     let handshake = Hello::named("example.com").handshake();

@@ -282,3 +282,52 @@ async fn a_turn_subscription_has_each_relay_decision_once_the_agent_has_its_answ
         subscription = relay.door.log.subscribe();
     }
 }
+
+/// A run that opens many large POSTs and stalls them holds at most [`MAX_BODIES_HELD`] bodies:
+/// the next POST waits for a permit instead of growing the gate, and goes through once a
+/// stalled one is gone.
+#[tokio::test]
+async fn stalled_bodies_are_held_a_few_at_a_time() {
+    use tokio::io::AsyncWriteExt as _;
+    let upstream = Upstream::on_loopback().await;
+    let relay = start(&url(&upstream), Some(KEY));
+    let mut stalled = Vec::new();
+    for _ in 0..MAX_BODIES_HELD {
+        let mut stream = tokio::net::UnixStream::connect(&relay.socket)
+            .await
+            .unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: mcp\r\ncontent-length: {MAX_REQUEST_BODY}\r\n\r\n{{"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    timeout(WAIT, async {
+        while relay.door.bodies.available_permits() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every permit held by a stalled body");
+
+    let next = tokio::spawn({
+        let socket = relay.socket.clone();
+        async move {
+            send(&socket, "POST", "/mcp", &[], br#"{"id":2}"#)
+                .await
+                .status
+        }
+    });
+    // It cannot finish while every permit is held; this only waits a little to see that.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!next.is_finished(), "a ninth body was taken in");
+    assert!(upstream.seen().is_empty());
+
+    drop(stalled.pop());
+    let status = timeout(WAIT, next)
+        .await
+        .expect("the next POST went through")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(upstream.seen().len(), 1);
+}

@@ -18,12 +18,19 @@ pub(crate) const HOST: &str = "api.example.com";
 pub(crate) const LAB_ADDR: &str = "198.18.0.10";
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
-/// A static DNS: hostnames to answers, unknown names fail; counts every lookup.
+/// A static DNS: hostnames to answers, unknown names fail, [`HUNG`] never answers; counts
+/// every lookup.
 struct StaticResolver(HashMap<String, Vec<IpAddr>>, Arc<AtomicUsize>);
+
+/// The planned name whose lookup never answers.
+const HUNG: &str = "hung.example.com";
 
 impl Resolver for StaticResolver {
     fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
         self.1.fetch_add(1, Ordering::SeqCst);
+        if host == HUNG {
+            return Box::pin(std::future::pending());
+        }
         let answer = self
             .0
             .get(host)
@@ -147,7 +154,11 @@ impl LabConfig {
             resolver = Arc::new(KeptAnswers::new(resolver, lifetime));
         }
         let door = Arc::new(Door {
-            hosts: vec![HOST.to_owned(), "unresolvable.example.com".to_owned()],
+            hosts: vec![
+                HOST.to_owned(),
+                "unresolvable.example.com".to_owned(),
+                HUNG.to_owned(),
+            ],
             policy: self.policy,
             limits: self.limits,
             resolver,
@@ -441,6 +452,28 @@ async fn every_dial_failing_or_a_failed_lookup_is_a_bad_gateway() {
     assert!(
         lab.log_has("host=unresolvable.example.com port=443 verdict=failed reason=lookup_failed")
     );
+}
+
+/// A resolver that never answers does not hold the connection's slot for good: the lookup
+/// fails at its bound, named.
+#[tokio::test]
+async fn a_lookup_that_never_answers_fails_at_its_bound() {
+    let (upstream, _received) = echo_upstream().await;
+    let mut config = LabConfig::to(upstream);
+    config.limits.lookup_timeout = Duration::from_millis(200);
+    let lab = config.start();
+    assert_eq!(
+        lab.exchange(&head(&format!("{HUNG}:443"))).await,
+        BAD_GATEWAY
+    );
+    assert!(
+        lab.log_has(&format!(
+            "host={HUNG} port=443 verdict=failed reason=lookup_failed: no answer within 200ms"
+        )),
+        "{:?}",
+        lab.door.log.lines()
+    );
+    assert!(lab.dials().is_empty());
 }
 
 #[tokio::test]
