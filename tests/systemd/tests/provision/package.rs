@@ -2,8 +2,9 @@
 //! freshly built binaries on the host; a fresh box gets only that package, the example
 //! declaration and the operator's setup (and the journey's two test fixtures, the real Claude
 //! Code and the lab model, which no package holds). There `dpkg -i` installs it: every binary
-//! on the PATH is the package's, `man atelier-provision` renders, and the package brings no unit
-//! or account of its own. Then the demo's journey (`deploy/demo/journey.sh`)
+//! on the PATH is the package's, `man atelier-provision` renders, the copyright file names every
+//! linked crate with its licence files beside it, and the package brings no unit or account of
+//! its own. Then the demo's journey (`deploy/demo/journey.sh`)
 //! runs against it unchanged: `atelier-provision apply` of the example, `atelierctl health`
 //! pairing, turns through the turn door, builds through the build door, and the rest.
 
@@ -32,6 +33,12 @@ echo "man_head=$(man atelier-provision 2>/dev/null | head -n 8 | tr -s ' ' | pas
 echo "man_ctl=$(man -w atelierctl-health 2>&1)"
 echo "completion=$(bash -c '. /usr/share/bash-completion/completions/atelierctl && complete -p atelierctl' 2>&1)"
 echo "package_units=$(dpkg -L atelier | grep -c -e '^/usr/lib/systemd/' -e '^/lib/systemd/' -e sysusers)"
+copyright=/usr/share/doc/atelier/copyright
+echo "copyright_format=$(head -n 1 $copyright)"
+echo "copyright_tokio=$(grep -A2 '^Files: vendor/tokio-1\.' $copyright | paste -sd '|')"
+echo "copyright_unstated=$(grep -c '^License: *$' $copyright)"
+echo "licences_tokio=$(ls /usr/share/doc/atelier/crates/tokio-1.*/ | paste -sd ' ')"
+echo "licences_crates=$(ls /usr/share/doc/atelier/crates | wc -l) $(grep -c '^Files: vendor/' $copyright)"
 echo "run_atelier=$(stat -c '%U:%G %a' /run/atelier)"
 
 bash "$JOURNEY" > /tmp/journey 2>&1; echo "journey=$?"
@@ -140,6 +147,24 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
         "{run:?}"
     );
     assert_eq!(fact("package_units"), "0", "{run:?}");
+    // The copyright file is machine-readable and names every linked crate with its licence;
+    // each crate's licence files are beside it.
+    assert_eq!(
+        fact("copyright_format"),
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/",
+        "{run:?}"
+    );
+    let tokio = fact("copyright_tokio");
+    assert!(
+        tokio.starts_with("Files: vendor/tokio-1.")
+            && tokio.ends_with("/*|Copyright: Tokio Contributors <team@tokio.rs>|License: MIT"),
+        "{run:?}"
+    );
+    assert_eq!(fact("copyright_unstated"), "0", "{run:?}");
+    assert_eq!(fact("licences_tokio"), "LICENSE", "{run:?}");
+    let (kept, named) = fact("licences_crates").split_once(' ').unwrap_or_default();
+    assert_eq!(kept, named, "a folder per named crate\n{run:?}");
+    assert!(kept.parse::<u32>().unwrap_or(0) > 100, "{run:?}");
     assert_eq!(fact("run_atelier"), "root:root 755", "{run:?}");
 
     assert_eq!(fact("journey"), "0", "{run:?}");
