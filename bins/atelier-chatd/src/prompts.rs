@@ -1,7 +1,8 @@
 //! The system prompts: for the site and content scopes
 //! `[static prefix, boundary, dynamic suffix]`, so a provider's prompt cache keeps the prefix
 //! (it never changes for a scope); the suffix is built from the posted snapshot each turn.
-//! Every word of the prefixes is Atelier's own.
+//! Every word of the prefixes is Atelier's own. A caller offered fewer tools than the prefix
+//! names is told which it has after the suffix ([`withheld_tools`]).
 
 use atelier_llm::SYSTEM_PROMPT_DYNAMIC_BOUNDARY;
 use serde_json::Value;
@@ -9,6 +10,7 @@ use serde_json::Value;
 use crate::store::Scope;
 use crate::tools::site_reads::documents;
 use crate::tools::snapshot::SiteSnapshot;
+use crate::tools::ToolSpec;
 
 /// The site scope's static prefix.
 pub const SITE_PREFIX: &str = "\
@@ -142,6 +144,34 @@ pub fn system_prompt(scope: Scope, snapshot: Option<&Value>) -> Vec<String> {
         ],
         Scope::Data | Scope::Plugin => plain(scope),
     }
+}
+
+/// What a turn is told after its prompt when its caller is offered fewer of the scope's tools
+/// than the prompt names (a role without `ai.tools.write` gets no browser tool, one without
+/// `site.read` no site read): the tools it has, so that the model neither calls the others
+/// nor promises what only they do. `None` when every tool of the scope is offered.
+pub fn withheld_tools(
+    scope: Scope,
+    offered: &[ToolSpec],
+    catalogue: &[ToolSpec],
+) -> Option<String> {
+    let in_scope = catalogue.iter().filter(|tool| tool.scope == scope).count();
+    if offered.len() >= in_scope {
+        return None;
+    }
+    Some(if offered.is_empty() {
+        "The editor's role gives you no tools in this conversation: answer from what the user \
+         tells you, and say which permission a read or a change would need."
+            .to_owned()
+    } else {
+        let names: Vec<&str> = offered.iter().map(|tool| tool.name).collect();
+        format!(
+            "The editor's role gives you only these tools in this conversation: {}. The other \
+             tools named above are not available: do not call them, and say so when the user \
+             asks for what only they do.",
+            names.join(", ")
+        )
+    })
 }
 
 /// `items` as `[a, b, …]`, at most `max` of them then `, +N more`; `(none)` when empty.

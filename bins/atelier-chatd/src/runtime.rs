@@ -135,6 +135,8 @@ impl TurnRunner for LoopRunner {
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let scope = turn.conversation.scope;
         let tools = self.offered_tools(scope, &turn.caller);
+        let mut system = crate::prompts::system_prompt(scope, turn.bridge.snapshot().as_ref());
+        system.extend(crate::prompts::withheld_tools(scope, &tools, &self.tools));
         let provider = turn.prepared.provider;
         let driver = turn
             .prepared
@@ -158,7 +160,7 @@ impl TurnRunner for LoopRunner {
             };
             let request = ChatRequest {
                 model: turn.conversation.model_id.clone(),
-                system: crate::prompts::system_prompt(scope, turn.bridge.snapshot().as_ref()),
+                system,
                 messages: history_messages(&turn.history),
                 tools: tools.iter().map(ToolSpec::definition).collect(),
                 max_tokens: None,

@@ -19,7 +19,7 @@ use crate::support::{
 use atelier_chatd::caller::{Caller, SessionCookie};
 use atelier_chatd::cms::reads::CmsReader;
 use atelier_chatd::cms::CmsClient;
-use atelier_chatd::prompts::{system_prompt, CONTENT_PREFIX, SITE_PREFIX};
+use atelier_chatd::prompts::{system_prompt, withheld_tools, CONTENT_PREFIX, SITE_PREFIX};
 use atelier_chatd::runtime::prepare_input;
 use atelier_chatd::store::Scope;
 use atelier_chatd::tools::snapshot::SiteSnapshot;
@@ -659,6 +659,50 @@ fn the_static_prefix_is_byte_identical_across_turns_and_providers() {
     let content = system_prompt(Scope::Content, None);
     assert_eq!(content[0], CONTENT_PREFIX);
     assert_eq!(system_prompt(Scope::Data, None).len(), 1);
+}
+
+/// A caller offered fewer tools than the prompt names is told which it has; one offered all of
+/// them gets the prompt unchanged.
+#[test]
+fn a_caller_offered_fewer_tools_is_told_which_it_has() {
+    let all = catalogue();
+    let caller = |capabilities: &[&str]| Caller {
+        user_id: "u1".into(),
+        capabilities: capabilities.iter().map(|c| (*c).to_owned()).collect(),
+        label: None,
+    };
+    let note = |capabilities: &[&str], scope: Scope| {
+        let offered = atelier_chatd::tools::offered(&all, scope, &caller(capabilities));
+        withheld_tools(scope, &offered, &all)
+    };
+    // Every capability any tool names, and the chat's own.
+    let mut everything: Vec<&str> = all
+        .iter()
+        .flat_map(|t| t.capabilities.iter().copied())
+        .collect();
+    everything.extend(["ai.chat", "ai.tools.write"]);
+    assert_eq!(note(&everything, Scope::Site), None);
+    assert_eq!(note(&everything, Scope::Content), None);
+    // Without ai.tools.write: no browser tool, and the prompt's note names the server ones.
+    let reader = note(&["ai.chat", "site.read"], Scope::Site).expect("a note");
+    assert!(
+        reader.starts_with("The editor's role gives you only these tools in this conversation: ")
+            && reader.contains("site_list_documents")
+            && !reader.contains("site_read_document"),
+        "{reader}"
+    );
+    assert_eq!(
+        note(&["ai.chat"], Scope::Site).as_deref(),
+        Some(
+            "The editor's role gives you no tools in this conversation: answer from what the \
+             user tells you, and say which permission a read or a change would need."
+        )
+    );
+    assert_eq!(
+        note(&["ai.chat"], Scope::Data),
+        None,
+        "a scope without tools"
+    );
 }
 
 #[test]

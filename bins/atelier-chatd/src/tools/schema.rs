@@ -105,6 +105,18 @@ pub fn validate(schema: &Value, value: Value) -> Result<Value, String> {
     check(schema, value, "input")
 }
 
+/// Whether `value` carries one of the constant-valued properties of the object schema
+/// `branch`.
+fn tagged(branch: &Value, value: &Value) -> bool {
+    branch["properties"].as_object().is_some_and(|properties| {
+        properties.iter().any(|(name, property)| {
+            property
+                .get("const")
+                .is_some_and(|tag| value.get(name) == Some(tag))
+        })
+    })
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -118,22 +130,31 @@ fn type_name(value: &Value) -> &'static str {
 
 fn check(schema: &Value, value: Value, path: &str) -> Result<Value, String> {
     if let Some(branches) = schema["anyOf"].as_array() {
-        let mut last = None;
+        let mut errors = Vec::with_capacity(branches.len());
         for branch in branches {
             match check(branch, value.clone(), path) {
                 Ok(accepted) => return Ok(accepted),
-                Err(error) => last = Some(error),
+                Err(error) => errors.push(error),
             }
         }
         let consts: Vec<&str> = branches
             .iter()
             .filter_map(|b| b["const"].as_str())
             .collect();
-        return Err(if consts.len() == branches.len() && !consts.is_empty() {
-            format!("{path} must be one of: {}", consts.join(", "))
-        } else {
-            last.unwrap_or_else(|| format!("{path} matches none of its allowed shapes"))
-        });
+        if consts.len() == branches.len() && !consts.is_empty() {
+            return Err(format!("{path} must be one of: {}", consts.join(", ")));
+        }
+        // The shape the value names by its tag (a `kind` or `type` equal to the branch's
+        // constant) is the one it meant: its problem is the one to fix, where the last
+        // branch's would only say the tag is wrong.
+        let meant = branches.iter().position(|branch| tagged(branch, &value));
+        let chosen = match meant {
+            Some(index) => errors.swap_remove(index),
+            None => errors
+                .pop()
+                .unwrap_or_else(|| format!("{path} matches none of its allowed shapes")),
+        };
+        return Err(chosen);
     }
     if let Some(expected) = schema.get("const") {
         return if *expected == value {
@@ -355,6 +376,44 @@ mod tests {
                 "input.parentId must be a string, not an array",
             ),
             (json!("text"), "input must be an object, not a string"),
+        ];
+        for (value, error) in cases {
+            assert_eq!(validate(&schema, value).unwrap_err(), error);
+        }
+    }
+
+    /// A value tagged for one shape of an `anyOf` is told that shape's problem, not the last
+    /// shape's complaint about its tag.
+    #[test]
+    fn a_tagged_value_is_told_the_problem_of_the_shape_it_names() {
+        let schema = object(
+            vec![(
+                "target",
+                any_of(vec![
+                    object(
+                        vec![("kind", literal("postTypes")), ("tableSlugs", s1())],
+                        vec![],
+                    ),
+                    object(vec![("kind", literal("page")), ("pageId", s1())], vec![]),
+                    object(vec![("kind", literal("notFound"))], vec![]),
+                ]),
+            )],
+            vec![],
+        );
+        let cases = [
+            (
+                json!({"target": {"kind": "postTypes"}}),
+                "input.target.tableSlugs is required",
+            ),
+            (
+                json!({"target": {"kind": "page", "pageId": ""}}),
+                "input.target.pageId must not be empty",
+            ),
+            // No shape named: the last shape's problem, as before.
+            (
+                json!({"target": {"kind": "other"}}),
+                "input.target.kind must be \"notFound\"",
+            ),
         ];
         for (value, error) in cases {
             assert_eq!(validate(&schema, value).unwrap_err(), error);
