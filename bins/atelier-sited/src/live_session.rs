@@ -2,11 +2,10 @@
 //! the clients following it live. The session service opens one and follows it; a running
 //! turn appends to it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use atelier_fs::Root;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::session_log::{LoggedEvent, SessionEvent, SessionId, SessionLog, SessionLogError};
 
@@ -20,7 +19,9 @@ pub struct LiveSession {
     slug: String,
     writer: Mutex<SessionLog>,
     events: broadcast::Sender<Arc<LoggedEvent>>,
-    running: AtomicBool,
+    /// Whether a turn runs; followers watch it, so a turn that ends without its `turn_end`
+    /// (its append failed) still ends their streams.
+    running: watch::Sender<bool>,
 }
 
 impl LiveSession {
@@ -36,7 +37,7 @@ impl LiveSession {
             slug: slug.to_owned(),
             writer: Mutex::new(writer),
             events,
-            running: AtomicBool::new(false),
+            running: watch::Sender::new(false),
         })
     }
 
@@ -61,7 +62,7 @@ impl LiveSession {
         // No subscriber is not an error: the log has it.
         let _ = self.events.send(Arc::clone(&event));
         if event.turn_end {
-            self.running.store(false, Ordering::SeqCst);
+            self.running.send_replace(false);
         }
         Ok(event)
     }
@@ -74,18 +75,23 @@ impl LiveSession {
     /// Marks a turn of this session running, until its `turn_end` or
     /// [`LiveSession::mark_finished`].
     pub fn mark_running(&self) {
-        self.running.store(true, Ordering::SeqCst);
+        self.running.send_replace(true);
     }
 
     /// Whether a turn of this session is running (from [`LiveSession::mark_running`] until its
     /// `turn_end`).
     pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
+        *self.running.borrow()
+    }
+
+    /// A receiver told each time a turn starts or ends; its first value is the current one.
+    pub fn watch_running(&self) -> watch::Receiver<bool> {
+        self.running.subscribe()
     }
 
     /// Marks the turn over even if its `turn_end` could not be appended, so no follower waits
     /// for a turn that has ended.
     pub fn mark_finished(&self) {
-        self.running.store(false, Ordering::SeqCst);
+        self.running.send_replace(false);
     }
 }

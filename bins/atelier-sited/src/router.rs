@@ -283,6 +283,7 @@ impl Router {
                 let deleted = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await;
                 self.count_sites().await;
                 let report = deleted?;
+                self.inner.sessions.forget_site(&report.deleted);
                 tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
                 let detail = json!({
                     "purge_prod": report.purged_prod,

@@ -224,22 +224,7 @@ impl Sessions {
             .into_iter()
             .filter(|(_, kind)| *kind == FileKind::Dir)
             .filter_map(|(name, _)| Slug::parse(name.to_str()?).ok())
-            .find(|slug| {
-                let Ok(workspace) = root.open_dir(slug.as_str()) else {
-                    return false;
-                };
-                // A husk without a manifest is no site.
-                if !matches!(
-                    manifest::read_manifest(&workspace, slug.as_str()),
-                    Ok(Some(_))
-                ) {
-                    return false;
-                }
-                matches!(
-                    session_log::read_meta(&workspace, slug.as_str(), id),
-                    Ok(Some(_))
-                )
-            })?
+            .find(|slug| holds(&root, slug, id))?
             .to_string();
         self.inner
             .index
@@ -247,6 +232,31 @@ impl Sessions {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id.clone(), slug.clone());
         Some(slug)
+    }
+
+    /// Forgets the sessions of site `slug`, deleted: they are unknown from now on (404), and
+    /// their logs' descriptors go with their last followers.
+    pub fn forget_site(&self, slug: &str) {
+        // In the order `begin_turn` takes them: the live sessions, then the index.
+        let mut live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut index = self
+            .inner
+            .index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let gone: Vec<SessionId> = index
+            .iter()
+            .filter(|(_, site)| site.as_str() == slug)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            index.remove(&id);
+            live.remove(&id);
+        }
     }
 
     /// `GET /v1/sites/:slug/sessions`: the site's sessions, newest first (404 unknown site).
@@ -690,6 +700,17 @@ pub fn parse_after(value: Option<&str>) -> Result<i64, SessionError> {
 }
 
 /// Frames a logged event as its SSE event: `id:` its seq, `data:` its line as stored.
+/// Whether the site `slug` (a workspace with a manifest: a husk without one is no site)
+/// holds session `id`'s meta.
+fn holds(root: &Root, slug: &Slug, id: &SessionId) -> bool {
+    let slug = slug.as_str();
+    let Ok(workspace) = root.open_dir(slug) else {
+        return false;
+    };
+    matches!(manifest::read_manifest(&workspace, slug), Ok(Some(_)))
+        && matches!(session_log::read_meta(&workspace, slug, id), Ok(Some(_)))
+}
+
 fn frame(wire: &mut Vec<u8>, event: &LoggedEvent) {
     let seq = event.seq.to_string();
     push_event(
@@ -773,7 +794,8 @@ impl Follower {
         };
         // Read before the buffer is drained: a turn seen finished here has its turn_end in
         // the buffer already, since `running` is cleared only after the fan-out.
-        let running = live.is_running();
+        let mut watching = live.watch_running();
+        let running = *watching.borrow_and_update();
         loop {
             match receiver.try_recv() {
                 Ok(event) => {
@@ -800,6 +822,16 @@ impl Follower {
             let next = tokio::select! {
                 next = receiver.recv() => next,
                 () = self.frames.closed() => return,
+                // The turn ended: whatever of it was logged (its turn_end too, unless that
+                // append failed) is in the log; the stream ends after it rather than wait for
+                // an event that will not come.
+                changed = watching.changed() => {
+                    if changed.is_err() || !*watching.borrow_and_update() {
+                        self.catch_up(true).await;
+                        return;
+                    }
+                    continue;
+                }
             };
             let step = match next {
                 Ok(event) => self.deliver(&event).await,

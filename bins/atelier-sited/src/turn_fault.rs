@@ -103,14 +103,15 @@ impl TurnFault {
     /// the agent, the site or the host's set-up.
     pub fn retriable(self) -> bool {
         match self {
+            // A stopping daemon is back in a moment (the engine maps it to busy, retryable).
             TurnFault::Interrupted
             | TurnFault::Timeout
             | TurnFault::UnitLost
-            | TurnFault::AgentKilled => true,
+            | TurnFault::AgentKilled
+            | TurnFault::DaemonStopping => true,
             TurnFault::SetupFailed
             | TurnFault::AgentExited
             | TurnFault::ConfinementUnavailable
-            | TurnFault::DaemonStopping
             | TurnFault::IdentityMissing
             | TurnFault::IdentityQuarantined
             | TurnFault::UnitRefused
@@ -209,7 +210,7 @@ mod tests {
                 TurnFault::AgentKilled => ("turn_agent_killed", true),
                 TurnFault::AgentExited => ("turn_agent_exited", false),
                 TurnFault::ConfinementUnavailable => ("confinement_unavailable", false),
-                TurnFault::DaemonStopping => ("confinement.daemon_stopping", false),
+                TurnFault::DaemonStopping => ("confinement.daemon_stopping", true),
                 TurnFault::IdentityMissing => ("confinement.identity_missing", false),
                 TurnFault::IdentityQuarantined => ("confinement.identity_quarantined", false),
                 TurnFault::UnitRefused => ("confinement.unit_refused", false),

@@ -415,12 +415,17 @@ impl Turn {
         }
         match services.workspace(&slug) {
             Ok(workspace) => {
-                if let Err(e) = git
+                match git
                     .commit(&target, &workspace, &git::turn_message(id.as_str(), turn))
                     .await
                 {
-                    tracing::error!(session = %id, error = %e, "could not commit the turn; the next boot retries");
-                    meta.recovery_pending = true;
+                    // The commit took every change, an earlier turn's uncommitted ones too:
+                    // nothing is left for a boot to recover.
+                    Ok(_) => meta.recovery_pending = false,
+                    Err(e) => {
+                        tracing::error!(session = %id, error = %e, "could not commit the turn; the next boot retries");
+                        meta.recovery_pending = true;
+                    }
                 }
             }
             Err(e) => {

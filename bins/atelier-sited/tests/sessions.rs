@@ -471,17 +471,7 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
 
     // A second turn: the replay runs through the first turn's turn_end and stops at the second.
     let sid = SessionId::parse(&id).unwrap();
-    let session = instance
-        .router
-        .sessions()
-        .begin_turn("alpha", &sid)
-        .unwrap();
-    session
-        .append(SessionEvent::TurnStart {
-            turn: 2,
-            prompt: "again".into(),
-        })
-        .unwrap();
+    let session = second_turn(&instance, &sid);
     session.append(idle_end()).unwrap();
     let (_, frames) = follow(&instance.socket, &id, -1).await;
     assert_eq!(seqs(&frames), (0..n + 2).collect::<Vec<_>>());
@@ -490,6 +480,67 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
     let restarted = Router::new(&instance_settings(&instance)).unwrap();
     let session = restarted.sessions().begin_turn("alpha", &sid).unwrap();
     assert_eq!(session.append(SessionEvent::text("x")).unwrap().seq, n + 2);
+
+    // Once its site is deleted the session is unknown (404), though this process knew it.
+    let deleted = call(
+        &instance,
+        Method::DELETE,
+        "/v1/sites/alpha",
+        json!({"actor": actor()}),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    let response = open(&instance.socket, Method::GET, &events, "").await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+/// A turn that ends without its `turn_end` (its append failed: a full disk) still ends the
+/// streams tailing it, after what was logged; they used to wait for an event that never came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_ended_without_its_turn_end_ends_the_streams_tailing_it() {
+    let instance = instance(2).await;
+    let started = call(
+        &instance,
+        Method::POST,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": "Make a museum page", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    let (_, first) = follow(&instance.socket, &id, -1).await;
+    let last = first.len() as u64 - 1;
+
+    let sid = SessionId::parse(&id).unwrap();
+    let session = second_turn(&instance, &sid);
+    let tail = tokio::spawn({
+        let socket = instance.socket.clone();
+        let id = id.clone();
+        async move { follow(&socket, &id, i64::try_from(last).unwrap()).await.1 }
+    });
+    // Time for the follower to replay and start tailing (had it not, it would end at once
+    // after the replay, fix or no fix).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    session.append(SessionEvent::text("half")).unwrap();
+    session.mark_finished();
+    let frames = tail.await.unwrap();
+    assert_eq!(seqs(&frames), [last + 1, last + 2]);
+}
+
+/// Begins turn 2 of session `sid` of alpha in the instance's process, its `turn_start`
+/// logged.
+fn second_turn(
+    instance: &Instance,
+    sid: &SessionId,
+) -> Arc<atelier_sited::live_session::LiveSession> {
+    let session = instance.router.sessions().begin_turn("alpha", sid).unwrap();
+    session
+        .append(SessionEvent::TurnStart {
+            turn: 2,
+            prompt: "again".into(),
+        })
+        .unwrap();
+    session
 }
 
 fn instance_settings(instance: &Instance) -> atelier_sited::Settings {
