@@ -141,6 +141,9 @@ pub enum CmsError {
     /// The answer's body is not what the route returns.
     #[error("the CMS's answer cannot be read: {0}")]
     BadAnswer(String),
+    /// The answer's body is larger than the route's bound, in bytes.
+    #[error("the CMS's answer is larger than the {0} bytes read of it")]
+    TooLarge(usize),
 }
 
 impl CmsError {
@@ -148,7 +151,9 @@ impl CmsError {
     pub fn session_problem(&self) -> CmsProblem {
         match self {
             CmsError::Unreachable(_) | CmsError::TimedOut(_) => CmsProblem::SessionUnreachable,
-            CmsError::UnexpectedStatus(_) | CmsError::BadAnswer(_) => CmsProblem::SessionUnreadable,
+            CmsError::UnexpectedStatus(_) | CmsError::BadAnswer(_) | CmsError::TooLarge(_) => {
+                CmsProblem::SessionUnreadable
+            }
         }
     }
 }
@@ -362,7 +367,10 @@ impl CmsClient {
             let content_type = response.headers().get(CONTENT_TYPE).cloned();
             let body = atelier_http::read_body(response.into_body(), limit)
                 .await
-                .map_err(|error| CmsError::BadAnswer(error.to_string()))?;
+                .map_err(|error| match error {
+                    atelier_http::BodyError::TooLarge { .. } => CmsError::TooLarge(limit),
+                    atelier_http::BodyError::Read(_) => CmsError::BadAnswer(error.to_string()),
+                })?;
             Ok::<_, CmsError>((status, content_type, body))
         };
         tokio::time::timeout(CMS_TIMEOUT, call)

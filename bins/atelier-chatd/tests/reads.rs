@@ -384,6 +384,57 @@ async fn a_cms_that_does_not_answer_is_a_named_tool_error() {
     );
 }
 
+/// A CMS answer larger than chatd reads of its route is named as such (it cannot be had by
+/// asking again), not as an answer that could not be read.
+#[tokio::test]
+async fn a_cms_answer_past_the_read_bound_is_named_too_large() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let len = 17 * 1024 * 1024;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+                );
+                if stream.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 64 * 1024];
+                for _ in 0..len / chunk.len() {
+                    if stream.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let user = User {
+        caller: user_with("usr_lab_reader", READER_CAPS),
+        cms: cms_reader(&origin, "a-session"),
+    };
+    let result = user
+        .read("content_list_documents", json!({"tableId": "tbl_posts"}))
+        .await;
+    assert_eq!(
+        result,
+        json!({"ok": false, "error": "content_list_documents: the CMS's answer is larger than \
+            the 16 MiB chatd reads at once, so it cannot be read whole; say so rather than retry."})
+    );
+}
+
 /// The capabilities of the content turn's user: write content of their own, with the AI.
 const WRITER_CAPS: &str =
     "ai.chat,ai.tools.write,content.create,content.edit.own,data.custom.tables.read";

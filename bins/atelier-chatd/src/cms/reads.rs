@@ -60,9 +60,17 @@ pub enum ReadError {
     /// Nothing answered in time, or the CMS failed (5xx).
     #[error("the CMS did not answer")]
     Unavailable(CmsError),
-    /// The answer is not the route's (another status, a body too large or of another shape).
+    /// The answer is not the route's (another status, a body of another shape).
     #[error("the CMS's answer could not be read")]
     Unreadable(CmsError),
+    /// The answer is larger than chatd reads of this route, in bytes: asking again (or for
+    /// fewer items, which the CMS answers whole anyway) cannot help.
+    #[error(
+        "the CMS's answer is larger than the {} MiB chatd reads at once, so it cannot be read \
+         whole; say so rather than retry",
+        .0 / (1024 * 1024)
+    )]
+    TooLarge(usize),
 }
 
 impl ReadError {
@@ -432,6 +440,7 @@ impl CmsReader {
             tracing::warn!(%error, cms = %self.client.origin(), route, "a content read failed");
             match error {
                 CmsError::Unreachable(_) | CmsError::TimedOut(_) => ReadError::Unavailable(error),
+                CmsError::TooLarge(limit) => ReadError::TooLarge(limit),
                 CmsError::UnexpectedStatus(_) | CmsError::BadAnswer(_) => {
                     ReadError::Unreadable(error)
                 }
@@ -515,6 +524,11 @@ mod tests {
         assert_eq!(
             ReadError::Forbidden.for_tool("content_get_document"),
             "content_get_document: forbidden by the CMS."
+        );
+        assert_eq!(
+            ReadError::TooLarge(MAX_LIST_BODY).for_tool("content_list_documents"),
+            "content_list_documents: the CMS's answer is larger than the 16 MiB chatd reads at \
+             once, so it cannot be read whole; say so rather than retry."
         );
     }
 
