@@ -443,19 +443,7 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
     assert_eq!(seqs(&everything), (0..n).collect::<Vec<_>>());
 
     // The site is freed just after the turn_end, and the list shows the finished session.
-    for _ in 0..200 {
-        if instance
-            .router
-            .sites()
-            .reservations()
-            .holder("alpha")
-            .is_none()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(instance.router.sites().reservations().holder("alpha"), None);
+    site_freed(&instance).await;
     let list = call(
         &instance,
         Method::GET,
@@ -511,6 +499,9 @@ async fn a_turn_ended_without_its_turn_end_ends_the_streams_tailing_it() {
     let (_, first) = follow(&instance.socket, &id, -1).await;
     let last = first.len() as u64 - 1;
 
+    // The first turn's task is done once the site is freed (it marks its turn finished just
+    // before): a second turn begun earlier would be marked finished by it.
+    site_freed(&instance).await;
     let sid = SessionId::parse(&id).unwrap();
     let session = second_turn(&instance, &sid);
     let tail = tokio::spawn({
@@ -525,6 +516,23 @@ async fn a_turn_ended_without_its_turn_end_ends_the_streams_tailing_it() {
     session.mark_finished();
     let frames = tail.await.unwrap();
     assert_eq!(seqs(&frames), [last + 1, last + 2]);
+}
+
+/// Waits until no turn holds alpha (a turn's task frees it last, after its `turn_end`).
+async fn site_freed(instance: &Instance) {
+    for _ in 0..200 {
+        if instance
+            .router
+            .sites()
+            .reservations()
+            .holder("alpha")
+            .is_none()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(instance.router.sites().reservations().holder("alpha"), None);
 }
 
 /// Begins turn 2 of session `sid` of alpha in the instance's process, its `turn_start`
