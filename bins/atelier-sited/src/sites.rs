@@ -26,7 +26,7 @@ use atelier_proto::Door;
 use atelier_site_api::{CreateSite, Slug};
 
 use atelier_layout::workspace::{
-    BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+    self, BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
 const BYTES_PER_MB: u64 = 1_048_576;
 
@@ -609,7 +609,7 @@ impl Sites {
         // The workspace leaves its slug in one rename, then goes: a delete cut short (a crash,
         // a folder the agent made unreadable) never leaves half a workspace under the slug,
         // which would be no site to delete and still block creating it again.
-        let retired = format!("{DELETED_PREFIX}{slug}-{}", unix_nanos());
+        let retired = workspace::deleted_workspace_name(slug.as_str(), unix_nanos());
         root.rename_dir(slug.as_str(), &retired)?;
         root.remove_file(driver_record(slug.as_str()))?;
         if let Err(error) = tree::remove_tree(&root, &retired) {
@@ -634,7 +634,7 @@ impl Sites {
         };
         let mut removed = 0;
         for (name, _) in entries {
-            let Some(name) = name.to_str().filter(|n| n.starts_with(DELETED_PREFIX)) else {
+            let Some(name) = name.to_str().filter(|n| workspace::is_deleted_workspace(n)) else {
                 continue;
             };
             match tree::remove_tree(&root, name) {
@@ -778,10 +778,6 @@ fn has_manifest(root: &Root, slug: &Slug) -> bool {
     root.metadata(Path::new(slug.as_str()).join(manifest::MANIFEST_FILE))
         .is_ok()
 }
-
-/// What a deleted workspace is renamed to begin with, before `<slug>-<nanoseconds>`: no slug
-/// starts with a dot, so nothing reads it as a site.
-const DELETED_PREFIX: &str = ".deleted-";
 
 fn unix_nanos() -> u128 {
     SystemTime::now()

@@ -17,6 +17,20 @@ pub const REPOSITORY_DIR: &str = ".git";
 pub const SESSIONS_DIR: &str = ".builder/sessions";
 /// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
 pub const DRIVER_RECORDS_DIR: &str = ".driver_records";
+/// `<sites root>/.deleted-<slug>-<n>`: a deleted workspace between its rename off the slug and
+/// its removal; no slug starts with a dot, so nothing reads it as a site.
+pub const DELETED_WORKSPACE_PREFIX: &str = ".deleted-";
+
+/// The name a deleted workspace of `slug` is renamed to, `unique` telling deletes apart.
+pub fn deleted_workspace_name(slug: &str, unique: u128) -> String {
+    format!("{DELETED_WORKSPACE_PREFIX}{slug}-{unique}")
+}
+
+/// Whether `name` in the sites root is a deleted workspace's.
+pub fn is_deleted_workspace(name: &str) -> bool {
+    name.starts_with(DELETED_WORKSPACE_PREFIX)
+}
+
 /// Claude Code's MCP configuration for one turn (it may carry the Publication API key under
 /// `none`, so it exists only while the turn runs).
 pub const MCP_CONFIG_FILE: &str = ".builder/mcp.json";
