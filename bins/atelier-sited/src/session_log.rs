@@ -125,6 +125,12 @@ pub struct SessionLog {
     file: File,
     path: PathBuf,
     next_seq: u64,
+    /// The length of the file's whole lines: where the next line starts, and what an append
+    /// that fails is cut back to.
+    len: u64,
+    /// A failed append could not be cut back, so the file may end inside a line (and a seq
+    /// may be in it): the next append starts a line of its own and its length is read again.
+    torn: bool,
 }
 
 impl SessionLog {
@@ -139,18 +145,21 @@ impl SessionLog {
         workspace.create_dir_all(SESSIONS_DIR, SESSIONS_DIR_MODE)?;
         let path = log_path(id);
         let mut file = workspace.open_append(&path, SESSION_FILE_MODE)?;
-        let (max_seq, ends_cleanly) = scan(&mut file, &path)?;
+        let (max_seq, mut len, ends_cleanly) = scan(&mut file, &path)?;
         if !ends_cleanly {
             file.write_all(b"\n").map_err(|e| FsError::Io {
                 op: "terminate the last line of",
                 path: path.clone(),
                 source: e,
             })?;
+            len += 1;
         }
         Ok(SessionLog {
             file,
             path,
             next_seq: max_seq.map_or(0, |s| s + 1),
+            len,
+            torn: false,
         })
     }
 
@@ -164,38 +173,82 @@ impl SessionLog {
     /// The line reaches the kernel before this returns, so a reader (and a restart after the
     /// daemon is killed) sees it; a `turn_end` is also synced to the disk, which makes every
     /// finished turn durable against a power loss at the cost of one sync per turn.
+    ///
+    /// An append that fails (a full disk, a failed sync) is cut back to the last whole line,
+    /// so the log is as before and the `seq` is not spent: a torn half-line would otherwise
+    /// swallow the next event, and a line that reached the file must not share its `seq`.
     pub fn append(&mut self, event: SessionEvent) -> Result<LoggedEvent, SessionLogError> {
+        self.append_with(event, |file, bytes| file.write_all(bytes))
+    }
+
+    /// [`SessionLog::append`] with the write itself given, so a test can make it fail.
+    fn append_with(
+        &mut self,
+        event: SessionEvent,
+        write: impl FnOnce(&mut File, &[u8]) -> std::io::Result<()>,
+    ) -> Result<LoggedEvent, SessionLogError> {
         let turn_end = event.is_turn_end();
         let event = StoredEvent {
             seq: self.next_seq,
             ts: iso8601(SystemTime::now()),
             body: event,
         };
-        let mut line =
-            serde_json::to_vec(&event).map_err(|e| SessionLogError::Meta(e.to_string()))?;
-        line.push(b'\n');
-        let path = &self.path;
-        let io = |op, source| FsError::Io {
-            op,
-            path: path.clone(),
-            source,
-        };
-        self.file.write_all(&line).map_err(|e| io("append to", e))?;
-        if turn_end {
-            self.file.sync_data().map_err(|e| io("sync", e))?;
+        let mut bytes = Vec::new();
+        if self.torn {
+            self.len = self.file.metadata().map_err(|e| self.io("stat", e))?.len();
+            bytes.push(b'\n');
         }
+        let line_start = bytes.len();
+        serde_json::to_writer(&mut bytes, &event)
+            .map_err(|e| SessionLogError::Meta(e.to_string()))?;
+        bytes.push(b'\n');
+        let written = write(&mut self.file, &bytes)
+            .map_err(|e| self.io("append to", e))
+            .and_then(|()| match turn_end {
+                true => self.file.sync_data().map_err(|e| self.io("sync", e)),
+                false => Ok(()),
+            });
+        if let Err(e) = written {
+            self.cut_back();
+            return Err(e.into());
+        }
+        self.len += bytes.len() as u64;
+        self.torn = false;
         self.next_seq += 1;
-        line.pop();
+        bytes.pop();
         Ok(LoggedEvent {
             seq: event.seq,
             turn_end,
-            line: Bytes::from(line),
+            line: Bytes::from(bytes).slice(line_start..),
         })
+    }
+
+    /// Takes the file back to its last whole line after a failed append. When even that
+    /// fails, what was written stays: the next append starts a new line and a new `seq`.
+    fn cut_back(&mut self) {
+        if let Err(e) = self.file.set_len(self.len) {
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "could not cut a failed append out of a session log"
+            );
+            self.torn = true;
+            self.next_seq += 1;
+        }
+    }
+
+    fn io(&self, op: &'static str, source: std::io::Error) -> FsError {
+        FsError::Io {
+            op,
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 
-/// The highest valid `seq` in the file and whether it ends with a newline (or is empty).
-fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, bool), FsError> {
+/// The highest valid `seq` in the file, its length, and whether it ends with a newline (or is
+/// empty).
+fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, u64, bool), FsError> {
     file.seek(SeekFrom::Start(0)).map_err(|e| FsError::Io {
         op: "read",
         path: path.to_path_buf(),
@@ -210,7 +263,7 @@ fn scan(file: &mut File, path: &Path) -> Result<(Option<u64>, bool), FsError> {
             max = max.max(Some(event.seq));
         }
     });
-    Ok((max, ends_cleanly))
+    Ok((max, buffer.len() as u64, ends_cleanly))
 }
 
 /// The whole file, from where it is.
@@ -531,6 +584,84 @@ mod tests {
         // The cut line stays a line of its own; the new event did not glue onto it.
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(text.contains("\"bo\n{\"seq\":3"), "{text}");
+    }
+
+    /// A write that gets the first `keep` bytes out through `file`, then fails as a full
+    /// disk does.
+    fn full_after(file: &mut File, bytes: &[u8], keep: usize) -> std::io::Result<()> {
+        file.write_all(&bytes[..keep])?;
+        Err(Errno::NOSPC.into())
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_back_and_spends_no_seq() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        for i in 0..2 {
+            log.append(text(i)).unwrap();
+        }
+        let file = ws.path().join(log_path(&id));
+        let before = std::fs::read(&file).unwrap();
+        let half = |file: &mut File, bytes: &[u8]| full_after(file, bytes, bytes.len() / 2);
+        let err = log.append_with(text(2), half).unwrap_err();
+        assert!(err.to_string().contains("append to"), "{err}");
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            before,
+            "the torn half-line stays"
+        );
+        assert_eq!(log.next_seq(), 2);
+        assert_eq!(log.append(idle_end()).unwrap().seq, 2);
+        let seqs: Vec<u64> = read_events(&ws, &id, -1)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [0, 1, 2]);
+        // A reopen agrees with the writer about where the file ends.
+        drop(log);
+        assert_eq!(SessionLog::open(&ws, &id).unwrap().next_seq(), 3);
+    }
+
+    #[test]
+    fn a_failed_append_that_cannot_be_cut_back_neither_swallows_the_next_nor_shares_its_seq() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        log.append(text(0)).unwrap();
+        // A descriptor opened for reading cannot be truncated: the cut-back fails.
+        let file = ws.path().join(log_path(&id));
+        let appender = std::mem::replace(&mut log.file, File::open(&file).unwrap());
+        let mut side = appender.try_clone().unwrap();
+        // The whole line is written but its newline is not: it is a valid event once the
+        // next append ends its line, so its seq must not be given again.
+        let whole_but_unterminated =
+            |_: &mut File, bytes: &[u8]| full_after(&mut side, bytes, bytes.len() - 1);
+        log.append_with(text(1), whole_but_unterminated)
+            .unwrap_err();
+        log.file = appender;
+        assert_eq!(log.append(idle_end()).unwrap().seq, 2);
+        let events = read_events(&ws, &id, -1).unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [0, 1, 2]);
+        assert!(events[2].turn_end);
+        drop(log);
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        assert_eq!(log.next_seq(), 3);
+        // And a half-line (no valid event) stays one skipped line.
+        let appender = std::mem::replace(&mut log.file, File::open(&file).unwrap());
+        let mut side = appender.try_clone().unwrap();
+        let half = |_: &mut File, bytes: &[u8]| full_after(&mut side, bytes, bytes.len() / 2);
+        log.append_with(text(3), half).unwrap_err();
+        log.file = appender;
+        assert_eq!(log.append(text(4)).unwrap().seq, 4);
+        let seqs: Vec<u64> = read_events(&ws, &id, 2)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [4]);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! the source has into a buffer that starts small and doubles while reads fill it, up to
 //! [`COPY_BUFFER_MAX`], then writes it all. A source's end of stream half-closes the sink, and
 //! the other direction goes on until its own end; an error in one direction shuts both sockets
-//! down, which ends the other.
+//! down, which ends the other. Once the unix side has stopped sending, the tunnel also ends
+//! when that side is closed for good (its program exited): nothing could be delivered to it
+//! any more, and a TCP peer that never closes after a half-close must not hold the tunnel.
 //!
 //! Why the directions differ: on a 2-core machine `scripts/bench-gate` moved 1 GiB
 //! unix-to-TCP at 0.46-0.58 of a direct connection's speed spliced and at 0.65-0.74 copied,
@@ -26,12 +28,17 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 use atelier_layout::services::GATE_LEG_SEND_BUFFER;
+use rustix::event::{PollFd, PollFlags};
 use rustix::net::Shutdown;
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, splice, PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
+
+/// How often a tunnel whose unix side stopped sending looks whether that side is gone.
+const HANG_UP_CHECK: Duration = Duration::from_secs(1);
 
 /// The most a spliced direction's pipe grows to; the kernel may grant less (pipe-max-size).
 const PIPE_SIZE: usize = 1024 * 1024; // 1 MiB
@@ -135,14 +142,50 @@ pub async fn run(
         Mode::Splice => (Way::Splice, Way::Splice),
         Mode::Copy => (Way::Copy, Way::Copy),
     };
-    let (to_tcp, to_unix) = tokio::join!(
-        direction(unix, tcp, to_tcp_way, |n| tally.to_tcp(n)),
-        direction(tcp, unix, to_unix_way, |n| tally.to_unix(n)),
-    );
+    let to_tcp = direction(unix, tcp, to_tcp_way, |n| tally.to_tcp(n));
+    let to_unix = direction(tcp, unix, to_unix_way, |n| tally.to_unix(n));
+    tokio::pin!(to_tcp, to_unix);
+    let (to_tcp, to_unix) = tokio::select! {
+        to_unix = &mut to_unix => (to_tcp.await, to_unix),
+        to_tcp = &mut to_tcp => {
+            if to_tcp.is_ok() {
+                tokio::select! {
+                    to_unix = &mut to_unix => return finish(to_tcp, to_unix),
+                    () = hung_up(unix) => {
+                        // The read from TCP then ends, and the direction with it.
+                        let _ = rustix::net::shutdown(tcp, Shutdown::Both);
+                    }
+                }
+            }
+            (to_tcp, to_unix.await)
+        }
+    };
+    finish(to_tcp, to_unix)
+}
+
+fn finish(to_tcp: io::Result<Flow>, to_unix: io::Result<Flow>) -> io::Result<Moved> {
     Ok(Moved {
         to_tcp: to_tcp?,
         to_unix: to_unix?,
     })
+}
+
+/// Returns once `unix` is closed at both ends' say: its peer is gone, not just done sending.
+/// Looked at every [`HANG_UP_CHECK`] by `poll(2)`, apart from the reactor, whose readiness
+/// the other direction relies on.
+async fn hung_up(unix: &UnixStream) {
+    let mut ticks = tokio::time::interval(HANG_UP_CHECK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let mut fds = [PollFd::new(unix, PollFlags::empty())];
+        let now = rustix::event::Timespec::default();
+        if rustix::event::poll(&mut fds, Some(&now)).is_ok()
+            && fds[0].revents().contains(PollFlags::HUP)
+        {
+            return;
+        }
+    }
 }
 
 /// How one direction moves its bytes.

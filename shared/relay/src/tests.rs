@@ -1,6 +1,7 @@
 //! Every mode over real sockets (a unix pair, TCP on loopback): every byte arrives in order
 //! both ways, splice moves them without a copy, the measured mode splices toward the unix side
-//! and copies toward TCP, half-closes carry over, the tally moves with the bytes.
+//! and copies toward TCP, half-closes carry over, a unix side gone for good ends the tunnel,
+//! the tally moves with the bytes.
 
 use super::*;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -253,6 +254,32 @@ async fn a_half_close_reaches_the_other_side_while_the_other_way_goes_on() {
             (7, 11),
             "the tally moved with the bytes ({mode:?})"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_unix_side_closed_for_good_ends_the_tunnel_though_tcp_stays_open() {
+    for mode in [Mode::Measured, Mode::Splice, Mode::Copy] {
+        let Pair {
+            unix,
+            mut tcp,
+            tunnel,
+            ..
+        } = open(mode).await;
+        // The program exits: its socket closes, and the TCP peer keeps its own side open and
+        // silent after the half-close, as some servers do until their idle timeout.
+        drop(unix);
+        let mut request = Vec::new();
+        tcp.read_to_end(&mut request).await.unwrap();
+        assert!(request.is_empty(), "{mode:?}");
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(30), tunnel)
+            .await
+            .unwrap_or_else(|_| panic!("the tunnel outlived its program ({mode:?})"))
+            .unwrap();
+        assert!(ended.is_ok(), "{ended:?}");
+        // The TCP peer learns the tunnel is gone.
+        let mut rest = Vec::new();
+        assert_eq!(tcp.read_to_end(&mut rest).await.unwrap(), 0, "{mode:?}");
     }
 }
 
