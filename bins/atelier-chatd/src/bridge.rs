@@ -4,7 +4,9 @@
 //!
 //! A stopping chatd accepts no new connection, so a result the browser posts then never
 //! arrives: once the registry is closed, a turn whose bridge waits (or comes to wait) on the
-//! browser learns it is stranded and ends at once instead of holding the drain.
+//! browser learns it is stranded and ends at once instead of holding the drain. A turn still
+//! streaming is stranded too once the registry says turns must end (before the drain's
+//! deadline, so the turn records its end and tells its editor instead of being cut off).
 //!
 //! Bridges live in this process only. Unlike the original, a bridge belongs to the user who
 //! opened it: a result posted by anyone else is answered exactly like an unknown bridge (404),
@@ -101,19 +103,39 @@ struct Entry {
     registered: Arc<Notify>,
 }
 
+/// How far the process has come in stopping (see the module's note).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stopping {
+    /// Serving: nobody is stranded.
+    No,
+    /// No browser result can arrive any more.
+    Closed,
+    /// Every turn must end now.
+    EndTurns,
+}
+
+/// Why a turn cannot go on (see [`Bridge::stranded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stranded {
+    /// It waits on a browser result that can no longer arrive.
+    WaitingOnBrowser,
+    /// The process is about to go.
+    Stopping,
+}
+
 /// The registry of open bridges in this process.
 #[derive(Clone)]
 pub struct Bridges {
     open: Arc<Mutex<HashMap<String, Entry>>>,
     /// Whether the process is stopping (see the module's note).
-    closing: Arc<watch::Sender<bool>>,
+    closing: Arc<watch::Sender<Stopping>>,
 }
 
 impl Default for Bridges {
     fn default() -> Self {
         Self {
             open: Arc::default(),
-            closing: Arc::new(watch::Sender::new(false)),
+            closing: Arc::new(watch::Sender::new(Stopping::No)),
         }
     }
 }
@@ -157,7 +179,14 @@ impl Bridges {
     /// Marks the process as stopping: from now on every turn waiting on the browser, or
     /// coming to, is stranded. Idempotent.
     pub fn close(&self) {
-        self.closing.send_replace(true);
+        self.closing
+            .send_if_modified(|stage| raise(stage, Stopping::Closed));
+    }
+
+    /// Strands every turn: the process is about to go. Idempotent.
+    pub fn end_turns(&self) {
+        self.closing
+            .send_if_modified(|stage| raise(stage, Stopping::EndTurns));
     }
 
     fn has_pending(&self, bridge_id: &str) -> bool {
@@ -313,12 +342,17 @@ impl Bridge {
     }
 
     /// Resolves once the process is stopping while this bridge waits for a browser result,
-    /// which can then no longer arrive; pending for as long as neither holds.
-    pub async fn stranded(&self) {
+    /// which can then no longer arrive, or once every turn must end; pending for as long as
+    /// neither holds.
+    pub async fn stranded(&self) -> Stranded {
         let mut closing = self.bridges.closing.subscribe();
         loop {
-            if *closing.borrow_and_update() && self.bridges.has_pending(&self.id) {
-                return;
+            let stage = *closing.borrow_and_update();
+            if stage == Stopping::EndTurns {
+                return Stranded::Stopping;
+            }
+            if stage == Stopping::Closed && self.bridges.has_pending(&self.id) {
+                return Stranded::WaitingOnBrowser;
             }
             tokio::select! {
                 changed = closing.changed() => {
@@ -342,6 +376,13 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         self.destroy();
     }
+}
+
+/// Moves `stage` on to `to`, never back; whether it moved.
+fn raise(stage: &mut Stopping, to: Stopping) -> bool {
+    let moved = *stage < to;
+    *stage = (*stage).max(to);
+    moved
 }
 
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
@@ -486,9 +527,10 @@ mod tests {
         );
     }
 
+    use futures_util::FutureExt as _;
+
     /// Whether `future` has resolved after the ready work it can do.
     fn resolved<F: std::future::Future + Unpin>(future: &mut F) -> bool {
-        use futures_util::FutureExt as _;
         future.now_or_never().is_some()
     }
 
@@ -509,8 +551,9 @@ mod tests {
         assert!(!resolved(&mut stranded), "a serving process strands nobody");
 
         bridges.close();
-        assert!(
-            resolved(&mut stranded),
+        assert_eq!(
+            (&mut stranded).now_or_never(),
+            Some(Stranded::WaitingOnBrowser),
             "its call cannot be answered any more"
         );
         assert!(!resolved(&mut idle_stranded), "a turn not waiting goes on");
@@ -519,6 +562,24 @@ mod tests {
         tokio::pin!(late);
         assert!(!resolved(&mut late));
         assert!(resolved(&mut idle_stranded));
+    }
+
+    #[tokio::test]
+    async fn ending_the_turns_strands_every_turn_and_a_close_after_it_changes_nothing() {
+        let bridges = Bridges::default();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let streaming = bridges.open("alice", tx, None);
+        let stranded = streaming.stranded();
+        tokio::pin!(stranded);
+        bridges.close();
+        assert!(!resolved(&mut stranded), "a streaming turn goes on");
+        bridges.end_turns();
+        bridges.close();
+        assert_eq!(stranded.now_or_never(), Some(Stranded::Stopping));
+        assert_eq!(
+            streaming.stranded().now_or_never(),
+            Some(Stranded::Stopping)
+        );
     }
 
     #[test]

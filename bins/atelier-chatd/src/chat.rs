@@ -10,7 +10,8 @@
 //! the client goes away the runner's future is dropped (cancelling its provider request and any
 //! browser tool wait), unresolved calls are persisted as interrupted and the lease is released.
 //! A stopping chatd ends the same way, with an error line, each turn that waits on the browser
-//! (whose result cannot reach it any more); the others finish within the drain.
+//! (whose result cannot reach it any more) at once, and every other turn still running shortly
+//! before the drain's deadline, so each records its end and tells its editor.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +25,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::bridge::Bridge;
+use crate::bridge::{Bridge, Stranded};
 use crate::caller::{Caller, Capability, SessionCookie};
 use crate::cms::reads::CmsReader;
 use crate::error::ApiError;
@@ -55,6 +56,10 @@ const STREAM_BUFFER: usize = 64;
 const STOPPED_WAITING_FOR_BROWSER: &str =
     "The AI runtime is restarting and could not wait for the editor's tool result. \
      Send your message again.";
+
+/// Why a turn ended that still ran when a stopping chatd could wait no longer.
+const STOPPED_MID_TURN: &str = "The AI runtime is restarting and ended this turn before its \
+     answer was complete. Send your message again.";
 
 /// How often the end of a turn is tried to be recorded before the next start is left to.
 const END_RECORD_ATTEMPTS: u32 = 3;
@@ -334,6 +339,7 @@ impl From<ModelRefusal> for ApiError {
             ModelRefusal::CredentialUnusable(message) => ApiError::CredentialUnusable(message),
             ModelRefusal::NoVision => ApiError::ModelWithoutVision,
             ModelRefusal::NoToolCalling => ApiError::ModelWithoutTools,
+            ModelRefusal::Failed(detail) => ApiError::Internal(detail),
         }
     }
 }
@@ -381,7 +387,10 @@ async fn drive_turn(
                 }
             }
             // After the queued events, so the call it waits on has its row.
-            () = &mut stranded => break Ending::Error(STOPPED_WAITING_FOR_BROWSER.to_owned()),
+            why = &mut stranded => break Ending::Error(match why {
+                Stranded::WaitingOnBrowser => STOPPED_WAITING_FOR_BROWSER,
+                Stranded::Stopping => STOPPED_MID_TURN,
+            }.to_owned()),
             () = async { if let Some(run) = run.as_mut() { run.await } }, if run.is_some() => {
                 run = None;
                 // Whatever the runner sent before finishing is still queued.
@@ -427,6 +436,9 @@ struct Persister {
     pricing: Option<PricedModel>,
     /// The user message's commit until it has been seen to land.
     commit: Option<UserCommit>,
+    /// Why the user message's commit failed: nothing more of the turn is written, so no
+    /// answer is stored without its question.
+    commit_failed: Option<String>,
     consumer_gone: bool,
     /// Who runs the turn, for its audit records.
     actor: String,
@@ -457,6 +469,7 @@ impl Persister {
             latest_context: None,
             pricing: None,
             commit: None,
+            commit_failed: None,
             consumer_gone: false,
             actor: String::new(),
             started: None,
@@ -466,17 +479,25 @@ impl Persister {
         }
     }
 
-    /// Waits for the user message's commit; every write of the turn comes after it.
+    /// Waits for the user message's commit; every write of the turn comes after it, and
+    /// none is made once it failed.
     async fn committed(&mut self) -> Result<(), String> {
-        match self.commit.take() {
-            None => Ok(()),
-            Some(commit) => match commit.await {
-                Ok(stored) => {
-                    self.started = Some(stored.turn);
-                    Ok(())
-                }
-                Err(error) => Err(format!("AI runtime error: {error}")),
-            },
+        if let Some(failed) = &self.commit_failed {
+            return Err(failed.clone());
+        }
+        let Some(commit) = self.commit.take() else {
+            return Ok(());
+        };
+        match commit.await {
+            Ok(stored) => {
+                self.started = Some(stored.turn);
+                Ok(())
+            }
+            Err(error) => {
+                let failed = format!("AI runtime error: {error}");
+                self.commit_failed = Some(failed.clone());
+                Err(failed)
+            }
         }
     }
 

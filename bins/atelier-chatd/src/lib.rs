@@ -157,21 +157,46 @@ pub async fn run_with(
         })
     };
     let bridges = router.bridges().clone();
+    let leases = router.leases().clone();
     let handler = move |request| {
         let router = router.clone();
         async move { router.handle(request).await }
     };
     // From the stop signal on, STATUS= tells of the drain, and turns waiting on a browser
-    // result (which would come on a connection no longer accepted) end.
+    // result (which would come on a connection no longer accepted) end; the turns still
+    // running end a while before the drain's deadline would cut their streams.
     let stop_reporting = status.abort_handle();
     atelier_daemon::serve_with_stop_hook(api, handler, notifier, &serving, move || {
         stop_reporting.abort();
         bridges.close();
+        tokio::spawn(async move {
+            tokio::time::sleep(TURN_GRACE).await;
+            bridges.end_turns();
+        });
     })
     .await?;
     status.abort();
+    // A turn's task outlives its connection: it stores its text and records its end (each
+    // holds its conversation's lease until then), which the process must not cut short.
+    let finished = tokio::time::timeout(TURNS_FINISH, async {
+        while leases.count() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!(turns = leases.count(), "turns still running as chatd stops");
+    }
     Ok(())
 }
+
+/// How long a stopping chatd lets its turns run: their streams end (with a line saying why)
+/// this long before the drain's deadline.
+const TURN_GRACE: Duration = atelier_daemon::DRAIN_DEADLINE.saturating_sub(Duration::from_secs(5));
+
+/// How long a stopped chatd waits for its turns to record their ends, within the unit's
+/// `TimeoutStopSec` (30 s) after the drain's deadline (25 s).
+const TURNS_FINISH: Duration = Duration::from_secs(3);
 
 /// How often `STATUS=` is brought up to date with the turns in flight.
 const STATUS_EVERY: Duration = Duration::from_secs(1);

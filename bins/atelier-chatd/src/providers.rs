@@ -285,8 +285,12 @@ impl Providers for StoredProviders {
             // the send may still be refused.
             let row = tokio::task::spawn_blocking(move || store.credential(&user, &credential_id))
                 .await
-                .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
-                .map_err(|error| ProviderRefusal::Unusable(format!("AI runtime error: {error}")))?
+                .map_err(|error| {
+                    ProviderRefusal::Failed(format!("reading the credential: {error}"))
+                })?
+                .map_err(|error| {
+                    ProviderRefusal::Failed(format!("reading the credential: {error}"))
+                })?
                 .ok_or(ProviderRefusal::CredentialNotFound)?;
             let resolved = services
                 .credentials

@@ -72,6 +72,8 @@ pub enum ProviderRefusal {
     CredentialNotFound,
     /// The credential cannot be used; the message says why.
     Unusable(String),
+    /// The credential could not be read (the store failed): no fault of the credential.
+    Failed(String),
 }
 
 /// A provider resolution in flight (see [`Providers::prepare`]).
@@ -116,6 +118,7 @@ impl TurnRunner for LoopRunner {
             let setup = setup.await.map_err(|refusal| match refusal {
                 ProviderRefusal::CredentialNotFound => ModelRefusal::CredentialNotFound,
                 ProviderRefusal::Unusable(message) => ModelRefusal::CredentialUnusable(message),
+                ProviderRefusal::Failed(detail) => ModelRefusal::Failed(detail),
             })?;
             Ok(Opened::new(move |has_images| {
                 Box::pin(async move {

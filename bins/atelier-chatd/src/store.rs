@@ -633,7 +633,7 @@ impl Store {
         user_id: &str,
         scope: Scope,
     ) -> Result<Vec<Conversation>, StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare(&format!(
             "SELECT {CONVERSATION_COLUMNS} FROM ai_conversations
              WHERE user_id = ?1 AND scope = ?2 AND deleted_at IS NULL

@@ -54,6 +54,8 @@ pub enum ModelRefusal {
     NoVision,
     /// The turn offers tools and the model is known not to call them (422).
     NoToolCalling,
+    /// The runtime failed to read what the turn needs (500; the detail is logged only).
+    Failed(String),
 }
 
 /// What a runner resolved for a turn before it is stored.

@@ -273,7 +273,20 @@ async fn a_stop_ends_a_turn_waiting_on_the_browser_at_once_and_records_it() {
     );
     assert_eq!(provider.requests_to("/v1/chat/completions").len(), 1);
 
-    let daemon = start(dir.path(), &[], 1).await;
+    let (last, ended) = after_a_restart(dir.path(), &id).await;
+    assert_eq!(last["role"], "tool");
+    assert_eq!(
+        last["content"],
+        json!([{"kind": "toolResult", "ok": false, "error": INTERRUPTED}])
+    );
+    assert_eq!(ended["action"], "ai.chat.failed", "{ended}");
+    assert_eq!(ended["metadata"]["error"], stopped);
+}
+
+/// What a chatd started again in `dir` has of conversation `id`: its last message and the
+/// newest chat turn record.
+async fn after_a_restart(dir: &Path, id: &str) -> (Value, Value) {
+    let daemon = start(dir, &[], 1).await;
     let (status, detail) = call(
         &daemon.socket,
         Method::GET,
@@ -288,11 +301,6 @@ async fn a_stop_ends_a_turn_waiting_on_the_browser_at_once_and_records_it() {
         .last()
         .unwrap()
         .clone();
-    assert_eq!(last["role"], "tool");
-    assert_eq!(
-        last["content"],
-        json!([{"kind": "toolResult", "ok": false, "error": INTERRUPTED}])
-    );
     let (status, log) = call(
         &daemon.socket,
         Method::GET,
@@ -301,8 +309,53 @@ async fn a_stop_ends_a_turn_waiting_on_the_browser_at_once_and_records_it() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{log}");
-    let ended = &log["events"][0];
-    assert_eq!(ended["action"], "ai.chat.failed", "{log}");
+    (last, log["events"][0].clone())
+}
+
+/// A stop while a turn streams from a model that does not finish: shortly before the drain's
+/// deadline the turn ends with a line saying why, and what it streamed is stored and its end
+/// recorded before the process goes (they were lost with the runtime, the stream cut).
+#[tokio::test]
+async fn a_stop_ends_a_streaming_turn_before_the_deadline_and_keeps_what_it_said() {
+    let half = json!({"choices": [{"index": 0, "delta": {"role": "assistant",
+        "content": "Half an answer"}}]});
+    let provider = ollama(json!(["completion", "tools"]), vec![(vec![half], true)]).await;
+    let dir = prepare_dir();
+    let mut daemon = start(dir.path(), &[], 0).await;
+    let id = ollama_conversation(&daemon.socket, &provider.base_url, "site").await;
+    let mut reply = send(
+        &daemon.socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        "/admin/api/ai/chat/site",
+        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Write"}]})),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let mut said = String::new();
+    while said != "Half an answer" {
+        let line = reply.line().await.unwrap();
+        if line["type"] == "text" {
+            said.push_str(line["text"].as_str().unwrap());
+        }
+    }
+
+    assert!(terminate(&mut daemon).await.success());
+    let stopped = "The AI runtime is restarting and ended this turn before its answer was \
+                   complete. Send your message again.";
+    assert_eq!(
+        reply.lines().await,
+        [json!({"type": "error", "message": stopped})]
+    );
+
+    let (last, ended) = after_a_restart(dir.path(), &id).await;
+    assert_eq!(last["role"], "assistant", "{last}");
+    assert_eq!(
+        last["content"],
+        json!([{"kind": "text", "text": "Half an answer"}])
+    );
+    assert_eq!(ended["action"], "ai.chat.failed", "{ended}");
     assert_eq!(ended["metadata"]["error"], stopped);
 }
 

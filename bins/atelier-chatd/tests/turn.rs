@@ -448,6 +448,45 @@ async fn the_browser_sees_the_reference_event_sequence_and_the_turn_is_persisted
 }
 
 #[tokio::test]
+async fn a_user_message_that_could_not_be_stored_gets_no_answer_stored_after_it() {
+    // Text, then the provider fails: the turn's first write is its end's flush of that text.
+    let provider = start_provider(vec![Transcript {
+        lines: fixture("midstream_error"),
+        hang_at_end: false,
+    }])
+    .await;
+    let chatd = start_chatd(&provider);
+    let id = new_conversation(&chatd.socket).await;
+    // The database refuses the user's row, as a full disk or a broken file would.
+    let database = rusqlite::Connection::open(&chatd.database).unwrap();
+    database
+        .execute_batch(
+            "CREATE TRIGGER refuse_user_rows BEFORE INSERT ON ai_messages \
+             WHEN NEW.role = 'user' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .unwrap();
+
+    let lines = turn_lines(&chatd.socket, &id).await;
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "error", "{lines:?}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("AI runtime error"),
+        "{last}"
+    );
+    let stored: i64 = database
+        .query_row(
+            "SELECT COUNT(*) FROM ai_messages WHERE conversation_id = ?1",
+            [&id],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 0, "an answer was stored without its question");
+}
+
+#[tokio::test]
 async fn a_client_disconnect_cancels_the_provider_request_and_releases_the_lease() {
     let mut first_lines = fixture("text");
     first_lines.truncate(4); // message_start, ping, block start, one delta; then silence

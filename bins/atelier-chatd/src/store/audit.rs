@@ -81,7 +81,7 @@ impl Store {
         until: &str,
         mut visit: impl FnMut(UsageSample<'_>),
     ) -> Result<(), StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare_cached(
             "SELECT created_at, conversation_id, prompt_tokens, completion_tokens, cost_usd,
                     cache_read_tokens, cache_creation_tokens
@@ -109,7 +109,7 @@ impl Store {
         from_slot: i64,
         mut visit: impl FnMut(SlotSample<'_>),
     ) -> Result<(), StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare_cached(
             "SELECT slot, conversation_id, prompt_tokens, completion_tokens, cost_usd,
                     cache_read_tokens, cache_creation_tokens
@@ -136,7 +136,7 @@ impl Store {
         &self,
         mut visit: impl FnMut(ConversationFacts<'_>),
     ) -> Result<(), StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare_cached(
             "SELECT c.id, c.user_id, c.scope, c.model_id, cred.provider_id
              FROM ai_conversations c

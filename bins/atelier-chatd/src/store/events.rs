@@ -454,7 +454,7 @@ impl Store {
         limit: usize,
         action_prefix: Option<&str>,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare_cached(
             "SELECT id, actor_user_id, action, target_type, target_id, metadata_json,
                     ip_address, user_agent, created_at

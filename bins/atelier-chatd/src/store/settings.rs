@@ -189,7 +189,7 @@ impl Store {
 
     /// The user's credentials, newest first.
     pub fn list_credentials(&self, user_id: &str) -> Result<Vec<CredentialRow>, StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare(&format!(
             "SELECT {CREDENTIAL_COLUMNS} FROM ai_provider_credentials
              WHERE user_id = ?1 AND auth_mode IN ('apiKey', 'baseUrl')
@@ -335,7 +335,7 @@ impl Store {
 
     /// Every scope's default, in scope order.
     pub fn defaults(&self) -> Result<Vec<DefaultRow>, StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare(
             "SELECT scope, credential_id, model_id, updated_at, updated_by FROM ai_defaults",
         )?;
@@ -437,7 +437,7 @@ impl Store {
 
     /// The durable copy of the pricing catalogue.
     pub fn pricing(&self) -> Result<Vec<PricingRow>, StoreError> {
-        let connection = self.connection()?;
+        let connection = self.reading()?;
         let mut statement = connection.prepare(
             "SELECT pricing_key, input_per_mtok, output_per_mtok, cache_read_per_mtok,
                     cache_write_per_mtok, context_window FROM ai_model_pricing",
