@@ -12,12 +12,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use atelier_layout::declaration::{Declaration, Site};
-use atelier_layout::names;
 use atelier_layout::paths::{
     door_hides, in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface,
     CHATD_SERVICE_TOKEN, DOOR_HIDDEN_SYSTEM_DIRS, DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS,
     INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
 };
+use atelier_layout::{names, services};
 use atelier_layout::{Door, SiteOrdinal};
 use serde::{Serialize, Serializer};
 
@@ -600,12 +600,18 @@ pub fn observed_paths(
     for (name, _) in DOOR_ROOT_LINKS {
         add(layout.door_root().join(name), false);
     }
-    // Where each agent CLI really is: a door must show that place too.
+    // Where each agent CLI, and each of Atelier's binaries a door runs, really is: a door must
+    // show that place too.
     for bin in layout.declaration().agent.bins.values() {
         add(bin.clone(), false);
     }
-    // Login names are read from the password file; passwords only at apply time.
-    add(layout.htpasswd_path(), true);
+    for name in DOOR_BINARIES {
+        add(layout.binary(name), false);
+    }
+    // Login names are read from the password file; passwords only at apply time. An
+    // operator's own file (no user declared) is never the plan's to compare, so never read.
+    let users = &layout.declaration().serving.preprod.auth.users;
+    add(layout.htpasswd_path(), !users.is_empty());
     for user in &layout.declaration().serving.preprod.auth.users {
         add(user.password_file.clone(), false);
     }
@@ -853,6 +859,15 @@ pub fn plan(input: PlanInput<'_>) -> Result<Vec<Action>, PlanError> {
     }
 }
 
+/// Atelier's binaries a door runs: every door's shim, the build door's atelier-build.
+const DOOR_BINARIES: [&str; 2] = [services::SHIM_BINARY, services::BUILD_BINARY];
+
+/// Whether a door shows `path`: in its system folders, and below none of the folders every
+/// door masks (the instance's configuration among them).
+fn door_shows(layout: &Layout<'_>, path: &Path) -> bool {
+    in_door_system_view(path) && !door_hides(path) && !path.starts_with(layout.config_dir())
+}
+
 /// The system folders a door shows, as a refusal names them.
 fn door_system_dirs() -> String {
     let dirs: Vec<&str> = DOOR_SYSTEM_DIRS.iter().map(|(dir, _)| *dir).collect();
@@ -874,6 +889,17 @@ impl Planner<'_> {
 
     fn observed(&self, path: &Path) -> Option<&Observed> {
         self.input.host.entries.get(path)
+    }
+
+    /// Where `path`, or a link it takes, is outside every door's view, if it is. A link
+    /// matters as much as the path (Claude Code's installer links into a home folder).
+    fn outside_door_view(&self, path: &Path) -> Option<PathBuf> {
+        let layout = self.input.layout;
+        let resolved = self.observed(path).and_then(|seen| seen.resolved.clone());
+        [Some(path.to_path_buf()), resolved]
+            .into_iter()
+            .flatten()
+            .find(|p| !door_shows(layout, p))
     }
 
     fn owned_as(&self, seen: &Observed, owner: &str, group: &str) -> bool {
@@ -944,15 +970,8 @@ impl Planner<'_> {
         // A door shows the host's system folders and nothing else of it: an agent CLI must be
         // there to run, and the instance's own trees must not be, or every door would see them.
         for (driver, bin) in &decl.agent.bins {
-            // A link the path takes (Claude Code's installer links into a home folder) must
-            // lead into the view as well.
-            let resolved = self.observed(bin).and_then(|seen| seen.resolved.clone());
-            let outside = [Some(bin), resolved.as_ref()]
-                .into_iter()
-                .flatten()
-                .find(|path| !in_door_system_view(path));
-            if let Some(outside) = outside {
-                let via = if outside == bin {
+            if let Some(outside) = self.outside_door_view(bin) {
+                let via = if outside == *bin {
                     String::new()
                 } else {
                     format!(" (it leads to {})", outside.display())
@@ -966,6 +985,39 @@ impl Planner<'_> {
                         door_system_dirs()
                     ),
                 );
+            }
+        }
+        // Every door runs the shim from paths.bin_dir, and the build door atelier-build: the
+        // folder is refused once, a binary whose link leads out by itself.
+        let shim = layout.binary(services::SHIM_BINARY);
+        if !door_shows(layout, &shim) {
+            let bin_dir = shim.parent().unwrap_or(&shim);
+            self.refuse(
+                bin_dir.display(),
+                "bin_dir_outside_door_view",
+                format!(
+                    "Atelier's binaries (paths.bin_dir) must be installed under {}, outside the \
+                     folders every door masks: a door runs {} from there and shows only those \
+                     of the host",
+                    door_system_dirs(),
+                    DOOR_BINARIES.join(" and ")
+                ),
+            );
+        } else {
+            for name in DOOR_BINARIES {
+                let bin = layout.binary(name);
+                if let Some(outside) = self.outside_door_view(&bin) {
+                    self.refuse(
+                        bin.display(),
+                        "bin_dir_outside_door_view",
+                        format!(
+                            "it leads to {}, which no door shows: a door runs {name} from \
+                             paths.bin_dir and shows only {} of the host",
+                            outside.display(),
+                            door_system_dirs()
+                        ),
+                    );
+                }
             }
         }
         for (what, path) in [
@@ -1305,6 +1357,10 @@ impl Planner<'_> {
     /// password file is missing. A login on it that is no longer declared is revoked at once,
     /// though: the file is rewritten with the declared users whose password file is there, the
     /// others coming in once theirs is (their absence is reported as a credential's).
+    ///
+    /// With no user declared the file is the operator's own (`auth.htpasswd`; validation
+    /// leaves no other way to serve preproduction behind basic auth without users): its
+    /// logins are theirs, so it is awaited while absent and only re-owned once there.
     fn htpasswd(&mut self, matrix: &[ModeEntry]) {
         let Some(entry) = matrix.iter().find(|e| e.role == Role::Htpasswd) else {
             return;
@@ -1336,6 +1392,22 @@ impl Planner<'_> {
             self.push_file(Phase::Secret, path, disposition, None, content, meta);
             return;
         };
+        let metadata_drift =
+            seen.mode != entry.mode || !self.owned_as(&seen, &entry.owner, &entry.group);
+        if declared.is_empty() {
+            if metadata_drift {
+                let existing = Content::Existing;
+                self.push_file(
+                    Phase::Secret,
+                    path,
+                    Disposition::Metadata,
+                    None,
+                    existing,
+                    meta,
+                );
+            }
+            return;
+        }
         let text =
             String::from_utf8_lossy(seen.content.as_deref().unwrap_or_default()).into_owned();
         let mut names: Vec<&str> = text
@@ -1361,7 +1433,7 @@ impl Planner<'_> {
                 Content::Htpasswd(users),
                 meta,
             );
-        } else if seen.mode != entry.mode || !self.owned_as(&seen, &entry.owner, &entry.group) {
+        } else if metadata_drift {
             self.push_file(
                 Phase::Secret,
                 path,
@@ -1642,14 +1714,18 @@ impl Planner<'_> {
                     argv: stop,
                 });
             }
+            // A removed site's vhost file may be one a declared site renders now (removed
+            // `shop`'s preproduction vhost is `shop-pre`'s production one): that one stays,
+            // with its link.
+            let rendered = |path: &PathBuf| input.artifacts.iter().any(|a| a.path == *path);
             for (link, vhost) in &paths.links {
-                if self.links_to(link, vhost) {
+                if !rendered(vhost) && self.links_to(link, vhost) {
                     self.actions.push(Action::Unlink { path: link.clone() });
                     self.vhost_unlinked = true;
                 }
             }
             for path in paths.units.iter().chain(&paths.files) {
-                if self.stamped_ours(path, &inst) {
+                if !rendered(path) && self.stamped_ours(path, &inst) {
                     if paths.vhosts.contains(path) {
                         self.vhost_unlinked = true;
                     }
@@ -2588,7 +2664,7 @@ mod tests {
     #[test]
     fn refusals_are_named_and_nothing_is_planned() {
         type Spoil = fn(&mut Fixture);
-        let cases: [(&str, Spoil, &str); 13] = [
+        let cases: [(&str, Spoil, &str); 17] = [
             (
                 "foreign artifact",
                 |f| {
@@ -2664,6 +2740,37 @@ mod tests {
                     f.host.entries.insert(bin, seen);
                 },
                 "agent_bin_outside_door_view",
+            ),
+            (
+                "agent in a folder every door masks",
+                |f| {
+                    f.decl.agent.bins.insert(
+                        atelier_layout::declaration::AgentDriver::ClaudeCode,
+                        "/etc/nginx/tools/claude".into(),
+                    );
+                },
+                "agent_bin_outside_door_view",
+            ),
+            (
+                "Atelier's binaries outside the door's view",
+                |f| f.decl.paths.bin_dir = Some("/srv/atelier/bin".into()),
+                "bin_dir_outside_door_view",
+            ),
+            (
+                "Atelier's binaries in a folder every door masks",
+                |f| f.decl.paths.bin_dir = Some("/etc/atelier/bin".into()),
+                "bin_dir_outside_door_view",
+            ),
+            (
+                "the shim linked out of the door's view",
+                |f| {
+                    let shim = Layout::new(&f.decl).binary(services::SHIM_BINARY);
+                    let mut seen = f.host.entries.values().next().unwrap().clone();
+                    seen.kind = ObservedKind::Symlink;
+                    seen.resolved = Some("/srv/build/target/release/atelier-shim".into());
+                    f.host.entries.insert(shim, seen);
+                },
+                "bin_dir_outside_door_view",
             ),
             (
                 "audit root in the door's view",
@@ -3071,6 +3178,165 @@ mod tests {
             f.host.entries[&htpasswd].content.as_deref(),
             Some(&b"editor:$2y$12$hash\n"[..])
         );
+    }
+
+    /// With no user declared the password file is the operator's (`auth.htpasswd`): whatever
+    /// logins it holds stay from the first apply on, the observer never reads it, and only its
+    /// owner and mode are the plan's.
+    #[test]
+    fn an_operators_password_file_keeps_its_logins_when_no_user_is_declared() {
+        let file = PathBuf::from("/etc/nginx/preview.htpasswd");
+        let logins = b"alice:$apr1$salt$hash\nbob:$2y$05$hash\n".to_vec();
+        let shown = file.display();
+        let metadata = format!("secret   metadata {shown} root:www-data 0640");
+        let awaited = format!("secret   awaiting operator file {shown} root:www-data 0640");
+        type Case<'a> = (&'a str, Option<(&'a str, &'a str, u32)>, Vec<String>);
+        let cases: [Case<'_>; 4] = [
+            (
+                "owned as the matrix says",
+                Some(("root", "www-data", 0o640)),
+                vec![],
+            ),
+            (
+                "readable by everyone",
+                Some(("root", "www-data", 0o644)),
+                vec![metadata.clone()],
+            ),
+            (
+                "out of the web server's group",
+                Some(("root", "root", 0o600)),
+                vec![metadata],
+            ),
+            ("not there yet", None, vec![awaited]),
+        ];
+        for (name, seen, expected) in cases {
+            let mut f = Fixture::new(&["blog"]);
+            f.decl.serving.preprod.auth.users.clear();
+            f.decl.serving.preprod.auth.htpasswd = Some(file.clone());
+            if let Some((owner, group, mode)) = seen {
+                let seen = f.observed(ObservedKind::File, owner, group, mode, Some(logins.clone()));
+                f.host.entries.insert(file.clone(), seen);
+            }
+            let plan = f.plan().unwrap();
+            let about: Vec<String> = lines(&plan)
+                .into_iter()
+                .filter(|l| l.contains(&shown.to_string()))
+                .collect();
+            assert_eq!(about, expected, "{name}");
+            assert!(
+                !plan.iter().any(|a| matches!(
+                    a,
+                    Action::File {
+                        content: Content::Htpasswd(_),
+                        ..
+                    }
+                )),
+                "{name}: {:#?}",
+                lines(&plan)
+            );
+            f.simulate(&plan);
+            if seen.is_some() {
+                assert_eq!(
+                    f.host.entries[&file].content.as_deref(),
+                    Some(&logins[..]),
+                    "{name}: the logins stay"
+                );
+                let again = lines(&f.plan().unwrap());
+                assert!(
+                    !again.iter().any(|l| l.contains(&shown.to_string())),
+                    "{name}: a second apply: {again:#?}"
+                );
+            }
+            let allocation = f.allocation();
+            let layout = Layout::new(&f.decl);
+            let sites = sites_of(&layout, &allocation);
+            let observed = observed_paths(&layout, &sites, &f.artifacts(&allocation), &[]);
+            assert!(
+                observed.contains(&(file.clone(), false)),
+                "{name}: looked at, never read"
+            );
+        }
+    }
+
+    /// An audit root made by an earlier release is root's: the next apply gives it to the
+    /// service user, which rotates its log there (a rename in the folder), then leaves it be.
+    #[test]
+    fn an_audit_root_of_roots_is_given_to_the_service_user() {
+        for (name, owner, mode, changes) in [
+            (
+                "root's, as earlier releases made it",
+                "root",
+                0o750,
+                "owner",
+            ),
+            ("root's and open to all", "root", 0o755, "owner, mode"),
+            (
+                "the service user's, open to all",
+                "atelier-example",
+                0o755,
+                "mode",
+            ),
+        ] {
+            let mut f = Fixture::new(&["blog"]);
+            f.converge();
+            let audit = Layout::new(&f.decl).audit_root();
+            let uid = f.uid(owner);
+            let seen = f.host.entries.get_mut(&audit).unwrap();
+            (seen.uid, seen.mode) = (uid, mode);
+            let plan = f.plan().unwrap();
+            assert_eq!(
+                lines(&plan),
+                [format!(
+                    "tree     dir {} atelier-example:atelier-example 0750 ({changes})",
+                    audit.display()
+                )],
+                "{name}"
+            );
+            f.simulate(&plan);
+            let plan = f.plan().unwrap();
+            assert!(plan.is_empty(), "{name}: {:#?}", lines(&plan));
+        }
+    }
+
+    /// A removed site's vhost file that a declared site renders now stays, with its enabling
+    /// link: removed `shop`'s preproduction vhost is `shop-pre`'s production one, and removed
+    /// `shop-pre`'s production vhost is `shop`'s preproduction one.
+    #[test]
+    fn a_removed_sites_vhost_that_a_declared_site_renders_stays() {
+        for (name, before, after, gone, kept) in [
+            (
+                "shop removed, shop-pre declared",
+                "shop",
+                "shop-pre",
+                "atelier-example-shop.conf",
+                "atelier-example-shop-pre.conf",
+            ),
+            (
+                "shop-pre removed, shop declared",
+                "shop-pre",
+                "shop",
+                "atelier-example-shop-pre-pre.conf",
+                "atelier-example-shop-pre.conf",
+            ),
+        ] {
+            let mut f = Fixture::new(&[before]);
+            f.converge();
+            f.redeclare(&[after]);
+            let plan = f.plan().unwrap();
+            let text = lines(&plan);
+            let layout = Layout::new(&f.decl);
+            let dirs = [layout.vhost_dir(), layout.vhost_enabled_dir()];
+            for dir in &dirs {
+                let unlink = |file: &str| format!("artifact unlink {}", dir.join(file).display());
+                assert!(text.contains(&unlink(gone)), "{name}: {text:#?}");
+                assert!(!text.contains(&unlink(kept)), "{name}: {text:#?}");
+            }
+            f.simulate(&plan);
+            let link = dirs[1].join(kept);
+            assert!(f.host.entries.contains_key(&link), "{name}: {text:#?}");
+            let plan = f.plan().unwrap();
+            assert!(plan.is_empty(), "{name}: {:#?}", lines(&plan));
+        }
     }
 
     /// A site's new domain would move its default webspace: refused by name while the new

@@ -130,10 +130,19 @@ reasons! {
     AliasUnknownSite => "alias_unknown_site",
     /// An alias equal to a site's canonical domain.
     AliasIsCanonical => "alias_is_canonical",
+    /// A hostname two vhosts would answer: a site's domain or preproduction host that is
+    /// another site's domain or preproduction host, or an alias that is a preproduction host.
+    HostCollision => "host_collision",
+    /// Two sites' vhosts would be one file: a slug that is another's followed by `-pre` names
+    /// that site's preproduction vhost while preproduction is served.
+    VhostCollision => "vhost_collision",
     /// Two trees that must be disjoint are the same or nested.
     OverlappingRoots => "overlapping_roots",
     /// A site's webspace equals or contains the webspace base.
     WebspaceContainsBase => "webspace_contains_base",
+    /// A tree the daemons must reach lies below a folder their units' `ProtectHome=yes` hides
+    /// (`/home`, `/root`, `/run/user`).
+    ProtectedHomePath => "protected_home_path",
     /// A credential file inside a tree a web server serves or a site identity can read.
     ExposedCredential => "exposed_credential",
     /// A group equal to the instance's own group or one of its site identities.

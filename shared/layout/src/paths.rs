@@ -286,6 +286,17 @@ pub const DOOR_HIDDEN_SYSTEM_DIRS: [&str; 5] = [
     "/etc/systemd",
 ];
 
+/// The folders `ProtectHome=yes` leaves nothing of in sited's, the gate's and chatd's units
+/// (`units/*.service.in`): a tree one of them must reach cannot be below them.
+pub const PROTECTED_HOME_DIRS: [&str; 3] = ["/home", "/root", "/run/user"];
+
+/// The folder of [`PROTECTED_HOME_DIRS`] that `path` is or is below, if any.
+pub fn protected_home_dir(path: &Path) -> Option<&'static str> {
+    PROTECTED_HOME_DIRS
+        .into_iter()
+        .find(|dir| path.starts_with(dir))
+}
+
 /// Whether `path` is under a folder of [`DOOR_HIDDEN_SYSTEM_DIRS`], which no door shows.
 pub fn door_hides(path: &Path) -> bool {
     DOOR_HIDDEN_SYSTEM_DIRS
@@ -582,7 +593,9 @@ pub const MODES: &[ModeRule] = &[
     rule(Role::StateDir, Root, Root, 0o755, D),
     // setgid and group-shared: sited and every site identity work in the workspaces.
     rule(Role::SitesRoot, ServiceUser, ServiceGroup, 0o2770, D),
-    rule(Role::AuditRoot, Root, ServiceGroup, 0o750, D),
+    // sited's own: it rotates the log by renaming it to a segment and starting a new one, which
+    // takes write permission on the folder (it has no capability to write past a mode).
+    rule(Role::AuditRoot, ServiceUser, ServiceGroup, 0o750, D),
     rule(Role::AuditFile, ServiceUser, ServiceGroup, 0o600, F),
     rule(Role::AgentsRoot, Root, Root, 0o755, D),
     // Root's and read-only to all: PID 1 mounts each door's view inside it.
@@ -1083,6 +1096,15 @@ impl<'d> Layout<'d> {
             .join(names::chat_vhost_file(self.instance()))
     }
 
+    /// Whether the sites' vhosts of `surface` are rendered: production's always,
+    /// preproduction's while it is enabled.
+    pub fn renders_vhost(&self, surface: Surface) -> bool {
+        match surface {
+            Surface::Prod => true,
+            Surface::Preprod => self.decl.serving.preprod.enabled,
+        }
+    }
+
     /// Where the vhost of `slug`'s `surface` is, rendered or not.
     pub fn site_vhost_path(&self, slug: &str, surface: Surface) -> PathBuf {
         let inst = self.instance();
@@ -1381,7 +1403,7 @@ impl<'d> Layout<'d> {
         out.push(self.entry(Role::PolkitRule, self.polkit_rule_path(), None));
         for &(k, site) in sites {
             for surface in [Surface::Prod, Surface::Preprod] {
-                if surface == Surface::Prod || preprod.enabled {
+                if self.renders_vhost(surface) {
                     let path = self.site_vhost_path(&site.slug, surface);
                     out.push(self.entry(Role::Vhost, path, Some(k)));
                 }

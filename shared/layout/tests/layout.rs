@@ -328,6 +328,11 @@ fn mode_matrix_golden_rows() {
         find("/var/lib/atelier/example/sites"),
         ("atelier-example", "atelier-example", 0o2770, D)
     );
+    // sited's, so that it can rotate its log there (rename it, start a new one).
+    assert_eq!(
+        find("/srv/atelier_audit/example"),
+        ("atelier-example", "atelier-example", 0o750, D)
+    );
     // The turn HOME is root's skeleton; only its state/ is the identity's, and its stated/ is
     // sited's, readable by the identity through its private group. The build HOME is the
     // identity's own.

@@ -43,6 +43,9 @@ echo "stat_audit_root=$(st /srv/atelier_audit/example)"
 echo "stat_door_root=$(st /var/lib/atelier/example/door-root)"
 echo "door_root_links=$(cd /var/lib/atelier/example/door-root && for l in bin sbin lib lib64; do printf '%s>%s ' $l "$(readlink $l)"; done)"
 echo "stat_audit=$(st /srv/atelier_audit/example/audit.jsonl)"
+# sited rotates its audit log by a rename in the audit root, as its service user.
+echo "audit_rotatable=$(runuser -u atelier-example -- sh -c 'cd /srv/atelier_audit/example &&
+  touch .probe && mv .probe .probe.1 && rm .probe.1' 2>&1 && echo yes)"
 echo "stat_home=$(st /var/lib/atelier/example/agents/s2/turn)"
 echo "stat_home_state=$(st /var/lib/atelier/example/agents/s2/turn/state)"
 echo "stat_home_config=$(st /var/lib/atelier/example/agents/s2/turn/.config)"
@@ -153,7 +156,8 @@ fn apply_creates_the_instance_then_is_idempotent_and_repairs_a_hand_edit() {
         ("stat_env", "root:atelier-example 640"),
         ("stat_fragment", "root:dedalo-example 640"),
         ("stat_sites", "atelier-example:atelier-example 2770"),
-        ("stat_audit_root", "root:atelier-example 750"),
+        ("stat_audit_root", "atelier-example:atelier-example 750"),
+        ("audit_rotatable", "yes"),
         ("stat_door_root", "root:root 755"),
         (
             "door_root_links",

@@ -935,3 +935,29 @@ fn a_declared_provider_idle_timeout_reaches_chatd() {
     let line = format!("\nEnvironment={variable}=600000\n");
     assert!(unit.contains(&line), "{unit}");
 }
+
+/// The declaration keeps every tree the daemons reach out of the home folders
+/// (`protected_home_path`) because their units hide them whole: each daemon's unit says so.
+#[test]
+fn the_daemons_units_hide_the_home_folders_the_declaration_keeps_trees_out_of() {
+    let rendered = render(&example(), &FACTS).unwrap();
+    for (daemon, unit) in [
+        ("sited", "/etc/systemd/system/atelier-sited@example.service"),
+        (
+            "a gate",
+            "/etc/systemd/system/atelier-example-s1-gate.service",
+        ),
+        ("chatd", "/etc/systemd/system/atelier-chatd@example.service"),
+    ] {
+        let text = text_of(&rendered, unit);
+        assert!(
+            text.lines().any(|l| l == "ProtectHome=yes"),
+            "{daemon}: {text}"
+        );
+    }
+    assert_eq!(
+        atelier_layout::paths::PROTECTED_HOME_DIRS,
+        ["/home", "/root", "/run/user"],
+        "what systemd.exec(5) says ProtectHome=yes hides"
+    );
+}

@@ -64,7 +64,7 @@ pub(super) fn render(
             );
         }
         out.push(vhost);
-        if decl.serving.preprod.enabled {
+        if layout.renders_vhost(Surface::Preprod) {
             let pre = match decl.web.server {
                 WebServer::Nginx => nginx_preprod(&site_view),
                 WebServer::Apache => apache_preprod(&site_view),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode, WebServer};
 use crate::names::{self, parse_site_identity, Door};
-use crate::paths::{overlaps, Layout};
+use crate::paths::{overlaps, protected_home_dir, Layout, Surface};
 use crate::services::ANTHROPIC_API_HOST;
 
 /// Adds an issue for every cross-field rule the declaration breaks.
@@ -16,9 +16,8 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         issues.push(Issue::new(path, reason, message));
     };
 
-    // Sites: unique slugs and domains, within the declared limit.
+    // Sites: unique slugs, within the declared limit (hostnames: `hostnames`).
     let mut slugs = HashMap::new();
-    let mut domains = HashMap::new();
     for (index, site) in decl.sites.iter().enumerate() {
         let at = root.key("sites").index(index);
         if let Some(first) = slugs.insert(site.slug.as_str(), index) {
@@ -26,13 +25,6 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
                 &at.key("slug"),
                 Reason::DuplicateSlug,
                 format!("{:?} is already the slug of sites[{first}]", site.slug),
-            );
-        }
-        if let Some(first) = domains.insert(site.domain.as_str(), index) {
-            refuse(
-                &at.key("domain"),
-                Reason::DuplicateDomain,
-                format!("{:?} is already the domain of sites[{first}]", site.domain),
             );
         }
     }
@@ -51,18 +43,11 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
 
     // Aliases serve a declared site under another name.
     for (host, slug) in &decl.serving.aliases {
-        let at = root.key("serving").key("aliases").key(host);
         if !slugs.contains_key(slug.as_str()) {
             refuse(
-                &at,
+                &root.key("serving").key("aliases").key(host),
                 Reason::AliasUnknownSite,
                 format!("targets {slug:?}, which is not a declared slug"),
-            );
-        } else if domains.contains_key(host.as_str()) {
-            refuse(
-                &at,
-                Reason::AliasIsCanonical,
-                "is already a site's canonical domain".to_owned(),
             );
         }
     }
@@ -252,8 +237,172 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         }
     }
 
+    hostnames(decl, issues);
+    vhost_files(decl, issues);
     chat(decl, issues);
+    protected_home(decl, issues);
     trees(decl, issues);
+}
+
+/// Who answers a hostname: a site's production vhost (its domain), its preproduction vhost, or
+/// a production vhost under an alias.
+#[derive(Clone, Copy)]
+enum HostClaim {
+    Domain(usize),
+    Preprod(usize),
+    Alias,
+}
+
+/// Every hostname the web server answers for the sites is one vhost's: a site's domain, its
+/// preproduction host while preproduction is served, an alias. A name two vhosts claim is
+/// served by whichever the web server reads first, so a request could reach the wrong site or
+/// the wrong surface (production in preproduction's place, without its basic auth).
+fn hostnames(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let layout = Layout::new(decl);
+    let root = JsonPath::default();
+    let mut claims: Vec<(String, HostClaim)> = Vec::new();
+    for (index, site) in decl.sites.iter().enumerate() {
+        claims.push((site.domain.clone(), HostClaim::Domain(index)));
+        if layout.renders_vhost(Surface::Preprod) {
+            claims.push((layout.preprod_domain(site), HostClaim::Preprod(index)));
+        }
+    }
+    for host in decl.serving.aliases.keys() {
+        claims.push((host.clone(), HostClaim::Alias));
+    }
+    let describe = |claim: HostClaim| match claim {
+        HostClaim::Domain(i) => format!("the domain of sites[{i}] ({:?})", decl.sites[i].slug),
+        HostClaim::Preprod(i) => format!(
+            "the preproduction host of sites[{i}] ({:?})",
+            decl.sites[i].slug
+        ),
+        HostClaim::Alias => "an alias".to_owned(),
+    };
+    let mut first: HashMap<&str, HostClaim> = HashMap::new();
+    for (host, claim) in &claims {
+        let Some(&taken) = first.get(host.as_str()) else {
+            first.insert(host, *claim);
+            continue;
+        };
+        let sites = root.key("sites");
+        let (at, reason, message) = match (*claim, taken) {
+            (HostClaim::Domain(i), HostClaim::Domain(j)) => (
+                sites.index(i).key("domain"),
+                Reason::DuplicateDomain,
+                format!("{host:?} is already the domain of sites[{j}]"),
+            ),
+            (HostClaim::Alias, HostClaim::Domain(_)) => (
+                root.key("serving").key("aliases").key(host),
+                Reason::AliasIsCanonical,
+                "is already a site's canonical domain".to_owned(),
+            ),
+            (HostClaim::Domain(i), _) => (
+                sites.index(i).key("domain"),
+                Reason::HostCollision,
+                format!("{host} is already {}", describe(taken)),
+            ),
+            // A preproduction host is the domain's, under serving.preprod.host_prefix.
+            (HostClaim::Preprod(i), _) => (
+                sites.index(i).key("domain"),
+                Reason::HostCollision,
+                format!(
+                    "its preproduction host {host} is already {}",
+                    describe(taken)
+                ),
+            ),
+            (HostClaim::Alias, _) => (
+                root.key("serving").key("aliases").key(host),
+                Reason::HostCollision,
+                format!("is already {}", describe(taken)),
+            ),
+        };
+        issues.push(Issue::new(&at, reason, message));
+    }
+}
+
+/// Each rendered vhost is a file of its own site's: site `shop`'s preproduction vhost and site
+/// `shop-pre`'s production vhost have one name, and one render would write over the other.
+fn vhost_files(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let layout = Layout::new(decl);
+    let mut files: HashMap<PathBuf, (usize, Surface)> = HashMap::new();
+    for (index, site) in decl.sites.iter().enumerate() {
+        for surface in [Surface::Prod, Surface::Preprod] {
+            if !layout.renders_vhost(surface) {
+                continue;
+            }
+            let path = layout.site_vhost_path(&site.slug, surface);
+            let Some(&(first, first_surface)) = files.get(&path) else {
+                files.insert(path, (index, surface));
+                continue;
+            };
+            let other = &decl.sites[first].slug;
+            // One slug twice is refused as such.
+            if *other == site.slug {
+                continue;
+            }
+            let file = path.file_name().unwrap_or_default().to_string_lossy();
+            issues.push(Issue::new(
+                &JsonPath::default().key("sites").index(index).key("slug"),
+                Reason::VhostCollision,
+                format!(
+                    "{:?}'s {} vhost {file} is also {other:?}'s (sites[{first}]) {} vhost: \
+                     rename one of the two slugs",
+                    site.slug,
+                    surface_name(surface),
+                    surface_name(first_surface),
+                ),
+            ));
+        }
+    }
+}
+
+fn surface_name(surface: Surface) -> &'static str {
+    match surface {
+        Surface::Prod => "production",
+        Surface::Preprod => "preproduction",
+    }
+}
+
+/// The declared trees the daemons reach: sited works in the webspaces, the workspaces, the
+/// audit root and the state dir, reads its configuration (the gate its plans there too) and the
+/// templates, and each runs from the binaries' folder. Their units hide the home folders whole
+/// (`ProtectHome=yes`), so a tree below one would be missing to them.
+fn protected_home(decl: &Declaration, issues: &mut Vec<Issue>) {
+    let root = JsonPath::default();
+    let paths = root.key("paths");
+    let mut declared: Vec<(JsonPath, &PathBuf)> = [
+        (root.key("webspace_base"), decl.webspace_base.as_ref()),
+        (root.key("roots").key("sites"), decl.roots.sites.as_ref()),
+        (root.key("roots").key("audit"), decl.roots.audit.as_ref()),
+        (paths.key("state_base"), decl.paths.state_base.as_ref()),
+        (paths.key("config_base"), decl.paths.config_base.as_ref()),
+        (
+            paths.key("templates_dir"),
+            decl.paths.templates_dir.as_ref(),
+        ),
+        (paths.key("bin_dir"), decl.paths.bin_dir.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(at, path)| Some((at, path?)))
+    .collect();
+    for (index, site) in decl.sites.iter().enumerate() {
+        if let Some(webspace) = &site.webspace {
+            declared.push((root.key("sites").index(index).key("webspace"), webspace));
+        }
+    }
+    for (at, path) in declared {
+        if let Some(dir) = protected_home_dir(path) {
+            issues.push(Issue::new(
+                &at,
+                Reason::ProtectedHomePath,
+                format!(
+                    "{} is in {dir}, which the daemons' units hide (ProtectHome=yes): sited and \
+                     the gate could not reach it",
+                    path.display(),
+                ),
+            ));
+        }
+    }
 }
 
 /// The chat block: the CMS's host is its own (no site answers it), its scheme matches how the

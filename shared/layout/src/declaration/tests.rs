@@ -412,6 +412,110 @@ const CASES: &[Case] = &[
             Reason::AliasIsCanonical,
         )],
     ),
+    // Hostnames: each is one vhost's.
+    (
+        "a site's domain is another's preproduction host",
+        |d| set(d, "/sites/1/domain", json!("pre.www.example.org")),
+        &[("sites[1].domain", Reason::HostCollision)],
+    ),
+    (
+        "a site's preproduction host is the domain of a site declared before it",
+        |d| {
+            set(d, "/sites/0/domain", json!("pre.archive.example.net"));
+        },
+        &[("sites[1].domain", Reason::HostCollision)],
+    ),
+    (
+        "a preproduction host under a declared prefix is another's domain",
+        |d| {
+            set(d, "/serving/preprod/host_prefix", json!("staging"));
+            set(d, "/sites/1/domain", json!("staging.www.example.org"));
+        },
+        &[("sites[1].domain", Reason::HostCollision)],
+    ),
+    (
+        "an alias is another site's preproduction host",
+        |d| {
+            set(
+                d,
+                "/serving/aliases/pre.archive.example.net",
+                json!("collection"),
+            )
+        },
+        &[(
+            "serving.aliases['pre.archive.example.net']",
+            Reason::HostCollision,
+        )],
+    ),
+    (
+        "an alias is its own site's preproduction host",
+        |d| {
+            set(
+                d,
+                "/serving/aliases/pre.www.example.org",
+                json!("collection"),
+            )
+        },
+        &[(
+            "serving.aliases['pre.www.example.org']",
+            Reason::HostCollision,
+        )],
+    ),
+    // Vhost files: each is one site's.
+    (
+        "a slug that names another's preproduction vhost",
+        |d| set(d, "/sites/1/slug", json!("collection-pre")),
+        &[("sites[1].slug", Reason::VhostCollision)],
+    ),
+    (
+        "a slug whose preproduction vhost is the production vhost of a site before it",
+        |d| {
+            set(d, "/sites/0/slug", json!("archive-pre"));
+            set(d, "/serving/aliases/example.org", json!("archive-pre"));
+        },
+        &[("sites[1].slug", Reason::VhostCollision)],
+    ),
+    // Trees the daemons reach, which their units' ProtectHome=yes would hide.
+    (
+        "webspace base in /home",
+        |d| set(d, "/webspace_base", json!("/home/www")),
+        &[("webspace_base", Reason::ProtectedHomePath)],
+    ),
+    (
+        "a site's webspace in a user's home",
+        |d| set(d, "/sites/1/webspace", json!("/home/archive/www")),
+        &[("sites[1].webspace", Reason::ProtectedHomePath)],
+    ),
+    (
+        "audit root in root's home",
+        |d| set(d, "/roots/audit", json!("/root/audit")),
+        &[("roots.audit", Reason::ProtectedHomePath)],
+    ),
+    (
+        "workspaces in /home",
+        |d| set(d, "/roots/sites", json!("/home/atelier/sites")),
+        &[("roots.sites", Reason::ProtectedHomePath)],
+    ),
+    (
+        "state base in a user's runtime folder",
+        |d| set(d, "/paths/state_base", json!("/run/user/1000/atelier")),
+        &[("paths.state_base", Reason::ProtectedHomePath)],
+    ),
+    (
+        "config base in root's home",
+        |d| set(d, "/paths/config_base", json!("/root/atelier")),
+        &[("paths.config_base", Reason::ProtectedHomePath)],
+    ),
+    (
+        "templates in a user's home",
+        |d| set(d, "/paths/templates_dir", json!("/home/ops/templates")),
+        &[("paths.templates_dir", Reason::ProtectedHomePath)],
+    ),
+    (
+        "binaries in root's home",
+        |d| set(d, "/paths/bin_dir", json!("/root/.cargo/bin")),
+        &[("paths.bin_dir", Reason::ProtectedHomePath)],
+    ),
     (
         "overlapping roots: workspaces inside the default webspace base",
         |d| {
@@ -1101,6 +1205,86 @@ fn bad_declarations_are_refused_by_name() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Declarations that come near a hostname, vhost or home-folder rule without breaking it:
+/// each is accepted.
+const ACCEPTED_NEAR_MISSES: &[(&str, Mutation)] = &[
+    (
+        "a domain that would be another's preproduction host, while preproduction is off",
+        |d| {
+            set(d, "/serving/preprod/enabled", json!(false));
+            set(d, "/sites/1/domain", json!("pre.www.example.org"));
+        },
+    ),
+    (
+        "a slug that would name another's preproduction vhost, while preproduction is off",
+        |d| {
+            set(d, "/serving/preprod/enabled", json!(false));
+            set(d, "/sites/1/slug", json!("collection-pre"));
+        },
+    ),
+    ("a slug ending in -pre whose stem is no site's", |d| {
+        set(d, "/sites/1/slug", json!("archive-pre"));
+    }),
+    ("a preproduction host two labels deep", |d| {
+        set(d, "/sites/1/domain", json!("pre.pre.www.example.org"));
+    }),
+    ("a webspace base whose name starts like /home", |d| {
+        set(d, "/webspace_base", json!("/homework/www"));
+    }),
+    ("a state base in /run beside the user folders", |d| {
+        set(d, "/paths/state_base", json!("/run/users-atelier"));
+    }),
+];
+
+#[test]
+fn near_misses_of_the_hostname_vhost_and_home_rules_are_accepted() {
+    let mut failures = Vec::new();
+    for (name, mutate) in ACCEPTED_NEAR_MISSES {
+        let mut doc = base();
+        mutate(&mut doc);
+        if let Err(err) = Declaration::parse(&doc.to_string()) {
+            failures.push(format!("{name}: {err}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A collision's refusal names both parties, so the operator knows which two to tell apart.
+#[test]
+fn a_collision_names_both_sites() {
+    type Named = (&'static str, Mutation, &'static [&'static str]);
+    let cases: &[Named] = &[
+        (
+            "vhost file",
+            |d| set(d, "/sites/1/slug", json!("collection-pre")),
+            &[
+                "\"collection-pre\"'s production vhost atelier-example-collection-pre.conf",
+                "\"collection\"'s (sites[0]) preproduction vhost",
+            ],
+        ),
+        (
+            "a domain that is a preproduction host",
+            |d| set(d, "/sites/1/domain", json!("pre.www.example.org")),
+            &["pre.www.example.org is already the preproduction host of sites[0] (\"collection\")"],
+        ),
+        (
+            "a preproduction host that is a domain",
+            |d| set(d, "/sites/0/domain", json!("pre.archive.example.net")),
+            &["its preproduction host pre.archive.example.net is already the domain of sites[0] \
+               (\"collection\")"],
+        ),
+    ];
+    for (name, mutate, wanted) in cases {
+        let mut doc = base();
+        mutate(&mut doc);
+        let err = Declaration::parse(&doc.to_string()).unwrap_err();
+        let text = err.to_string();
+        for want in *wanted {
+            assert!(text.contains(want), "{name}: {want:?} in\n{text}");
+        }
+    }
 }
 
 /// Declarations of an OpenAI-compatible model that are accepted: each comes out with its base
