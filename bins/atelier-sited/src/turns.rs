@@ -41,6 +41,10 @@ use atelier_layout::workspace::MCP_CONFIG_FILE;
 const STDERR_TAIL_BYTES: usize = 4096;
 /// The longest stdout line a driver parses; a longer one is dropped and counted.
 const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long an agent may take to exit after its result (a CLI that hangs there would hold
+/// the site until the turn's timeout).
+const RESULT_GRACE: Duration = Duration::from_secs(5);
 /// The largest brief read from `AGENTS.md` (the driver cuts what it passes on further).
 const MAX_BRIEF_BYTES: u64 = 1024 * 1024;
 /// The mode of a directory sited makes in a turn's stated directory: the turn reads it
@@ -277,8 +281,22 @@ enum Ending {
     Lost(String),
     Stopped,
     TimedOut,
+    /// The agent gave its result and then did not exit within [`RESULT_GRACE`]: it was
+    /// stopped, and the turn ends on its result.
+    HungAfterResult,
     /// The run was never opened.
     NotOpened(TurnFault),
+}
+
+impl Ending {
+    /// Whether the agent had no say in how its turn ended (it never ran, or was stopped from
+    /// outside), so a session it was resuming is still the one to resume.
+    fn kept_session(&self) -> bool {
+        matches!(
+            self,
+            Ending::NotOpened(_) | Ending::Stopped | Ending::TimedOut | Ending::Lost(_)
+        )
+    }
 }
 
 impl Turn {
@@ -398,6 +416,11 @@ impl Turn {
         if let Ending::NotOpened(refused) = &ending {
             events.persist(refused.event()).await;
             fault = Some(*refused);
+        }
+        // A turn that never ran, or was stopped before it named a session, leaves the one it
+        // resumed: the next message goes on with it instead of starting the agent afresh.
+        if last_token.is_none() && ending.kept_session() {
+            last_token = resume_token.clone();
         }
         control.mark_run_gone();
         remove_planned(&services, &slug, &planned).await;
@@ -542,12 +565,16 @@ impl Relay<'_> {
                 ))
                 .await;
         }
+        let mut exit_by: Option<Instant> = None;
         let ending = loop {
             tokio::select! {
                 item = run.next() => match item {
                     RunItem::Stdout(bytes) => {
                         for line in self.lines.push(&bytes) {
                             self.parse(&line).await;
+                        }
+                        if self.saw_result && exit_by.is_none() {
+                            exit_by = Some(Instant::now() + RESULT_GRACE);
                         }
                     }
                     RunItem::Stderr(bytes) => keep_tail(&mut self.stderr_tail, &bytes),
@@ -557,6 +584,7 @@ impl Relay<'_> {
                 },
                 () = stop_requested(&mut stop) => break Ending::Stopped,
                 () = tokio::time::sleep_until(deadline.into()) => break Ending::TimedOut,
+                () = until(exit_by) => break Ending::HungAfterResult,
             }
         };
         run.stop().await;
@@ -635,6 +663,14 @@ fn egress_event(decision: &atelier_proto::egress::Decision) -> SessionEvent {
     }
 }
 
+/// Resolves at `at`; never without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Resolves once a stop is asked for (the watch's guard never outlives this call).
 async fn stop_requested(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
@@ -657,6 +693,12 @@ async fn report_ending(
             truncated: tail.len() >= STDERR_TAIL_BYTES,
         })
     };
+    // A result is the turn's one terminal event: however the run ends after it (an exit
+    // status, a stop, the timeout, a hang), nothing is said against it.
+    if saw_result && !matches!(ending, Ending::Exit(ExitRecord { code: Some(0), .. })) {
+        tracing::info!("the agent's run ended after its result; the turn ends on the result");
+        return None;
+    }
     let fault = match ending {
         Ending::Exit(ExitRecord { code: Some(0), .. }) if failed && !saw_result => {
             TurnFault::AgentExited
@@ -672,14 +714,6 @@ async fn report_ending(
                     })
                     .await;
             }
-            return None;
-        }
-        // A result is the turn's one terminal event: an exit status after it changes nothing
-        // (Claude Code exits 1 after its `error_max_turns` result, its work already done).
-        Ending::Exit(ExitRecord {
-            code: Some(code), ..
-        }) if saw_result => {
-            tracing::info!("the agent exited {code} after its result; the turn ends on the result");
             return None;
         }
         Ending::Exit(ExitRecord { code: Some(_), .. }) => {
@@ -700,7 +734,8 @@ async fn report_ending(
         }
         Ending::Stopped => TurnFault::Interrupted,
         Ending::TimedOut => TurnFault::Timeout,
-        Ending::NotOpened(_) => return None,
+        // Only after a result, handled above.
+        Ending::HungAfterResult | Ending::NotOpened(_) => return None,
     };
     events.persist(fault.event()).await;
     Some(fault)

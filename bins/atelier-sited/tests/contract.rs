@@ -1315,9 +1315,12 @@ async fn every_route_answers_its_success_status_headers_and_shape() {
         .await;
     assert_eq!(c.check("POST", &stop, &stopped)["session_id"], id.as_str());
     let second = follow(&instance, c, &id, last_seq(&first)).await;
+    // Stopped, the turn keeps the session it resumed, for the next message.
+    let resumed = first.last().unwrap()["body"]["resumeToken"].clone();
+    assert!(resumed.is_string(), "{first:?}");
     assert_eq!(
         second.last().unwrap()["body"],
-        json!({"type": "turn_end", "state": "interrupted"})
+        json!({"type": "turn_end", "state": "interrupted", "resumeToken": resumed})
     );
     instance.wait_free("alpha").await;
     // A third turn whose agent fails, for the error and agent_output events.

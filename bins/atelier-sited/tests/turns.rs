@@ -52,6 +52,18 @@ impl Instance {
         started.json()["session_id"].as_str().unwrap().to_owned()
     }
 
+    /// Sends `message` to session `id` and returns every event of its log once the turn ended.
+    async fn send(&self, id: &str, message: &str) -> Vec<Value> {
+        let sent = self
+            .post(
+                &format!("/v1/sessions/{id}/messages"),
+                json!({"message": message, "actor": actor()}),
+            )
+            .await;
+        assert_eq!(sent.status, StatusCode::OK, "{}", sent.body);
+        self.events(id).await
+    }
+
     /// Every event of the session's log, waiting for the running turn to end.
     async fn events(&self, id: &str) -> Vec<Value> {
         follow_events(&self.socket, id, -1, WAIT).await
@@ -274,7 +286,7 @@ async fn the_agent_gets_an_allowlisted_environment_and_its_own_home() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fault_ends_the_turn_with_one_named_error() {
     let instance = instance(|raw| raw.session_turn_timeout_ms = Some(1500)).await;
-    let cases: [(&str, &str, Value, &str); 5] = [
+    let cases: [(&str, &str, Value, &str); 6] = [
         (
             "non-zero exit",
             "stderr the agent broke\nexit 3",
@@ -304,6 +316,13 @@ async fn each_fault_ends_the_turn_with_one_named_error() {
             "raw {\"type\":\"result\",\"subtype\":\"error_max_turns\",\"is_error\":true,\
              \"session_id\":\"5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f\",\"duration_ms\":5}\n\
              stderr max turns reached\nexit 1",
+            Value::Null,
+            "idle",
+        ),
+        (
+            "the deadline after the result",
+            "raw {\"type\":\"result\",\"subtype\":\"success\",\
+             \"session_id\":\"5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f\",\"duration_ms\":5}\nhang",
             Value::Null,
             "idle",
         ),
@@ -494,10 +513,13 @@ async fn stop_ends_the_agent_and_its_processes_then_commits() {
             json!({"type": "error", "reason": "turn_interrupted", "retriable": true, "message": "The turn was stopped before it finished."})
         ]
     );
+    // The session the agent named in its first line is kept for the next message to resume.
+    let end = bodies(&events).last().unwrap().clone();
     assert_eq!(
-        bodies(&events).last().unwrap(),
-        &json!({"type": "turn_end", "state": "interrupted"})
+        (&end["type"], &end["state"]),
+        (&json!("turn_end"), &json!("interrupted"))
     );
+    assert_eq!(end["resumeToken"].as_str().map(str::len), Some(36), "{end}");
     assert!(instance
         .git(&["show", "--name-only", "--format=", "HEAD"])
         .contains("before-stop.txt"));
@@ -907,6 +929,60 @@ async fn a_resume_token_from_another_identity_epoch_is_dropped_with_resume_unava
         token.as_str(),
         "no --resume of the old token"
     );
+}
+
+/// An agent that gives its result and then does not exit (Claude Code has been seen to) is
+/// stopped a few seconds later, and the turn ends on its result: the site is not held until
+/// the turn's timeout, and no fault follows the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_hanging_after_its_result_is_stopped_and_the_turn_ends_on_it() {
+    let instance = instance(|raw| raw.session_turn_timeout_ms = Some(120_000)).await;
+    let id = instance
+        .start(
+            "raw {\"type\":\"result\",\"subtype\":\"success\",\
+             \"session_id\":\"5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f\",\"duration_ms\":5}\nhang",
+        )
+        .await;
+    let events = instance.events(&id).await;
+    assert!(errors(&events).is_empty(), "{events:?}");
+    assert_eq!(
+        bodies(&events).last().unwrap(),
+        &json!({"type": "turn_end", "state": "idle",
+                "resumeToken": "5a1d0c2e-7b3f-4c1d-9e2a-0f1b2c3d4e5f"})
+    );
+    instance.wait_free().await;
+}
+
+/// A turn that never ran (its setup failed) keeps the session the one before it named, so the
+/// next message resumes the agent's conversation instead of starting it afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_never_ran_keeps_the_session_to_resume() {
+    let instance = instance(|_| {}).await;
+    let id = instance.start("write a.txt one").await;
+    let first = instance.events(&id).await;
+    let token = bodies(&first).last().unwrap()["resumeToken"].clone();
+    assert!(token.is_string(), "{first:?}");
+    instance.wait_free().await;
+
+    // No argv can carry a NUL byte: the turn's setup fails before any run.
+    let brief = instance.workspace().join("AGENTS.md");
+    std::fs::write(&brief, "Be brief.\0").unwrap();
+    let second = instance.send(&id, "write b.txt two").await;
+    let after = bodies(&second[first.len()..]);
+    assert_eq!(errors(&second).len(), 1, "{after:?}");
+    assert_eq!(
+        after.last().unwrap(),
+        &json!({"type": "turn_end", "state": "error", "resumeToken": token})
+    );
+    instance.wait_free().await;
+
+    std::fs::remove_file(&brief).unwrap();
+    let third = instance.send(&id, "write c.txt three").await;
+    let result = bodies(&third[second.len()..])
+        .into_iter()
+        .find(|b| b["type"] == "result")
+        .unwrap();
+    assert_eq!(result["resumeToken"], token, "the session was resumed");
 }
 
 /// Two sessions of one site to recover at boot: a newer one whose commit failed (still marked

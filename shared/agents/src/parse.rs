@@ -2,6 +2,9 @@
 //! (bounded), and each driver's [`LineParser`] maps its lines to [`SessionEvent`]s. Blank lines,
 //! lines that are not JSON and frames of no interest map to nothing; no input panics.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::plan::is_resume_token;
@@ -118,7 +121,7 @@ pub trait LineParser: Send {
 /// The parser of `driver`'s output.
 pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
     match driver {
-        DriverId::ClaudeCode => Box::new(ClaudeStreamJson),
+        DriverId::ClaudeCode => Box::new(ClaudeStreamJson::default()),
         DriverId::Opencode => Box::new(OpencodeJson::default()),
         DriverId::Pi => Box::new(PiJson::default()),
         DriverId::Atelier => Box::new(AtelierJson::default()),
@@ -128,14 +131,22 @@ pub fn line_parser(driver: DriverId) -> Box<dyn LineParser> {
 /// Claude Code's `--output-format stream-json`: `assistant` frames' text and
 /// tool_use blocks, and the `result` frame. A result with `is_error: true` still maps to
 /// `ok: true` (the contract's quirk: the daemon's own faults are its errors).
+///
+/// Every frame names the session (the first, `system`/`init`, before any work), which a turn
+/// stopped or failed before its result keeps.
 #[derive(Debug, Default)]
-pub struct ClaudeStreamJson;
+pub struct ClaudeStreamJson {
+    session: Option<String>,
+}
 
 impl LineParser for ClaudeStreamJson {
     fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
+        if let Some(session) = resume_token(frame.get("session_id")) {
+            self.session = Some(session);
+        }
         match frame.get("type").and_then(Value::as_str) {
             Some("assistant") => frame
                 .get("message")
@@ -143,13 +154,23 @@ impl LineParser for ClaudeStreamJson {
                 .and_then(Value::as_array)
                 .map(|blocks| blocks.iter().filter_map(claude_block).collect())
                 .unwrap_or_default(),
-            Some("result") => vec![finished(
-                resume_token(frame.get("session_id")),
-                frame.get("total_cost_usd").and_then(finite),
-                millis(frame.get("duration_ms")),
-            )],
+            Some("result") => {
+                let result = finished(
+                    resume_token(frame.get("session_id")),
+                    frame.get("total_cost_usd").and_then(finite),
+                    millis(frame.get("duration_ms")),
+                );
+                match frame.get("subtype").and_then(Value::as_str) {
+                    Some("error_max_turns") => vec![SessionEvent::text(ROUND_LIMIT_NOTICE), result],
+                    _ => vec![result],
+                }
+            }
             _ => Vec::new(),
         }
+    }
+
+    fn kept_after_failure(&self) -> Option<&str> {
+        self.session.as_deref()
     }
 }
 
@@ -308,6 +329,15 @@ impl PiJson {
 
 impl LineParser for PiJson {
     fn parse_line(&mut self, line: &str) -> Vec<SessionEvent> {
+        // pi streams every delta as a `message_update` carrying the whole message so far (a
+        // page being written is megabytes, many times over): only the types read here are
+        // decoded into values, the others just scanned for their type.
+        if !matches!(
+            frame_type(line).as_deref(),
+            Some("session" | "message_end" | "agent_end")
+        ) {
+            return Vec::new();
+        }
         let Some(frame) = json_object(line) else {
             return Vec::new();
         };
@@ -337,6 +367,11 @@ impl LineParser for PiJson {
 
     fn failure(&self) -> Option<&str> {
         self.error.as_deref()
+    }
+
+    /// pi names its session in its first line, before any work.
+    fn kept_after_failure(&self) -> Option<&str> {
+        self.tally.session.as_deref()
     }
 }
 
@@ -395,12 +430,16 @@ impl LineParser for AtelierJson {
                         frame.get("cost_usd").and_then(finite),
                         millis(frame.get("duration_ms")),
                     );
-                    if field("stop") == Some("max_tokens") {
-                        // Otherwise the editor sees a turn that ended well with the work
-                        // undone.
-                        return vec![SessionEvent::text(OUTPUT_LIMIT_NOTICE), result];
+                    // Otherwise the editor sees a turn that ended well with the work undone.
+                    match field("stop") {
+                        Some("max_tokens") => {
+                            return vec![SessionEvent::text(OUTPUT_LIMIT_NOTICE), result]
+                        }
+                        Some("max_turns") => {
+                            return vec![SessionEvent::text(ROUND_LIMIT_NOTICE), result]
+                        }
+                        _ => Some(result),
                     }
-                    Some(result)
                 }
                 Some("start") => {
                     self.kept = resume_token(frame.get("resume"));
@@ -430,6 +469,11 @@ impl LineParser for AtelierJson {
         self.kept.as_deref()
     }
 }
+
+/// What a turn the agent ended at its limit of rounds (model calls) is said with, before its
+/// result: the agent stopped, not because the work was done.
+pub const ROUND_LIMIT_NOTICE: &str = "[atelier] The agent reached its limit of rounds for one \
+     turn before it finished, so its work may be unfinished. Send a message to let it continue.";
 
 /// What an atelier turn whose last answer was cut at the model's output limit is said with,
 /// before its result.
@@ -510,6 +554,11 @@ impl LineParser for OpencodeJson {
         }
         self.tally.result()
     }
+
+    /// Every opencode frame names its session.
+    fn kept_after_failure(&self) -> Option<&str> {
+        self.tally.session.as_deref()
+    }
 }
 
 /// What an opencode error says: `data.message`, else `message`, else its `name`.
@@ -540,6 +589,17 @@ fn millis(value: Option<&Value>) -> u64 {
         .and_then(Value::as_f64)
         .filter(|d| d.is_finite() && *d >= 0.0)
         .map_or(0, |d| d as u64)
+}
+
+/// A frame's `type`, read without decoding the rest of it; `None` for a line that is no JSON
+/// object or has no string `type`.
+fn frame_type(line: &str) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Typed<'_>>(line.trim()).ok()?.kind
 }
 
 fn json_object(line: &str) -> Option<Value> {
@@ -719,7 +779,7 @@ mod tests {
 
     #[test]
     fn claude_summaries() {
-        let mut parser = ClaudeStreamJson;
+        let mut parser = ClaudeStreamJson::default();
         let mut tool = |input: Value| {
             let line = serde_json::json!({"type": "assistant", "message": {"content": [
                 {"type": "tool_use", "id": "toolu_1", "name": "T", "input": input}]}});
@@ -860,7 +920,10 @@ mod tests {
             (
                 "a result without a price, stopped at the round limit",
                 r#"{"type":"result","stop":"max_turns","rounds":50,"usage":{"input_tokens":0,"output_tokens":0},"duration_ms":9,"resume":"ab_1"}"#,
-                vec![finished(Some("ab_1".into()), None, 9)],
+                vec![
+                    text(ROUND_LIMIT_NOTICE),
+                    finished(Some("ab_1".into()), None, 9),
+                ],
             ),
             (
                 "a result cut at the output limit is said first",

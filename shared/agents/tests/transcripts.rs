@@ -120,6 +120,49 @@ fn a_failed_turn_is_a_failure_not_a_result() {
     }
 }
 
+/// A run cut short after its first line (stopped, timed out, failed before its result) keeps
+/// the session that line named, so the next message resumes it rather than starting afresh.
+#[test]
+fn a_run_cut_after_its_first_line_keeps_the_session_it_named() {
+    let cases = [
+        (
+            DriverId::ClaudeCode,
+            "api_error",
+            "7e8f9a0b-1c2d-4e3f-8a4b-5c6d7e8f9a0b",
+        ),
+        (
+            DriverId::Opencode,
+            "site_edit",
+            "ses_494719016ffe85dkDMj0FPRbHK",
+        ),
+        (
+            DriverId::Pi,
+            "provider_error",
+            "01a23c2b-2ba5-7788-8ad0-6101696bb17c",
+        ),
+        (
+            DriverId::Atelier,
+            "site_edit",
+            "5d1f0c2b7e440b6c5a382f8e4d6a9a51",
+        ),
+    ];
+    for (driver, name, session) in cases {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(driver.as_str())
+            .join(format!("{name}.jsonl"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut parser = line_parser(driver);
+        assert_eq!(parser.kept_after_failure(), None, "{driver}: nothing yet");
+        parser.parse_line(text.lines().next().unwrap());
+        assert_eq!(
+            parser.kept_after_failure(),
+            Some(session),
+            "{driver} {name}"
+        );
+    }
+}
+
 /// Without `finish` (a run that did not exit cleanly) an opencode run without a `done` line
 /// reports no result: the daemon's own fault stands alone.
 #[test]

@@ -146,9 +146,11 @@ async fn the_metrics_socket_counts_turns_builds_and_followers_by_exactly_what_ha
         .unwrap()
         .to_bytes();
     let events = super::parse_event_stream(&String::from_utf8_lossy(&body), &mut Vec::new());
+    // Whether it names the session to resume depends on how far the agent got.
+    let end = turn_end(&events);
     assert_eq!(
-        turn_end(&events),
-        &json!({"type": "turn_end", "state": "interrupted"})
+        (&end["type"], &end["state"]),
+        (&json!("turn_end"), &json!("interrupted"))
     );
     instance.wait_free("alpha").await;
     let interrupted = (
