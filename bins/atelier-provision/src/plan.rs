@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use atelier_layout::declaration::{Declaration, Site};
 use atelier_layout::paths::{
-    door_hides, in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface,
+    door_hides, in_door_system_view, mode_rule, EntryKind, Layout, ModeEntry, Role, Surface,
     CHATD_SERVICE_TOKEN, DOOR_HIDDEN_SYSTEM_DIRS, DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS,
     INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
 };
@@ -614,6 +614,10 @@ pub fn observed_paths(
     add(layout.htpasswd_path(), !users.is_empty());
     for user in &layout.declaration().serving.preprod.auth.users {
         add(user.password_file.clone(), false);
+    }
+    // A credential outside the credentials dir: whether it is there and what it is, no more.
+    for path in layout.outside_credentials() {
+        add(path, false);
     }
     for artifact in artifacts {
         add(artifact.path.clone(), true);
@@ -1498,12 +1502,35 @@ impl Planner<'_> {
 
     /// Credential files: a missing service token (sited's, chatd's) or chatd's master key is
     /// minted; any other missing one awaits the operator; an existing one is never read or
-    /// rewritten, only re-owned.
+    /// rewritten, only re-owned, and only in the credentials dir (elsewhere it is the
+    /// operator's file and stays as it is).
     fn secrets(&mut self, matrix: &[ModeEntry]) {
         let layout = self.input.layout;
         let mut minted = vec![layout.credentials_dir().join(SERVICE_TOKEN)];
         minted.extend(layout.chatd_credential_sources().into_values());
-        for entry in matrix.iter().filter(|e| e.role == Role::Credential) {
+        let held = matrix
+            .iter()
+            .filter(|e| e.role == Role::Credential)
+            .cloned();
+        // One declared outside the credentials dir is still what a unit loads: missing, it
+        // keeps the unit from starting, so it is minted or awaited like one held in the dir.
+        let rule = mode_rule(Role::Credential);
+        let outside = layout
+            .outside_credentials()
+            .into_iter()
+            .map(|path| ModeEntry {
+                role: Role::Credential,
+                path,
+                owner: layout.principal_name(rule.owner, None),
+                group: layout.principal_name(rule.group, None),
+                mode: rule.mode,
+                kind: rule.kind,
+            });
+        let entries: Vec<(ModeEntry, bool)> = held
+            .map(|e| (e, true))
+            .chain(outside.map(|e| (e, false)))
+            .collect();
+        for (entry, in_dir) in entries {
             let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);
             match self.observed(&entry.path).cloned() {
                 None if minted.contains(&entry.path) => self.push_file(
@@ -1528,7 +1555,9 @@ impl Planner<'_> {
                     "a credential source is not a regular file".into(),
                 ),
                 Some(s) => {
-                    if s.mode != entry.mode || !self.owned_as(&s, &entry.owner, &entry.group) {
+                    let drift =
+                        s.mode != entry.mode || !self.owned_as(&s, &entry.owner, &entry.group);
+                    if in_dir && drift {
                         self.push_file(
                             Phase::Secret,
                             entry.path.clone(),
@@ -2161,6 +2190,15 @@ mod tests {
 
         fn allocation(&self) -> Allocation {
             identities::allocate(&self.decl, &self.host.accounts).unwrap()
+        }
+
+        /// Whether the observer looks at `path` without reading its content.
+        fn looks_at_unread(&self, path: &Path) -> bool {
+            let allocation = self.allocation();
+            let layout = Layout::new(&self.decl);
+            let sites = sites_of(&layout, &allocation);
+            observed_paths(&layout, &sites, &self.artifacts(&allocation), &[])
+                .contains(&(path.to_path_buf(), false))
         }
 
         /// A sited unit, a door unit per site, the tmpfiles file and a vhost per site.
@@ -3247,14 +3285,7 @@ mod tests {
                     "{name}: a second apply: {again:#?}"
                 );
             }
-            let allocation = f.allocation();
-            let layout = Layout::new(&f.decl);
-            let sites = sites_of(&layout, &allocation);
-            let observed = observed_paths(&layout, &sites, &f.artifacts(&allocation), &[]);
-            assert!(
-                observed.contains(&(file.clone(), false)),
-                "{name}: looked at, never read"
-            );
+            assert!(f.looks_at_unread(&file), "{name}: looked at, never read");
         }
     }
 
@@ -3434,6 +3465,97 @@ mod tests {
             text.contains(&format!("awaiting operator file {shown} root:root 0600")),
             "{text}"
         );
+    }
+
+    /// A credential declared outside the credentials dir is still what a unit loads: missing,
+    /// it is minted (when it is one the provisioner mints) or awaited; there, it is the
+    /// operator's file, looked at but never read nor re-owned.
+    #[test]
+    fn credentials_outside_the_credentials_dir_are_minted_awaited_or_left_alone() {
+        let file = PathBuf::from("/root/keys/credential");
+        let shown = file.display().to_string();
+        let created = format!("secret   create {shown} root:root 0600");
+        let awaited = format!("secret   awaiting operator file {shown} root:root 0600");
+        type Declare = fn(&mut Declaration, PathBuf);
+        let master_key: Declare = |d, path| d.chat.as_mut().unwrap().master_key = path;
+        let publication_key: Declare = |d, path| d.publication_api.key_path = Some(path);
+        let secret: Declare = |d, path| {
+            d.secrets.insert("ANTHROPIC_API_KEY".into(), path);
+        };
+        type Case<'a> = (
+            &'a str,
+            Declare,
+            Option<ObservedKind>,
+            Result<Vec<String>, &'a str>,
+        );
+        let cases: [Case<'_>; 5] = [
+            (
+                "missing master key, which the provisioner mints",
+                master_key,
+                None,
+                Ok(vec![created]),
+            ),
+            (
+                "missing publication key, the operator's",
+                publication_key,
+                None,
+                Ok(vec![awaited.clone()]),
+            ),
+            (
+                "missing secret, the operator's",
+                secret,
+                None,
+                Ok(vec![awaited]),
+            ),
+            (
+                "existing secret owned as the operator left it",
+                secret,
+                Some(ObservedKind::File),
+                Ok(vec![]),
+            ),
+            (
+                "directory where the master key is declared",
+                master_key,
+                Some(ObservedKind::Dir),
+                Err("not_a_file"),
+            ),
+        ];
+        for (name, declare, seen, expected) in cases {
+            let mut f = Fixture::new(&["blog"]);
+            f.converge();
+            declare(&mut f.decl, file.clone());
+            if let Some(kind) = seen {
+                // The web server's and readable by all: not how the matrix holds credentials.
+                let seen = f.observed(kind, "www-data", "www-data", 0o644, None);
+                f.host.entries.insert(file.clone(), seen);
+            }
+            let about = |plan: &[Action]| -> Vec<String> {
+                lines(plan)
+                    .into_iter()
+                    .filter(|l| l.contains(&shown))
+                    .collect()
+            };
+            let planned = f.plan();
+            match (&planned, expected) {
+                (Ok(plan), Ok(expected)) => assert_eq!(about(plan), expected, "{name}"),
+                (Err(err), Err(reason)) => assert_eq!(
+                    err.refusals.iter().map(|r| r.reason).collect::<Vec<_>>(),
+                    [reason],
+                    "{name}: {err}"
+                ),
+                (planned, expected) => panic!("{name}: {planned:?}, expected {expected:?}"),
+            }
+            assert!(f.looks_at_unread(&file), "{name}: looked at, never read");
+            // Once applied, a minted or an existing one is left be; a missing one still waits.
+            let Ok(plan) = planned else { continue };
+            f.simulate(&plan);
+            let again = about(&f.plan().unwrap());
+            let still = about(&plan)
+                .into_iter()
+                .filter(|l| l.contains("awaiting"))
+                .collect::<Vec<_>>();
+            assert_eq!(again, still, "{name}: a second apply");
+        }
     }
 
     #[test]

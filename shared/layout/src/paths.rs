@@ -1233,6 +1233,38 @@ impl<'d> Layout<'d> {
         }
     }
 
+    /// Whether preproduction is served behind the htpasswd file.
+    fn uses_htpasswd(&self) -> bool {
+        let preprod = &self.decl.serving.preprod;
+        preprod.enabled && preprod.auth.mode == crate::declaration::AuthMode::Htpasswd
+    }
+
+    /// Every credential file the instance names, sorted: sited's and chatd's `LoadCredential=`
+    /// sources and, when the htpasswd file is made from them, the preview passwords.
+    pub fn credential_files(&self) -> Vec<PathBuf> {
+        let mut credentials: Vec<PathBuf> = self.credential_sources().into_values().collect();
+        credentials.extend(self.chatd_credential_sources().into_values());
+        // The preview passwords the htpasswd file is made from are credentials too.
+        if self.uses_htpasswd() {
+            let users = &self.decl.serving.preprod.auth.users;
+            credentials.extend(users.iter().map(|u| u.password_file.clone()));
+        }
+        credentials.sort();
+        credentials.dedup();
+        credentials
+    }
+
+    /// The credential files declared outside the credentials dir, sorted. The mode matrix
+    /// leaves them out (where they stand, their owner and mode are the operator's), yet a
+    /// unit still loads them: one missing keeps it from starting.
+    pub fn outside_credentials(&self) -> Vec<PathBuf> {
+        let dir = self.credentials_dir();
+        self.credential_files()
+            .into_iter()
+            .filter(|path| !path.starts_with(&dir))
+            .collect()
+    }
+
     /// Every file, directory and socket of the instance with its owner, group and mode, parents
     /// before children. `sites` pairs each declared site with its ordinal from the ledger.
     pub fn mode_matrix(&self, sites: &[(SiteOrdinal, &Site)]) -> Vec<ModeEntry> {
@@ -1241,18 +1273,8 @@ impl<'d> Layout<'d> {
             self.entry(Role::ConfigDir, self.config_dir(), None),
             self.entry(Role::CredentialsDir, self.credentials_dir(), None),
         ];
-        let preprod = &self.decl.serving.preprod;
-        let htpasswd =
-            preprod.enabled && preprod.auth.mode == crate::declaration::AuthMode::Htpasswd;
-        let mut credentials: Vec<PathBuf> = self.credential_sources().into_values().collect();
-        credentials.extend(self.chatd_credential_sources().into_values());
-        // The preview passwords the htpasswd file is made from are credentials too.
-        if htpasswd {
-            credentials.extend(preprod.auth.users.iter().map(|u| u.password_file.clone()));
-        }
-        credentials.sort();
-        credentials.dedup();
-        for path in credentials {
+        let htpasswd = self.uses_htpasswd();
+        for path in self.credential_files() {
             // Only files in the credentials dir are the provisioner's to assert.
             if path.starts_with(self.credentials_dir()) {
                 out.push(self.entry(Role::Credential, path, None));

@@ -267,6 +267,48 @@ fn credentials_and_writable_paths() {
     );
 }
 
+/// Each way of declaring a credential outside the credentials dir: left out of the mode matrix
+/// (the file is the operator's where it stands) and listed for the provisioner to look at.
+#[test]
+fn credentials_outside_the_credentials_dir_are_listed_apart_from_the_matrix() {
+    type Declare = fn(&mut Declaration, PathBuf);
+    let cases: [(&str, Declare); 4] = [
+        ("chat master key", |d, path| {
+            d.chat.as_mut().unwrap().master_key = path;
+        }),
+        ("publication key", |d, path| {
+            d.publication_api.key_path = Some(path);
+        }),
+        ("secret", |d, path| {
+            d.secrets.insert("ANTHROPIC_API_KEY".into(), path);
+        }),
+        ("preview password", |d, path| {
+            d.serving.preprod.auth.users[0].password_file = path;
+        }),
+    ];
+    let outside = p("/root/keys/credential");
+    for (name, declare) in cases {
+        let mut decl = example();
+        assert!(
+            Layout::new(&decl).outside_credentials().is_empty(),
+            "{name}"
+        );
+        declare(&mut decl, outside.clone());
+        let layout = Layout::new(&decl);
+        assert_eq!(
+            layout.outside_credentials(),
+            std::slice::from_ref(&outside),
+            "{name}"
+        );
+        assert!(layout.credential_files().contains(&outside), "{name}");
+        let sites = [(k(1), &decl.sites[0]), (k(2), &decl.sites[1])];
+        assert!(
+            !layout.mode_matrix(&sites).iter().any(|e| e.path == outside),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn every_role_has_one_row() {
     let decl = example();
