@@ -50,15 +50,26 @@ echo "chatd_exec=$(grep ^ExecStart= /etc/systemd/system/atelier-chatd@example.se
 echo "version=$(dpkg-query -W -f='${Version}' atelier)"
 
 # Taking the package off while the instance is provisioned is refused, naming the way out.
+# A second instance whose declaration put its units elsewhere on PID 1's search path is found
+# by its unit, and named by the declaration its Documentation= gives.
 copy=/etc/atelier/example/instance.json
+moved=/run/systemd/system/atelier-sited@moved.service
+printf '[Unit]\nDocumentation=file:///srv/moved/instance.json\n[Service]\nExecStart=/bin/true\n' \
+  > $moved
+systemctl daemon-reload
+echo "instances=$(/usr/lib/atelier/instances | paste -sd ',')"
 dpkg -r atelier > /tmp/remove 2>&1; echo "remove_refused=$?"
 sed 's/^/remove| /' /tmp/remove
 echo "remove_names=$(grep -c "atelier-provision remove --declaration $copy" /tmp/remove)"
+echo "remove_names_moved=$(grep -c "remove --declaration /srv/moved/instance.json$" /tmp/remove)"
 echo "after_refusal=$(dpkg-query -W -f='${Status}' atelier) $(command -v atelier-sited)"
 # Installed again over itself, as an upgrade is: the instance is told to apply.
 dpkg -i "$DEB" > /tmp/upgrade 2>&1; echo "upgrade=$?"
 sed 's/^/upgrade| /' /tmp/upgrade
 echo "upgrade_names=$(grep -c "atelier-provision apply --declaration $copy" /tmp/upgrade)"
+echo "upgrade_names_moved=$(grep -c "apply --declaration /srv/moved/instance.json$" /tmp/upgrade)"
+rm $moved
+systemctl daemon-reload
 # Decommissioned, the instance no longer holds the package.
 atelier-provision remove --declaration "$copy" --purge-published > /tmp/decommission 2>&1
 echo "decommission=$?"
@@ -205,7 +216,13 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
 
     // Removal waits for the instance's decommissioning; an upgrade says to apply.
     assert_ne!(fact("remove_refused"), "0", "{run:?}");
+    assert_eq!(
+        fact("instances"),
+        "example /etc/atelier/example/instance.json,moved /srv/moved/instance.json",
+        "{run:?}"
+    );
     assert_eq!(fact("remove_names"), "1", "{run:?}");
+    assert_eq!(fact("remove_names_moved"), "1", "{run:?}");
     // dpkg keeps the wish to remove it (deinstall), the package installed.
     assert!(
         fact("after_refusal").ends_with(" ok installed /usr/bin/atelier-sited"),
@@ -213,6 +230,7 @@ fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
     );
     assert_eq!(fact("upgrade"), "0", "{run:?}");
     assert_eq!(fact("upgrade_names"), "1", "{run:?}");
+    assert_eq!(fact("upgrade_names_moved"), "1", "{run:?}");
     assert_eq!(fact("decommission"), "0", "{run:?}");
     assert_eq!(fact("removed"), "0", "{run:?}");
     assert!(fact("after_remove").ends_with(" gone"), "{run:?}");
