@@ -260,14 +260,23 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let site = requests::create_site(&body)?;
-                let created = sites.create(site, &actor).await;
-                self.count_sites().await;
-                let status = created?;
-                tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
-                let detail =
-                    json!({"template": status.manifest.template, "domain": status.manifest.domain});
-                self.record(&actor, "create_site", Some(&status.manifest.slug), detail)
-                    .await;
+                // In a task of its own, with its audit line: an engine that stops waiting (its
+                // timeout, a dropped connection) must not cut a create between its steps, which
+                // would leave half a site that no undo removes and whose slug is taken.
+                let this = self.clone();
+                let status = tokio::spawn(async move {
+                    let created = this.inner.sites.create(site, &actor).await;
+                    this.count_sites().await;
+                    let status = created?;
+                    tracing::info!(site = %status.manifest.slug, actor = %actor.username, "site created");
+                    let detail = json!({"template": status.manifest.template,
+                                        "domain": status.manifest.domain});
+                    this.record(&actor, "create_site", Some(&status.manifest.slug), detail)
+                        .await;
+                    Ok::<_, ApiError>(status)
+                })
+                .await
+                .map_err(|e| ApiError::Internal(format!("create task: {e}")))??;
                 Ok(json_response(StatusCode::CREATED, &status))
             }
             Endpoint::GetSite => {
@@ -457,15 +466,24 @@ impl Router {
                 let id = param_at(0)?;
                 // The standard SSE reconnect names the last `id:` seen; it means what `after`
                 // means, and an explicit `?after=` wins.
+                // An empty header names no event (an empty `?after=` is the contract's 0).
                 let last_event_id = request
                     .headers()
                     .get("last-event-id")
                     .and_then(|value| value.to_str().ok())
+                    .filter(|value| !value.trim().is_empty())
                     .map(str::to_owned);
                 let after = query_value(request.uri().query(), "after").or(last_event_id);
-                let after = parse_after(after.as_deref())?;
                 let session = SessionId::parse(&id)
                     .ok_or_else(|| SessionError::UnknownSession(id.clone()))?;
+                let after = match parse_after(after.as_deref()) {
+                    Ok(after) => after,
+                    // The session is looked up first: an unknown one is 404 whatever the cursor.
+                    Err(refusal) => {
+                        self.inner.sessions.site_of(&session).await?;
+                        return Err(refusal.into());
+                    }
+                };
                 Ok(self.inner.sessions.follow(&session, after).await?)
             }
         }
@@ -617,13 +635,10 @@ fn query_value(query: Option<&str>, name: &str) -> Option<String> {
         .map(|(_, v)| percent_decode(&v.replace('+', " ")).unwrap_or_default())
 }
 
-/// True only for the exact `name=true` in the query.
+/// True only when the first value of `name` in the query is, decoded, exactly `true` (a
+/// later `name=true` does not count, as for the engine's own query reading).
 fn query_flag(query: Option<&str>, name: &str) -> bool {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .any(|(k, v)| k == name && v == "true")
+    query_value(query, name).as_deref() == Some("true")
 }
 
 #[cfg(test)]
@@ -635,12 +650,20 @@ mod tests {
         assert_eq!(percent_decode("a%2Db").as_deref(), Some("a-b"));
         assert_eq!(percent_decode("%zz"), None);
         assert_eq!(percent_decode("%2"), None);
-        assert!(query_flag(Some("x=1&purge_prod=true"), "purge_prod"));
+        for q in [
+            "x=1&purge_prod=true",
+            "purge_prod=%74rue",
+            "purge_prod=true&purge_prod=no",
+        ] {
+            assert!(query_flag(Some(q), "purge_prod"), "{q:?}");
+        }
         for q in [
             None,
             Some("purge_prod=1"),
             Some("purge_prod=True"),
             Some("purge_prod"),
+            Some("purge_prod=false&purge_prod=true"),
+            Some("purge_prod=true%20"),
         ] {
             assert!(!query_flag(q, "purge_prod"), "{q:?}");
         }

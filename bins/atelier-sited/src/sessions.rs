@@ -350,10 +350,20 @@ impl Sessions {
         blocking(move || {
             let unknown = || SessionError::UnknownSession(id.to_string());
             let slug = this.resolve(&id).ok_or_else(unknown)?;
+            this.refuse_while_deleting(&slug)?;
             let workspace = this.workspace(&slug).map_err(|_| unknown())?;
             session_log::read_meta(&workspace, &slug, &id)?.ok_or_else(unknown)
         })
         .await
+    }
+
+    /// A site being deleted answers every request on it with 409 `site_deleting`: its
+    /// workspace is on its way out, so its sessions are neither unknown nor readable yet.
+    fn refuse_while_deleting(&self, slug: &str) -> Result<(), SessionError> {
+        match self.inner.sites.reservations().holder(slug) {
+            Some(Hold::Deleting) => Err(Busy(Hold::Deleting).into()),
+            _ => Ok(()),
+        }
     }
 
     /// Admission steps 4-9 of [`Sessions::start`], also run for a follow-up of `session`:
@@ -432,7 +442,7 @@ impl Sessions {
             .sites
             .set_session_state(&admitted.slug, "running", id.as_str());
         let control = TurnControl::new();
-        self.inner.turns.insert(id, Arc::clone(&control));
+        self.inner.turns.insert(id.clone(), Arc::clone(&control));
         let services = TurnServices {
             sites: self.inner.sites.clone(),
             runner: self.inner.runner.clone(),
@@ -440,6 +450,7 @@ impl Sessions {
             metrics: self.inner.metrics.clone(),
             running: Arc::clone(&self.inner.turns),
         };
+        let ended = (self.clone(), id.clone(), Arc::clone(&session));
         let turn = Turn {
             services: Arc::new(services),
             session,
@@ -453,8 +464,30 @@ impl Sessions {
             control,
         };
         self.inner.metrics.turn_started();
-        tokio::spawn(turn.run());
+        tokio::spawn(async move {
+            turn.run().await;
+            let (this, id, session) = ended;
+            this.close_idle(&id, &session);
+        });
         Ok(())
+    }
+
+    /// Lets go of session `id`'s live session once its turn is over and no other began, so an
+    /// idle session holds no log descriptor (a long-running daemon touches thousands); its
+    /// last followers keep it until they end, and the next turn opens the log again.
+    fn close_idle(&self, id: &SessionId, session: &Arc<LiveSession>) {
+        // Under the lock `begin_turn` marks a turn running with, so none can begin meanwhile.
+        let mut live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if live
+            .get(id)
+            .is_some_and(|held| Arc::ptr_eq(held, session) && !held.is_running())
+        {
+            live.remove(id);
+        }
     }
 
     /// `POST /v1/sessions/:id/stop` after the route's actor check: asks the running
@@ -574,8 +607,8 @@ impl Sessions {
     ) -> Result<Recovery, SessionError> {
         if meta.state == "running" {
             let this = self.clone();
-            let (slug, id) = (slug.to_owned(), id.clone());
-            let session = blocking(move || this.begin_turn(&slug, &id)).await?;
+            let (site, session_id) = (slug.to_owned(), id.clone());
+            let session = blocking(move || this.begin_turn(&site, &session_id)).await?;
             let session2 = Arc::clone(&session);
             blocking(move || {
                 session2.append(crate::turn_fault::TurnFault::Interrupted.event())?;
@@ -587,6 +620,7 @@ impl Sessions {
             })
             .await?;
             session.mark_finished();
+            self.close_idle(id, &session);
             meta.state = "interrupted".to_owned();
         }
         meta.recovery_pending = true;
@@ -641,16 +675,22 @@ impl Sessions {
         }
     }
 
-    /// `GET /v1/sessions/:id/events?after=N`: the stream response, or 404.
-    pub async fn follow(&self, id: &SessionId, after: i64) -> Result<Response, SessionError> {
-        let id = id.clone();
+    /// The site of session `id`, or `UnknownSession`. Blocking on a scan, off the workers.
+    pub async fn site_of(&self, id: &SessionId) -> Result<String, SessionError> {
         let this = self.clone();
         let lookup = id.clone();
-        let slug = blocking(move || {
+        blocking(move || {
             this.resolve(&lookup)
                 .ok_or_else(|| SessionError::UnknownSession(lookup.to_string()))
         })
-        .await?;
+        .await
+    }
+
+    /// `GET /v1/sessions/:id/events?after=N`: the stream response, or 404.
+    pub async fn follow(&self, id: &SessionId, after: i64) -> Result<Response, SessionError> {
+        let id = id.clone();
+        let slug = self.site_of(&id).await?;
+        self.refuse_while_deleting(&slug)?;
         // Subscribe before the log is read, so nothing appended meanwhile is missed.
         let live = self.live(&id);
         let receiver = live.as_ref().map(|session| session.subscribe());

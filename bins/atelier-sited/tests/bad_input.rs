@@ -508,11 +508,14 @@ async fn bad_requests_are_named_problems_that_change_nothing() {
             Status(StatusCode::NOT_FOUND),
         ),
         case(
-            "events after a non-number",
+            "events of an unknown session after a non-number: the session first",
             Method::GET,
             &format!("/v1/sessions/{uuid}/events?after=abc"),
             Body::None,
-            Detail(StatusCode::BAD_REQUEST, "after must be a number"),
+            Detail(
+                StatusCode::NOT_FOUND,
+                "No session '00000000-0000-4000-8000-000000000000'",
+            ),
         ),
         case(
             "message to an unknown session",

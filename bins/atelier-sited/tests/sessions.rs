@@ -487,16 +487,7 @@ async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_ended_without_its_turn_end_ends_the_streams_tailing_it() {
     let instance = instance(2).await;
-    let started = call(
-        &instance,
-        Method::POST,
-        "/v1/sites/alpha/sessions",
-        json!({"prompt": "Make a museum page", "actor": actor()}),
-    )
-    .await;
-    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
-    let id = started.json()["session_id"].as_str().unwrap().to_owned();
-    let (_, first) = follow(&instance.socket, &id, -1).await;
+    let (id, first) = a_finished_session(&instance).await;
     let last = first.len() as u64 - 1;
 
     // The first turn's task is done once the site is freed (it marks its turn finished just
@@ -518,21 +509,93 @@ async fn a_turn_ended_without_its_turn_end_ends_the_streams_tailing_it() {
     assert_eq!(seqs(&frames), [last + 1, last + 2]);
 }
 
+/// While a delete holds the site, its sessions answer 409 `site_deleting`, as every other
+/// request on it does: their workspace is on its way out, they are neither unknown nor
+/// readable yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sites_sessions_answer_site_deleting_while_a_delete_holds_it() {
+    let instance = instance(2).await;
+    let (id, _) = a_finished_session(&instance).await;
+    site_freed(&instance).await;
+
+    let deleting = instance
+        .router
+        .sites()
+        .reservations()
+        .reserve("alpha", atelier_sited::reservations::Hold::Deleting)
+        .unwrap();
+    let message = call(
+        &instance,
+        Method::POST,
+        &format!("/v1/sessions/{id}/messages"),
+        json!({"message": "again", "actor": actor()}),
+    )
+    .await;
+    let events = call(
+        &instance,
+        Method::GET,
+        &format!("/v1/sessions/{id}/events"),
+        Value::Null,
+    )
+    .await;
+    for (name, reply) in [("message", message), ("events", events)] {
+        assert_eq!(reply.status, StatusCode::CONFLICT, "{name}: {}", reply.body);
+        assert_eq!(reply.json()["reason"], "site_deleting", "{name}");
+    }
+    drop(deleting);
+}
+
+/// A stream's session is looked up before its cursor: an unknown one is 404 whatever `after`
+/// says, a known one with a cursor that is no number 400; an empty `Last-Event-ID` names no
+/// event, so the replay starts at seq 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_session_is_looked_up_before_its_cursor() {
+    let instance = instance(2).await;
+    let (id, all) = a_finished_session(&instance).await;
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    for (session, status) in [
+        (unknown, StatusCode::NOT_FOUND),
+        (&id, StatusCode::BAD_REQUEST),
+    ] {
+        let reply = call(
+            &instance,
+            Method::GET,
+            &format!("/v1/sessions/{session}/events?after=x"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(reply.status, status, "{session}: {}", reply.body);
+    }
+    let response = support::open_with(
+        &instance.socket,
+        Method::GET,
+        &format!("/v1/sessions/{id}/events"),
+        "",
+        &[("last-event-id", "")],
+    )
+    .await;
+    let frames = frames_of(response).await;
+    assert_eq!(seqs(&frames), seqs(&all), "from seq 0");
+}
+
+/// Starts a session on alpha and follows its first turn to its end: its id and frames.
+async fn a_finished_session(instance: &Instance) -> (String, Vec<Frame>) {
+    let started = call(
+        instance,
+        Method::POST,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": "Make a museum page", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    let (_, frames) = follow(&instance.socket, &id, -1).await;
+    (id, frames)
+}
+
 /// Waits until no turn holds alpha (a turn's task frees it last, after its `turn_end`).
 async fn site_freed(instance: &Instance) {
-    for _ in 0..200 {
-        if instance
-            .router
-            .sites()
-            .reservations()
-            .holder("alpha")
-            .is_none()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(instance.router.sites().reservations().holder("alpha"), None);
+    support::site_freed(&instance.router, "alpha").await;
 }
 
 /// Begins turn 2 of session `sid` of alpha in the instance's process, its `turn_start`
@@ -632,8 +695,11 @@ async fn session_routes_refuse_in_the_contracts_order() {
         Value::Null,
     )
     .await;
-    assert_eq!(got.status, StatusCode::BAD_REQUEST);
-    assert_eq!(got.json()["detail"], "after must be a number");
+    assert_eq!(
+        got.status,
+        StatusCode::NOT_FOUND,
+        "the session before the cursor"
+    );
     let got = call(
         &instance,
         Method::GET,

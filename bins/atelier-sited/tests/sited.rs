@@ -1172,6 +1172,46 @@ async fn a_create_that_fails_half_way_removes_what_it_made() {
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
 }
 
+/// An engine that stops waiting mid-create (its timeout, a dropped connection) still gets a
+/// whole site: the create runs to its end, its first commit and its audit line included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_caller_goes_away_runs_to_its_end() {
+    let instance = instance(20);
+    let socket = instance.socket.clone();
+    let body = create_body("alpha", "alpha.example.org").to_string();
+    let caller = tokio::spawn(async move {
+        crate::support::open(&socket, Method::POST, "/v1/sites", &body).await
+    });
+    // The workspace is made before its two git runs fill it: the caller goes away then.
+    let workspace = instance.workspace("alpha");
+    for _ in 0..5000 {
+        if workspace.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(workspace.exists(), "the create never began");
+    caller.abort();
+    assert!(
+        caller.await.unwrap_err().is_cancelled(),
+        "the caller went away"
+    );
+    crate::support::site_freed(&instance.router, "alpha").await;
+    let log = git_out(&instance, "alpha", &["rev-list", "--count", "HEAD"]).await;
+    assert_eq!(log, "1\n", "the first commit was made");
+    let got = instance
+        .call(Method::GET, "/v1/sites/alpha", Value::Null)
+        .await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.body);
+    let audit = instance.call(Method::GET, "/v1/audit", Value::Null).await;
+    assert_eq!(
+        audit.json()["data"][0]["action"],
+        "create_site",
+        "{}",
+        audit.body
+    );
+}
+
 #[tokio::test]
 async fn two_creates_of_one_slug_make_one_site() {
     let instance = instance(20);

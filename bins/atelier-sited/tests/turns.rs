@@ -87,13 +87,7 @@ impl Instance {
     }
 
     async fn wait_free(&self) {
-        for _ in 0..500 {
-            if self.router.sites().reservations().holder("alpha").is_none() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the site stayed held");
+        support::site_freed(&self.router, "alpha").await;
     }
 }
 
@@ -954,7 +948,8 @@ async fn an_agent_hanging_after_its_result_is_stopped_and_the_turn_ends_on_it() 
 }
 
 /// A turn that never ran (its setup failed) keeps the session the one before it named, so the
-/// next message resumes the agent's conversation instead of starting it afresh.
+/// next message resumes the agent's conversation instead of starting it afresh. Between turns
+/// the session holds no log descriptor, and its seq goes on across them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_that_never_ran_keeps_the_session_to_resume() {
     let instance = instance(|_| {}).await;
@@ -963,6 +958,18 @@ async fn a_turn_that_never_ran_keeps_the_session_to_resume() {
     let token = bodies(&first).last().unwrap()["resumeToken"].clone();
     assert!(token.is_string(), "{first:?}");
     instance.wait_free().await;
+    // Idle, the session holds no log descriptor: the next turn opens the log again.
+    let sid = atelier_sited::session_log::SessionId::parse(&id).unwrap();
+    for _ in 0..500 {
+        if instance.router.sessions().live(&sid).is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        instance.router.sessions().live(&sid).is_none(),
+        "still live"
+    );
 
     // No argv can carry a NUL byte: the turn's setup fails before any run.
     let brief = instance.workspace().join("AGENTS.md");
@@ -978,6 +985,11 @@ async fn a_turn_that_never_ran_keeps_the_session_to_resume() {
 
     std::fs::remove_file(&brief).unwrap();
     let third = instance.send(&id, "write c.txt three").await;
+    let seqs: Vec<u64> = third.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(
+        seqs.iter().enumerate().all(|(i, seq)| *seq == i as u64),
+        "one seq per event across turns: {seqs:?}"
+    );
     let result = bodies(&third[second.len()..])
         .into_iter()
         .find(|b| b["type"] == "result")

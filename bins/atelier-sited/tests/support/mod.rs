@@ -67,6 +67,17 @@ pub async fn open(
     path: &str,
     body: &str,
 ) -> hyper::Response<hyper::body::Incoming> {
+    open_with(socket, method, path, body, &[]).await
+}
+
+/// [`open`] with `headers` added to the request.
+pub async fn open_with(
+    socket: &Path,
+    method: hyper::Method,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> hyper::Response<hyper::body::Incoming> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .expect("connect");
@@ -75,11 +86,15 @@ pub async fn open(
             .await
             .expect("handshake");
     tokio::spawn(connection);
-    let request = hyper::Request::builder()
+    let mut request = hyper::Request::builder()
         .method(method)
         .uri(format!("{BASE}{path}"))
         .header("host", "sited")
-        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("authorization", format!("Bearer {TOKEN}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
         .body(http_body_util::Full::new(bytes::Bytes::from(
             body.to_owned(),
         )))
@@ -228,6 +243,19 @@ pub fn sited_args(root: &Path, socket: &Path) -> Vec<std::ffi::OsString> {
     );
     flag("--build-bin", workspace_bin("atelier-build").as_os_str());
     args
+}
+
+/// Waits until nothing holds site `slug` (a turn's or a create's task frees it last), at most
+/// ten seconds, and fails the test if something still does.
+pub async fn site_freed(router: &atelier_sited::Router, slug: &str) {
+    let holder = || router.sites().reservations().holder(slug);
+    for _ in 0..1000 {
+        if holder().is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(holder(), None, "{slug} stayed held");
 }
 
 /// Serves `router` on a fresh unix socket at `socket` until the test's runtime ends.
