@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The demo's journey, run by scripts/demo inside a throw-away container whose PID 1 is systemd.
 # An operator provisions the example instance from its declaration; then, with atelierctl as
-# the engine would, a publisher creates a site, has the scripted agent edit its home page
-# through the turn door, builds it through the build door, previews it through nginx,
-# publishes it, publishes a second release and rolls back to the first. Every step is the real
+# the engine would, a publisher creates a site, has the real Claude Code (its model a scripted
+# lab server) edit its home page through the turn door, builds it through the build door,
+# previews it through nginx, publishes it, publishes a second release and rolls back to the first. Every step is the real
 # binary under the real PID 1 and checks what it claims: the first failure stops the demo,
 # names the step and exits non-zero.
 set -Eeuo pipefail

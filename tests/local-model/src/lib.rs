@@ -1,7 +1,7 @@
 //! TEST HARNESS: a real model server for one test — llama.cpp's OpenAI-compatible server
-//! (llama-cpp-python) serving SmolLM2-135M-Instruct on a loopback port, installed into the
-//! checkout by `scripts/local-model install`, ready once `/v1/models` answers, and stopped by
-//! its process id when the test drops it.
+//! (llama-cpp-python) serving SmolLM2-135M-Instruct on a loopback port, installed in a cache
+//! outside the checkout by `scripts/local-model install`, ready once `/v1/models` answers, and
+//! stopped by its process id when the test drops it.
 //!
 //! A missing install is an error that says how to install, never a skip: the tests that use
 //! this harness are meant to fail when the server cannot be built or started.
@@ -69,6 +69,10 @@ impl Install {
             .arg("paths")
             .output()
             .map_err(|_| StartError::NotInstalled(script.clone()))?;
+        // The script lists an install only once its completion stamp is there.
+        if !listed.status.success() {
+            return Err(StartError::NotInstalled(script));
+        }
         let listed = String::from_utf8_lossy(&listed.stdout);
         let path_of = |key: &str| {
             listed

@@ -315,6 +315,16 @@ const CASES: &[Case] = &[
         &[("instance", Reason::BadInstanceName)],
     ),
     (
+        "instance name: another instance's chat runtime user",
+        |d| set(d, "/instance", json!("chatd-museum")),
+        &[("instance", Reason::BadInstanceName)],
+    ),
+    (
+        "instance name: another instance's gate user",
+        |d| set(d, "/instance", json!("museum-s12-gate")),
+        &[("instance", Reason::BadInstanceName)],
+    ),
+    (
         "bad slug",
         |d| set(d, "/sites/0/slug", json!("Collection")),
         &[("sites[0].slug", Reason::BadSlug)],
@@ -1235,6 +1245,12 @@ const ACCEPTED_NEAR_MISSES: &[(&str, Mutation)] = &[
     }),
     ("a state base in /run beside the user folders", |d| {
         set(d, "/paths/state_base", json!("/run/users-atelier"));
+    }),
+    ("an instance named like a gate, but not one", |d| {
+        set(d, "/instance", json!("museum-sx-gate"));
+    }),
+    ("an instance whose name only holds chatd", |d| {
+        set(d, "/instance", json!("mychatd-x"));
     }),
 ];
 
