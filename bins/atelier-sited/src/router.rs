@@ -1,6 +1,7 @@
 //! Routing under `BASE_PATH`: the public health check, the bearer gate, then the route table
 //! and its handlers.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use atelier_http::{json_bytes_response, json_response, Request, Response};
@@ -260,11 +261,10 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let site = requests::create_site(&body)?;
-                // In a task of its own, with its audit line: an engine that stops waiting (its
-                // timeout, a dropped connection) must not cut a create between its steps, which
-                // would leave half a site that no undo removes and whose slug is taken.
+                // Cut between its steps, a create would leave half a site that no undo removes
+                // and whose slug is taken.
                 let this = self.clone();
-                let status = tokio::spawn(async move {
+                let status = to_its_end(async move {
                     let created = this.inner.sites.create(site, &actor).await;
                     this.count_sites().await;
                     let status = created?;
@@ -273,10 +273,9 @@ impl Router {
                                         "domain": status.manifest.domain});
                     this.record(&actor, "create_site", Some(&status.manifest.slug), detail)
                         .await;
-                    Ok::<_, ApiError>(status)
+                    Ok(status)
                 })
-                .await
-                .map_err(|e| ApiError::Internal(format!("create task: {e}")))??;
+                .await?;
                 Ok(json_response(StatusCode::CREATED, &status))
             }
             Endpoint::GetSite => {
@@ -289,18 +288,26 @@ impl Router {
                 let purge_prod = query_flag(request.uri().query(), "purge_prod");
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let deleted = off_the_workers(sites, move |s| s.delete(&slug, purge_prod)).await;
-                self.count_sites().await;
-                let report = deleted?;
-                self.inner.sessions.forget_site(&report.deleted);
-                tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
-                let detail = json!({
-                    "purge_prod": report.purged_prod,
-                    "removed": report.removed_surfaces,
-                    "skipped": report.skipped_surfaces,
-                });
-                self.record(&actor, "delete_site", Some(&report.deleted), detail)
-                    .await;
+                // Its sessions forgotten and its audit line written however the engine waits.
+                let this = self.clone();
+                let report = to_its_end(async move {
+                    let deleted =
+                        off_the_workers(&this.inner.sites, move |s| s.delete(&slug, purge_prod))
+                            .await;
+                    this.count_sites().await;
+                    let report = deleted?;
+                    this.inner.sessions.forget_site(&report.deleted);
+                    tracing::info!(site = %report.deleted, actor = %actor.username, "site deleted");
+                    let detail = json!({
+                        "purge_prod": report.purged_prod,
+                        "removed": report.removed_surfaces,
+                        "skipped": report.skipped_surfaces,
+                    });
+                    this.record(&actor, "delete_site", Some(&report.deleted), detail)
+                        .await;
+                    Ok(report)
+                })
+                .await?;
                 Ok(json_response(StatusCode::OK, &report))
             }
             Endpoint::ListSessions => {
@@ -320,10 +327,17 @@ impl Router {
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
                 let start = requests::start_session(&body)?;
-                let id = self.inner.sessions.start(&slug, start, &actor).await?;
-                let detail = json!({ "session_id": id.as_str() });
-                self.record(&actor, "session_start", Some(slug.as_str()), detail)
-                    .await;
+                // Cut between its steps, a start would leave a meta that says running with no
+                // turn, or a turn without its audit line.
+                let this = self.clone();
+                let id = to_its_end(async move {
+                    let id = this.inner.sessions.start(&slug, start, &actor).await?;
+                    let detail = json!({ "session_id": id.as_str() });
+                    this.record(&actor, "session_start", Some(slug.as_str()), detail)
+                        .await;
+                    Ok(id)
+                })
+                .await?;
                 let started = SessionStarted {
                     session_id: id.to_string(),
                 };
@@ -337,14 +351,18 @@ impl Router {
                 let message = requests::send_message(&body)?;
                 let session = SessionId::parse(&id)
                     .ok_or_else(|| SessionError::UnknownSession(id.clone()))?;
-                let site = self.inner.sessions.send_message(&session, message).await?;
-                self.record(
-                    &actor,
-                    "session_message",
-                    Some(&site),
-                    json!({ "session_id": id }),
-                )
-                .await;
+                // Cut between its steps, a follow-up would leave a meta that says running with
+                // no turn, or a turn without its audit line.
+                let this = self.clone();
+                let session_id = id.clone();
+                to_its_end(async move {
+                    let site = this.inner.sessions.send_message(&session, message).await?;
+                    let detail = json!({ "session_id": session_id });
+                    this.record(&actor, "session_message", Some(&site), detail)
+                        .await;
+                    Ok(())
+                })
+                .await?;
                 let accepted = MessageAccepted {
                     session_id: id,
                     accepted: true,
@@ -357,15 +375,18 @@ impl Router {
                 let actor = actor_of(&body)?;
                 // An id that is no session's has no running turn to stop.
                 let session = SessionId::parse(&id).ok_or(SessionError::NotRunning)?;
-                let slug = self.inner.sessions.stop(&session).await?;
-                let site = (!slug.is_empty()).then_some(slug);
-                self.record(
-                    &actor,
-                    "session_stop",
-                    site.as_deref(),
-                    json!({ "session_id": id }),
-                )
-                .await;
+                // A stop waits for the run to be gone; its audit line must not be cut off.
+                let this = self.clone();
+                let session_id = id.clone();
+                to_its_end(async move {
+                    let slug = this.inner.sessions.stop(&session).await?;
+                    let site = (!slug.is_empty()).then_some(slug);
+                    let detail = json!({ "session_id": session_id });
+                    this.record(&actor, "session_stop", site.as_deref(), detail)
+                        .await;
+                    Ok(())
+                })
+                .await?;
                 let stopped = SessionStopped {
                     session_id: id,
                     stopped: true,
@@ -376,14 +397,17 @@ impl Router {
                 let slug = site_at(0)?;
                 let body = parse_body(&read_body(request).await?)?;
                 let actor = actor_of(&body)?;
-                let id = self.inner.builds.start(&slug).await?;
-                self.record(
-                    &actor,
-                    "build",
-                    Some(slug.as_str()),
-                    json!({ "build_id": id }),
-                )
-                .await;
+                // Cut between its steps, a start would leave a build recorded running with no
+                // run, or a build without its audit line.
+                let this = self.clone();
+                let id = to_its_end(async move {
+                    let id = this.inner.builds.start(&slug).await?;
+                    let detail = json!({ "build_id": id });
+                    this.record(&actor, "build", Some(slug.as_str()), detail)
+                        .await;
+                    Ok(id)
+                })
+                .await?;
                 Ok(json_response(
                     StatusCode::ACCEPTED,
                     &BuildStarted { build_id: id },
@@ -623,6 +647,17 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// Runs `work` (a mutation and its audit line) in a task of its own, to its end: an engine
+/// that stops waiting (its timeout, a dropped connection) drops the request's future, which
+/// must not cut a mutation between its steps.
+async fn to_its_end<T: Send + 'static>(
+    work: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request task: {e}")))?
 }
 
 /// The first value of `name` in the query, decoded as a form value (`+` is a space).
