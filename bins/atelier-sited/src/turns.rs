@@ -377,10 +377,12 @@ impl Turn {
                             env: plan.env,
                             stdin: plan.stdin,
                         };
+                        let parser = atelier_agents::line_parser(driver);
+                        let lines = LineSplitter::new(MAX_LINE_BYTES).with_noise(parser.noise());
                         let mut relay = Relay {
                             events: &events,
-                            parser: atelier_agents::line_parser(driver),
-                            lines: LineSplitter::new(MAX_LINE_BYTES),
+                            parser,
+                            lines,
                             stderr_tail: Vec::new(),
                             saw_result: false,
                             last_token: &mut last_token,

@@ -16,8 +16,8 @@ use crate::DriverId;
 const SUMMARY_TARGET_CHARS: usize = 120;
 
 /// Cuts a byte stream into lines, whatever the chunking (a UTF-8 sequence or a `\r\n` split
-/// across chunks included). A line longer than the bound is dropped whole and counted, never
-/// buffered without limit.
+/// across chunks included). A line longer than the bound is dropped whole and counted (unless
+/// its start marks it as noise its parser skips anyway), never buffered without limit.
 #[derive(Debug)]
 pub struct LineSplitter {
     max_line: usize,
@@ -25,6 +25,16 @@ pub struct LineSplitter {
     /// Inside an over-long line: skip to its end.
     discarding: bool,
     dropped: u64,
+    /// Whether a line starting so is noise, its loss no loss (see [`LineParser::noise`]).
+    noise: fn(&[u8]) -> bool,
+}
+
+/// How much of a dropped line's start [`LineParser::noise`] is shown.
+const NOISE_HEAD: usize = 64;
+
+/// No line is noise.
+fn never_noise(_: &[u8]) -> bool {
+    false
 }
 
 impl LineSplitter {
@@ -35,6 +45,22 @@ impl LineSplitter {
             partial: Vec::new(),
             discarding: false,
             dropped: 0,
+            noise: never_noise,
+        }
+    }
+
+    /// The splitter with `noise` telling which dropped lines are not worth counting.
+    pub fn with_noise(self, noise: fn(&[u8]) -> bool) -> LineSplitter {
+        LineSplitter { noise, ..self }
+    }
+
+    /// Counts an over-long line, whose start is what `partial` holds, then `rest`, unless that
+    /// start marks it as noise.
+    fn drop_line(&mut self, rest: &[u8]) {
+        let mut head = self.partial[..self.partial.len().min(NOISE_HEAD)].to_vec();
+        head.extend_from_slice(&rest[..rest.len().min(NOISE_HEAD - head.len())]);
+        if !(self.noise)(&head) {
+            self.dropped += 1;
         }
     }
 
@@ -46,7 +72,7 @@ impl LineSplitter {
             if self.discarding {
                 self.discarding = false;
             } else if self.partial.len() + head.len() > self.max_line {
-                self.dropped += 1;
+                self.drop_line(head);
             } else {
                 self.partial.extend_from_slice(head);
                 lines.push(self.take());
@@ -56,9 +82,9 @@ impl LineSplitter {
         }
         if !self.discarding {
             if self.partial.len() + chunk.len() > self.max_line {
+                self.drop_line(chunk);
                 self.partial.clear();
                 self.discarding = true;
-                self.dropped += 1;
             } else {
                 self.partial.extend_from_slice(chunk);
             }
@@ -76,7 +102,7 @@ impl LineSplitter {
         Some(self.take())
     }
 
-    /// Over-long lines dropped so far.
+    /// Over-long lines dropped so far, noise not counted.
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -115,6 +141,12 @@ pub trait LineParser: Send {
     /// resumes it rather than starting afresh.
     fn kept_after_failure(&self) -> Option<&str> {
         None
+    }
+
+    /// Whether a line starting with `head` (its first bytes, up to 64) is one this parser skips
+    /// whatever it holds, so dropping it for its length loses nothing worth saying.
+    fn noise(&self) -> fn(&[u8]) -> bool {
+        never_noise
     }
 }
 
@@ -372,6 +404,12 @@ impl LineParser for PiJson {
     /// pi names its session in its first line, before any work.
     fn kept_after_failure(&self) -> Option<&str> {
         self.tally.session.as_deref()
+    }
+
+    /// Its `message_update` deltas, which carry the whole message so far (the longest lines
+    /// pi writes); `message_end` says the same once.
+    fn noise(&self) -> fn(&[u8]) -> bool {
+        |head| head.starts_with(br#"{"type":"message_update""#)
     }
 }
 
@@ -765,6 +803,34 @@ mod tests {
             assert_eq!(lines, want, "{name}");
             assert_eq!(got_last.as_deref(), last, "{name}");
             assert_eq!(got_dropped, dropped, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_over_long_line_of_noise_is_dropped_uncounted() {
+        let noise = PiJson::default().noise();
+        let update = format!(
+            r#"{{"type":"message_update","partial":"{}"}}"#,
+            "x".repeat(200)
+        );
+        let end = format!(
+            r#"{{"type":"message_end","message":"{}"}}"#,
+            "x".repeat(200)
+        );
+        for chunk in [update.len() + end.len() + 2, 7, 1] {
+            let mut splitter = LineSplitter::new(100).with_noise(noise);
+            let text = format!("{update}\n{end}\nok\n");
+            let lines: Vec<String> = text
+                .as_bytes()
+                .chunks(chunk)
+                .flat_map(|bytes| splitter.push(bytes))
+                .collect();
+            assert_eq!(lines, ["ok"], "chunks of {chunk}");
+            assert_eq!(
+                splitter.dropped(),
+                1,
+                "only message_end counts (chunks of {chunk})"
+            );
         }
     }
 
