@@ -98,7 +98,7 @@ type Waiter = oneshot::Sender<ToolOutput>;
 struct Entry {
     owner: String,
     pending: HashMap<String, Waiter>,
-    snapshot: Arc<Mutex<Option<Value>>>,
+    snapshot: Arc<Mutex<Option<Arc<Value>>>>,
     /// Told of every call registered, for [`Bridge::stranded`].
     registered: Arc<Notify>,
 }
@@ -155,7 +155,7 @@ impl Bridges {
         snapshot: Option<Value>,
     ) -> Bridge {
         let id = crate::ids::new_id();
-        let snapshot = Arc::new(Mutex::new(snapshot));
+        let snapshot = Arc::new(Mutex::new(snapshot.map(Arc::new)));
         let registered = Arc::new(Notify::new());
         self.lock().insert(
             id.clone(),
@@ -219,7 +219,7 @@ impl Bridges {
             return false;
         };
         if let Some(snapshot) = snapshot {
-            *entry.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+            *entry.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(snapshot));
         }
         waiter.send(output).is_ok()
     }
@@ -261,7 +261,7 @@ pub struct Bridge {
     id: String,
     bridges: Bridges,
     events: mpsc::UnboundedSender<LoopEvent>,
-    snapshot: Arc<Mutex<Option<Value>>>,
+    snapshot: Arc<Mutex<Option<Arc<Value>>>>,
     timeout: Duration,
     registered: Arc<Notify>,
 }
@@ -285,8 +285,9 @@ impl Bridge {
         &self.id
     }
 
-    /// The editor state as last posted (the turn's, until a tool result refreshes it).
-    pub fn snapshot(&self) -> Option<Value> {
+    /// The editor state as last posted (the turn's, until a tool result refreshes it); shared,
+    /// not copied: a page's snapshot can be megabytes, and every server tool reads it.
+    pub fn snapshot(&self) -> Option<Arc<Value>> {
         self.snapshot
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -496,7 +497,7 @@ mod tests {
         };
         let (result, ()) = tokio::join!(call, answer);
         assert_eq!(result.unwrap(), output(true));
-        assert_eq!(bridge.snapshot(), Some(json!({"v": 1})));
+        assert_eq!(bridge.snapshot().as_deref(), Some(&json!({"v": 1})));
     }
 
     #[tokio::test]

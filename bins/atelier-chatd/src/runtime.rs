@@ -138,7 +138,7 @@ impl TurnRunner for LoopRunner {
     fn run(&self, turn: Turn) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let scope = turn.conversation.scope;
         let tools = self.offered_tools(scope, &turn.caller);
-        let mut system = crate::prompts::system_prompt(scope, turn.bridge.snapshot().as_ref());
+        let mut system = crate::prompts::system_prompt(scope, turn.bridge.snapshot().as_deref());
         system.extend(crate::prompts::withheld_tools(scope, &tools, &self.tools));
         let provider = turn.prepared.provider;
         let driver = turn
@@ -258,7 +258,7 @@ impl TurnExecutor {
         let data = match spec.scope {
             Scope::Site => {
                 let posted = self.bridge.snapshot();
-                let snapshot = crate::tools::snapshot::SiteSnapshot::read(posted.as_ref());
+                let snapshot = crate::tools::snapshot::SiteSnapshot::read(posted.as_deref());
                 crate::tools::site_reads::run(&self.cms, &snapshot, name, &input).await
             }
             _ => crate::tools::content_reads::run(&self.cms, name, &input).await,

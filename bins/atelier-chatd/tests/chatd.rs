@@ -85,7 +85,10 @@ impl TurnRunner for ScriptedRunner {
                 }
             }
             send(LoopEvent::Text {
-                text: format!("snapshot={}", turn.bridge.snapshot().unwrap_or(Value::Null)),
+                text: format!(
+                    "snapshot={}",
+                    turn.bridge.snapshot().as_deref().unwrap_or(&Value::Null)
+                ),
             });
             send(LoopEvent::Usage {
                 prompt_tokens: 10,
