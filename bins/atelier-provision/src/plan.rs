@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use atelier_layout::declaration::{Declaration, Site};
 use atelier_layout::paths::{
-    door_hides, in_door_system_view, mode_rule, EntryKind, Layout, ModeEntry, Role, Surface,
+    door_hides, in_door_system_view, EntryKind, Layout, ModeEntry, Role, Surface,
     CHATD_SERVICE_TOKEN, DOOR_HIDDEN_SYSTEM_DIRS, DOOR_ROOT_LINKS, DOOR_SYSTEM_DIRS,
     INSTANCE_MARKER_FILE, RELEASES_DIR, SERVICE_TOKEN,
 };
@@ -1514,21 +1514,10 @@ impl Planner<'_> {
             .cloned();
         // One declared outside the credentials dir is still what a unit loads: missing, it
         // keeps the unit from starting, so it is minted or awaited like one held in the dir.
-        let rule = mode_rule(Role::Credential);
-        let outside = layout
-            .outside_credentials()
-            .into_iter()
-            .map(|path| ModeEntry {
-                role: Role::Credential,
-                path,
-                owner: layout.principal_name(rule.owner, None),
-                group: layout.principal_name(rule.group, None),
-                mode: rule.mode,
-                kind: rule.kind,
-            });
+        let outside = layout.outside_credential_entries();
         let entries: Vec<(ModeEntry, bool)> = held
             .map(|e| (e, true))
-            .chain(outside.map(|e| (e, false)))
+            .chain(outside.into_iter().map(|e| (e, false)))
             .collect();
         for (entry, in_dir) in entries {
             let meta = (entry.owner.as_str(), entry.group.as_str(), entry.mode);

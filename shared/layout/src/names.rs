@@ -279,6 +279,19 @@ pub fn chatd_user(inst: &InstanceName) -> String {
     format!("{PROJECT}-chatd-{inst}")
 }
 
+/// Whose account instance `name`'s service user (`atelier-<name>`) would be, if another
+/// instance's: [`chatd_user`] of `<i>` is `atelier-chatd-<i>`, and site `k`'s gate runs as its
+/// unit's name, `atelier-<i>-s<k>-gate` ([`gate_service_unit`]). Two principals under one uid
+/// could read each other's secrets.
+pub fn service_user_taken(name: &str) -> Option<String> {
+    if let Some(other) = name.strip_prefix("chatd-") {
+        return Some(format!("instance {other:?}'s chat runtime"));
+    }
+    let (other, k) = name.strip_suffix("-gate")?.rsplit_once("-s")?;
+    let ordinal = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
+    (ordinal && !other.is_empty()).then(|| format!("instance {other:?}'s site {k} gate"))
+}
+
 /// The CMS's vhost file name: `atelier-<inst>.cms.conf` (a slug has no dot, so no site's
 /// vhost can be named so).
 pub fn chat_vhost_file(inst: &InstanceName) -> String {

@@ -1265,6 +1265,15 @@ impl<'d> Layout<'d> {
             .collect()
     }
 
+    /// [`Layout::outside_credentials`] with the owner, group and mode a credential is made
+    /// with, for the ones the provisioner mints.
+    pub fn outside_credential_entries(&self) -> Vec<ModeEntry> {
+        self.outside_credentials()
+            .into_iter()
+            .map(|path| self.entry(Role::Credential, path, None))
+            .collect()
+    }
+
     /// Every file, directory and socket of the instance with its owner, group and mode, parents
     /// before children. `sites` pairs each declared site with its ordinal from the ledger.
     pub fn mode_matrix(&self, sites: &[(SiteOrdinal, &Site)]) -> Vec<ModeEntry> {

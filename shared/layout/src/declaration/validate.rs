@@ -182,18 +182,6 @@ const DRIVERS: [(&str, AgentDriver); 4] = [
     ("atelier", AgentDriver::Atelier),
 ];
 
-/// Whose account an instance named `name` would take as its site daemon's (`atelier-<name>`),
-/// if another instance's: `chatd-<i>` is instance `<i>`'s chat runtime, `<i>-s<k>-gate` its
-/// site `k`'s gate. Two principals under one uid could read each other's secrets.
-fn shares_a_user(name: &str) -> Option<String> {
-    if let Some(other) = name.strip_prefix("chatd-") {
-        return Some(format!("instance {other:?}'s chat runtime"));
-    }
-    let (other, k) = name.strip_suffix("-gate")?.rsplit_once("-s")?;
-    let ordinal = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
-    (ordinal && !other.is_empty()).then(|| format!("instance {other:?}'s site {k} gate"))
-}
-
 /// Builds the typed declaration; `None` when any value was refused (the issues say why).
 pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<Declaration> {
     let v = &mut Validator { issues };
@@ -202,7 +190,7 @@ pub(crate) fn validate(raw: RawDeclaration, issues: &mut Vec<Issue>) -> Option<D
     let instance = v.required(raw.instance, &root.key("instance"), |name| {
         let instance =
             InstanceName::new(name).map_err(|err| (Reason::BadInstanceName, err.to_string()))?;
-        match shares_a_user(name) {
+        match crate::names::service_user_taken(name) {
             Some(whose) => Err((
                 Reason::BadInstanceName,
                 format!(
