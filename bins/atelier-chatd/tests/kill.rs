@@ -57,6 +57,22 @@ async fn ollama(capabilities: Value, turns: Vec<(Vec<Value>, bool)>) -> support:
     .await
 }
 
+/// Alice's chat turn in `scope` on conversation `id`, saying `text`; its stream, answered 200.
+async fn chat_turn(socket: &Path, scope: &str, id: &str, text: &str) -> support::Reply {
+    let body = json!({"conversationId": id, "content": [{"kind": "text", "text": text}]});
+    let reply = send(
+        socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        &format!("/admin/api/ai/chat/{scope}"),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply
+}
+
 async fn ollama_conversation(socket: &Path, base_url: &str, scope: &str) -> String {
     let (status, body) = call(
         socket,
@@ -100,16 +116,7 @@ async fn kill_9_mid_turn_heals_the_conversation_and_the_next_turn_replays_it() {
     let mut daemon = start(dir.path(), &[], 0).await;
     let id = ollama_conversation(&daemon.socket, &provider.base_url, "content").await;
 
-    let mut reply = send(
-        &daemon.socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        "/admin/api/ai/chat/content",
-        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Open d1"}]})),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
+    let mut reply = chat_turn(&daemon.socket, "content", &id, "Open d1").await;
     // Once the browser has seen the call, its row is durable; the provider then goes silent.
     loop {
         let line = reply.line().await.unwrap();
@@ -248,16 +255,7 @@ async fn a_stop_ends_a_turn_waiting_on_the_browser_at_once_and_records_it() {
     let dir = prepare_dir();
     let mut daemon = start(dir.path(), &[], 0).await;
     let id = ollama_conversation(&daemon.socket, &provider.base_url, "site").await;
-    let mut reply = send(
-        &daemon.socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        "/admin/api/ai/chat/site",
-        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Show n7"}]})),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
+    let mut reply = chat_turn(&daemon.socket, "site", &id, "Show n7").await;
     while reply.line().await.unwrap()["type"] != "toolRequest" {}
 
     assert!(terminate(&mut daemon).await.success());
@@ -323,16 +321,7 @@ async fn a_stop_ends_a_streaming_turn_before_the_deadline_and_keeps_what_it_said
     let dir = prepare_dir();
     let mut daemon = start(dir.path(), &[], 0).await;
     let id = ollama_conversation(&daemon.socket, &provider.base_url, "site").await;
-    let mut reply = send(
-        &daemon.socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        "/admin/api/ai/chat/site",
-        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": "Write"}]})),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
+    let mut reply = chat_turn(&daemon.socket, "site", &id, "Write").await;
     let mut said = String::new();
     while said != "Half an answer" {
         let line = reply.line().await.unwrap();
