@@ -151,6 +151,18 @@ searched_through_the_relay() {
   grep -q 'tool *mcp__dedalo_publication__publication_search' "$1" &&
     grep -q 'MCP relay POST /mcp 200' "$1"
 }
+# Every model request the lab recorded carried the declared Anthropic key as x-api-key: the
+# gate's model relay added it. sited was not handed it, so no turn could have been.
+key_reached_the_model() {
+  local want
+  want="sha256:$(sha256sum < $creds/ANTHROPIC_API_KEY | cut -d' ' -f1)"
+  python3 - "$work/lab-requests" "$want" <<'PY'
+import json, sys
+calls = [json.loads(line) for line in open(sys.argv[1]) if '"/v1/messages"' in line]
+sys.exit(0 if calls and all(c.get("keys", {}).get("x-api-key") == sys.argv[2] for c in calls) else 1)
+PY
+  [ ! -e /run/credentials/$sited/ANTHROPIC_API_KEY ]
+}
 # One turn, its stream followed live to its end; atelierctl fails unless it ends idle.
 turn() {
   local out=$1 title=$2
@@ -160,8 +172,10 @@ turn() {
   check "the agent ran through the turn door" ran_through turn
   show_doors
   check "src/index.html now says '$title'" grep -q "<h1>$title</h1>" $ws/src/index.html
-  check "the agent reached its model through the site's gate (the session shows the CONNECT)" \
-    grep -q 'CONNECT model.lab.example:443' "$out"
+  check "the agent reached its model through the site's gate (the session shows the model relay)" \
+    grep -q 'model relay POST /model/anthropic 200' "$out"
+  check "the lab model got the declared key, which the gate added (the agent never held it)" \
+    key_reached_the_model
   check "it searched the Publication API through the door's MCP relay (the session shows both)" \
     searched_through_the_relay "$out"
   git_ws show --stat --format='commit %h by %an: %s' HEAD | show
@@ -254,11 +268,12 @@ mkdir -p /etc/atelier-lab
 lab_model 'The collection' 'Release one: twelve paintings.'
 check "the lab model listens on $lab_ip:443 in a network namespace of its own" \
   test -f /etc/atelier-lab/ca.pem
-# 198.18.0.0/15 is not public: the gate counts it so only in development, and sited's agents
-# trust the lab's test CA only in development. Both are drop-ins; the door units stay as rendered.
+# 198.18.0.0/15 is not public: the gate counts it so only in development; the gate's model
+# relay trusts the lab's test CA (SSL_CERT_FILE), and so do sited's agents, only in development.
+# Both are drop-ins; the door units stay as rendered.
 gate=atelier-$inst-s1-gate.service
 mkdir -p /etc/systemd/system/$gate.d /etc/systemd/system/$sited.d
-printf '[Service]\nEnvironment=ATELIER_DEPLOYMENT=development\nExecStart=\nExecStart=%s --allow-benchmark-range\n' \
+printf '[Service]\nEnvironment=ATELIER_DEPLOYMENT=development SSL_CERT_FILE=/etc/atelier-lab/ca.pem\nExecStart=\nExecStart=%s --allow-benchmark-range\n' \
   "$(sed -n 's/^ExecStart=//p' /etc/systemd/system/$gate)" > /etc/systemd/system/$gate.d/50-lab.conf
 printf '[Service]\nEnvironment=ATELIER_DEPLOYMENT=development ATELIER_AGENT_EXTRA_CA_CERTS=/etc/atelier-lab/ca.pem\n' \
   > /etc/systemd/system/$sited.d/50-lab.conf
@@ -322,6 +337,9 @@ check "plain http redirects to https" \
 
 step "a second turn, build and publish"
 lab_model 'The collection, rehung' 'Release two: the spring rehang.'
+# Each start of the lab makes a new test CA, and the gate's model relay reads its trust store
+# when it starts, as after any change of the store: restart it for the next turn.
+systemctl try-restart atelier-$inst-s1-gate.service
 turn "$work/turn2" 'The collection, rehung' session send "$session" \
   'Rehang the home page for the spring: The collection, rehung.'
 
@@ -395,14 +413,14 @@ metrics() { curl -sS --unix-socket /run/atelier/$inst/metrics/$1.sock http://met
 series() { metrics "$1" | awk -v s="$2" '$1 == s { print $2 }'; }
 say "$(stat -c '%n %U:%G %a' /run/atelier/$inst/metrics/*.sock | paste -sd ' ')"
 metrics sited | grep -E '^atelier_sited_(turns_started_total|turns_ended_total|builds_total|sites) ' | show
-metrics s1-gate | grep -E '^atelier_gate_(connects_allowed_total|relayed_bytes_total)' | show
+metrics s1-gate | grep -E '^atelier_gate_(model_requests_total|mcp_requests_total)' | show
 metrics chatd | grep -E '^atelier_chatd_(turns_started_total|turns_ended_total|first_byte_seconds_count)' | show
 check "sited counted two turns, both ended idle" \
   test "$(series sited atelier_sited_turns_started_total)/$(series sited 'atelier_sited_turns_ended_total{state="idle"}')" = 2/2
 check "… and two successful builds" \
   test "$(series sited 'atelier_sited_builds_total{outcome="success"}')" = 2
-check "the gate counted the agent's tunnels to its model" \
-  test "$(series s1-gate 'atelier_gate_connects_allowed_total{door="turn"}')" -ge 2
+check "the gate counted the agent's model requests it relayed (since its restart for turn 2)" \
+  test "$(series s1-gate 'atelier_gate_model_requests_total{api="anthropic",outcome="relayed"}')" -ge 1
 check "chatd counted the editor's turn, done" \
   test "$(series chatd 'atelier_chatd_turns_ended_total{outcome="done"}')" = 1
 

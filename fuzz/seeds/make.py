@@ -29,6 +29,14 @@ decisions of every verdict as the gate words them (parsed CONNECT, unparsed head
 then each refusal: the git door, version, unknown door or verdict, extra or missing key, empty,
 unprintable or over-long text, a second line, a line over its cap.
 
+model_route: a byte that picks the plan's model routes (bit 0: Anthropic at
+https://api.anthropic.com, bit 1: OpenAI at http://127.0.0.1:8080/v1, a base with a path), then a
+request target below /model/: targets each API maps (`ok-…`: queries kept as they are, a trailing
+slash, dots and other encodings inside segments), targets the relay refuses as not found (an
+unknown API, a route not in the plan, the prefix alone) and as a bad path (`bad-path-…`:
+traversal, plain, percent-encoded in either case or half so, encoded slashes and backslashes, an
+empty segment or rest, a space, a tab, a control byte, a fragment, non-ASCII).
+
 agent_stream: a chunk size byte alone on the first line, then a run's stdout for each driver:
 Claude Code's stream-json (init, text, thinking, each tool's target key, tool results, results
 of success, max turns and API error), opencode's JSON lines (step start and finish with costs,
@@ -760,6 +768,71 @@ def egress_lines():
             b'"relayed"', b'"closed"', b'"reason":', b'"mcp"', b"via ", b"not_in_plan", b"not_public: ",
             b"no_address", b"lookup_failed: ", b"dial_failed: ", b"port_not_allowed",
             b"POST /mcp 200", b"; nothing was sent upstream", b"\\u0000", b"\\\"", b"\n",
+        ],
+    )
+
+
+# === The gate's model relay targets (atelier_gate::model::route_target) ===
+
+MODEL_ANTHROPIC = 1  # the routes byte: bit 0, the Anthropic route
+MODEL_OPENAI = 2  # bit 1, the OpenAI route
+MODEL_BOTH = MODEL_ANTHROPIC | MODEL_OPENAI
+
+
+def model_target(routes, target):
+    return bytes([routes]) + target
+
+
+def model_route():
+    def both(target):
+        return model_target(MODEL_BOTH, target)
+
+    seeds = {
+        "ok-anthropic-messages": both(b"/model/anthropic/v1/messages"),
+        "ok-anthropic-count-tokens": both(b"/model/anthropic/v1/messages/count_tokens"),
+        "ok-anthropic-models-query": both(b"/model/anthropic/v1/models?limit=1000"),
+        "ok-openai-chat-completions": both(b"/model/openai/chat/completions"),
+        "ok-openai-responses": model_target(MODEL_OPENAI, b"/model/openai/responses"),
+        "ok-openai-models-trailing-slash": both(b"/model/openai/models/"),
+        "ok-query-with-traversal-and-encodings": both(
+            b"/model/openai/models?next=../../admin&after=a%2Fb%2e"
+        ),
+        "ok-empty-query": both(b"/model/anthropic/v1/models?"),
+        "ok-dots-inside-segments": both(b"/model/openai/models/gpt-4.1-mini..."),
+        "ok-other-encoding": both(b"/model/anthropic/v1/a%20b%252e"),
+        "not-found-unknown-api": both(b"/model/gemini/v1beta/models"),
+        "not-found-api-upper-case": both(b"/model/Anthropic/v1/messages"),
+        "not-found-route-not-in-plan": model_target(MODEL_ANTHROPIC, b"/model/openai/models"),
+        "not-found-no-routes": model_target(0, b"/model/anthropic/v1/messages"),
+        "not-found-prefix-alone": both(b"/model"),
+        "not-found-no-api": both(b"/model/"),
+        "not-found-encoded-traversal-as-api": both(b"/model/%2e%2e/anthropic/v1"),
+        "not-found-mcp-path": both(b"/mcp"),
+        "bad-path-traversal": both(b"/model/anthropic/v1/../../admin"),
+        "bad-path-dot-segment": both(b"/model/anthropic/./v1/messages"),
+        "bad-path-traversal-at-end": both(b"/model/openai/.."),
+        "bad-path-encoded-traversal": both(b"/model/openai/%2e%2e/admin"),
+        "bad-path-encoded-traversal-upper-case": both(b"/model/openai/%2E%2E/admin"),
+        "bad-path-half-encoded-traversal": both(b"/model/openai/.%2e/admin"),
+        "bad-path-encoded-slash": both(b"/model/openai/a%2F..%2Fadmin"),
+        "bad-path-encoded-backslash": both(b"/model/openai/..%5cadmin"),
+        "bad-path-backslash": both(b"/model/openai/..\\admin"),
+        "bad-path-empty-segment": both(b"/model/openai//admin"),
+        "bad-path-empty-rest": both(b"/model/anthropic/"),
+        "bad-path-no-rest-query": both(b"/model/anthropic?beta=true"),
+        "bad-path-space": both(b"/model/anthropic/v1/a b"),
+        "bad-path-tab-between-dots": both(b"/model/anthropic/.\t./admin"),
+        "bad-path-control-byte-in-query": both(b"/model/anthropic/v1/models?\x1b[2J"),
+        "bad-path-fragment": both(b"/model/anthropic/v1/messages#top"),
+        "bad-path-non-ascii": both("/model/openai/caf\u00e9".encode()),
+    }
+    write_corpus("model_route", small("model_route", seeds))
+    write_dict(
+        "model_route",
+        [
+            b"/model/", b"anthropic", b"openai", b"/v1/messages", b"/chat/completions", b"?",
+            b"#", b"/", b".", b"..", b"%2e", b"%2E", b"%2f", b"%2F", b"%5c", b"%5C", b"\\",
+            b"\t", b"%25",
         ],
     )
 
@@ -2196,6 +2269,7 @@ TARGETS = {
     "messages": messages,
     "build_events": build_events,
     "egress_lines": egress_lines,
+    "model_route": model_route,
     "agent_stream": agent_stream,
     "user_image": user_image,
     "session_identity": session_identity,

@@ -8,8 +8,13 @@
 //! - [`plan`]: a door's stamped plan file ([`plan::load_plan`]).
 //! - [`serve`]: one door's CONNECT listener ([`serve::serve`], [`serve::Door`]); its tunnels'
 //!   bytes move through [`atelier_relay`].
-//! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::serve`],
+//! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::relay`],
 //!   [`mcp::McpDoor`]).
+//! - [`model`]: the turn door's model relay to the model providers, which adds the provider's
+//!   key so no confined agent holds it ([`model::route_target`], [`model::relay`],
+//!   [`model::ModelDoor`], [`model::ModelRefusal`]).
+//! - [`relay`]: the turn door's relay listener, serving both relays by path
+//!   ([`relay::serve`], [`relay::Relays`]), and the plumbing the two relays share.
 //! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for
 //!   one run ([`decisions::serve`]); the decisions themselves are recorded in each door's
 //!   [`serve::DecisionLog`].
@@ -26,7 +31,9 @@ pub mod connect;
 pub mod decisions;
 pub mod mcp;
 pub mod metrics;
+pub mod model;
 pub mod plan;
+pub mod relay;
 pub mod serve;
 pub mod service;
 

@@ -1,5 +1,6 @@
-//! The MCP relay on the turn door: plain HTTP on its own socket, relayed to the Publication
-//! API's `…/mcp` with the gate's own key added, so the key never enters the agent's unit.
+//! The MCP relay on the turn door: plain HTTP on the door's relay socket (shared with the
+//! model relay, see [`relay`](crate::relay)), relayed to the Publication API's `…/mcp` with
+//! the gate's own key added, so the key never enters the agent's unit.
 //!
 //! Per request, in order: only [`MCP_PATH`] (else 404) with POST, GET or DELETE (else 405);
 //! request headers by allowlist ([`REQUEST_HEADERS`]), then [`API_KEY_HEADER`] from the gate's
@@ -15,21 +16,22 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use atelier_http::{read_body, BodyError, BoxError, Listener, Problem, Request, Response};
+use atelier_http::{Request, Response};
 use atelier_proto::egress::{Verdict, MCP_HOST};
 use atelier_sd::credentials::Secret;
-use futures_util::TryStreamExt as _;
-use http_body_util::{BodyExt as _, StreamBody};
-use hyper::body::Frame;
-use hyper::header::{HeaderName, HeaderValue, ALLOW};
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
 use tokio::net::UnixListener;
 
 use crate::metrics::{McpOutcome, Metrics};
+use crate::relay::{self, Bodies, BodyRefusal};
 use crate::serve::DecisionLog;
 
 /// The only path the relay serves.
 pub const MCP_PATH: &str = "/mcp";
+
+/// The methods relayed, in the order a 405's `Allow` names them.
+const METHODS: [Method; 3] = [Method::POST, Method::GET, Method::DELETE];
 
 /// The largest request body relayed (the original gate's bound).
 pub const MAX_REQUEST_BODY: usize = 4 * 1024 * 1024; // 4 MiB
@@ -49,10 +51,6 @@ pub const RESPONSE_HEADERS: [&str; 3] = ["content-type", "mcp-session-id", "cach
 /// The header carrying the Publication API key upstream.
 pub const API_KEY_HEADER: &str = "x-api-key";
 
-/// How long connecting upstream may take. There is no bound on the whole exchange: an SSE
-/// stream lasts as long as the session.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How many request bodies are held at once (each up to [`MAX_REQUEST_BODY`], from its first
 /// byte until it was sent upstream): a run opening many large POSTs and stalling them waits
 /// for its own earlier ones instead of growing the gate past its memory cap.
@@ -60,12 +58,6 @@ pub const MAX_BODIES_HELD: usize = 8;
 
 /// How long a POST body may take to arrive in full.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long open requests may finish once the relay is told to stop.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
-
-/// The `type` of every relay problem; the `reason` member names the refusal.
-const PROBLEM_TYPE: &str = "about:blank";
 
 /// Why the relay answers something other than the upstream's response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
@@ -116,19 +108,6 @@ impl McpRefusal {
             }
         }
     }
-
-    fn response(self) -> Response {
-        let title = self.status().canonical_reason().unwrap_or("Error");
-        let problem = Problem::new(self.status(), PROBLEM_TYPE, title)
-            .with_detail(self.to_string())
-            .with_reason(self.as_str());
-        let problem = if self == McpRefusal::MethodNotAllowed {
-            problem.with_header(ALLOW, HeaderValue::from_static("POST, GET, DELETE"))
-        } else {
-            problem
-        };
-        problem.into_response()
-    }
 }
 
 /// Why the relay cannot be set up.
@@ -154,8 +133,8 @@ pub struct McpDoor {
     pub log: Arc<DecisionLog>,
     /// Where each request's outcome is counted.
     metrics: Metrics,
-    /// One permit per request body held (see [`MAX_BODIES_HELD`]).
-    bodies: tokio::sync::Semaphore,
+    /// The request bodies held (see [`MAX_BODIES_HELD`]).
+    bodies: Bodies,
 }
 
 impl McpDoor {
@@ -175,19 +154,13 @@ impl McpDoor {
                 Ok(value)
             })
             .transpose()?;
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(McpError::Client)?;
         Ok(McpDoor {
             upstream: upstream.to_owned(),
             key,
-            client,
+            client: relay::client().map_err(McpError::Client)?,
             log,
             metrics: Metrics::default(),
-            bodies: tokio::sync::Semaphore::new(MAX_BODIES_HELD),
+            bodies: Bodies::new(MAX_BODIES_HELD, MAX_REQUEST_BODY, BODY_READ_TIMEOUT),
         })
     }
 
@@ -205,10 +178,17 @@ impl McpDoor {
         );
     }
 
+    /// Records and counts `refusal`; its problem+json answer, with `Allow` on a 405.
     fn refuse(&self, method: &Method, refusal: McpRefusal) -> Response {
         self.record(method, Verdict::Refused, refusal.as_str());
         self.metrics.mcp_request(McpOutcome::Refused(refusal));
-        refusal.response()
+        let allow = (refusal == McpRefusal::MethodNotAllowed).then_some(&METHODS[..]);
+        relay::problem(
+            refusal.status(),
+            refusal.as_str(),
+            refusal.to_string(),
+            allow,
+        )
     }
 }
 
@@ -221,18 +201,14 @@ impl std::fmt::Debug for McpDoor {
     }
 }
 
-/// Serves the relay on `listener` until accepting fails for good.
+/// Serves the MCP relay alone on `listener` until accepting fails for good (the service serves
+/// it with the model relay through [`relay::serve`](crate::relay::serve)).
 pub async fn serve(listener: UnixListener, door: Arc<McpDoor>) -> io::Result<()> {
-    let handler = move |request: Request| relay(Arc::clone(&door), request);
-    atelier_http::serve(
-        Listener::Unix(listener),
-        handler,
-        std::future::pending(),
-        DRAIN_DEADLINE,
-    )
-    .await
-    .map(|_| ())
-    .map_err(io::Error::other)
+    let relays = relay::Relays {
+        mcp: door,
+        model: None,
+    };
+    relay::serve(listener, relays).await
 }
 
 /// Relays one request; see the module documentation for the order of checks.
@@ -241,32 +217,20 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
     if request.uri().path() != MCP_PATH {
         return door.refuse(&method, McpRefusal::NotFound);
     }
-    if !matches!(method, Method::POST | Method::GET | Method::DELETE) {
+    if !METHODS.contains(&method) {
         return door.refuse(&method, McpRefusal::MethodNotAllowed);
     }
-    let mut upstream = door.client.request(method.clone(), &door.upstream);
-    for name in REQUEST_HEADERS {
-        for value in request.headers().get_all(name) {
-            upstream = upstream.header(name, value.clone());
-        }
-    }
+    let upstream = door.client.request(method.clone(), &door.upstream);
+    let mut upstream = relay::pass_on(upstream, request.headers(), &REQUEST_HEADERS);
     if let Some(key) = &door.key {
         upstream = upstream.header(API_KEY_HEADER, key.clone());
     }
-    // Held until the body went upstream (see [`MAX_BODIES_HELD`]); the semaphore is never
-    // closed.
-    let mut _holding = None;
-    if method == Method::POST {
-        _holding = door.bodies.acquire().await.ok();
-        let read = read_body(request.into_body(), MAX_REQUEST_BODY);
-        match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
-            Ok(Ok(body)) => upstream = upstream.body(body),
-            Ok(Err(BodyError::TooLarge { .. })) => {
-                return door.refuse(&method, McpRefusal::BodyTooLarge)
-            }
-            Ok(Err(_)) | Err(_) => return door.refuse(&method, McpRefusal::BodyUnreadable),
-        }
-    }
+    // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
+    let (upstream, _holding) = match door.bodies.take(upstream, request).await {
+        Ok(taken) => taken,
+        Err(BodyRefusal::TooLarge) => return door.refuse(&method, McpRefusal::BodyTooLarge),
+        Err(BodyRefusal::Unreadable) => return door.refuse(&method, McpRefusal::BodyUnreadable),
+    };
     let answer = match upstream.send().await {
         Ok(answer) => answer,
         Err(error) => {
@@ -280,25 +244,17 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
     }
     door.record(&method, Verdict::Relayed, answer.status().as_str());
     door.metrics.mcp_request(McpOutcome::Relayed);
-    let mut response = hyper::Response::builder().status(answer.status().as_u16());
-    for name in RESPONSE_HEADERS {
-        for value in answer.headers().get_all(name) {
-            response = response.header(HeaderName::from_static(name), value.as_bytes());
-        }
-    }
-    let body = StreamBody::new(
-        answer
-            .bytes_stream()
-            .map_ok(Frame::data)
-            .map_err(|error| -> BoxError { Box::new(error.without_url()) }),
-    )
-    .boxed();
-    match response.body(body) {
-        Ok(response) => response,
-        // Only an invalid header could fail here, and every one was copied from a valid one.
-        Err(_) => door.refuse(&method, McpRefusal::UpstreamUnreachable),
-    }
+    // By the allowlist, in its order.
+    let headers: Vec<(HeaderName, HeaderValue)> = RESPONSE_HEADERS
+        .into_iter()
+        .flat_map(|name| {
+            let values = answer.headers().get_all(name).iter();
+            values.map(move |value| (HeaderName::from_static(name), value.clone()))
+        })
+        .collect();
+    relay::stream_back(answer, headers)
+        .unwrap_or_else(|| door.refuse(&method, McpRefusal::UpstreamUnreachable))
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -15,6 +15,7 @@
 //! | `atelier_gate_relayed_bytes_total` | counter | `door`, `direction` | bytes moved through tunnels, as they move |
 //! | `atelier_gate_tunnels_open` | gauge | `door` | tunnels open now, from the 200 to the close |
 //! | `atelier_gate_mcp_requests_total` | counter | `outcome` | MCP relay requests, relayed or refused by reason |
+//! | `atelier_gate_model_requests_total` | counter | `api`, `outcome` | model relay requests, relayed or refused by reason, per API |
 //!
 //! Labels:
 //! - `door`: `turn` or `build`.
@@ -34,12 +35,16 @@
 //! - `direction`: `upstream` (client to host, the first flight included) or `downstream` (host
 //!   to client).
 //! - `outcome`: `relayed` or the relay's refusal (`not_found`, `method_not_allowed`,
-//!   `body_too_large`, `body_unreadable`, `upstream_redirect`, `upstream_unreachable`).
+//!   `body_too_large`, `body_unreadable`, `upstream_redirect`, `upstream_unreachable`; the
+//!   model relay's also `bad_path`).
+//! - `api` of `model_requests_total`: the route's API (`anthropic`, `openai`), or `unknown` for
+//!   a path that names no API the relay knows.
 //!
 //! Each event is counted once, where the decision about it is recorded.
 
 use std::fmt::Write as _;
 
+use atelier_layout::files::ModelApi;
 use atelier_proto::Door as DoorName;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -51,6 +56,7 @@ use crate::address::Reason;
 use crate::client_hello::HelloRefusal;
 use crate::connect::ConnectRefusal;
 use crate::mcp::McpRefusal;
+use crate::model::ModelRefusal;
 
 /// The prefix of every gate metric.
 pub const PREFIX: &str = "atelier_gate";
@@ -136,6 +142,15 @@ pub enum McpOutcome {
     Refused(McpRefusal),
 }
 
+/// What came of one request to the model relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelOutcome {
+    /// The upstream's answer was relayed, whatever its status.
+    Relayed,
+    /// The relay answered itself.
+    Refused(ModelRefusal),
+}
+
 /// A label value spelled by its stable name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Named<T>(T);
@@ -172,6 +187,11 @@ named! {
         McpOutcome::Relayed => "relayed",
         McpOutcome::Refused(refusal) => refusal.as_str(),
     };
+    ModelOutcome => |outcome| match outcome {
+        ModelOutcome::Relayed => "relayed",
+        ModelOutcome::Refused(refusal) => refusal.as_str(),
+    };
+    Option<ModelApi> => |api| api.map_or("unknown", ModelApi::as_str);
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -205,6 +225,12 @@ struct OutcomeLabels {
     outcome: Named<McpOutcome>,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModelLabels {
+    api: Named<Option<ModelApi>>,
+    outcome: Named<ModelOutcome>,
+}
+
 type ByReason = Family<ReasonLabels, Counter>;
 
 /// The gate's metric families; cloning shares them. [`Metrics::default`] makes families no
@@ -220,6 +246,7 @@ pub struct Metrics {
     relayed: Family<DirectionLabels, Counter>,
     open: Family<DoorLabels, Gauge>,
     mcp: Family<OutcomeLabels, Counter>,
+    model: Family<ModelLabels, Counter>,
 }
 
 /// The two byte counters of one door's tunnels; the tunnel adds to them as it moves bytes.
@@ -290,6 +317,11 @@ impl Metrics {
             "Requests to the MCP relay, relayed or refused by the relay's reason",
             metrics.mcp.clone(),
         );
+        registry.register(
+            "model_requests",
+            "Requests to the model relay, relayed or refused by the relay's reason, per API",
+            metrics.model.clone(),
+        );
         metrics
     }
 
@@ -349,6 +381,16 @@ impl Metrics {
     pub fn mcp_request(&self, outcome: McpOutcome) {
         self.mcp
             .get_or_create(&OutcomeLabels {
+                outcome: Named(outcome),
+            })
+            .inc();
+    }
+
+    /// Counts one request to the model relay, for `api` when its path named a known one.
+    pub fn model_request(&self, api: Option<ModelApi>, outcome: ModelOutcome) {
+        self.model
+            .get_or_create(&ModelLabels {
+                api: Named(api),
                 outcome: Named(outcome),
             })
             .inc();

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use atelier_layout::files::{GatePlan, McpRelay};
+use std::collections::BTreeSet;
+
+use atelier_layout::files::{GatePlan, McpRelay, ModelApi, ModelRelay};
 use atelier_layout::hosts::check_plan_host;
 use atelier_layout::stamp::{self, StampError};
 
@@ -25,6 +27,9 @@ pub struct Plan {
     pub hosts: Vec<String>,
     /// The MCP relay (turn door only): its upstream URL and the credential it adds.
     pub mcp: Option<McpRelay>,
+    /// The model relay, beside the MCP relay on its listener: one route per API, each with its
+    /// upstream base URL and the credential it adds.
+    pub model: Option<ModelRelay>,
 }
 
 /// Why a plan file is not used.
@@ -61,6 +66,23 @@ pub enum PlanError {
     /// The MCP relay's upstream is not an `http://` or `https://` URL ending in `/mcp`.
     #[error("plan MCP upstream {0:?} is not an http(s) URL ending in /mcp")]
     McpUpstream(String),
+    /// The plan has a model relay but no MCP relay: the model relay is served on the MCP
+    /// relay's listener, which only a door with the MCP relay (the turn door) is given.
+    #[error("the plan has a model relay but no MCP relay, whose listener it is served on")]
+    ModelWithoutMcp,
+    /// A model route's upstream is not an `http://` or `https://` base URL with a host, and no
+    /// query, fragment, credentials, whitespace, dot segment or trailing `/`.
+    #[error(
+        "plan model upstream {0:?} is not an http(s) base URL (a host, no query, fragment, \
+         credentials or trailing /)"
+    )]
+    ModelUpstream(String),
+    /// Two model routes for the same API: which key goes where would be ambiguous.
+    #[error("the plan has more than one model route for {}", .0.as_str())]
+    ModelRouteRepeated(ModelApi),
+    /// A model route's credential id is not `[A-Z][A-Z0-9_]{{0,63}}`.
+    #[error("plan model credential {0:?} is not an id of [A-Z][A-Z0-9_]{{0,63}}")]
+    ModelCredential(String),
 }
 
 /// Reads and checks the plan file at `path` for `door` of site `site` of `instance`.
@@ -110,12 +132,83 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
             return Err(PlanError::McpUpstream(relay.upstream.clone()));
         }
     }
+    if let Some(relay) = &plan.model {
+        check_model_relay(relay, plan.mcp.is_some())?;
+    }
     Ok(Plan {
         door: plan.door.as_str().to_owned(),
         socket_file: atelier_layout::names::gate_socket_file(plan.door),
         hosts: plan.hosts,
         mcp: plan.mcp,
+        model: plan.model,
     })
+}
+
+/// Checks the model relay: served beside the MCP relay (`with_mcp`), one route per API, each
+/// upstream a base URL the relay can append a path to, each credential a plain id.
+fn check_model_relay(relay: &ModelRelay, with_mcp: bool) -> Result<(), PlanError> {
+    if !with_mcp {
+        return Err(PlanError::ModelWithoutMcp);
+    }
+    let mut apis = BTreeSet::new();
+    for route in &relay.routes {
+        if !apis.insert(route.api) {
+            return Err(PlanError::ModelRouteRepeated(route.api));
+        }
+        if !is_model_upstream(&route.upstream) {
+            return Err(PlanError::ModelUpstream(route.upstream.clone()));
+        }
+        if let Some(credential) = &route.credential {
+            if !is_credential_id(credential) {
+                return Err(PlanError::ModelCredential(credential.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Returns true if and only if `url` is `http://` or `https://`, a host (with an optional
+/// port), and a path that is empty or `/`-separated non-empty segments none of which is `.`
+/// or `..`, with no query, fragment, credentials, percent sign, backslash or whitespace, and
+/// no trailing `/`: the relay appends `/<rest>` to it, and what it appends to must already
+/// stay where it points.
+fn is_model_upstream(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = match authority.rsplit_once(':') {
+        // Not a port separator when it sits inside an IPv6 literal's brackets.
+        Some((host, port)) if !port.contains(']') => {
+            if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+                return false;
+            }
+            host
+        }
+        _ => authority,
+    };
+    let segments_ok = path.is_empty()
+        || path
+            .strip_prefix('/')
+            .is_some_and(|path| path.split('/').all(|s| !matches!(s, "" | "." | "..")));
+    !host.is_empty()
+        && segments_ok
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'?' | b'#' | b'@' | b'%' | b'\\'))
+        && reqwest::Url::parse(url).is_ok_and(|parsed| parsed.host_str().is_some())
+}
+
+/// Returns true if and only if `id` matches `^[A-Z][A-Z0-9_]{0,63}$`, the credential ids the
+/// provisioner renders into `LoadCredential=`.
+fn is_credential_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
+        && id.len() <= 64
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// Returns true if and only if `url` is `http://` or `https://`, an authority, and a path

@@ -2,10 +2,11 @@
 //! READY, serve until told to stop.
 //!
 //! The listeners, told apart by the file name of the path each is bound to: one per door
-//! (`turn.sock`, `build.sock`), the turn door's MCP relay (`mcp.sock`), and, optionally, the
-//! decisions socket ([`DECISIONS_SOCKET_FILE`]) through which sited subscribes to a door's
-//! decisions. The metrics socket, a socket unit of its own, is told apart by its descriptor
-//! name ([`METRICS_SOCKET_NAME`](atelier_layout::names::METRICS_SOCKET_NAME)) instead, and is
+//! (`turn.sock`, `build.sock`), the turn door's relays (`mcp.sock`: the MCP relay, and the
+//! model relay when the plan has one), and, optionally, the decisions socket
+//! ([`DECISIONS_SOCKET_FILE`]) through which sited subscribes to a door's decisions. The
+//! metrics socket, a socket unit of its own, is told apart by its descriptor name
+//! ([`METRICS_SOCKET_NAME`](atelier_layout::names::METRICS_SOCKET_NAME)) instead, and is
 //! optional too.
 
 use std::collections::{BTreeMap, HashMap};
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use atelier_daemon::problems::Problems;
-use atelier_layout::files::McpRelay;
+use atelier_layout::files::{McpRelay, ModelRelay};
 use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
 use atelier_layout::names::GATE_MCP_SOCKET_FILE;
 use atelier_proto::Door as DoorName;
@@ -26,9 +27,11 @@ use prometheus_client::registry::Registry;
 
 use crate::address::Policy;
 use crate::decisions::{self, Subscriptions};
-use crate::mcp::{self, McpDoor};
+use crate::mcp::McpDoor;
 use crate::metrics::{self, Metrics};
+use crate::model::ModelDoor;
 use crate::plan::{load_plan, Plan};
+use crate::relay::{self, Relays};
 use crate::serve::{serve, DecisionLog, Door};
 
 /// The env key of the deployment, the one sited reads (defined once, in layout).
@@ -112,10 +115,10 @@ pub fn parse_plan_arg(value: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// Checks the settings, loads every plan, takes each door's listener from systemd (the one
-/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay), the decisions
-/// socket and the metrics socket when they were passed, signals READY and serves until
-/// SIGTERM or SIGINT. Fails before READY if a setting or a plan is bad, a door's listener or
-/// the relay's credential is missing.
+/// bound to `<door>.sock`, and `mcp.sock` for a plan with the MCP relay, which also serves the
+/// plan's model relay), the decisions socket and the metrics socket when they were passed,
+/// signals READY and serves until SIGTERM or SIGINT. Fails before READY if a setting or a plan
+/// is bad, a door's listener or a relay's credential is missing.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let policy = settings.check()?;
     if policy.allow_benchmark_range {
@@ -141,16 +144,29 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             socket_file,
             hosts,
             mcp,
+            model,
         } = plan;
         let name = door_name(&name)?;
         let listener = tokio_listener(&mut sockets, &socket_file)?;
         let door = Arc::new(Door::new(name, hosts, policy, metrics.clone()));
         // The relay's decisions are the door's: one log, one subscription for both.
         if let Some(relay) = relay_of(mcp.as_ref(), Arc::clone(&door.log))? {
+            // The plan check ties a model relay to the MCP relay, whose listener it shares.
+            let model = model_relay_of(model.as_ref(), Arc::clone(&door.log))?
+                .map(|model| Arc::new(model.with_metrics(metrics.clone())));
             let mcp_listener = tokio_listener(&mut sockets, GATE_MCP_SOCKET_FILE)?;
             let relay = Arc::new(relay.with_metrics(metrics.clone()));
             tracing::info!(upstream = %relay.upstream, "serving the MCP relay");
-            tasks.spawn(async move { ("mcp".to_owned(), mcp::serve(mcp_listener, relay).await) });
+            for route in model.iter().flat_map(|model| model.routes()) {
+                tracing::info!(
+                    api = route.api.as_str(),
+                    upstream = %route.upstream,
+                    "serving the model relay"
+                );
+            }
+            let relays = Relays { mcp: relay, model };
+            let served = relay::serve(mcp_listener, relays);
+            tasks.spawn(async move { ("mcp".to_owned(), served.await) });
         }
         logs.insert(name, Arc::clone(&door.log));
         doors.push(Arc::clone(&door));
@@ -304,6 +320,35 @@ fn relay_of(relay: Option<&McpRelay>, log: Arc<DecisionLog>) -> anyhow::Result<O
         None => None,
     };
     let door = McpDoor::new(&relay.upstream, key, log).context("setting up the MCP relay")?;
+    Ok(Some(door))
+}
+
+/// The model relay of a plan that has one, recording into `log`, with each route's credential
+/// read from `$CREDENTIALS_DIRECTORY` (`LoadCredential=`): the provider's key lives in the gate
+/// alone, never in the agent's unit.
+fn model_relay_of(
+    relay: Option<&ModelRelay>,
+    log: Arc<DecisionLog>,
+) -> anyhow::Result<Option<ModelDoor>> {
+    let Some(relay) = relay else {
+        return Ok(None);
+    };
+    let mut routes = Vec::with_capacity(relay.routes.len());
+    for route in &relay.routes {
+        let key = match &route.credential {
+            Some(name) => Some(
+                atelier_sd::credentials::read_credential_string(name).with_context(|| {
+                    format!(
+                        "reading the model relay's credential {name} (the {} route)",
+                        route.api.as_str()
+                    )
+                })?,
+            ),
+            None => None,
+        };
+        routes.push((route.clone(), key));
+    }
+    let door = ModelDoor::new(routes, log).context("setting up the model relay")?;
     Ok(Some(door))
 }
 

@@ -10,7 +10,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use atelier_layout::names::GATE_DECISIONS_SOCKET_FILE as DECISIONS_SOCKET_FILE;
-use atelier_layout::stamp::{stamped, CommentStyle};
 use atelier_proto::egress::{Decision, Subscribe, Verdict};
 use atelier_proto::Door;
 
@@ -25,12 +24,7 @@ fn write_plan(dir: &Path, door: &str, hosts: &[&str]) -> PathBuf {
         "hosts": hosts, "mcp": null,
     });
     let path = dir.join(format!("s1-{door}.json"));
-    let text = serde_json::to_string_pretty(&body).unwrap() + "\n";
-    std::fs::write(
-        &path,
-        stamped("example", "gate", CommentStyle::Slashes, text.as_bytes()),
-    )
-    .unwrap();
+    support::lab::write_stamped_plan(&path, "example", &body);
     path
 }
 

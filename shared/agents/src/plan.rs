@@ -1,6 +1,7 @@
 //! A turn's plan: the argv each driver runs, its complete environment (an allowlist: never
-//! HOME, never the daemon's own environment, each credential only for its own driver) and the
-//! files the daemon writes before the run and removes after it.
+//! HOME, never the daemon's own environment, each credential only for its own driver, and for
+//! a confined turn no provider key at all: its model is the gate's relay, which adds the key)
+//! and the files the daemon writes before the run and removes after it.
 //!
 //! Each driver STATES what it loads and which tools it has rather than inheriting either from
 //! the workspace or HOME, both of which the agent can write.
@@ -10,6 +11,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+
+use atelier_layout::files::ModelApi;
+use atelier_layout::services::{model_relay_url, relayed_base_url};
 
 use crate::DriverId;
 
@@ -105,6 +109,31 @@ pub struct ModelEndpoint {
     pub extra_ca_certs: Option<PathBuf>,
 }
 
+/// The key a confined turn's CLI is given where it insists on one: the turn door's model
+/// relay drops it and adds the declared key, which the agent never holds.
+pub const RELAYED_KEY_PLACEHOLDER: &str = "atelier-gate-adds-the-key";
+
+impl ModelEndpoint {
+    /// The same models as a confined turn reaches them: every API at the turn door's model
+    /// relay on loopback, each base URL's path kept ([`relayed_base_url`]); the relay sends
+    /// the requests on to the declared origins with their keys.
+    pub fn relayed(&self) -> ModelEndpoint {
+        let anthropic = match &self.anthropic_base_url {
+            Some(declared) => relayed_base_url(ModelApi::Anthropic, declared),
+            None => model_relay_url(ModelApi::Anthropic),
+        };
+        ModelEndpoint {
+            anthropic_base_url: Some(anthropic),
+            openai: self.openai.as_ref().map(|model| OpenAiModel {
+                base_url: relayed_base_url(ModelApi::Openai, &model.base_url),
+                model: model.model.clone(),
+            }),
+            anthropic_model: self.anthropic_model.clone(),
+            extra_ca_certs: self.extra_ca_certs.clone(),
+        }
+    }
+}
+
 /// An OpenAI-compatible chat-completions model: where it is and which one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAiModel {
@@ -184,6 +213,20 @@ pub struct DriverCredentials {
     pub atelier_api_key: Option<String>,
 }
 
+impl DriverCredentials {
+    /// What a confined turn's child gets: no provider credential, only
+    /// [`RELAYED_KEY_PLACEHOLDER`] for the CLIs that will not start without a key (Claude
+    /// Code, atelier-agent). The model relay adds the real key.
+    pub fn relayed() -> DriverCredentials {
+        DriverCredentials {
+            anthropic_api_key: Some(RELAYED_KEY_PLACEHOLDER.to_owned()),
+            opencode_env: Vec::new(),
+            pi_env: Vec::new(),
+            atelier_api_key: Some(RELAYED_KEY_PLACEHOLDER.to_owned()),
+        }
+    }
+}
+
 /// A secret as `Debug` shows it: whether there is one, never its value.
 pub fn redacted(secret: &Option<String>) -> Option<&'static str> {
     secret.as_ref().map(|_| "[redacted]")
@@ -228,7 +271,10 @@ pub struct TurnRequest<'a> {
     /// The credentials.
     pub credentials: &'a DriverCredentials,
     /// Whether the run's door has a gate behind the shim's loopback forward (every confined
-    /// turn); its child then gets [`proxy_env`].
+    /// turn); its child then gets [`proxy_env`], reaches its model through the gate's model
+    /// relay ([`ModelEndpoint::relayed`]) and holds no provider key
+    /// ([`DriverCredentials::relayed`]): [`TurnRequest::endpoint`] and
+    /// [`TurnRequest::credentials`] are then what the relay is told, not the child.
     pub proxied: bool,
     /// Where the model is.
     pub endpoint: &'a ModelEndpoint,
@@ -366,6 +412,17 @@ pub fn plan_turn(request: &TurnRequest<'_>) -> Result<TurnPlan, PlanError> {
     if request.resume_token.is_some_and(|t| !is_resume_token(t)) {
         return Err(PlanError::BadResumeToken);
     }
+    // A confined agent can read its own environment and files: its model is the gate's relay,
+    // which alone holds the key.
+    let (relayed_endpoint, relayed_credentials);
+    let mut request = *request;
+    if request.proxied {
+        relayed_endpoint = request.endpoint.relayed();
+        relayed_credentials = DriverCredentials::relayed();
+        request.endpoint = &relayed_endpoint;
+        request.credentials = &relayed_credentials;
+    }
+    let request = &request;
     // atelier-agent reads AGENTS.md itself, through its own link-refusing reader.
     let brief = match request.driver {
         DriverId::Atelier => None,
@@ -761,7 +818,7 @@ const ATELIER_OPENAI_COMPATIBLE: &str = "openai-compatible";
 pub const ATELIER_API_KEY_ENV: &str = "AGENT_API_KEY";
 /// The daemon's credential that holds atelier-agent's provider key; an atelier turn's child gets
 /// it as [`ATELIER_API_KEY_ENV`].
-pub const ATELIER_API_KEY_CREDENTIAL: &str = "ATELIER_AGENT_API_KEY";
+pub const ATELIER_API_KEY_CREDENTIAL: &str = atelier_layout::paths::ATELIER_AGENT_API_KEY;
 
 /// atelier-agent (`atelier-agent --provider P --model M … -- -`, the prompt on stdin). It reads no
 /// configuration source of its own (no settings file, no project directory, no plugins or

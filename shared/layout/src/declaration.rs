@@ -151,6 +151,10 @@ reasons! {
     MissingAgentBin => "missing_agent_bin",
     /// A driver other than claude_code with no provider host to reach.
     MissingProviderHosts => "missing_provider_hosts",
+    /// `secrets` names a credential sited would hand to the agent itself (`PI_ENV`,
+    /// `OPENCODE_ENV`, `ATELIER_AGENT_API_KEY`): a confined agent holds no model key, the turn
+    /// door's gate adds `ANTHROPIC_API_KEY` or `OPENAI_API_KEY` to its relayed requests.
+    AgentHeldCredential => "agent_held_credential",
     /// `agent.anthropic_base_url` or `agent.openai_base_url` names a host the turn door's plan
     /// does not hold, or `agent.anthropic_model` would be asked of Anthropic's own API while the
     /// plan does not hold it, so every model request would be refused by the gate.

@@ -84,6 +84,10 @@ pub struct GatePlan {
     pub hosts: Vec<String>,
     /// The MCP relay, on the turn door only.
     pub mcp: Option<McpRelay>,
+    /// The model relay, on the turn door only, beside the MCP relay on its listener. Absent
+    /// from a plan rendered before there was one, which relays no model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRelay>,
 }
 
 /// The gate's MCP relay settings.
@@ -94,4 +98,54 @@ pub struct McpRelay {
     pub upstream: String,
     /// The credential the gate adds as `X-API-Key`, when the instance declares one.
     pub credential: Option<String>,
+}
+
+/// The gate's model relay: a confined agent sends its model requests in plain HTTP to
+/// `http://127.0.0.1:<relay port>/model/<api>/…` ([`crate::services::model_relay_url`]) with no
+/// key; the gate sends them on to the route's upstream with the key added, so the provider's
+/// key never enters the agent's process (whose own environment and files it can read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRelay {
+    /// One route per API the instance's agents speak, at most one per [`ModelApi`].
+    pub routes: Vec<ModelRoute>,
+}
+
+/// One API a confined agent's model requests are relayed to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRoute {
+    /// Which API, which is also the route's path segment and how the key is sent.
+    pub api: ModelApi,
+    /// The declared base URL's origin (`https://host[:port]`): a request to
+    /// `/model/<api>/<rest>` goes to `<upstream>/<rest>`. The agent is given the route's root
+    /// followed by the declared base's path
+    /// ([`relayed_base_url`](crate::services::relayed_base_url)), so the two make the declared
+    /// base.
+    pub upstream: String,
+    /// The credential (`LoadCredential=` id) the gate sends as the key, when one is declared.
+    pub credential: Option<String>,
+}
+
+/// The model APIs the relay speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelApi {
+    /// Anthropic's Messages API: the key goes upstream as `x-api-key`.
+    Anthropic,
+    /// An OpenAI-compatible API: the key goes upstream as `Authorization: Bearer <key>`.
+    Openai,
+}
+
+impl ModelApi {
+    /// Every API, in route order.
+    pub const ALL: [ModelApi; 2] = [ModelApi::Anthropic, ModelApi::Openai];
+
+    /// The route's path segment below `/model/`, as the plan spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelApi::Anthropic => "anthropic",
+            ModelApi::Openai => "openai",
+        }
+    }
 }

@@ -88,12 +88,24 @@ pub const ACME_CHALLENGE_PATH: &str = ".well-known/acme-challenge";
 pub const SERVICE_TOKEN: &str = "SERVICE_TOKEN";
 /// The Publication API key's credential id, when `publication_api.key_path` is declared.
 pub const PUBLICATION_API_KEY: &str = "PUBLICATION_API_KEY";
-/// The Anthropic key sited hands to Claude Code turns, when the declaration names it.
+/// The Anthropic key, when the declaration names it: the turn door's gate adds it to each
+/// relayed request to the Anthropic API (an unconfined development turn's child gets it).
 pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
-/// opencode's provider credentials (`K=V,K=V`), for opencode turns only.
+/// The OpenAI-compatible model's key, when the declaration names it: the turn door's gate adds
+/// it to each relayed request to that API.
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// The keys the turn door's gate alone loads and adds, never sited (whose turns' agents could
+/// read them) — see [`Layout::model_relay`].
+pub const MODEL_KEYS: [&str; 2] = [ANTHROPIC_API_KEY, OPENAI_API_KEY];
+/// opencode's provider credentials (`K=V,K=V`), for an unconfined development turn only.
 pub const OPENCODE_ENV: &str = "OPENCODE_ENV";
-/// pi's provider credentials (`K=V,K=V`), for pi turns only.
+/// pi's provider credentials (`K=V,K=V`), for an unconfined development turn only.
 pub const PI_ENV: &str = "PI_ENV";
+/// atelier-agent's provider key, for an unconfined development turn only.
+pub const ATELIER_AGENT_API_KEY: &str = "ATELIER_AGENT_API_KEY";
+/// The credentials sited would hand to an agent itself, which only an unconfined development
+/// turn is given: a declaration (whose turns are confined) refuses them in `secrets`.
+pub const AGENT_HELD_KEYS: [&str; 3] = [OPENCODE_ENV, PI_ENV, ATELIER_AGENT_API_KEY];
 
 /// The token the CMS's web server shows chatd, minted by the provisioner.
 pub const CHATD_SERVICE_TOKEN: &str = "CHATD_SERVICE_TOKEN";
@@ -1176,6 +1188,22 @@ impl<'d> Layout<'d> {
         for (id, path) in &self.decl.secrets {
             sources.insert(id.clone(), path.clone());
         }
+        sources
+    }
+
+    /// The credentials sited loads: [`Layout::credential_sources`] but the model keys
+    /// ([`MODEL_KEYS`]), which the gates alone hold.
+    pub fn sited_credential_sources(&self) -> BTreeMap<String, PathBuf> {
+        let mut sources = self.credential_sources();
+        sources.retain(|id, _| !MODEL_KEYS.contains(&id.as_str()));
+        sources
+    }
+
+    /// The credentials a site's gate loads: the Publication API key its MCP relay adds and the
+    /// keys its model relay's routes add, those the declaration names.
+    pub fn gate_credential_sources(&self) -> BTreeMap<String, PathBuf> {
+        let mut sources = self.credential_sources();
+        sources.retain(|id, _| id == PUBLICATION_API_KEY || MODEL_KEYS.contains(&id.as_str()));
         sources
     }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::declaration::{AgentDriver, Site};
+use crate::files::{ModelApi, ModelRelay, ModelRoute};
 use crate::names::{Door, SiteOrdinal};
 use crate::paths::Layout;
 
@@ -44,6 +45,40 @@ pub const EGRESS_PORT: u16 = 443;
 pub const PROXY_PORT: u16 = 3128;
 /// The loopback port the shim forwards to the turn door's gate socket for the MCP relay.
 pub const MCP_PORT: u16 = 3129;
+/// The path below which the turn door's relay (on [`MCP_PORT`]) relays model requests, one
+/// route per [`ModelApi`](crate::files::ModelApi).
+pub const MODEL_RELAY_PATH: &str = "/model";
+
+/// The root of `api`'s route on the turn door's relay, as a confined agent reaches it on
+/// loopback: the relay sends `<root>/<rest>` to `<the route's upstream origin>/<rest>` with the
+/// provider's key (the agent is given none).
+pub fn model_relay_url(api: crate::files::ModelApi) -> String {
+    format!(
+        "http://127.0.0.1:{MCP_PORT}{MODEL_RELAY_PATH}/{}",
+        api.as_str()
+    )
+}
+
+/// The base URL a confined agent is given for the declared base URL `declared` of `api`: the
+/// route's root followed by the declared path, so each CLI builds its request paths exactly
+/// as it would against the declared base (pi's `<base>/chat/completions`, atelier-agent's
+/// `/v1` rule), and the relay swaps only the origin. `declared` is a URL the declaration
+/// accepted (`https://host[:port][/path]`).
+pub fn relayed_base_url(api: crate::files::ModelApi, declared: &str) -> String {
+    let (_, path) = split_origin(declared);
+    format!("{}{}", model_relay_url(api), path.trim_end_matches('/'))
+}
+
+/// A base URL as its origin (`scheme://host[:port]`) and its path (empty, or starting with
+/// `/`).
+pub fn split_origin(url: &str) -> (&str, &str) {
+    let authority_at = url.find("://").map_or(0, |at| at + 3);
+    match url[authority_at..].find('/') {
+        Some(at) => url.split_at(authority_at + at),
+        None => (url, ""),
+    }
+}
+
 /// The send buffer each end of a door's unix connection to its gate asks for (the shim's
 /// forward and the gate's tunnel): a unix socket's buffer does not grow as TCP's does, and at
 /// the usual default (208 KiB) it, not the copy, bounds a bulk tunnel. The kernel caps the
@@ -281,6 +316,9 @@ pub struct EgressPlan {
     pub hosts: Vec<String>,
     /// Whether the gate relays MCP to the Publication API on this door.
     pub mcp: bool,
+    /// The model relay on this door (the turn door's, when the agent has a model the relay
+    /// speaks): each route with the credential the gate adds.
+    pub model: Option<ModelRelay>,
 }
 
 // === impl Layout (services) ===
@@ -319,7 +357,38 @@ impl Layout<'_> {
         Some(EgressPlan {
             hosts,
             mcp: door.has_mcp(),
+            model: door.has_mcp().then(|| self.model_relay()).flatten(),
         })
+    }
+
+    /// The turn door's model relay: an Anthropic route for Claude Code (whenever its binary
+    /// is declared) and for an atelier turn's Anthropic model, at the declared gateway or
+    /// Anthropic's own API; an OpenAI route for the declared OpenAI-compatible model. Each
+    /// route's key is the declared [`ANTHROPIC_API_KEY`](crate::paths::ANTHROPIC_API_KEY) or
+    /// [`OPENAI_API_KEY`](crate::paths::OPENAI_API_KEY) secret, when there is one (a local
+    /// model may ask for none). `None` when the agent has no model the relay speaks.
+    pub fn model_relay(&self) -> Option<ModelRelay> {
+        let decl = self.declaration();
+        let agent = &decl.agent;
+        let credential = |id: &str| decl.secrets.contains_key(id).then(|| id.to_owned());
+        let mut routes = Vec::new();
+        if agent.bins.contains_key(&AgentDriver::ClaudeCode) || agent.anthropic_model.is_some() {
+            let default = format!("https://{ANTHROPIC_API_HOST}");
+            let declared = agent.anthropic_base_url.as_deref().unwrap_or(&default);
+            routes.push(ModelRoute {
+                api: ModelApi::Anthropic,
+                upstream: split_origin(declared).0.to_owned(),
+                credential: credential(crate::paths::ANTHROPIC_API_KEY),
+            });
+        }
+        if let Some(url) = &agent.openai_base_url {
+            routes.push(ModelRoute {
+                api: ModelApi::Openai,
+                upstream: split_origin(url).0.to_owned(),
+                credential: credential(crate::paths::OPENAI_API_KEY),
+            });
+        }
+        (!routes.is_empty()).then_some(ModelRelay { routes })
     }
 }
 
@@ -343,14 +412,22 @@ mod tests {
             layout.egress_plan(Door::Turn),
             Some(EgressPlan {
                 hosts: vec![ANTHROPIC_API_HOST.to_owned()],
-                mcp: true
+                mcp: true,
+                model: Some(ModelRelay {
+                    routes: vec![ModelRoute {
+                        api: ModelApi::Anthropic,
+                        upstream: "https://api.anthropic.com".to_owned(),
+                        credential: Some("ANTHROPIC_API_KEY".to_owned()),
+                    }]
+                }),
             })
         );
         assert_eq!(
             layout.egress_plan(Door::Build),
             Some(EgressPlan {
                 hosts: vec![],
-                mcp: false
+                mcp: false,
+                model: None,
             })
         );
         assert_eq!(
@@ -384,10 +461,151 @@ mod tests {
             Layout::new(&decl).egress_plan(Door::Turn),
             Some(EgressPlan {
                 hosts: vec!["llm.example.org".to_owned()],
-                mcp: true
+                mcp: true,
+                model: Some(ModelRelay {
+                    routes: vec![ModelRoute {
+                        api: ModelApi::Openai,
+                        upstream: "https://llm.example.org".to_owned(),
+                        credential: None,
+                    }]
+                }),
             }),
-            "no Anthropic default: the declared hosts alone"
+            "no Anthropic default: the declared hosts alone, the model relayed keyless"
         );
+    }
+
+    /// Each route the turn door's relay gets, by what the agent declares: Claude Code's
+    /// Anthropic (at its gateway), atelier's Anthropic model, the OpenAI-compatible model, and
+    /// the key of each only when the declaration names it.
+    #[test]
+    fn the_model_relay_routes_what_the_agent_declares_with_its_declared_keys() {
+        let routes = |agent: serde_json::Value, secrets: serde_json::Value| {
+            let decl = example(|text| {
+                let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+                doc["agent"] = agent.clone();
+                doc["secrets"] = secrets.clone();
+                doc.to_string()
+            });
+            Layout::new(&decl)
+                .model_relay()
+                .map(|relay| {
+                    relay
+                        .routes
+                        .into_iter()
+                        .map(|r| (r.api, r.upstream, r.credential))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        };
+        let key = |id: &str| Some(id.to_owned());
+        let cases = [
+            (
+                "claude code at a gateway: its origin (the agent keeps the path)",
+                serde_json::json!({
+                    "driver": "claude_code",
+                    "bins": { "claude_code": "/usr/local/bin/claude" },
+                    "provider_hosts": ["gw.example.org"],
+                    "anthropic_base_url": "https://gw.example.org/anthropic/",
+                }),
+                serde_json::json!({ "ANTHROPIC_API_KEY": "/etc/k/a" }),
+                vec![(
+                    ModelApi::Anthropic,
+                    "https://gw.example.org".to_owned(),
+                    key("ANTHROPIC_API_KEY"),
+                )],
+            ),
+            (
+                "pi with a keyed OpenAI-compatible model",
+                serde_json::json!({
+                    "driver": "pi",
+                    "bins": { "pi": "/usr/local/bin/pi" },
+                    "provider_hosts": ["llm.example.org"],
+                    "openai_base_url": "https://llm.example.org/v1",
+                    "openai_model": "m",
+                }),
+                serde_json::json!({ "OPENAI_API_KEY": "/etc/k/o" }),
+                vec![(
+                    ModelApi::Openai,
+                    "https://llm.example.org".to_owned(),
+                    key("OPENAI_API_KEY"),
+                )],
+            ),
+            (
+                "atelier with an Anthropic model and an OpenAI one, no keys",
+                serde_json::json!({
+                    "driver": "atelier",
+                    "bins": { "atelier": "/usr/bin/atelier-agent" },
+                    "provider_hosts": ["api.anthropic.com", "llm.example.org"],
+                    "anthropic_model": "claude-sonnet-4-5",
+                    "openai_base_url": "https://llm.example.org/v1",
+                    "openai_model": "m",
+                }),
+                serde_json::json!({}),
+                vec![
+                    (
+                        ModelApi::Anthropic,
+                        "https://api.anthropic.com".to_owned(),
+                        None,
+                    ),
+                    (ModelApi::Openai, "https://llm.example.org".to_owned(), None),
+                ],
+            ),
+            (
+                "opencode with no model the relay speaks",
+                serde_json::json!({
+                    "driver": "opencode",
+                    "bins": { "opencode": "/usr/local/bin/opencode" },
+                    "provider_hosts": ["llm.example.org"],
+                }),
+                serde_json::json!({}),
+                vec![],
+            ),
+        ];
+        for (name, agent, secrets, expected) in cases {
+            assert_eq!(routes(agent, secrets), expected, "{name}");
+        }
+    }
+
+    /// The agent's base URL is the route's root and the declared path; the relay's upstream is
+    /// the declared origin: together, the declared base.
+    #[test]
+    fn a_relayed_base_keeps_the_declared_path_and_the_route_the_origin() {
+        let cases = [
+            (
+                "a /v1 base",
+                ModelApi::Openai,
+                "https://llm.example.org/v1",
+                "/v1",
+            ),
+            (
+                "a trailing slash",
+                ModelApi::Openai,
+                "https://llm.example.org/v1/",
+                "/v1",
+            ),
+            (
+                "no path",
+                ModelApi::Anthropic,
+                "https://api.anthropic.com",
+                "",
+            ),
+            (
+                "a port",
+                ModelApi::Anthropic,
+                "https://gw.example.org:8443/a/b",
+                "/a/b",
+            ),
+        ];
+        for (name, api, declared, path) in cases {
+            let relayed = relayed_base_url(api, declared);
+            assert_eq!(relayed, format!("{}{path}", model_relay_url(api)), "{name}");
+            let (origin, rest) = split_origin(declared);
+            assert_eq!(format!("{origin}{rest}"), declared, "{name}");
+            assert!(
+                !origin["https://".len()..].contains('/'),
+                "{name}: {origin}"
+            );
+        }
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub const MAX_DECISION_TEXT: usize = 200;
 /// no port reads as the relay in [`Decision::line`], its verdict still `refused`.
 pub const MCP_HOST: &str = "mcp";
 
+/// The `host` of the model relay's decisions (with no port), beside [`MCP_HOST`] on the same
+/// listener. As with it, no parsed CONNECT target is it, and a head that did not parse and
+/// named exactly `model` with no port reads as the relay in [`Decision::line`], its verdict
+/// still `refused`.
+pub const MODEL_HOST: &str = "model";
+
 /// sited's one line: which door's decisions to stream, e.g. `{"v":1,"door":"turn"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,7 +72,8 @@ pub enum Verdict {
     Refused,
     /// The gate tried and could not: a lookup or every dial failed.
     Failed,
-    /// The MCP relay passed a request on: the reason is `<method> /mcp <status>`.
+    /// The MCP or the model relay passed a request on: the reason is `<method> /mcp <status>`
+    /// or `<method> /model/<api> <status>`.
     Relayed,
     /// A tunnel the gate had allowed was closed before its first flight went upstream: the
     /// flight was refused (`server_name_mismatch`, `timeout`, ...) or the client closed first
@@ -79,8 +86,9 @@ pub enum Verdict {
 ///
 /// `host` and `port` are the CONNECT target when its head parsed. For a head that did not,
 /// `host` is the target as the client wrote it and `port` is `null`; for the MCP relay, `host`
-/// is [`MCP_HOST`] and `port` is `null`. `host` and `reason` are [`printable`]: not empty, at
-/// most [`MAX_DECISION_TEXT`] characters of printable ASCII.
+/// is [`MCP_HOST`] and `port` is `null`, for the model relay [`MODEL_HOST`] and `null`. `host`
+/// and `reason` are [`printable`]: not empty, at most [`MAX_DECISION_TEXT`] characters of
+/// printable ASCII.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Decision {
@@ -271,18 +279,26 @@ impl Decision {
         self.host == MCP_HOST && self.port.is_none()
     }
 
+    /// Returns true if and only if this is a decision of the model relay: host [`MODEL_HOST`],
+    /// no port.
+    pub fn is_model_relay(&self) -> bool {
+        self.host == MODEL_HOST && self.port.is_none()
+    }
+
     /// The line a session or a build log shows, in the original daemon's words:
     /// - allowed: `[egress] CONNECT api.example.com:443 → 198.18.0.10:443 (allowed)` (the
     ///   address is the reason without its `via `);
     /// - refused: `[egress] refused CONNECT api.example.com:443 — not_in_plan`;
     /// - failed: `[egress] CONNECT api.example.com:443 failed — lookup_failed: …`;
-    /// - relayed: `[egress] MCP relay POST /mcp 200`;
+    /// - relayed: `[egress] MCP relay POST /mcp 200`, `[egress] model relay POST
+    ///   /model/anthropic 200`;
     /// - closed: `[egress] closed the tunnel to api.example.com:443 — client_closed; nothing
     ///   was sent upstream` (a tunnel, so never the relay's).
     ///
-    /// A decision of the MCP relay names `MCP relay` where a CONNECT names its target, and one
-    /// made before any target was read (host `-`, no port: over the door's cap, a head that
-    /// never came) names `a connection`:
+    /// A decision of the MCP relay names `MCP relay` where a CONNECT names its target, one of
+    /// the model relay `model relay` (`[egress] refused model relay — GET /model/openai
+    /// bad_path`), and one made before any target was read (host `-`, no port: over the door's
+    /// cap, a head that never came) names `a connection`:
     /// `[egress] refused a connection — over_cap: this door already holds 128`.
     pub fn line(&self) -> String {
         let target = match self.port {
@@ -291,6 +307,8 @@ impl Decision {
         };
         let subject = if self.is_mcp() {
             "MCP relay".to_owned()
+        } else if self.is_model_relay() {
+            "model relay".to_owned()
         } else if self.host == "-" && self.port.is_none() {
             "a connection".to_owned()
         } else {

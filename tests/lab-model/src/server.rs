@@ -224,10 +224,9 @@ async fn handle(
     let to_mcp = state.mcp && parts.uri.path() == mcp::MCP_PATH;
     if let Some(recorder) = &state.recorder {
         let mut entry = record::entry(&parts.method, &parts.uri, &parts.headers, &recorded_body);
-        if to_mcp {
-            // The keys themselves stay redacted; their fingerprints show which key came.
-            entry["keys"] = mcp::key_fingerprints(&parts.headers);
-        }
+        // The keys themselves stay redacted; their fingerprints show which key came (the
+        // gate's relays add the declared ones, which the agent never holds).
+        entry["keys"] = mcp::key_fingerprints(&parts.headers);
         if let Err(error) = recorder.write(&entry) {
             // A request the test cannot see must not look answered.
             eprintln!("atelier-lab-model: record: {error}");

@@ -590,7 +590,11 @@ async fn without_mcp_there_is_no_mcp_endpoint() {
     )
     .await;
     assert_eq!(status, 404);
-    assert!(lab.records()[0].get("keys").is_none());
+    // Every request's keys are fingerprinted, at the MCP path or not (a model request's key
+    // is the gate's to add, and the tests check which came).
+    let fingerprint = atelier_lab_model::mcp::fingerprint(PUBLICATION_KEY.as_bytes());
+    assert_eq!(lab.records()[0]["keys"], json!({"x-api-key": fingerprint}));
+    assert_eq!(lab.records()[0]["headers"]["x-api-key"], "[redacted]");
 }
 
 #[test]

@@ -1118,14 +1118,14 @@ ip netns exec $labns /usr/local/bin/atelier-lab-model --listen $lab_ip:443 --hos
   --write-path $ws1/src/index.html --write-content "$LAB_PAGE" > /root/lab-model.log 2>&1 &
 for _ in $(seq 100); do [ -f /etc/atelier-lab/ca.pem ] && break; sleep 0.1; done
 echo "lab_ready=$([ -f /etc/atelier-lab/ca.pem ] && echo yes || echo no)"
-# Site $1's gate counts the lab range as public (its unit must exist: call again for a site
-# added later).
+# Site $1's gate counts the lab range as public and its model relay trusts the lab's test CA
+# (its unit must exist: call again for a site added later).
 lab_gate() {
   local gate=atelier-example-s$1-gate.service
   mkdir -p /etc/systemd/system/$gate.d
   cat > /etc/systemd/system/$gate.d/50-lab.conf <<UNIT
 [Service]
-Environment=ATELIER_DEPLOYMENT=development
+Environment=ATELIER_DEPLOYMENT=development SSL_CERT_FILE=/etc/atelier-lab/ca.pem
 ExecStart=
 ExecStart=$(sed -n 's/^ExecStart=//p' /etc/systemd/system/$gate) --allow-benchmark-range
 UNIT
@@ -1140,6 +1140,16 @@ UNIT
 systemctl daemon-reload
 lab_down() { kill %1 2>/dev/null; wait; ip link del labh$lab_id 2>/dev/null; ip netns del $labns 2>/dev/null; }
 requests() { cat /root/lab-requests.jsonl 2>/dev/null | sed 's/^/request| /'; }
+# The model's key (every declaration here names this file), as the lab fingerprints what came:
+# the gate's model relay sends it as Anthropic's x-api-key or as an OpenAI bearer.
+model_key=/etc/atelier/example/credentials/ANTHROPIC_API_KEY
+echo "model_key_sha256=$(sha256sum < $model_key | cut -d' ' -f1)"
+echo "model_bearer_sha256=$(printf 'Bearer %s' "$(cat $model_key)" | sha256sum | cut -d' ' -f1)"
+# Where the key is not: sited's credentials, and anything the turns left in their HOMEs.
+key_facts() {
+  echo "sited_credentials=$(ls /run/credentials/atelier-sited@example.service | tr '\n' ',')"
+  echo "key_in_turn_homes=$(grep -rslF -f $model_key /var/lib/atelier/example/agents | wc -l)"
+}
 "#;
 
 /// The real Claude Code runs a turn in the turn door as the site's identity: its only way
@@ -1162,6 +1172,7 @@ echo "health=$(curl -sS --unix-socket $sock $base/health)"
 api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Now say you are done. second-canary-55d0\",$actor}" $base/v1/sessions/$id/messages
 timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 requests
+key_facts
 # A build whose step reaches for the network: the build door's plan holds no host (the example
 # declares no registry), so the gate refuses, and the refusal is a line of the build's log.
 printf 'curl -sS -o /dev/null --max-time 20 https://model.lab.example/ || echo "the build went on without it"\n' >> $ws1/build.sh
@@ -1267,33 +1278,19 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         Some("idle".into()),
         "{run:?}"
     );
-    let allowed: Vec<&Value> = turn1
+    assert_model_relayed(&run, &turn1, "anthropic");
+    let relayed = turn1
         .iter()
-        .filter(|e| e["egress"]["verdict"] == "allowed")
-        .collect();
+        .find(|e| e["egress"]["host"] == "model")
+        .expect("a model relay decision");
     assert!(
-        !allowed.is_empty(),
-        "no allowed CONNECT in the session: {run:?}"
-    );
-    for decision in &allowed {
-        assert_eq!(decision["egress"]["host"], LAB_HOST, "{run:?}");
-        assert_eq!(decision["egress"]["port"], 443, "{run:?}");
-        assert!(
-            decision["text"]
-                .as_str()
-                .is_some_and(|t| t.contains("model.lab.example:443")),
-            "{run:?}"
-        );
-    }
-    // No CONNECT of this turn was refused. (The MCP relay's requests are decisions too: the
-    // box has no Publication API behind the relay, so those are refused as unreachable.)
-    assert!(
-        turn1
-            .iter()
-            .filter(|e| e["egress"]["host"] != "mcp")
-            .all(|e| e["egress"]["verdict"] != "refused"),
+        relayed["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[egress] model relay POST /model/anthropic 200")),
         "{run:?}"
     );
+    // (The MCP relay's requests are decisions too: the box has no Publication API behind the
+    // relay, so those are refused as unreachable.)
     assert!(
         turn1.iter().any(|e| e["egress"]["host"] == "mcp"),
         "the agent reached for the MCP relay, and that is in the session too: {run:?}"
@@ -1350,13 +1347,8 @@ fn the_real_claude_code_reaches_its_model_only_through_the_gate_and_resumes() {
         messages[1]["body"].to_string().contains("tool_result"),
         "the second call carries the tool's result: {run:?}"
     );
-    assert!(
-        requests
-            .iter()
-            .all(|r| r["headers"]["x-api-key"] == "[redacted]"
-                || r["headers"]["x-api-key"].is_null()),
-        "{run:?}"
-    );
+    assert_model_key_added(&run, "/v1/messages", "x-api-key", "model_key_sha256");
+    assert_key_held_by_the_gate_alone(&run);
 
     // The second turn resumed the first: the model sees the earlier conversation.
     assert_eq!(fact(&run, "message"), "200", "{run:?}");
@@ -1513,6 +1505,8 @@ fn the_real_claude_code_loads_nothing_planted() {
 /// turn timeout and the site is free again.
 const REFUSED_TURN: &str = r#"
 create_site collection www.example.org
+# The model's server goes away; its address stays, and answers each connection with a reset.
+kill %1 2>/dev/null; wait %1 2>/dev/null
 id=$(start_session collection '"Write the home page."')
 echo "start=$(cat /tmp/start-status)"
 follow "$id" | sed 's/^/refused| /'
@@ -1525,14 +1519,13 @@ lab_down
 exit 0
 "#;
 
+/// The agent's model is unreachable (the lab's server is gone): the gate's model relay
+/// refuses each request by name, in the session, and the turn ends with a stated error; the
+/// site is free again.
 #[test]
-fn a_model_host_off_the_plan_is_refused_in_the_session_and_the_turn_ends() {
-    let declaration = lab_declaration(&["api.anthropic.com"], None, 45_000);
-    let run = run_real_agent(
-        declaration,
-        REFUSED_TURN,
-        "ATELIER_AGENT_ANTHROPIC_BASE_URL=https://model.lab.example",
-    );
+fn an_unreachable_model_is_refused_in_the_session_and_the_turn_ends() {
+    let declaration = lab_declaration(&[LAB_HOST], Some("https://model.lab.example"), 45_000);
+    let run = run_real_agent(declaration, REFUSED_TURN, "");
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     let turn = events(&run, "refused");
     let refused: Vec<&Value> = turn
@@ -1543,20 +1536,27 @@ fn a_model_host_off_the_plan_is_refused_in_the_session_and_the_turn_ends() {
         !refused.is_empty(),
         "the refusal is in the session: {run:?}"
     );
-    assert_eq!(refused[0]["egress"]["host"], LAB_HOST, "{run:?}");
-    assert_eq!(refused[0]["egress"]["reason"], "not_in_plan", "{run:?}");
-    assert!(
-        refused[0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("model.lab.example")),
-        "{run:?}"
-    );
+    for decision in &refused {
+        assert_eq!(decision["egress"]["host"], "model", "{run:?}");
+        assert_eq!(
+            decision["egress"]["reason"], "POST /model/anthropic upstream_unreachable",
+            "{run:?}"
+        );
+        assert!(
+            decision["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("[egress] refused model relay")),
+            "{run:?}"
+        );
+    }
     let end = turn.last().expect("the stream ends");
     assert_eq!(end["type"], "turn_end", "{run:?}");
-    // The CLI retries a refused tunnel by itself; the turn's deadline ends it, by name.
+    // The CLI retries a failed request by itself; its giving up or the turn's deadline ends
+    // the turn, by name.
     assert!(
-        turn.iter()
-            .any(|e| e["type"] == "error" && e["reason"] == "turn_timeout"),
+        turn.iter().any(|e| e["type"] == "error"
+            && e["reason"].as_str().is_some_and(|r| !r.is_empty())
+            && e["message"].as_str().is_some_and(|m| !m.is_empty())),
         "the turn ends with a stated error: {run:?}"
     );
     assert_eq!(end["state"], "error", "{run:?}");
@@ -1598,10 +1598,65 @@ fn assert_health_reports(run: &BoxRun, driver: &str, cli: &str) {
     assert_eq!(entry["is_default"], true, "{health}");
 }
 
+/// The gate's decisions in a turn's events (`turn`): the model was reached through the turn
+/// door's model relay on `api`'s route, relayed and answered, and nothing was reached but the
+/// model relay and the MCP relay (whose upstream, the example's Publication API, does not run
+/// in these boxes): no CONNECT at all, the model's host included, since the agent was given
+/// only the relay's loopback URL.
+fn assert_model_relayed(run: &BoxRun, turn: &[Value], api: &str) {
+    let relayed = format!("POST /model/{api} 200");
+    assert!(
+        turn.iter().any(|e| e["egress"]["host"] == "model"
+            && e["egress"]["verdict"] == "relayed"
+            && e["egress"]["reason"] == relayed.as_str()),
+        "the model was reached through the gate's model relay ({relayed}): {run:?}"
+    );
+    assert!(
+        turn.iter()
+            .filter(|e| !e["egress"].is_null() && e["egress"]["host"] != "mcp")
+            .all(|e| e["egress"]["host"] == "model" && e["egress"]["verdict"] == "relayed"),
+        "the agent reached for nothing else: {run:?}"
+    );
+}
+
+/// Every request the lab model recorded at `path` carried the declared model key as `header`
+/// (its fingerprint the box printed as `fact`): the gate's model relay added it, in place of
+/// the placeholder the agent sent.
+fn assert_model_key_added(run: &BoxRun, path: &str, header: &str, fact_name: &str) {
+    let declared = format!("sha256:{}", fact(run, fact_name));
+    let calls: Vec<Value> = recorded_requests(run)
+        .into_iter()
+        .filter(|r| r["path"] == path)
+        .collect();
+    assert!(!calls.is_empty(), "no request at {path}: {run:?}");
+    for call in &calls {
+        assert_eq!(call["keys"][header], declared.as_str(), "{call}\n{run:?}");
+    }
+}
+
+/// The model's key is the gate's alone: sited was not handed it, and no file a turn left in
+/// the turn HOMEs holds it (the box printed both with `key_facts`).
+fn assert_key_held_by_the_gate_alone(run: &BoxRun) {
+    let sited: Vec<&str> = fact(run, "sited_credentials")
+        .split(',')
+        .filter(|id| !id.is_empty())
+        .collect();
+    assert!(
+        !sited.is_empty(),
+        "sited's credentials were listed: {run:?}"
+    );
+    assert!(
+        !sited
+            .iter()
+            .any(|id| ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"].contains(id)),
+        "{sited:?}"
+    );
+    assert_eq!(fact(run, "key_in_turn_homes"), "0", "{run:?}");
+}
+
 /// A turn of the lab model's script, whatever the driver, in the session's common shapes: it
 /// starts, calls `write`, says text, changes a file, ends idle with a resume token, and reached
-/// the model through the gate and nothing else but the MCP relay (whose upstream, the example's
-/// Publication API, does not run in these boxes).
+/// the model through the gate's model relay and nothing else but the MCP relay.
 fn assert_scripted_write_turn(run: &BoxRun, tag: &str) {
     let turn = events(run, tag);
     let types: Vec<&str> = turn
@@ -1628,27 +1683,7 @@ fn assert_scripted_write_turn(run: &BoxRun, tag: &str) {
         .find(|e| e["type"] == "tool")
         .expect("a tool event");
     assert_eq!(tool["name"], "write", "{run:?}");
-    let beyond_mcp = || turn.iter().filter(|e| e["egress"]["host"] != "mcp");
-    assert!(
-        beyond_mcp()
-            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
-        "the model was reached through the gate: {run:?}"
-    );
-    // Nothing but the model: every CONNECT named the lab host and none was refused. A tunnel
-    // may be closed unused: the agent's HTTP pool opens a connection in the background when a
-    // round's request comes before the last round's connection is back in the pool, and a
-    // turn that ends first closes it (the gate says so, and refuses nothing).
-    assert!(
-        beyond_mcp()
-            .filter(|e| !e["egress"].is_null())
-            .all(|e| e["egress"]["host"] == LAB_HOST
-                && (e["egress"]["verdict"] == "allowed"
-                    || e["egress"]["verdict"] == "closed"
-                        && e["egress"]["reason"]
-                            .as_str()
-                            .is_some_and(|r| r.starts_with("client_closed")))),
-        "the agent reached for nothing else: {run:?}"
-    );
+    assert_model_relayed(run, &turn, "openai");
     let result = turn
         .iter()
         .find(|e| e["type"] == "result")
@@ -1680,6 +1715,9 @@ fn openai_declaration_with(driver: &str, bin: &str) -> String {
         "openai_base_url": "https://model.lab.example/v1",
         "openai_model": "lab-model",
     });
+    // The model's key, which the gate's relay adds (any credential file the operator made will
+    // do: the lab checks its fingerprint).
+    decl["secrets"]["OPENAI_API_KEY"] = "/etc/atelier/example/credentials/ANTHROPIC_API_KEY".into();
     decl["limits"]["session_turn_timeout_ms"] = 120_000.into();
     serde_json::to_string_pretty(&decl).expect("serializing the declaration")
 }
@@ -1727,6 +1765,12 @@ fn the_real_pi_runs_confined_reaches_its_model_only_through_the_gate_and_loads_n
     let run = run_real_agent(pi_declaration(), PI_TURN, "");
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     assert_scripted_write_turn(&run, "turn1");
+    assert_model_key_added(
+        &run,
+        "/v1/chat/completions",
+        "authorization",
+        "model_bearer_sha256",
+    );
     // pi writes the template's page in place (it stays the file sited made); what pi itself
     // creates, its session, is the site identity's.
     assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
@@ -2032,11 +2076,7 @@ fn assert_local_model_turn(declaration: String) {
         Some("idle".into()),
         "{run:?}"
     );
-    assert!(
-        turn.iter()
-            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
-        "{run:?}"
-    );
+    assert_model_relayed(&run, &turn, "openai");
     // The model's own words: a text event that is neither a gate decision nor an error.
     let said: Vec<&str> = turn
         .iter()
@@ -2127,18 +2167,13 @@ fn the_real_opencode_runs_confined_loads_nothing_planted_and_a_console_account_r
         Some("idle".into()),
         "{run:?}"
     );
-    assert!(
-        turn1
-            .iter()
-            .any(|e| e["egress"]["verdict"] == "allowed" && e["egress"]["host"] == LAB_HOST),
-        "the model was reached through the gate: {run:?}"
-    );
-    assert!(
-        turn1
-            .iter()
-            .filter(|e| e["egress"]["host"] != "mcp")
-            .all(|e| e["egress"]["verdict"] != "refused"),
-        "opencode reached for nothing else (no registry, no update, no console): {run:?}"
+    // Through the model relay, and nothing else (no registry, no update, no console).
+    assert_model_relayed(&run, &turn1, "openai");
+    assert_model_key_added(
+        &run,
+        "/v1/chat/completions",
+        "authorization",
+        "model_bearer_sha256",
     );
     assert_eq!(fact(&run, "page"), LAB_PAGE, "{run:?}");
     assert_eq!(fact(&run, "ran"), "0", "no planted code ran: {run:?}");
@@ -2234,6 +2269,7 @@ api -o /tmp/msg -w 'message=%{http_code}\n' -d "{\"message\":\"Write it again. s
 timeout 120 curl -sS -N --unix-socket $sock -H "Authorization: Bearer $token" "$base/v1/sessions/$id/events?after=-1" | sed -n 's/^data: //p' | sed 's/^/all| /'
 echo "outside=$(cat /root/outside.html)"
 requests
+key_facts
 sited_log | tail -n 20 | sed 's/^/sited-log| /'
 lab_down
 exit 0
@@ -2247,12 +2283,8 @@ const ATELIER_REPLACE: &str =
 #[test]
 fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resumes() {
     let bin = format!("{}/atelier-agent", atelier_layout::paths::BIN_DIR);
-    // With its key, which only its child gets (any credential file the operator made will do).
-    let mut declaration: Value =
-        serde_json::from_str(&openai_declaration_with("atelier", &bin)).expect("JSON");
-    declaration["secrets"]["ATELIER_AGENT_API_KEY"] =
-        "/etc/atelier/example/credentials/ANTHROPIC_API_KEY".into();
-    let run = run_real_agent_with_lab(declaration.to_string(), ATELIER_TURN, "", ATELIER_REPLACE);
+    let declaration = openai_declaration_with("atelier", &bin);
+    let run = run_real_agent_with_lab(declaration, ATELIER_TURN, "", ATELIER_REPLACE);
     assert_eq!(fact(&run, "start"), "201", "{run:?}");
     assert_scripted_write_turn(&run, "turn1");
     let tools: Vec<Value> = events(&run, "turn1")
@@ -2302,10 +2334,14 @@ fn atelier_agent_runs_confined_reaches_its_model_only_through_the_gate_and_resum
             .iter()
             .filter(|r| r["path"] == "/v1/chat/completions")
     };
-    assert!(
-        completions().all(|r| r["headers"]["authorization"] == "[redacted]"),
-        "every call to the model carried the key: {run:?}"
+    // Every call carried the declared key, which the gate's relay added.
+    assert_model_key_added(
+        &run,
+        "/v1/chat/completions",
+        "authorization",
+        "model_bearer_sha256",
     );
+    assert_key_held_by_the_gate_alone(&run);
     let calls: Vec<String> = completions().map(|r| r["body"].to_string()).collect();
     let turn1_calls: usize = fact(&run, "requests_after_turn1").parse().unwrap_or(0);
     // The editor's words exactly, read from atelier-agent's stdin, in both turns.

@@ -8,8 +8,9 @@ use atelier_proto::Door as DoorName;
 use std::path::PathBuf;
 use tokio::time::timeout;
 
+// The model relay's tests use it too (a file loaded as a module once).
 #[path = "../../tests/support/mcp.rs"]
-mod support;
+pub(crate) mod support;
 
 use support::{send, Upstream};
 
@@ -210,11 +211,7 @@ async fn a_delete_carries_no_body_and_no_key_is_added_when_none_is_declared() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_bad_gateway() {
-    // A port nothing listens on: bound, then closed.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = support::closed_port();
     let relay = start(&format!("http://{addr}/mcp"), Some(KEY));
     let response = send(&relay.socket, "POST", "/mcp", &[], b"{}").await;
     assert_eq!(response.status, StatusCode::BAD_GATEWAY);
@@ -288,46 +285,15 @@ async fn a_turn_subscription_has_each_relay_decision_once_the_agent_has_its_answ
 /// stalled one is gone.
 #[tokio::test]
 async fn stalled_bodies_are_held_a_few_at_a_time() {
-    use tokio::io::AsyncWriteExt as _;
     let upstream = Upstream::on_loopback().await;
     let relay = start(&url(&upstream), Some(KEY));
-    let mut stalled = Vec::new();
-    for _ in 0..MAX_BODIES_HELD {
-        let mut stream = tokio::net::UnixStream::connect(&relay.socket)
-            .await
-            .unwrap();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nhost: mcp\r\ncontent-length: {MAX_REQUEST_BODY}\r\n\r\n{{"
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stalled.push(stream);
-    }
-    timeout(WAIT, async {
-        while relay.door.bodies.available_permits() > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("every permit held by a stalled body");
-
-    let next = tokio::spawn({
-        let socket = relay.socket.clone();
-        async move {
-            send(&socket, "POST", "/mcp", &[], br#"{"id":2}"#)
-                .await
-                .status
-        }
-    });
-    // It cannot finish while every permit is held; this only waits a little to see that.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!next.is_finished(), "a ninth body was taken in");
-    assert!(upstream.seen().is_empty());
-
-    drop(stalled.pop());
-    let status = timeout(WAIT, next)
-        .await
-        .expect("the next POST went through")
-        .unwrap();
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(upstream.seen().len(), 1);
+    support::check_bodies_held(
+        &relay.socket,
+        "/mcp",
+        MAX_REQUEST_BODY,
+        MAX_BODIES_HELD,
+        || relay.door.bodies.available_permits(),
+        || upstream.seen().len(),
+    )
+    .await;
 }

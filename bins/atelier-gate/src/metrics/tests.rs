@@ -184,3 +184,60 @@ async fn a_tunnel_closed_unused_counts_as_unused_not_refused() {
     )
     .await;
 }
+
+/// Each model relay request counts once, under the API its path named (`unknown` for none the
+/// relay knows) and its outcome, and the MCP relay's family does not move.
+#[tokio::test]
+async fn each_model_relay_request_counts_under_its_api_and_outcome() {
+    use crate::mcp::tests::support::{send, Upstream};
+    use crate::mcp::McpDoor;
+    use crate::model::{ModelApi, ModelDoor, ModelRoute};
+    use crate::relay::{serve, Relays};
+    use crate::serve::DecisionLog;
+    use std::sync::Arc;
+
+    let (registry, metrics) = registered();
+    let upstream = Upstream::on_loopback().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("mcp.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let log = Arc::new(DecisionLog::new(DoorName::Turn));
+    let mcp = McpDoor::new("http://127.0.0.1:9/mcp", None, Arc::clone(&log)).unwrap();
+    let route = ModelRoute {
+        api: ModelApi::Anthropic,
+        upstream: format!("http://{}", upstream.addr),
+        credential: None,
+    };
+    let model = ModelDoor::new(vec![(route, None)], log).unwrap();
+    let relays = Relays {
+        mcp: Arc::new(mcp.with_metrics(metrics.clone())),
+        model: Some(Arc::new(model.with_metrics(metrics))),
+    };
+    tokio::spawn(serve(listener, relays));
+    let before = samples(&registry);
+    for (method, target) in [
+        ("POST", "/model/anthropic/v1/messages"),
+        ("POST", "/model/anthropic/v1/messages/count_tokens"),
+        ("POST", "/model/anthropic/v1/%2e%2e/admin"),
+        ("PUT", "/model/anthropic/v1/messages"),
+        ("GET", "/model/openai/models"),
+        ("GET", "/model/gemini/models"),
+    ] {
+        send(&socket, method, target, &[], b"{}").await;
+    }
+    let series = |api: &str, outcome: &str| {
+        format!(r#"atelier_gate_model_requests_total{{api="{api}",outcome="{outcome}"}}"#)
+    };
+    assert_moved(
+        &registry,
+        &before,
+        &[
+            (&series("anthropic", "relayed"), 2),
+            (&series("anthropic", "bad_path"), 1),
+            (&series("anthropic", "method_not_allowed"), 1),
+            (&series("openai", "not_found"), 1),
+            (&series("unknown", "not_found"), 1),
+        ],
+    )
+    .await;
+}

@@ -21,6 +21,9 @@
 //! and a metrics listener (`metrics.sock`, named `metrics` as its own socket unit names it),
 //! which a test scrapes. Everything is torn down on drop; namespaces a
 //! crashed earlier run left behind are removed when the next lab starts.
+//!
+//! Two of its parts serve the tests of a gate outside the lab too: [`write_stamped_plan`] and
+//! [`wait_for_log`].
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -75,6 +78,31 @@ fn run(args: &[&str]) {
         "{args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Writes the plan `body` to `path` as the provisioner does: pretty JSON with a final newline,
+/// stamped for `instance`.
+pub fn write_stamped_plan(path: &Path, instance: &str, body: &serde_json::Value) {
+    let text = serde_json::to_string_pretty(body).unwrap() + "\n";
+    std::fs::write(
+        path,
+        stamped(instance, "gate", CommentStyle::Slashes, text.as_bytes()),
+    )
+    .unwrap();
+}
+
+/// Waits until the gate's stderr, written to `log`, holds `needle`; the log on failure.
+pub fn wait_for_log(log: &Path, needle: &str) {
+    let read = || std::fs::read_to_string(log).unwrap_or_default();
+    let deadline = Instant::now() + WAIT;
+    while !read().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "the gate never logged {needle:?}:\n{}",
+            read()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Refuses to go on without what the lab needs, naming the Debian package.
@@ -378,13 +406,8 @@ impl Lab {
             "version": 1, "instance": "lab", "site": 1, "door": door.name, "port": 443,
             "hosts": door.hosts, "mcp": mcp,
         });
-        let text = serde_json::to_string_pretty(&body).unwrap() + "\n";
         let path = self.path(&format!("s1-{}.json", door.name));
-        std::fs::write(
-            &path,
-            stamped("lab", "gate", CommentStyle::Slashes, text.as_bytes()),
-        )
-        .unwrap();
+        write_stamped_plan(&path, "lab", &body);
         path
     }
 }
@@ -466,15 +489,7 @@ impl Gate {
 
     /// Waits until the log holds `needle`; the log on failure.
     pub fn wait_for_log(&self, needle: &str) {
-        let deadline = Instant::now() + WAIT;
-        while !self.log().contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "the gate never logged {needle:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_log(&self.log, needle);
     }
 }
 

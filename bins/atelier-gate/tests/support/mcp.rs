@@ -6,21 +6,33 @@
 //! [`Upstream::redirect_target`]; a GET streams `text/event-stream` events the test pushes
 //! through [`Upstream::push_event`]; anything else gets a 200 JSON echo of the method and body.
 //! Every answer also tries to echo the received `x-api-key` back in headers of its own.
+//!
+//! The model provider stand-in (sibling module `model`) is built of the same parts: the server
+//! loop ([`serve`]), the request recorded ([`Seen::read`]), the one streamed answer
+//! ([`stream_once`]) and the plain ones ([`full`], [`json`]). Both relays' unit tests also use
+//! [`closed_port`] and [`check_bodies_held`] from here.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
+use hyper::http::{request, response};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, UnixStream};
 use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+/// How long [`check_bodies_held`] waits for what must happen.
+const WAIT: Duration = Duration::from_secs(10);
 
 /// One request as the stand-in received it.
 #[derive(Debug, Clone)]
@@ -36,6 +48,22 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// Reads `request` in full: its head, and the record of it.
+    pub async fn read(request: Request<Incoming>) -> (request::Parts, Seen) {
+        let (parts, body) = request.into_parts();
+        let seen = Seen {
+            method: parts.method.to_string(),
+            target: parts.uri.to_string(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("?").to_owned()))
+                .collect(),
+            body: body.collect().await.unwrap().to_bytes().to_vec(),
+        };
+        (parts, seen)
+    }
+
     /// The values of header `name`.
     pub fn header(&self, name: &str) -> Vec<&str> {
         self.headers
@@ -46,7 +74,73 @@ impl Seen {
     }
 }
 
-type Events = mpsc::UnboundedReceiver<Bytes>;
+/// What a stand-in answers.
+pub type Answer = Response<BoxBody<Bytes, Infallible>>;
+
+/// The chunks of the one streamed answer, until the stream is taken.
+pub type Events = Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>;
+
+/// Serves HTTP/1.1 on `listener` until the runtime ends, each request answered by `answer`.
+pub fn serve<A, F>(listener: TcpListener, answer: A)
+where
+    A: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Answer> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let answer = answer(request);
+                    async move { Ok::<_, Infallible>(answer.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+}
+
+/// `response` as the one streamed answer: `text/event-stream` made of the chunks `events`
+/// receives, ending when their sender is gone; a 409 once the stream was taken.
+pub fn stream_once(events: &Events, response: response::Builder) -> Answer {
+    let Some(events) = events.lock().unwrap().take() else {
+        return response
+            .status(StatusCode::CONFLICT)
+            .body(full("one stream only"))
+            .unwrap();
+    };
+    let body = StreamBody::new(futures_util::stream::unfold(
+        events,
+        |mut events| async move {
+            let chunk = events.recv().await?;
+            Some((Ok::<_, Infallible>(Frame::data(chunk)), events))
+        },
+    ));
+    response
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(BodyExt::boxed(body))
+        .unwrap()
+}
+
+/// `response` with `status` and the JSON `body`.
+pub fn json(response: response::Builder, status: StatusCode, body: &str) -> Answer {
+    response
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(body))
+        .unwrap()
+}
+
+/// A whole body of `text`.
+pub fn full(text: &str) -> BoxBody<Bytes, Infallible> {
+    Full::new(Bytes::from(text.to_owned())).boxed()
+}
 
 /// The stand-in's shared state.
 #[derive(Clone)]
@@ -55,7 +149,7 @@ pub struct Upstream {
     pub addr: SocketAddr,
     /// What it received, in order.
     pub seen: Arc<Mutex<Vec<Seen>>>,
-    events: Arc<Mutex<Option<Events>>>,
+    events: Arc<Events>,
     push: mpsc::UnboundedSender<Bytes>,
     /// Where a `redirect` request is sent (a server that records any request it gets).
     pub redirect_target: String,
@@ -76,22 +170,9 @@ impl Upstream {
             redirect_target: redirect_target.to_owned(),
         };
         let state = upstream.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let state = state.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(state.answer(request).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        serve(listener, move |request| {
+            let state = state.clone();
+            async move { state.answer(request).await }
         });
         upstream
     }
@@ -112,19 +193,9 @@ impl Upstream {
         self.seen.lock().unwrap().clone()
     }
 
-    async fn answer(&self, request: Request<Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
-        let (parts, body) = request.into_parts();
-        let body = body.collect().await.unwrap().to_bytes().to_vec();
-        let seen = Seen {
-            method: parts.method.to_string(),
-            target: parts.uri.to_string(),
-            headers: parts
-                .headers
-                .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("?").to_owned()))
-                .collect(),
-            body: body.clone(),
-        };
+    async fn answer(&self, request: Request<Incoming>) -> Answer {
+        let (parts, seen) = Seen::read(request).await;
+        let body = seen.body.clone();
         let session = seen.header("mcp-session-id").first().map(|s| s.to_string());
         let key = seen.header("x-api-key").first().map(|s| s.to_string());
         self.seen.lock().unwrap().push(seen);
@@ -147,40 +218,22 @@ impl Upstream {
                 .unwrap();
         }
         if parts.method == hyper::Method::GET {
-            let events = self.events.lock().unwrap().take();
-            let Some(events) = events else {
-                return response
-                    .status(StatusCode::CONFLICT)
-                    .body(full("one stream only"))
-                    .unwrap();
-            };
-            let body = StreamBody::new(futures_util::stream::unfold(
-                events,
-                |mut events| async move {
-                    let chunk = events.recv().await?;
-                    Some((Ok::<_, Infallible>(Frame::data(chunk)), events))
-                },
-            ));
-            return response
-                .status(StatusCode::OK)
-                .header("content-type", "text/event-stream")
-                .body(BodyExt::boxed(body))
-                .unwrap();
+            return stream_once(&self.events, response);
         }
         let echo = serde_json::json!({
             "method": parts.method.as_str(),
             "body": String::from_utf8_lossy(&body),
         });
-        response
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(full(&echo.to_string()))
-            .unwrap()
+        json(response, StatusCode::OK, &echo.to_string())
     }
 }
 
-fn full(text: &str) -> BoxBody<Bytes, Infallible> {
-    Full::new(Bytes::from(text.to_owned())).boxed()
+/// A loopback address nothing listens on (bound, then closed): an upstream never reached.
+pub fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 /// A response from the relay whose body is read as it arrives.
@@ -253,4 +306,54 @@ pub async fn send(
             .collect(),
         body,
     }
+}
+
+/// Checks that the relay at `socket` holds at most `held` request bodies at once. `held` POSTs
+/// to `target`, each announcing `length` bytes and stalled after the first, take every permit
+/// (`free` reads how many are left); the next POST then waits for a permit instead of growing
+/// the gate, with nothing upstream (`seen` counts what reached it), and goes through once a
+/// stalled one is gone.
+pub async fn check_bodies_held(
+    socket: &Path,
+    target: &str,
+    length: usize,
+    held: usize,
+    free: impl Fn() -> usize,
+    seen: impl Fn() -> usize,
+) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut stalled = Vec::new();
+    for _ in 0..held {
+        let mut stream = UnixStream::connect(socket).await.unwrap();
+        let head = format!(
+            "POST {target} HTTP/1.1\r\nhost: 127.0.0.1:3129\r\n\
+             content-length: {length}\r\n\r\n{{"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    timeout(WAIT, async {
+        while free() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every permit held by a stalled body");
+
+    let next = tokio::spawn({
+        let (socket, target) = (socket.to_owned(), target.to_owned());
+        async move { send(&socket, "POST", &target, &[], b"{}").await.status }
+    });
+    // It cannot finish while every permit is held; this only waits a little to see that.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!next.is_finished(), "body {} was taken in", held + 1);
+    assert_eq!(seen(), 0);
+
+    drop(stalled.pop());
+    let status = timeout(WAIT, next)
+        .await
+        .expect("the next POST went through")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(seen(), 1);
 }

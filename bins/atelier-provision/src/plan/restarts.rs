@@ -265,7 +265,7 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
         layout.site_table_path(),
         layout.unit_path(&sited_unit),
     ];
-    sited_inputs.extend(layout.credential_sources().into_values());
+    sited_inputs.extend(layout.sited_credential_sources().into_values());
     let mut daemons = vec![Daemon {
         unit: sited_unit,
         inputs: sited_inputs,
@@ -283,6 +283,8 @@ fn daemons(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Vec<Daemon> {
                 .into_iter()
                 .filter_map(|door| layout.gate_plan_path(k, door)),
         );
+        // Read once at start: a changed key reaches the relays only through a restart.
+        inputs.extend(layout.gate_credential_sources().into_values());
         daemons.push(Daemon {
             unit,
             inputs,

@@ -168,8 +168,22 @@ fn env_file(layout: &Layout<'_>, sites: &[(SiteOrdinal, &Site)]) -> Result<Strin
          # one to sited through LoadCredential= (id <- root-only source file):\n",
         layout.instance()
     );
-    for (id, source) in layout.credential_sources() {
+    for (id, source) in layout.sited_credential_sources() {
         writeln!(body, "#   {id} <- {}", safe_path(&source)?).ok();
+    }
+    let model_keys: Vec<String> = layout
+        .gate_credential_sources()
+        .into_keys()
+        .filter(|id| atelier_layout::paths::MODEL_KEYS.contains(&id.as_str()))
+        .collect();
+    if !model_keys.is_empty() {
+        writeln!(
+            body,
+            "# The model's key ({}) goes to each site's gate instead, which adds it to the\n\
+             # agent's relayed model requests: no agent holds it.",
+            model_keys.join(", ")
+        )
+        .ok();
     }
     for (key, value) in keys {
         writeln!(body, "{key}={}", env_value(key, &value)?).ok();
@@ -288,5 +302,6 @@ fn gate_plan(
         port: EGRESS_PORT,
         hosts: plan.hosts,
         mcp,
+        model: plan.model,
     })))
 }

@@ -221,22 +221,40 @@ fn door_units_mask_what_names_every_site() {
 }
 
 #[test]
-fn sited_loads_every_credential_and_writes_only_its_roots() {
+fn sited_loads_every_credential_but_the_models_and_writes_only_its_roots() {
     let decl = example();
     let all = render(&decl, &FACTS).unwrap();
-    let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
-    let creds: Vec<&str> = sited
-        .lines()
-        .filter(|l| l.starts_with("LoadCredential="))
-        .collect();
+    let loaded = |unit: &str| -> Vec<String> {
+        text_of(&all, unit)
+            .lines()
+            .filter(|l| l.starts_with("LoadCredential="))
+            .map(str::to_owned)
+            .collect()
+    };
     assert_eq!(
-        creds,
+        loaded("/etc/systemd/system/atelier-sited@example.service"),
         [
-            "LoadCredential=ANTHROPIC_API_KEY:/etc/atelier/example/credentials/ANTHROPIC_API_KEY",
             "LoadCredential=PUBLICATION_API_KEY:/etc/atelier/example/credentials/PUBLICATION_API_KEY",
             "LoadCredential=SERVICE_TOKEN:/etc/atelier/example/credentials/SERVICE_TOKEN",
-        ]
+        ],
+        "the model's key is not sited's: its turns' agents could read it"
     );
+    for k in 1..=2 {
+        assert_eq!(
+            loaded(&format!("/etc/systemd/system/atelier-example-s{k}-gate.service")),
+            [
+                "LoadCredential=ANTHROPIC_API_KEY:/etc/atelier/example/credentials/ANTHROPIC_API_KEY",
+                "LoadCredential=PUBLICATION_API_KEY:/etc/atelier/example/credentials/PUBLICATION_API_KEY",
+            ],
+            "each gate adds the keys its relays send"
+        );
+    }
+    let env = text_of(&all, "/etc/atelier/example/env");
+    assert!(
+        !env.contains("ANTHROPIC_API_KEY <-") && env.contains("(ANTHROPIC_API_KEY) goes to"),
+        "{env}"
+    );
+    let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
     let rw: Vec<&str> = sited
         .lines()
         .filter(|l| l.starts_with("ReadWritePaths="))
@@ -582,9 +600,9 @@ fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
 
 /// A declaration selecting the driver atelier with an Anthropic model renders what sited needs
 /// to run it: the driver, atelier-agent's binary, the model, the plan's provider host, and its
-/// key as a credential PID 1 hands over, never a line of the env file.
+/// key as a credential PID 1 hands the gate, never a line of the env file nor sited's.
 #[test]
-fn the_atelier_driver_reaches_sited_env_and_its_key_a_credential() {
+fn the_atelier_driver_reaches_sited_env_and_its_key_the_gates_model_relay() {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/examples/instance.json"),
     )
@@ -597,7 +615,7 @@ fn the_atelier_driver_reaches_sited_env_and_its_key_a_credential() {
         "anthropic_model": "claude-sonnet-4-5",
     });
     doc["secrets"] = serde_json::json!({
-        "ATELIER_AGENT_API_KEY": "/etc/atelier/example/credentials/ATELIER_AGENT_API_KEY",
+        "ANTHROPIC_API_KEY": "/etc/atelier/example/credentials/ANTHROPIC_API_KEY",
     });
     let decl = Declaration::parse(&doc.to_string()).unwrap();
     let all = render(&decl, &FACTS).unwrap();
@@ -610,15 +628,31 @@ fn the_atelier_driver_reaches_sited_env_and_its_key_a_credential() {
         assert!(env.lines().any(|l| l == line), "{line}\n{env}");
     }
     assert!(
-        !env.contains("ATELIER_AGENT_API_KEY="),
+        !env.contains("ANTHROPIC_API_KEY="),
         "the key is no setting\n{env}"
     );
+    let key_line =
+        "LoadCredential=ANTHROPIC_API_KEY:/etc/atelier/example/credentials/ANTHROPIC_API_KEY";
     let sited = text_of(&all, "/etc/systemd/system/atelier-sited@example.service");
-    assert!(sited.lines().any(|l| l
-        == "LoadCredential=ATELIER_AGENT_API_KEY:/etc/atelier/example/credentials/ATELIER_AGENT_API_KEY"));
+    assert!(!sited.lines().any(|l| l == key_line), "{sited}");
+    let gate = text_of(&all, "/etc/systemd/system/atelier-example-s1-gate.service");
+    assert!(gate.lines().any(|l| l == key_line), "{gate}");
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
     let plan: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
     assert_eq!(plan["hosts"], serde_json::json!(["api.anthropic.com"]));
+    assert_eq!(
+        plan["model"],
+        serde_json::json!({"routes": [{
+            "api": "anthropic",
+            "upstream": "https://api.anthropic.com",
+            "credential": "ANTHROPIC_API_KEY",
+        }]})
+    );
+    let build = text_of(&all, "/etc/atelier/example/gate/s1-build.json");
+    assert!(
+        !build.contains("\"model\""),
+        "the build door relays no model: {build}"
+    );
 }
 
 /// The binary and template paths are one derivation: by default where the Debian package

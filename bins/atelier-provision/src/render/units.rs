@@ -247,7 +247,7 @@ fn sited_service(
     let list = sockets.join(" ");
     let socket_dependencies = format!("Wants={list}\nAfter={list}\n");
     let mut credentials = String::new();
-    for (id, source) in layout.credential_sources() {
+    for (id, source) in layout.sited_credential_sources() {
         check_credential_id(&id)?;
         writeln!(credentials, "LoadCredential={id}:{}", safe_path(&source)?).ok();
     }
@@ -565,18 +565,13 @@ fn gate_service(layout: &Layout<'_>, k: SiteOrdinal) -> Result<String, RenderErr
         }
         mcp |= door.has_mcp();
     }
-    // Only the MCP relay needs the Publication API key; the gate is its one consumer.
+    // The relays add the keys: the MCP relay the Publication API's, the model relay the
+    // provider's. The gate is their one consumer; the turn door's agent never holds them.
     let mut credentials = String::new();
     if mcp {
-        let sources = layout.credential_sources();
-        if let Some(source) = sources.get(atelier_layout::paths::PUBLICATION_API_KEY) {
-            writeln!(
-                credentials,
-                "LoadCredential={}:{}",
-                atelier_layout::paths::PUBLICATION_API_KEY,
-                safe_path(source)?
-            )
-            .ok();
+        for (id, source) in layout.gate_credential_sources() {
+            check_credential_id(&id)?;
+            writeln!(credentials, "LoadCredential={id}:{}", safe_path(&source)?).ok();
         }
     }
     fill(

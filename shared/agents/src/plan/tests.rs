@@ -842,14 +842,28 @@ fn egress_environment_per_door_and_driver() {
         Vec<(&'static str, &'static str)>,
         Vec<&'static str>,
     );
-    let cases: Vec<Case<'_>> = vec![
+    let cases: Vec<Case<'_>> =
+        vec![
         (
-            "confined claude: the proxy and the quiet switches",
+            "confined claude: the proxy, the quiet switches, the model relay",
             DriverId::ClaudeCode,
             true,
             &ENDPOINT,
-            proxy_keys.iter().chain(&quiet).copied().collect(),
-            vec!["ANTHROPIC_BASE_URL", "NODE_EXTRA_CA_CERTS"],
+            proxy_keys
+                .iter()
+                .chain(&quiet)
+                .copied()
+                .chain([("ANTHROPIC_BASE_URL", "http://127.0.0.1:3129/model/anthropic")])
+                .collect(),
+            vec!["NODE_EXTRA_CA_CERTS"],
+        ),
+        (
+            "unconfined claude: Anthropic's own API, no base URL",
+            DriverId::ClaudeCode,
+            false,
+            &ENDPOINT,
+            vec![],
+            vec!["ANTHROPIC_BASE_URL"],
         ),
         (
             "unconfined claude: no gate behind loopback, so no proxy; still quiet",
@@ -871,12 +885,12 @@ fn egress_environment_per_door_and_driver() {
             ],
         ),
         (
-            "claude with a gateway and a lab CA",
+            "confined claude with a gateway and a lab CA: the gateway is the relay's",
             DriverId::ClaudeCode,
             true,
             &lab,
             vec![
-                ("ANTHROPIC_BASE_URL", "https://model.lab.example"),
+                ("ANTHROPIC_BASE_URL", "http://127.0.0.1:3129/model/anthropic"),
                 ("NODE_EXTRA_CA_CERTS", "/etc/atelier-lab/ca.pem"),
             ],
             vec![],
@@ -1299,4 +1313,94 @@ fn pi_env_takes_only_provider_credentials_a_run_may_be_given() {
             "{name}"
         );
     }
+}
+
+/// A confined turn of every driver holds no provider credential: none of the canaries the
+/// daemon was given is in its environment, argv, stdin or any file written for it; its model
+/// is the turn door's relay; only the CLIs that insist on a key get the placeholder. An
+/// unconfined (development) turn still gets its own driver's key.
+#[test]
+fn a_confined_turn_holds_no_provider_key_and_reaches_its_model_through_the_relay() {
+    let mcp = McpAttachment::confined();
+    let creds = credentials();
+    let canaries = [
+        "sk-ant-canary",
+        "sk-openai-canary",
+        "auth-canary",
+        "pi-canary",
+        "atelier-canary",
+    ];
+    let both = ENDPOINT.clone();
+    let anthropic_atelier = ModelEndpoint {
+        anthropic_model: Some("claude-sonnet-4-5".into()),
+        ..ENDPOINT.clone()
+    };
+    let cases = [
+        (
+            "claude code",
+            DriverId::ClaudeCode,
+            &both,
+            "http://127.0.0.1:3129/model/anthropic",
+        ),
+        (
+            "opencode",
+            DriverId::Opencode,
+            &both,
+            "http://127.0.0.1:3129/model/openai/v1",
+        ),
+        (
+            "pi",
+            DriverId::Pi,
+            &both,
+            "http://127.0.0.1:3129/model/openai/v1",
+        ),
+        (
+            "atelier, openai",
+            DriverId::Atelier,
+            &both,
+            "http://127.0.0.1:3129/model/openai/v1",
+        ),
+        (
+            "atelier, anthropic",
+            DriverId::Atelier,
+            &anthropic_atelier,
+            "http://127.0.0.1:3129/model/anthropic",
+        ),
+    ];
+    for (name, driver, endpoint, relay) in cases {
+        let plan = plan_turn(&TurnRequest {
+            proxied: true,
+            endpoint,
+            ..request(driver, &mcp, &creds, Some(b"# Brief"), None)
+        })
+        .unwrap();
+        let mut seen: Vec<String> = plan.argv.clone();
+        seen.extend(plan.env.iter().map(|(k, v)| format!("{k}={v}")));
+        seen.extend(plan.stdin.clone());
+        for file in plan.files.iter().chain(&plan.stated) {
+            seen.push(String::from_utf8_lossy(&file.contents).into_owned());
+        }
+        let everything = seen.join("\n");
+        for canary in canaries {
+            assert!(
+                !everything.contains(canary),
+                "{name}: {canary} reached the turn"
+            );
+        }
+        assert!(everything.contains(relay), "{name}: its model is {relay}");
+        assert!(
+            !everything.contains("llm.example.org") && !everything.contains("api.anthropic.com"),
+            "{name}: no upstream is named to the agent"
+        );
+        let placeholder = match driver {
+            DriverId::ClaudeCode => plan.env.get("ANTHROPIC_API_KEY"),
+            DriverId::Atelier => plan.env.get(ATELIER_API_KEY_ENV),
+            DriverId::Opencode | DriverId::Pi => None,
+        };
+        if let Some(placeholder) = placeholder {
+            assert_eq!(placeholder, RELAYED_KEY_PLACEHOLDER, "{name}");
+        }
+    }
+    let unconfined = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();
+    assert_eq!(unconfined.env["ANTHROPIC_API_KEY"], "sk-ant-canary");
 }

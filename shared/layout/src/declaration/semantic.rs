@@ -96,6 +96,19 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         );
     }
 
+    for id in decl.secrets.keys() {
+        if crate::paths::AGENT_HELD_KEYS.contains(&id.as_str()) {
+            refuse(
+                &root.key("secrets").key(id),
+                Reason::AgentHeldCredential,
+                "would be handed to the agent, which can read its own environment and files: \
+                 declare the model's key as secrets.ANTHROPIC_API_KEY or secrets.OPENAI_API_KEY, \
+                 which the turn door's gate adds to each relayed model request"
+                    .to_owned(),
+            );
+        }
+    }
+
     // A model URL is reached through the turn door's gate, which tunnels to its plan's hosts
     // only: the plan is read off the same derivation that renders it.
     let turn_plan = Layout::new(decl)

@@ -609,6 +609,23 @@ const CASES: &[Case] = &[
         &[("agent.bins", Reason::MissingAgentBin)],
     ),
     (
+        "keys sited would hand to the agent itself",
+        |d| {
+            for id in ["PI_ENV", "OPENCODE_ENV", "ATELIER_AGENT_API_KEY"] {
+                set(
+                    d,
+                    &format!("/secrets/{id}"),
+                    json!(format!("/etc/atelier/example/credentials/{id}")),
+                );
+            }
+        },
+        &[
+            ("secrets.ATELIER_AGENT_API_KEY", Reason::AgentHeldCredential),
+            ("secrets.OPENCODE_ENV", Reason::AgentHeldCredential),
+            ("secrets.PI_ENV", Reason::AgentHeldCredential),
+        ],
+    ),
+    (
         "opencode without provider hosts",
         |d| {
             set(d, "/agent/driver", json!("opencode"));

@@ -47,6 +47,13 @@ fn samples() -> Vec<Decision> {
         ),
         Decision::new(
             Door::Turn,
+            MODEL_HOST,
+            None,
+            Verdict::Relayed,
+            "POST /model/anthropic 200",
+        ),
+        Decision::new(
+            Door::Turn,
             "\"quoted\\",
             None,
             Verdict::Refused,
@@ -202,6 +209,33 @@ fn every_verdict_has_its_human_line() {
                 "DELETE /mcp upstream_redirect",
             ),
             "[egress] refused MCP relay — DELETE /mcp upstream_redirect",
+        ),
+        (
+            "relayed by the model relay",
+            samples()[5].clone(),
+            "[egress] model relay POST /model/anthropic 200",
+        ),
+        (
+            "refused by the model relay",
+            Decision::new(
+                Door::Turn,
+                MODEL_HOST,
+                None,
+                Verdict::Refused,
+                "GET /model/openai bad_path",
+            ),
+            "[egress] refused model relay — GET /model/openai bad_path",
+        ),
+        (
+            "a parsed target named like the model relay, with its port, is a CONNECT",
+            Decision::new(
+                Door::Turn,
+                MODEL_HOST,
+                Some(443),
+                Verdict::Refused,
+                "invalid_host",
+            ),
+            "[egress] refused CONNECT model:443 — invalid_host",
         ),
         (
             "refused before any target was read",

@@ -1,0 +1,406 @@
+//! The model relay on the turn door: plain HTTP beside the MCP relay on its socket, under
+//! `/model/<api>/…`, relayed to the route's upstream with the provider's key added. A confined
+//! coding agent can read its own environment and files, so it is given the relay's URL and a
+//! placeholder key; the real key lives in the gate alone.
+//!
+//! Per request, in order: the target mapped by [`route_target`] (an API with a route in the
+//! plan, else 404; a path that could leave the upstream's base path, else 400); GET or POST
+//! (else 405); request headers by allowlist ([`REQUEST_HEADERS`]), then the route's key header
+//! ([`key_header`]) from the gate's credential, so the agent's own `authorization` or
+//! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
+//! (else 413) and read within 60 s. Upstream redirects are never followed: any 3xx is a 502.
+//! The status and the body pass through as they arrive (SSE streams are not buffered), with
+//! response headers by allowlist ([`RESPONSE_HEADERS`], [`RESPONSE_HEADER_PREFIXES`]). At most
+//! [`MAX_BODIES_HELD`] bodies are held at once. Every outcome is a decision of the turn door
+//! (host [`MODEL_HOST`], no port, the reason `<method> /model/<api> <status or refusal>`),
+//! recorded in the door's [`DecisionLog`] before the agent gets its answer. The reason never
+//! holds the rest of the path or the query, which may carry anything; a path naming no API the
+//! relay knows reads `/model`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atelier_http::{Request, Response};
+use atelier_layout::services::MODEL_RELAY_PATH;
+use atelier_proto::egress::{Verdict, MODEL_HOST};
+use atelier_sd::credentials::Secret;
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use hyper::{Method, StatusCode};
+
+use crate::metrics::{Metrics, ModelOutcome};
+use crate::relay::{self, Bodies, BodyRefusal};
+use crate::serve::DecisionLog;
+
+pub use atelier_layout::files::{ModelApi, ModelRoute};
+
+/// The methods relayed, in the order a 405's `Allow` names them.
+const METHODS: [Method; 2] = [Method::GET, Method::POST];
+
+/// The largest request body relayed: a long conversation with its tool results and images.
+pub const MAX_REQUEST_BODY: usize = 32 * 1024 * 1024; // 32 MiB
+
+/// Request headers passed upstream; every other one is dropped, the agent's placeholder
+/// `authorization` and `x-api-key` among them.
+pub const REQUEST_HEADERS: [&str; 5] = [
+    "content-type",
+    "accept",
+    "anthropic-version",
+    "anthropic-beta",
+    "user-agent",
+];
+
+/// Response headers passed back to the agent, besides those starting with one of
+/// [`RESPONSE_HEADER_PREFIXES`]; every other one is dropped.
+pub const RESPONSE_HEADERS: [&str; 5] = [
+    "content-type",
+    "cache-control",
+    "request-id",
+    "x-request-id",
+    "retry-after",
+];
+
+/// The prefixes of the rate-limit headers passed back, by which the agent paces itself.
+pub const RESPONSE_HEADER_PREFIXES: [&str; 2] = ["anthropic-ratelimit-", "x-ratelimit-"];
+
+/// How many request bodies are held at once (each up to [`MAX_REQUEST_BODY`], from its first
+/// byte until it was sent upstream): a run opening many large POSTs and stalling them waits
+/// for its own earlier ones instead of growing the gate past its memory cap.
+pub const MAX_BODIES_HELD: usize = 4;
+
+/// How long a POST body may take to arrive in full.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Percent-encodings a path segment may not hold: each decodes to `.`, `/` or `\`, which an
+/// upstream (or a URL parser on the way) could read as a step out of the base path.
+const ENCODED_SEPARATORS: [&str; 3] = ["%2e", "%2f", "%5c"];
+
+/// Why the relay answers something other than the upstream's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ModelRefusal {
+    /// The path names no API, or one with no route in the plan (404).
+    #[error("only /model/<api>/… of an API with a route is relayed")]
+    NotFound,
+    /// The path below the API is empty, or could step out of the upstream's base path: a `.`
+    /// or `..` segment, an empty one, a backslash, a percent-encoded `.`, `/` or `\`, or a
+    /// byte that is not visible ASCII (400).
+    #[error("the path is empty or could leave the upstream's base path")]
+    BadPath,
+    /// The method is not GET or POST (405).
+    #[error("only GET and POST are relayed")]
+    MethodNotAllowed,
+    /// The POST body exceeds [`MAX_REQUEST_BODY`] (413).
+    #[error("the request body is too large")]
+    BodyTooLarge,
+    /// The POST body could not be read from the agent, or did not arrive in full within 60 s
+    /// (400).
+    #[error("the request body could not be read")]
+    BodyUnreadable,
+    /// The upstream answered with a redirect, which is never followed (502).
+    #[error("the model provider answered with a redirect, which is not followed")]
+    UpstreamRedirect,
+    /// The upstream could not be reached or failed before answering (502).
+    #[error("the model provider could not be reached")]
+    UpstreamUnreachable,
+}
+
+impl ModelRefusal {
+    /// Every refusal.
+    pub const ALL: [ModelRefusal; 7] = [
+        ModelRefusal::NotFound,
+        ModelRefusal::BadPath,
+        ModelRefusal::MethodNotAllowed,
+        ModelRefusal::BodyTooLarge,
+        ModelRefusal::BodyUnreadable,
+        ModelRefusal::UpstreamRedirect,
+        ModelRefusal::UpstreamUnreachable,
+    ];
+
+    /// The stable snake_case name used in logs and in the problem's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelRefusal::NotFound => "not_found",
+            ModelRefusal::BadPath => "bad_path",
+            ModelRefusal::MethodNotAllowed => "method_not_allowed",
+            ModelRefusal::BodyTooLarge => "body_too_large",
+            ModelRefusal::BodyUnreadable => "body_unreadable",
+            ModelRefusal::UpstreamRedirect => "upstream_redirect",
+            ModelRefusal::UpstreamUnreachable => "upstream_unreachable",
+        }
+    }
+
+    /// The HTTP status the agent gets.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ModelRefusal::NotFound => StatusCode::NOT_FOUND,
+            ModelRefusal::BadPath | ModelRefusal::BodyUnreadable => StatusCode::BAD_REQUEST,
+            ModelRefusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ModelRefusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ModelRefusal::UpstreamRedirect | ModelRefusal::UpstreamUnreachable => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+}
+
+/// Why the relay cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A route's credential holds bytes no header may carry (a newline inside, say). The value
+    /// is never part of the message.
+    #[error("the {} model key is not a valid header value", .0.as_str())]
+    BadKey(ModelApi),
+    /// Two routes for one API (the plan check refuses those first).
+    #[error("more than one model route for {}", .0.as_str())]
+    RouteRepeated(ModelApi),
+    /// The HTTP client could not be built.
+    #[error("building the model relay's HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The header name and value carrying `key` upstream for `api`, the value marked sensitive:
+/// `x-api-key: <key>` for Anthropic, `authorization: Bearer <key>` for OpenAI.
+pub fn key_header(
+    api: ModelApi,
+    key: &Secret<String>,
+) -> Result<(HeaderName, HeaderValue), ModelError> {
+    let (name, value) = match api {
+        ModelApi::Anthropic => (
+            HeaderName::from_static("x-api-key"),
+            HeaderValue::from_str(key.expose()),
+        ),
+        ModelApi::Openai => (
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", key.expose())),
+        ),
+    };
+    let mut value = value.map_err(|_| ModelError::BadKey(api))?;
+    value.set_sensitive(true);
+    Ok((name, value))
+}
+
+/// The API the path's first segment below `/model/` names, if the relay knows it; whether the
+/// plan has a route for it is [`route_target`]'s question.
+pub fn named_api(path: &str) -> Option<ModelApi> {
+    let below = path.strip_prefix(MODEL_RELAY_PATH)?.strip_prefix('/')?;
+    let segment = below.split(['/', '?']).next().unwrap_or(below);
+    ModelApi::ALL
+        .into_iter()
+        .find(|api| api.as_str() == segment)
+}
+
+/// Maps a request target `/model/<api>/<rest>[?<query>]` to the route's API and the upstream
+/// URL `<upstream>/<rest>[?<query>]`, the query kept as it is.
+///
+/// [`ModelRefusal::NotFound`] when the target is not below `/model/`, names no API, or one
+/// with no route in `routes`; [`ModelRefusal::BadPath`] when `<rest>` is empty or any of its
+/// segments is `.`, `..`, empty (but the last: a trailing `/` is kept), or holds a backslash or
+/// a percent-encoded `.`, `/` or `\` (either case), or when the target holds a byte that is not
+/// visible ASCII or a `#`. What is accepted cannot leave the route's base path, however the
+/// upstream or a URL parser on the way normalises it. No I/O; every input is safe to give it.
+pub fn route_target(
+    path_and_query: &str,
+    routes: &[ModelRoute],
+) -> Result<(ModelApi, String), ModelRefusal> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path_and_query, None),
+    };
+    let below = path
+        .strip_prefix(MODEL_RELAY_PATH)
+        .and_then(|below| below.strip_prefix('/'))
+        .ok_or(ModelRefusal::NotFound)?;
+    let (segment, rest) = below.split_once('/').unwrap_or((below, ""));
+    let api = ModelApi::ALL
+        .into_iter()
+        .find(|api| api.as_str() == segment)
+        .ok_or(ModelRefusal::NotFound)?;
+    let route = routes
+        .iter()
+        .find(|route| route.api == api)
+        .ok_or(ModelRefusal::NotFound)?;
+    // Tabs and line breaks among them: a URL parser drops those, which could join `.` and `.`.
+    let visible = path_and_query
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'#');
+    if !visible || rest.is_empty() {
+        return Err(ModelRefusal::BadPath);
+    }
+    let segments: Vec<&str> = rest.split('/').collect();
+    let last = segments.len() - 1;
+    for (at, segment) in segments.into_iter().enumerate() {
+        let lower = segment.to_ascii_lowercase();
+        let steps_out = matches!(segment, "." | "..")
+            || (segment.is_empty() && at != last)
+            || segment.contains('\\')
+            || ENCODED_SEPARATORS
+                .iter()
+                .any(|encoded| lower.contains(encoded));
+        if steps_out {
+            return Err(ModelRefusal::BadPath);
+        }
+    }
+    let mut upstream = format!("{}/{rest}", route.upstream);
+    if let Some(query) = query {
+        upstream.push('?');
+        upstream.push_str(query);
+    }
+    Ok((api, upstream))
+}
+
+/// Everything the relay needs.
+pub struct ModelDoor {
+    /// The routes, from the plan.
+    routes: Vec<ModelRoute>,
+    /// Each route's key header, the value marked sensitive; none for a route without a key.
+    keys: BTreeMap<ModelApi, (HeaderName, HeaderValue)>,
+    client: reqwest::Client,
+    /// The decisions of the door the relay serves (the turn door's).
+    pub log: Arc<DecisionLog>,
+    /// Where each request's outcome is counted.
+    metrics: Metrics,
+    /// The request bodies held (see [`MAX_BODIES_HELD`]).
+    bodies: Bodies,
+}
+
+impl ModelDoor {
+    /// A relay over `routes`, each with the key its credential holds (when it declares one),
+    /// recording its decisions in `log`, the log of the door it serves. The client follows no
+    /// redirect and uses no proxy from the environment.
+    pub fn new(
+        routes: Vec<(ModelRoute, Option<Secret<String>>)>,
+        log: Arc<DecisionLog>,
+    ) -> Result<ModelDoor, ModelError> {
+        let mut keys = BTreeMap::new();
+        let mut kept = Vec::with_capacity(routes.len());
+        for (route, key) in routes {
+            if kept.iter().any(|other: &ModelRoute| other.api == route.api) {
+                return Err(ModelError::RouteRepeated(route.api));
+            }
+            if let Some(key) = key {
+                keys.insert(route.api, key_header(route.api, &key)?);
+            }
+            kept.push(route);
+        }
+        Ok(ModelDoor {
+            routes: kept,
+            keys,
+            client: relay::client().map_err(ModelError::Client)?,
+            log,
+            metrics: Metrics::default(),
+            bodies: Bodies::new(MAX_BODIES_HELD, MAX_REQUEST_BODY, BODY_READ_TIMEOUT),
+        })
+    }
+
+    /// The same relay, counting each request's outcome into `metrics`.
+    pub fn with_metrics(self, metrics: Metrics) -> ModelDoor {
+        ModelDoor { metrics, ..self }
+    }
+
+    /// The routes relayed, in plan order.
+    pub fn routes(&self) -> &[ModelRoute] {
+        &self.routes
+    }
+
+    fn record(&self, method: &Method, api: Option<ModelApi>, verdict: Verdict, outcome: &str) {
+        let path = match api {
+            Some(api) => format!("{MODEL_RELAY_PATH}/{}", api.as_str()),
+            None => MODEL_RELAY_PATH.to_owned(),
+        };
+        self.log.record(
+            MODEL_HOST,
+            None,
+            verdict,
+            &format!("{method} {path} {outcome}"),
+        );
+    }
+
+    /// Records and counts `refusal`; its problem+json answer, with `Allow` on a 405.
+    fn refuse(&self, method: &Method, api: Option<ModelApi>, refusal: ModelRefusal) -> Response {
+        self.record(method, api, Verdict::Refused, refusal.as_str());
+        self.metrics
+            .model_request(api, ModelOutcome::Refused(refusal));
+        let allow = (refusal == ModelRefusal::MethodNotAllowed).then_some(&METHODS[..]);
+        relay::problem(
+            refusal.status(),
+            refusal.as_str(),
+            refusal.to_string(),
+            allow,
+        )
+    }
+}
+
+impl std::fmt::Debug for ModelDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self.keys.keys().map(|api| api.as_str()).collect();
+        f.debug_struct("ModelDoor")
+            .field("routes", &self.routes)
+            .field("keys_for", &keys)
+            .finish()
+    }
+}
+
+/// Returns true if and only if the upstream's response header `name` is passed back.
+fn passes_back(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    RESPONSE_HEADERS.contains(&name)
+        || RESPONSE_HEADER_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+}
+
+/// Relays one request; see the module documentation for the order of checks.
+pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
+    let method = request.method().clone();
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(request.uri().path(), |target| target.as_str());
+    let api = named_api(target);
+    let url = match route_target(target, &door.routes) {
+        Ok((_, url)) => url,
+        Err(refusal) => return door.refuse(&method, api, refusal),
+    };
+    if !METHODS.contains(&method) {
+        return door.refuse(&method, api, ModelRefusal::MethodNotAllowed);
+    }
+    let upstream = door.client.request(method.clone(), url);
+    let mut upstream = relay::pass_on(upstream, request.headers(), &REQUEST_HEADERS);
+    if let Some((name, value)) = api.and_then(|api| door.keys.get(&api)) {
+        upstream = upstream.header(name.clone(), value.clone());
+    }
+    // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
+    let (upstream, _holding) = match door.bodies.take(upstream, request).await {
+        Ok(taken) => taken,
+        Err(BodyRefusal::TooLarge) => return door.refuse(&method, api, ModelRefusal::BodyTooLarge),
+        Err(BodyRefusal::Unreadable) => {
+            return door.refuse(&method, api, ModelRefusal::BodyUnreadable)
+        }
+    };
+    let answer = match upstream.send().await {
+        Ok(answer) => answer,
+        Err(error) => {
+            // Without its URL: the query is the agent's and may carry anything.
+            tracing::warn!(error = %error.without_url(), "the model upstream failed");
+            return door.refuse(&method, api, ModelRefusal::UpstreamUnreachable);
+        }
+    };
+    if answer.status().is_redirection() {
+        // Dropping the answer cancels its body; the Location is not followed, nor shown.
+        return door.refuse(&method, api, ModelRefusal::UpstreamRedirect);
+    }
+    door.record(&method, api, Verdict::Relayed, answer.status().as_str());
+    door.metrics.model_request(api, ModelOutcome::Relayed);
+    // By the allowlist, in the upstream's order.
+    let headers: Vec<(HeaderName, HeaderValue)> = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| passes_back(name))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    relay::stream_back(answer, headers)
+        .unwrap_or_else(|| door.refuse(&method, api, ModelRefusal::UpstreamUnreachable))
+}
+
+#[cfg(test)]
+mod tests;
