@@ -11,8 +11,9 @@
 //! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::relay`],
 //!   [`mcp::McpDoor`]).
 //! - [`model`]: the turn door's model relay to the model providers, which adds the provider's
-//!   key so no confined agent holds it ([`model::route_target`], [`model::relay`],
-//!   [`model::ModelDoor`], [`model::ModelRefusal`]).
+//!   key so no confined agent holds it, dialling public addresses only
+//!   ([`model::route_target`], [`model::relay`], [`model::ModelDoor`],
+//!   [`model::PublicOnly`], [`model::ModelRefusal`]).
 //! - [`relay`]: the turn door's relay listener, serving both relays by path
 //!   ([`relay::serve`], [`relay::Relays`]), and the plumbing the two relays share.
 //! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for

@@ -234,7 +234,8 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
     let answer = match upstream.send().await {
         Ok(answer) => answer,
         Err(error) => {
-            tracing::warn!(error = %error.without_url(), "the MCP upstream failed");
+            let error = relay::failure(error);
+            tracing::warn!(%error, "the MCP upstream failed");
             return door.refuse(&method, McpRefusal::UpstreamUnreachable);
         }
     };

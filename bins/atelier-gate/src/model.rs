@@ -8,16 +8,19 @@
 //! (else 405); request headers by allowlist ([`REQUEST_HEADERS`]), then the route's key header
 //! ([`key_header`]) from the gate's credential, so the agent's own `authorization` or
 //! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
-//! (else 413) and read within 60 s. Upstream redirects are never followed: any 3xx is a 502.
-//! The status and the body pass through as they arrive (SSE streams are not buffered), with
-//! response headers by allowlist ([`RESPONSE_HEADERS`], [`RESPONSE_HEADER_PREFIXES`]). At most
-//! [`MAX_BODIES_HELD`] bodies are held at once. Every outcome is a decision of the turn door
-//! (host [`MODEL_HOST`], no port, the reason `<method> /model/<api> <status or refusal>`),
-//! recorded in the door's [`DecisionLog`] before the agent gets its answer. The reason never
-//! holds the rest of the path or the query, which may carry anything; a path naming no API the
-//! relay knows reads `/model`.
+//! (else 413) and read within 60 s. The upstream's host is dialled on its public addresses
+//! only ([`PublicOnly`]): a name resolving to none is a 502, like an upstream that cannot be
+//! reached. Upstream redirects are never followed: any 3xx is a 502. The status and the body
+//! pass through as they arrive (SSE streams are not buffered), with response headers by
+//! allowlist ([`RESPONSE_HEADERS`], [`RESPONSE_HEADER_PREFIXES`]). At most [`MAX_BODIES_HELD`]
+//! bodies are held at once. Every outcome is a decision of the turn door (host [`MODEL_HOST`],
+//! no port, the reason `<method> /model/<api> <status or refusal>`), recorded in the door's
+//! [`DecisionLog`] before the agent gets its answer. The reason never holds the rest of the
+//! path or the query, which may carry anything; a path naming no API the relay knows reads
+//! `/model`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +31,7 @@ use atelier_sd::credentials::Secret;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use hyper::{Method, StatusCode};
 
+use crate::address::{Policy, Verdict as AddressVerdict};
 use crate::metrics::{Metrics, ModelOutcome};
 use crate::relay::{self, Bodies, BodyRefusal};
 use crate::serve::DecisionLog;
@@ -248,6 +252,85 @@ pub fn route_target(
     Ok((api, upstream))
 }
 
+/// The model relay's resolver: the system's (`getaddrinfo`), keeping only the addresses the
+/// gate's [`Policy`] counts as public, as a CONNECT's are. A tunnel to a model host dialled
+/// public addresses only, and the relay keeps that: a declared host whose DNS answers with a
+/// loopback or private address (rebound, or mistyped) is never dialled. An address written in
+/// the URL itself is not resolved, so the plan refuses one ([`crate::plan`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PublicOnly {
+    /// What counts as public.
+    pub policy: Policy,
+}
+
+/// Why a model host is not dialled: the name, how many of its addresses were refused and the
+/// reasons (each once, sorted), as `<host> has no public address (<n> refused: <reasons>)`.
+#[derive(Debug, thiserror::Error)]
+pub struct NoPublicAddress {
+    host: String,
+    refused: usize,
+    reasons: String,
+}
+
+impl std::fmt::Display for NoPublicAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = &self.host;
+        match self.refused {
+            0 => write!(f, "{host} has no public address (it has none at all)"),
+            refused => write!(
+                f,
+                "{host} has no public address ({refused} refused: {})",
+                self.reasons
+            ),
+        }
+    }
+}
+
+impl PublicOnly {
+    /// `answers` without the addresses that are not public; [`NoPublicAddress`] when none is
+    /// left.
+    pub fn keep_public(
+        &self,
+        host: &str,
+        answers: impl IntoIterator<Item = SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, NoPublicAddress> {
+        let mut public = Vec::new();
+        let mut reasons = BTreeSet::new();
+        let mut refused = 0;
+        for answer in answers {
+            match self.policy.classify(answer.ip()) {
+                AddressVerdict::Public => public.push(answer),
+                AddressVerdict::Refused(reason) => {
+                    refused += 1;
+                    reasons.insert(reason.as_str());
+                }
+            }
+        }
+        if public.is_empty() {
+            return Err(NoPublicAddress {
+                host: host.to_owned(),
+                refused,
+                reasons: reasons.into_iter().collect::<Vec<_>>().join(", "),
+            });
+        }
+        Ok(public)
+    }
+}
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let this = *self;
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            // Port 0: the connector puts the URL's port in.
+            let answers = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let public = this.keep_public(&host, answers)?;
+            let addrs: reqwest::dns::Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
 /// Everything the relay needs.
 pub struct ModelDoor {
     /// The routes, from the plan.
@@ -266,10 +349,12 @@ pub struct ModelDoor {
 impl ModelDoor {
     /// A relay over `routes`, each with the key its credential holds (when it declares one),
     /// recording its decisions in `log`, the log of the door it serves. The client follows no
-    /// redirect and uses no proxy from the environment.
+    /// redirect, uses no proxy from the environment, and dials only the addresses `policy`
+    /// counts as public ([`PublicOnly`]).
     pub fn new(
         routes: Vec<(ModelRoute, Option<Secret<String>>)>,
         log: Arc<DecisionLog>,
+        policy: Policy,
     ) -> Result<ModelDoor, ModelError> {
         let mut keys = BTreeMap::new();
         let mut kept = Vec::with_capacity(routes.len());
@@ -285,7 +370,10 @@ impl ModelDoor {
         Ok(ModelDoor {
             routes: kept,
             keys,
-            client: relay::client().map_err(ModelError::Client)?,
+            client: relay::client_builder()
+                .dns_resolver(Arc::new(PublicOnly { policy }))
+                .build()
+                .map_err(ModelError::Client)?,
             log,
             metrics: Metrics::default(),
             bodies: Bodies::new(MAX_BODIES_HELD, MAX_REQUEST_BODY, BODY_READ_TIMEOUT),
@@ -381,7 +469,8 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
         Ok(answer) => answer,
         Err(error) => {
             // Without its URL: the query is the agent's and may carry anything.
-            tracing::warn!(error = %error.without_url(), "the model upstream failed");
+            let error = relay::failure(error);
+            tracing::warn!(%error, "the model upstream failed");
             return door.refuse(&method, api, ModelRefusal::UpstreamUnreachable);
         }
     };

@@ -77,6 +77,11 @@ pub enum PlanError {
          credentials or trailing /)"
     )]
     ModelUpstream(String),
+    /// A model route's upstream host is an address or a name no plan may hold (a local or
+    /// special-use one): the relay dials a host's public addresses only, which it learns by
+    /// resolving the name, and an address in the URL is never resolved.
+    #[error("plan model upstream host {0:?} is not a public hostname a plan may hold")]
+    ModelUpstreamHost(String),
     /// Two model routes for the same API: which key goes where would be ambiguous.
     #[error("the plan has more than one model route for {}", .0.as_str())]
     ModelRouteRepeated(ModelApi),
@@ -145,7 +150,8 @@ pub fn parse_plan(file: &[u8], instance: &str, site: u32, door: &str) -> Result<
 }
 
 /// Checks the model relay: served beside the MCP relay (`with_mcp`), one route per API, each
-/// upstream a base URL the relay can append a path to, each credential a plain id.
+/// upstream a base URL the relay can append a path to whose host is a plan hostname (never an
+/// address), each credential a plain id.
 fn check_model_relay(relay: &ModelRelay, with_mcp: bool) -> Result<(), PlanError> {
     if !with_mcp {
         return Err(PlanError::ModelWithoutMcp);
@@ -157,6 +163,13 @@ fn check_model_relay(relay: &ModelRelay, with_mcp: bool) -> Result<(), PlanError
         }
         if !is_model_upstream(&route.upstream) {
             return Err(PlanError::ModelUpstream(route.upstream.clone()));
+        }
+        let host = reqwest::Url::parse(&route.upstream)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        if check_plan_host(&host).is_err() {
+            return Err(PlanError::ModelUpstreamHost(host));
         }
         if let Some(credential) = &route.credential {
             if !is_credential_id(credential) {

@@ -85,11 +85,35 @@ pub async fn serve(listener: UnixListener, relays: Relays) -> io::Result<()> {
 /// 3xx with a 502, so the Location is never reached), uses no proxy from the environment, and
 /// gives up connecting after [`CONNECT_TIMEOUT`].
 pub(crate) fn client() -> reqwest::Result<reqwest::Client> {
+    client_builder().build()
+}
+
+/// [`client`] before it is built, for a relay that adds to it (the model relay's resolver).
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(CONNECT_TIMEOUT)
-        .build()
+}
+
+/// What an upstream request's `error` says, for the log: its own text without its URL (whose
+/// query is the agent's and may carry anything), then each of its causes, `: `-separated.
+/// reqwest's own text alone (`error sending request`) says nothing of why, which its causes do
+/// (`dns error: llm.example.com has no public address (1 refused: private)`, say).
+pub(crate) fn failure(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        let shown = inner.to_string();
+        // A wrapper may show its cause's text as its own.
+        if !text.ends_with(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// The problem+json answer to a refused request: `status` with its canonical reason as the

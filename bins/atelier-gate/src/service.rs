@@ -152,7 +152,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         // The relay's decisions are the door's: one log, one subscription for both.
         if let Some(relay) = relay_of(mcp.as_ref(), Arc::clone(&door.log))? {
             // The plan check ties a model relay to the MCP relay, whose listener it shares.
-            let model = model_relay_of(model.as_ref(), Arc::clone(&door.log))?
+            let model = model_relay_of(model.as_ref(), Arc::clone(&door.log), policy)?
                 .map(|model| Arc::new(model.with_metrics(metrics.clone())));
             let mcp_listener = tokio_listener(&mut sockets, GATE_MCP_SOCKET_FILE)?;
             let relay = Arc::new(relay.with_metrics(metrics.clone()));
@@ -325,10 +325,12 @@ fn relay_of(relay: Option<&McpRelay>, log: Arc<DecisionLog>) -> anyhow::Result<O
 
 /// The model relay of a plan that has one, recording into `log`, with each route's credential
 /// read from `$CREDENTIALS_DIRECTORY` (`LoadCredential=`): the provider's key lives in the gate
-/// alone, never in the agent's unit.
+/// alone, never in the agent's unit. Its upstreams are dialled on the addresses `policy` counts
+/// as public only, as a CONNECT's.
 fn model_relay_of(
     relay: Option<&ModelRelay>,
     log: Arc<DecisionLog>,
+    policy: Policy,
 ) -> anyhow::Result<Option<ModelDoor>> {
     let Some(relay) = relay else {
         return Ok(None);
@@ -348,7 +350,7 @@ fn model_relay_of(
         };
         routes.push((route.clone(), key));
     }
-    let door = ModelDoor::new(routes, log).context("setting up the model relay")?;
+    let door = ModelDoor::new(routes, log, policy).context("setting up the model relay")?;
     Ok(Some(door))
 }
 

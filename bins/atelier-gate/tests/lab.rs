@@ -1,7 +1,9 @@
 //! The real gate binary, socket-activated, in the lab network (`support::lab`): real DNS from
 //! dnsmasq, real TLS servers on 198.18.0.0/15 in a namespace of their own, real ClientHellos
-//! from rustls (as sent, edited, or re-framed), and the MCP relay against a Publication API
-//! stand-in. Needs root, iproute2 and dnsmasq-base; never skips.
+//! from rustls (as sent, edited, or re-framed), the MCP relay against a Publication API
+//! stand-in, and the model relay against a model provider stand-in its route names by a DNS
+//! name: the key its credential holds reaches the provider, and a name that resolves to no
+//! public address is never dialled. Needs root, iproute2 and dnsmasq-base; never skips.
 
 use crate::support;
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use crate::support::lab::{GateDoor, Lab};
 use crate::support::mcp::{send, Upstream};
+use crate::support::model::ModelUpstream;
 use crate::support::tls::{
     client_hello, connect, finish_and_echo, handshake_of, read_to_close, records,
     server_name_extension, with_extension, LabCa, TlsServer, ESTABLISHED,
@@ -488,6 +491,7 @@ fn relay() -> Relay {
             hosts: &[HOST],
             mcp_upstream: Some(&url),
             mcp_credential: Some("PUBLICATION_API_KEY"),
+            model_routes: None,
         }],
         &[],
         &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
@@ -598,5 +602,183 @@ fn the_relay_refuses_an_upstream_redirect() {
             &r#"atelier_gate_mcp_requests_total{outcome="upstream_redirect"}"#.to_owned(),
             &1
         )]
+    );
+}
+
+// === The model relay ===
+
+const MODEL_UPSTREAM: &str = "llm.example.com";
+const MODEL_ADDR: &str = "198.18.0.40";
+const MODEL_KEY: &str = "lab-model-key-5e27";
+const MODEL_PLACEHOLDER: &str = "placeholder-the-agent-holds";
+
+/// A lab with `records`, the model provider stand-in on `MODEL_ADDR`:80, and the real gate
+/// serving the turn door with the MCP relay (to the Publication API's name, never dialled here)
+/// and a model relay over `routes`: the benchmark range allowed in development, and
+/// `MODEL_KEY` as the `ANTHROPIC_API_KEY` credential in its `CREDENTIALS_DIRECTORY`.
+struct ModelRelay {
+    lab: Lab,
+    upstream: ModelUpstream,
+    gate: support::lab::Gate,
+}
+
+fn model_relay(records: &[(&str, &str)], routes: serde_json::Value) -> ModelRelay {
+    let lab = Lab::start(records, &[MODEL_ADDR]);
+    let listener = lab.listen(MODEL_ADDR, 80);
+    let upstream = {
+        let _runtime = lab.runtime.enter();
+        ModelUpstream::start(listener)
+    };
+    let credentials = lab.path("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::write(
+        credentials.join("ANTHROPIC_API_KEY"),
+        format!("{MODEL_KEY}\n"),
+    )
+    .unwrap();
+    let mcp = format!("http://{PUBLICATION}/publication/server_api/v2/mcp");
+    let gate = lab.gate(
+        &[GateDoor {
+            name: "turn",
+            hosts: &[HOST],
+            mcp_upstream: Some(&mcp),
+            mcp_credential: None,
+            model_routes: Some(routes),
+        }],
+        &["--allow-benchmark-range"],
+        &[
+            DEVELOPMENT,
+            ("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap()),
+        ],
+    );
+    assert!(gate.ready, "no READY=1:\n{}", gate.log());
+    ModelRelay {
+        lab,
+        upstream,
+        gate,
+    }
+}
+
+impl ModelRelay {
+    /// Sends a POST to `target` on the relays' socket, with the agent's placeholder key.
+    fn post(&self, target: &str) -> support::mcp::Streamed {
+        self.lab.runtime.block_on(send(
+            self.gate.socket("mcp"),
+            "POST",
+            target,
+            &[
+                ("x-api-key", MODEL_PLACEHOLDER),
+                ("authorization", &*format!("Bearer {MODEL_PLACEHOLDER}")),
+            ],
+            br#"{"model":"claude","messages":[]}"#,
+        ))
+    }
+}
+
+#[test]
+fn the_binary_relays_models_by_name_with_the_key_its_credential_holds() {
+    let relay = model_relay(
+        &[(MODEL_UPSTREAM, MODEL_ADDR)],
+        serde_json::json!([{
+            "api": "anthropic",
+            "upstream": format!("http://{MODEL_UPSTREAM}"),
+            "credential": "ANTHROPIC_API_KEY",
+        }]),
+    );
+    let response = relay.post("/model/anthropic/v1/messages?beta=true");
+    assert_eq!(response.status.as_u16(), 200, "{}", relay.gate.log());
+    let headers = format!("{:?}", response.headers);
+    let body = relay.lab.runtime.block_on(response.text());
+    assert!(
+        !headers.contains(MODEL_KEY) && !body.contains(MODEL_KEY),
+        "{headers} {body}"
+    );
+    let seen = relay.upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].target, "/v1/messages?beta=true");
+    assert_eq!(seen[0].header("x-api-key"), [MODEL_KEY]);
+    assert!(seen[0].header("authorization").is_empty());
+    let all = format!("{:?}", seen[0].headers);
+    assert!(
+        !all.contains(MODEL_PLACEHOLDER),
+        "the placeholder reached upstream: {all}"
+    );
+    // Found by its name, through the lab's DNS.
+    assert!(relay.lab.queries("A", MODEL_UPSTREAM) >= 1);
+    relay
+        .gate
+        .wait_for_log("door=turn host=model verdict=relayed reason=POST /model/anthropic 200");
+    relay
+        .gate
+        .wait_for_log("[egress] model relay POST /model/anthropic 200");
+    assert!(
+        !relay.gate.log().contains(MODEL_KEY),
+        "the key is in no log line"
+    );
+}
+
+/// Each route's name resolves, in the lab's DNS, to an address that is not public: loopback,
+/// where a stand-in listens on the gate's own loopback (reached at once, were it dialled), and
+/// a private one. Neither is dialled: the relay's resolver keeps public addresses only.
+#[test]
+fn a_model_host_whose_name_resolves_to_no_public_address_is_never_dialled() {
+    let relay = model_relay(
+        &[
+            ("loopback.example.com", "127.0.0.1"),
+            ("private.example.com", "10.0.0.7"),
+        ],
+        serde_json::json!([
+            {
+                "api": "anthropic",
+                "upstream": "http://loopback.example.com",
+                "credential": "ANTHROPIC_API_KEY",
+            },
+            {
+                "api": "openai",
+                "upstream": "http://private.example.com/v1",
+                "credential": null,
+            },
+        ]),
+    );
+    let gate_side = {
+        let listener = relay.lab.listen_gate_side("127.0.0.1", 80);
+        let _runtime = relay.lab.runtime.enter();
+        ModelUpstream::start(listener)
+    };
+    for (target, api) in [
+        ("/model/anthropic/v1/messages", "anthropic"),
+        ("/model/openai/chat/completions", "openai"),
+    ] {
+        let response = relay.post(target);
+        assert_eq!(response.status.as_u16(), 502, "{}", relay.gate.log());
+        let body = relay.lab.runtime.block_on(response.text());
+        assert!(
+            body.contains(r#""reason":"upstream_unreachable""#),
+            "{body}"
+        );
+        relay.gate.wait_for_log(&format!(
+            "door=turn host=model verdict=refused reason=POST /model/{api} upstream_unreachable"
+        ));
+    }
+    // The operator sees why: the resolver's refusal, through the client's error.
+    relay
+        .gate
+        .wait_for_log("loopback.example.com has no public address (1 refused: loopback)");
+    relay
+        .gate
+        .wait_for_log("private.example.com has no public address (1 refused: private)");
+    // Both names were looked up, and nothing reached either stand-in.
+    assert!(relay.lab.queries("A", "loopback.example.com") >= 1);
+    assert!(relay.lab.queries("A", "private.example.com") >= 1);
+    sleep(Duration::from_millis(200));
+    assert!(gate_side.seen().is_empty(), "{:?}", gate_side.seen());
+    assert!(
+        relay.upstream.seen().is_empty(),
+        "{:?}",
+        relay.upstream.seen()
+    );
+    assert!(
+        !relay.gate.log().contains(MODEL_KEY),
+        "the key is in no log line"
     );
 }

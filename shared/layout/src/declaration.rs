@@ -164,7 +164,8 @@ reasons! {
     BadModelId => "bad_model_id",
     /// Half of an OpenAI-compatible model (`agent.openai_base_url` without
     /// `agent.openai_model`, or the reverse), or neither for the driver pi, which has no default
-    /// model, nor for the driver atelier without `agent.anthropic_model`.
+    /// model, for the driver opencode, whose own providers' keys would be the agent's, nor for
+    /// the driver atelier without `agent.anthropic_model`.
     MissingOpenaiModel => "missing_openai_model",
     /// Preproduction basic auth with no user and no password file: nobody could log in.
     EmptyPasswordFile => "empty_password_file",

@@ -550,16 +550,6 @@ mod tests {
                     (ModelApi::Openai, "https://llm.example.org".to_owned(), None),
                 ],
             ),
-            (
-                "opencode with no model the relay speaks",
-                serde_json::json!({
-                    "driver": "opencode",
-                    "bins": { "opencode": "/usr/local/bin/opencode" },
-                    "provider_hosts": ["llm.example.org"],
-                }),
-                serde_json::json!({}),
-                vec![],
-            ),
         ];
         for (name, agent, secrets, expected) in cases {
             assert_eq!(routes(agent, secrets), expected, "{name}");

@@ -189,6 +189,7 @@ async fn a_tunnel_closed_unused_counts_as_unused_not_refused() {
 /// relay knows) and its outcome, and the MCP relay's family does not move.
 #[tokio::test]
 async fn each_model_relay_request_counts_under_its_api_and_outcome() {
+    use crate::address::Policy;
     use crate::mcp::tests::support::{send, Upstream};
     use crate::mcp::McpDoor;
     use crate::model::{ModelApi, ModelDoor, ModelRoute};
@@ -208,7 +209,7 @@ async fn each_model_relay_request_counts_under_its_api_and_outcome() {
         upstream: format!("http://{}", upstream.addr),
         credential: None,
     };
-    let model = ModelDoor::new(vec![(route, None)], log).unwrap();
+    let model = ModelDoor::new(vec![(route, None)], log, Policy::default()).unwrap();
     let relays = Relays {
         mcp: Arc::new(mcp.with_metrics(metrics.clone())),
         model: Some(Arc::new(model.with_metrics(metrics))),

@@ -1,8 +1,9 @@
 //! The model relay: request targets mapped under each route's base or refused by name (named
 //! cases, the fuzz seeds, and generated paths held to the URL parser the client uses), the key
-//! header of each API, and, over a real unix socket against a provider stand-in on loopback,
-//! what the socket tests of the MCP relay do not already show for this one: the 405, the
-//! bearer key, the status and header allowlist, an unreachable upstream, and the bodies held.
+//! header of each API, the resolver's answers kept only when public, and, over a real unix
+//! socket against a provider stand-in on loopback, what the socket tests of the MCP relay do
+//! not already show for this one: the 405, the bearer key, the status and header allowlist, an
+//! unreachable upstream, a host resolving to loopback never dialled, and the bodies held.
 
 use super::*;
 use crate::mcp::McpDoor;
@@ -340,7 +341,7 @@ fn a_key_no_header_can_carry_or_a_repeated_route_is_refused_without_showing_the_
             route(api, ANTHROPIC_BASE),
             Some(Secret::new("line\nbreak".to_owned())),
         )];
-        let error = ModelDoor::new(routes, turn_log()).unwrap_err();
+        let error = ModelDoor::new(routes, turn_log(), Policy::default()).unwrap_err();
         assert!(matches!(error, ModelError::BadKey(got) if got == api));
         assert!(!error.to_string().contains("line"), "{error}");
     }
@@ -349,19 +350,122 @@ fn a_key_no_header_can_carry_or_a_repeated_route_is_refused_without_showing_the_
         (route(ModelApi::Openai, ANTHROPIC_BASE), None),
     ];
     assert!(matches!(
-        ModelDoor::new(routes, turn_log()),
+        ModelDoor::new(routes, turn_log(), Policy::default()),
         Err(ModelError::RouteRepeated(ModelApi::Openai))
     ));
     let routes = vec![(
         route(ModelApi::Anthropic, ANTHROPIC_BASE),
         Some(Secret::new(KEY.to_owned())),
     )];
-    let door = ModelDoor::new(routes, turn_log()).unwrap();
+    let door = ModelDoor::new(routes, turn_log(), Policy::default()).unwrap();
     let shown = format!("{door:?}");
     assert!(
         !shown.contains(KEY) && shown.contains("anthropic"),
         "{shown}"
     );
+}
+
+/// What a case is, the policy, the resolver's answers (each on port 443), and the addresses
+/// kept, in order, or what the refusal says in its parentheses.
+type Answers<'a> = (
+    &'a str,
+    Policy,
+    &'a [&'a str],
+    Result<&'a [&'a str], &'a str>,
+);
+
+#[test]
+fn only_public_answers_are_kept_in_order_and_a_refusal_names_its_reasons() {
+    let default = Policy::default();
+    let lab = Policy {
+        allow_benchmark_range: true,
+    };
+    let cases: Vec<Answers<'_>> = vec![
+        (
+            "loopback v4",
+            default,
+            &["127.0.0.1"],
+            Err("1 refused: loopback"),
+        ),
+        ("loopback v6", default, &["::1"], Err("1 refused: loopback")),
+        (
+            "loopback v4 and v6, the reason named once",
+            default,
+            &["127.0.0.1", "::1"],
+            Err("2 refused: loopback"),
+        ),
+        (
+            "IPv4-mapped loopback",
+            default,
+            &["::ffff:127.0.0.1"],
+            Err("1 refused: loopback"),
+        ),
+        (
+            "a private 10/8 address",
+            default,
+            &["10.0.0.7"],
+            Err("1 refused: private"),
+        ),
+        (
+            "private and loopback, both named",
+            default,
+            &["10.0.0.7", "127.0.0.1"],
+            Err("2 refused: loopback, private"),
+        ),
+        (
+            "a mix keeps only the public ones, in order",
+            default,
+            &[
+                "10.0.0.7",
+                "93.184.216.34",
+                "::1",
+                "2606:4700::1111",
+                "127.0.0.1",
+                "1.1.1.1",
+            ],
+            Ok(&["93.184.216.34", "2606:4700::1111", "1.1.1.1"]),
+        ),
+        (
+            "the benchmark range under the default policy",
+            default,
+            &["198.18.0.10"],
+            Err("1 refused: benchmarking"),
+        ),
+        (
+            "the benchmark range allowed",
+            lab,
+            &["198.18.0.10", "198.19.255.1"],
+            Ok(&["198.18.0.10", "198.19.255.1"]),
+        ),
+        (
+            "the benchmark range allowed, loopback still refused",
+            lab,
+            &["127.0.0.1", "198.18.0.10"],
+            Ok(&["198.18.0.10"]),
+        ),
+        (
+            "loopback alone with the benchmark range allowed",
+            lab,
+            &["127.0.0.1"],
+            Err("1 refused: loopback"),
+        ),
+        ("no answer at all", default, &[], Err("it has none at all")),
+    ];
+    let at = |text: &&str| SocketAddr::new(text.parse().unwrap(), 443);
+    for (what, policy, answers, want) in cases {
+        let got = PublicOnly { policy }.keep_public("llm.example.com", answers.iter().map(at));
+        match (got, want) {
+            (Ok(kept), Ok(want)) => {
+                assert_eq!(kept, want.iter().map(at).collect::<Vec<_>>(), "{what}")
+            }
+            (Err(refusal), Err(want)) => assert_eq!(
+                refusal.to_string(),
+                format!("llm.example.com has no public address ({want})"),
+                "{what}"
+            ),
+            (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+        }
+    }
 }
 
 #[test]
@@ -442,7 +546,7 @@ fn start(routes: Vec<(ModelRoute, Option<&str>)>) -> Relay {
         .into_iter()
         .map(|(route, key)| (route, key.map(|key| Secret::new(key.to_owned()))))
         .collect();
-    let door = Arc::new(ModelDoor::new(routes, log).unwrap());
+    let door = Arc::new(ModelDoor::new(routes, log, Policy::default()).unwrap());
     let relays = Relays {
         mcp,
         model: Some(Arc::clone(&door)),
@@ -567,14 +671,13 @@ async fn an_unreachable_upstream_is_a_bad_gateway() {
         route(ModelApi::Openai, &format!("http://{addr}/v1")),
         Some(KEY),
     )]);
-    let response = send(
-        &relay.socket,
-        "POST",
-        "/model/openai/chat/completions",
-        &[],
-        b"{}",
-    )
-    .await;
+    assert_unreachable(&relay, "/model/openai/chat/completions", "openai").await;
+}
+
+/// A POST to `path` is answered 502 `upstream_unreachable`, the one decision a refusal of
+/// `api`'s route.
+async fn assert_unreachable(relay: &Relay, path: &str, api: &str) {
+    let response = send(&relay.socket, "POST", path, &[], b"{}").await;
     assert_eq!(response.status, StatusCode::BAD_GATEWAY);
     let text = response.text().await;
     assert!(
@@ -583,8 +686,36 @@ async fn an_unreachable_upstream_is_a_bad_gateway() {
     );
     assert_eq!(
         lines(&relay.door),
-        ["door=turn host=model verdict=refused reason=POST /model/openai upstream_unreachable"]
+        [format!(
+            "door=turn host=model verdict=refused reason=POST /model/{api} upstream_unreachable"
+        )]
     );
+}
+
+/// A route whose host resolves to loopback alone (`localhost`, which no plan may hold but the
+/// resolver is the relay's own guard): the stand-in listening there, reached at once were it
+/// dialled, sees nothing; the agent gets a 502, recorded as a refusal; and the client's error,
+/// as the relay logs it, says why, without the query.
+#[tokio::test]
+async fn a_host_resolving_to_loopback_alone_is_never_dialled() {
+    let upstream = ModelUpstream::on_loopback().await;
+    let base = format!("http://localhost:{}", upstream.addr.port());
+    let relay = start(vec![(route(ModelApi::Anthropic, &base), Some(KEY))]);
+    assert_unreachable(&relay, "/model/anthropic/v1/messages", "anthropic").await;
+    let error = relay
+        .door
+        .client
+        .get(format!("{base}/v1/models?k=secret"))
+        .send()
+        .await
+        .unwrap_err();
+    let logged = relay::failure(error);
+    assert!(
+        logged.contains("localhost has no public address (") && logged.contains("loopback)"),
+        "{logged}"
+    );
+    assert!(!logged.contains("secret"), "{logged}");
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
 }
 
 #[tokio::test]

@@ -176,7 +176,7 @@ fn a_model_relay_is_carried_into_the_plan() {
     let model = r#"{"routes":[
         {"api":"anthropic","upstream":"https://api.anthropic.com",
          "credential":"ANTHROPIC_API_KEY"},
-        {"api":"openai","upstream":"http://127.0.0.1:8080/v1","credential":null}
+        {"api":"openai","upstream":"http://llm.example.org:8080/v1","credential":null}
     ]}"#;
     let plan = parse_plan(&with_model(model, true), "example", 1, "turn").unwrap();
     let relay = plan.model.unwrap();
@@ -208,18 +208,13 @@ fn good_model_upstreams_and_credentials_load() {
         ("https, no path", "https://api.anthropic.com", "null"),
         (
             "http with a port and a path",
-            "http://127.0.0.1:8080/v1",
+            "http://llm.example.org:8080/v1",
             "null",
         ),
         (
             "a deeper path",
             "https://openrouter.ai/api/v1",
             r#""OPENROUTER_API_KEY""#,
-        ),
-        (
-            "an IPv6 literal with a port",
-            "http://[::1]:8080/v1",
-            "null",
         ),
         (
             "a one-letter credential",
@@ -345,6 +340,31 @@ fn a_bad_model_relay_is_refused_by_name() {
             "upstream",
         ),
         (
+            "an IPv4 address: never resolved, so never checked as public",
+            with_model(&route("http://127.0.0.1:8080/v1"), true),
+            "host",
+        ),
+        (
+            "an IPv6 literal",
+            with_model(&route("http://[::1]:8080/v1"), true),
+            "host",
+        ),
+        (
+            "a public IPv4 address",
+            with_model(&route("https://198.51.100.7/v1"), true),
+            "host",
+        ),
+        (
+            "a local name",
+            with_model(&route("http://localhost:8080/v1"), true),
+            "host",
+        ),
+        (
+            "a name with no dot",
+            with_model(&route("https://llm/v1"), true),
+            "host",
+        ),
+        (
             "a lowercase credential",
             with_model(&key(r#""anthropic_key""#), true),
             "credential",
@@ -378,6 +398,7 @@ fn a_bad_model_relay_is_refused_by_name() {
     for (what, body, want) in cases {
         let got = parse_plan(&body, "example", 1, "turn");
         let ok = match want {
+            "host" => matches!(got, Err(PlanError::ModelUpstreamHost(_))),
             "without_mcp" => matches!(got, Err(PlanError::ModelWithoutMcp)),
             "repeated" => matches!(got, Err(PlanError::ModelRouteRepeated(ModelApi::Openai))),
             "json" => matches!(got, Err(PlanError::Json(_))),

@@ -11,16 +11,18 @@
 //! DNS is real: the gate runs under `ip netns exec`, in a mount namespace of its own where
 //! `/etc/resolv.conf` names the lab's dnsmasq and `/etc/hosts` holds only localhost, and it
 //! resolves through glibc's `getaddrinfo` exactly as in production. The servers are the test
-//! process's own: a thread enters the lab namespace with `setns(2)`, binds there, and hands the
-//! listener to the lab's tokio runtime.
+//! process's own: a thread enters the upstream namespace with `setns(2)`, binds there, and
+//! hands the listener to the lab's tokio runtime. A server the gate must never reach (on the
+//! gate's loopback, say) is bound in the gate's namespace the same way.
 //!
 //! The gate is socket-activated by `systemd-socket-activate` (real `LISTEN_FDS`,
 //! `LISTEN_FDNAMES` and `NOTIFY_SOCKET`), which starts it on the first connection; the lab makes
-//! that connection and waits for `READY=1`. Besides each door's listener (and the relay's), the
-//! gate gets a decisions listener (`decisions.sock`), which a test subscribes to as sited does,
-//! and a metrics listener (`metrics.sock`, named `metrics` as its own socket unit names it),
-//! which a test scrapes. Everything is torn down on drop; namespaces a
-//! crashed earlier run left behind are removed when the next lab starts.
+//! that connection and waits for `READY=1`. Besides each door's listener (and, on a turn door
+//! with an MCP upstream, the relays' one, which the model relay shares), the gate gets a
+//! decisions listener (`decisions.sock`), which a test subscribes to as sited does, and a
+//! metrics listener (`metrics.sock`, named `metrics` as its own socket unit names it), which a
+//! test scrapes. Everything is torn down on drop; namespaces a crashed earlier run left behind
+//! are removed when the next lab starts.
 //!
 //! Two of its parts serve the tests of a gate outside the lab too: [`write_stamped_plan`] and
 //! [`wait_for_log`].
@@ -282,7 +284,16 @@ impl Lab {
 
     /// Runs `bind` on a thread inside the upstream namespace: what it binds lives there.
     pub fn in_upstream<T: Send>(&self, bind: impl FnOnce() -> T + Send) -> T {
-        let ns = File::open(format!("/run/netns/{}", self.upstream_ns())).unwrap();
+        self.in_namespace(&self.upstream_ns(), bind)
+    }
+
+    /// Runs `bind` on a thread inside the gate's namespace, whose loopback is the gate's own.
+    pub fn in_gate<T: Send>(&self, bind: impl FnOnce() -> T + Send) -> T {
+        self.in_namespace(&self.gate_ns(), bind)
+    }
+
+    fn in_namespace<T: Send>(&self, ns: &str, bind: impl FnOnce() -> T + Send) -> T {
+        let ns = File::open(format!("/run/netns/{ns}")).unwrap();
         std::thread::scope(|scope| {
             scope
                 .spawn(|| {
@@ -302,6 +313,13 @@ impl Lab {
     pub fn listen(&self, addr: &str, port: u16) -> std::net::TcpListener {
         let at = format!("{addr}:{port}");
         self.in_upstream(|| std::net::TcpListener::bind(at).unwrap())
+    }
+
+    /// A TCP listener on `addr:port` in the gate's namespace (`127.0.0.1`, say): what a gate
+    /// dialling an address it must not would reach.
+    pub fn listen_gate_side(&self, addr: &str, port: u16) -> std::net::TcpListener {
+        let at = format!("{addr}:{port}");
+        self.in_gate(|| std::net::TcpListener::bind(at).unwrap())
     }
 
     /// Starts the real gate for `site` 1 of instance `lab`, serving `doors` (each a door name
@@ -402,10 +420,14 @@ impl Lab {
         let mcp = door.mcp_upstream.map(|upstream| {
             serde_json::json!({ "upstream": upstream, "credential": door.mcp_credential })
         });
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "version": 1, "instance": "lab", "site": 1, "door": door.name, "port": 443,
             "hosts": door.hosts, "mcp": mcp,
         });
+        // Absent without one, as the provisioner renders a plan.
+        if let Some(routes) = &door.model_routes {
+            body["model"] = serde_json::json!({ "routes": routes });
+        }
         let path = self.path(&format!("s1-{}.json", door.name));
         write_stamped_plan(&path, "lab", &body);
         path
@@ -434,6 +456,9 @@ pub struct GateDoor<'a> {
     pub mcp_upstream: Option<&'a str>,
     /// The credential the relay adds.
     pub mcp_credential: Option<&'a str>,
+    /// The model relay's routes (the plan's `model.routes`), beside the MCP relay on the turn
+    /// door; none for a door without a model relay.
+    pub model_routes: Option<serde_json::Value>,
 }
 
 impl<'a> GateDoor<'a> {
@@ -444,6 +469,7 @@ impl<'a> GateDoor<'a> {
             hosts,
             mcp_upstream: None,
             mcp_credential: None,
+            model_routes: None,
         }
     }
 }

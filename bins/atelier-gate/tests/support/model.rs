@@ -52,7 +52,14 @@ pub struct ModelUpstream {
 impl ModelUpstream {
     /// Binds loopback and serves there until the runtime ends.
     pub async fn on_loopback() -> ModelUpstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        ModelUpstream::start(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// Serves on `listener` (already bound, possibly in another network namespace) until the
+    /// runtime ends; call it inside the runtime.
+    pub fn start(listener: std::net::TcpListener) -> ModelUpstream {
+        listener.set_nonblocking(true).unwrap();
+        let listener = TcpListener::from_std(listener).unwrap();
         let (push, chunks) = mpsc::unbounded_channel();
         let upstream = ModelUpstream {
             addr: listener.local_addr().unwrap(),

@@ -156,7 +156,13 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
             "is required for the driver atelier without agent.anthropic_model: its model is \
              agent.openai_base_url and agent.openai_model, or agent.anthropic_model",
         ),
-        AgentDriver::Atelier | AgentDriver::ClaudeCode | AgentDriver::Opencode => None,
+        // Its own providers' keys would be the agent's (`OPENCODE_ENV`); a provisioned turn's
+        // model is the gate's relay, which speaks the OpenAI-compatible one.
+        AgentDriver::Opencode => Some(
+            "is required for the driver opencode: its model is reached through the gate's model \
+             relay, which adds the key, as agent.openai_base_url and agent.openai_model",
+        ),
+        AgentDriver::Atelier | AgentDriver::ClaudeCode => None,
     };
     for (key, declared, other, other_declared) in [
         ("openai_base_url", has_url, "openai_model", has_model),

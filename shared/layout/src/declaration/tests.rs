@@ -603,8 +603,14 @@ const CASES: &[Case] = &[
     (
         "driver without a binary",
         |d| {
-            set(d, "/agent/driver", json!("opencode"));
-            set(d, "/agent/provider_hosts", json!(["api.openai.com"]));
+            set(d, "/agent/driver", json!("pi"));
+            set(d, "/agent/provider_hosts", json!(["llm.example.org"]));
+            set(
+                d,
+                "/agent/openai_base_url",
+                json!("https://llm.example.org/v1"),
+            );
+            set(d, "/agent/openai_model", json!("m"));
         },
         &[("agent.bins", Reason::MissingAgentBin)],
     ),
@@ -635,7 +641,12 @@ const CASES: &[Case] = &[
                 json!({ "opencode": "/usr/local/bin/opencode" }),
             );
         },
-        &[("agent.provider_hosts", Reason::MissingProviderHosts)],
+        // Nor a model the gate's relay speaks: its own providers' keys would be the agent's.
+        &[
+            ("agent.openai_base_url", Reason::MissingOpenaiModel),
+            ("agent.openai_model", Reason::MissingOpenaiModel),
+            ("agent.provider_hosts", Reason::MissingProviderHosts),
+        ],
     ),
     (
         "a model URL over plain http",
