@@ -30,12 +30,18 @@ then each refusal: the git door, version, unknown door or verdict, extra or miss
 unprintable or over-long text, a second line, a line over its cap.
 
 model_route: a byte that picks the plan's model routes (bit 0: Anthropic at
-https://api.anthropic.com, bit 1: OpenAI at http://127.0.0.1:8080/v1, a base with a path), then a
-request target below /model/: targets each API maps (`ok-…`: queries kept as they are, a trailing
-slash, dots and other encodings inside segments), targets the relay refuses as not found (an
-unknown API, a route not in the plan, the prefix alone) and as a bad path (`bad-path-…`:
+https://api.anthropic.com, or with bit 2 at a gateway's base https://gateway.example.com/v1/acct/
+gw/anthropic; bit 1: OpenAI at http://127.0.0.1:8080/v1, or with bit 3 at https://llm.example.org,
+an origin alone), then a request's method, a space and its target below /model/: requests each
+API relays (`ok-…`: every endpoint below each kind of base, queries kept as they are, dots and
+other encodings inside a model id), and each refusal in the relay's order: not found (an unknown
+API, a route not in the plan, the prefix alone), a bad path (`bad-path-…`: outside the base path,
+a prefix of its segment, the base path alone, another account or provider on the gateway;
 traversal, plain, percent-encoded in either case or half so, encoded slashes and backslashes, an
-empty segment or rest, a space, a tab, a control byte, a fragment, non-ASCII).
+empty segment or rest, a space, a tab, a control byte, a fragment, non-ASCII), a method other
+than GET and POST (`method-not-allowed-…`), an endpoint that is not the model API's
+(`endpoint-not-relayed-…`: batches, files, the legacy completions, a gateway's key minting, the
+Responses API, a GET of messages, a model id of two segments).
 
 agent_stream: a chunk size byte alone on the first line, then a run's stdout for each driver:
 Claude Code's stream-json (init, text, thinking, each tool's target key, tool results, results
@@ -772,67 +778,145 @@ def egress_lines():
     )
 
 
-# === The gate's model relay targets (atelier_gate::model::route_target) ===
+# === The gate's model relay requests (atelier_gate::model::route_target) ===
 
-MODEL_ANTHROPIC = 1  # the routes byte: bit 0, the Anthropic route
-MODEL_OPENAI = 2  # bit 1, the OpenAI route
+MODEL_ANTHROPIC = 1  # the routes byte: bit 0, the Anthropic route at https://api.anthropic.com
+MODEL_OPENAI = 2  # bit 1, the OpenAI route at http://127.0.0.1:8080/v1
+MODEL_GATEWAY = 4  # bit 2: the Anthropic route at a gateway's base with a path instead
+MODEL_OPENAI_ORIGIN = 8  # bit 3: the OpenAI route at an origin alone instead
 MODEL_BOTH = MODEL_ANTHROPIC | MODEL_OPENAI
+MODEL_AT_GATEWAY = MODEL_BOTH | MODEL_GATEWAY | MODEL_OPENAI_ORIGIN
+MODEL_GATEWAY_PATH = b"/v1/acct/gw/anthropic"
 
 
-def model_target(routes, target):
-    return bytes([routes]) + target
+def model_request(routes, method, target):
+    """The routes byte, then the request's method, a space and its target."""
+    return bytes([routes]) + method + b" " + target
 
 
 def model_route():
-    def both(target):
-        return model_target(MODEL_BOTH, target)
+    def both(method, target):
+        return model_request(MODEL_BOTH, method, target)
 
+    def at_gateway(method, target):
+        return model_request(MODEL_AT_GATEWAY, method, target)
+
+    gw = b"/model/anthropic" + MODEL_GATEWAY_PATH
     seeds = {
-        "ok-anthropic-messages": both(b"/model/anthropic/v1/messages"),
-        "ok-anthropic-count-tokens": both(b"/model/anthropic/v1/messages/count_tokens"),
-        "ok-anthropic-models-query": both(b"/model/anthropic/v1/models?limit=1000"),
-        "ok-openai-chat-completions": both(b"/model/openai/chat/completions"),
-        "ok-openai-responses": model_target(MODEL_OPENAI, b"/model/openai/responses"),
-        "ok-openai-models-trailing-slash": both(b"/model/openai/models/"),
-        "ok-query-with-traversal-and-encodings": both(
-            b"/model/openai/models?next=../../admin&after=a%2Fb%2e"
+        # Each endpoint relayed, below each kind of base.
+        "ok-anthropic-messages": both(b"POST", b"/model/anthropic/v1/messages"),
+        "ok-anthropic-messages-beta-query": both(
+            b"POST", b"/model/anthropic/v1/messages?beta=true"
         ),
-        "ok-empty-query": both(b"/model/anthropic/v1/models?"),
-        "ok-dots-inside-segments": both(b"/model/openai/models/gpt-4.1-mini..."),
-        "ok-other-encoding": both(b"/model/anthropic/v1/a%20b%252e"),
-        "not-found-unknown-api": both(b"/model/gemini/v1beta/models"),
-        "not-found-api-upper-case": both(b"/model/Anthropic/v1/messages"),
-        "not-found-route-not-in-plan": model_target(MODEL_ANTHROPIC, b"/model/openai/models"),
-        "not-found-no-routes": model_target(0, b"/model/anthropic/v1/messages"),
-        "not-found-prefix-alone": both(b"/model"),
-        "not-found-no-api": both(b"/model/"),
-        "not-found-encoded-traversal-as-api": both(b"/model/%2e%2e/anthropic/v1"),
-        "not-found-mcp-path": both(b"/mcp"),
-        "bad-path-traversal": both(b"/model/anthropic/v1/../../admin"),
-        "bad-path-dot-segment": both(b"/model/anthropic/./v1/messages"),
-        "bad-path-traversal-at-end": both(b"/model/openai/.."),
-        "bad-path-encoded-traversal": both(b"/model/openai/%2e%2e/admin"),
-        "bad-path-encoded-traversal-upper-case": both(b"/model/openai/%2E%2E/admin"),
-        "bad-path-half-encoded-traversal": both(b"/model/openai/.%2e/admin"),
-        "bad-path-encoded-slash": both(b"/model/openai/a%2F..%2Fadmin"),
-        "bad-path-encoded-backslash": both(b"/model/openai/..%5cadmin"),
-        "bad-path-backslash": both(b"/model/openai/..\\admin"),
-        "bad-path-empty-segment": both(b"/model/openai//admin"),
-        "bad-path-empty-rest": both(b"/model/anthropic/"),
-        "bad-path-no-rest-query": both(b"/model/anthropic?beta=true"),
-        "bad-path-space": both(b"/model/anthropic/v1/a b"),
-        "bad-path-tab-between-dots": both(b"/model/anthropic/.\t./admin"),
-        "bad-path-control-byte-in-query": both(b"/model/anthropic/v1/models?\x1b[2J"),
-        "bad-path-fragment": both(b"/model/anthropic/v1/messages#top"),
-        "bad-path-non-ascii": both("/model/openai/caf\u00e9".encode()),
+        "ok-anthropic-count-tokens": both(b"POST", b"/model/anthropic/v1/messages/count_tokens"),
+        "ok-anthropic-models-query": both(b"GET", b"/model/anthropic/v1/models?limit=1000"),
+        "ok-anthropic-one-model": both(b"GET", b"/model/anthropic/v1/models/claude-sonnet-4-5"),
+        "ok-gateway-messages": at_gateway(b"POST", gw + b"/v1/messages?beta=true"),
+        "ok-gateway-one-model": at_gateway(b"GET", gw + b"/v1/models/claude-opus-4"),
+        "ok-openai-chat-completions-below-v1": both(b"POST", b"/model/openai/v1/chat/completions"),
+        "ok-openai-v1-chat-completions-below-v1": both(
+            b"POST", b"/model/openai/v1/v1/chat/completions"
+        ),
+        "ok-openai-origin-chat-completions": at_gateway(b"POST", b"/model/openai/chat/completions"),
+        "ok-openai-origin-v1-chat-completions": at_gateway(
+            b"POST", b"/model/openai/v1/chat/completions"
+        ),
+        "ok-openai-models-below-v1": both(b"GET", b"/model/openai/v1/models"),
+        "ok-openai-origin-v1-models": at_gateway(b"GET", b"/model/openai/v1/models"),
+        "ok-openai-origin-one-model": at_gateway(b"GET", b"/model/openai/models/gpt-4.1"),
+        "ok-query-with-traversal-and-encodings": both(
+            b"GET", b"/model/openai/v1/models?next=../../admin&after=a%2Fb%2e"
+        ),
+        "ok-empty-query": both(b"GET", b"/model/anthropic/v1/models?"),
+        "ok-dots-inside-model-id": both(b"GET", b"/model/openai/v1/models/gpt-4.1-mini..."),
+        "ok-other-encoding-in-model-id": both(b"GET", b"/model/anthropic/v1/models/a%20b%252e"),
+        # The base path: the path must be the base's, then `/` and an endpoint.
+        "bad-path-outside-base-path": both(b"POST", b"/model/openai/chat/completions"),
+        "bad-path-base-path-prefix-not-a-segment": both(b"GET", b"/model/openai/v1x/models"),
+        "bad-path-base-path-alone": both(b"GET", b"/model/openai/v1"),
+        "bad-path-base-path-and-slash": both(b"GET", b"/model/openai/v1/"),
+        "bad-path-base-path-upper-case": both(b"GET", b"/model/openai/V1/models"),
+        "bad-path-base-path-encoded": both(b"GET", b"/model/openai/%761/models"),
+        "bad-path-key-generate-outside-base-path": both(b"POST", b"/model/openai/key/generate"),
+        "bad-path-gateway-other-account": at_gateway(
+            b"POST", b"/model/anthropic/v1/other/gw/anthropic/v1/messages"
+        ),
+        "bad-path-gateway-other-provider": at_gateway(
+            b"POST", b"/model/anthropic/v1/acct/gw/openai/chat/completions"
+        ),
+        "bad-path-gateway-origin": at_gateway(b"POST", b"/model/anthropic/v1/messages"),
+        # Endpoints the relay does not serve, each with a method it serves.
+        "endpoint-not-relayed-message-batches": both(
+            b"POST", b"/model/anthropic/v1/messages/batches"
+        ),
+        "endpoint-not-relayed-batch-results": both(
+            b"GET", b"/model/anthropic/v1/messages/batches/msgbatch_01/results"
+        ),
+        "endpoint-not-relayed-files": both(b"POST", b"/model/anthropic/v1/files"),
+        "endpoint-not-relayed-legacy-complete": both(b"POST", b"/model/anthropic/v1/complete"),
+        "endpoint-not-relayed-get-of-messages": both(b"GET", b"/model/anthropic/v1/messages"),
+        "endpoint-not-relayed-post-of-models": both(b"POST", b"/model/anthropic/v1/models"),
+        "endpoint-not-relayed-key-generate": at_gateway(b"POST", b"/model/openai/key/generate"),
+        "endpoint-not-relayed-key-generate-below-v1": both(
+            b"POST", b"/model/openai/v1/key/generate"
+        ),
+        "endpoint-not-relayed-openai-responses": both(b"POST", b"/model/openai/v1/responses"),
+        "endpoint-not-relayed-openai-batches": both(b"POST", b"/model/openai/v1/batches"),
+        "endpoint-not-relayed-model-id-of-two-segments": both(
+            b"GET", b"/model/openai/v1/models/org/model"
+        ),
+        "endpoint-not-relayed-models-trailing-slash": both(b"GET", b"/model/openai/v1/models/"),
+        "endpoint-not-relayed-chat-completions-on-anthropic": both(
+            b"POST", b"/model/anthropic/v1/chat/completions"
+        ),
+        # Methods other than GET and POST, once the path is below the base path.
+        "method-not-allowed-put": both(b"PUT", b"/model/anthropic/v1/messages"),
+        "method-not-allowed-delete-model": both(b"DELETE", b"/model/openai/v1/models/ft-1"),
+        "method-not-allowed-lower-case-post": both(b"post", b"/model/anthropic/v1/messages"),
+        "method-not-allowed-extension-method": both(b"BREW", b"/model/anthropic/v1/files"),
+        # Paths that could leave the base path.
+        "bad-path-traversal": both(b"POST", b"/model/anthropic/v1/../../admin"),
+        "bad-path-traversal-out-and-back": both(
+            b"POST", b"/model/openai/v1/../v1/chat/completions"
+        ),
+        "bad-path-dot-segment": both(b"POST", b"/model/anthropic/./v1/messages"),
+        "bad-path-traversal-at-end": both(b"GET", b"/model/openai/.."),
+        "bad-path-encoded-traversal": both(b"GET", b"/model/openai/v1/%2e%2e/admin"),
+        "bad-path-encoded-traversal-upper-case": both(b"GET", b"/model/openai/v1/%2E%2E/admin"),
+        "bad-path-half-encoded-traversal": both(b"GET", b"/model/openai/v1/.%2e/admin"),
+        "bad-path-encoded-slash": both(b"GET", b"/model/openai/v1/models/a%2F..%2Fadmin"),
+        "bad-path-encoded-backslash": both(b"GET", b"/model/openai/v1/..%5cadmin"),
+        "bad-path-backslash": both(b"GET", b"/model/openai/v1/..\\admin"),
+        "bad-path-empty-segment": both(b"GET", b"/model/openai/v1//models"),
+        "bad-path-empty-rest": both(b"POST", b"/model/anthropic/"),
+        "bad-path-no-rest-query": both(b"POST", b"/model/anthropic?beta=true"),
+        "bad-path-space": both(b"GET", b"/model/anthropic/v1/models/a b"),
+        "bad-path-tab-between-dots": both(b"GET", b"/model/anthropic/.\t./admin"),
+        "bad-path-control-byte-in-query": both(b"GET", b"/model/anthropic/v1/models?\x1b[2J"),
+        "bad-path-fragment": both(b"POST", b"/model/anthropic/v1/messages#top"),
+        "bad-path-non-ascii": both(b"GET", "/model/openai/v1/models/caf\u00e9".encode()),
+        "bad-path-put-outside-base-path": both(b"PUT", b"/model/openai/models"),
+        # No route.
+        "not-found-unknown-api": both(b"GET", b"/model/gemini/v1beta/models"),
+        "not-found-api-upper-case": both(b"POST", b"/model/Anthropic/v1/messages"),
+        "not-found-route-not-in-plan": model_request(
+            MODEL_ANTHROPIC, b"GET", b"/model/openai/v1/models"
+        ),
+        "not-found-no-routes": model_request(0, b"POST", b"/model/anthropic/v1/messages"),
+        "not-found-prefix-alone": both(b"GET", b"/model"),
+        "not-found-no-api": both(b"GET", b"/model/"),
+        "not-found-encoded-traversal-as-api": both(b"GET", b"/model/%2e%2e/anthropic/v1"),
+        "not-found-mcp-path": both(b"POST", b"/mcp"),
+        "not-found-put-of-unknown-api": both(b"PUT", b"/model/gemini/v1/models"),
     }
     write_corpus("model_route", small("model_route", seeds))
     write_dict(
         "model_route",
         [
-            b"/model/", b"anthropic", b"openai", b"/v1/messages", b"/chat/completions", b"?",
-            b"#", b"/", b".", b"..", b"%2e", b"%2E", b"%2f", b"%2F", b"%5c", b"%5C", b"\\",
-            b"\t", b"%25",
+            b"GET ", b"POST ", b"PUT ", b"/model/", b"anthropic", b"openai", b"/v1",
+            b"/v1/messages", b"/count_tokens", b"/v1/models", b"/models/", b"/chat/completions",
+            MODEL_GATEWAY_PATH, b"?beta=true", b"?", b"#", b"/", b".", b"..", b"%2e", b"%2E",
+            b"%2f", b"%2F", b"%5c", b"%5C", b"\\", b"\t", b"%25",
         ],
     )
 

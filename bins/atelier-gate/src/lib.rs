@@ -11,9 +11,10 @@
 //! - [`mcp`]: the turn door's MCP relay to the Publication API ([`mcp::relay`],
 //!   [`mcp::McpDoor`]).
 //! - [`model`]: the turn door's model relay to the model providers, which adds the provider's
-//!   key so no confined agent holds it, dialling public addresses only
-//!   ([`model::route_target`], [`model::relay`], [`model::ModelDoor`],
-//!   [`model::PublicOnly`], [`model::ModelRefusal`]).
+//!   key so no confined agent holds it, to the model API's own endpoints below the declared
+//!   base URL only, dialling public addresses only ([`model::route_target`],
+//!   [`model::endpoints`], [`model::relay`], [`model::ModelDoor`], [`model::PublicOnly`],
+//!   [`model::ModelRefusal`]).
 //! - [`relay`]: the turn door's relay listener, serving both relays by path
 //!   ([`relay::serve`], [`relay::Relays`]), and the plumbing the two relays share.
 //! - [`decisions`]: the decisions socket, through which sited receives a door's decisions for

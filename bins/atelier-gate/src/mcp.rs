@@ -9,8 +9,9 @@
 //! they arrive (SSE streams are not buffered), with response headers by allowlist
 //! ([`RESPONSE_HEADERS`]). At most [`MAX_BODIES_HELD`] bodies are held at once, each for at
 //! most 30 s of reading. Every outcome is a decision of the turn door (host [`MCP_HOST`], no
-//! port, the reason `<method> /mcp <status or refusal>`), recorded in the door's
-//! [`DecisionLog`] before the agent gets its answer.
+//! port, the reason `<method> /mcp <status or refusal>`, a method other than POST, GET or
+//! DELETE reading `OTHER`), recorded in the door's [`DecisionLog`] before the agent gets its
+//! answer.
 
 use std::io;
 use std::sync::Arc;
@@ -169,7 +170,10 @@ impl McpDoor {
         McpDoor { metrics, ..self }
     }
 
+    /// Records a decision about a `method` request: the method as itself only when it is POST,
+    /// GET or DELETE ([`relay::recorded_method`]).
     fn record(&self, method: &Method, verdict: Verdict, outcome: &str) {
+        let method = relay::recorded_method(method, &METHODS);
         self.log.record(
             MCP_HOST,
             None,

@@ -36,7 +36,7 @@
 //!   to client).
 //! - `outcome`: `relayed` or the relay's refusal (`not_found`, `method_not_allowed`,
 //!   `body_too_large`, `body_unreadable`, `upstream_redirect`, `upstream_unreachable`; the
-//!   model relay's also `bad_path`).
+//!   model relay's also `bad_path` and `endpoint_not_relayed`).
 //! - `api` of `model_requests_total`: the route's API (`anthropic`, `openai`), or `unknown` for
 //!   a path that names no API the relay knows.
 //!

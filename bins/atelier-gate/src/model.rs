@@ -1,12 +1,17 @@
 //! The model relay on the turn door: plain HTTP beside the MCP relay on its socket, under
-//! `/model/<api>/…`, relayed to the route's upstream with the provider's key added. A confined
-//! coding agent can read its own environment and files, so it is given the relay's URL and a
-//! placeholder key; the real key lives in the gate alone.
+//! `/model/<api>/…`, relayed to the route's declared base URL with the provider's key added. A
+//! confined coding agent can read its own environment and files, so it is given the relay's
+//! URL (`/model/<api>` followed by the base URL's path) and a placeholder key; the real key
+//! lives in the gate alone. The key goes only to the model API's own endpoints below the base
+//! path, never to whatever else its host serves (batches, files, a gateway's key minting or
+//! another account's route on a gateway that tells accounts apart by path).
 //!
-//! Per request, in order: the target mapped by [`route_target`] (an API with a route in the
-//! plan, else 404; a path that could leave the upstream's base path, else 400); GET or POST
-//! (else 405); request headers by allowlist ([`REQUEST_HEADERS`]), then the route's key header
-//! ([`key_header`]) from the gate's credential, so the agent's own `authorization` or
+//! Per request, in order, all decided by [`route_target`]: an API with a route in the plan
+//! (else 404 `not_found`); a path below the route's base path that cannot leave it (else 400
+//! `bad_path`); GET or POST (else 405 `method_not_allowed`); and, below the base path, one of
+//! the API's [`endpoints`] for that method (else 404 `endpoint_not_relayed`). Then request
+//! headers by allowlist ([`REQUEST_HEADERS`]), then the key header ([`key_header`]) of the API
+//! the target was mapped to, from the gate's credential, so the agent's own `authorization` or
 //! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
 //! (else 413) and read within 60 s. The upstream's host is dialled on its public addresses
 //! only ([`PublicOnly`]): a name resolving to none is a 502, like an upstream that cannot be
@@ -17,7 +22,7 @@
 //! no port, the reason `<method> /model/<api> <status or refusal>`), recorded in the door's
 //! [`DecisionLog`] before the agent gets its answer. The reason never holds the rest of the
 //! path or the query, which may carry anything; a path naming no API the relay knows reads
-//! `/model`.
+//! `/model`, and a method other than GET or POST reads `OTHER`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -25,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use atelier_http::{Request, Response};
-use atelier_layout::services::MODEL_RELAY_PATH;
+use atelier_layout::services::{split_origin, MODEL_RELAY_PATH};
 use atelier_proto::egress::{Verdict, MODEL_HOST};
 use atelier_sd::credentials::Secret;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
@@ -69,8 +74,10 @@ pub const RESPONSE_HEADER_PREFIXES: [&str; 2] = ["anthropic-ratelimit-", "x-rate
 
 /// How many request bodies are held at once (each up to [`MAX_REQUEST_BODY`], from its first
 /// byte until it was sent upstream): a run opening many large POSTs and stalling them waits
-/// for its own earlier ones instead of growing the gate past its memory cap.
-pub const MAX_BODIES_HELD: usize = 4;
+/// for its own earlier ones instead of growing the gate past its memory cap. Two of 32 MiB
+/// and the MCP relay's eight of 4 MiB ([`crate::mcp::MAX_BODIES_HELD`]) are 96 MiB, well
+/// within the gate's `MemoryMax=256M`.
+pub const MAX_BODIES_HELD: usize = 2;
 
 /// How long a POST body may take to arrive in full.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,14 +92,18 @@ pub enum ModelRefusal {
     /// The path names no API, or one with no route in the plan (404).
     #[error("only /model/<api>/… of an API with a route is relayed")]
     NotFound,
-    /// The path below the API is empty, or could step out of the upstream's base path: a `.`
-    /// or `..` segment, an empty one, a backslash, a percent-encoded `.`, `/` or `\`, or a
-    /// byte that is not visible ASCII (400).
-    #[error("the path is empty or could leave the upstream's base path")]
+    /// The path below the API is not below the route's base path, is nothing more than it, or
+    /// could step out of it: a `.` or `..` segment, an empty one, a backslash, a
+    /// percent-encoded `.`, `/` or `\`, or a byte that is not visible ASCII (400).
+    #[error("the path is not below the model API's base path, or could leave it")]
     BadPath,
     /// The method is not GET or POST (405).
     #[error("only GET and POST are relayed")]
     MethodNotAllowed,
+    /// The path below the base path, with the method, is none of the API's [`endpoints`]: a
+    /// batch or file API, a gateway's own endpoints (404).
+    #[error("only the model API's own endpoints are relayed")]
+    EndpointNotRelayed,
     /// The POST body exceeds [`MAX_REQUEST_BODY`] (413).
     #[error("the request body is too large")]
     BodyTooLarge,
@@ -110,10 +121,11 @@ pub enum ModelRefusal {
 
 impl ModelRefusal {
     /// Every refusal.
-    pub const ALL: [ModelRefusal; 7] = [
+    pub const ALL: [ModelRefusal; 8] = [
         ModelRefusal::NotFound,
         ModelRefusal::BadPath,
         ModelRefusal::MethodNotAllowed,
+        ModelRefusal::EndpointNotRelayed,
         ModelRefusal::BodyTooLarge,
         ModelRefusal::BodyUnreadable,
         ModelRefusal::UpstreamRedirect,
@@ -126,6 +138,7 @@ impl ModelRefusal {
             ModelRefusal::NotFound => "not_found",
             ModelRefusal::BadPath => "bad_path",
             ModelRefusal::MethodNotAllowed => "method_not_allowed",
+            ModelRefusal::EndpointNotRelayed => "endpoint_not_relayed",
             ModelRefusal::BodyTooLarge => "body_too_large",
             ModelRefusal::BodyUnreadable => "body_unreadable",
             ModelRefusal::UpstreamRedirect => "upstream_redirect",
@@ -136,7 +149,7 @@ impl ModelRefusal {
     /// The HTTP status the agent gets.
     pub fn status(self) -> StatusCode {
         match self {
-            ModelRefusal::NotFound => StatusCode::NOT_FOUND,
+            ModelRefusal::NotFound | ModelRefusal::EndpointNotRelayed => StatusCode::NOT_FOUND,
             ModelRefusal::BadPath | ModelRefusal::BodyUnreadable => StatusCode::BAD_REQUEST,
             ModelRefusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ModelRefusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -183,8 +196,9 @@ pub fn key_header(
     Ok((name, value))
 }
 
-/// The API the path's first segment below `/model/` names, if the relay knows it; whether the
-/// plan has a route for it is [`route_target`]'s question.
+/// The API the path's first segment below `/model/` names, if the relay knows it: the label
+/// of a refused request's decision and count. Whether the plan has a route for it is
+/// [`route_target`]'s question, and only the API it maps a target to gets a key.
 pub fn named_api(path: &str) -> Option<ModelApi> {
     let below = path.strip_prefix(MODEL_RELAY_PATH)?.strip_prefix('/')?;
     let segment = below.split(['/', '?']).next().unwrap_or(below);
@@ -193,16 +207,61 @@ pub fn named_api(path: &str) -> Option<ModelApi> {
         .find(|api| api.as_str() == segment)
 }
 
-/// Maps a request target `/model/<api>/<rest>[?<query>]` to the route's API and the upstream
-/// URL `<upstream>/<rest>[?<query>]`, the query kept as it is.
+/// The endpoints of `api` the relay serves, each a method and a path below the route's base
+/// path, where `*` stands for one non-empty segment (a model id). Anthropic's: messages, token
+/// counts, models. An OpenAI-compatible API's: chat completions and models, each with or
+/// without `v1/` first (atelier-agent appends `/v1/chat/completions` to a base that does not
+/// end in `/v1`).
+pub fn endpoints(api: ModelApi) -> &'static [(&'static str, &'static str)] {
+    match api {
+        ModelApi::Anthropic => &[
+            ("POST", "v1/messages"),
+            ("POST", "v1/messages/count_tokens"),
+            ("GET", "v1/models"),
+            ("GET", "v1/models/*"),
+        ],
+        ModelApi::Openai => &[
+            ("POST", "chat/completions"),
+            ("POST", "v1/chat/completions"),
+            ("GET", "models"),
+            ("GET", "v1/models"),
+            ("GET", "models/*"),
+            ("GET", "v1/models/*"),
+        ],
+    }
+}
+
+/// Returns true if and only if `endpoint` matches `pattern` segment by segment, `*` matching
+/// any non-empty segment.
+fn endpoint_matches(pattern: &str, endpoint: &str) -> bool {
+    let (mut pattern, mut endpoint) = (pattern.split('/'), endpoint.split('/'));
+    loop {
+        match (pattern.next(), endpoint.next()) {
+            (None, None) => return true,
+            (Some("*"), Some(segment)) if !segment.is_empty() => {}
+            (Some(want), Some(segment)) if want == segment => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Maps a request `method` and target `/model/<api>/<rest>[?<query>]` to the route's API and
+/// the upstream URL `<origin>/<rest>[?<query>]`, `<origin>` the route's base URL without its
+/// path, the query kept as it is. `/<rest>` must be the base URL's path, then `/` and an
+/// endpoint: the agent is given `/model/<api>` followed by that path as its base URL.
 ///
-/// [`ModelRefusal::NotFound`] when the target is not below `/model/`, names no API, or one
-/// with no route in `routes`; [`ModelRefusal::BadPath`] when `<rest>` is empty or any of its
-/// segments is `.`, `..`, empty (but the last: a trailing `/` is kept), or holds a backslash or
-/// a percent-encoded `.`, `/` or `\` (either case), or when the target holds a byte that is not
-/// visible ASCII or a `#`. What is accepted cannot leave the route's base path, however the
-/// upstream or a URL parser on the way normalises it. No I/O; every input is safe to give it.
+/// In order: [`ModelRefusal::NotFound`] when the target is not below `/model/`, names no API,
+/// or one with no route in `routes`; [`ModelRefusal::BadPath`] when `<rest>` is empty or any
+/// of its segments is `.`, `..`, empty (but the last: a trailing `/` is kept), or holds a
+/// backslash or a percent-encoded `.`, `/` or `\` (either case), when the target holds a byte
+/// that is not visible ASCII or a `#`, or when `/<rest>` is not the base path (compared
+/// exactly, segment by segment) followed by `/` and a non-empty endpoint;
+/// [`ModelRefusal::MethodNotAllowed`] when `method` is not `GET` or `POST`;
+/// [`ModelRefusal::EndpointNotRelayed`] when the endpoint with `method` is none of the API's
+/// [`endpoints`]. What is accepted cannot leave the route's base path, however the upstream
+/// or a URL parser on the way normalises it. No I/O; every input is safe to give it.
 pub fn route_target(
+    method: &str,
     path_and_query: &str,
     routes: &[ModelRoute],
 ) -> Result<(ModelApi, String), ModelRefusal> {
@@ -244,7 +303,29 @@ pub fn route_target(
             return Err(ModelRefusal::BadPath);
         }
     }
-    let mut upstream = format!("{}/{rest}", route.upstream);
+    // `/<rest>` below the base path (empty, or `/`-separated segments): `/v1x/…` is not below
+    // `/v1`, nor is `/v1` itself.
+    let (origin, base_path) = split_origin(&route.upstream);
+    let base_path = base_path.trim_end_matches('/');
+    let endpoint = match base_path.strip_prefix('/') {
+        Some(base) => rest
+            .strip_prefix(base)
+            .and_then(|endpoint| endpoint.strip_prefix('/')),
+        None => Some(rest),
+    };
+    let endpoint = endpoint
+        .filter(|endpoint| !endpoint.is_empty())
+        .ok_or(ModelRefusal::BadPath)?;
+    if !METHODS.iter().any(|served| served.as_str() == method) {
+        return Err(ModelRefusal::MethodNotAllowed);
+    }
+    let relayed = endpoints(api)
+        .iter()
+        .any(|&(served, pattern)| served == method && endpoint_matches(pattern, endpoint));
+    if !relayed {
+        return Err(ModelRefusal::EndpointNotRelayed);
+    }
+    let mut upstream = format!("{origin}/{rest}");
     if let Some(query) = query {
         upstream.push('?');
         upstream.push_str(query);
@@ -390,11 +471,14 @@ impl ModelDoor {
         &self.routes
     }
 
+    /// Records a decision about a `method` request for `api`: the method as itself only when
+    /// it is GET or POST ([`relay::recorded_method`]).
     fn record(&self, method: &Method, api: Option<ModelApi>, verdict: Verdict, outcome: &str) {
         let path = match api {
             Some(api) => format!("{MODEL_RELAY_PATH}/{}", api.as_str()),
             None => MODEL_RELAY_PATH.to_owned(),
         };
+        let method = relay::recorded_method(method, &METHODS);
         self.log.record(
             MODEL_HOST,
             None,
@@ -444,19 +528,18 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
         .uri()
         .path_and_query()
         .map_or(request.uri().path(), |target| target.as_str());
-    let api = named_api(target);
-    let url = match route_target(target, &door.routes) {
-        Ok((_, url)) => url,
-        Err(refusal) => return door.refuse(&method, api, refusal),
+    let (api, url) = match route_target(method.as_str(), target, &door.routes) {
+        Ok(mapped) => mapped,
+        // Labelled by the API its path names, if any; nothing goes upstream.
+        Err(refusal) => return door.refuse(&method, named_api(target), refusal),
     };
-    if !METHODS.contains(&method) {
-        return door.refuse(&method, api, ModelRefusal::MethodNotAllowed);
-    }
     let upstream = door.client.request(method.clone(), url);
     let mut upstream = relay::pass_on(upstream, request.headers(), &REQUEST_HEADERS);
-    if let Some((name, value)) = api.and_then(|api| door.keys.get(&api)) {
+    // The key of the API the target was mapped to, and of no other.
+    if let Some((name, value)) = door.keys.get(&api) {
         upstream = upstream.header(name.clone(), value.clone());
     }
+    let api = Some(api);
     // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
     let (upstream, _holding) = match door.bodies.take(upstream, request).await {
         Ok(taken) => taken,

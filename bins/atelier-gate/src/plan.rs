@@ -183,7 +183,7 @@ fn check_model_relay(relay: &ModelRelay, with_mcp: bool) -> Result<(), PlanError
 /// Returns true if and only if `url` is `http://` or `https://`, a host (with an optional
 /// port), and a path that is empty or `/`-separated non-empty segments none of which is `.`
 /// or `..`, with no query, fragment, credentials, percent sign, backslash or whitespace, and
-/// no trailing `/`: the relay appends `/<rest>` to it, and what it appends to must already
+/// no trailing `/`: the relay appends `/<endpoint>` to it, and what it appends to must already
 /// stay where it points.
 fn is_model_upstream(url: &str) -> bool {
     let Some(rest) = url

@@ -5,9 +5,9 @@
 //! it as `not_found` as it always has.
 //!
 //! Also the plumbing both relays share, each with its own refusals, bounds and allowlists: the
-//! upstream client ([`client`]), the problem+json answer to a refusal ([`problem`]), the
-//! request headers passed on ([`pass_on`]), the POST bodies held ([`Bodies`]) and the upstream's
-//! answer streamed back ([`stream_back`]).
+//! upstream client ([`client`]), the method a decision names ([`recorded_method`]), the
+//! problem+json answer to a refusal ([`problem`]), the request headers passed on ([`pass_on`]),
+//! the POST bodies held ([`Bodies`]) and the upstream's answer streamed back ([`stream_back`]).
 
 use std::io;
 use std::sync::Arc;
@@ -114,6 +114,18 @@ pub(crate) fn failure(error: reqwest::Error) -> String {
         cause = inner.source();
     }
     text
+}
+
+/// How a decision names `method`: as itself when it is one of `served`, the methods the relay
+/// serves, else `OTHER`. A method is any token the agent chooses, and each distinct reason is
+/// a decision of its own (deduplicated, and capped per run): a refused extension method must
+/// not mint new ones.
+pub(crate) fn recorded_method<'a>(method: &'a Method, served: &[Method]) -> &'a str {
+    if served.contains(method) {
+        method.as_str()
+    } else {
+        "OTHER"
+    }
 }
 
 /// The problem+json answer to a refused request: `status` with its canonical reason as the

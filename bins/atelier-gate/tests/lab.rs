@@ -747,7 +747,7 @@ fn a_model_host_whose_name_resolves_to_no_public_address_is_never_dialled() {
     };
     for (target, api) in [
         ("/model/anthropic/v1/messages", "anthropic"),
-        ("/model/openai/chat/completions", "openai"),
+        ("/model/openai/v1/chat/completions", "openai"),
     ] {
         let response = relay.post(target);
         assert_eq!(response.status.as_u16(), 502, "{}", relay.gate.log());

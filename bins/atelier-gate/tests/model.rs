@@ -1,11 +1,13 @@
 //! The model relay, end to end against a model provider stand-in on loopback
 //! (`support::model`), through the relay listener as the service serves it (both relays on one
 //! socket, one decision log). The real key reaches upstream in its API's style and the agent's
-//! placeholder never does; targets map below the base path with their query; SSE streams before
-//! the upstream has finished; a traversal, a body past the bound and a redirect are refused by
-//! name with nothing (more) upstream; every outcome is a decision of the turn door, worded
-//! `<method> /model/<api> <status or refusal>`. And the built binary, socket-activated with a
-//! plan whose route's credential is missing, stops before READY naming it. The binary relaying
+//! placeholder never does; targets map below the base path (a route's with a path and one's
+//! without) with their query; SSE streams before the upstream has finished; a path outside the
+//! base path, a traversal, an endpoint that is not the model API's, a body past the bound and a
+//! redirect are refused by name with nothing (more) upstream; every outcome is a decision of
+//! the turn door, worded `<method> /model/<api> <status or refusal>`. And the built binary,
+//! socket-activated with a plan whose route's credential is missing, stops before READY naming
+//! it. The binary relaying
 //! with the key its credential holds runs in the lab network (`lab.rs`): a plan's model host is
 //! a name, which only the lab's DNS resolves to a stand-in the relay may dial.
 
@@ -141,7 +143,7 @@ async fn the_real_key_goes_upstream_in_each_apis_style_and_the_agents_never_does
     let response = send(
         &relay.socket,
         "POST",
-        "/model/openai/chat/completions?api-version=2",
+        "/model/openai/v1/chat/completions?api-version=2",
         &agent_headers,
         body,
     )
@@ -199,7 +201,7 @@ async fn an_sse_answer_streams_through_before_the_upstream_finishes() {
     let mut response = send(
         &relay.socket,
         "POST",
-        "/model/anthropic/v1/stream",
+        "/model/anthropic/v1/messages?answer=stream",
         &[("accept", "text/event-stream")],
         br#"{"stream":true}"#,
     )
@@ -221,17 +223,22 @@ async fn an_sse_answer_streams_through_before_the_upstream_finishes() {
 }
 
 #[tokio::test]
-async fn a_traversal_is_refused_and_never_reaches_upstream() {
+async fn a_traversal_or_a_path_outside_the_base_path_is_refused_and_never_reaches_upstream() {
     let upstream = ModelUpstream::on_loopback().await;
     let relay = both_routes(&upstream);
     let traversals = [
         ("GET", "/model/openai/../admin?k=v"),
-        ("GET", "/model/openai/models/../../../admin"),
+        ("GET", "/model/openai/v1/models/../../../admin"),
         ("POST", "/model/anthropic/%2e%2e/admin"),
         ("POST", "/model/anthropic/.%2E/admin"),
-        ("GET", "/model/openai/a%2F..%2Fadmin"),
-        ("GET", "/model/openai/..%5Cadmin"),
+        ("GET", "/model/openai/v1/a%2F..%2Fadmin"),
+        ("GET", "/model/openai/v1/..%5Cadmin"),
         ("GET", "/model/openai/"),
+        // Outside the base path `/v1`, or the base path alone.
+        ("GET", "/model/openai/models"),
+        ("GET", "/model/openai/v1x/models"),
+        ("POST", "/model/openai/key/generate"),
+        ("GET", "/model/openai/v1/"),
     ];
     for (method, target) in traversals {
         let response = send(&relay.socket, method, target, &[], b"{}").await;
@@ -245,9 +252,86 @@ async fn a_traversal_is_refused_and_never_reaches_upstream() {
         [
             line("refused", "GET /model/openai bad_path"),
             line("refused", "POST /model/anthropic bad_path"),
+            line("refused", "POST /model/openai bad_path"),
         ],
         "each distinct decision once, none with the path below the API"
     );
+}
+
+/// Only the model API's own endpoints are relayed, below a base with a path and one without:
+/// each of those sent goes through, anything else the host serves (batches, files, a gateway's
+/// key minting, the legacy completions, a GET of messages) is refused by name without reaching
+/// it, the key with it.
+#[tokio::test]
+async fn only_the_model_apis_own_endpoints_reach_upstream() {
+    let upstream = ModelUpstream::on_loopback().await;
+    let relay = both_routes(&upstream);
+    let relayed = [
+        (
+            "POST",
+            "/model/anthropic/v1/messages/count_tokens?beta=true",
+        ),
+        ("GET", "/model/anthropic/v1/models"),
+        ("GET", "/model/anthropic/v1/models/claude-sonnet-4-5"),
+        ("GET", "/model/openai/v1/models"),
+        ("GET", "/model/openai/v1/models/gpt-4.1-mini"),
+        ("POST", "/model/openai/v1/v1/chat/completions"),
+    ];
+    for (method, target) in relayed {
+        let response = send(&relay.socket, method, target, &[], b"{}").await;
+        assert_eq!(response.status, StatusCode::OK, "{method} {target}");
+    }
+    let seen: Vec<(String, String)> = upstream
+        .seen()
+        .into_iter()
+        .map(|seen| (seen.method, seen.target))
+        .collect();
+    let want = [
+        ("POST", "/v1/messages/count_tokens?beta=true"),
+        ("GET", "/v1/models"),
+        ("GET", "/v1/models/claude-sonnet-4-5"),
+        ("GET", "/v1/models"),
+        ("GET", "/v1/models/gpt-4.1-mini"),
+        ("POST", "/v1/v1/chat/completions"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(method, target)| (method.to_string(), target.to_string()))
+        .collect();
+    assert_eq!(seen, want);
+
+    let refused = [
+        ("POST", "/model/anthropic/v1/messages/batches"),
+        (
+            "GET",
+            "/model/anthropic/v1/messages/batches/msgbatch_01/results",
+        ),
+        ("POST", "/model/anthropic/v1/files"),
+        ("POST", "/model/anthropic/key/generate"),
+        ("POST", "/model/anthropic/v1/complete"),
+        ("GET", "/model/anthropic/v1/messages"),
+        ("POST", "/model/openai/v1/batches"),
+        ("POST", "/model/openai/v1/key/generate"),
+        ("GET", "/model/openai/v1/models/"),
+    ];
+    for (method, target) in refused {
+        let response = send(&relay.socket, method, target, &[], b"{}").await;
+        assert_eq!(response.status, StatusCode::NOT_FOUND, "{method} {target}");
+        let text = response.text().await;
+        assert!(
+            text.contains(r#""reason":"endpoint_not_relayed""#),
+            "{target}: {text}"
+        );
+    }
+    assert_eq!(upstream.seen().len(), want.len(), "nothing more upstream");
+    for line in [
+        line("refused", "POST /model/anthropic endpoint_not_relayed"),
+        line("refused", "GET /model/anthropic endpoint_not_relayed"),
+        line("refused", "POST /model/openai endpoint_not_relayed"),
+        line("refused", "GET /model/openai endpoint_not_relayed"),
+    ] {
+        assert!(has(&relay.log, &line), "{line}");
+    }
 }
 
 #[tokio::test]
@@ -276,7 +360,7 @@ async fn a_body_past_the_bound_is_refused_and_never_reaches_upstream() {
     let response = send(
         &relay.socket,
         "POST",
-        "/model/openai/chat/completions",
+        "/model/openai/v1/chat/completions",
         &[],
         &fits,
     )
@@ -289,7 +373,14 @@ async fn a_body_past_the_bound_is_refused_and_never_reaches_upstream() {
 async fn a_redirect_is_a_bad_gateway_and_is_not_followed() {
     let upstream = ModelUpstream::on_loopback().await;
     let relay = both_routes(&upstream);
-    let response = send(&relay.socket, "POST", "/model/openai/redirect", &[], b"{}").await;
+    let response = send(
+        &relay.socket,
+        "POST",
+        "/model/openai/v1/chat/completions?answer=redirect",
+        &[],
+        b"{}",
+    )
+    .await;
     assert_eq!(response.status, StatusCode::BAD_GATEWAY);
     assert!(response.header("location").is_empty());
     let text = response.text().await;
@@ -297,7 +388,7 @@ async fn a_redirect_is_a_bad_gateway_and_is_not_followed() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let seen = upstream.seen();
     assert_eq!(seen.len(), 1, "the redirect was not followed: {seen:?}");
-    assert_eq!(seen[0].target, "/v1/redirect");
+    assert_eq!(seen[0].target, "/v1/chat/completions?answer=redirect");
     assert_eq!(
         relay.log.lines(),
         [line("refused", "POST /model/openai upstream_redirect")]
@@ -318,17 +409,24 @@ async fn each_decision_is_queued_once_the_agent_has_its_answer() {
         ),
         (
             "GET",
-            "/model/openai/status/503",
+            "/model/openai/v1/models?answer=503",
             503,
             Verdict::Relayed,
             "GET /model/openai 503",
         ),
         (
             "PUT",
-            "/model/openai/models",
+            "/model/openai/v1/models",
             405,
             Verdict::Refused,
-            "PUT /model/openai method_not_allowed",
+            "OTHER /model/openai method_not_allowed",
+        ),
+        (
+            "POST",
+            "/model/openai/v1/files",
+            404,
+            Verdict::Refused,
+            "POST /model/openai endpoint_not_relayed",
         ),
         (
             "GET",

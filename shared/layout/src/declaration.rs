@@ -155,9 +155,9 @@ reasons! {
     /// `OPENCODE_ENV`, `ATELIER_AGENT_API_KEY`): a confined agent holds no model key, the turn
     /// door's gate adds `ANTHROPIC_API_KEY` or `OPENAI_API_KEY` to its relayed requests.
     AgentHeldCredential => "agent_held_credential",
-    /// `agent.anthropic_base_url` or `agent.openai_base_url` names a host the turn door's plan
-    /// does not hold, or `agent.anthropic_model` would be asked of Anthropic's own API while the
-    /// plan does not hold it, so every model request would be refused by the gate.
+    /// `agent.anthropic_base_url` or `agent.openai_base_url` names a host `agent.provider_hosts`
+    /// does not hold, or `agent.anthropic_model` would be asked of Anthropic's own API while
+    /// the list does not hold it.
     UnplannedProviderUrl => "unplanned_provider_url",
     /// `agent.openai_model` or `agent.anthropic_model` is empty, longer than 200 characters, has
     /// whitespace at an end or holds a character sited's env file cannot carry.

@@ -342,15 +342,11 @@ impl Layout<'_> {
             // A build reaches only the package registries the operator declares: the shipped
             // templates build without the network, and no registry is trusted by default.
             Door::Build => agent.registry_hosts.clone().unwrap_or_default(),
-            Door::Turn => match agent.driver {
-                AgentDriver::ClaudeCode => agent
-                    .provider_hosts
-                    .clone()
-                    .unwrap_or_else(|| vec![ANTHROPIC_API_HOST.to_owned()]),
-                AgentDriver::Opencode | AgentDriver::Pi | AgentDriver::Atelier => {
-                    agent.provider_hosts.clone().unwrap_or_default()
-                }
-            },
+            // The turn's model is the gate's model relay, which reaches the provider itself: a
+            // tunnel to it would let the agent use a key of its own there, and the model's
+            // server-side tools with it.
+            Door::Turn if self.model_relay().is_some() => Vec::new(),
+            Door::Turn => self.provider_hosts(),
         };
         hosts.sort();
         hosts.dedup();
@@ -359,6 +355,21 @@ impl Layout<'_> {
             mcp: door.has_mcp(),
             model: door.has_mcp().then(|| self.model_relay()).flatten(),
         })
+    }
+
+    /// The hosts the agent's model is at (`agent.provider_hosts`; for Claude Code by default
+    /// Anthropic's API): each declared model base URL must name one of them.
+    pub fn provider_hosts(&self) -> Vec<String> {
+        let agent = &self.declaration().agent;
+        match agent.driver {
+            AgentDriver::ClaudeCode => agent
+                .provider_hosts
+                .clone()
+                .unwrap_or_else(|| vec![ANTHROPIC_API_HOST.to_owned()]),
+            AgentDriver::Opencode | AgentDriver::Pi | AgentDriver::Atelier => {
+                agent.provider_hosts.clone().unwrap_or_default()
+            }
+        }
     }
 
     /// The turn door's model relay: an Anthropic route for Claude Code (whenever its binary
@@ -377,14 +388,14 @@ impl Layout<'_> {
             let declared = agent.anthropic_base_url.as_deref().unwrap_or(&default);
             routes.push(ModelRoute {
                 api: ModelApi::Anthropic,
-                upstream: split_origin(declared).0.to_owned(),
+                upstream: declared.trim_end_matches('/').to_owned(),
                 credential: credential(crate::paths::ANTHROPIC_API_KEY),
             });
         }
         if let Some(url) = &agent.openai_base_url {
             routes.push(ModelRoute {
                 api: ModelApi::Openai,
-                upstream: split_origin(url).0.to_owned(),
+                upstream: url.trim_end_matches('/').to_owned(),
                 credential: credential(crate::paths::OPENAI_API_KEY),
             });
         }
@@ -411,7 +422,7 @@ mod tests {
         assert_eq!(
             layout.egress_plan(Door::Turn),
             Some(EgressPlan {
-                hosts: vec![ANTHROPIC_API_HOST.to_owned()],
+                hosts: vec![],
                 mcp: true,
                 model: Some(ModelRelay {
                     routes: vec![ModelRoute {
@@ -460,17 +471,22 @@ mod tests {
         assert_eq!(
             Layout::new(&decl).egress_plan(Door::Turn),
             Some(EgressPlan {
-                hosts: vec!["llm.example.org".to_owned()],
+                hosts: vec![],
                 mcp: true,
                 model: Some(ModelRelay {
                     routes: vec![ModelRoute {
                         api: ModelApi::Openai,
-                        upstream: "https://llm.example.org".to_owned(),
+                        upstream: "https://llm.example.org/v1".to_owned(),
                         credential: None,
                     }]
                 }),
             }),
-            "no Anthropic default: the declared hosts alone, the model relayed keyless"
+            "no Anthropic route and no tunnel: the model relayed keyless"
+        );
+        assert_eq!(
+            Layout::new(&decl).provider_hosts(),
+            ["llm.example.org"],
+            "no Anthropic default: the declared hosts alone"
         );
     }
 
@@ -500,7 +516,7 @@ mod tests {
         let key = |id: &str| Some(id.to_owned());
         let cases = [
             (
-                "claude code at a gateway: its origin (the agent keeps the path)",
+                "claude code at a gateway, its trailing slash dropped",
                 serde_json::json!({
                     "driver": "claude_code",
                     "bins": { "claude_code": "/usr/local/bin/claude" },
@@ -510,7 +526,7 @@ mod tests {
                 serde_json::json!({ "ANTHROPIC_API_KEY": "/etc/k/a" }),
                 vec![(
                     ModelApi::Anthropic,
-                    "https://gw.example.org".to_owned(),
+                    "https://gw.example.org/anthropic".to_owned(),
                     key("ANTHROPIC_API_KEY"),
                 )],
             ),
@@ -526,7 +542,7 @@ mod tests {
                 serde_json::json!({ "OPENAI_API_KEY": "/etc/k/o" }),
                 vec![(
                     ModelApi::Openai,
-                    "https://llm.example.org".to_owned(),
+                    "https://llm.example.org/v1".to_owned(),
                     key("OPENAI_API_KEY"),
                 )],
             ),
@@ -547,7 +563,11 @@ mod tests {
                         "https://api.anthropic.com".to_owned(),
                         None,
                     ),
-                    (ModelApi::Openai, "https://llm.example.org".to_owned(), None),
+                    (
+                        ModelApi::Openai,
+                        "https://llm.example.org/v1".to_owned(),
+                        None,
+                    ),
                 ],
             ),
         ];

@@ -174,6 +174,9 @@ async fn other_paths_and_methods_are_refused_by_name_and_nothing_goes_upstream()
         ("PUT", "/mcp", 405, "method_not_allowed"),
         ("PATCH", "/mcp", 405, "method_not_allowed"),
         ("OPTIONS", "/mcp", 405, "method_not_allowed"),
+        ("BREW", "/mcp", 405, "method_not_allowed"),
+        ("X-AGENT-1", "/mcp", 405, "method_not_allowed"),
+        ("X-AGENT-1", "/other", 404, "not_found"),
     ];
     for (method, target, status, reason) in cases {
         let response = send(&relay.socket, method, target, &[], b"").await;
@@ -188,6 +191,19 @@ async fn other_paths_and_methods_are_refused_by_name_and_nothing_goes_upstream()
     let response = send(&relay.socket, "POST", "/mcp", &[], &big).await;
     assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(upstream.seen().is_empty());
+    // A method the relay does not serve is named `OTHER`: an agent's made-up methods make one
+    // decision, not one each.
+    let refused = |reason: &str| format!("door=turn host=mcp verdict=refused reason={reason}");
+    assert_eq!(
+        relay.door.log.lines(),
+        [
+            refused("GET /mcp not_found"),
+            refused("POST /mcp not_found"),
+            refused("OTHER /mcp method_not_allowed"),
+            refused("OTHER /mcp not_found"),
+            refused("POST /mcp body_too_large"),
+        ]
+    );
 }
 
 #[tokio::test]
@@ -253,7 +269,7 @@ async fn a_turn_subscription_has_each_relay_decision_once_the_agent_has_its_answ
             "/mcp",
             405,
             Verdict::Refused,
-            "PUT /mcp method_not_allowed",
+            "OTHER /mcp method_not_allowed",
         ),
     ];
     for (method, target, status, verdict, reason) in cases {

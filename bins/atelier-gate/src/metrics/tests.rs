@@ -221,6 +221,7 @@ async fn each_model_relay_request_counts_under_its_api_and_outcome() {
         ("POST", "/model/anthropic/v1/messages/count_tokens"),
         ("POST", "/model/anthropic/v1/%2e%2e/admin"),
         ("PUT", "/model/anthropic/v1/messages"),
+        ("POST", "/model/anthropic/v1/messages/batches"),
         ("GET", "/model/openai/models"),
         ("GET", "/model/gemini/models"),
     ] {
@@ -236,6 +237,7 @@ async fn each_model_relay_request_counts_under_its_api_and_outcome() {
             (&series("anthropic", "relayed"), 2),
             (&series("anthropic", "bad_path"), 1),
             (&series("anthropic", "method_not_allowed"), 1),
+            (&series("anthropic", "endpoint_not_relayed"), 1),
             (&series("openai", "not_found"), 1),
             (&series("unknown", "not_found"), 1),
         ],

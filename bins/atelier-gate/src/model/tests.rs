@@ -1,9 +1,11 @@
-//! The model relay: request targets mapped under each route's base or refused by name (named
-//! cases, the fuzz seeds, and generated paths held to the URL parser the client uses), the key
-//! header of each API, the resolver's answers kept only when public, and, over a real unix
-//! socket against a provider stand-in on loopback, what the socket tests of the MCP relay do
-//! not already show for this one: the 405, the bearer key, the status and header allowlist, an
-//! unreachable upstream, a host resolving to loopback never dialled, and the bodies held.
+//! The model relay: request targets mapped below each route's base path or refused by name
+//! (named cases, every endpoint of each API, the fuzz seeds, and generated paths held to the
+//! URL parser the client uses), the key header of each API, the resolver's answers kept only
+//! when public, and, over a real unix socket against a provider stand-in on loopback, what the
+//! socket tests of the MCP relay do not already show for this one: the 405 and the one
+//! decision of any other method, an endpoint not relayed, the bearer key, the status and
+//! header allowlist, an unreachable upstream, a host resolving to loopback never dialled, and
+//! the bodies held.
 
 use super::*;
 use crate::mcp::McpDoor;
@@ -22,7 +24,12 @@ use mcp::send;
 use upstream::{ModelUpstream, PASSED_BACK};
 
 const ANTHROPIC_BASE: &str = "https://api.anthropic.com";
+/// A gateway telling accounts, gateways and providers apart by path (Cloudflare AI Gateway's
+/// shape).
+const GATEWAY_BASE: &str = "https://gateway.example.com/v1/acct/gw/anthropic";
 const OPENAI_BASE: &str = "http://127.0.0.1:8080/v1";
+/// An OpenAI-compatible base without a path (a LiteLLM proxy's, say).
+const OPENAI_ORIGIN_BASE: &str = "https://llm.example.org";
 const KEY: &str = "sk-model-key-77d2";
 
 fn route(api: ModelApi, upstream: &str) -> ModelRoute {
@@ -33,51 +40,164 @@ fn route(api: ModelApi, upstream: &str) -> ModelRoute {
     }
 }
 
-/// The routes the fuzz target picks from with its first byte: bit 0 the Anthropic route, bit 1
-/// the OpenAI one (whose base has a path).
+/// The routes the fuzz target picks from with its first byte: bit 0 the Anthropic route, at
+/// Anthropic's API or, with bit 2, at a gateway's base with a path; bit 1 the OpenAI one, at a
+/// base with the path `/v1` or, with bit 3, at an origin alone.
 fn fuzz_routes(pick: u8) -> Vec<ModelRoute> {
     let mut routes = Vec::new();
     if pick & 1 != 0 {
-        routes.push(route(ModelApi::Anthropic, ANTHROPIC_BASE));
+        let base = if pick & 4 != 0 {
+            GATEWAY_BASE
+        } else {
+            ANTHROPIC_BASE
+        };
+        routes.push(route(ModelApi::Anthropic, base));
     }
     if pick & 2 != 0 {
-        routes.push(route(ModelApi::Openai, OPENAI_BASE));
+        let base = if pick & 8 != 0 {
+            OPENAI_ORIGIN_BASE
+        } else {
+            OPENAI_BASE
+        };
+        routes.push(route(ModelApi::Openai, base));
     }
     routes
 }
 
-/// What a case is, which routes the plan has, the target, and what it maps to.
+/// What a case is, which routes the plan has, the request's method and target, and what it
+/// maps to.
 type Case<'a> = (
     &'a str,
     &'a [ModelRoute],
+    &'a str,
     &'a str,
     Result<(ModelApi, String), ModelRefusal>,
 );
 
 #[test]
-fn request_targets_map_under_the_base_or_are_refused_by_name() {
+fn request_targets_map_below_the_base_path_or_are_refused_by_name() {
     use ModelApi::{Anthropic, Openai};
-    use ModelRefusal::{BadPath, NotFound};
+    use ModelRefusal::{BadPath, EndpointNotRelayed, MethodNotAllowed, NotFound};
+    // Anthropic at its API, OpenAI below `/v1`.
     let both = fuzz_routes(3);
     let anthropic_only = fuzz_routes(1);
+    // Anthropic at the gateway, OpenAI at an origin alone.
+    let gateway = fuzz_routes(1 | 2 | 4 | 8);
     let ok = |api, url: &str| Ok((api, url.to_owned()));
     let cases: Vec<Case<'_>> = vec![
+        // Each endpoint relayed.
         (
             "messages",
             &both,
+            "POST",
             "/model/anthropic/v1/messages",
             ok(Anthropic, "https://api.anthropic.com/v1/messages"),
         ),
         (
-            "a base with a path",
+            "messages with Claude Code's query",
             &both,
-            "/model/openai/chat/completions",
+            "POST",
+            "/model/anthropic/v1/messages?beta=true",
+            ok(Anthropic, "https://api.anthropic.com/v1/messages?beta=true"),
+        ),
+        (
+            "token counts",
+            &both,
+            "POST",
+            "/model/anthropic/v1/messages/count_tokens?beta=true",
+            ok(
+                Anthropic,
+                "https://api.anthropic.com/v1/messages/count_tokens?beta=true",
+            ),
+        ),
+        (
+            "Anthropic's models",
+            &both,
+            "GET",
+            "/model/anthropic/v1/models",
+            ok(Anthropic, "https://api.anthropic.com/v1/models"),
+        ),
+        (
+            "one of Anthropic's models",
+            &both,
+            "GET",
+            "/model/anthropic/v1/models/claude-sonnet-4-5",
+            ok(
+                Anthropic,
+                "https://api.anthropic.com/v1/models/claude-sonnet-4-5",
+            ),
+        ),
+        (
+            "chat completions below the base path",
+            &both,
+            "POST",
+            "/model/openai/v1/chat/completions",
             ok(Openai, "http://127.0.0.1:8080/v1/chat/completions"),
+        ),
+        (
+            "v1 chat completions below the base path",
+            &both,
+            "POST",
+            "/model/openai/v1/v1/chat/completions",
+            ok(Openai, "http://127.0.0.1:8080/v1/v1/chat/completions"),
+        ),
+        (
+            "chat completions at an origin",
+            &gateway,
+            "POST",
+            "/model/openai/chat/completions",
+            ok(Openai, "https://llm.example.org/chat/completions"),
+        ),
+        (
+            "atelier-agent's v1 chat completions at an origin",
+            &gateway,
+            "POST",
+            "/model/openai/v1/chat/completions",
+            ok(Openai, "https://llm.example.org/v1/chat/completions"),
+        ),
+        (
+            "OpenAI's models below the base path",
+            &both,
+            "GET",
+            "/model/openai/v1/models",
+            ok(Openai, "http://127.0.0.1:8080/v1/models"),
+        ),
+        (
+            "v1 models at an origin",
+            &gateway,
+            "GET",
+            "/model/openai/v1/models",
+            ok(Openai, "https://llm.example.org/v1/models"),
+        ),
+        (
+            "one of OpenAI's models below the base path",
+            &both,
+            "GET",
+            "/model/openai/v1/models/gpt-4.1-mini",
+            ok(Openai, "http://127.0.0.1:8080/v1/models/gpt-4.1-mini"),
+        ),
+        (
+            "one of the v1 models at an origin",
+            &gateway,
+            "GET",
+            "/model/openai/v1/models/gpt-4.1-mini",
+            ok(Openai, "https://llm.example.org/v1/models/gpt-4.1-mini"),
+        ),
+        (
+            "the gateway's own route",
+            &gateway,
+            "POST",
+            "/model/anthropic/v1/acct/gw/anthropic/v1/messages?beta=true",
+            ok(
+                Anthropic,
+                "https://gateway.example.com/v1/acct/gw/anthropic/v1/messages?beta=true",
+            ),
         ),
         (
             "the query kept as it is",
             &both,
-            "/model/openai/models?limit=10&after=a%2Fb",
+            "GET",
+            "/model/openai/v1/models?limit=10&after=a%2Fb",
             ok(
                 Openai,
                 "http://127.0.0.1:8080/v1/models?limit=10&after=a%2Fb",
@@ -86,6 +206,7 @@ fn request_targets_map_under_the_base_or_are_refused_by_name() {
         (
             "dots in the query are the query's",
             &both,
+            "GET",
             "/model/anthropic/v1/models?next=../../admin",
             ok(
                 Anthropic,
@@ -95,192 +216,527 @@ fn request_targets_map_under_the_base_or_are_refused_by_name() {
         (
             "an empty query kept",
             &both,
-            "/model/openai/models?",
+            "GET",
+            "/model/openai/v1/models?",
             ok(Openai, "http://127.0.0.1:8080/v1/models?"),
-        ),
-        (
-            "a trailing slash kept",
-            &both,
-            "/model/openai/models/",
-            ok(Openai, "http://127.0.0.1:8080/v1/models/"),
         ),
         (
             "dots inside a segment",
             &both,
-            "/model/openai/models/gpt-4.1-mini...",
+            "GET",
+            "/model/openai/v1/models/gpt-4.1-mini...",
             ok(Openai, "http://127.0.0.1:8080/v1/models/gpt-4.1-mini..."),
         ),
         (
             "other percent-encodings kept",
             &both,
-            "/model/anthropic/v1/a%20b",
-            ok(Anthropic, "https://api.anthropic.com/v1/a%20b"),
+            "GET",
+            "/model/anthropic/v1/models/a%20b",
+            ok(Anthropic, "https://api.anthropic.com/v1/models/a%20b"),
         ),
+        // The base path.
+        (
+            "outside the base path",
+            &both,
+            "POST",
+            "/model/openai/chat/completions",
+            Err(BadPath),
+        ),
+        (
+            "a prefix of a segment is not the base path",
+            &both,
+            "GET",
+            "/model/openai/v1x/models",
+            Err(BadPath),
+        ),
+        (
+            "the base path alone",
+            &both,
+            "GET",
+            "/model/openai/v1",
+            Err(BadPath),
+        ),
+        (
+            "the base path and a slash",
+            &both,
+            "GET",
+            "/model/openai/v1/",
+            Err(BadPath),
+        ),
+        (
+            "the base path in another case",
+            &both,
+            "GET",
+            "/model/openai/V1/models",
+            Err(BadPath),
+        ),
+        (
+            "the base path percent-encoded",
+            &both,
+            "GET",
+            "/model/openai/%761/models",
+            Err(BadPath),
+        ),
+        (
+            "a key-minting endpoint outside the base path",
+            &both,
+            "POST",
+            "/model/openai/key/generate",
+            Err(BadPath),
+        ),
+        (
+            "another account on the gateway",
+            &gateway,
+            "POST",
+            "/model/anthropic/v1/other/gw/anthropic/v1/messages",
+            Err(BadPath),
+        ),
+        (
+            "another provider on the gateway",
+            &gateway,
+            "POST",
+            "/model/anthropic/v1/acct/gw/openai/chat/completions",
+            Err(BadPath),
+        ),
+        (
+            "the gateway's base path cut short",
+            &gateway,
+            "POST",
+            "/model/anthropic/v1/acct/gw/v1/messages",
+            Err(BadPath),
+        ),
+        (
+            "the gateway's origin",
+            &gateway,
+            "POST",
+            "/model/anthropic/v1/messages",
+            Err(BadPath),
+        ),
+        // Endpoints not relayed.
+        (
+            "message batches",
+            &both,
+            "POST",
+            "/model/anthropic/v1/messages/batches",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a batch's results",
+            &both,
+            "GET",
+            "/model/anthropic/v1/messages/batches/msgbatch_01/results",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "files",
+            &both,
+            "POST",
+            "/model/anthropic/v1/files",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "the files listed",
+            &both,
+            "GET",
+            "/model/anthropic/v1/files",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "the legacy completions",
+            &both,
+            "POST",
+            "/model/anthropic/v1/complete",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a GET of messages",
+            &both,
+            "GET",
+            "/model/anthropic/v1/messages",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a POST of models",
+            &both,
+            "POST",
+            "/model/anthropic/v1/models",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "Anthropic's models without v1",
+            &both,
+            "GET",
+            "/model/anthropic/models",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "OpenAI's chat completions on the Anthropic route",
+            &both,
+            "POST",
+            "/model/anthropic/v1/chat/completions",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a gateway's key minting",
+            &gateway,
+            "POST",
+            "/model/openai/key/generate",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a gateway's key minting below the base path",
+            &both,
+            "POST",
+            "/model/openai/v1/key/generate",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "OpenAI's batches",
+            &both,
+            "POST",
+            "/model/openai/v1/batches",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "OpenAI's files",
+            &gateway,
+            "POST",
+            "/model/openai/v1/files",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "OpenAI's responses",
+            &both,
+            "POST",
+            "/model/openai/v1/responses",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "Anthropic's messages on the OpenAI route",
+            &gateway,
+            "POST",
+            "/model/openai/v1/messages",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a model id of two segments",
+            &both,
+            "GET",
+            "/model/openai/v1/models/org/model",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "models with a trailing slash",
+            &both,
+            "GET",
+            "/model/openai/v1/models/",
+            Err(EndpointNotRelayed),
+        ),
+        (
+            "a model deleted",
+            &both,
+            "DELETE",
+            "/model/openai/v1/models/ft-1",
+            Err(MethodNotAllowed),
+        ),
+        // Methods, after the path.
+        (
+            "PUT",
+            &both,
+            "PUT",
+            "/model/anthropic/v1/messages",
+            Err(MethodNotAllowed),
+        ),
+        (
+            "a lower-case post",
+            &both,
+            "post",
+            "/model/anthropic/v1/messages",
+            Err(MethodNotAllowed),
+        ),
+        (
+            "an extension method",
+            &both,
+            "BREW",
+            "/model/anthropic/v1/messages",
+            Err(MethodNotAllowed),
+        ),
+        (
+            "an extension method on an endpoint not relayed",
+            &both,
+            "BREW",
+            "/model/anthropic/v1/files",
+            Err(MethodNotAllowed),
+        ),
+        (
+            "PUT outside the base path",
+            &both,
+            "PUT",
+            "/model/openai/models",
+            Err(BadPath),
+        ),
+        (
+            "PUT of an unknown api",
+            &both,
+            "PUT",
+            "/model/gemini/v1/models",
+            Err(NotFound),
+        ),
+        // Paths that could leave the base path.
         (
             "traversal",
             &both,
+            "POST",
             "/model/anthropic/v1/../../admin",
+            Err(BadPath),
+        ),
+        (
+            "traversal out of the base path and back",
+            &both,
+            "POST",
+            "/model/openai/v1/../v1/chat/completions",
             Err(BadPath),
         ),
         (
             "traversal at the end",
             &both,
+            "GET",
             "/model/openai/..",
             Err(BadPath),
         ),
         (
             "a dot segment",
             &both,
+            "POST",
             "/model/anthropic/./v1/messages",
             Err(BadPath),
         ),
         (
             "encoded traversal",
             &both,
-            "/model/openai/%2e%2e/admin",
+            "GET",
+            "/model/openai/v1/%2e%2e/admin",
             Err(BadPath),
         ),
         (
             "encoded traversal, upper case",
             &both,
-            "/model/openai/%2E%2E/admin",
+            "GET",
+            "/model/openai/v1/%2E%2E/admin",
             Err(BadPath),
         ),
         (
             "half-encoded traversal",
             &both,
-            "/model/openai/.%2e/admin",
+            "GET",
+            "/model/openai/v1/.%2e/admin",
             Err(BadPath),
         ),
         (
             "an encoded dot inside a segment",
             &both,
-            "/model/openai/a%2Eb",
+            "GET",
+            "/model/openai/v1/models/a%2Eb",
             Err(BadPath),
         ),
         (
             "an encoded slash",
             &both,
-            "/model/openai/a%2F..%2Fadmin",
+            "GET",
+            "/model/openai/v1/models/a%2F..%2Fadmin",
             Err(BadPath),
         ),
         (
             "an encoded slash, lower case",
             &both,
-            "/model/openai/a%2fb",
+            "GET",
+            "/model/openai/v1/models/a%2fb",
             Err(BadPath),
         ),
         (
             "an encoded backslash",
             &both,
-            "/model/openai/..%5Cadmin",
+            "GET",
+            "/model/openai/v1/..%5Cadmin",
             Err(BadPath),
         ),
         (
             "an encoded backslash, lower case",
             &both,
-            "/model/openai/..%5cadmin",
+            "GET",
+            "/model/openai/v1/..%5cadmin",
             Err(BadPath),
         ),
         (
             "a backslash",
             &both,
-            "/model/openai/..\\admin",
+            "GET",
+            "/model/openai/v1/..\\admin",
             Err(BadPath),
         ),
         (
             "an empty segment",
             &both,
-            "/model/openai//admin",
+            "GET",
+            "/model/openai/v1//models",
             Err(BadPath),
         ),
-        ("an empty rest", &both, "/model/openai/", Err(BadPath)),
-        ("no rest", &both, "/model/openai", Err(BadPath)),
+        (
+            "an empty rest",
+            &both,
+            "GET",
+            "/model/openai/",
+            Err(BadPath),
+        ),
+        ("no rest", &both, "GET", "/model/openai", Err(BadPath)),
         (
             "no rest, a query",
             &both,
+            "POST",
             "/model/anthropic?x=1",
             Err(BadPath),
         ),
-        ("a space", &both, "/model/anthropic/v1/a b", Err(BadPath)),
+        (
+            "a space",
+            &both,
+            "GET",
+            "/model/anthropic/v1/models/a b",
+            Err(BadPath),
+        ),
         (
             "a tab that would join two dots",
             &both,
+            "GET",
             "/model/anthropic/.\t./x",
             Err(BadPath),
         ),
         (
             "a control byte in the query",
             &both,
-            "/model/anthropic/v1?\u{1b}",
+            "GET",
+            "/model/anthropic/v1/models?\u{1b}",
             Err(BadPath),
         ),
         (
             "a non-ASCII character",
             &both,
-            "/model/anthropic/v1/caf\u{e9}",
+            "GET",
+            "/model/anthropic/v1/models/caf\u{e9}",
             Err(BadPath),
         ),
         (
             "a fragment",
             &both,
+            "POST",
             "/model/anthropic/v1/messages#x",
             Err(BadPath),
         ),
+        // No route.
         (
             "an unknown api",
             &both,
+            "GET",
             "/model/gemini/v1/models",
             Err(NotFound),
         ),
         (
             "an api in upper case",
             &both,
+            "POST",
             "/model/Anthropic/v1/messages",
             Err(NotFound),
         ),
         (
             "an encoded api",
             &both,
+            "POST",
             "/model/%61nthropic/v1/messages",
             Err(NotFound),
         ),
         (
             "a route not in the plan",
             &anthropic_only,
-            "/model/openai/models",
+            "GET",
+            "/model/openai/v1/models",
             Err(NotFound),
         ),
         (
             "a traversal of a route not in the plan",
             &anthropic_only,
+            "GET",
             "/model/openai/..",
             Err(NotFound),
         ),
-        ("no api", &both, "/model/", Err(NotFound)),
-        ("the prefix alone", &both, "/model", Err(NotFound)),
+        ("no api", &both, "GET", "/model/", Err(NotFound)),
+        ("the prefix alone", &both, "GET", "/model", Err(NotFound)),
         (
             "an empty api segment",
             &both,
-            "/model//anthropic/v1",
+            "GET",
+            "/model//anthropic/v1/models",
             Err(NotFound),
         ),
         (
             "a longer first segment",
             &both,
-            "/models/anthropic/v1",
+            "GET",
+            "/models/anthropic/v1/models",
             Err(NotFound),
         ),
-        ("the MCP path", &both, "/mcp", Err(NotFound)),
+        ("the MCP path", &both, "POST", "/mcp", Err(NotFound)),
         (
             "no routes",
             &[],
+            "POST",
             "/model/anthropic/v1/messages",
             Err(NotFound),
         ),
     ];
-    for (what, routes, target, want) in cases {
-        assert_eq!(route_target(target, routes), want, "{what}: {target:?}");
+    for (what, routes, method, target, want) in cases {
+        assert_eq!(
+            route_target(method, target, routes),
+            want,
+            "{what}: {method} {target:?}"
+        );
+    }
+}
+
+/// Every endpoint of each API is relayed with its own method, below each base the routes may
+/// have, and refused with the other method, or with anything appended.
+#[test]
+fn each_endpoint_is_relayed_with_its_method_alone() {
+    for pick in [3, 1 | 2 | 4 | 8] {
+        let routes = fuzz_routes(pick);
+        for route in &routes {
+            let api = route.api;
+            let (_, base_path) = split_origin(&route.upstream);
+            for &(method, pattern) in endpoints(api) {
+                let endpoint = pattern.replace('*', "model-1");
+                let target = format!("/model/{}{base_path}/{endpoint}", api.as_str());
+                let want = format!("{}/{endpoint}", route.upstream);
+                assert_eq!(
+                    route_target(method, &target, &routes),
+                    Ok((api, want)),
+                    "{method} {target}"
+                );
+                let other = if method == "GET" { "POST" } else { "GET" };
+                assert_eq!(
+                    route_target(other, &target, &routes),
+                    Err(ModelRefusal::EndpointNotRelayed),
+                    "{other} {target}"
+                );
+                // A longer last segment is still one model id.
+                let longer = (!pattern.ends_with('*')).then_some("x");
+                for extra in ["/", "/x/y"].into_iter().chain(longer) {
+                    let target = format!("{target}{extra}");
+                    assert_eq!(
+                        route_target(method, &target, &routes),
+                        Err(ModelRefusal::EndpointNotRelayed),
+                        "{method} {target}"
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -314,6 +770,7 @@ fn every_refusal_has_its_name_and_status() {
             ("not_found", 404),
             ("bad_path", 400),
             ("method_not_allowed", 405),
+            ("endpoint_not_relayed", 404),
             ("body_too_large", 413),
             ("body_unreadable", 400),
             ("upstream_redirect", 502),
@@ -468,33 +925,76 @@ fn only_public_answers_are_kept_in_order_and_a_refusal_names_its_reasons() {
     }
 }
 
+/// Each seed is the routes byte, then `<method> <target>`.
 #[test]
 fn the_fuzz_seeds_decide_as_their_names_say() {
+    let refusals = [
+        ("not-found-", ModelRefusal::NotFound),
+        ("bad-path-", ModelRefusal::BadPath),
+        ("method-not-allowed-", ModelRefusal::MethodNotAllowed),
+        ("endpoint-not-relayed-", ModelRefusal::EndpointNotRelayed),
+    ];
     for (name, seed) in crate::fuzz_seeds("model_route") {
-        let (pick, target) = seed.split_first().expect("a routes byte");
-        let target = std::str::from_utf8(target).expect("a UTF-8 seed");
+        let (pick, request) = seed.split_first().expect("a routes byte");
+        let request = std::str::from_utf8(request).expect("a UTF-8 seed");
+        let (method, target) = request.split_once(' ').expect("a method and a target");
         let routes = fuzz_routes(*pick);
-        let decided = route_target(target, &routes);
+        let decided = route_target(method, target, &routes);
         if name.starts_with("ok-") {
             let (api, url) = decided.unwrap_or_else(|e| panic!("{name}: {e:?}"));
             let base = &routes.iter().find(|r| r.api == api).unwrap().upstream;
             assert!(url.starts_with(&format!("{base}/")), "{name}: {url}");
-        } else if name.starts_with("not-found-") {
-            assert_eq!(decided, Err(ModelRefusal::NotFound), "{name}");
-        } else if name.starts_with("bad-path-") {
-            assert_eq!(decided, Err(ModelRefusal::BadPath), "{name}");
+        } else if let Some((_, refusal)) =
+            refusals.iter().find(|(prefix, _)| name.starts_with(prefix))
+        {
+            assert_eq!(decided, Err(*refusal), "{name}");
         } else {
             panic!("a seed with no expectation: {name}");
         }
     }
 }
 
-/// Path pieces that matter to a URL parser, and plain ones.
+/// Path pieces that matter to a URL parser, plain ones, and endpoints.
 fn piece() -> impl Strategy<Value = &'static str> {
     proptest::sample::select(vec![
-        "", ".", "..", "...", ".a", "a.", "%2e", "%2E", "%2e%2e", ".%2e", "%2f", "%2F", "%5c",
-        "%5C", "%252e", "%", "%2", "\\", "/", "?", "#", "\t", "\n", " ", "\u{e9}", "v1",
-        "messages", "a", ";", "@", ":", "x=..",
+        "",
+        ".",
+        "..",
+        "...",
+        ".a",
+        "a.",
+        "%2e",
+        "%2E",
+        "%2e%2e",
+        ".%2e",
+        "%2f",
+        "%2F",
+        "%5c",
+        "%5C",
+        "%252e",
+        "%",
+        "%2",
+        "\\",
+        "/",
+        "?",
+        "#",
+        "\t",
+        "\n",
+        " ",
+        "\u{e9}",
+        "v1",
+        "messages",
+        "a",
+        ";",
+        "@",
+        ":",
+        "x=..",
+        "v1/",
+        "v1/messages",
+        "v1/models/",
+        "models",
+        "chat/completions",
+        "count_tokens",
     ])
 }
 
@@ -504,12 +1004,15 @@ proptest! {
     /// backslashes), on the route's own host and port.
     #[test]
     fn an_accepted_target_stays_below_the_base_path(
+        pick in proptest::sample::select(vec![3u8, 15]),
+        method in proptest::sample::select(vec!["GET", "POST"]),
         api in proptest::sample::select(vec!["anthropic", "openai"]),
+        base in proptest::sample::select(vec!["", "/v1", "/v1x", "/v1/acct/gw/anthropic"]),
         pieces in proptest::collection::vec(piece(), 0..8),
     ) {
-        let target = format!("/model/{api}/{}", pieces.concat());
-        let routes = fuzz_routes(3);
-        if let Ok((api, url)) = route_target(&target, &routes) {
+        let target = format!("/model/{api}{base}/{}", pieces.concat());
+        let routes = fuzz_routes(pick);
+        if let Ok((api, url)) = route_target(method, &target, &routes) {
             let base = &routes.iter().find(|r| r.api == api).unwrap().upstream;
             let base = reqwest::Url::parse(base).unwrap();
             let parsed = reqwest::Url::parse(&url).unwrap();
@@ -571,21 +1074,68 @@ fn lines(door: &ModelDoor) -> Vec<String> {
     door.log.lines()
 }
 
+/// Any other method is a 405, and one decision however many the agent makes up: each
+/// distinct decision is kept once, and a run keeps only so many.
 #[tokio::test]
-async fn only_get_and_post_are_relayed_and_nothing_else_goes_upstream() {
+async fn only_get_and_post_are_relayed_and_any_other_method_is_one_decision() {
     let (upstream, relay) = one_route(ModelApi::Openai, "/v1", Some(KEY)).await;
-    for method in ["PUT", "DELETE", "PATCH", "OPTIONS"] {
-        let response = send(&relay.socket, method, "/model/openai/models", &[], b"").await;
+    let methods = [
+        "PUT",
+        "DELETE",
+        "PATCH",
+        "OPTIONS",
+        "HEAD",
+        "BREW",
+        "X-AGENT-1",
+        "X-AGENT-2",
+    ];
+    for method in methods {
+        let response = send(&relay.socket, method, "/model/openai/v1/models", &[], b"").await;
         assert_eq!(response.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
         assert_eq!(response.header("allow"), ["GET, POST"]);
-        let text = response.text().await;
-        assert!(text.contains(r#""reason":"method_not_allowed""#), "{text}");
+        if method != "HEAD" {
+            let text = response.text().await;
+            assert!(text.contains(r#""reason":"method_not_allowed""#), "{text}");
+        }
     }
     assert!(upstream.seen().is_empty());
-    assert!(lines(&relay.door).contains(
-        &"door=turn host=model verdict=refused reason=PUT /model/openai method_not_allowed"
-            .to_owned()
-    ));
+    assert_eq!(
+        lines(&relay.door),
+        ["door=turn host=model verdict=refused reason=OTHER /model/openai method_not_allowed"]
+    );
+}
+
+/// The endpoints of the API alone get the key: a batch, a file, a gateway's key minting, a GET
+/// of messages are refused by name, with nothing upstream.
+#[tokio::test]
+async fn an_endpoint_not_relayed_is_refused_and_nothing_goes_upstream() {
+    let (upstream, relay) = one_route(ModelApi::Anthropic, "", Some(KEY)).await;
+    let refused = [
+        ("POST", "/model/anthropic/v1/messages/batches"),
+        ("POST", "/model/anthropic/v1/files"),
+        ("POST", "/model/anthropic/key/generate"),
+        ("GET", "/model/anthropic/v1/messages"),
+    ];
+    for (method, target) in refused {
+        let response = send(&relay.socket, method, target, &[], b"{}").await;
+        assert_eq!(response.status, StatusCode::NOT_FOUND, "{target}");
+        let text = response.text().await;
+        assert!(
+            text.contains(r#""reason":"endpoint_not_relayed""#)
+                && text.contains("only the model API's own endpoints are relayed"),
+            "{text}"
+        );
+    }
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
+    assert_eq!(
+        lines(&relay.door),
+        [
+            "door=turn host=model verdict=refused reason=POST /model/anthropic \
+             endpoint_not_relayed",
+            "door=turn host=model verdict=refused reason=GET /model/anthropic \
+             endpoint_not_relayed",
+        ]
+    );
 }
 
 #[tokio::test]
@@ -594,7 +1144,7 @@ async fn an_openai_route_gets_a_bearer_key_and_a_get_carries_no_body() {
     let response = send(
         &relay.socket,
         "GET",
-        "/model/openai/models?limit=5",
+        "/model/openai/v1/models?limit=5",
         &[
             ("authorization", "Bearer placeholder"),
             ("user-agent", "opencode/1.0"),
@@ -631,7 +1181,7 @@ async fn the_status_and_the_allowed_response_headers_pass_through() {
     let response = send(
         &relay.socket,
         "POST",
-        "/model/anthropic/v1/status/429",
+        "/model/anthropic/v1/messages?answer=429",
         &[("content-type", "application/json")],
         b"{}",
     )
@@ -671,7 +1221,7 @@ async fn an_unreachable_upstream_is_a_bad_gateway() {
         route(ModelApi::Openai, &format!("http://{addr}/v1")),
         Some(KEY),
     )]);
-    assert_unreachable(&relay, "/model/openai/chat/completions", "openai").await;
+    assert_unreachable(&relay, "/model/openai/v1/chat/completions", "openai").await;
 }
 
 /// A POST to `path` is answered 502 `upstream_unreachable`, the one decision a refusal of

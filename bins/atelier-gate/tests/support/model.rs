@@ -1,12 +1,13 @@
 //! The model relay's test parts, shared by the crate's unit tests and the integration tests: a
 //! model provider stand-in (a test double) that records every request it gets.
 //!
-//! The stand-in answers by the request's path: one ending in `/redirect` gets a 307 to its own
-//! `/followed` (recorded too, should anyone follow it); one ending in `/stream` gets a
+//! The stand-in answers by the `answer` parameter of the request's query (the relay passes on
+//! only a model API's own endpoints, but every query as it is): `answer=redirect` gets a 307 to
+//! its own `/followed` (recorded too, should anyone follow it); `answer=stream` gets a
 //! `text/event-stream` body made of the chunks the test pushes through
-//! [`ModelUpstream::push_chunk`], which ends when the test calls [`ModelUpstream::finish`]; one
-//! ending in `/status/<code>` gets that status; anything else gets a 200 JSON echo of the
-//! method, target and body. Every answer carries the headers a provider sends (request ids,
+//! [`ModelUpstream::push_chunk`], which ends when the test calls [`ModelUpstream::finish`];
+//! `answer=<code>` gets that status; anything else gets a 200 JSON echo of the method, target
+//! and body. Every answer carries the headers a provider sends (request ids,
 //! rate limits, `retry-after`) and some the relay must drop (`set-cookie`, `x-powered-by`,
 //! `openai-organization`, and the received key echoed back).
 //!
@@ -105,7 +106,11 @@ impl ModelUpstream {
         let key = seen.header("x-api-key").first().map(|s| s.to_string());
         let authorization = seen.header("authorization").first().map(|s| s.to_string());
         self.seen.lock().unwrap().push(seen);
-        let path = parts.uri.path().to_owned();
+        let answer = parts.uri.query().and_then(|query| {
+            query
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("answer="))
+        });
         let mut response = Response::builder()
             .header("request-id", "req_0123")
             .header("x-request-id", "xreq_0123")
@@ -123,19 +128,19 @@ impl ModelUpstream {
         if let Some(authorization) = authorization {
             response = response.header("x-echoed-authorization", authorization);
         }
-        if path.ends_with("/redirect") {
+        if answer == Some("redirect") {
             return response
                 .status(StatusCode::TEMPORARY_REDIRECT)
                 .header("location", format!("http://{}/followed", self.addr))
                 .body(full("redirecting"))
                 .unwrap();
         }
-        if let Some(code) = path.rsplit_once("/status/").map(|(_, code)| code) {
-            let status = StatusCode::from_u16(code.parse().unwrap()).unwrap();
-            return json(response, status, r#"{"type":"error"}"#);
-        }
-        if path.ends_with("/stream") {
+        if answer == Some("stream") {
             return stream_once(&self.chunks, response);
+        }
+        if let Some(code) = answer.and_then(|code| code.parse().ok()) {
+            let status = StatusCode::from_u16(code).unwrap();
+            return json(response, status, r#"{"type":"error"}"#);
         }
         let echo = serde_json::json!({
             "method": parts.method.as_str(),

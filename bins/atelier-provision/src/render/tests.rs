@@ -309,7 +309,11 @@ fn the_gate_listens_once_per_door_with_a_way_out() {
     assert_eq!(json["mcp"], serde_json::Value::Null);
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
     let json: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
-    assert_eq!(json["hosts"], serde_json::json!(["api.anthropic.com"]));
+    assert_eq!(
+        json["hosts"],
+        serde_json::json!([]),
+        "no tunnel from the turn: its model is the gate's relay"
+    );
     assert_eq!(json["port"], 443);
     assert!(json["mcp"]["upstream"]
         .as_str()
@@ -639,7 +643,7 @@ fn the_atelier_driver_reaches_sited_env_and_its_key_the_gates_model_relay() {
     assert!(gate.lines().any(|l| l == key_line), "{gate}");
     let plan = text_of(&all, "/etc/atelier/example/gate/s1-turn.json");
     let plan: serde_json::Value = serde_json::from_str(plan.split_once('\n').unwrap().1).unwrap();
-    assert_eq!(plan["hosts"], serde_json::json!(["api.anthropic.com"]));
+    assert_eq!(plan["hosts"], serde_json::json!([]));
     assert_eq!(
         plan["model"],
         serde_json::json!({"routes": [{

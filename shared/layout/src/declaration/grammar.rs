@@ -185,6 +185,12 @@ pub(crate) fn provider_url(value: &str) -> Result<String, Refusal> {
         return refuse("must not name a port: the gate reaches port 443 only");
     }
     egress_host(authority)?;
+    // The agent is given this path below the gate's model relay, which sends requests under it
+    // only: a `.` or `..` segment would be resolved away by the agent before the relay sees it.
+    let path = rest.split_once('/').map_or("", |(_, path)| path);
+    if path.split('/').any(|segment| matches!(segment, "." | "..")) {
+        return refuse("must not have a . or .. path segment");
+    }
     Ok(value.to_owned())
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::{AgentDriver, AuthMode, Declaration, Issue, JsonPath, Reason, TlsMode, WebServer};
-use crate::names::{self, parse_site_identity, Door};
+use crate::names::{self, parse_site_identity};
 use crate::paths::{overlaps, protected_home_dir, Layout, Surface};
 use crate::services::ANTHROPIC_API_HOST;
 
@@ -109,12 +109,9 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         }
     }
 
-    // A model URL is reached through the turn door's gate, which tunnels to its plan's hosts
-    // only: the plan is read off the same derivation that renders it.
-    let turn_plan = Layout::new(decl)
-        .egress_plan(Door::Turn)
-        .map(|plan| plan.hosts)
-        .unwrap_or_default();
+    // A model URL names one of the model's declared hosts (the operator's list of where the
+    // model may be), read off the same derivation the provisioner uses.
+    let turn_plan = Layout::new(decl).provider_hosts();
     for (key, url) in [
         ("anthropic_base_url", &decl.agent.anthropic_base_url),
         ("openai_base_url", &decl.agent.openai_base_url),
@@ -125,7 +122,7 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
             refuse(
                 &agent_at.key(key),
                 Reason::UnplannedProviderUrl,
-                format!("names {host}, which is not in agent.provider_hosts: the gate would refuse every model request"),
+                format!("names {host}, which is not in agent.provider_hosts, the hosts the model may be at"),
             );
         }
     }
@@ -138,7 +135,7 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         refuse(
             &agent_at.key("anthropic_model"),
             Reason::UnplannedProviderUrl,
-            format!("is asked of {ANTHROPIC_API_HOST} (no agent.anthropic_base_url), which is not in agent.provider_hosts: the gate would refuse every model request"),
+            format!("is asked of {ANTHROPIC_API_HOST} (no agent.anthropic_base_url), which is not in agent.provider_hosts, the hosts the model may be at"),
         );
     }
 

@@ -660,6 +660,17 @@ const CASES: &[Case] = &[
         &[("agent.anthropic_base_url", Reason::BadUrl)],
     ),
     (
+        "a model URL with a dot-dot segment the agent would resolve away",
+        |d| {
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://api.anthropic.com/gw/../other"),
+            )
+        },
+        &[("agent.anthropic_base_url", Reason::BadUrl)],
+    ),
+    (
         "a model URL naming a port the gate never opens",
         |d| {
             set(
