@@ -159,7 +159,8 @@ key_reached_the_model() {
   python3 - "$work/lab-requests" "$want" <<'PY'
 import json, sys
 calls = [json.loads(line) for line in open(sys.argv[1]) if '"/v1/messages"' in line]
-sys.exit(0 if calls and all(c.get("keys", {}).get("x-api-key") == sys.argv[2] for c in calls) else 1)
+keyed = all(c.get("keys", {}).get("x-api-key") == sys.argv[2] for c in calls)
+sys.exit(0 if calls and keyed else 1)
 PY
   [ ! -e /run/credentials/$sited/ANTHROPIC_API_KEY ]
 }
@@ -419,8 +420,9 @@ check "sited counted two turns, both ended idle" \
   test "$(series sited atelier_sited_turns_started_total)/$(series sited 'atelier_sited_turns_ended_total{state="idle"}')" = 2/2
 check "… and two successful builds" \
   test "$(series sited 'atelier_sited_builds_total{outcome="success"}')" = 2
+relayed_series='atelier_gate_model_requests_total{api="anthropic",outcome="relayed"}'
 check "the gate counted the agent's model requests it relayed (since its restart for turn 2)" \
-  test "$(series s1-gate 'atelier_gate_model_requests_total{api="anthropic",outcome="relayed"}')" -ge 1
+  test "$(series s1-gate "$relayed_series")" -ge 1
 check "chatd counted the editor's turn, done" \
   test "$(series chatd 'atelier_chatd_turns_ended_total{outcome="done"}')" = 1
 

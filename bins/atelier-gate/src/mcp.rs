@@ -13,7 +13,6 @@
 //! DELETE reading `OTHER`), recorded in the door's [`DecisionLog`] before the agent gets its
 //! answer.
 
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +21,6 @@ use atelier_proto::egress::{Verdict, MCP_HOST};
 use atelier_sd::credentials::Secret;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
-use tokio::net::UnixListener;
 
 use crate::metrics::{McpOutcome, Metrics};
 use crate::relay::{self, Bodies, BodyRefusal};
@@ -203,16 +201,6 @@ impl std::fmt::Debug for McpDoor {
             .field("key", &self.key.as_ref().map(|_| "[redacted]"))
             .finish()
     }
-}
-
-/// Serves the MCP relay alone on `listener` until accepting fails for good (the service serves
-/// it with the model relay through [`relay::serve`](crate::relay::serve)).
-pub async fn serve(listener: UnixListener, door: Arc<McpDoor>) -> io::Result<()> {
-    let relays = relay::Relays {
-        mcp: door,
-        model: None,
-    };
-    relay::serve(listener, relays).await
 }
 
 /// Relays one request; see the module documentation for the order of checks.

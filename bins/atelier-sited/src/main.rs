@@ -76,12 +76,12 @@ struct Args {
     /// Claude Code's binary (absolute path).
     #[arg(long)]
     claude_code_bin: Option<PathBuf>,
-    /// Where Claude Code sends its model requests (an https:// LLM gateway whose host is on the
-    /// turn door's plan), when not Anthropic's own API.
+    /// Where Claude Code sends its model requests (an https:// LLM gateway), when not
+    /// Anthropic's own API; a confined turn reaches it through the gate's model relay.
     #[arg(long)]
     anthropic_base_url: Option<String>,
-    /// The OpenAI-compatible API a pi turn talks to (https://<host on the plan>[/path], the
-    /// part before /chat/completions).
+    /// The OpenAI-compatible API a pi or opencode turn talks to (https://<host>[/path], the
+    /// part before /chat/completions); a confined turn reaches it through the model relay.
     #[arg(long, requires = "openai_model")]
     openai_base_url: Option<String>,
     /// The model id a pi turn names.

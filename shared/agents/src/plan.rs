@@ -95,7 +95,8 @@ const CLAUDE_QUIET_ENV: [(&str, &str); 2] = [
 /// Where a turn's model is, beyond the driver's own default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelEndpoint {
-    /// Claude Code's `ANTHROPIC_BASE_URL` (an LLM gateway); its host must be on the plan.
+    /// Claude Code's `ANTHROPIC_BASE_URL` (an LLM gateway); its host one of
+    /// `agent.provider_hosts` (a confined turn is given the gate's model relay instead).
     pub anthropic_base_url: Option<String>,
     /// The OpenAI-compatible model a pi turn talks to; pi has no default of its own.
     pub openai: Option<OpenAiModel>,
@@ -138,7 +139,7 @@ impl ModelEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAiModel {
     /// The API's base URL, the part before `/chat/completions` (`https://<host>[/path]`; its
-    /// host must be on the turn door's plan).
+    /// host one of `agent.provider_hosts`; a confined turn is given the gate's model relay).
     pub base_url: String,
     /// The model id the requests name.
     pub model: String,

@@ -595,19 +595,21 @@ pub struct Agent {
     pub driver: AgentDriver,
     /// Each driver's absolute binary (the declared driver's is required).
     pub bins: BTreeMap<AgentDriver, PathBuf>,
-    /// The model provider hosts a turn may reach (required for drivers other than claude_code).
+    /// The hosts the model may be at, which its base URLs must name (required for drivers
+    /// other than claude_code, whose default is Anthropic's API).
     pub provider_hosts: Option<Vec<String>>,
     /// The package registry hosts a build may reach.
     pub registry_hosts: Option<Vec<String>>,
     /// Where Claude Code (and an atelier turn with [`Agent::anthropic_model`]) sends its model
     /// requests, when not Anthropic's own API (an LLM gateway): `https://<host>[/path]`, its
-    /// host one of the turn door's provider hosts.
+    /// host one of the provider hosts.
     pub anthropic_base_url: Option<String>,
     /// The OpenAI-compatible API a pi turn (or an atelier turn without
     /// [`Agent::anthropic_model`]) talks to, the part before `/chat/completions`
-    /// (`https://<host>[/path]`, e.g. `https://llm.example.org/v1`), its host one of the turn
-    /// door's provider hosts. Declared with [`Agent::openai_model`] or not at all; required for
-    /// the driver pi, kept (and rendered) for the others so a switch needs no other change.
+    /// (`https://<host>[/path]`, e.g. `https://llm.example.org/v1`), its host one of the
+    /// provider hosts. Declared with [`Agent::openai_model`] or not at all; required for the
+    /// drivers pi and opencode, kept (and rendered) for the others so a switch needs no other
+    /// change.
     pub openai_base_url: Option<String>,
     /// The model id a pi turn asks [`Agent::openai_base_url`] for (pi has no default model).
     pub openai_model: Option<String>,

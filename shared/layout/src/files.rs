@@ -117,11 +117,11 @@ pub struct ModelRelay {
 pub struct ModelRoute {
     /// Which API, which is also the route's path segment and how the key is sent.
     pub api: ModelApi,
-    /// The declared base URL's origin (`https://host[:port]`): a request to
-    /// `/model/<api>/<rest>` goes to `<upstream>/<rest>`. The agent is given the route's root
-    /// followed by the declared base's path
-    /// ([`relayed_base_url`](crate::services::relayed_base_url)), so the two make the declared
-    /// base.
+    /// The declared base URL (`https://host[/path]`, no trailing `/`). A request to
+    /// `/model/<api>/<rest>`, where `<rest>` is the base's path, then `/` and one of the API's
+    /// endpoints, goes to `<the base's origin>/<rest>`: the agent is given the route's root
+    /// followed by the base's path
+    /// ([`relayed_base_url`](crate::services::relayed_base_url)).
     pub upstream: String,
     /// The credential (`LoadCredential=` id) the gate sends as the key, when one is declared.
     pub credential: Option<String>,

@@ -1202,8 +1202,18 @@ impl<'d> Layout<'d> {
     /// The credentials a site's gate loads: the Publication API key its MCP relay adds and the
     /// keys its model relay's routes add, those the declaration names.
     pub fn gate_credential_sources(&self) -> BTreeMap<String, PathBuf> {
+        let routed: Vec<String> = self
+            .model_relay()
+            .map(|relay| {
+                relay
+                    .routes
+                    .into_iter()
+                    .filter_map(|r| r.credential)
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut sources = self.credential_sources();
-        sources.retain(|id, _| id == PUBLICATION_API_KEY || MODEL_KEYS.contains(&id.as_str()));
+        sources.retain(|id, _| id == PUBLICATION_API_KEY || routed.contains(id));
         sources
     }
 

@@ -43,7 +43,8 @@ const _: () =
 pub const EGRESS_PORT: u16 = 443;
 /// The loopback port the shim forwards to the door's gate socket for CONNECT tunnels.
 pub const PROXY_PORT: u16 = 3128;
-/// The loopback port the shim forwards to the turn door's gate socket for the MCP relay.
+/// The loopback port the shim forwards to the turn door's gate socket for the MCP and model
+/// relays.
 pub const MCP_PORT: u16 = 3129;
 /// The path below which the turn door's relay (on [`MCP_PORT`]) relays model requests, one
 /// route per [`ModelApi`](crate::files::ModelApi).
@@ -342,11 +343,10 @@ impl Layout<'_> {
             // A build reaches only the package registries the operator declares: the shipped
             // templates build without the network, and no registry is trusted by default.
             Door::Build => agent.registry_hosts.clone().unwrap_or_default(),
-            // The turn's model is the gate's model relay, which reaches the provider itself: a
-            // tunnel to it would let the agent use a key of its own there, and the model's
-            // server-side tools with it.
-            Door::Turn if self.model_relay().is_some() => Vec::new(),
-            Door::Turn => self.provider_hosts(),
+            // The turn's model is the gate's model relay (every valid declaration has a route),
+            // which reaches the provider itself: a tunnel to it would let the agent use a key
+            // of its own there, and the model's server-side tools with it.
+            Door::Turn => Vec::new(),
         };
         hosts.sort();
         hosts.dedup();
@@ -576,10 +576,10 @@ mod tests {
         }
     }
 
-    /// The agent's base URL is the route's root and the declared path; the relay's upstream is
-    /// the declared origin: together, the declared base.
+    /// The agent's base URL is the route's root and the declared path (the relay sends what is
+    /// below it to the declared origin); `split_origin` cuts a base into those two.
     #[test]
-    fn a_relayed_base_keeps_the_declared_path_and_the_route_the_origin() {
+    fn a_relayed_base_keeps_the_declared_path() {
         let cases = [
             (
                 "a /v1 base",
@@ -609,12 +609,23 @@ mod tests {
         for (name, api, declared, path) in cases {
             let relayed = relayed_base_url(api, declared);
             assert_eq!(relayed, format!("{}{path}", model_relay_url(api)), "{name}");
-            let (origin, rest) = split_origin(declared);
-            assert_eq!(format!("{origin}{rest}"), declared, "{name}");
-            assert!(
-                !origin["https://".len()..].contains('/'),
-                "{name}: {origin}"
-            );
+        }
+        let splits = [
+            (
+                "https://api.anthropic.com",
+                ("https://api.anthropic.com", ""),
+            ),
+            (
+                "https://llm.example.org/v1",
+                ("https://llm.example.org", "/v1"),
+            ),
+            (
+                "https://gw.example.org:8443/a/b",
+                ("https://gw.example.org:8443", "/a/b"),
+            ),
+        ];
+        for (url, parts) in splits {
+            assert_eq!(split_origin(url), parts, "{url}");
         }
     }
 

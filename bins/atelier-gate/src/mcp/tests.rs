@@ -6,6 +6,7 @@ use super::*;
 use atelier_proto::egress::Decision;
 use atelier_proto::Door as DoorName;
 use std::path::PathBuf;
+use tokio::net::UnixListener;
 use tokio::time::timeout;
 
 // The model relay's tests use it too (a file loaded as a module once).
@@ -35,7 +36,11 @@ fn start(upstream_url: &str, key: Option<&str>) -> Relay {
         )
         .unwrap(),
     );
-    tokio::spawn(serve(listener, Arc::clone(&door)));
+    let relays = crate::relay::Relays {
+        mcp: Arc::clone(&door),
+        model: None,
+    };
+    tokio::spawn(crate::relay::serve(listener, relays));
     Relay {
         _dir: dir,
         socket,

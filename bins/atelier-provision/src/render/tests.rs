@@ -561,7 +561,8 @@ fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
     .unwrap();
     let claude = "\"driver\": \"claude_code\",\n    \"bins\": { \"claude_code\": \"/usr/local/bin/claude\" }";
     assert!(example.contains(claude), "the example's agent block moved");
-    let model = "\"provider_hosts\": [\"llm.example.org\"],\n    \
+    // (Claude Code's binary, when kept, still asks Anthropic's API.)
+    let model = "\"provider_hosts\": [\"llm.example.org\", \"api.anthropic.com\"],\n    \
                  \"openai_base_url\": \"https://llm.example.org/v1\",\n    \
                  \"openai_model\": \"qwen3-coder-30b\"";
     // (name, the agent block, whether the two keys are rendered)
@@ -603,7 +604,7 @@ fn a_declared_openai_model_reaches_sited_env_whatever_the_driver() {
 }
 
 /// A declaration selecting the driver atelier with an Anthropic model renders what sited needs
-/// to run it: the driver, atelier-agent's binary, the model, the plan's provider host, and its
+/// to run it: the driver, atelier-agent's binary, the model, the plan's Anthropic route, and its
 /// key as a credential PID 1 hands the gate, never a line of the env file nor sited's.
 #[test]
 fn the_atelier_driver_reaches_sited_env_and_its_key_the_gates_model_relay() {

@@ -1392,13 +1392,22 @@ fn a_confined_turn_holds_no_provider_key_and_reaches_its_model_through_the_relay
             !everything.contains("llm.example.org") && !everything.contains("api.anthropic.com"),
             "{name}: no upstream is named to the agent"
         );
-        let placeholder = match driver {
-            DriverId::ClaudeCode => plan.env.get("ANTHROPIC_API_KEY"),
-            DriverId::Atelier => plan.env.get(ATELIER_API_KEY_ENV),
-            DriverId::Opencode | DriverId::Pi => None,
-        };
-        if let Some(placeholder) = placeholder {
-            assert_eq!(placeholder, RELAYED_KEY_PLACEHOLDER, "{name}");
+        match driver {
+            DriverId::ClaudeCode | DriverId::Atelier => {
+                let key = match driver {
+                    DriverId::ClaudeCode => "ANTHROPIC_API_KEY",
+                    _ => ATELIER_API_KEY_ENV,
+                };
+                assert_eq!(
+                    plan.env.get(key).map(String::as_str),
+                    Some(RELAYED_KEY_PLACEHOLDER),
+                    "{name}: the CLI insists on a key"
+                );
+            }
+            DriverId::Opencode | DriverId::Pi => assert!(
+                !everything.contains(RELAYED_KEY_PLACEHOLDER),
+                "{name}: no key at all"
+            ),
         }
     }
     let unconfined = plan_turn(&request(DriverId::ClaudeCode, &mcp, &creds, None, None)).unwrap();

@@ -172,17 +172,17 @@ pub(crate) fn url(value: &str) -> Result<String, Refusal> {
     }
 }
 
-/// A model provider's base URL as a confined agent reaches it: `https://` on the only port the
-/// gate opens (443, implied), a hostname the gate could plan, an optional path.
+/// A model provider's base URL as the gate's model relay dials it: `https://` on port 443
+/// (implied), a hostname a plan could hold, an optional path without `.` or `..` segments.
 pub(crate) fn provider_url(value: &str) -> Result<String, Refusal> {
     let refuse = |why: &str| Err((Reason::BadUrl, format!("{value:?} {why}")));
     let Some(rest) = value.strip_prefix("https://") else {
-        return refuse("must be an https:// URL: the gate tunnels TLS on port 443 only");
+        return refuse("must be an https:// URL: the gate's model relay dials TLS on port 443");
     };
     url(value)?;
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.contains(':') {
-        return refuse("must not name a port: the gate reaches port 443 only");
+        return refuse("must not name a port: the gate's model relay dials port 443 only");
     }
     egress_host(authority)?;
     // The agent is given this path below the gate's model relay, which sends requests under it

@@ -111,14 +111,14 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
 
     // A model URL names one of the model's declared hosts (the operator's list of where the
     // model may be), read off the same derivation the provisioner uses.
-    let turn_plan = Layout::new(decl).provider_hosts();
+    let provider_hosts = Layout::new(decl).provider_hosts();
     for (key, url) in [
         ("anthropic_base_url", &decl.agent.anthropic_base_url),
         ("openai_base_url", &decl.agent.openai_base_url),
     ] {
         let Some(url) = url else { continue };
         let host = super::grammar::url_host(url);
-        if !turn_plan.iter().any(|h| h == host) {
+        if !provider_hosts.iter().any(|h| h == host) {
             refuse(
                 &agent_at.key(key),
                 Reason::UnplannedProviderUrl,
@@ -127,15 +127,25 @@ pub(crate) fn check(decl: &Declaration, issues: &mut Vec<Issue>) {
         }
     }
     // An Anthropic model without a gateway is asked of Anthropic's own API.
-    let anthropic_api_planned = turn_plan.iter().any(|h| h == ANTHROPIC_API_HOST);
-    if decl.agent.anthropic_model.is_some()
+    // (Claude Code's too, whenever its binary is declared: the relay routes it.)
+    let anthropic_api_planned = provider_hosts.iter().any(|h| h == ANTHROPIC_API_HOST);
+    let claude_code = decl.agent.bins.contains_key(&AgentDriver::ClaudeCode);
+    if (decl.agent.anthropic_model.is_some() || claude_code)
         && decl.agent.anthropic_base_url.is_none()
         && !anthropic_api_planned
     {
+        let (key, what) = if decl.agent.anthropic_model.is_some() {
+            ("anthropic_model", "is asked of")
+        } else {
+            (
+                "anthropic_base_url",
+                "is absent, so Claude Code's model is asked of",
+            )
+        };
         refuse(
-            &agent_at.key("anthropic_model"),
+            &agent_at.key(key),
             Reason::UnplannedProviderUrl,
-            format!("is asked of {ANTHROPIC_API_HOST} (no agent.anthropic_base_url), which is not in agent.provider_hosts, the hosts the model may be at"),
+            format!("{what} {ANTHROPIC_API_HOST}, which is not in agent.provider_hosts, the hosts the model may be at"),
         );
     }
 

@@ -63,7 +63,12 @@ fn remove(doc: &mut Value, pointer: &str) {
 /// Declares an OpenAI-compatible model on the base (still driven by claude_code), its host
 /// planned.
 fn openai(doc: &mut Value) {
-    set(doc, "/agent/provider_hosts", json!(["llm.example.org"]));
+    // The example's Claude Code binary stays declared, and its model is Anthropic's API.
+    set(
+        doc,
+        "/agent/provider_hosts",
+        json!(["llm.example.org", "api.anthropic.com"]),
+    );
     set(
         doc,
         "/agent/openai_base_url",
@@ -88,6 +93,7 @@ fn chat(doc: &mut Value) {
 /// Switches the base to the driver pi with an OpenAI-compatible model.
 fn pi(doc: &mut Value) {
     openai(doc);
+    set(doc, "/agent/provider_hosts", json!(["llm.example.org"]));
     set(doc, "/agent/driver", json!("pi"));
     set(doc, "/agent/bins", json!({ "pi": "/usr/local/bin/pi" }));
 }
@@ -95,6 +101,7 @@ fn pi(doc: &mut Value) {
 /// Switches the base to the driver atelier with an OpenAI-compatible model.
 fn atelier(doc: &mut Value) {
     openai(doc);
+    set(doc, "/agent/provider_hosts", json!(["llm.example.org"]));
     set(doc, "/agent/driver", json!("atelier"));
     set(
         doc,
@@ -604,7 +611,11 @@ const CASES: &[Case] = &[
         "driver without a binary",
         |d| {
             set(d, "/agent/driver", json!("pi"));
-            set(d, "/agent/provider_hosts", json!(["llm.example.org"]));
+            set(
+                d,
+                "/agent/provider_hosts",
+                json!(["llm.example.org", "api.anthropic.com"]),
+            );
             set(
                 d,
                 "/agent/openai_base_url",
@@ -658,6 +669,11 @@ const CASES: &[Case] = &[
             )
         },
         &[("agent.anthropic_base_url", Reason::BadUrl)],
+    ),
+    (
+        "claude code without a gateway, Anthropic's API not among the provider hosts",
+        |d| set(d, "/agent/provider_hosts", json!(["gw.example.org"])),
+        &[("agent.anthropic_base_url", Reason::UnplannedProviderUrl)],
     ),
     (
         "a model URL with a dot-dot segment the agent would resolve away",
