@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{
-    call, chat_frames, kill_9, prepare_dir, scripted, send, start, terminate, Answer, ALL_CAPS,
+    call, chat_frames, chat_turn, kill_9, prepare_dir, scripted, send, start, terminate, Answer,
+    ALL_CAPS,
 };
 use base64::Engine as _;
 use hyper::{Method, StatusCode};
@@ -55,22 +56,6 @@ async fn ollama(capabilities: Value, turns: Vec<(Vec<Value>, bool)>) -> support:
         _ => Answer::Json(StatusCode::NOT_FOUND, json!({"error": "unscripted"})),
     })
     .await
-}
-
-/// Alice's chat turn in `scope` on conversation `id`, saying `text`; its stream, answered 200.
-async fn chat_turn(socket: &Path, scope: &str, id: &str, text: &str) -> support::Reply {
-    let body = json!({"conversationId": id, "content": [{"kind": "text", "text": text}]});
-    let reply = send(
-        socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        &format!("/admin/api/ai/chat/{scope}"),
-        Some(&body),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
-    reply
 }
 
 async fn ollama_conversation(socket: &Path, base_url: &str, scope: &str) -> String {

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::path::Path;
 
-use crate::support::{call, prepare_dir, send, start, ALL_CAPS};
+use crate::support::{call, chat_turn, prepare_dir, start};
 use atelier_local_model::LocalModel;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -38,20 +38,6 @@ async fn conversation(socket: &Path, server: &LocalModel, scope: &str) -> String
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body["conversation"]["id"].as_str().unwrap().to_owned()
-}
-
-async fn chat(socket: &Path, scope: &str, id: &str, text: &str) -> support::Reply {
-    let reply = send(
-        socket,
-        "alice",
-        ALL_CAPS,
-        Method::POST,
-        &format!("/admin/api/ai/chat/{scope}"),
-        Some(&json!({"conversationId": id, "content": [{"kind": "text", "text": text}]})),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK);
-    reply
 }
 
 /// The stored messages of conversation `id` as (role, content).
@@ -87,7 +73,7 @@ async fn a_turn_streams_ndjson_to_the_end_and_the_conversation_is_kept() {
     let daemon = start(dir.path(), &[], 0).await;
     let id = conversation(&daemon.socket, &server, "data").await;
 
-    let lines = chat(&daemon.socket, "data", &id, "Say hello.")
+    let lines = chat_turn(&daemon.socket, "data", &id, "Say hello.")
         .await
         .lines()
         .await;
@@ -132,7 +118,7 @@ async fn a_server_killed_mid_stream_is_one_terminal_error_and_the_history_heals(
     let id = conversation(&daemon.socket, &server, "data").await;
     let prompt = "Write a long story about a lighthouse keeper and the sea.";
 
-    let mut reply = chat(&daemon.socket, "data", &id, prompt).await;
+    let mut reply = chat_turn(&daemon.socket, "data", &id, prompt).await;
     let mut lines = Vec::new();
     while lines.last().is_none_or(|l: &Value| l["type"] != "text") {
         lines.push(reply.line().await.expect("a text line before the end"));
@@ -162,7 +148,7 @@ async fn a_server_killed_mid_stream_is_one_terminal_error_and_the_history_heals(
     let _back = LocalModel::start_on_port(server.port())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let lines = chat(&daemon.socket, "data", &id, "Say hello.")
+    let lines = chat_turn(&daemon.socket, "data", &id, "Say hello.")
         .await
         .lines()
         .await;

@@ -334,9 +334,9 @@ pub fn route_target(
 }
 
 /// The model relay's resolver: the system's (`getaddrinfo`), keeping only the addresses the
-/// gate's [`Policy`] counts as public, as a CONNECT's are. A tunnel to a model host dialled
-/// public addresses only, and the relay keeps that: a declared host whose DNS answers with a
-/// loopback or private address (rebound, or mistyped) is never dialled. An address written in
+/// gate's [`Policy`] counts as public (a CONNECT is stricter: one non-public answer refuses the
+/// host). A tunnel to a model host dialled public addresses only, and the relay keeps that: a
+/// loopback or private answer of a declared host (rebound, or mistyped) is never dialled. An address written in
 /// the URL itself is not resolved, so the plan refuses one ([`crate::plan`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PublicOnly {

@@ -326,7 +326,7 @@ fn relay_of(relay: Option<&McpRelay>, log: Arc<DecisionLog>) -> anyhow::Result<O
 /// The model relay of a plan that has one, recording into `log`, with each route's credential
 /// read from `$CREDENTIALS_DIRECTORY` (`LoadCredential=`): the provider's key lives in the gate
 /// alone, never in the agent's unit. Its upstreams are dialled on the addresses `policy` counts
-/// as public only, as a CONNECT's.
+/// as public only.
 fn model_relay_of(
     relay: Option<&ModelRelay>,
     log: Arc<DecisionLog>,

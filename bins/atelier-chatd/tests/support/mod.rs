@@ -546,3 +546,19 @@ pub async fn custom_provider_credential(socket: &Path, base_url: &str) -> String
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body["credential"]["id"].as_str().unwrap().to_owned()
 }
+
+/// Alice's chat turn in `scope` on conversation `id`, saying `text`; its stream, answered 200.
+pub async fn chat_turn(socket: &Path, scope: &str, id: &str, text: &str) -> Reply {
+    let body = json!({"conversationId": id, "content": [{"kind": "text", "text": text}]});
+    let reply = send(
+        socket,
+        "alice",
+        ALL_CAPS,
+        Method::POST,
+        &format!("/admin/api/ai/chat/{scope}"),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply
+}
