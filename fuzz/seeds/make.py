@@ -43,6 +43,17 @@ than GET and POST (`method-not-allowed-…`), an endpoint that is not the model 
 (`endpoint-not-relayed-…`: batches, files, the legacy completions, a gateway's key minting, the
 Responses API, a GET of messages, a model id of two segments).
 
+model_body: POST bodies an agent sends its model (`ok-…`: Claude Code's and an
+OpenAI-compatible request with the agent's own tools, provider-defined tools the agent runs,
+base64 and data-URL images, a tool call's input and a search result naming URLs, an earlier
+server tool's result in the history), and each finding: a tool the provider runs itself
+(`tool-…`: web search, web fetch, code execution, an MCP toolset, a type in another case, a
+repeated type or tools member, MCP servers, a container, web search options, plugins, a member
+name in capitals, with a long s or escaped), a URL it would fetch (`fetch-…`: an image or
+document source by URL, in a tool result, an OpenAI image URL as object and string, a file URL),
+and bodies it cannot vet (`not-json-…`: empty, an array, text, cut, trailing bytes, tools as an
+object, a tool's type not a string, invalid UTF-8, nesting past the parser's depth).
+
 agent_stream: a chunk size byte alone on the first line, then a run's stdout for each driver:
 Claude Code's stream-json (init, text, thinking, each tool's target key, tool results, results
 of success, max turns and API error), opencode's JSON lines (step start and finish with costs,
@@ -917,6 +928,122 @@ def model_route():
             b"/v1/messages", b"/count_tokens", b"/v1/models", b"/models/", b"/chat/completions",
             MODEL_GATEWAY_PATH, b"?beta=true", b"?", b"#", b"/", b".", b"..", b"%2e", b"%2E",
             b"%2f", b"%2F", b"%5c", b"%5C", b"\\", b"\t", b"%25",
+        ],
+    )
+
+
+def model_body():
+    def request(content, **extra):
+        body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+        body.update(extra)
+        return js(body)
+
+    def tools(*tools):
+        return request("hi", tools=list(tools))
+
+    custom = {
+        "name": "Read",
+        "description": "reads a file",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string"},
+                "source": {"type": ["string", "null"]},
+                "image_url": {"type": "string", "format": "uri"},
+            },
+        },
+    }
+    function = {
+        "type": "function",
+        "function": {"name": "read", "parameters": {"type": "object", "properties": {}}},
+    }
+
+    def image(source):
+        return [{"type": "image", "source": source}]
+
+    seeds = {
+        "ok-claude-code-request": request(
+            [{"type": "text", "text": "see https://example.com", "cache_control": {"type": "ephemeral"}}],
+            tools=[custom],
+            system=[{"type": "text", "text": "You are a coding agent."}],
+            stream=True,
+            metadata={"user_id": "u"},
+        ),
+        "ok-openai-request": js(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [function], "stream": True}
+        ),
+        "ok-provider-defined-tools-the-agent-runs": tools(
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+            {"type": "memory_20250818", "name": "memory"},
+            {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
+        ),
+        "ok-base64-image": request(
+            image({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="})
+        ),
+        "ok-data-url-image": request(
+            [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+        ),
+        "ok-tool-input-names-a-url": request(
+            [{"type": "tool_use", "id": "t1", "name": "fetch", "input": {"source": {"type": "url", "url": "https://example.com"}}}]
+        ),
+        "ok-search-result-citation": request(
+            [{"type": "search_result", "source": "https://example.com/a", "title": "t", "content": []}]
+        ),
+        "ok-server-tool-result-in-history": request(
+            [
+                {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "q"}},
+                {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
+            ]
+        ),
+        "ok-null-members": request("hi", tools=None, mcp_servers=None, container=None),
+        "tool-web-search": tools({"type": "web_search_20250305", "name": "web_search", "max_uses": 5}),
+        "tool-web-fetch": tools({"type": "web_fetch_20250910", "name": "web_fetch"}),
+        "tool-code-execution": tools({"type": "code_execution_20250825", "name": "code_execution"}),
+        "tool-mcp-toolset": tools({"type": "mcp_toolset", "mcp_server_name": "x"}),
+        "tool-type-in-another-case": tools({"type": "Custom", "name": "a"}),
+        "tool-repeated-type": request("hi")[:-1]
+        + b',"tools":[{"type":"custom","name":"a","type":"web_fetch_20250910"}]}',
+        "tool-repeated-tools": request("hi")[:-1]
+        + b',"tools":[],"tools":[{"type":"web_search_20250305"}]}',
+        "tool-type-member-in-capitals": request("hi")[:-1] + b',"tools":[{"TYPE":"web_search_20250305"}]}',
+        "tool-mcp-servers": request(
+            "hi", mcp_servers=[{"type": "url", "url": "https://mcp.example.com", "name": "x"}]
+        ),
+        "tool-mcp-servers-in-capitals": request("hi")[:-1] + b',"MCP_SERVERS":[]}',
+        "tool-mcp-servers-long-s": request("hi")[:-1] + ',"mcp_\u017fervers":[]}'.encode(),
+        "tool-mcp-servers-escaped": request("hi")[:-1] + b',"mcp\\u005fservers":{}}',
+        "tool-container": request("hi", container={"id": "c"}),
+        "tool-web-search-options": request("hi", web_search_options={}),
+        "tool-plugins": request("hi", plugins=[{"id": "web"}]),
+        "fetch-image-source-url": request(image({"type": "url", "url": "https://example.com/a.png"})),
+        "fetch-document-source-type-url": request([{"type": "document", "source": {"type": "url"}}]),
+        "fetch-image-in-tool-result": request(
+            [{"type": "tool_result", "tool_use_id": "t", "content": image({"type": "url", "url": "x"})}]
+        ),
+        "fetch-openai-image-url": request(
+            [{"type": "image_url", "image_url": {"url": "https://example.com/?leak=1", "detail": "low"}}]
+        ),
+        "fetch-image-url-string": request([{"type": "image_url", "image_url": "http://x"}]),
+        "fetch-file-url": request([{"type": "file", "file": {"file_url": "https://x"}}]),
+        "not-json-empty": b"",
+        "not-json-array": b"[]",
+        "not-json-text": b"model=m",
+        "not-json-cut": request("hi")[:20],
+        "not-json-trailing-bytes": b"{} {}",
+        "not-json-tools-object": request("hi", tools={}),
+        "not-json-tool-type-not-a-string": tools({"type": ["custom"]}),
+        "not-json-invalid-utf-8": b'{"model":"\xff\xfe"}',
+        "not-json-nesting-too-deep": b'{"a":' + b"[" * 200 + b"]" * 200 + b"}",
+    }
+    write_corpus("model_body", small("model_body", seeds))
+    write_dict(
+        "model_body",
+        [
+            b'"tools"', b'"type"', b'"source"', b'"url"', b'"image_url"', b'"file_url"', b'"input"',
+            b'"mcp_servers"', b'"container"', b'"web_search_options"', b'"plugins"', b'"custom"',
+            b'"function"', b'"bash_20250124"', b'"web_search_20250305"', b'"data:', b'"https://',
+            b"\\u017f", b"\\u212a", b"null", b"{", b"}", b"[", b"]", b":", b",",
         ],
     )
 
@@ -2354,6 +2481,7 @@ TARGETS = {
     "build_events": build_events,
     "egress_lines": egress_lines,
     "model_route": model_route,
+    "model_body": model_body,
     "agent_stream": agent_stream,
     "user_image": user_image,
     "session_identity": session_identity,

@@ -319,6 +319,59 @@ impl Policy {
     }
 }
 
+/// Why a host's answers are not dialled ([`Policy::vet`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswersRefused {
+    /// The name resolved to no address at all.
+    NoAddress,
+    /// These answers, each with its reason, in the resolver's order, are not public.
+    NotPublic(Vec<(IpAddr, Reason)>),
+}
+
+impl fmt::Display for AnswersRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnswersRefused::NoAddress => f.write_str("it resolves to no address"),
+            AnswersRefused::NotPublic(refused) => {
+                f.write_str("it resolves to an address that is not public: ")?;
+                f.write_str(&listed(refused))
+            }
+        }
+    }
+}
+
+/// `refused` as `<address> <reason>`, `, `-separated.
+pub fn listed(refused: &[(IpAddr, Reason)]) -> String {
+    refused
+        .iter()
+        .map(|(ip, reason)| format!("{ip} {reason}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Policy {
+    /// Vets the addresses a host resolved to: at least one, and every one public. The rule of
+    /// both of the gate's ways out (a CONNECT and the model relay): one answer that is not
+    /// public refuses them all, since a name answering with a public and a loopback address is
+    /// rebinding or misconfigured, and which of them a dial would reach is not the gate's to
+    /// guess.
+    pub fn vet(self, answers: impl IntoIterator<Item = IpAddr>) -> Result<(), AnswersRefused> {
+        let mut any = false;
+        let mut refused = Vec::new();
+        for ip in answers {
+            any = true;
+            if let Verdict::Refused(reason) = self.classify(ip) {
+                refused.push((ip, reason));
+            }
+        }
+        match (any, refused.is_empty()) {
+            (false, _) => Err(AnswersRefused::NoAddress),
+            (true, true) => Ok(()),
+            (true, false) => Err(AnswersRefused::NotPublic(refused)),
+        }
+    }
+}
+
 /// Classifies one address under the default policy (nothing widened).
 pub fn classify(ip: IpAddr) -> Verdict {
     Policy::default().classify(ip)

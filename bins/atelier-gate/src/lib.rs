@@ -12,7 +12,8 @@
 //!   [`mcp::McpDoor`]).
 //! - [`model`]: the turn door's model relay to the model providers, which adds the provider's
 //!   key so no confined agent holds it, to the model API's own endpoints below the declared
-//!   base URL only, dialling public addresses only ([`model::route_target`],
+//!   base URL only, with no tool or fetch of the provider's own in the body
+//!   ([`model::body::inspect`]), dialling public addresses only ([`model::route_target`],
 //!   [`model::endpoints`], [`model::relay`], [`model::ModelDoor`], [`model::PublicOnly`],
 //!   [`model::ModelRefusal`]).
 //! - [`relay`]: the turn door's relay listener, serving both relays by path

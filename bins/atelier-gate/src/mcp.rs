@@ -218,11 +218,14 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
         upstream = upstream.header(API_KEY_HEADER, key.clone());
     }
     // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
-    let (upstream, _holding) = match door.bodies.take(upstream, request).await {
+    let (body, _holding) = match door.bodies.take(request).await {
         Ok(taken) => taken,
         Err(BodyRefusal::TooLarge) => return door.refuse(&method, McpRefusal::BodyTooLarge),
         Err(BodyRefusal::Unreadable) => return door.refuse(&method, McpRefusal::BodyUnreadable),
     };
+    if let Some(body) = body {
+        upstream = upstream.body(body);
+    }
     let answer = match upstream.send().await {
         Ok(answer) => answer,
         Err(error) => {

@@ -13,8 +13,12 @@
 //! headers by allowlist ([`REQUEST_HEADERS`]), then the key header ([`key_header`]) of the API
 //! the target was mapped to, from the gate's credential, so the agent's own `authorization` or
 //! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
-//! (else 413) and read within 60 s. The upstream's host is dialled on its public addresses
-//! only ([`PublicOnly`]): a name resolving to none is a 502, like an upstream that cannot be
+//! (else 413) and read within 60 s, then vetted ([`body::inspect`]): one JSON object (else 400
+//! `body_not_json`) asking the provider to run no tool of its own and to connect to nothing
+//! (else 403 `provider_tool`) and naming no URL for it to fetch (else 403 `provider_fetch`),
+//! since the provider would reach those hosts around the gate. The whole body is held for that
+//! (a stream could not be vetted before its first byte went upstream). The upstream's host is dialled only when every address
+//! it resolves to is public ([`PublicOnly`]); otherwise a 502, like an upstream that cannot be
 //! reached. Upstream redirects are never followed: any 3xx is a 502. The status and the body
 //! pass through as they arrive (SSE streams are not buffered), with response headers by
 //! allowlist ([`RESPONSE_HEADERS`], [`RESPONSE_HEADER_PREFIXES`]). At most [`MAX_BODIES_HELD`]
@@ -24,7 +28,7 @@
 //! path or the query, which may carry anything; a path naming no API the relay knows reads
 //! `/model`, and a method other than GET or POST reads `OTHER`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,12 +40,16 @@ use atelier_sd::credentials::Secret;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use hyper::{Method, StatusCode};
 
-use crate::address::{Policy, Verdict as AddressVerdict};
+use crate::address::{AnswersRefused, Policy};
 use crate::metrics::{Metrics, ModelOutcome};
 use crate::relay::{self, Bodies, BodyRefusal};
 use crate::serve::DecisionLog;
 
 pub use atelier_layout::files::{ModelApi, ModelRoute};
+
+pub mod body;
+
+use body::BodyFinding;
 
 /// The methods relayed, in the order a 405's `Allow` names them.
 const METHODS: [Method; 2] = [Method::GET, Method::POST];
@@ -111,6 +119,17 @@ pub enum ModelRefusal {
     /// (400).
     #[error("the request body could not be read")]
     BodyUnreadable,
+    /// The POST body is not one JSON object, or not one the relay can vet (400); see
+    /// [`body::inspect`].
+    #[error("the request body is not a JSON object the relay can vet")]
+    BodyNotJson,
+    /// The POST body asks the provider to run a tool of its own (web search, web fetch, code
+    /// execution) or to connect to an MCP server or a container (403).
+    #[error("the request asks the model provider to run a tool of its own, which the gate does not allow")]
+    ProviderTool,
+    /// The POST body names a URL the provider would fetch: an image or document by URL (403).
+    #[error("the request asks the model provider to fetch a URL, which the gate does not allow")]
+    ProviderFetch,
     /// The upstream answered with a redirect, which is never followed (502).
     #[error("the model provider answered with a redirect, which is not followed")]
     UpstreamRedirect,
@@ -121,13 +140,16 @@ pub enum ModelRefusal {
 
 impl ModelRefusal {
     /// Every refusal.
-    pub const ALL: [ModelRefusal; 8] = [
+    pub const ALL: [ModelRefusal; 11] = [
         ModelRefusal::NotFound,
         ModelRefusal::BadPath,
         ModelRefusal::MethodNotAllowed,
         ModelRefusal::EndpointNotRelayed,
         ModelRefusal::BodyTooLarge,
         ModelRefusal::BodyUnreadable,
+        ModelRefusal::BodyNotJson,
+        ModelRefusal::ProviderTool,
+        ModelRefusal::ProviderFetch,
         ModelRefusal::UpstreamRedirect,
         ModelRefusal::UpstreamUnreachable,
     ];
@@ -141,6 +163,9 @@ impl ModelRefusal {
             ModelRefusal::EndpointNotRelayed => "endpoint_not_relayed",
             ModelRefusal::BodyTooLarge => "body_too_large",
             ModelRefusal::BodyUnreadable => "body_unreadable",
+            ModelRefusal::BodyNotJson => "body_not_json",
+            ModelRefusal::ProviderTool => "provider_tool",
+            ModelRefusal::ProviderFetch => "provider_fetch",
             ModelRefusal::UpstreamRedirect => "upstream_redirect",
             ModelRefusal::UpstreamUnreachable => "upstream_unreachable",
         }
@@ -150,7 +175,10 @@ impl ModelRefusal {
     pub fn status(self) -> StatusCode {
         match self {
             ModelRefusal::NotFound | ModelRefusal::EndpointNotRelayed => StatusCode::NOT_FOUND,
-            ModelRefusal::BadPath | ModelRefusal::BodyUnreadable => StatusCode::BAD_REQUEST,
+            ModelRefusal::BadPath | ModelRefusal::BodyUnreadable | ModelRefusal::BodyNotJson => {
+                StatusCode::BAD_REQUEST
+            }
+            ModelRefusal::ProviderTool | ModelRefusal::ProviderFetch => StatusCode::FORBIDDEN,
             ModelRefusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ModelRefusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ModelRefusal::UpstreamRedirect | ModelRefusal::UpstreamUnreachable => {
@@ -333,68 +361,41 @@ pub fn route_target(
     Ok((api, upstream))
 }
 
-/// The model relay's resolver: the system's (`getaddrinfo`), keeping only the addresses the
-/// gate's [`Policy`] counts as public (a CONNECT is stricter: one non-public answer refuses the
-/// host). A tunnel to a model host dialled public addresses only, and the relay keeps that: a
-/// loopback or private answer of a declared host (rebound, or mistyped) is never dialled. An address written in
-/// the URL itself is not resolved, so the plan refuses one ([`crate::plan`]).
+/// The model relay's resolver: the system's (`getaddrinfo`), under the rule a CONNECT keeps
+/// ([`Policy::vet`]): a host is dialled only when every address it resolves to is public, so a
+/// loopback or private answer of a declared host (rebound, or mistyped) refuses the host. An
+/// address written in the URL itself is not resolved, so the plan refuses one
+/// ([`crate::plan`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PublicOnly {
     /// What counts as public.
     pub policy: Policy,
 }
 
-/// Why a model host is not dialled: the name, how many of its addresses were refused and the
-/// reasons (each once, sorted), as `<host> has no public address (<n> refused: <reasons>)`.
+/// Why a model host is not dialled: `<host>: <why>`, the addresses that are not public named
+/// with their reasons.
 #[derive(Debug, thiserror::Error)]
+#[error("{host}: {refused}")]
 pub struct NoPublicAddress {
     host: String,
-    refused: usize,
-    reasons: String,
-}
-
-impl std::fmt::Display for NoPublicAddress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let host = &self.host;
-        match self.refused {
-            0 => write!(f, "{host} has no public address (it has none at all)"),
-            refused => write!(
-                f,
-                "{host} has no public address ({refused} refused: {})",
-                self.reasons
-            ),
-        }
-    }
+    refused: AnswersRefused,
 }
 
 impl PublicOnly {
-    /// `answers` without the addresses that are not public; [`NoPublicAddress`] when none is
-    /// left.
-    pub fn keep_public(
+    /// `answers` when [`Policy::vet`] passes them, in the resolver's order; why not otherwise.
+    pub fn vet(
         &self,
         host: &str,
         answers: impl IntoIterator<Item = SocketAddr>,
     ) -> Result<Vec<SocketAddr>, NoPublicAddress> {
-        let mut public = Vec::new();
-        let mut reasons = BTreeSet::new();
-        let mut refused = 0;
-        for answer in answers {
-            match self.policy.classify(answer.ip()) {
-                AddressVerdict::Public => public.push(answer),
-                AddressVerdict::Refused(reason) => {
-                    refused += 1;
-                    reasons.insert(reason.as_str());
-                }
-            }
-        }
-        if public.is_empty() {
-            return Err(NoPublicAddress {
+        let answers: Vec<SocketAddr> = answers.into_iter().collect();
+        match self.policy.vet(answers.iter().map(SocketAddr::ip)) {
+            Ok(()) => Ok(answers),
+            Err(refused) => Err(NoPublicAddress {
                 host: host.to_owned(),
                 refused,
-                reasons: reasons.into_iter().collect::<Vec<_>>().join(", "),
-            });
+            }),
         }
-        Ok(public)
     }
 }
 
@@ -405,7 +406,7 @@ impl reqwest::dns::Resolve for PublicOnly {
             let host = name.as_str().to_owned();
             // Port 0: the connector puts the URL's port in.
             let answers = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let public = this.keep_public(&host, answers)?;
+            let public = this.vet(&host, answers)?;
             let addrs: reqwest::dns::Addrs = Box::new(public.into_iter());
             Ok(addrs)
         })
@@ -430,8 +431,8 @@ pub struct ModelDoor {
 impl ModelDoor {
     /// A relay over `routes`, each with the key its credential holds (when it declares one),
     /// recording its decisions in `log`, the log of the door it serves. The client follows no
-    /// redirect, uses no proxy from the environment, and dials only the addresses `policy`
-    /// counts as public ([`PublicOnly`]).
+    /// redirect, uses no proxy from the environment, and dials a host only when `policy` counts
+    /// every address it resolves to as public ([`PublicOnly`]).
     pub fn new(
         routes: Vec<(ModelRoute, Option<Secret<String>>)>,
         log: Arc<DecisionLog>,
@@ -541,13 +542,27 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
     }
     let api = Some(api);
     // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
-    let (upstream, _holding) = match door.bodies.take(upstream, request).await {
+    let (body, _holding) = match door.bodies.take(request).await {
         Ok(taken) => taken,
         Err(BodyRefusal::TooLarge) => return door.refuse(&method, api, ModelRefusal::BodyTooLarge),
         Err(BodyRefusal::Unreadable) => {
             return door.refuse(&method, api, ModelRefusal::BodyUnreadable)
         }
     };
+    if let Some(body) = body {
+        if let Err(finding) = body::inspect(&body) {
+            // What was found is the agent's own text, quoted and cut short: the operator sees
+            // which tool or URL it was.
+            tracing::warn!(%finding, "a model request was refused");
+            let refusal = match finding {
+                BodyFinding::NotJson => ModelRefusal::BodyNotJson,
+                BodyFinding::ProviderTool(_) => ModelRefusal::ProviderTool,
+                BodyFinding::ProviderFetch(_) => ModelRefusal::ProviderFetch,
+            };
+            return door.refuse(&method, api, refusal);
+        }
+        upstream = upstream.body(body);
+    }
     let answer = match upstream.send().await {
         Ok(answer) => answer,
         Err(error) => {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use atelier_http::{read_body, BodyError, BoxError, Listener, Problem, Request, Response};
 use atelier_layout::services::MODEL_RELAY_PATH;
+use bytes::Bytes;
 use futures_util::TryStreamExt as _;
 use http_body_util::{BodyExt as _, StreamBody};
 use hyper::body::Frame;
@@ -99,7 +100,8 @@ pub(crate) fn client_builder() -> reqwest::ClientBuilder {
 /// What an upstream request's `error` says, for the log: its own text without its URL (whose
 /// query is the agent's and may carry anything), then each of its causes, `: `-separated.
 /// reqwest's own text alone (`error sending request`) says nothing of why, which its causes do
-/// (`dns error: llm.example.com has no public address (1 refused: private)`, say).
+/// (`dns error: llm.example.com: it resolves to an address that is not public: 10.0.0.7
+/// private`, say).
 pub(crate) fn failure(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut text = error.to_string();
@@ -195,22 +197,21 @@ impl Bodies {
         }
     }
 
-    /// `upstream` with `request`'s body when it is a POST (the only method whose body a relay
-    /// passes on), read in full once a permit is free; `upstream` as it is otherwise. The
-    /// permit comes back with it: the caller keeps it until the body went upstream.
+    /// `request`'s body when it is a POST (the only method whose body a relay passes on),
+    /// read in full once a permit is free; `None` otherwise. The permit comes back with it:
+    /// the caller keeps it until the body went upstream.
     pub(crate) async fn take(
         &self,
-        upstream: reqwest::RequestBuilder,
         request: Request,
-    ) -> Result<(reqwest::RequestBuilder, Option<SemaphorePermit<'_>>), BodyRefusal> {
+    ) -> Result<(Option<Bytes>, Option<SemaphorePermit<'_>>), BodyRefusal> {
         if request.method() != Method::POST {
-            return Ok((upstream, None));
+            return Ok((None, None));
         }
         // The semaphore is never closed, so a permit always comes.
         let permit = self.permits.acquire().await.ok();
         let read = read_body(request.into_body(), self.limit);
         match tokio::time::timeout(self.timeout, read).await {
-            Ok(Ok(body)) => Ok((upstream.body(body), permit)),
+            Ok(Ok(body)) => Ok((Some(body), permit)),
             Ok(Err(BodyError::TooLarge { .. })) => Err(BodyRefusal::TooLarge),
             Ok(Err(_)) | Err(_) => Err(BodyRefusal::Unreadable),
         }

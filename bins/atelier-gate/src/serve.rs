@@ -31,7 +31,7 @@ use tokio::time::{timeout, Instant};
 use atelier_proto::egress::Verdict as Decided;
 use atelier_proto::Door as DoorName;
 
-use crate::address::{Policy, Verdict};
+use crate::address::{listed, AnswersRefused, Policy};
 use crate::client_hello::{
     check_server_name, FirstFlight, FirstFlightReader, HelloRefusal, MAX_FIRST_FLIGHT,
 };
@@ -465,25 +465,21 @@ async fn open_upstream(
             return None;
         }
     };
-    if answers.is_empty() {
-        door.refuse(target, Refusal::NoAddress, None);
-        reply(client, FORBIDDEN).await;
-        return None;
-    }
-    let refused: Vec<String> = answers
-        .iter()
-        .filter_map(|ip| match door.policy.classify(*ip) {
-            Verdict::Public => None,
-            Verdict::Refused(reason) => {
-                door.metrics.address_refused(door.name(), reason);
-                Some(format!("{ip} {reason}"))
+    match door.policy.vet(answers.iter().copied()) {
+        Ok(()) => {}
+        Err(AnswersRefused::NoAddress) => {
+            door.refuse(target, Refusal::NoAddress, None);
+            reply(client, FORBIDDEN).await;
+            return None;
+        }
+        Err(AnswersRefused::NotPublic(refused)) => {
+            for (_, reason) in &refused {
+                door.metrics.address_refused(door.name(), *reason);
             }
-        })
-        .collect();
-    if !refused.is_empty() {
-        door.refuse(target, Refusal::NotPublic, Some(&refused.join(", ")));
-        reply(client, FORBIDDEN).await;
-        return None;
+            door.refuse(target, Refusal::NotPublic, Some(&listed(&refused)));
+            reply(client, FORBIDDEN).await;
+            return None;
+        }
     }
     let mut failures = Vec::new();
     for ip in answers {

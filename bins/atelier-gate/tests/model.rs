@@ -355,8 +355,10 @@ async fn a_body_past_the_bound_is_refused_and_never_reaches_upstream() {
         &relay.log,
         &line("refused", "POST /model/anthropic body_too_large")
     ));
-    // One at the bound goes through.
-    let fits = vec![b'x'; MAX_REQUEST_BODY];
+    // One at the bound goes through: a JSON object, which the relay vets whole.
+    let (open, close) = (r#"{"messages":[{"role":"user","content":""#, r#""}]}"#);
+    let fill = "x".repeat(MAX_REQUEST_BODY - open.len() - close.len());
+    let fits = format!("{open}{fill}{close}").into_bytes();
     let response = send(
         &relay.socket,
         "POST",

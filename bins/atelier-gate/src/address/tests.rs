@@ -386,3 +386,103 @@ fn table_rows_are_aligned_networks() {
         );
     }
 }
+
+/// Each case: its name, the policy widens the benchmark range, the answers, and the refusal
+/// (`None` when they pass).
+type VetCase = (
+    &'static str,
+    bool,
+    &'static [&'static str],
+    Option<AnswersRefused>,
+);
+
+#[test]
+fn a_host_passes_only_when_every_answer_is_public() {
+    let ip = |text: &str| -> IpAddr { text.parse().unwrap() };
+    let not_public = |pairs: &[(&str, Reason)]| {
+        Some(AnswersRefused::NotPublic(
+            pairs
+                .iter()
+                .map(|&(text, reason)| (ip(text), reason))
+                .collect(),
+        ))
+    };
+    let cases: Vec<VetCase> = vec![
+        ("one public v4", false, &["93.184.216.34"], None),
+        (
+            "public v4 and v6",
+            false,
+            &["93.184.216.34", "2606:4700::1111"],
+            None,
+        ),
+        (
+            "no answer at all",
+            false,
+            &[],
+            Some(AnswersRefused::NoAddress),
+        ),
+        (
+            "loopback alone",
+            false,
+            &["127.0.0.1"],
+            not_public(&[("127.0.0.1", Loopback)]),
+        ),
+        (
+            "one private answer among public ones refuses the host",
+            false,
+            &["93.184.216.34", "10.0.0.7", "1.1.1.1"],
+            not_public(&[("10.0.0.7", Private)]),
+        ),
+        (
+            "every refused answer named, in the resolver's order",
+            false,
+            &["::1", "93.184.216.34", "10.0.0.7", "::ffff:127.0.0.1"],
+            not_public(&[
+                ("::1", Loopback),
+                ("10.0.0.7", Private),
+                ("::ffff:127.0.0.1", Loopback),
+            ]),
+        ),
+        (
+            "the benchmark range under the default policy",
+            false,
+            &["198.18.0.10"],
+            not_public(&[("198.18.0.10", Benchmarking)]),
+        ),
+        (
+            "the benchmark range widened",
+            true,
+            &["198.18.0.10", "198.19.255.1"],
+            None,
+        ),
+        (
+            "the benchmark range widened, loopback beside it still refuses",
+            true,
+            &["198.18.0.10", "127.0.0.1"],
+            not_public(&[("127.0.0.1", Loopback)]),
+        ),
+    ];
+    for (what, widened, answers, want) in cases {
+        let policy = Policy {
+            allow_benchmark_range: widened,
+        };
+        let got = policy.vet(answers.iter().map(|text| ip(text)));
+        assert_eq!(got.err(), want, "{what}");
+    }
+}
+
+#[test]
+fn a_refusal_lists_each_address_with_its_reason() {
+    let refused = AnswersRefused::NotPublic(vec![
+        ("10.0.0.7".parse().unwrap(), Private),
+        ("::1".parse().unwrap(), Loopback),
+    ]);
+    assert_eq!(
+        refused.to_string(),
+        "it resolves to an address that is not public: 10.0.0.7 private, ::1 loopback"
+    );
+    assert_eq!(
+        AnswersRefused::NoAddress.to_string(),
+        "it resolves to no address"
+    );
+}

@@ -773,6 +773,9 @@ fn every_refusal_has_its_name_and_status() {
             ("endpoint_not_relayed", 404),
             ("body_too_large", 413),
             ("body_unreadable", 400),
+            ("body_not_json", 400),
+            ("provider_tool", 403),
+            ("provider_fetch", 403),
             ("upstream_redirect", 502),
             ("upstream_unreachable", 502),
         ]
@@ -822,107 +825,35 @@ fn a_key_no_header_can_carry_or_a_repeated_route_is_refused_without_showing_the_
     );
 }
 
-/// What a case is, the policy, the resolver's answers (each on port 443), and the addresses
-/// kept, in order, or what the refusal says in its parentheses.
-type Answers<'a> = (
-    &'a str,
-    Policy,
-    &'a [&'a str],
-    Result<&'a [&'a str], &'a str>,
-);
-
+/// The resolver keeps a CONNECT's rule ([`Policy::vet`], whose table is the address module's):
+/// the answers pass whole and in order, or the host is refused with its non-public answers
+/// named.
 #[test]
-fn only_public_answers_are_kept_in_order_and_a_refusal_names_its_reasons() {
-    let default = Policy::default();
-    let lab = Policy {
-        allow_benchmark_range: true,
+fn the_resolver_passes_all_answers_in_order_or_refuses_the_host() {
+    let at = |text: &str| SocketAddr::new(text.parse().unwrap(), 443);
+    let only = PublicOnly {
+        policy: Policy::default(),
     };
-    let cases: Vec<Answers<'_>> = vec![
-        (
-            "loopback v4",
-            default,
-            &["127.0.0.1"],
-            Err("1 refused: loopback"),
-        ),
-        ("loopback v6", default, &["::1"], Err("1 refused: loopback")),
-        (
-            "loopback v4 and v6, the reason named once",
-            default,
-            &["127.0.0.1", "::1"],
-            Err("2 refused: loopback"),
-        ),
-        (
-            "IPv4-mapped loopback",
-            default,
-            &["::ffff:127.0.0.1"],
-            Err("1 refused: loopback"),
-        ),
-        (
-            "a private 10/8 address",
-            default,
-            &["10.0.0.7"],
-            Err("1 refused: private"),
-        ),
-        (
-            "private and loopback, both named",
-            default,
-            &["10.0.0.7", "127.0.0.1"],
-            Err("2 refused: loopback, private"),
-        ),
-        (
-            "a mix keeps only the public ones, in order",
-            default,
-            &[
-                "10.0.0.7",
-                "93.184.216.34",
-                "::1",
-                "2606:4700::1111",
-                "127.0.0.1",
-                "1.1.1.1",
-            ],
-            Ok(&["93.184.216.34", "2606:4700::1111", "1.1.1.1"]),
-        ),
-        (
-            "the benchmark range under the default policy",
-            default,
-            &["198.18.0.10"],
-            Err("1 refused: benchmarking"),
-        ),
-        (
-            "the benchmark range allowed",
-            lab,
-            &["198.18.0.10", "198.19.255.1"],
-            Ok(&["198.18.0.10", "198.19.255.1"]),
-        ),
-        (
-            "the benchmark range allowed, loopback still refused",
-            lab,
-            &["127.0.0.1", "198.18.0.10"],
-            Ok(&["198.18.0.10"]),
-        ),
-        (
-            "loopback alone with the benchmark range allowed",
-            lab,
-            &["127.0.0.1"],
-            Err("1 refused: loopback"),
-        ),
-        ("no answer at all", default, &[], Err("it has none at all")),
-    ];
-    let at = |text: &&str| SocketAddr::new(text.parse().unwrap(), 443);
-    for (what, policy, answers, want) in cases {
-        let got = PublicOnly { policy }.keep_public("llm.example.com", answers.iter().map(at));
-        match (got, want) {
-            (Ok(kept), Ok(want)) => {
-                assert_eq!(kept, want.iter().map(at).collect::<Vec<_>>(), "{what}")
-            }
-            (Err(refusal), Err(want)) => assert_eq!(
-                refusal.to_string(),
-                format!("llm.example.com has no public address ({want})"),
-                "{what}"
-            ),
-            (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
-        }
-    }
+    let public = ["93.184.216.34", "2606:4700::1111", "1.1.1.1"].map(at);
+    assert_eq!(only.vet("llm.example.com", public).unwrap(), public);
+    let mixed = ["93.184.216.34", "10.0.0.7", "::1"].map(at);
+    assert_eq!(
+        only.vet("llm.example.com", mixed).unwrap_err().to_string(),
+        "llm.example.com: it resolves to an address that is not public: 10.0.0.7 private, ::1 \
+         loopback"
+    );
+    assert_eq!(
+        only.vet("llm.example.com", []).unwrap_err().to_string(),
+        "llm.example.com: it resolves to no address"
+    );
+    let lab = PublicOnly {
+        policy: Policy {
+            allow_benchmark_range: true,
+        },
+    };
+    let benchmark = [at("198.18.0.10")];
+    assert_eq!(lab.vet("llm.lab", benchmark).unwrap(), benchmark);
+    assert!(only.vet("llm.lab", benchmark).is_err());
 }
 
 /// Each seed is the routes byte, then `<method> <target>`.
@@ -1214,6 +1145,62 @@ async fn a_route_without_a_credential_adds_no_key() {
     assert!(seen.header("authorization").is_empty());
 }
 
+/// A body asking the provider to run a tool of its own or to fetch a URL, or one that cannot
+/// be vetted, is refused by name with nothing upstream; one whose tools the agent runs itself
+/// goes up byte for byte.
+#[tokio::test]
+async fn a_body_reaching_past_the_provider_is_refused_and_nothing_goes_upstream() {
+    let (upstream, relay) = one_route(ModelApi::Anthropic, "", Some(KEY)).await;
+    let refused: [(&str, &[u8], u16, &str); 3] = [
+        (
+            "/model/anthropic/v1/messages",
+            br#"{"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]}"#,
+            403,
+            "provider_tool",
+        ),
+        (
+            "/model/anthropic/v1/messages/count_tokens",
+            br#"{"messages":[{"role":"user","content":[{"type":"image",
+                "source":{"type":"url","url":"https://example.com/a.png"}}]}]}"#,
+            403,
+            "provider_fetch",
+        ),
+        (
+            "/model/anthropic/v1/messages",
+            b"model=m",
+            400,
+            "body_not_json",
+        ),
+    ];
+    for (target, body, status, reason) in refused {
+        let response = send(&relay.socket, "POST", target, &[], body).await;
+        assert_eq!(response.status.as_u16(), status, "{reason}");
+        let text = response.text().await;
+        assert!(text.contains(&format!(r#""reason":"{reason}""#)), "{text}");
+    }
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
+    assert_eq!(
+        lines(&relay.door),
+        [
+            "door=turn host=model verdict=refused reason=POST /model/anthropic provider_tool",
+            "door=turn host=model verdict=refused reason=POST /model/anthropic provider_fetch",
+            "door=turn host=model verdict=refused reason=POST /model/anthropic body_not_json",
+        ]
+    );
+    let body = br#"{"tools":[{"name":"Read","input_schema":{"type":"object"}},
+        {"type":"bash_20250124","name":"bash"}]}"#;
+    let response = send(
+        &relay.socket,
+        "POST",
+        "/model/anthropic/v1/messages",
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(upstream.seen()[0].body, body);
+}
+
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_bad_gateway() {
     let addr = mcp::closed_port();
@@ -1261,7 +1248,8 @@ async fn a_host_resolving_to_loopback_alone_is_never_dialled() {
         .unwrap_err();
     let logged = relay::failure(error);
     assert!(
-        logged.contains("localhost has no public address (") && logged.contains("loopback)"),
+        logged.contains("localhost: it resolves to an address that is not public: ")
+            && logged.contains("loopback"),
         "{logged}"
     );
     assert!(!logged.contains("secret"), "{logged}");
