@@ -22,6 +22,7 @@ fn routes(pick: u8) -> Vec<ModelRoute> {
         api,
         upstream: upstream.to_owned(),
         credential: None,
+        model: None,
     };
     let mut routes = Vec::new();
     if pick & 1 != 0 {

@@ -45,12 +45,14 @@ Responses API, a GET of messages, a model id of two segments).
 
 model_body: POST bodies an agent sends its model (`ok-…`: Claude Code's and an
 OpenAI-compatible request with the agent's own tools, provider-defined tools the agent runs,
-base64 and data-URL images, a tool call's input and a search result naming URLs, an earlier
-server tool's result in the history), and each finding: a tool the provider runs itself
+base64 and data-URL images, a tool call's input, a search result and schema examples naming
+URLs, file references by id, an earlier server tool's result in the history), and each finding: a tool the provider runs itself
 (`tool-…`: web search, web fetch, code execution, an MCP toolset, a type in another case, a
 repeated type or tools member, MCP servers, a container, web search options, plugins, a member
-name in capitals, with a long s or escaped), a URL it would fetch (`fetch-…`: an image or
-document source by URL, in a tool result, an OpenAI image URL as object and string, a file URL),
+name in capitals, with a long s, escaped or in camel case, extra_body, a one-member tool a
+gateway reads as its provider's, a tool with neither type nor name, legacy functions, a version
+too short), a URL it would fetch (`fetch-…`: an image or document source by URL, in a tool
+result, an OpenAI image URL as object and string, a file URL, a file id that is a URL),
 and bodies it cannot vet (`not-json-…`: empty, an array, text, cut, trailing bytes, tools as an
 object, a tool's type not a string, invalid UTF-8, nesting past the parser's depth).
 
@@ -1016,6 +1018,24 @@ def model_body():
         "tool-container": request("hi", container={"id": "c"}),
         "tool-web-search-options": request("hi", web_search_options={}),
         "tool-plugins": request("hi", plugins=[{"id": "web"}]),
+        "tool-mcp-servers-camel-case": request("hi", mcpServers=[{"url": "https://mcp.example.com"}]),
+        "tool-extra-body": request("hi", extra_body={"tools": [{"type": "web_search_20250305"}]}),
+        "tool-one-member-gateway-tool": tools({"urlContext": {}}),
+        "tool-neither-type-nor-name": tools({"description": "d", "input_schema": {}}),
+        "tool-legacy-functions": request("hi", functions=[{"google_search": {}}]),
+        "tool-version-too-short": tools({"type": "bash_2025012", "name": "bash"}),
+        "fetch-file-id-url": request([{"type": "file", "file": {"file_id": "https://example.com/a.pdf"}}]),
+        "ok-file-references": request(
+            [
+                {"type": "file", "file": {"file_id": "file-abc123"}},
+                {"type": "document", "source": {"type": "file", "file_id": "file_011"}},
+            ]
+        ),
+        "ok-urls-in-schema-examples": request(
+            "hi",
+            tools=[{"name": "pic", "input_schema": {"examples": [{"image_url": "https://x/cat.png"}]}}],
+            response_format={"type": "json_schema", "json_schema": {"schema": {"examples": [{"file_url": "https://x"}]}}},
+        ),
         "fetch-image-source-url": request(image({"type": "url", "url": "https://example.com/a.png"})),
         "fetch-document-source-type-url": request([{"type": "document", "source": {"type": "url"}}]),
         "fetch-image-in-tool-result": request(
@@ -1043,6 +1063,8 @@ def model_body():
             b'"tools"', b'"type"', b'"source"', b'"url"', b'"image_url"', b'"file_url"', b'"input"',
             b'"mcp_servers"', b'"container"', b'"web_search_options"', b'"plugins"', b'"custom"',
             b'"function"', b'"bash_20250124"', b'"web_search_20250305"', b'"data:', b'"https://',
+            b'"functions"', b'"name"', b'"input_schema"', b'"parameters"', b'"file_id"',
+            b'"extra_body"', b'"urlContext"', b'"googleSearch"', b'"mcpServers"',
             b"\\u017f", b"\\u212a", b"null", b"{", b"}", b"[", b"]", b":", b",",
         ],
     )

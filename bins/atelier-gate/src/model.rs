@@ -15,7 +15,8 @@
 //! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
 //! (else 413) and read within 60 s, then vetted ([`body::inspect`]): one JSON object (else 400
 //! `body_not_json`) asking the provider to run no tool of its own and to connect to nothing
-//! (else 403 `provider_tool`) and naming no URL for it to fetch (else 403 `provider_fetch`),
+//! (else 403 `provider_tool`), naming no URL for it to fetch (else 403 `provider_fetch`) and,
+//! when the route pins a model, naming that one (else 403 `model_not_declared`),
 //! since the provider would reach those hosts around the gate. The whole body is held for that
 //! (a stream could not be vetted before its first byte went upstream). The upstream's host is dialled only when every address
 //! it resolves to is public ([`PublicOnly`]); otherwise a 502, like an upstream that cannot be
@@ -124,12 +125,16 @@ pub enum ModelRefusal {
     #[error("the request body is not a JSON object the relay can vet")]
     BodyNotJson,
     /// The POST body asks the provider to run a tool of its own (web search, web fetch, code
-    /// execution) or to connect to an MCP server or a container (403).
+    /// execution) or to connect to something (an MCP server, a container, a gateway's search
+    /// or plugins), or carries members a gateway passes on unread (403).
     #[error("the request asks the model provider to run a tool of its own, which the gate does not allow")]
     ProviderTool,
     /// The POST body names a URL the provider would fetch: an image or document by URL (403).
     #[error("the request asks the model provider to fetch a URL, which the gate does not allow")]
     ProviderFetch,
+    /// The POST body names a model other than the one the route pins (403).
+    #[error("the request names a model other than the one declared for this API")]
+    ModelNotDeclared,
     /// The upstream answered with a redirect, which is never followed (502).
     #[error("the model provider answered with a redirect, which is not followed")]
     UpstreamRedirect,
@@ -140,7 +145,7 @@ pub enum ModelRefusal {
 
 impl ModelRefusal {
     /// Every refusal.
-    pub const ALL: [ModelRefusal; 11] = [
+    pub const ALL: [ModelRefusal; 12] = [
         ModelRefusal::NotFound,
         ModelRefusal::BadPath,
         ModelRefusal::MethodNotAllowed,
@@ -150,6 +155,7 @@ impl ModelRefusal {
         ModelRefusal::BodyNotJson,
         ModelRefusal::ProviderTool,
         ModelRefusal::ProviderFetch,
+        ModelRefusal::ModelNotDeclared,
         ModelRefusal::UpstreamRedirect,
         ModelRefusal::UpstreamUnreachable,
     ];
@@ -166,6 +172,7 @@ impl ModelRefusal {
             ModelRefusal::BodyNotJson => "body_not_json",
             ModelRefusal::ProviderTool => "provider_tool",
             ModelRefusal::ProviderFetch => "provider_fetch",
+            ModelRefusal::ModelNotDeclared => "model_not_declared",
             ModelRefusal::UpstreamRedirect => "upstream_redirect",
             ModelRefusal::UpstreamUnreachable => "upstream_unreachable",
         }
@@ -178,7 +185,9 @@ impl ModelRefusal {
             ModelRefusal::BadPath | ModelRefusal::BodyUnreadable | ModelRefusal::BodyNotJson => {
                 StatusCode::BAD_REQUEST
             }
-            ModelRefusal::ProviderTool | ModelRefusal::ProviderFetch => StatusCode::FORBIDDEN,
+            ModelRefusal::ProviderTool
+            | ModelRefusal::ProviderFetch
+            | ModelRefusal::ModelNotDeclared => StatusCode::FORBIDDEN,
             ModelRefusal::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ModelRefusal::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ModelRefusal::UpstreamRedirect | ModelRefusal::UpstreamUnreachable => {
@@ -550,7 +559,12 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
         }
     };
     if let Some(body) = body {
-        if let Err(finding) = body::inspect(&body) {
+        let pinned = door
+            .routes
+            .iter()
+            .find(|route| Some(route.api) == api)
+            .and_then(|route| route.model.as_deref());
+        if let Err(finding) = body::inspect(&body, pinned) {
             // What was found is the agent's own text, quoted and cut short: the operator sees
             // which tool or URL it was.
             tracing::warn!(%finding, "a model request was refused");
@@ -558,6 +572,7 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
                 BodyFinding::NotJson => ModelRefusal::BodyNotJson,
                 BodyFinding::ProviderTool(_) => ModelRefusal::ProviderTool,
                 BodyFinding::ProviderFetch(_) => ModelRefusal::ProviderFetch,
+                BodyFinding::OtherModel(_) => ModelRefusal::ModelNotDeclared,
             };
             return door.refuse(&method, api, refusal);
         }

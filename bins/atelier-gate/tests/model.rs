@@ -72,6 +72,7 @@ fn route(api: ModelApi, upstream: String, credential: Option<&str>) -> ModelRout
         api,
         upstream,
         credential: credential.map(str::to_owned),
+        model: None,
     }
 }
 

@@ -125,6 +125,12 @@ pub struct ModelRoute {
     pub upstream: String,
     /// The credential (`LoadCredential=` id) the gate sends as the key, when one is declared.
     pub credential: Option<String>,
+    /// The one model a request to this route may name, when the declaration pins it
+    /// (`agent.openai_model`, for the OpenAI-compatible route): a gateway's model name alone
+    /// can switch on its provider's own web search (a search model, an `:online` suffix), so a
+    /// request naming another model is refused.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// The model APIs the relay speaks.

@@ -390,6 +390,8 @@ impl Layout<'_> {
                 api: ModelApi::Anthropic,
                 upstream: declared.trim_end_matches('/').to_owned(),
                 credential: credential(crate::paths::ANTHROPIC_API_KEY),
+                // Claude Code asks for more than one model (a small one for its side tasks).
+                model: None,
             });
         }
         if let Some(url) = &agent.openai_base_url {
@@ -397,6 +399,7 @@ impl Layout<'_> {
                 api: ModelApi::Openai,
                 upstream: url.trim_end_matches('/').to_owned(),
                 credential: credential(crate::paths::OPENAI_API_KEY),
+                model: agent.openai_model.clone(),
             });
         }
         (!routes.is_empty()).then_some(ModelRelay { routes })
@@ -429,6 +432,7 @@ mod tests {
                         api: ModelApi::Anthropic,
                         upstream: "https://api.anthropic.com".to_owned(),
                         credential: Some("ANTHROPIC_API_KEY".to_owned()),
+                        model: None,
                     }]
                 }),
             })
@@ -478,6 +482,7 @@ mod tests {
                         api: ModelApi::Openai,
                         upstream: "https://llm.example.org/v1".to_owned(),
                         credential: None,
+                        model: Some("qwen3-coder-30b".to_owned()),
                     }]
                 }),
             }),

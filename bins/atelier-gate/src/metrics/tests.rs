@@ -208,6 +208,7 @@ async fn each_model_relay_request_counts_under_its_api_and_outcome() {
         api: ModelApi::Anthropic,
         upstream: format!("http://{}", upstream.addr),
         credential: None,
+        model: None,
     };
     let model = ModelDoor::new(vec![(route, None)], log, Policy::default()).unwrap();
     let relays = Relays {

@@ -37,6 +37,7 @@ fn route(api: ModelApi, upstream: &str) -> ModelRoute {
         api,
         upstream: upstream.to_owned(),
         credential: None,
+        model: None,
     }
 }
 
@@ -776,6 +777,7 @@ fn every_refusal_has_its_name_and_status() {
             ("body_not_json", 400),
             ("provider_tool", 403),
             ("provider_fetch", 403),
+            ("model_not_declared", 403),
             ("upstream_redirect", 502),
             ("upstream_unreachable", 502),
         ]
@@ -1199,6 +1201,41 @@ async fn a_body_reaching_past_the_provider_is_refused_and_nothing_goes_upstream(
     .await;
     assert_eq!(response.status, StatusCode::OK);
     assert_eq!(upstream.seen()[0].body, body);
+}
+
+/// A route pinning its model (the declared `agent.openai_model`) relays that model alone.
+#[tokio::test]
+async fn a_route_pinning_its_model_refuses_another() {
+    let upstream = ModelUpstream::on_loopback().await;
+    let pinned = ModelRoute {
+        model: Some("qwen3".to_owned()),
+        ..route(ModelApi::Openai, &upstream.base("/v1"))
+    };
+    let relay = start(vec![(pinned, Some(KEY))]);
+    let target = "/model/openai/v1/chat/completions";
+    let response = send(
+        &relay.socket,
+        "POST",
+        target,
+        &[],
+        br#"{"model":"qwen3:online"}"#,
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::FORBIDDEN);
+    let text = response.text().await;
+    assert!(text.contains(r#""reason":"model_not_declared""#), "{text}");
+    assert!(upstream.seen().is_empty(), "{:?}", upstream.seen());
+    let body = br#"{"model":"qwen3","messages":[]}"#;
+    let response = send(&relay.socket, "POST", target, &[], body).await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(upstream.seen()[0].body, body);
+    assert_eq!(
+        lines(&relay.door),
+        [
+            "door=turn host=model verdict=refused reason=POST /model/openai model_not_declared",
+            "door=turn host=model verdict=relayed reason=POST /model/openai 200",
+        ]
+    );
 }
 
 #[tokio::test]

@@ -651,6 +651,7 @@ fn the_atelier_driver_reaches_sited_env_and_its_key_the_gates_model_relay() {
             "api": "anthropic",
             "upstream": "https://api.anthropic.com",
             "credential": "ANTHROPIC_API_KEY",
+            "model": null,
         }]})
     );
     let build = text_of(&all, "/etc/atelier/example/gate/s1-build.json");

@@ -108,6 +108,22 @@ fn cases() -> Vec<Case> {
             ),
             None,
         ),
+        (
+            "file references that name no URL",
+            messages(
+                r#"[{"type":"file","file":{"file_id":"file-abc123"}},{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0="}},{"type":"document","source":{"type":"file","file_id":"file_011"}}]"#,
+                "",
+            ),
+            None,
+        ),
+        (
+            "URLs in schemas and their examples",
+            messages(
+                r#""hi""#,
+                r#","tools":[{"name":"pic","input_schema":{"type":"object","examples":[{"image_url":"https://example.com/cat.png","source":{"type":"url"}}]}},{"type":"function","function":{"name":"f","parameters":{"examples":[{"file_url":"https://x"}]}}}],"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"examples":[{"image_url":"https://x"}]}}}"#,
+            ),
+            None,
+        ),
         // The provider would run a tool of its own.
         (
             "web search",
@@ -180,12 +196,12 @@ fn cases() -> Vec<Case> {
         (
             "MCP servers in capitals",
             messages(r#""hi""#, r#","MCP_SERVERS":[]"#),
-            tool("mcp_servers"),
+            tool("MCP_SERVERS"),
         ),
         (
             "MCP servers with a long s",
             messages(r#""hi""#, r#","mcp_ſervers":[]"#),
-            tool("mcp_servers"),
+            tool("mcp_ſervers"),
         ),
         (
             "MCP servers escaped",
@@ -206,6 +222,64 @@ fn cases() -> Vec<Case> {
             "a gateway's plugins",
             messages(r#""hi""#, r#","plugins":[{"id":"web"}]"#),
             tool("plugins"),
+        ),
+        (
+            "MCP servers in camel case",
+            messages(
+                r#""hi""#,
+                r#","mcpServers":[{"url":"https://mcp.example.com"}]"#,
+            ),
+            tool("mcpServers"),
+        ),
+        (
+            "a container with a dotted capital I",
+            messages(r#""hi""#, r#","contaİner":{"id":"c"}"#),
+            tool("contaİner"),
+        ),
+        (
+            "members a gateway merges in unread",
+            messages(
+                r#""hi""#,
+                r#","extra_body":{"tools":[{"type":"web_search_20250305"}]}"#,
+            ),
+            tool("extra_body"),
+        ),
+        (
+            "a vendor's web search",
+            messages(r#""hi""#, r#","enable_search":true"#),
+            tool("enable_search"),
+        ),
+        (
+            "a one-member tool a gateway reads as its provider's",
+            with_tools(r#"[{"urlContext":{}}]"#),
+            tool("urlContext"),
+        ),
+        (
+            "a named tool with a gateway's provider tool in it",
+            with_tools(r#"[{"name":"search","googleSearch":{}}]"#),
+            tool("googleSearch"),
+        ),
+        (
+            "a tool with neither a type nor a name",
+            with_tools(r#"[{"description":"d","input_schema":{}}]"#),
+            Some(BodyFinding::ProviderTool(
+                "a tool with neither a type nor a name".into(),
+            )),
+        ),
+        (
+            "legacy functions with a provider tool",
+            messages(r#""hi""#, r#","functions":[{"google_search":{}}]"#),
+            tool("google_search"),
+        ),
+        (
+            "a versioned type of another family",
+            with_tools(r#"[{"type":"computer_use_preview"}]"#),
+            tool("computer_use_preview"),
+        ),
+        (
+            "a version of seven digits",
+            with_tools(r#"[{"type":"bash_2025012","name":"bash"}]"#),
+            tool("bash_2025012"),
         ),
         // The provider would fetch a URL.
         (
@@ -271,6 +345,22 @@ fn cases() -> Vec<Case> {
                 format!("https://example.com/{}", "a".repeat(44))
             ))),
         ),
+        (
+            "a file id that is a URL",
+            messages(
+                r#"[{"type":"file","file":{"file_id":"https://example.com/a.pdf"}}]"#,
+                "",
+            ),
+            fetch("https://example.com/a.pdf"),
+        ),
+        (
+            "file data that is a URL",
+            messages(
+                r#"[{"type":"file","file":{"filename":"a.pdf","file_data":"http://x/a.pdf"}}]"#,
+                "",
+            ),
+            fetch("http://x/a.pdf"),
+        ),
         // Not vetted.
         ("an empty body", String::new(), Some(BodyFinding::NotJson)),
         ("an array", "[]".into(), Some(BodyFinding::NotJson)),
@@ -317,7 +407,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn a_body_is_relayed_only_when_the_provider_would_reach_nothing_of_its_own() {
     for (what, body, want) in cases() {
-        assert_eq!(inspect(body.as_bytes()).err(), want, "{what}: {body}");
+        assert_eq!(inspect(body.as_bytes(), None).err(), want, "{what}: {body}");
     }
 }
 
@@ -331,7 +421,7 @@ fn invalid_utf_8_is_not_vetted() {
         let mut body = open.as_bytes().to_vec();
         body.extend_from_slice(&[0xff, 0xfe]);
         body.extend_from_slice(close.as_bytes());
-        assert_eq!(inspect(&body), Err(BodyFinding::NotJson), "{open}");
+        assert_eq!(inspect(&body, None), Err(BodyFinding::NotJson), "{open}");
     }
 }
 
@@ -356,7 +446,7 @@ fn a_finding_says_what_it_found() {
     }
     // A quoted line break stays escaped: a log line holds the finding as one line.
     assert_eq!(
-        inspect(br#"{"messages":[{"image_url":"http://x\n"}]}"#),
+        inspect(br#"{"messages":[{"image_url":"http://x\n"}]}"#, None),
         Err(BodyFinding::ProviderFetch("\"http://x\\n\"".into()))
     );
 }
@@ -366,7 +456,7 @@ fn a_finding_says_what_it_found() {
 #[test]
 fn the_fuzz_seeds_decide_as_their_names_say() {
     for (name, seed) in crate::fuzz_seeds("model_body") {
-        let got = inspect(&seed);
+        let got = inspect(&seed, None);
         let fits = match name.split('-').next() {
             Some("ok") => got.is_ok(),
             Some("tool") => matches!(got, Err(BodyFinding::ProviderTool(_))),
@@ -376,4 +466,48 @@ fn the_fuzz_seeds_decide_as_their_names_say() {
         };
         assert!(fits, "{name}: {got:?}");
     }
+}
+
+/// A route pinning its model relays requests naming that model alone; one naming another, or
+/// none (a gateway would pick its own), is refused; unpinned, any model passes.
+#[test]
+fn a_pinned_model_is_the_only_one_relayed() {
+    let other = |model: &str| Err(BodyFinding::OtherModel(model.to_owned()));
+    let cases: [(&str, &str, Result<(), BodyFinding>); 7] = [
+        (
+            "the pinned model",
+            r#"{"model":"qwen3","messages":[]}"#,
+            Ok(()),
+        ),
+        (
+            "a search model",
+            r#"{"model":"gpt-4o-search-preview"}"#,
+            other("\"gpt-4o-search-preview\""),
+        ),
+        (
+            "an online suffix",
+            r#"{"model":"qwen3:online"}"#,
+            other("\"qwen3:online\""),
+        ),
+        ("another case", r#"{"model":"Qwen3"}"#, other("\"Qwen3\"")),
+        (
+            "a second model member",
+            r#"{"model":"qwen3","Model":"sonar"}"#,
+            other("\"sonar\""),
+        ),
+        (
+            "not a string",
+            r#"{"model":["qwen3"]}"#,
+            other("a model that is not a string"),
+        ),
+        ("no model", r#"{"messages":[]}"#, other("no model")),
+    ];
+    for (what, body, want) in cases {
+        assert_eq!(inspect(body.as_bytes(), Some("qwen3")), want, "{what}");
+    }
+    assert_eq!(
+        inspect(br#"{"model":"gpt-4o-search-preview"}"#, None),
+        Ok(())
+    );
+    assert_eq!(inspect(b"{}", None), Ok(()));
 }
