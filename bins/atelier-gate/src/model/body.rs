@@ -197,9 +197,13 @@ pub fn fold(name: &str) -> String {
     folded
 }
 
-/// Returns true if and only if the folded name `folded` is one of `names`.
+/// Returns true if and only if the folded name `folded` is one of `names` (each lowercase
+/// ASCII with `_`, as the lists above are), compared as [`fold`] would fold them.
 fn is_one_of(folded: &str, names: &[&str]) -> bool {
-    names.iter().any(|name| fold(name) == folded)
+    names.iter().any(|name| {
+        let name = name.bytes().filter(|&b| b != b'_');
+        folded.bytes().eq(name)
+    })
 }
 
 /// `text` quoted, at most [`QUOTED`] chars of it, escaped so a log line holds it as one line.

@@ -511,3 +511,24 @@ fn a_pinned_model_is_the_only_one_relayed() {
     );
     assert_eq!(inspect(b"{}", None), Ok(()));
 }
+
+/// The lists are written as [`is_one_of`] compares them: lowercase ASCII with `_`, each
+/// folding to itself without its `_`.
+#[test]
+fn the_member_lists_are_written_as_they_are_compared() {
+    let lists: [&[&str]; 5] = [
+        &TOOL_PROVIDER_MEMBERS,
+        &PROVIDER_MEMBERS,
+        &URL_MEMBERS,
+        &FILE_MEMBERS,
+        &INERT_MEMBERS,
+    ];
+    for name in lists.into_iter().flatten() {
+        assert!(
+            name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+            "{name}"
+        );
+        assert!(is_one_of(&fold(name), &[name]), "{name}");
+        assert!(is_one_of(&fold(&name.to_uppercase()), &[name]), "{name}");
+    }
+}
