@@ -30,6 +30,12 @@ use crate::model::{self, ModelDoor};
 /// How long open requests may finish once the relays are told to stop.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
+/// The most connections the relay listener holds open at once. Its one client is the turn's
+/// agent, whose CLI keeps a few (a model stream, an MCP session, a count of tokens); one that
+/// opened connections without end would otherwise grow the gate past its memory cap, and the
+/// site's other doors with it.
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// How long connecting upstream may take. There is no bound on the whole exchange: an MCP SSE
 /// stream lasts as long as its session, a model's answer streams for as long as it writes.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,15 +70,17 @@ pub fn is_model_path(path: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// Serves both relays on `listener` until accepting fails for good.
+/// Serves both relays on `listener`, at most [`MAX_CONNECTIONS`] connections at once, until
+/// accepting fails for good.
 pub async fn serve(listener: UnixListener, relays: Relays) -> io::Result<()> {
     let relays = Arc::new(relays);
     let handler = move |request: Request| {
         let relays = Arc::clone(&relays);
         async move { relays.dispatch(request).await }
     };
-    atelier_http::serve(
+    atelier_http::serve_at_most(
         Listener::Unix(listener),
+        MAX_CONNECTIONS,
         handler,
         std::future::pending(),
         DRAIN_DEADLINE,

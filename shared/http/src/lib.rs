@@ -30,7 +30,8 @@ pub use problem::Problem;
 pub use request_log::with_request_log;
 pub use response::{empty_body, full_body, json_bytes_response, json_response, ndjson_response};
 pub use serve::{
-    serve, serve_connection, shutdown_signal, Listener, Peer, PeerCred, ServeError, ServeReport,
+    serve, serve_at_most, serve_connection, shutdown_signal, Listener, Peer, PeerCred, ServeError,
+    ServeReport,
 };
 pub use sse::{push_event, sse_response, SseChunk, SseEvent, SseKeepAlive};
 

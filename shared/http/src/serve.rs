@@ -212,6 +212,24 @@ where
     H: Fn(Request) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
+    serve_at_most(listener, usize::MAX, handler, shutdown, drain_deadline).await
+}
+
+/// [`serve`], with at most `max_connections` connections open at once. While that many are
+/// open, no more is accepted: the next ones wait in the listener's backlog (and once it is
+/// full the kernel refuses them) until one closes. For a listener whose client could otherwise
+/// open connections until the process runs out of memory or descriptors.
+pub async fn serve_at_most<H, F>(
+    listener: Listener,
+    max_connections: usize,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain_deadline: Duration,
+) -> Result<ServeReport, ServeError>
+where
+    H: Fn(Request) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response> + Send + 'static,
+{
     enum Event {
         Shutdown,
         Finished(Result<(), JoinError>),
@@ -229,7 +247,10 @@ where
             biased;
             () = &mut shutdown => Event::Shutdown,
             Some(finished) = connections.join_next() => Event::Finished(finished),
-            accepted = listener.accept() => Event::Accepted(accepted),
+            // A finished connection is joined (above) before this is looked at again.
+            accepted = listener.accept(), if connections.len() < max_connections => {
+                Event::Accepted(accepted)
+            }
         };
         match event {
             Event::Shutdown => break,
@@ -471,6 +492,49 @@ mod tests {
             }),
         };
         assert_eq!(collect(response).await, format!("{:?}", Some(expected)));
+    }
+
+    /// At the cap, a further connection waits in the backlog, unanswered, until an open one
+    /// closes; then it is served.
+    #[tokio::test]
+    async fn no_more_than_the_cap_of_connections_is_served_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("capped.sock");
+        let listener = Listener::Unix(UnixListener::bind(&path).unwrap());
+        tokio::spawn(serve_at_most(
+            listener,
+            2,
+            describe_peer,
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
+        let mut open = Vec::new();
+        for _ in 0..2 {
+            let mut client = connect(&path).await;
+            let response = client.send_request(request_empty("/")).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            open.push(client);
+        }
+        let third = tokio::spawn({
+            let path = path.clone();
+            async move {
+                let mut client = connect(&path).await;
+                client
+                    .send_request(request_empty("/"))
+                    .await
+                    .unwrap()
+                    .status()
+            }
+        });
+        // It cannot be answered while both are open; this only waits a little to see that.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!third.is_finished(), "a third connection was served");
+        drop(open.pop());
+        let status = tokio::time::timeout(Duration::from_secs(10), third)
+            .await
+            .expect("served once one closed")
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
     }
 
     #[tokio::test]
