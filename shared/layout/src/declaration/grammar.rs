@@ -185,6 +185,13 @@ pub(crate) fn provider_url(value: &str) -> Result<String, Refusal> {
         return refuse("must not name a port: the gate's model relay dials port 443 only");
     }
     egress_host(authority)?;
+    // The gate's relay sends to the host its URL parser (the WHATWG one, with IDNA) reads here:
+    // a host it reads otherwise, or not at all (a label `xn--` that is no punycode), would
+    // stop the gate at its plan check instead of being refused now.
+    let parsed = ::url::Url::parse(value);
+    if parsed.as_ref().ok().and_then(|url| url.host_str()) != Some(authority) {
+        return refuse("has a host the gate's URL parser does not read as written");
+    }
     // The agent is given this path below the gate's model relay, which sends requests under it
     // only: a `.` or `..` segment would be resolved away by the agent before the relay sees it.
     let path = rest.split_once('/').map_or("", |(_, path)| path);

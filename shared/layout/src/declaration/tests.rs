@@ -698,6 +698,18 @@ const CASES: &[Case] = &[
         &[("agent.anthropic_base_url", Reason::BadUrl)],
     ),
     (
+        "a model URL whose host the gate's URL parser cannot read (a label that is no punycode)",
+        |d| {
+            set(d, "/agent/provider_hosts", json!(["xn--0.example.com"]));
+            set(
+                d,
+                "/agent/anthropic_base_url",
+                json!("https://xn--0.example.com"),
+            );
+        },
+        &[("agent.anthropic_base_url", Reason::BadUrl)],
+    ),
+    (
         "a model URL on an IP address",
         |d| set(d, "/agent/anthropic_base_url", json!("https://203.0.113.9")),
         &[("agent.anthropic_base_url", Reason::BadHost)],
