@@ -79,8 +79,12 @@ fn clean(value: &Value, role: &str) -> bool {
                 "url" if role == "source" || role == "url" => {
                     value.as_str().map_or(clean(value, "any"), inline)
                 }
-                "type" if role == "source" => match value.as_str() {
-                    Some(kind) => !kind.eq_ignore_ascii_case("url"),
+                "type" => match value.as_str() {
+                    Some(kind) => {
+                        let fetched = role == "source" && kind.eq_ignore_ascii_case("url");
+                        let call = matches!(fold(kind).as_str(), "servertooluse" | "mcptooluse");
+                        !fetched && !call
+                    }
                     None => clean(value, "any"),
                 },
                 "source" => clean(value, "source"),

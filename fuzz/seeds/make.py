@@ -46,7 +46,8 @@ Responses API, a GET of messages, a model id of two segments).
 model_body: POST bodies an agent sends its model (`ok-…`: Claude Code's and an
 OpenAI-compatible request with the agent's own tools, provider-defined tools the agent runs,
 base64 and data-URL images, a tool call's input, a search result and schema examples naming
-URLs, file references by id, an earlier server tool's result in the history), and each finding: a tool the provider runs itself
+URLs, file references by id, an earlier server tool's result in the history), a server tool's
+call in the history (`tool-…`), and each finding: a tool the provider runs itself
 (`tool-…`: web search, web fetch, code execution, an MCP toolset, a type in another case, a
 repeated type or tools member, MCP servers, a container, web search options, plugins, a member
 name in capitals, with a long s, escaped or in camel case, extra_body, a one-member tool a
@@ -993,10 +994,10 @@ def model_body():
             [{"type": "search_result", "source": "https://example.com/a", "title": "t", "content": []}]
         ),
         "ok-server-tool-result-in-history": request(
-            [
-                {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "q"}},
-                {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
-            ]
+            [{"type": "web_search_tool_result", "tool_use_id": "s1", "content": []}]
+        ),
+        "tool-server-tool-use-in-history": request(
+            [{"type": "server_tool_use", "id": "s1", "name": "web_fetch", "input": {"url": "https://x"}}]
         ),
         "ok-null-members": request("hi", tools=None, mcp_servers=None, container=None),
         "tool-web-search": tools({"type": "web_search_20250305", "name": "web_search", "max_uses": 5}),

@@ -10,7 +10,8 @@
 //! (else 404 `not_found`); a path below the route's base path that cannot leave it (else 400
 //! `bad_path`); GET or POST (else 405 `method_not_allowed`); and, below the base path, one of
 //! the API's [`endpoints`] for that method (else 404 `endpoint_not_relayed`). Then request
-//! headers by allowlist ([`REQUEST_HEADERS`]), then the key header ([`key_header`]) of the API
+//! headers by allowlist ([`REQUEST_HEADERS`], and the betas [`kept_betas`] keeps), then the key
+//! header ([`key_header`]) of the API
 //! the target was mapped to, from the gate's credential, so the agent's own `authorization` or
 //! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
 //! (else 413) and read within 60 s, then vetted ([`body::inspect`]): one JSON object (else 400
@@ -58,14 +59,27 @@ const METHODS: [Method; 2] = [Method::GET, Method::POST];
 /// The largest request body relayed: a long conversation with its tool results and images.
 pub const MAX_REQUEST_BODY: usize = 32 * 1024 * 1024; // 32 MiB
 
-/// Request headers passed upstream; every other one is dropped, the agent's placeholder
-/// `authorization` and `x-api-key` among them.
-pub const REQUEST_HEADERS: [&str; 5] = [
-    "content-type",
-    "accept",
-    "anthropic-version",
-    "anthropic-beta",
-    "user-agent",
+/// Request headers passed upstream as they are; every other one is dropped, the agent's
+/// placeholder `authorization` and `x-api-key` among them, but `anthropic-beta`, passed without
+/// the betas of server-side features ([`kept_betas`]).
+pub const REQUEST_HEADERS: [&str; 4] =
+    ["content-type", "accept", "anthropic-version", "user-agent"];
+
+/// The beta header, whose values switch on features of the provider's.
+const BETA_HEADER: &str = "anthropic-beta";
+
+/// Prefixes of the betas dropped from [`BETA_HEADER`]: those of the provider's own tools and
+/// of its stores (the MCP connector, code execution, web fetch and search, skills, the files
+/// API, through which a request could read the operator's uploaded files). The body vetting
+/// refuses what they would enable; dropping them keeps a feature that needs no body field shut
+/// as well.
+pub const DROPPED_BETA_PREFIXES: [&str; 6] = [
+    "mcp-client-",
+    "code-execution-",
+    "web-fetch-",
+    "web-search-",
+    "skills-",
+    "files-api-",
 ];
 
 /// Response headers passed back to the agent, besides those starting with one of
@@ -231,6 +245,29 @@ pub fn key_header(
     let mut value = value.map_err(|_| ModelError::BadKey(api))?;
     value.set_sensitive(true);
     Ok((name, value))
+}
+
+/// `value` of the beta header without the betas [`DROPPED_BETA_PREFIXES`] name (compared in
+/// any case), the others in their order, `, `-separated; `None` when none is left or the
+/// value is not visible ASCII.
+pub fn kept_betas(value: &HeaderValue) -> Option<HeaderValue> {
+    let kept: Vec<&str> = value
+        .to_str()
+        .ok()?
+        .split(',')
+        .map(str::trim)
+        .filter(|beta| {
+            let beta = beta.to_ascii_lowercase();
+            !beta.is_empty()
+                && !DROPPED_BETA_PREFIXES
+                    .iter()
+                    .any(|prefix| beta.starts_with(prefix))
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&kept.join(", ")).ok()
 }
 
 /// The API the path's first segment below `/model/` names, if the relay knows it: the label
@@ -545,6 +582,11 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
     };
     let upstream = door.client.request(method.clone(), url);
     let mut upstream = relay::pass_on(upstream, request.headers(), &REQUEST_HEADERS);
+    for value in request.headers().get_all(BETA_HEADER) {
+        if let Some(kept) = kept_betas(value) {
+            upstream = upstream.header(BETA_HEADER, kept);
+        }
+    }
     // The key of the API the target was mapped to, and of no other.
     if let Some((name, value)) = door.keys.get(&api) {
         upstream = upstream.header(name.clone(), value.clone());

@@ -118,7 +118,11 @@ async fn the_real_key_goes_upstream_in_each_apis_style_and_the_agents_never_does
         ("content-type", "application/json"),
         ("accept", "application/json"),
         ("anthropic-version", "2023-06-01"),
-        ("anthropic-beta", "prompt-caching-2024-07-31"),
+        (
+            "anthropic-beta",
+            "prompt-caching-2024-07-31,files-api-2025-04-14",
+        ),
+        ("anthropic-beta", "mcp-client-2025-04-04"),
         ("user-agent", "claude-cli/2.1"),
         ("x-api-key", PLACEHOLDER),
         ("authorization", &*format!("Bearer {PLACEHOLDER}")),

@@ -16,6 +16,8 @@
 //!   own); a tool member a gateway reads as a provider tool ([`TOOL_PROVIDER_MEMBERS`]);
 //! - carries a top-level member that connects the provider to something or passes members on
 //!   unread ([`PROVIDER_MEMBERS`]), unless it is `null` ([`BodyFinding::ProviderTool`]);
+//! - holds a call the provider would make itself, a `server_tool_use` or `mcp_tool_use` block
+//!   ([`PROVIDER_CALL_BLOCKS`], [`BodyFinding::ProviderTool`]);
 //! - names a model other than the route's pinned one, when it has one
 //!   ([`BodyFinding::OtherModel`]): a gateway's model name alone can switch on its provider's
 //!   web search;
@@ -86,6 +88,11 @@ pub const PROVIDER_MEMBERS: [&str; 8] = [
     "search_options",
     "search_parameters",
 ];
+
+/// Content block types of a call the provider makes itself. Only a server tool's answer holds
+/// one, and the relay lets no server tool run, so a history holding one was written by the
+/// agent: sent back unanswered (as a paused turn is), the provider would make the call.
+pub const PROVIDER_CALL_BLOCKS: [&str; 2] = ["server_tool_use", "mcp_tool_use"];
 
 /// Members whose value is a URL (or an object with a `url`) the provider fetches unless it is
 /// a `data:` URL.
@@ -417,8 +424,8 @@ enum Role {
     /// A value the provider never acts on ([`INERT_MEMBERS`]), and everything in it: nothing
     /// is looked for; it is read through all the same, so what is relayed is JSON throughout.
     Inert,
-    /// A value that matters only as a string (a `url`, a source's `type`); any other value is
-    /// walked as [`Role::Any`] (a JSON schema's `type` may be an array).
+    /// A value that matters only as a string (a `url`, a `type`); any other value is walked
+    /// as [`Role::Any`] (a JSON schema's `type` may be an array).
     Text,
 }
 
@@ -430,7 +437,7 @@ impl Role {
             _ if self == Role::Inert => Role::Inert,
             name if is_one_of(name, &INERT_MEMBERS) => Role::Inert,
             "url" if matches!(self, Role::Source | Role::Url) => Role::Text,
-            "type" if self == Role::Source => Role::Text,
+            "type" => Role::Text,
             "source" => Role::Source,
             name if is_one_of(name, &URL_MEMBERS) => Role::Url,
             name if is_one_of(name, &FILE_MEMBERS) => Role::File,
@@ -514,10 +521,18 @@ impl<'de> Visitor<'de> for Walk<'_> {
             })?;
             match (name.as_str(), text) {
                 ("url", Some(url)) => Walk::fetched(&mut *self.finding, &url)?,
-                ("type", Some(kind)) if kind.eq_ignore_ascii_case("url") => {
+                ("type", Some(kind))
+                    if self.role == Role::Source && kind.eq_ignore_ascii_case("url") =>
+                {
                     return Err(found(
                         self.finding,
                         BodyFinding::ProviderFetch("a source URL".into()),
+                    ));
+                }
+                ("type", Some(kind)) if is_one_of(&fold(&kind), &PROVIDER_CALL_BLOCKS) => {
+                    return Err(found(
+                        self.finding,
+                        BodyFinding::ProviderTool(quoted(&kind)),
                     ));
                 }
                 _ => {}

@@ -760,6 +760,30 @@ fn the_api_named_is_read_from_the_first_segment_alone() {
 }
 
 #[test]
+fn the_betas_of_server_side_features_are_dropped() {
+    let cases: [(&str, &str, Option<&str>); 6] = [
+        ("client betas pass", "claude-code-20250219,interleaved-thinking-2025-05-14", Some("claude-code-20250219, interleaved-thinking-2025-05-14")),
+        (
+            "server features dropped, the rest in order",
+            "mcp-client-2025-04-04, fine-grained-tool-streaming-2025-05-14,code-execution-2025-08-25,web-fetch-2025-09-10,files-api-2025-04-14,skills-2025-10-02,web-search-2025-03-05,context-1m-2025-08-07",
+            Some("fine-grained-tool-streaming-2025-05-14, context-1m-2025-08-07"),
+        ),
+        ("in another case", "MCP-Client-2025-11-20", None),
+        ("nothing left", "files-api-2025-04-14", None),
+        ("empty entries", " , ,", None),
+        ("not visible ASCII", "caf\u{e9}-beta", None),
+    ];
+    for (what, value, want) in cases {
+        let value = match HeaderValue::from_str(value) {
+            Ok(value) => value,
+            Err(_) => HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+        };
+        let kept = kept_betas(&value);
+        assert_eq!(kept.as_ref().map(|v| v.to_str().unwrap()), want, "{what}");
+    }
+}
+
+#[test]
 fn every_refusal_has_its_name_and_status() {
     let names: Vec<(&str, u16)> = ModelRefusal::ALL
         .iter()

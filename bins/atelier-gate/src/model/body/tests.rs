@@ -101,12 +101,28 @@ fn cases() -> Vec<Case> {
             None,
         ),
         (
-            "an earlier server tool's use and result in the history",
+            "an earlier server tool's result in the history",
             messages(
-                r#"[{"type":"server_tool_use","id":"s1","name":"web_search","input":{"query":"q"}},{"type":"web_search_tool_result","tool_use_id":"s1","content":[{"type":"web_search_result","url":"https://example.com","title":"t"}]}]"#,
+                r#"[{"type":"web_search_tool_result","tool_use_id":"s1","content":[{"type":"web_search_result","url":"https://example.com","title":"t"}]}]"#,
                 "",
             ),
             None,
+        ),
+        (
+            "a server tool's call in the history, which the provider would make",
+            messages(
+                r#"[{"type":"server_tool_use","id":"s1","name":"web_fetch","input":{"url":"https://example.com/?leak"}}]"#,
+                "",
+            ),
+            tool("server_tool_use"),
+        ),
+        (
+            "an MCP call in the history, in another case",
+            messages(
+                r#"[{"type":"MCP_TOOL_USE","id":"m1","name":"x","input":{}}]"#,
+                "",
+            ),
+            tool("MCP_TOOL_USE"),
         ),
         (
             "file references that name no URL",
