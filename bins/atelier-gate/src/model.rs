@@ -10,17 +10,17 @@
 //! (else 404 `not_found`); a path below the route's base path that cannot leave it (else 400
 //! `bad_path`); GET or POST (else 405 `method_not_allowed`); and, below the base path, one of
 //! the API's [`endpoints`] for that method (else 404 `endpoint_not_relayed`). Then request
-//! headers by allowlist ([`REQUEST_HEADERS`], and the betas [`kept_betas`] keeps), then the key
-//! header ([`key_header`]) of the API
-//! the target was mapped to, from the gate's credential, so the agent's own `authorization` or
-//! `x-api-key` never goes upstream; the body, for POST only, bounded at [`MAX_REQUEST_BODY`]
-//! (else 413) and read within 60 s, then vetted ([`body::inspect`]): one JSON object (else 400
-//! `body_not_json`) asking the provider to run no tool of its own and to connect to nothing
-//! (else 403 `provider_tool`), naming no URL for it to fetch (else 403 `provider_fetch`) and,
-//! when the route pins a model, naming that one (else 403 `model_not_declared`),
-//! since the provider would reach those hosts around the gate. The whole body is held for that
-//! (a stream could not be vetted before its first byte went upstream). The upstream's host is dialled only when every address
-//! it resolves to is public ([`PublicOnly`]); otherwise a 502, like an upstream that cannot be
+//! headers by allowlist ([`REQUEST_HEADERS`], and the betas [`kept_betas`] keeps), then the
+//! key header ([`key_header`]) of the API the target was mapped to, from the gate's
+//! credential, so the agent's own `authorization` or `x-api-key` never goes upstream; the
+//! body, for POST only, bounded at [`MAX_REQUEST_BODY`] (else 413) and read within 60 s, then
+//! vetted ([`body::inspect`]): one JSON object (else 400 `body_not_json`) asking the provider
+//! to run no tool of its own and to connect to nothing (else 403 `provider_tool`), naming no
+//! URL for it to fetch (else 403 `provider_fetch`) and, when the route pins a model, naming
+//! that one (else 403 `model_not_declared`), since the provider would reach those hosts around
+//! the gate. The whole body is held for that (a stream could not be vetted before its first
+//! byte went upstream). The upstream's host is dialled only when every address it resolves to
+//! is public ([`PublicOnly`]); otherwise a 502, like an upstream that cannot be
 //! reached. Upstream redirects are never followed: any 3xx is a 502. The status and the body
 //! pass through as they arrive (SSE streams are not buffered), with response headers by
 //! allowlist ([`RESPONSE_HEADERS`], [`RESPONSE_HEADER_PREFIXES`]). At most [`MAX_BODIES_HELD`]

@@ -198,10 +198,10 @@ impl Peer {
 ///
 /// Draining, once `shutdown` resolves: the listener is closed at once (new connections are
 /// refused; under socket activation PID 1 holds its own copy of the socket, so they wait in
-/// the backlog for the next activation instead), idle keep-alive connections are closed, requests in flight run to completion and
-/// their connections close after the response. Whatever is still open `drain_deadline` later
-/// (an endless SSE stream, a stuck handler) is closed, and the report says the drain was not
-/// clean.
+/// the backlog for the next activation instead), idle keep-alive connections are closed,
+/// requests in flight run to completion and their connections close after the response.
+/// Whatever is still open `drain_deadline` later (an endless SSE stream, a stuck handler) is
+/// closed, and the report says the drain was not clean.
 pub async fn serve<H, F>(
     listener: Listener,
     handler: H,
