@@ -35,6 +35,7 @@ use atelier_gate::relay::{serve, Relays};
 use atelier_gate::serve::DecisionLog;
 use atelier_proto::Door;
 use atelier_sd::credentials::Secret;
+use atelier_test_support::bulk::median;
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::{BodyExt as _, Full, StreamBody};
@@ -173,31 +174,31 @@ struct Path {
 }
 
 impl Path {
-    async fn direct(addr: std::net::SocketAddr) -> Path {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
+    /// A keep-alive client over `stream`, sending below `prefix`.
+    async fn over<S>(stream: S, name: &'static str, prefix: &'static str) -> Path
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .unwrap();
         tokio::spawn(connection);
         Path {
-            name: "direct",
+            name,
             sender,
-            prefix: "",
+            prefix,
         }
+    }
+
+    async fn direct(addr: std::net::SocketAddr) -> Path {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Path::over(stream, "direct", "").await
     }
 
     async fn relayed(socket: &std::path::Path) -> Path {
         let stream = UnixStream::connect(socket).await.unwrap();
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        Path {
-            name: "relay",
-            sender,
-            prefix: "/model/anthropic",
-        }
+        Path::over(stream, "relay", "/model/anthropic").await
     }
 
     /// Sends `body` to `/v1/messages` with `query`; the time to the first byte of the answer,
@@ -233,11 +234,6 @@ fn percentile(samples: &mut [Duration], at: f64) -> Duration {
 
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// The median time of `runs` calls of `work`.
