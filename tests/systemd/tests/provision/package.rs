@@ -4,9 +4,10 @@
 //! Code and the lab model, which no package holds). There `dpkg -i` installs it: every binary
 //! on the PATH is the package's, `man atelier-provision` renders, the copyright file names every
 //! linked crate with its licence files beside it, and the package brings no unit or account of
-//! its own. Then the demo's journey (`deploy/demo/journey.sh`)
-//! runs against it unchanged: `atelier-provision apply` of the example, `atelierctl health`
-//! pairing, turns through the turn door, builds through the build door, and the rest.
+//! its own (lintian, on the host beforehand, finds neither an error nor a warning in it). Then
+//! the demo's journey (`deploy/demo/journey.sh`) runs against it unchanged: `atelier-provision
+//! apply` of the example, `atelierctl health` pairing, turns through the turn door, builds
+//! through the build door, and the rest.
 
 use std::path::Path;
 use std::process::Command;
@@ -57,7 +58,7 @@ moved=/run/systemd/system/atelier-sited@moved.service
 printf '[Unit]\nDocumentation=file:///srv/moved/instance.json\n[Service]\nExecStart=/bin/true\n' \
   > $moved
 systemctl daemon-reload
-echo "instances=$(/usr/lib/atelier/instances | paste -sd ',')"
+echo "instances=$(/usr/libexec/atelier/instances | paste -sd ',')"
 dpkg -r atelier > /tmp/remove 2>&1; echo "remove_refused=$?"
 sed 's/^/remove| /' /tmp/remove
 echo "remove_names=$(grep -c "atelier-provision remove --declaration $copy" /tmp/remove)"
@@ -106,10 +107,49 @@ fn package(out: &Path) -> std::path::PathBuf {
     deb.into()
 }
 
+/// What lintian says of the package at its error and warning levels (nothing, for a package
+/// Debian's tools accept), and the package's `Depends`.
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a package lintian cannot read must fail the test"
+)]
+fn lint(deb: &Path) -> (String, String) {
+    let linted = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--tag-display-limit", "0"])
+        .arg(deb)
+        .output()
+        .expect("running lintian (scripts/install-deps installs it)");
+    let said = String::from_utf8_lossy(&linted.stdout);
+    let faults = said
+        .lines()
+        .filter(|line| !line.starts_with("I: ") && !line.starts_with("N: "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let faults = if linted.status.success() {
+        faults
+    } else {
+        format!("lintian {}: {faults}", linted.status)
+    };
+    let fields = Command::new("dpkg-deb")
+        .args(["--field"])
+        .arg(deb)
+        .arg("Depends")
+        .output()
+        .expect("running dpkg-deb");
+    let depends = String::from_utf8_lossy(&fields.stdout).trim().to_owned();
+    (faults, depends)
+}
+
 #[test]
 fn the_package_installs_with_dpkg_and_runs_the_demo_journey() {
     let out = tempfile::tempdir().expect("a folder for the package");
     let deb = package(out.path());
+    let (faults, depends) = lint(&deb);
+    assert_eq!(faults, "", "lintian's errors and warnings");
+    assert!(
+        depends.starts_with("libc6 (>= 2.") && depends.contains(", systemd (>= "),
+        "the linked C library comes first: {depends}"
+    );
     let run = journey_box(Atelier::Package(deb))
         .expect("putting the journey's box together")
         .timeout(Duration::from_secs(420))
