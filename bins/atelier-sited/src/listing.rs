@@ -37,6 +37,14 @@ impl SessionBoard {
         self.generation += 1;
     }
 
+    /// Forgets site `slug`'s session (the site was deleted: one created again under its slug
+    /// starts with none).
+    pub fn forget(&mut self, slug: &str) {
+        if self.states.remove(slug).is_some() {
+            self.generation += 1;
+        }
+    }
+
     /// Site `slug`'s session; a site without one is idle.
     pub fn session(&self, slug: &str) -> SessionState {
         self.states.get(slug).cloned().unwrap_or(SessionState {

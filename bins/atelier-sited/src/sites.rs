@@ -611,6 +611,10 @@ impl Sites {
         // which would be no site to delete and still block creating it again.
         let retired = workspace::deleted_workspace_name(slug.as_str(), unix_nanos());
         root.rename_dir(slug.as_str(), &retired)?;
+        self.session_states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forget(slug.as_str());
         root.remove_file(driver_record(slug.as_str()))?;
         if let Err(error) = tree::remove_tree(&root, &retired) {
             tracing::warn!(site = %slug, %error, "the deleted workspace is left as {retired}; the next start removes it");

@@ -32,7 +32,7 @@ use crate::live_session::LiveSession;
 use crate::metrics::{Metrics, Open};
 use crate::reservations::Reservation;
 use crate::runs::{RunItem, RunRefusal, RunSpec, RunTarget, Runner};
-use crate::session_log::{self, SessionId, SessionMeta};
+use crate::session_log::{self, LoggedEvent, SessionId, SessionLogError, SessionMeta};
 use crate::sites::Sites;
 use crate::turn_fault::{TurnEnd, TurnFault};
 use atelier_layout::workspace::MCP_CONFIG_FILE;
@@ -485,17 +485,21 @@ impl Turn {
             }
             Err(e) => tracing::error!(session = %id, error = %e, "the meta task failed"),
         }
-        events
-            .persist(SessionEvent::TurnEnd {
-                state: TurnState::parse(state),
-                resume_token: last_token.clone(),
-            })
-            .await;
-        session.mark_finished();
-        services.sites.set_session_state(&slug, state, id.as_str());
-        services.running.forget(&id);
-        services.metrics.turn_ended(ended);
-        drop((reservation, slot, running));
+        // The site and slot are freed between the turn_end's write and its fan-out.
+        let release = {
+            let (services, slug, id) = (Arc::clone(&services), slug.clone(), id.clone());
+            move || {
+                services.sites.set_session_state(&slug, state, id.as_str());
+                services.running.forget(&id);
+                services.metrics.turn_ended(ended);
+                drop((reservation, slot, running));
+            }
+        };
+        let turn_end = SessionEvent::TurnEnd {
+            state: TurnState::parse(state),
+            resume_token: last_token.clone(),
+        };
+        events.end_turn(turn_end, release).await;
         tracing::info!(session = %id, site = %slug, turn, state, "turn ended");
     }
 }
@@ -509,6 +513,22 @@ impl Events {
     async fn persist(&self, event: SessionEvent) {
         let session = Arc::clone(&self.session);
         let written = tokio::task::spawn_blocking(move || session.append(event)).await;
+        self.report(written);
+    }
+
+    /// Appends the turn's `turn_end`, freeing what the turn holds with `release` before any
+    /// follower reads it ([`LiveSession::end_turn`]).
+    async fn end_turn(&self, turn_end: SessionEvent, release: impl FnOnce() + Send + 'static) {
+        let session = Arc::clone(&self.session);
+        let written =
+            tokio::task::spawn_blocking(move || session.end_turn(turn_end, release)).await;
+        self.report(written);
+    }
+
+    fn report(
+        &self,
+        written: Result<Result<Arc<LoggedEvent>, SessionLogError>, tokio::task::JoinError>,
+    ) {
         match written {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {

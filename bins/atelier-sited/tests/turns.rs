@@ -148,6 +148,57 @@ fn processes_with(marker: &str) -> Vec<u32> {
         .collect()
 }
 
+/// An engine sends the next message as soon as it reads a turn's `turn_end`, or deletes the
+/// site, without waiting: the site is free by then and reads idle, turn after turn. A site
+/// created again under the deleted one's slug has no session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_site_is_free_as_soon_as_a_follower_reads_turn_end() {
+    let instance = instance(|_| {}).await;
+    let id = instance.start("write a.html <p>0</p>").await;
+    let mut events = instance.events(&id).await;
+    for turn in 1..=8 {
+        let last = bodies(&events).pop().unwrap();
+        assert_eq!(
+            (&last["type"], &last["state"]),
+            (&json!("turn_end"), &json!("idle")),
+            "turn {turn}"
+        );
+        let site = instance.get("/v1/sites/alpha").await.json();
+        assert_eq!(
+            site["session"],
+            json!({"state": "idle", "session_id": id}),
+            "turn {turn}"
+        );
+        // Sends, checks it is accepted, and follows the turn to its end.
+        events = instance
+            .send(&id, &format!("write a.html <p>{turn}</p>"))
+            .await;
+    }
+    let deleted = call(
+        &instance.socket,
+        Method::DELETE,
+        "/v1/sites/alpha",
+        json!({"actor": actor()}),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    let created = instance
+        .post(
+            "/v1/sites",
+            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let fresh = json!({"state": "idle", "session_id": null});
+    assert_eq!(created.json()["session"], fresh);
+    assert_eq!(
+        instance.get("/v1/sites/alpha").await.json()["session"],
+        fresh
+    );
+    let listed = instance.get("/v1/sites").await.json();
+    assert_eq!(listed["data"][0]["session"], fresh, "{listed}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_streams_the_agents_events_and_commits_its_files() {
     let instance = instance(|_| {}).await;
