@@ -286,16 +286,14 @@ pub(crate) async fn image(
     caller.require(Capability::Chat)?;
     let index: usize = index.parse().map_err(|_| ApiError::ImageNotFound)?;
     let user = caller.user_id.clone();
-    let messages = blocking(&state.store, move |store| {
+    let message = blocking(&state.store, move |store| {
         if store.conversation(&user, &conversation_id)?.is_none() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        store.messages(&conversation_id)
+        store.message(&conversation_id, &message_id)
     })
     .await?;
-    let data = messages
-        .into_iter()
-        .find(|m| m.id == message_id)
+    let data = message
         .and_then(|m| m.content.into_iter().nth(index))
         .and_then(|block| match block {
             ContentBlock::Image { mime_type, data } if mime_type == "image/jpeg" => Some(data),

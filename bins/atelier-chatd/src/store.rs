@@ -44,6 +44,13 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
+/// The columns [`message_from_row`] reads, in its order.
+macro_rules! message_columns {
+    () => {
+        "id, position, role, content_json, tool_call_id, tool_name, created_at"
+    };
+}
+
 /// The schema, applied in order; `PRAGMA user_version` records how many have run.
 const MIGRATIONS: &[&str] = &[
     r#"
@@ -846,6 +853,25 @@ impl Store {
     pub fn messages(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
         read_messages(&*self.reading()?, conversation_id)
     }
+
+    /// Message `message_id` of the conversation, read alone (an image of it is served without
+    /// reading the rest of a conversation that may hold hundreds of megabytes of images),
+    /// as [`Store::messages`] reads it. `None` when the conversation has no such message.
+    pub fn message(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+    ) -> Result<Option<Message>, StoreError> {
+        let connection = self.reading()?;
+        let mut statement = connection.prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM ai_messages WHERE conversation_id = ?1 AND id = ?2"
+        ))?;
+        Ok(statement
+            .query_row([conversation_id, message_id], message_from_row)
+            .optional()?)
+    }
 }
 
 /// The messages of `conversation_id` in position order (see [`Store::messages`]).
@@ -853,33 +879,41 @@ fn read_messages(
     connection: &Connection,
     conversation_id: &str,
 ) -> Result<Vec<Message>, StoreError> {
-    let mut statement = connection.prepare_cached(
-        "SELECT id, position, role, content_json, tool_call_id, tool_name, created_at
-         FROM ai_messages WHERE conversation_id = ?1 ORDER BY position",
-    )?;
-    let rows = statement.query_map([conversation_id], |row| {
-        let id: String = row.get(0)?;
-        let role_text: String = row.get(2)?;
-        let content_json: String = row.get(3)?;
-        let content = serde_json::from_str(&content_json).unwrap_or_else(|error| {
-            tracing::warn!(message_id = %id, %error, "stored content does not validate; read as empty");
-            Vec::new()
-        });
-        let tool_call = match (row.get::<_, Option<String>>(4)?, row.get::<_, Option<String>>(5)?) {
-            (Some(id), Some(name)) => Some(ToolCallRef { id, name }),
-            _ => None,
-        };
-        Ok(Message {
-            position: row.get(1)?,
-            // The CHECK constraint keeps other roles out of the table.
-            role: Role::parse(&role_text).unwrap_or(Role::User),
-            content,
-            tool_call,
-            created_at: row.get(6)?,
-            id,
-        })
-    })?;
+    let mut statement = connection.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM ai_messages WHERE conversation_id = ?1 ORDER BY position"
+    ))?;
+    let rows = statement.query_map([conversation_id], message_from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A message from a row of [`message_columns`]. A row whose JSON no longer validates is read
+/// as empty content (see [`Store::messages`]).
+fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+    let id: String = row.get(0)?;
+    let role_text: String = row.get(2)?;
+    let content_json: String = row.get(3)?;
+    let content = serde_json::from_str(&content_json).unwrap_or_else(|error| {
+        tracing::warn!(message_id = %id, %error, "stored content does not validate; read as empty");
+        Vec::new()
+    });
+    let tool_call = match (
+        row.get::<_, Option<String>>(4)?,
+        row.get::<_, Option<String>>(5)?,
+    ) {
+        (Some(id), Some(name)) => Some(ToolCallRef { id, name }),
+        _ => None,
+    };
+    Ok(Message {
+        position: row.get(1)?,
+        // The CHECK constraint keeps other roles out of the table.
+        role: Role::parse(&role_text).unwrap_or(Role::User),
+        content,
+        tool_call,
+        created_at: row.get(6)?,
+        id,
+    })
 }
 
 /// The columns [`conversation_from_row`] reads, in its order.

@@ -1168,7 +1168,14 @@ async fn stored_jpegs_are_served_to_their_owner_only() {
 
     let not_found = json!({"error": "Conversation image not found"});
     let text_block = url.replace("/images/1", "/images/0");
-    for (who, path) in [(user("bob"), url.as_str()), (alice, text_block.as_str())] {
+    // The message is looked for in the conversation the path names, not by its id alone.
+    let other = create_conversation(socket, alice, "site").await;
+    let elsewhere = url.replace(&id, &other);
+    for (who, path) in [
+        (user("bob"), url.as_str()),
+        (alice, text_block.as_str()),
+        (alice, elsewhere.as_str()),
+    ] {
         let (status, body) = call(socket, who, Method::GET, path, None).await;
         assert_eq!(
             (status, body),
