@@ -20,6 +20,7 @@ mod credential_walk;
 mod grammar;
 mod raw;
 mod semantic;
+mod unique;
 mod validate;
 
 #[cfg(test)]
@@ -68,6 +69,8 @@ macro_rules! reasons {
 reasons! {
     /// The document is not JSON.
     MalformedJson => "malformed_json",
+    /// An object names one key twice (JSON readers disagree on which one counts).
+    DuplicateKey => "duplicate_key",
     /// A value has the wrong JSON type (a string where an object belongs, …).
     WrongType => "wrong_type",
     /// A key the schema does not know.
@@ -681,16 +684,25 @@ pub struct Resources {
 impl Declaration {
     /// Parses and validates the text of an `instance.json`, returning every issue at once.
     pub fn parse(text: &str) -> Result<Self, DeclarationError> {
-        let document: Value = match serde_json::from_str(text) {
+        let document: Value = match unique::parse(text) {
             Ok(document) => document,
-            Err(err) => {
-                // serde_json's message names a line and column, never the offending text.
+            Err(unreadable) => {
+                // serde_json's message names a line and column, never the offending text; a
+                // key is a name, not a value.
+                let (reason, why) = match unreadable {
+                    unique::Unreadable::Malformed(err) => {
+                        (Reason::MalformedJson, format!("is not JSON: {err}"))
+                    }
+                    unique::Unreadable::DuplicateKey { key, error } => (
+                        Reason::DuplicateKey,
+                        format!(
+                            "names the key {key:?} twice ({error}); keep one, as a JSON reader \
+                             may read either"
+                        ),
+                    ),
+                };
                 return Err(DeclarationError {
-                    issues: vec![Issue::new(
-                        &JsonPath::default(),
-                        Reason::MalformedJson,
-                        format!("is not JSON: {err}"),
-                    )],
+                    issues: vec![Issue::new(&JsonPath::default(), reason, why)],
                 });
             }
         };

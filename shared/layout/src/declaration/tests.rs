@@ -1524,6 +1524,27 @@ fn malformed_json_is_one_named_issue() {
 }
 
 #[test]
+fn a_credential_pasted_beside_its_path_under_one_key_is_refused() {
+    // serde_json keeps the last of two equal keys: the checks would see the path alone while
+    // the file, copied beside the instance, still holds the key.
+    let text = serde_json::to_string_pretty(&base()).unwrap().replacen(
+        "\"secrets\": {",
+        "\"secrets\": {\n    \"ANTHROPIC_API_KEY\": \"sk-ant-api03-pasted\",",
+        1,
+    );
+    assert!(text.contains("sk-ant-api03-pasted"), "{text}");
+    let err = Declaration::parse(&text).unwrap_err();
+    assert_eq!(err.issues.len(), 1, "{err}");
+    assert_eq!(err.issues[0].reason, Reason::DuplicateKey);
+    let said = err.to_string();
+    assert!(said.contains("\"ANTHROPIC_API_KEY\" twice"), "{said}");
+    assert!(
+        !said.contains("sk-ant"),
+        "the value is never repeated: {said}"
+    );
+}
+
+#[test]
 fn reason_names_are_unique_snake_case() {
     let mut seen = std::collections::HashSet::new();
     for reason in Reason::ALL {
