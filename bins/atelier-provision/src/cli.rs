@@ -14,11 +14,13 @@ use std::path::{Path, PathBuf};
 
 use atelier_clidocs::progress::{self, Mode, ProgressLine};
 use atelier_layout::declaration::DeclarationError;
+use atelier_layout::paths::PROVISION_OWED_BASE;
 use atelier_layout::Declaration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::lock::{InstanceLock, LockError};
 use crate::plan::{Holdback, Refusal};
 use crate::verbs::{self, Exit, Renderer, VerbError};
 
@@ -166,13 +168,16 @@ pub enum Reason {
     NotServed,
     /// A `remove` step failed; the removal stopped there.
     RemovalStopped,
+    /// The instance's lock, which keeps a second `apply` or `remove` waiting, could not be
+    /// taken.
+    LockFailed,
 }
 
 // === impl Reason ===
 
 impl Reason {
     /// Every reason, grouped by exit code.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::Drift,
         Reason::Usage,
         Reason::RootNotAllowed,
@@ -189,6 +194,7 @@ impl Reason {
         Reason::ActionFailed,
         Reason::NotServed,
         Reason::RemovalStopped,
+        Reason::LockFailed,
     ];
 
     /// The wire string, and its exit code.
@@ -210,6 +216,7 @@ impl Reason {
             Reason::ActionFailed => ("action_failed", Exit::Failed),
             Reason::NotServed => ("not_served", Exit::Failed),
             Reason::RemovalStopped => ("removal_stopped", Exit::Failed),
+            Reason::LockFailed => ("lock_failed", Exit::Failed),
         }
     }
 
@@ -266,6 +273,9 @@ pub enum Failure {
         /// The 1-based line.
         line: usize,
     },
+    /// The instance's lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
     /// The verb stopped before acting.
     #[error(transparent)]
     Verb(#[from] VerbError),
@@ -285,6 +295,7 @@ impl Failure {
             }
             Failure::DeclarationInvalid { .. } => Reason::DeclarationInvalid,
             Failure::OutputWithheld { .. } => Reason::OutputWithheld,
+            Failure::Lock(_) => Reason::LockFailed,
             Failure::Verb(VerbError::Refused(_)) => Reason::Refused,
             Failure::Verb(VerbError::Host(_)) => Reason::HostUnreadable,
             Failure::Verb(VerbError::Write { .. }) => Reason::WriteFailed,
@@ -541,6 +552,25 @@ fn prepare_and_execute(
         .clone()
         .ok_or(Failure::DeclarationRequired)?;
     let (decl, bytes) = load(&path)?;
+    // Held until the verb's report is written: the plan is read and acted on by this run alone.
+    let _lock = if mutates {
+        let waiting = |held: &Path| {
+            let _ = writeln!(
+                live.err,
+                "atelier-provision: another apply or remove of {} is running (it holds {}); \
+                 waiting for it to end",
+                decl.instance,
+                held.display()
+            );
+        };
+        Some(InstanceLock::take(
+            Path::new(PROVISION_OWED_BASE),
+            &decl.instance,
+            waiting,
+        )?)
+    } else {
+        None
+    };
     Ok(execute(cli, &decl, &bytes, render, out, live)?)
 }
 

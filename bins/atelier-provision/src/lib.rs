@@ -18,6 +18,7 @@ pub mod check;
 pub mod cli;
 pub mod host;
 pub mod identities;
+pub mod lock;
 pub mod owed;
 pub mod plan;
 pub mod remove;

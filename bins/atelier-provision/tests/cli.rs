@@ -609,7 +609,8 @@ fn every_exit_code_and_reason_is_listed_once() {
         | Reason::OutputWithheld
         | Reason::ActionFailed
         | Reason::NotServed
-        | Reason::RemovalStopped => Reason::ALL.contains(&reason),
+        | Reason::RemovalStopped
+        | Reason::LockFailed => Reason::ALL.contains(&reason),
     };
     let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
     for reason in Reason::ALL {
