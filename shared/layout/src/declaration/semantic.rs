@@ -497,7 +497,7 @@ fn trees(decl: &Declaration, issues: &mut Vec<Issue>) {
     let state_base = root.key("paths").key("state_base");
     let state_declared = decl.paths.state_base.is_some();
 
-    let private = [
+    let mut private = vec![
         tree(
             root.key("engine").key("private_dir"),
             decl.engine.private_dir.clone(),
@@ -514,7 +514,9 @@ fn trees(decl: &Declaration, issues: &mut Vec<Issue>) {
             decl.roots.audit.is_some(),
         ),
         tree(state_base.clone(), layout.agents_root(), state_declared),
-        tree(state_base, layout.retired_dir(), state_declared),
+        // The doors' own root folder, which every door sees as `/`, beside the agents' homes.
+        tree(state_base.clone(), layout.door_root(), state_declared),
+        tree(state_base.clone(), layout.retired_dir(), state_declared),
         tree(
             root.key("paths").key("config_base"),
             layout.config_dir(),
@@ -522,6 +524,10 @@ fn trees(decl: &Declaration, issues: &mut Vec<Issue>) {
         ),
         tree(root.key("instance"), layout.runtime_dir(), false),
     ];
+    if layout.uses_letsencrypt() {
+        // certbot's webroot: root's, served to the ACME challenge.
+        private.push(tree(state_base, layout.acme_webroot(), state_declared));
+    }
     let base = tree(
         root.key("webspace_base"),
         layout.webspace_base(),

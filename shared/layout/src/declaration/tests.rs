@@ -553,6 +553,22 @@ const CASES: &[Case] = &[
         &[("engine.private_dir", Reason::OverlappingRoots)],
     ),
     (
+        "overlapping roots: the audit root is certbot's webroot",
+        |d| set(d, "/roots/audit", json!("/var/lib/atelier/example/acme")),
+        &[("roots.audit", Reason::OverlappingRoots)],
+    ),
+    (
+        "overlapping roots: the workspaces are the doors' root folder",
+        |d| {
+            set(
+                d,
+                "/roots/sites",
+                json!("/var/lib/atelier/example/door-root"),
+            )
+        },
+        &[("roots.sites", Reason::OverlappingRoots)],
+    ),
+    (
         "overlapping roots: a root inside the runtime dir",
         |d| set(d, "/roots/audit", json!("/run/atelier/example/audit")),
         &[("roots.audit", Reason::OverlappingRoots)],
