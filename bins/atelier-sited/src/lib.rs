@@ -128,6 +128,13 @@ pub async fn run(settings: Settings, notifier: Notifier) -> Result<(), RunError>
             tracing::info!(refused, "boot check of every site's doors done");
         });
     }
+    let sites = router.sites().clone();
+    let unfinished = tokio::task::spawn_blocking(move || sites.remove_unfinished_creates())
+        .await
+        .unwrap_or_default();
+    for slug in unfinished {
+        tracing::warn!(site = %slug, "removed a workspace whose create a previous run did not finish");
+    }
     notifier.status("sweeping sessions left by a previous run");
     let (swept, recoveries) = router.sessions().sweep().await;
     let builds = router.builds().clone();

@@ -332,6 +332,16 @@ impl Sites {
                 SiteError::WorkspaceExists(slug.to_string())
             });
         }
+        // Until the create is answered, a mark says the workspace is half made: a process
+        // killed before that leaves it for the next boot to remove, not a workspace that
+        // blocks the slug and that no delete finds.
+        let marked = root
+            .create_dir_all(DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE)
+            .and_then(|_| root.write_atomic(create_mark(slug.as_str()), b"", PRIVATE_FILE_MODE));
+        if let Err(e) = marked {
+            self.undo_create(slug.as_str());
+            return Err(e.into());
+        }
         // An unknown driver was ignored at the edge, as the original ignored one.
         let driver = driver.unwrap_or(self.config.default_driver);
         let manifest = SiteManifest {
@@ -366,6 +376,10 @@ impl Sites {
                 manifest::WORKSPACE_FILE_MODE,
                 &[BUILDER_DIR],
             )?;
+            // Made: the mark goes, durably, before the create is answered.
+            let records = s.sites_root()?.open_dir(DRIVER_RECORDS_DIR)?;
+            records.remove_file(create_mark_name(&slug))?;
+            records.sync()?;
             Ok(())
         })
         .await
@@ -407,6 +421,35 @@ impl Sites {
         if let Err(e) = root.remove_file(driver_record(slug)) {
             tracing::error!(site = %slug, error = %e, "could not remove the driver record");
         }
+        if let Err(e) = root.remove_file(create_mark(slug)) {
+            tracing::error!(site = %slug, error = %e, "could not remove the create's mark");
+        }
+    }
+
+    /// Removes what creates cut short by a killed process left (see [`Sites::admit`]): each
+    /// workspace still marked half made, with its driver record and its mark; the slugs
+    /// removed. Run at boot, before anything is served. Blocking.
+    pub fn remove_unfinished_creates(&self) -> Vec<String> {
+        let Ok(root) = self.sites_root() else {
+            return Vec::new();
+        };
+        let Ok(entries) = tree::list_dir(&root, Some(Path::new(DRIVER_RECORDS_DIR))) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for (name, _) in entries {
+            let Some(slug) = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(CREATE_MARK_SUFFIX))
+                .and_then(|slug| Slug::parse(slug).ok())
+            else {
+                continue;
+            };
+            let slug = slug.to_string();
+            self.undo_create(&slug);
+            removed.push(slug);
+        }
+        removed
     }
 
     fn prove_declared(&self, slug: &Slug, domain: &str) -> Result<SiteRow, SiteError> {
@@ -791,4 +834,16 @@ fn unix_nanos() -> u128 {
 
 fn driver_record(slug: &str) -> PathBuf {
     Path::new(DRIVER_RECORDS_DIR).join(format!("{slug}.json"))
+}
+
+/// How a create's mark ends, beside the site's driver record.
+const CREATE_MARK_SUFFIX: &str = ".creating";
+
+/// The mark of a create under way, in the driver records' folder (sited's alone).
+fn create_mark(slug: &str) -> PathBuf {
+    Path::new(DRIVER_RECORDS_DIR).join(create_mark_name(slug))
+}
+
+fn create_mark_name(slug: &str) -> String {
+    format!("{slug}{CREATE_MARK_SUFFIX}")
 }

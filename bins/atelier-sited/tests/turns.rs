@@ -819,6 +819,93 @@ async fn post_past_recovery(socket: &Path, path: &str, body: Value) -> support::
     panic!("the site stayed in recovery");
 }
 
+/// A create cut short by a kill leaves its workspace half made and marked (here: filled up to
+/// its manifest, with no repository yet, as a kill before the git door's init leaves it). The
+/// next boot removes it before serving, so the slug can be created again; a finished create
+/// leaves no mark, so a boot never removes a real site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_cut_short_by_a_kill_is_undone_at_the_next_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    make_roots(root);
+    declare_sites(
+        root,
+        &[("alpha", "alpha.example.org"), ("beta", "beta.example.org")],
+    );
+    let socket = root.join("sited.sock");
+    let daemon = Daemon::start(root);
+    let create = |slug: &'static str| {
+        let socket = socket.clone();
+        async move {
+            call(
+                &socket,
+                Method::POST,
+                "/v1/sites",
+                json!({"slug": slug, "name": slug, "domain": format!("{slug}.example.org"),
+                       "actor": actor()}),
+            )
+            .await
+        }
+    };
+    let created = create("alpha").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let records = root.join("sites/.driver_records");
+    let mut names: Vec<String> = std::fs::read_dir(&records)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["alpha.json"], "a finished create leaves no mark");
+    daemon.kill_9("no-agent-runs-here").await;
+
+    // What a kill during beta's create leaves.
+    let alpha = root.join("sites/alpha");
+    let beta = root.join("sites/beta");
+    std::fs::create_dir(&beta).unwrap();
+    for file in ["index.html", "AGENTS.md"] {
+        if alpha.join(file).exists() {
+            std::fs::copy(alpha.join(file), beta.join(file)).unwrap();
+        }
+    }
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(alpha.join("site.json")).unwrap()).unwrap();
+    manifest["slug"] = json!("beta");
+    manifest["domain"] = json!("beta.example.org");
+    std::fs::write(beta.join("site.json"), manifest.to_string()).unwrap();
+    std::fs::copy(records.join("alpha.json"), records.join("beta.json")).unwrap();
+    std::fs::write(records.join("beta.creating"), "").unwrap();
+
+    let _daemon = Daemon::start(root);
+    assert!(
+        !beta.exists(),
+        "the half-made workspace is gone before anything is served"
+    );
+    assert!(!records.join("beta.json").exists());
+    assert!(!records.join("beta.creating").exists());
+    let listed = call(&socket, Method::GET, "/v1/sites", Value::Null)
+        .await
+        .json();
+    let slugs: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|site| site["manifest"]["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, ["alpha"], "{listed}");
+    let created = create("beta").await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let log = Command::new("git")
+        .args(["-c", "safe.directory=*", "log", "--format=%s"])
+        .current_dir(&beta)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "scaffold: initial template\n"
+    );
+    assert!(alpha.join("site.json").exists(), "alpha is untouched");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     let dir = tempfile::tempdir().unwrap();

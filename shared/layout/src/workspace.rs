@@ -15,7 +15,9 @@ pub const BUILDER_DIR: &str = ".builder";
 pub const REPOSITORY_DIR: &str = ".git";
 /// The session logs, below a workspace.
 pub const SESSIONS_DIR: &str = ".builder/sessions";
-/// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use.
+/// `<sites root>/.driver_records/<slug>.json`: which agent a site's sessions use. Beside it,
+/// `<slug>.creating` marks a site whose create is not answered yet (sited removes such a site
+/// at its next boot).
 pub const DRIVER_RECORDS_DIR: &str = ".driver_records";
 /// `<sites root>/.deleted-<slug>-<n>`: a deleted workspace between its rename off the slug and
 /// its removal; no slug starts with a dot, so nothing reads it as a site.
