@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use jiff::{SignedDuration, Timestamp};
-use rusqlite::params;
+use rusqlite::TransactionBehavior::Immediate;
+use rusqlite::{params, Transaction};
 use serde::Serialize;
 
 use super::{Store, StoreError};
@@ -45,11 +46,25 @@ pub enum PurgeError {
     Store(#[from] StoreError),
 }
 
+/// The most messages one purge transaction deletes.
+const BATCH_ROWS: usize = 256;
+
+/// The most message content one purge transaction deletes, in bytes (a batch stops after the
+/// message that reaches it). Each transaction holds the database's write lock while it zeroes
+/// what it deletes; chatd's writer waits for that lock at most its busy timeout (5 s) before a
+/// whole group of turns' writes fails, and zeroing this much takes a small part of that on any
+/// disk. One transaction for everything held the lock for as long as gigabytes of images took.
+const BATCH_BYTES: i64 = 8 * 1024 * 1024;
+
 impl Store {
-    /// Hard-deletes, in one transaction, every conversation deleted more than `retention`
-    /// before `now`, with its messages and usage slots. One deleted exactly `retention` ago
-    /// is kept. The purged rows' pages are overwritten with zeros, so the images do not
-    /// linger in the file's free space.
+    /// Hard-deletes every conversation deleted more than `retention` before `now`, with its
+    /// messages and usage slots. One deleted exactly `retention` ago is kept. The purged rows'
+    /// pages are overwritten with zeros, so the images do not linger in the file's free space.
+    ///
+    /// The messages go in transactions of at most [`BATCH_ROWS`] rows and about
+    /// [`BATCH_BYTES`] of content, then the conversations in one more. A purge cut short
+    /// leaves deleted conversations with some of their messages, which no one reads and the
+    /// next purge finishes.
     pub fn purge_deleted(
         &self,
         now: Timestamp,
@@ -57,19 +72,28 @@ impl Store {
     ) -> Result<Purged, StoreError> {
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff_ms = now.as_millisecond().saturating_sub(retention_ms);
-        let expired = format!(
-            "SELECT id FROM ai_conversations WHERE deleted_at IS NOT NULL AND {DELETED_AT_MS} < ?1"
-        );
+        let expired = expired_conversations();
         let mut connection = self.connection()?;
         let secure: bool = connection.pragma_query_value(None, "secure_delete", |r| r.get(0))?;
         connection.pragma_update(None, "secure_delete", true)?;
         let purged = (|| {
-            let transaction = connection.transaction()?;
-            let messages = transaction.execute(
-                &format!("DELETE FROM ai_messages WHERE conversation_id IN ({expired})"),
-                params![cutoff_ms],
-            )?;
+            let mut messages = 0;
+            loop {
+                // Immediate: the write lock is taken before the batch is read, so no other
+                // writer can come between the read and the deletes.
+                let transaction = connection.transaction_with_behavior(Immediate)?;
+                let batch = expired_messages(&transaction, &expired, cutoff_ms)?;
+                for rowid in &batch {
+                    messages +=
+                        transaction.execute("DELETE FROM ai_messages WHERE rowid = ?1", [rowid])?;
+                }
+                transaction.commit()?;
+                if batch.is_empty() {
+                    break;
+                }
+            }
             // The usage slots go by their foreign key's cascade.
+            let transaction = connection.transaction_with_behavior(Immediate)?;
             let conversations = transaction.execute(
                 &format!("DELETE FROM ai_conversations WHERE id IN ({expired})"),
                 params![cutoff_ms],
@@ -83,6 +107,35 @@ impl Store {
         connection.pragma_update(None, "secure_delete", secure)?;
         purged
     }
+}
+
+/// The ids of the conversations deleted before the cutoff `?1`, in Unix milliseconds.
+fn expired_conversations() -> String {
+    format!("SELECT id FROM ai_conversations WHERE deleted_at IS NOT NULL AND {DELETED_AT_MS} < ?1")
+}
+
+/// The next batch of messages of expired conversations to delete, by rowid: at most
+/// [`BATCH_ROWS`], stopping after the one that brings their content to [`BATCH_BYTES`].
+fn expired_messages(
+    transaction: &Transaction<'_>,
+    expired: &str,
+    cutoff_ms: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let mut statement = transaction.prepare(&format!(
+        "SELECT rowid, length(content_json) FROM ai_messages WHERE conversation_id IN \
+         ({expired}) LIMIT {BATCH_ROWS}"
+    ))?;
+    let mut rows = statement.query(params![cutoff_ms])?;
+    let mut batch = Vec::new();
+    let mut bytes = 0_i64;
+    while let Some(row) = rows.next()? {
+        batch.push(row.get(0)?);
+        bytes = bytes.saturating_add(row.get(1)?);
+        if bytes >= BATCH_BYTES {
+            break;
+        }
+    }
+    Ok(batch)
 }
 
 /// Purges the database at `database` of conversations deleted more than `retention_days`
@@ -237,6 +290,85 @@ mod tests {
                 .unwrap(),
             Purged::default()
         );
+    }
+
+    /// A conversation with one short message then `count` of `text`, deleted long ago.
+    fn deleted_with(store: &Store, count: usize, text: &str) -> String {
+        let id = conversation(store);
+        for _ in 0..count {
+            store
+                .append_message(
+                    &id,
+                    &NewMessage {
+                        role: Role::User,
+                        content: vec![ContentBlock::Text { text: text.into() }],
+                        tool_call: None,
+                    },
+                )
+                .unwrap();
+        }
+        store
+            .connection()
+            .unwrap()
+            .execute(
+                "UPDATE ai_conversations SET deleted_at = '2026-01-01T00:00:00Z' WHERE id = ?1",
+                [&id],
+            )
+            .unwrap();
+        id
+    }
+
+    /// The size of the next batch a purge would delete.
+    fn next_batch(store: &Store) -> usize {
+        let mut connection = store.connection().unwrap();
+        let transaction = connection.transaction().unwrap();
+        expired_messages(&transaction, &expired_conversations(), i64::MAX)
+            .unwrap()
+            .len()
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_rows_or_after_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("chat.sqlite3")).unwrap();
+        let many = deleted_with(&store, BATCH_ROWS, "a");
+        assert_eq!(next_batch(&store), BATCH_ROWS);
+        store
+            .connection()
+            .unwrap()
+            .execute("DELETE FROM ai_conversations WHERE id = ?1", [&many])
+            .unwrap();
+        // The first message is short; the next two, of half a batch's bytes each, bring the
+        // batch to its bytes.
+        let half = "x".repeat(usize::try_from(BATCH_BYTES).unwrap() / 2);
+        deleted_with(&store, 5, &half);
+        assert_eq!(next_batch(&store), 3);
+    }
+
+    #[test]
+    fn a_purge_goes_batch_after_batch_to_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("chat.sqlite3")).unwrap();
+        let now: Timestamp = NOW.parse().unwrap();
+        let half = "x".repeat(usize::try_from(BATCH_BYTES).unwrap() / 2);
+        let many = deleted_with(&store, BATCH_ROWS + 10, "a");
+        let big = deleted_with(&store, 5, &half);
+        let live = conversation(&store);
+        let purged = store
+            .purge_deleted(now, SignedDuration::from_hours(30 * 24))
+            .unwrap();
+        assert_eq!(
+            purged,
+            Purged {
+                conversations: 2,
+                messages: (1 + BATCH_ROWS + 10) + (1 + 5),
+            }
+        );
+        for id in [&many, &big] {
+            let sql = "SELECT count(*) FROM ai_messages WHERE conversation_id = ?1";
+            assert_eq!(count(&store, sql, id), 0);
+        }
+        assert!(store.conversation("alice", &live).unwrap().is_some());
     }
 
     #[test]
