@@ -423,6 +423,10 @@ impl Builds {
             id: id.to_owned(),
         };
         let id = ReleaseId::parse(id).map_err(|_| unknown())?;
+        // A site being deleted answers every request with the delete's busy reason.
+        if self.sites.reservations().holder(slug.as_str()) == Some(Hold::Deleting) {
+            return Err(crate::reservations::Busy(Hold::Deleting).into());
+        }
         let workspace = match self.workspace(slug.as_str()) {
             Ok(ws) => ws,
             Err(_) => return Err(unknown()),

@@ -147,6 +147,9 @@ pub struct Sites {
     session_states: Arc<Mutex<SessionBoard>>,
     /// The last site list, kept while nothing it was read from changes.
     listing: Arc<Listing>,
+    /// Taken by a create from its count of the sites to its mark: two creates of different
+    /// slugs must not both count one site below the limit.
+    admissions: Arc<Mutex<()>>,
 }
 
 impl Sites {
@@ -161,6 +164,7 @@ impl Sites {
             git,
             session_states: Arc::new(Mutex::new(SessionBoard::default())),
             listing: Arc::new(Listing::default()),
+            admissions: Arc::new(Mutex::new(())),
         }
     }
 
@@ -313,9 +317,19 @@ impl Sites {
         let root = self.sites_root()?;
         // 8: hold the site while it is made.
         let init = self.reservations.reserve(slug.as_str(), Hold::Init)?;
-        // 9: the site limit.
-        let count = self.manifests(&root, &mut Watched::none()).len();
-        if count >= self.config.max_sites as usize {
+        // 9: the site limit: the sites, and the creates under way (marked, maybe without a
+        // manifest yet), counted and marked by one create at a time.
+        let admitting = self
+            .admissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut sites: std::collections::HashSet<String> = self
+            .manifests(&root, &mut Watched::none())
+            .into_iter()
+            .map(|manifest| manifest.slug)
+            .collect();
+        sites.extend(marked_creates(&root));
+        if sites.len() >= self.config.max_sites as usize {
             return Err(SiteError::MaxSites(self.config.max_sites));
         }
         // 10: the template.
@@ -342,6 +356,7 @@ impl Sites {
             self.undo_create(slug.as_str());
             return Err(e.into());
         }
+        drop(admitting);
         // An unknown driver was ignored at the edge, as the original ignored one.
         let driver = driver.unwrap_or(self.config.default_driver);
         let manifest = SiteManifest {
@@ -433,23 +448,11 @@ impl Sites {
         let Ok(root) = self.sites_root() else {
             return Vec::new();
         };
-        let Ok(entries) = tree::list_dir(&root, Some(Path::new(DRIVER_RECORDS_DIR))) else {
-            return Vec::new();
-        };
-        let mut removed = Vec::new();
-        for (name, _) in entries {
-            let Some(slug) = name
-                .to_str()
-                .and_then(|name| name.strip_suffix(CREATE_MARK_SUFFIX))
-                .and_then(|slug| Slug::parse(slug).ok())
-            else {
-                continue;
-            };
-            let slug = slug.to_string();
-            self.undo_create(&slug);
-            removed.push(slug);
+        let marked = marked_creates(&root);
+        for slug in &marked {
+            self.undo_create(slug);
         }
-        removed
+        marked
     }
 
     fn prove_declared(&self, slug: &Slug, domain: &str) -> Result<SiteRow, SiteError> {
@@ -838,6 +841,20 @@ fn driver_record(slug: &str) -> PathBuf {
 
 /// How a create's mark ends, beside the site's driver record.
 const CREATE_MARK_SUFFIX: &str = ".creating";
+
+/// The slugs whose create is marked under way.
+fn marked_creates(root: &Root) -> Vec<String> {
+    let Ok(entries) = tree::list_dir(root, Some(Path::new(DRIVER_RECORDS_DIR))) else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let slug = name.to_str()?.strip_suffix(CREATE_MARK_SUFFIX)?;
+            Some(Slug::parse(slug).ok()?.to_string())
+        })
+        .collect()
+}
 
 /// The mark of a create under way, in the driver records' folder (sited's alone).
 fn create_mark(slug: &str) -> PathBuf {

@@ -190,6 +190,35 @@ fn instance(max_sites: u32) -> Instance {
     }
 }
 
+/// Creates of different slugs sent at once are admitted one at a time against the limit: with
+/// room for two sites, three at once make two, whatever their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_at_once_never_pass_the_site_limit() {
+    let instance = instance(2);
+    let (a, b, c) = tokio::join!(
+        instance.create("alpha", "alpha.example.org"),
+        instance.create("beta", "beta.example.org"),
+        instance.create("gamma", "gamma.example.org"),
+    );
+    let mut statuses: Vec<u16> = [&a, &b, &c].iter().map(|r| r.status.as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses,
+        [201, 201, 429],
+        "{} {} {}",
+        a.body,
+        b.body,
+        c.body
+    );
+    let refused = [a, b, c]
+        .into_iter()
+        .find(|reply| reply.status == StatusCode::TOO_MANY_REQUESTS)
+        .unwrap();
+    assert_eq!(refused.json()["reason"], "max_sites");
+    let listed = instance.call(Method::GET, "/v1/sites", Value::Null).await;
+    assert_eq!(listed.json()["data"].as_array().unwrap().len(), 2);
+}
+
 #[tokio::test]
 async fn health_is_public_and_carries_the_fingerprint() {
     let instance = instance(20);
@@ -993,10 +1022,14 @@ async fn a_delete_refused_while_the_site_is_held_removes_nothing() {
         assert!(webspace.join(".releases/pre/r1").is_dir());
         assert!(std::fs::symlink_metadata(webspace.join("pre")).is_ok());
         if hold == Hold::Deleting {
-            let get = instance
-                .call(Method::GET, "/v1/sites/alpha", Value::Null)
-                .await;
-            assert_eq!(get.json()["reason"], "site_deleting");
+            for path in [
+                "/v1/sites/alpha",
+                "/v1/sites/alpha/builds/20260101T000000000Z-000001",
+            ] {
+                let get = instance.call(Method::GET, path, Value::Null).await;
+                assert_eq!(get.status, StatusCode::CONFLICT, "{path}");
+                assert_eq!(get.json()["reason"], "site_deleting", "{path}");
+            }
         }
         drop(held);
     }
