@@ -261,6 +261,9 @@ pub enum SettingsError {
     /// A number setting is below its minimum.
     #[error("{0} must be at least {1}")]
     TooSmall(&'static str, u64),
+    /// A number setting is above its maximum.
+    #[error("{0} must be at most {1}")]
+    TooLarge(&'static str, u64),
     /// The default driver is not one the contract knows.
     #[error("unknown agent driver {0:?}: expected claude_code, opencode, pi or atelier")]
     UnknownDriver(String),
@@ -363,6 +366,19 @@ fn at_least<T: Into<u64> + Copy>(
     } else {
         Ok(value)
     }
+}
+
+/// A run's ceiling in ms, between the layout's shortest and longest (see
+/// [`atelier_layout::paths::MAX_TIMEOUT_MS`]).
+fn timeout_ms(value: u64, name: &'static str) -> Result<u64, SettingsError> {
+    let value = at_least(value, atelier_layout::paths::MIN_TIMEOUT_MS, name)?;
+    if value > atelier_layout::paths::MAX_TIMEOUT_MS {
+        return Err(SettingsError::TooLarge(
+            name,
+            atelier_layout::paths::MAX_TIMEOUT_MS,
+        ));
+    }
+    Ok(value)
 }
 
 /// Sets `slot` to `value` unless it holds one already (a command-line flag wins).
@@ -561,10 +577,9 @@ impl RawSettings {
             1,
             "site_disk_quota_mb",
         ));
-        let git_timeout_ms = problems.take(at_least(
+        let git_timeout_ms = problems.take(timeout_ms(
             self.git_timeout_ms
                 .unwrap_or(atelier_layout::paths::GIT_TIMEOUT_MS),
-            1000,
             "git_timeout_ms",
         ));
         let default_driver = problems.take(match self.default_driver {
@@ -662,7 +677,7 @@ impl RawSettings {
             "build_bin",
         ));
         let mut step = |value: Option<u64>, default: u64, name: &'static str| {
-            problems.take(at_least(value.unwrap_or(default), 1000, name))
+            problems.take(timeout_ms(value.unwrap_or(default), name))
         };
         let install_timeout_ms = step(
             self.install_timeout_ms,
@@ -763,10 +778,9 @@ impl RawSettings {
                 }
             }
         }
-        let turn_timeout_ms = problems.take(at_least(
+        let turn_timeout_ms = problems.take(timeout_ms(
             self.session_turn_timeout_ms
                 .unwrap_or(atelier_layout::paths::TURN_TIMEOUT_MS),
-            1000,
             "session_turn_timeout_ms",
         ));
         // Each `K=V,K=V` credential with the check of what its agent may be given.
@@ -1162,6 +1176,29 @@ mod tests {
                     ..raw()
                 },
                 SettingsError::TooSmall("session_turn_timeout_ms", 1000),
+            ),
+            (
+                // A typo of units, or a ceiling that systemd's RuntimeMaxSec= cannot hold.
+                "turn timeout past a week",
+                RawSettings {
+                    session_turn_timeout_ms: Some(u64::MAX / 2),
+                    ..raw()
+                },
+                SettingsError::TooLarge(
+                    "session_turn_timeout_ms",
+                    atelier_layout::paths::MAX_TIMEOUT_MS,
+                ),
+            ),
+            (
+                "build timeout past a week",
+                RawSettings {
+                    build_timeout_ms: Some(atelier_layout::paths::MAX_TIMEOUT_MS + 1),
+                    ..raw()
+                },
+                SettingsError::TooLarge(
+                    "build_timeout_ms",
+                    atelier_layout::paths::MAX_TIMEOUT_MS,
+                ),
             ),
             (
                 "OPENCODE_ENV item without '='",

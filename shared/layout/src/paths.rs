@@ -130,6 +130,13 @@ pub const INSTALL_TIMEOUT_MS: u64 = 300_000; // 5 minutes
 pub const BUILD_TIMEOUT_MS: u64 = 300_000; // 5 minutes
 /// A git command's ceiling unless declared.
 pub const GIT_TIMEOUT_MS: u64 = 30_000; // 30 seconds
+/// The shortest ceiling a turn, an install, a build or a git command may be given: one under a
+/// second is a typo for seconds, not a ceiling anyone means.
+pub const MIN_TIMEOUT_MS: u64 = 1000;
+/// The longest: a week. Far above any run anyone waits for; a larger number is a typo of
+/// units, and past what systemd reads as a time span, a door's `RuntimeMaxSec=` derived from
+/// it would be ignored (with a line in the journal), leaving the door without a ceiling.
+pub const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// The oldest PID 1 that loads every directive a door unit needs (`PrivateIPC=` is 248's).
 pub const SYSTEMD_FLOOR: u32 = 248;
 /// The first PID 1 that knows `PrivatePIDs=`, rendered only from this release on.

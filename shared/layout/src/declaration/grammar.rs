@@ -372,34 +372,46 @@ pub(crate) fn credential_name(value: &str) -> Result<String, Refusal> {
     }
 }
 
-/// A systemd memory size: `^\d+[KMG]$`.
+/// A systemd memory size: `^\d+[KMG]$`, at least one unit and at most 2^63 bytes. systemd
+/// ignores a size it cannot hold (with a line in the journal), which would leave the cap off;
+/// a size of 0 would kill the daemon at its first page.
 pub(crate) fn memory_size(value: &str) -> Result<String, Refusal> {
-    let ok = value
-        .strip_suffix(['K', 'M', 'G'])
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if ok {
-        Ok(value.to_owned())
-    } else {
-        Err((
+    let bytes = value.strip_suffix(['K', 'M', 'G']).and_then(|n| {
+        let shift = match value.as_bytes().last() {
+            Some(b'K') => 10,
+            Some(b'M') => 20,
+            _ => 30,
+        };
+        let n: u64 = digits(n)?;
+        n.checked_mul(1 << shift)
+    });
+    match bytes {
+        Some(bytes) if bytes > 0 && bytes <= 1 << 63 => Ok(value.to_owned()),
+        _ => Err((
             Reason::BadSize,
-            format!("{value:?} must be digits followed by K, M or G"),
-        ))
+            format!("{value:?} must be digits followed by K, M or G, above 0 and at most 8E"),
+        )),
     }
 }
 
-/// A systemd CPU quota: `^\d+%$`.
+/// A systemd CPU quota: `^\d+%$`, from 1% to 100000% (a thousand CPUs).
 pub(crate) fn cpu_quota(value: &str) -> Result<String, Refusal> {
-    let ok = value
-        .strip_suffix('%')
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if ok {
-        Ok(value.to_owned())
-    } else {
-        Err((
+    let percent: Option<u64> = value.strip_suffix('%').and_then(digits);
+    match percent {
+        Some(1..=100_000) => Ok(value.to_owned()),
+        _ => Err((
             Reason::BadCpuQuota,
-            format!("{value:?} must be digits followed by %"),
-        ))
+            format!("{value:?} must be digits followed by %, from 1% to 100000%"),
+        )),
     }
+}
+
+/// ASCII digits alone, as a number that fits.
+fn digits(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 #[cfg(test)]
@@ -503,7 +515,27 @@ mod tests {
         assert!(
             memory_size("4G").is_ok() && memory_size("4").is_err() && memory_size("G").is_err()
         );
+        for (size, ok) in [
+            ("1K", true),
+            ("8589934592G", true),
+            ("0K", false),
+            ("0G", false),
+            ("8589934593G", false),
+            ("99999999999999999999G", false),
+            ("+4G", false),
+        ] {
+            assert_eq!(memory_size(size).is_ok(), ok, "{size}");
+        }
         assert!(cpu_quota("150%").is_ok() && cpu_quota("150").is_err());
+        for (quota, ok) in [
+            ("1%", true),
+            ("100000%", true),
+            ("0%", false),
+            ("100001%", false),
+            ("99999999999999999999%", false),
+        ] {
+            assert_eq!(cpu_quota(quota).is_ok(), ok, "{quota}");
+        }
         assert!(
             credential_name("ANTHROPIC_API_KEY").is_ok() && credential_name("api_key").is_err()
         );

@@ -382,6 +382,17 @@ const CASES: &[Case] = &[
         |d| set(d, "/limits/git_timeout_ms", json!(30)),
         &[("limits.git_timeout_ms", Reason::OutOfRange)],
     ),
+    (
+        "timeouts past a week, up to the largest number JSON gives",
+        |d| {
+            set(d, "/limits/session_turn_timeout_ms", json!(604_800_001));
+            set(d, "/limits/build_timeout_ms", json!(i64::MAX));
+        },
+        &[
+            ("limits.session_turn_timeout_ms", Reason::OutOfRange),
+            ("limits.build_timeout_ms", Reason::OutOfRange),
+        ],
+    ),
     // Ordinals.
     (
         "ordinal overflow: site limit",

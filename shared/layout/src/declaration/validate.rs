@@ -17,6 +17,7 @@ use super::{
     Reason, Resources, Serving, Site, Tls, TlsMode, Web, WebServer,
 };
 use crate::names::{InstanceName, MAX_ORDINAL};
+use crate::paths::{MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 
 /// serde stops at its first error; each round removes the offending key and tries again, so
 /// every unknown key and wrong type is reported. The bound only stops a pathological document.
@@ -155,6 +156,20 @@ impl Validator<'_> {
             );
         }
         found.map(|(_, choice)| *choice)
+    }
+
+    /// A run's ceiling in ms, between [`MIN_TIMEOUT_MS`] and [`MAX_TIMEOUT_MS`].
+    fn timeout(&mut self, value: Option<i64>, path: &JsonPath) -> Option<Option<u64>> {
+        let ms = self.number(value, path, MIN_TIMEOUT_MS)?;
+        if let Some(ms) = ms.filter(|ms| *ms > MAX_TIMEOUT_MS) {
+            self.refuse(
+                path,
+                Reason::OutOfRange,
+                format!("{ms} is above the maximum {MAX_TIMEOUT_MS} (a week)"),
+            );
+            return None;
+        }
+        Some(ms)
     }
 
     fn number(&mut self, value: Option<i64>, path: &JsonPath, min: u64) -> Option<Option<u64>> {
@@ -618,8 +633,6 @@ fn secrets(
 }
 
 fn limits(v: &mut Validator<'_>, raw: RawLimits, at: &JsonPath) -> Option<Limits> {
-    // A timeout under a second is a typo for seconds, not a ceiling anyone means.
-    const MIN_TIMEOUT_MS: u64 = 1000;
     let max_sites = v.number(raw.max_sites, &at.key("max_sites"), 1);
     if let Some(Some(max)) = max_sites {
         if max > u64::from(MAX_ORDINAL) {
@@ -637,26 +650,13 @@ fn limits(v: &mut Validator<'_>, raw: RawLimits, at: &JsonPath) -> Option<Limits
     );
     let site_disk_quota_mb = v.number(raw.site_disk_quota_mb, &at.key("site_disk_quota_mb"), 1);
     let releases_retained = v.number(raw.releases_retained, &at.key("releases_retained"), 1);
-    let session_turn_timeout_ms = v.number(
+    let session_turn_timeout_ms = v.timeout(
         raw.session_turn_timeout_ms,
         &at.key("session_turn_timeout_ms"),
-        MIN_TIMEOUT_MS,
     );
-    let install_timeout_ms = v.number(
-        raw.install_timeout_ms,
-        &at.key("install_timeout_ms"),
-        MIN_TIMEOUT_MS,
-    );
-    let build_timeout_ms = v.number(
-        raw.build_timeout_ms,
-        &at.key("build_timeout_ms"),
-        MIN_TIMEOUT_MS,
-    );
-    let git_timeout_ms = v.number(
-        raw.git_timeout_ms,
-        &at.key("git_timeout_ms"),
-        MIN_TIMEOUT_MS,
-    );
+    let install_timeout_ms = v.timeout(raw.install_timeout_ms, &at.key("install_timeout_ms"));
+    let build_timeout_ms = v.timeout(raw.build_timeout_ms, &at.key("build_timeout_ms"));
+    let git_timeout_ms = v.timeout(raw.git_timeout_ms, &at.key("git_timeout_ms"));
     Some(Limits {
         max_sites: max_sites?,
         max_concurrent_sessions: max_concurrent_sessions?,
