@@ -18,6 +18,7 @@ use crate::apply::Status;
 use crate::artifact::{parse_stamp, Artifact, ArtifactKind};
 use crate::host::{self, HostState, ObservedKind};
 use crate::identities::{self, NOLOGIN};
+use crate::owed::Owed;
 use crate::plan::{enabling_link, marker_path, Refusal};
 use crate::verify::{SurfaceProof, Unproved};
 
@@ -103,6 +104,21 @@ pub fn published_refusals(proofs: &[SurfaceProof]) -> Vec<Refusal> {
             })
         })
         .collect()
+}
+
+/// The reloads a removal's `actions` owe until they ran: recorded before the first action, so a
+/// removal that stops half way leaves them for the next `remove` (or `apply`).
+pub fn owed_by(actions: &[RemoveAction]) -> Owed {
+    let runs = |words: &[&str]| {
+        actions.iter().any(|action| {
+            matches!(action, RemoveAction::Exec { argv, .. } if argv.starts_with(&self::argv(words)))
+        })
+    };
+    Owed {
+        daemon_reload: runs(&["systemctl", "daemon-reload"]),
+        web_reload: runs(&["systemctl", "try-reload-or-restart"]),
+        ..Owed::default()
+    }
 }
 
 fn argv(words: &[&str]) -> Vec<String> {
@@ -214,13 +230,15 @@ pub fn removal_plan(
         );
         out.push(RemoveAction::Unlink { path: path.clone() });
     }
-    if unit_gone {
+    // A reload an earlier removal (or apply) owes is taken too: a removal whose web server
+    // test failed after the vhosts were unlinked finds nothing left to unlink when run again.
+    if unit_gone || host.owed.daemon_reload {
         out.push(RemoveAction::Exec {
             argv: argv(&["systemctl", "daemon-reload"]),
             tolerate: true,
         });
     }
-    if vhost_gone && host.web_server_present {
+    if (vhost_gone || host.owed.web_reload) && host.web_server_present {
         let server = layout.declaration().web.server;
         out.push(RemoveAction::Exec {
             argv: host::web_configtest_argv(server),
@@ -630,6 +648,54 @@ mod tests {
         assert!(
             !text.contains("userdel") && !text.contains("groupdel"),
             "{text}"
+        );
+    }
+
+    /// A removal run again after its web server's test failed (its vhosts already unlinked)
+    /// still tests and reloads the web server, and reloads PID 1, as the first run owed.
+    #[test]
+    fn a_removal_takes_the_reloads_an_earlier_one_owes() {
+        let decl = crate::test_support::declaration(&["blog"]);
+        let layout = Layout::new(&decl);
+        let owing = |owed: Owed| HostState {
+            owed,
+            web_server_present: true,
+            systemd_version: Some(252),
+            ..HostState::default()
+        };
+        let plan = |host: &HostState| {
+            removal_plan(&layout, &[], host, "20261202T000000Z")
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let none = plan(&owing(Owed::default()));
+        assert!(
+            !none.contains("daemon-reload") && !none.contains("reload-or-restart"),
+            "{none}"
+        );
+        let both = owing(Owed {
+            daemon_reload: true,
+            web_reload: true,
+            ..Owed::default()
+        });
+        let text = plan(&both);
+        assert!(text.contains("run systemctl daemon-reload"), "{text}");
+        assert!(text.contains("run nginx -t"), "{text}");
+        assert!(
+            text.contains("run systemctl try-reload-or-restart nginx.service"),
+            "{text}"
+        );
+        let actions = removal_plan(&layout, &[], &both, "20261202T000000Z").unwrap();
+        assert_eq!(
+            owed_by(&actions),
+            Owed {
+                daemon_reload: true,
+                web_reload: true,
+                ..Owed::default()
+            }
         );
     }
 

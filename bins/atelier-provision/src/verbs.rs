@@ -377,6 +377,10 @@ pub fn remove_verb(
     purge_published: bool,
 ) -> Result<(Removed, Exit), VerbError> {
     let actions = removal_plan_verb(decl, root, render, purge_published)?;
+    let inst = Layout::new(decl).instance();
+    remove::owed_by(&actions)
+        .record(root, inst)
+        .map_err(|e| marker_unwritable(inst, e))?;
     let outcomes = remove::apply_removal(&actions, root);
     // A tolerated failure let the removal go on, but the instance is not fully removed (a
     // unit still enabled, an identity not locked): the exit says so.
@@ -387,10 +391,10 @@ pub fn remove_verb(
         )
     });
     let exit = if incomplete {
+        // What it owed stays owed: the next run takes it, whatever is left to unlink.
         Exit::Failed
     } else {
         // Nothing is owed to an instance that is gone.
-        let inst = Layout::new(decl).instance();
         owed::Owed::default()
             .record(root, inst)
             .map_err(|e| marker_unwritable(inst, e))?;
