@@ -323,6 +323,30 @@ pub fn read_events(
     }
 }
 
+/// The most of a log's end [`last_event_ends_turn`] reads: the last events of a turn are short
+/// (a result, a file list, the end), and a text longer than this leaves the answer unknown.
+const TAIL_BYTES: u64 = 64 * 1024;
+
+/// Whether the last whole event of `id`'s log is a `turn_end` (`Some(true)` for a log with no
+/// event, which has no turn to end); `None` when the end of the log holds no whole event.
+/// Reads only the log's end.
+pub fn last_event_ends_turn(workspace: &Root, id: &SessionId) -> Result<Option<bool>, FsError> {
+    let Some((tail, skipped)) = workspace.read_own_tail(log_path(id), TAIL_BYTES)? else {
+        return Ok(Some(true));
+    };
+    let buffer = Bytes::from(tail);
+    let mut last = None;
+    for_each_line(&buffer, |line, terminated| {
+        if terminated {
+            if let Some(event) = logged(&buffer, line) {
+                last = Some(event.turn_end);
+            }
+        }
+    });
+    // Read from its start, a log without a whole event has no turn to end.
+    Ok(last.or((skipped == 0).then_some(true)))
+}
+
 /// One pass over the log: the events after `after` and the numbers of the bad lines.
 fn read_events_once(
     workspace: &Root,
@@ -483,6 +507,34 @@ mod tests {
         std::fs::create_dir(dir.path().join("site")).unwrap();
         let root = Root::open(dir.path().join("site")).unwrap();
         (dir, root)
+    }
+
+    #[test]
+    fn the_last_whole_event_tells_whether_the_turn_ended() {
+        let (_dir, ws) = workspace();
+        let id = SessionId::new_v4().unwrap();
+        assert_eq!(
+            last_event_ends_turn(&ws, &id).unwrap(),
+            Some(true),
+            "no log"
+        );
+        let mut log = SessionLog::open(&ws, &id).unwrap();
+        assert_eq!(last_event_ends_turn(&ws, &id).unwrap(), Some(true), "empty");
+        log.append(text(0)).unwrap();
+        assert_eq!(last_event_ends_turn(&ws, &id).unwrap(), Some(false));
+        log.append(idle_end()).unwrap();
+        assert_eq!(last_event_ends_turn(&ws, &id).unwrap(), Some(true));
+        // A line cut by a crash after the end is no event.
+        let path = ws.path().join(log_path(&id));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, br#"{"seq":2,"ts":"t","bo"#).unwrap();
+        assert_eq!(last_event_ends_turn(&ws, &id).unwrap(), Some(true));
+        // An end longer ago than the tail reads is not guessed.
+        std::io::Write::write_all(&mut file, &vec![b'x'; 70 * 1024]).unwrap();
+        assert_eq!(last_event_ends_turn(&ws, &id).unwrap(), None);
     }
 
     #[test]

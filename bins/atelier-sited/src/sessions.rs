@@ -564,6 +564,9 @@ impl Sessions {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(id.clone(), slug.clone());
             report.sessions += 1;
+            if meta.state != "running" {
+                self.end_unended_turn(&slug, &id, &meta).await;
+            }
             if meta.state == "running" || meta.recovery_pending {
                 let hold = match holds.get(&slug) {
                     Some(hold) => Ok(Arc::clone(hold)),
@@ -594,6 +597,42 @@ impl Sessions {
         }
         report.recovered = recoveries.len();
         (report, recoveries)
+    }
+
+    /// Appends the `turn_end` of a finished turn whose meta was written (a turn writes its meta,
+    /// then its `turn_end`) but whose `turn_end` is not in the log: the process was killed
+    /// between the two, or the append failed. Without it every replay of the session would
+    /// end without the turn's end.
+    async fn end_unended_turn(&self, slug: &str, id: &SessionId, meta: &SessionMeta) {
+        let this = self.clone();
+        let (site, session_id, ending) = (slug.to_owned(), id.clone(), meta.clone());
+        let ended = blocking(move || {
+            let workspace = this.workspace(&site)?;
+            let ends = session_log::last_event_ends_turn(&workspace, &session_id)
+                .map_err(SessionLogError::from)?;
+            if ends != Some(false) {
+                return Ok(false);
+            }
+            let session = this.begin_turn(&site, &session_id)?;
+            let turn_end = SessionEvent::TurnEnd {
+                state: TurnState::parse(&ending.state),
+                resume_token: ending.resume_token,
+            };
+            let appended = session.end_turn(turn_end, || {});
+            this.close_idle(&session_id, &session);
+            appended?;
+            Ok(true)
+        })
+        .await;
+        match ended {
+            Ok(true) => {
+                tracing::warn!(site = %slug, session = %id, state = %meta.state, "sweep: ended a turn whose turn_end a previous run did not write")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(site = %slug, session = %id, error = %e, "sweep: could not end a turn left without its turn_end")
+            }
+        }
     }
 
     /// Under the site's `hold`, ends a running session's turn as interrupted and records

@@ -906,6 +906,46 @@ async fn a_create_cut_short_by_a_kill_is_undone_at_the_next_boot() {
     assert!(alpha.join("site.json").exists(), "alpha is untouched");
 }
 
+/// A turn writes its meta, then its `turn_end`; a kill between the two (or a failed append)
+/// leaves a finished turn with no end in its log. The next boot appends it, with the meta's
+/// state and resume token, so a replay of the session ends as the turn did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_end_a_killed_process_did_not_write_is_written_at_the_next_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (daemon, socket) = Daemon::with_alpha(root).await;
+    let started = call(
+        &socket,
+        Method::POST,
+        "/v1/sites/alpha/sessions",
+        json!({"prompt": "write a.html <p>a</p>", "actor": actor()}),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    let id = started.json()["session_id"].as_str().unwrap().to_owned();
+    let ended = follow_events(&socket, &id, -1, WAIT).await;
+    let last = ended.last().unwrap().clone();
+    assert_eq!(last["body"]["type"], "turn_end");
+    daemon.kill_9("no-agent-runs-here").await;
+
+    // The log as a kill after the meta's write leaves it: without its last line.
+    let log = root.join(format!("sites/alpha/.builder/sessions/{id}.jsonl"));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kept = text.trim_end().rsplit_once('\n').unwrap().0.to_owned() + "\n";
+    std::fs::write(&log, kept).unwrap();
+
+    let _daemon = Daemon::start(root);
+    let replayed = follow_events(&socket, &id, -1, WAIT).await;
+    assert_eq!(&replayed[..ended.len() - 1], &ended[..ended.len() - 1]);
+    assert_eq!(replayed.len(), ended.len(), "{replayed:?}");
+    let end = replayed.last().unwrap();
+    assert_eq!(end["seq"], last["seq"]);
+    assert_eq!(
+        end["body"], last["body"],
+        "the meta's state and resume token"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     let dir = tempfile::tempdir().unwrap();
