@@ -7,7 +7,7 @@
 //! loads it, the web server's config is tested before any reload, and identities are locked
 //! last (a failure earlier leaves the instance running).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -745,6 +745,104 @@ impl RetiredPaths {
     }
 }
 
+/// Whether `seen` is a symlink at `link` pointing at `target` (absolutely or relatively).
+fn links_to(seen: Option<&Observed>, link: &Path, target: &Path) -> bool {
+    seen.is_some_and(|s| {
+        s.kind == ObservedKind::Symlink
+            && s.link_target.as_ref().is_some_and(|t| {
+                t == target
+                    || link.parent().map(|d| normalize(&d.join(t))).as_deref() == Some(target)
+            })
+    })
+}
+
+/// Whether `seen` is a file stamped for instance `inst`.
+fn stamped_ours(seen: Option<&Observed>, inst: &str) -> bool {
+    seen.is_some_and(|s| {
+        s.kind == ObservedKind::File
+            && s.content
+                .as_deref()
+                .and_then(parse_stamp)
+                .is_some_and(|stamp| stamp.instance == inst)
+    })
+}
+
+/// What taking a site that is no longer declared off the host takes, as the host was
+/// observed: what `apply` does for a site taken out of the declaration, and `remove` for one
+/// taken out but never applied (its gate would go on running with the instance's keys).
+pub(crate) struct RetiredSteps {
+    /// Its socket units that have a file, to disable and stop.
+    pub sockets: Vec<String>,
+    /// What `systemctl stop` is given when any of its units has a file: every run of its
+    /// doors' templates, by whole stem (a prefix glob could match another instance's units),
+    /// and its gate.
+    pub stop: Vec<String>,
+    /// The enabling links of its vhosts that point at them.
+    pub links: Vec<PathBuf>,
+    /// Its units, gate plans and vhosts stamped for this instance.
+    pub files: Vec<PathBuf>,
+    /// Whether a vhost or its link goes: the web server is to be tested and reloaded.
+    pub vhost_gone: bool,
+}
+
+impl RetiredSteps {
+    /// The steps of `id`'s site over the observed `entries`. A removed site's vhost file may be
+    /// one a declared site renders now (removed `shop`'s preproduction vhost is `shop-pre`'s
+    /// production one): one of `artifacts` stays, with its link.
+    pub(crate) fn of(
+        layout: &Layout<'_>,
+        id: &LedgerIdentity,
+        entries: &BTreeMap<PathBuf, Observed>,
+        artifacts: &[Artifact],
+    ) -> RetiredSteps {
+        let inst = layout.instance();
+        let paths = RetiredPaths::of(layout, id);
+        let present: Vec<&PathBuf> = paths
+            .units
+            .iter()
+            .filter(|p| entries.contains_key(*p))
+            .collect();
+        let sockets = present
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "socket"))
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        let mut stop = Vec::new();
+        if !present.is_empty() {
+            for door in Door::ALL {
+                stop.push(format!(
+                    "{}*.service",
+                    names::door_service_instance_stem(inst, id.k, door)
+                ));
+            }
+            stop.push(names::gate_service_unit(inst, id.k));
+        }
+        let rendered = |path: &PathBuf| artifacts.iter().any(|a| a.path == *path);
+        let links: Vec<PathBuf> = paths
+            .links
+            .iter()
+            .filter(|(link, vhost)| !rendered(vhost) && links_to(entries.get(link), link, vhost))
+            .map(|(link, _)| link.clone())
+            .collect();
+        let files: Vec<PathBuf> = paths
+            .units
+            .iter()
+            .chain(&paths.files)
+            .filter(|path| !rendered(path) && stamped_ours(entries.get(*path), inst.as_str()))
+            .cloned()
+            .collect();
+        let vhost_gone = !links.is_empty() || files.iter().any(|f| paths.vhosts.contains(f));
+        RetiredSteps {
+            sockets,
+            stop,
+            links,
+            files,
+            vhost_gone,
+        }
+    }
+}
+
 /// Where a chat block's files are, whether or not the declaration has one.
 struct ChatPaths {
     /// The units that listen or wait: chatd's socket, its metrics socket, the purge's timer.
@@ -782,7 +880,7 @@ impl ChatPaths {
 
 /// Where a site's production and preproduction vhosts are, each with its enabling link when
 /// the web server keeps one, whether or not the declaration renders them.
-fn site_vhosts(layout: &Layout<'_>, slug: &str) -> [(PathBuf, Option<PathBuf>); 2] {
+pub(crate) fn site_vhosts(layout: &Layout<'_>, slug: &str) -> [(PathBuf, Option<PathBuf>); 2] {
     [Surface::Prod, Surface::Preprod].map(|surface| {
         let vhost = layout.site_vhost_path(slug, surface);
         let link = vhost_enabling_link(layout, &vhost).map(|(link, _)| link);
@@ -1694,62 +1792,31 @@ impl Planner<'_> {
     /// for this instance are unlinked. Unlinked paths join `written` so the reloads follow.
     fn removed_sites_units(&mut self, written: &mut BTreeSet<PathBuf>) {
         let input = self.input;
-        let inst = input.layout.instance().as_str().to_owned();
         for id in &input.allocation.removed {
-            let paths = RetiredPaths::of(input.layout, id);
-            let present: Vec<&PathBuf> = paths
-                .units
-                .iter()
-                .filter(|p| self.observed(p).is_some())
-                .collect();
-            let sockets: Vec<String> = present
-                .iter()
-                .filter(|p| p.extension().is_some_and(|e| e == "socket"))
-                .filter_map(|p| p.file_name())
-                .map(|n| n.to_string_lossy().into_owned())
-                .collect();
-            if !sockets.is_empty() {
+            let steps = RetiredSteps::of(input.layout, id, &input.host.entries, input.artifacts);
+            if !steps.sockets.is_empty() {
                 let mut disable = argv(&["systemctl", "disable", "--now"]);
-                disable.extend(sockets);
+                disable.extend(steps.sockets);
                 self.actions.push(Action::Exec {
                     step: ExecStep::DisableSockets,
                     argv: disable,
                 });
             }
-            if !present.is_empty() {
-                // Whole stems: a prefix glob could match another instance's units.
+            if !steps.stop.is_empty() {
                 let mut stop = argv(&["systemctl", "stop"]);
-                let inst = input.layout.instance();
-                for door in Door::ALL {
-                    stop.push(format!(
-                        "{}*.service",
-                        names::door_service_instance_stem(inst, id.k, door)
-                    ));
-                }
-                stop.push(names::gate_service_unit(inst, id.k));
+                stop.extend(steps.stop);
                 self.actions.push(Action::Exec {
                     step: ExecStep::StopRuns,
                     argv: stop,
                 });
             }
-            // A removed site's vhost file may be one a declared site renders now (removed
-            // `shop`'s preproduction vhost is `shop-pre`'s production one): that one stays,
-            // with its link.
-            let rendered = |path: &PathBuf| input.artifacts.iter().any(|a| a.path == *path);
-            for (link, vhost) in &paths.links {
-                if !rendered(vhost) && self.links_to(link, vhost) {
-                    self.actions.push(Action::Unlink { path: link.clone() });
-                    self.vhost_unlinked = true;
-                }
+            self.vhost_unlinked |= steps.vhost_gone;
+            for path in steps.links {
+                self.actions.push(Action::Unlink { path });
             }
-            for path in paths.units.iter().chain(&paths.files) {
-                if !rendered(path) && self.stamped_ours(path, &inst) {
-                    if paths.vhosts.contains(path) {
-                        self.vhost_unlinked = true;
-                    }
-                    written.insert(path.clone());
-                    self.actions.push(Action::Unlink { path: path.clone() });
-                }
+            for path in steps.files {
+                written.insert(path.clone());
+                self.actions.push(Action::Unlink { path });
             }
         }
     }
@@ -1831,24 +1898,12 @@ impl Planner<'_> {
 
     /// Whether a symlink stands at `link` pointing at `target` (absolutely or relatively).
     fn links_to(&self, link: &Path, target: &Path) -> bool {
-        self.observed(link).is_some_and(|s| {
-            s.kind == ObservedKind::Symlink
-                && s.link_target.as_ref().is_some_and(|t| {
-                    t == target
-                        || link.parent().map(|d| normalize(&d.join(t))).as_deref() == Some(target)
-                })
-        })
+        links_to(self.observed(link), link, target)
     }
 
     /// Whether a regular file at `path` carries the stamp of instance `inst`.
     fn stamped_ours(&self, path: &Path, inst: &str) -> bool {
-        self.observed(path).is_some_and(|s| {
-            s.kind == ObservedKind::File
-                && s.content
-                    .as_deref()
-                    .and_then(parse_stamp)
-                    .is_some_and(|stamp| stamp.instance == inst)
-        })
+        stamped_ours(self.observed(path), inst)
     }
 
     fn service(&mut self, written: &BTreeSet<PathBuf>) {

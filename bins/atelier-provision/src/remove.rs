@@ -17,9 +17,9 @@ use serde::Serialize;
 use crate::apply::Status;
 use crate::artifact::{parse_stamp, Artifact, ArtifactKind};
 use crate::host::{self, HostState, ObservedKind};
-use crate::identities::{self, NOLOGIN};
+use crate::identities::{self, LedgerIdentity, NOLOGIN};
 use crate::owed::Owed;
-use crate::plan::{enabling_link, marker_path, Refusal};
+use crate::plan::{enabling_link, marker_path, Refusal, RetiredSteps};
 use crate::verify::{SurfaceProof, Unproved};
 
 /// One step of a removal.
@@ -126,11 +126,14 @@ fn argv(words: &[&str]) -> Vec<String> {
 }
 
 /// Plans the removal of the instance. `artifacts` are what the declaration renders (their paths
-/// are where ours would be); `stamp` is the UTC instant `YYYYMMDDTHHMMSSZ` every archive of this
-/// run is named with.
+/// are where ours would be); `removed` are the identities of sites no longer declared, whose
+/// units and files an apply would have taken off (the declaration was changed, and `remove`
+/// run without an apply between); `stamp` is the UTC instant `YYYYMMDDTHHMMSSZ` every archive
+/// of this run is named with.
 pub fn removal_plan(
     layout: &Layout<'_>,
     artifacts: &[Artifact],
+    removed: &[LedgerIdentity],
     host: &HostState,
     stamp: &str,
 ) -> Result<Vec<RemoveAction>, Refusal> {
@@ -141,6 +144,11 @@ pub fn removal_plan(
         reason: "identity_ledger",
         message: e.to_string(),
     })?;
+
+    let retired: Vec<RetiredSteps> = removed
+        .iter()
+        .map(|id| RetiredSteps::of(layout, id, &host.entries, artifacts))
+        .collect();
 
     // Stop first, so nothing runs while its files go.
     let mut units = vec![
@@ -160,6 +168,11 @@ pub fn removal_plan(
             })
             .filter_map(|a| a.path.file_name())
             .map(|n| n.to_string_lossy().into_owned()),
+    );
+    units.extend(
+        retired
+            .iter()
+            .flat_map(|steps| steps.sockets.iter().cloned()),
     );
     // Only units whose file is on the host: systemctl refuses the whole command, disabling and
     // stopping nothing, when one of the units it names has no file (a site or a chat block
@@ -190,6 +203,7 @@ pub fn removal_plan(
                     .map(|stem| format!("{stem}@*.service"))
             }),
     );
+    stop.extend(retired.iter().flat_map(|steps| steps.stop.iter().cloned()));
     if stop.len() > 2 {
         out.push(RemoveAction::Exec {
             argv: stop,
@@ -229,6 +243,13 @@ pub fn removal_plan(
             ArtifactKind::NginxVhost | ArtifactKind::ApacheVhost
         );
         out.push(RemoveAction::Unlink { path: path.clone() });
+    }
+    for steps in retired {
+        vhost_gone |= steps.vhost_gone;
+        for path in steps.links.into_iter().chain(steps.files) {
+            unit_gone |= path.parent() == Some(layout.unit_dir().as_path());
+            out.push(RemoveAction::Unlink { path });
+        }
     }
     // A reload an earlier removal (or apply) owes is taken too: a removal whose web server
     // test failed after the vhosts were unlinked finds nothing left to unlink when run again.
@@ -604,6 +625,7 @@ mod tests {
         let plan = removal_plan(
             &layout,
             &[ours.clone(), foreign.clone(), absent],
+            &[],
             &host,
             "20261202T000000Z",
         )
@@ -664,7 +686,7 @@ mod tests {
             ..HostState::default()
         };
         let plan = |host: &HostState| {
-            removal_plan(&layout, &[], host, "20261202T000000Z")
+            removal_plan(&layout, &[], &[], host, "20261202T000000Z")
                 .unwrap()
                 .iter()
                 .map(ToString::to_string)
@@ -688,7 +710,7 @@ mod tests {
             text.contains("run systemctl try-reload-or-restart nginx.service"),
             "{text}"
         );
-        let actions = removal_plan(&layout, &[], &both, "20261202T000000Z").unwrap();
+        let actions = removal_plan(&layout, &[], &[], &both, "20261202T000000Z").unwrap();
         assert_eq!(
             owed_by(&actions),
             Owed {
@@ -696,6 +718,85 @@ mod tests {
                 web_reload: true,
                 ..Owed::default()
             }
+        );
+    }
+
+    /// A site taken out of the declaration, and `remove` run without an apply between: its
+    /// gate and doors are stopped and its stamped files unlinked with the rest.
+    #[test]
+    fn a_site_no_longer_declared_but_still_applied_is_removed_too() {
+        let decl = crate::test_support::declaration(&["blog"]);
+        let layout = Layout::new(&decl);
+        let inst = layout.instance();
+        let shop = LedgerIdentity {
+            k: atelier_layout::SiteOrdinal::new(2).unwrap(),
+            name: "atelier-a-example_2".into(),
+            slug: Some("shop".into()),
+            retired: false,
+        };
+        let stamped = |path: PathBuf| {
+            let bytes = Artifact::new(
+                path.clone(),
+                "example",
+                ArtifactKind::AgentUnits,
+                CommentStyle::Hash,
+                ("root", "root", 0o644),
+                "x\n",
+            )
+            .bytes;
+            (path, file(bytes))
+        };
+        let socket = names::gate_socket_unit(inst, shop.k);
+        let gate = layout.unit_path(&socket);
+        let (vhost, link) = crate::plan::site_vhosts(&layout, "shop")
+            .into_iter()
+            .next()
+            .unwrap();
+        let link = link.unwrap();
+        let mut entries: BTreeMap<PathBuf, Observed> =
+            [stamped(gate.clone()), stamped(vhost.clone())]
+                .into_iter()
+                .collect();
+        let mut pointing = file(vec![]);
+        pointing.kind = ObservedKind::Symlink;
+        pointing.content = None;
+        pointing.link_target = Some(vhost.clone());
+        entries.insert(link.clone(), pointing);
+        let host = HostState {
+            entries,
+            systemd_version: Some(252),
+            web_server_present: true,
+            ..HostState::default()
+        };
+        let text = removal_plan(&layout, &[], &[shop], &host, "20261202T000000Z")
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            text.contains(&format!("run systemctl disable --now {socket}")),
+            "{text}"
+        );
+        let stop = text
+            .lines()
+            .find(|line| line.starts_with("run systemctl stop "))
+            .unwrap_or_default();
+        assert!(
+            stop.contains(" atelier-example-s2-turn@*.service")
+                && stop.contains(" atelier-example-s2-gate.service"),
+            "{text}"
+        );
+        for path in [&gate, &vhost, &link] {
+            assert!(
+                text.contains(&format!("unlink {}", path.display())),
+                "{text}"
+            );
+        }
+        assert!(text.contains("run systemctl daemon-reload"), "{text}");
+        assert!(
+            text.contains("run systemctl try-reload-or-restart nginx.service"),
+            "{text}"
         );
     }
 

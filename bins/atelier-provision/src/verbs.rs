@@ -431,6 +431,7 @@ pub fn removal_plan_verb(
     remove::removal_plan(
         &layout,
         &prepared.artifacts,
+        &prepared.allocation.removed,
         &prepared.host,
         &remove::utc_stamp(unix_now()),
     )
