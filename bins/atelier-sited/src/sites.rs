@@ -26,7 +26,8 @@ use atelier_proto::Door;
 use atelier_site_api::{CreateSite, Slug};
 
 use atelier_layout::workspace::{
-    self, BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
+    self, create_mark, driver_record, BUILDER_DIR, BUILDER_DIR_MODE, DRIVER_RECORDS_DIR,
+    PRIVATE_DIR_MODE, PRIVATE_FILE_MODE,
 };
 const BYTES_PER_MB: u64 = 1_048_576;
 
@@ -392,9 +393,9 @@ impl Sites {
                 &[BUILDER_DIR],
             )?;
             // Made: the mark goes, durably, before the create is answered.
-            let records = s.sites_root()?.open_dir(DRIVER_RECORDS_DIR)?;
-            records.remove_file(create_mark_name(&slug))?;
-            records.sync()?;
+            let root = s.sites_root()?;
+            root.remove_file(create_mark(&slug))?;
+            root.open_dir(DRIVER_RECORDS_DIR)?.sync()?;
             Ok(())
         })
         .await
@@ -835,13 +836,6 @@ fn unix_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-fn driver_record(slug: &str) -> PathBuf {
-    Path::new(DRIVER_RECORDS_DIR).join(format!("{slug}.json"))
-}
-
-/// How a create's mark ends, beside the site's driver record.
-const CREATE_MARK_SUFFIX: &str = ".creating";
-
 /// The slugs whose create is marked under way.
 fn marked_creates(root: &Root) -> Vec<String> {
     let Ok(entries) = tree::list_dir(root, Some(Path::new(DRIVER_RECORDS_DIR))) else {
@@ -850,17 +844,8 @@ fn marked_creates(root: &Root) -> Vec<String> {
     entries
         .into_iter()
         .filter_map(|(name, _)| {
-            let slug = name.to_str()?.strip_suffix(CREATE_MARK_SUFFIX)?;
+            let slug = workspace::marked_create(name.to_str()?)?;
             Some(Slug::parse(slug).ok()?.to_string())
         })
         .collect()
-}
-
-/// The mark of a create under way, in the driver records' folder (sited's alone).
-fn create_mark(slug: &str) -> PathBuf {
-    Path::new(DRIVER_RECORDS_DIR).join(create_mark_name(slug))
-}
-
-fn create_mark_name(slug: &str) -> String {
-    format!("{slug}{CREATE_MARK_SUFFIX}")
 }

@@ -580,7 +580,7 @@ impl Root {
     /// Makes this directory's entries durable (`fsync(2)` on it): a file created, renamed or
     /// removed in it is so on the disk, not only in the kernel, once this returns.
     pub fn sync(&self) -> Result<(), FsError> {
-        rustix::fs::fsync(&self.fd).map_err(|errno| io_err("sync", Path::new("."), errno))
+        rustix::fs::fsync(&self.fd).map_err(|errno| io_err("sync", &self.path, errno))
     }
 
     /// Renames the regular file `from` to `to` in the same tree. The file itself is never
