@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 
 use atelier_clidocs::progress::{self, Mode, ProgressLine};
 use atelier_layout::declaration::DeclarationError;
-use atelier_layout::paths::PROVISION_OWED_BASE;
 use atelier_layout::Declaration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
@@ -563,11 +562,7 @@ fn prepare_and_execute(
                 held.display()
             );
         };
-        Some(InstanceLock::take(
-            Path::new(PROVISION_OWED_BASE),
-            &decl.instance,
-            waiting,
-        )?)
+        Some(InstanceLock::take(&cli.root, &decl.instance, waiting)?)
     } else {
         None
     };

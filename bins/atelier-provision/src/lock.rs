@@ -5,19 +5,16 @@
 //! `flock(2)` on a file beside that marker; the kernel drops it when its holder exits, killed
 //! or not, so a stale lock cannot outlive its run.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use atelier_fs::{FsError, Root};
 use atelier_layout::names::InstanceName;
+use atelier_layout::paths::provision_lock_path;
 use rustix::fs::{flock, FlockOperation};
 
-/// The lock files' folder's mode: root's alone, as the marker's.
-const LOCK_DIR_MODE: u32 = 0o700;
-
-/// A lock file's mode.
-const LOCK_MODE: u32 = 0o600;
+use crate::host::under_root;
+use crate::owed::{MARKER_DIR_MODE, MARKER_MODE};
 
 /// An instance's lock, held until dropped (or the process ends).
 #[derive(Debug)]
@@ -33,43 +30,45 @@ pub struct LockError {
     pub path: PathBuf,
     /// Why.
     #[source]
-    pub source: io::Error,
+    pub source: FsError,
 }
 
 impl InstanceLock {
-    /// Takes `inst`'s lock, `<dir>/<inst>.lock`, creating the folder and the file as needed.
-    /// When another run holds it, `waiting` is told the lock file once, and the call waits
-    /// until that run ends.
+    /// Takes `inst`'s lock ([`provision_lock_path`]) below `root`, creating its folder and
+    /// file as the owed marker's are (root's alone; a link in their place is refused). When
+    /// another run holds it, `waiting` is told the lock file once, and the call waits until
+    /// that run ends.
     pub fn take(
-        dir: &Path,
+        root: &Path,
         inst: &InstanceName,
         waiting: impl FnOnce(&Path),
     ) -> Result<Self, LockError> {
-        let path = dir.join(format!("{inst}.lock"));
+        let lock = provision_lock_path(inst);
+        let path = under_root(root, &lock);
         let failed = |source| LockError {
             path: path.clone(),
             source,
         };
-        DirBuilder::new()
-            .recursive(true)
-            .mode(LOCK_DIR_MODE)
-            .create(dir)
-            .map_err(failed)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(LOCK_MODE)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&path)
-            .map_err(failed)?;
+        let rel = lock.strip_prefix("/").unwrap_or(&lock);
+        let host = Root::open(root).map_err(failed)?;
+        if let Some(dir) = rel.parent() {
+            host.create_dir_all(dir, MARKER_DIR_MODE).map_err(failed)?;
+        }
+        let file = host.open_append(rel, MARKER_MODE).map_err(failed)?;
+        let unlocked = |errno: rustix::io::Errno| {
+            failed(FsError::Io {
+                op: "lock",
+                path: lock.clone(),
+                source: errno.into(),
+            })
+        };
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 waiting(&path);
-                flock(&file, FlockOperation::LockExclusive).map_err(|e| failed(e.into()))?;
+                flock(&file, FlockOperation::LockExclusive).map_err(unlocked)?;
             }
-            Err(e) => return Err(failed(e.into())),
+            Err(errno) => return Err(unlocked(errno)),
         }
         Ok(InstanceLock { _file: file })
     }
@@ -88,18 +87,18 @@ mod tests {
     #[test]
     fn a_second_run_waits_for_the_first_and_another_instance_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let locks = dir.path().join("atelier-provision");
-        let first = InstanceLock::take(&locks, &instance("example"), |_| panic!("free")).unwrap();
+        let root = dir.path().to_owned();
+        let first = InstanceLock::take(&root, &instance("example"), |_| panic!("free")).unwrap();
         // Another instance's lock is its own.
-        let other = InstanceLock::take(&locks, &instance("other"), |_| panic!("free")).unwrap();
+        let other = InstanceLock::take(&root, &instance("other"), |_| panic!("free")).unwrap();
         drop(other);
 
         let (told, heard) = mpsc::channel();
         let (taken, took) = mpsc::channel();
         let second = std::thread::spawn({
-            let locks = locks.clone();
+            let root = root.clone();
             move || {
-                let lock = InstanceLock::take(&locks, &instance("example"), |path| {
+                let lock = InstanceLock::take(&root, &instance("example"), |path| {
                     told.send(path.to_owned()).unwrap();
                 })
                 .unwrap();
@@ -107,6 +106,7 @@ mod tests {
                 lock
             }
         });
+        let locks = root.join("run/atelier-provision");
         assert_eq!(heard.recv().unwrap(), locks.join("example.lock"));
         assert!(
             took.recv_timeout(Duration::from_millis(200)).is_err(),
@@ -117,11 +117,11 @@ mod tests {
         drop(second.join().unwrap());
         // Free again. (Not asserted without waiting: a process another test forks meanwhile
         // holds a copy of the descriptor, and so the lock, until it execs.)
-        assert!(InstanceLock::take(&locks, &instance("example"), |_| {}).is_ok());
+        assert!(InstanceLock::take(&root, &instance("example"), |_| {}).is_ok());
         let mode = std::fs::metadata(&locks).unwrap();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
-            LOCK_DIR_MODE
+            MARKER_DIR_MODE
         );
     }
 
@@ -130,9 +130,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("elsewhere");
         std::fs::write(&target, "kept").unwrap();
-        std::os::unix::fs::symlink(&target, dir.path().join("example.lock")).unwrap();
+        let locks = dir.path().join("run/atelier-provision");
+        std::fs::create_dir_all(&locks).unwrap();
+        std::os::unix::fs::symlink(&target, locks.join("example.lock")).unwrap();
         let err = InstanceLock::take(dir.path(), &instance("example"), |_| {}).unwrap_err();
-        assert_eq!(err.path, dir.path().join("example.lock"));
+        assert_eq!(err.path, locks.join("example.lock"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
     }
 }

@@ -26,10 +26,10 @@ use crate::plan::{Action, ExecStep};
 pub const MAX_OWED_BYTES: u64 = 64 * 1024;
 
 /// The markers' directory's mode: root's alone.
-const MARKER_DIR_MODE: u32 = 0o700;
+pub(crate) const MARKER_DIR_MODE: u32 = 0o700;
 
 /// A marker's mode.
-const MARKER_MODE: u32 = 0o600;
+pub(crate) const MARKER_MODE: u32 = 0o600;
 
 /// Executes `actions` below `root` as [`apply::apply_watched`] does, with what they owe
 /// recorded in instance `inst`'s marker before the first of them runs (so a run that stops half

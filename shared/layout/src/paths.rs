@@ -156,6 +156,11 @@ pub fn provision_owed_path(inst: &InstanceName) -> PathBuf {
     Path::new(PROVISION_OWED_BASE).join(format!("{inst}.owed"))
 }
 
+/// `/run/atelier-provision/<inst>.lock`: held by the one `apply` or `remove` of `inst` running.
+pub fn provision_lock_path(inst: &InstanceName) -> PathBuf {
+    Path::new(PROVISION_OWED_BASE).join(format!("{inst}.lock"))
+}
+
 /// sited's socket: `/run/atelier/<inst>/sited.sock`.
 pub fn sited_socket_path(inst: &InstanceName) -> PathBuf {
     runtime_dir(inst).join(SITED_SOCKET_FILE)
