@@ -376,15 +376,9 @@ pub(crate) fn credential_name(value: &str) -> Result<String, Refusal> {
 /// ignores a size it cannot hold (with a line in the journal), which would leave the cap off;
 /// a size of 0 would kill the daemon at its first page.
 pub(crate) fn memory_size(value: &str) -> Result<String, Refusal> {
-    let bytes = value.strip_suffix(['K', 'M', 'G']).and_then(|n| {
-        let shift = match value.as_bytes().last() {
-            Some(b'K') => 10,
-            Some(b'M') => 20,
-            _ => 30,
-        };
-        let n: u64 = digits(n)?;
-        n.checked_mul(1 << shift)
-    });
+    let bytes = [("K", 10), ("M", 20), ("G", 30)]
+        .into_iter()
+        .find_map(|(unit, shift)| digits(value.strip_suffix(unit)?)?.checked_mul(1_u64 << shift));
     match bytes {
         Some(bytes) if bytes > 0 && bytes <= 1 << 63 => Ok(value.to_owned()),
         _ => Err((
@@ -523,6 +517,7 @@ mod tests {
             ("8589934593G", false),
             ("99999999999999999999G", false),
             ("+4G", false),
+            ("4\u{e9}", false),
         ] {
             assert_eq!(memory_size(size).is_ok(), ok, "{size}");
         }
