@@ -277,14 +277,7 @@ async fn build_preview_publish_and_roll_back_the_exact_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_deleted_and_created_again_builds_previews_and_publishes() {
     let instance = instance(|_| {}).await;
-    let delete = |query: &'static str| {
-        call(
-            &instance.socket,
-            Method::DELETE,
-            query,
-            json!({"actor": actor()}),
-        )
-    };
+    let delete = |query: &'static str| support::delete_site(&instance.socket, query);
     let publish = || {
         instance.post(
             "/v1/sites/alpha/publish",
@@ -378,13 +371,7 @@ async fn a_delete_cut_short_leaves_the_slug_free_and_its_leftover_goes_at_the_ne
         names.sort();
         names
     };
-    let deleted = call(
-        &instance.socket,
-        Method::DELETE,
-        "/v1/sites/alpha",
-        json!({"actor": actor()}),
-    )
-    .await;
+    let deleted = support::delete_site(&instance.socket, "/v1/sites/alpha").await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
     assert_eq!(names(), Vec::<String>::new(), "nothing is left behind");
 
@@ -475,15 +462,8 @@ async fn a_delete_waits_for_a_publish_under_way() {
     });
     held_rx.recv().unwrap();
     let socket = instance.socket.clone();
-    let delete = tokio::spawn(async move {
-        call(
-            &socket,
-            Method::DELETE,
-            "/v1/sites/alpha",
-            json!({"actor": actor()}),
-        )
-        .await
-    });
+    let delete =
+        tokio::spawn(async move { support::delete_site(&socket, "/v1/sites/alpha").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !delete.is_finished(),
@@ -511,13 +491,7 @@ async fn a_link_planted_where_a_deleted_store_was_is_refused_never_followed() {
             "/v1/sites/alpha?purge_prod=true",
         ),
     ] {
-        let deleted = call(
-            &instance.socket,
-            Method::DELETE,
-            query,
-            json!({"actor": actor()}),
-        )
-        .await;
+        let deleted = support::delete_site(&instance.socket, query).await;
         assert_eq!(deleted.status, StatusCode::OK, "{case}: {}", deleted.body);
         let planted = webspace.join(planted);
         if planted.is_dir() {

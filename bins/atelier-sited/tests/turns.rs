@@ -107,12 +107,7 @@ async fn instance(configure: impl FnOnce(&mut atelier_sited::RawSettings)) -> In
         socket,
         router,
     };
-    let created = instance
-        .post(
-            "/v1/sites",
-            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-        )
-        .await;
+    let created = support::create_site(&instance.socket, "alpha", "alpha.example.org").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     instance
 }
@@ -174,20 +169,9 @@ async fn the_site_is_free_as_soon_as_a_follower_reads_turn_end() {
             .send(&id, &format!("write a.html <p>{turn}</p>"))
             .await;
     }
-    let deleted = call(
-        &instance.socket,
-        Method::DELETE,
-        "/v1/sites/alpha",
-        json!({"actor": actor()}),
-    )
-    .await;
+    let deleted = support::delete_site(&instance.socket, "/v1/sites/alpha").await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
-    let created = instance
-        .post(
-            "/v1/sites",
-            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org", "actor": actor()}),
-        )
-        .await;
+    let created = support::create_site(&instance.socket, "alpha", "alpha.example.org").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let fresh = json!({"state": "idle", "session_id": null});
     assert_eq!(created.json()["session"], fresh);
@@ -754,14 +738,7 @@ impl Daemon {
         declare_sites(root, &[("alpha", "alpha.example.org")]);
         let socket = root.join("sited.sock");
         let daemon = Daemon::start(root);
-        let created = call(
-            &socket,
-            Method::POST,
-            "/v1/sites",
-            json!({"slug": "alpha", "name": "Alpha", "domain": "alpha.example.org",
-                   "actor": actor()}),
-        )
-        .await;
+        let created = support::create_site(&socket, "alpha", "alpha.example.org").await;
         assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
         (daemon, socket)
     }
@@ -834,20 +811,7 @@ async fn a_create_cut_short_by_a_kill_is_undone_at_the_next_boot() {
     );
     let socket = root.join("sited.sock");
     let daemon = Daemon::start(root);
-    let create = |slug: &'static str| {
-        let socket = socket.clone();
-        async move {
-            call(
-                &socket,
-                Method::POST,
-                "/v1/sites",
-                json!({"slug": slug, "name": slug, "domain": format!("{slug}.example.org"),
-                       "actor": actor()}),
-            )
-            .await
-        }
-    };
-    let created = create("alpha").await;
+    let created = support::create_site(&socket, "alpha", "alpha.example.org").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let records = root.join("sites/.driver_records");
     let mut names: Vec<String> = std::fs::read_dir(&records)
@@ -892,7 +856,7 @@ async fn a_create_cut_short_by_a_kill_is_undone_at_the_next_boot() {
         .map(|site| site["manifest"]["slug"].as_str().unwrap())
         .collect();
     assert_eq!(slugs, ["alpha"], "{listed}");
-    let created = create("beta").await;
+    let created = support::create_site(&socket, "beta", "beta.example.org").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let log = Command::new("git")
         .args(["-c", "safe.directory=*", "log", "--format=%s"])

@@ -172,6 +172,18 @@ pub fn actor() -> serde_json::Value {
     serde_json::json!({"user_id": 42, "username": "ana"})
 }
 
+/// `POST /v1/sites` of `slug` at `domain`, as the engine creates a site (named after its slug).
+pub async fn create_site(socket: &Path, slug: &str, domain: &str) -> Reply {
+    let body = serde_json::json!({"slug": slug, "name": slug, "domain": domain, "actor": actor()});
+    call(socket, hyper::Method::POST, "/v1/sites", body).await
+}
+
+/// `DELETE` of `path` (a site, with its query), as the engine deletes a site.
+pub async fn delete_site(socket: &Path, path: &str) -> Reply {
+    let body = serde_json::json!({"actor": actor()});
+    call(socket, hyper::Method::DELETE, path, body).await
+}
+
 /// Writes a stamped `sites.json` declaring `sites` (slug, domain), each with a webspace under
 /// `<root>/www/<domain>` marked for instance `owner` ("test" unless the domain starts with
 /// "foreign").
