@@ -702,6 +702,23 @@ fn sited_spawns_processes_only_in_the_none_mode_spawner() {
     assert_eq!(offenders, Vec::<String>::new());
 }
 
+/// Returns true if and only if sited answers a request on `socket`: its socket listens from
+/// the start of its boot, its answers only once the boot's sweep is done.
+fn answers(socket: &Path) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::os::unix::net::UnixStream::connect(socket) else {
+        return false;
+    };
+    let mut first = [0u8; 1];
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .is_ok()
+        && stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: sited\r\nConnection: close\r\n\r\n")
+            .is_ok()
+        && stream.read(&mut first).is_ok_and(|n| n == 1)
+}
+
 /// sited's own binary, serving a temp instance in `none` confinement.
 struct Daemon {
     child: std::process::Child,
@@ -721,7 +738,7 @@ impl Daemon {
         // Dropped (killed and reaped) if it never comes up.
         let daemon = Daemon { child };
         for _ in 0..500 {
-            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            if answers(&socket) {
                 return daemon;
             }
             std::thread::sleep(Duration::from_millis(10));
