@@ -150,6 +150,8 @@ fn relayable(body: &Map<String, Value>) -> bool {
             _ => false,
         },
         name if provider_members.contains(&name) => value.is_null(),
+        // The lists of models for a gateway to fall back to.
+        "models" | "fallbacks" => value.is_null(),
         _ => clean(value, "any"),
     })
 }
@@ -176,7 +178,8 @@ fuzz_target!(|data: &[u8]| {
         Err(
             BodyFinding::ProviderTool(quoted)
             | BodyFinding::ProviderFetch(quoted)
-            | BodyFinding::OtherModel(quoted),
+            | BodyFinding::OtherModel(quoted)
+            | BodyFinding::ModelList(quoted),
         ) => {
             assert!(!quoted.contains('\n') && !quoted.contains('\r'), "{quoted}");
             // 64 characters, each escaped to at most 10 (`\u{10ffff}`), the quotes and `…`.

@@ -54,6 +54,7 @@ name in capitals, with a long s, escaped or in camel case, extra_body, a one-mem
 gateway reads as its provider's, a tool with neither type nor name, legacy functions, a version
 too short), a URL it would fetch (`fetch-…`: an image or document source by URL, in a tool
 result, an OpenAI image URL as object and string, a file URL, a file id that is a URL),
+a list of models for a gateway to fall back to (`models-…`: models, fallbacks),
 and bodies it cannot vet (`not-json-…`: empty, an array, text, cut, trailing bytes, tools as an
 object, a tool's type not a string, invalid UTF-8, nesting past the parser's depth).
 
@@ -1047,6 +1048,8 @@ def model_body():
         ),
         "fetch-image-url-string": request([{"type": "image_url", "image_url": "http://x"}]),
         "fetch-file-url": request([{"type": "file", "file": {"file_url": "https://x"}}]),
+        "models-fallback-list": request("hi", models=["openai/gpt-4o:online"]),
+        "models-fallbacks": request("hi", fallbacks=[{"model": "perplexity/sonar"}]),
         "not-json-empty": b"",
         "not-json-array": b"[]",
         "not-json-text": b"model=m",
@@ -1065,7 +1068,8 @@ def model_body():
             b'"mcp_servers"', b'"container"', b'"web_search_options"', b'"plugins"', b'"custom"',
             b'"function"', b'"bash_20250124"', b'"web_search_20250305"', b'"data:', b'"https://',
             b'"functions"', b'"name"', b'"input_schema"', b'"parameters"', b'"file_id"',
-            b'"extra_body"', b'"urlContext"', b'"googleSearch"', b'"mcpServers"',
+            b'"extra_body"', b'"urlContext"', b'"googleSearch"', b'"mcpServers"', b'"models"',
+            b'"fallbacks"',
             b"\\u017f", b"\\u212a", b"null", b"{", b"}", b"[", b"]", b":", b",",
         ],
     )

@@ -170,6 +170,16 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(ConnectTarget, usize)>, ConnectR
     Ok(Some((target, head_len)))
 }
 
+/// Returns false only when [`parse_head`] would answer `Ok(None)` for `buf`, given that its
+/// first `seen` bytes were looked at before and held no terminator: only the bytes since (and
+/// the three before them, where a terminator may have begun) are scanned. So a head trickled a
+/// byte at a time is scanned once in all, not once per byte.
+pub fn head_may_end(buf: &[u8], seen: usize) -> bool {
+    let window = &buf[..buf.len().min(MAX_HEAD)];
+    let from = seen.saturating_sub(TERMINATOR.len() - 1).min(window.len());
+    buf.len() >= MAX_HEAD || find(&window[from..], TERMINATOR).is_some()
+}
+
 /// Refuses a target whose host is not in `plan_hosts` (compared ASCII-case-insensitively).
 pub fn check_plan<S: AsRef<str>>(
     target: &ConnectTarget,

@@ -16,8 +16,9 @@
 //! body, for POST only, bounded at [`MAX_REQUEST_BODY`] (else 413) and read within 60 s, then
 //! vetted ([`body::inspect`]): one JSON object (else 400 `body_not_json`) asking the provider
 //! to run no tool of its own and to connect to nothing (else 403 `provider_tool`), naming no
-//! URL for it to fetch (else 403 `provider_fetch`) and, when the route pins a model, naming
-//! that one (else 403 `model_not_declared`), since the provider would reach those hosts around
+//! URL for it to fetch (else 403 `provider_fetch`), listing no models for a gateway to fall
+//! back to and, when the route pins a model, naming that one (else 403 `model_not_declared`),
+//! since the provider would reach those hosts around
 //! the gate. The whole body is held for that (a stream could not be vetted before its first
 //! byte went upstream). The upstream's host is dialled only when every address it resolves to
 //! is public ([`PublicOnly`]); otherwise a 502, like an upstream that cannot be
@@ -146,7 +147,8 @@ pub enum ModelRefusal {
     /// The POST body names a URL the provider would fetch: an image or document by URL (403).
     #[error("the request asks the model provider to fetch a URL, which the gate does not allow")]
     ProviderFetch,
-    /// The POST body names a model other than the one the route pins (403).
+    /// The POST body names a model other than the one the route pins, or lists models for a
+    /// gateway to fall back to (403).
     #[error("the request names a model other than the one declared for this API")]
     ModelNotDeclared,
     /// The upstream answered with a redirect, which is never followed (502).
@@ -592,8 +594,8 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
         upstream = upstream.header(name.clone(), value.clone());
     }
     let api = Some(api);
-    // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
-    let (body, _holding) = match door.bodies.take(request).await {
+    // Held until it went upstream (see [`MAX_BODIES_HELD`]).
+    let body = match door.bodies.take(request).await {
         Ok(taken) => taken,
         Err(BodyRefusal::TooLarge) => return door.refuse(&method, api, ModelRefusal::BodyTooLarge),
         Err(BodyRefusal::Unreadable) => {
@@ -606,7 +608,7 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
             .iter()
             .find(|route| Some(route.api) == api)
             .and_then(|route| route.model.as_deref());
-        if let Err(finding) = body::inspect(&body, pinned) {
+        if let Err(finding) = body::inspect(body.bytes(), pinned) {
             // What was found is the agent's own text, quoted and cut short: the operator sees
             // which tool or URL it was.
             tracing::warn!(%finding, "a model request was refused");
@@ -614,11 +616,13 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
                 BodyFinding::NotJson => ModelRefusal::BodyNotJson,
                 BodyFinding::ProviderTool(_) => ModelRefusal::ProviderTool,
                 BodyFinding::ProviderFetch(_) => ModelRefusal::ProviderFetch,
-                BodyFinding::OtherModel(_) => ModelRefusal::ModelNotDeclared,
+                BodyFinding::OtherModel(_) | BodyFinding::ModelList(_) => {
+                    ModelRefusal::ModelNotDeclared
+                }
             };
             return door.refuse(&method, api, refusal);
         }
-        upstream = upstream.body(body);
+        upstream = upstream.body(body.into_upstream());
     }
     let answer = match upstream.send().await {
         Ok(answer) => answer,

@@ -36,7 +36,7 @@ use crate::client_hello::{
     check_server_name, FirstFlight, FirstFlightReader, HelloRefusal, MAX_FIRST_FLIGHT,
 };
 use crate::connect::{
-    check_plan, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
+    check_plan, head_may_end, parse_head, ConnectRefusal, ConnectTarget, EGRESS_PORT, MAX_HEAD,
 };
 use crate::metrics::{EarlyClose, Failure, Metrics, Refusal};
 
@@ -402,10 +402,14 @@ async fn read_head(
     client: &mut UnixStream,
     buf: &mut Vec<u8>,
 ) -> Result<Option<(ConnectTarget, usize)>, ConnectRefusal> {
+    let mut seen = 0;
     loop {
-        if let Some(parsed) = parse_head(buf)? {
-            return Ok(Some(parsed));
+        if head_may_end(buf, seen) {
+            if let Some(parsed) = parse_head(buf)? {
+                return Ok(Some(parsed));
+            }
         }
+        seen = buf.len();
         // parse_head refuses at MAX_HEAD, so the buffer stays under MAX_HEAD + one read.
         match read_some(client, buf, MAX_HEAD).await {
             Ok(0) | Err(_) => return Ok(None),

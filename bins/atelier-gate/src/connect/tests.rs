@@ -118,6 +118,37 @@ fn every_strict_prefix_of_a_head_needs_more() {
     assert!(parse_head(head).unwrap().is_some());
 }
 
+/// Whatever was seen before, [`head_may_end`] is false only where [`parse_head`] needs more:
+/// every prefix of a head after every earlier look, and around the size bound of one that
+/// never ends.
+#[test]
+fn a_head_may_end_only_in_the_bytes_not_yet_seen() {
+    let check = |what: &str, bytes: &[u8], len: usize, seen: usize| {
+        let buf = &bytes[..len];
+        // Only earlier looks that found nothing: `seen` never holds a terminator.
+        if parse_head(&bytes[..seen]) == Ok(None) {
+            assert_eq!(
+                head_may_end(buf, seen),
+                parse_head(buf) != Ok(None),
+                "{what}: {len} bytes, {seen} seen"
+            );
+        }
+    };
+    let head = b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\nflight";
+    for len in 0..=head.len() {
+        for seen in 0..=len {
+            check("a head", head, len, seen);
+        }
+    }
+    let mut open = b"CONNECT example.com:443 HTTP/1.1\r\nX-Pad: ".to_vec();
+    open.resize(MAX_HEAD + 2, b'a');
+    for len in MAX_HEAD - 4..=open.len() {
+        for seen in [0, 1, len / 2, len - 4, len - 3, len - 2, len - 1, len] {
+            check("an unterminated head", &open, len, seen);
+        }
+    }
+}
+
 #[test]
 fn bare_newlines_do_not_end_a_head() {
     assert_eq!(

@@ -21,6 +21,10 @@
 //! - names a model other than the route's pinned one, when it has one
 //!   ([`BodyFinding::OtherModel`]): a gateway's model name alone can switch on its provider's
 //!   web search;
+//! - on any route, lists further models for a gateway to fall back to ([`MODEL_LIST_MEMBERS`],
+//!   unless `null`; [`BodyFinding::ModelList`]): a gateway tries them on any error, one the
+//!   agent can cause at will (a prompt past the first model's context), so such a list would
+//!   reach around a pinned model, and name a searching one on a route that pins none;
 //! - names, anywhere in it, a URL for the provider to fetch ([`BodyFinding::ProviderFetch`]):
 //!   a `source` object of type `url` or with a `url`; an `image_url` or a like member
 //!   ([`URL_MEMBERS`]) that is not a `data:` URL; a file reference ([`FILE_MEMBERS`]) holding
@@ -89,6 +93,10 @@ pub const PROVIDER_MEMBERS: [&str; 8] = [
     "search_parameters",
 ];
 
+/// Top-level members listing further models a gateway routes to when the first fails, refused
+/// unless `null` (the agents never send them).
+pub const MODEL_LIST_MEMBERS: [&str; 2] = ["models", "fallbacks"];
+
 /// Content block types of a call the provider makes itself. Only a server tool's answer holds
 /// one, and the relay lets no server tool run, so a history holding one was written by the
 /// agent: sent back unanswered (as a paused turn is), the provider would make the call.
@@ -133,6 +141,8 @@ pub enum BodyFinding {
     ProviderFetch(String),
     /// A model other than the one the route pins: the model named, quoted.
     OtherModel(String),
+    /// A list of further models for a gateway to route to: the member's name, quoted.
+    ModelList(String),
 }
 
 impl fmt::Display for BodyFinding {
@@ -147,6 +157,12 @@ impl fmt::Display for BodyFinding {
             }
             BodyFinding::OtherModel(model) => {
                 write!(f, "{model} is not the model declared for this API")
+            }
+            BodyFinding::ModelList(member) => {
+                write!(
+                    f,
+                    "{member} lists models a gateway would route to, which the gate does not allow"
+                )
             }
             BodyFinding::ProviderFetch(url) => {
                 write!(
@@ -300,6 +316,10 @@ impl<'de> Visitor<'de> for Top<'_> {
                         self.finding,
                         BodyFinding::ProviderTool(quoted(&name)),
                     ));
+                }
+            } else if is_one_of(&folded, &MODEL_LIST_MEMBERS) {
+                if map.next_value::<Option<IgnoredAny>>()?.is_some() {
+                    return Err(found(self.finding, BodyFinding::ModelList(quoted(&name))));
                 }
             } else {
                 map.next_value_seed(Walk::any(&mut *self.finding))?;

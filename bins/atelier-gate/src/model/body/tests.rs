@@ -468,7 +468,7 @@ fn a_finding_says_what_it_found() {
 }
 
 /// The committed seeds of the fuzz target decide as their names say (`ok-`, `tool-`,
-/// `fetch-`, `not-json-`).
+/// `fetch-`, `models-`, `not-json-`).
 #[test]
 fn the_fuzz_seeds_decide_as_their_names_say() {
     for (name, seed) in crate::fuzz_seeds("model_body") {
@@ -477,6 +477,7 @@ fn the_fuzz_seeds_decide_as_their_names_say() {
             Some("ok") => got.is_ok(),
             Some("tool") => matches!(got, Err(BodyFinding::ProviderTool(_))),
             Some("fetch") => matches!(got, Err(BodyFinding::ProviderFetch(_))),
+            Some("models") => matches!(got, Err(BodyFinding::ModelList(_))),
             Some("not") => got == Err(BodyFinding::NotJson),
             _ => panic!("{name}: no prefix naming its finding"),
         };
@@ -528,13 +529,61 @@ fn a_pinned_model_is_the_only_one_relayed() {
     assert_eq!(inspect(b"{}", None), Ok(()));
 }
 
+/// A list of models for a gateway to fall back to is refused on every route, pinned or not
+/// (a fallback is taken on any error, which the agent can cause); `null` says nothing.
+#[test]
+fn no_route_relays_a_list_of_fallback_models() {
+    let listed = |member: &str| Err(BodyFinding::ModelList(format!("{member:?}")));
+    let cases: [(&str, &str, Result<(), BodyFinding>); 6] = [
+        (
+            "models beside the pinned model",
+            r#"{"model":"qwen3","models":["openai/gpt-4o:online"],"messages":[]}"#,
+            listed("models"),
+        ),
+        (
+            "fallbacks",
+            r#"{"model":"qwen3","fallbacks":[{"model":"perplexity/sonar"}]}"#,
+            listed("fallbacks"),
+        ),
+        (
+            "an empty list",
+            r#"{"model":"qwen3","models":[]}"#,
+            listed("models"),
+        ),
+        (
+            "another spelling",
+            r#"{"model":"qwen3","Fall_Backs":["sonar"]}"#,
+            listed("Fall_Backs"),
+        ),
+        ("null", r#"{"model":"qwen3","models":null}"#, Ok(())),
+        (
+            "a member that only holds the name",
+            r#"{"model":"qwen3","metadata":{"models":["sonar"]}}"#,
+            Ok(()),
+        ),
+    ];
+    for (what, body, want) in cases {
+        assert_eq!(
+            inspect(body.as_bytes(), Some("qwen3")),
+            want,
+            "{what}, pinned"
+        );
+        assert_eq!(inspect(body.as_bytes(), None), want, "{what}, unpinned");
+    }
+    assert_eq!(
+        BodyFinding::ModelList("\"models\"".into()).to_string(),
+        "\"models\" lists models a gateway would route to, which the gate does not allow"
+    );
+}
+
 /// The lists are written as [`is_one_of`] compares them: lowercase ASCII with `_`, each
 /// folding to itself without its `_`.
 #[test]
 fn the_member_lists_are_written_as_they_are_compared() {
-    let lists: [&[&str]; 5] = [
+    let lists: [&[&str]; 6] = [
         &TOOL_PROVIDER_MEMBERS,
         &PROVIDER_MEMBERS,
+        &MODEL_LIST_MEMBERS,
         &URL_MEMBERS,
         &FILE_MEMBERS,
         &INERT_MEMBERS,
