@@ -27,4 +27,6 @@ pub mod store;
 pub use copy::{CopyStats, Strategy, RELEASE_DIR_MODE, RELEASE_FILE_MODE};
 pub use error::ReleaseError;
 pub use id::ReleaseId;
-pub use store::{publish, Promoted, Pruned, Published, Store, LINK_TEMP_INFIX, STAGING_PREFIX};
+pub use store::{
+    publish, Promoted, Pruned, Published, Store, LINK_TEMP_INFIX, PRUNING_PREFIX, STAGING_PREFIX,
+};

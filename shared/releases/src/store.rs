@@ -6,12 +6,15 @@
 //! <webspace>/pre                 -> .releases/pre/<id>   (the served link, a relative target)
 //! <webspace>/.releases/pre/<id>/ a complete release, never changed after its rename
 //! <webspace>/.releases/pre/.staging-<id>/   a promote in progress (or a crash's leftover)
+//! <webspace>/.releases/pre/.pruning-<id>/   a release being pruned (or a crash's leftover)
 //! <webspace>/pre.tmp-<id>        the next link, about to be renamed over `pre`
 //! ```
 //! A promote copies into staging, syncs the filesystem, renames staging to `<id>` and only then
 //! flips the link with one `rename(2)`, so the link only ever names a complete release; a
 //! crash at any point leaves the served link as it was plus leftovers, which the next promote
-//! removes and every listing ignores (dot names). Promote, activate and prune of one store
+//! removes and every listing ignores (dot names). A prune renames a release to a dot name
+//! before it deletes a file of it, so a crash mid-way never leaves a partial release a
+//! rollback could serve. Promote, activate and prune of one store
 //! exclude each other with `flock` on the store directory (across processes too); publish
 //! holds the preprod store shared while it copies, so preprod cannot prune its source.
 
@@ -29,6 +32,9 @@ use crate::id::ReleaseId;
 
 /// The prefix of a promote's staging directory in the store.
 pub const STAGING_PREFIX: &str = ".staging-";
+
+/// The prefix a pruned release is renamed to before its files are removed.
+pub const PRUNING_PREFIX: &str = ".pruning-";
 
 /// What follows the link's name in the name of the next link: `<link>.tmp-<id>`.
 pub const LINK_TEMP_INFIX: &str = ".tmp-";
@@ -241,18 +247,41 @@ impl Store {
         self.promote_locked(source, Source::Untrusted, base.as_ref(), strategy)
     }
 
-    /// Keeps the `retained` newest releases and the served one; removes the rest. Removal
+    /// Keeps the `retained` newest releases and the served one; removes the rest, each
+    /// renamed out of the releases (and that rename synced) before its files go. Removal
     /// failures are reported, not raised.
     pub fn prune(&self, retained: usize) -> Result<Pruned, ReleaseError> {
         let _lock = self.lock(FlockOperation::LockExclusive)?;
         let current = self.current()?;
         let mut pruned = Pruned::default();
+        let mut aside = Vec::new();
         for (index, id) in self.list()?.into_iter().enumerate() {
             if index < retained || current.as_ref() == Some(&id) {
                 pruned.kept.push(id);
                 continue;
             }
-            match tree::remove_tree(&self.store, id.as_str()) {
+            let name = format!("{PRUNING_PREFIX}{}", id.as_str());
+            match rustix::fs::renameat_with(
+                &self.store,
+                id.as_str(),
+                &self.store,
+                name.as_str(),
+                RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => aside.push((id, name)),
+                Err(errno) => pruned.failed.push((
+                    id.clone(),
+                    io_err("rename", self.store_path.join(id.as_str()), errno).to_string(),
+                )),
+            }
+        }
+        if aside.is_empty() {
+            return Ok(pruned);
+        }
+        // Once the renames are on disk, a crash leaves only leftovers, never a partial release.
+        rustix::fs::fsync(&self.store).map_err(|errno| io_err("sync", &self.store_path, errno))?;
+        for (id, name) in aside {
+            match tree::remove_tree(&self.store, &name) {
                 Ok(_) => pruned.removed.push(id),
                 Err(e) => pruned.failed.push((id, e.to_string())),
             }
@@ -260,8 +289,8 @@ impl Store {
         Ok(pruned)
     }
 
-    /// Removes what a crashed promote left: staging directories in the store and next-links
-    /// beside the served link. Only this store's own names are touched.
+    /// Removes what a crashed promote or prune left: staging and pruned directories in the
+    /// store and next-links beside the served link. Only this store's own names are touched.
     pub fn clean_leftovers(&self) -> Result<usize, ReleaseError> {
         let _lock = self.lock(FlockOperation::LockExclusive)?;
         self.clean_locked()
@@ -270,7 +299,10 @@ impl Store {
     fn clean_locked(&self) -> Result<usize, ReleaseError> {
         let mut removed = 0;
         for (name, _) in tree::list_dir(&self.store, None)? {
-            if name.as_bytes().starts_with(STAGING_PREFIX.as_bytes()) {
+            let name_bytes = name.as_bytes();
+            if name_bytes.starts_with(STAGING_PREFIX.as_bytes())
+                || name_bytes.starts_with(PRUNING_PREFIX.as_bytes())
+            {
                 tree::remove_tree(&self.store, &name)?;
                 removed += 1;
             }

@@ -1,11 +1,11 @@
-//! Crash safety: a promote runs in a child process (this test binary re-run on this one test,
-//! in child mode) and is SIGKILLed at a random moment, again and again. After every kill the
-//! served link must name a complete release (or still the placeholder), every release directory
-//! must be complete, and the leftovers must be ignored by listing and removed by the next
-//! promote.
+//! Crash safety: a promote, then a prune, runs in a child process (this test binary re-run on
+//! that one test, in child mode) and is SIGKILLed at a random moment, again and again. After
+//! every kill the served link must name a complete release (or still the placeholder), every
+//! listed release must be complete (a rollback may serve any of them), and the leftovers must
+//! be ignored by listing and removed by the next promote.
 //!
-//! With `ATELIER_RELEASES_CRASH_CHILD` set the test is the child and runs one promote.
-//! `ATELIER_CRASH_SEED` replays a run.
+//! With `ATELIER_RELEASES_CRASH_CHILD` set the test is the child and runs one promote or
+//! prune. `ATELIER_CRASH_SEED` replays a run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use crate::support::{snapshot, Webspace};
 use atelier_fs::Root;
-use atelier_releases::{ReleaseId, Store, Strategy, LINK_TEMP_INFIX, STAGING_PREFIX};
+use atelier_releases::{
+    ReleaseId, Store, Strategy, LINK_TEMP_INFIX, PRUNING_PREFIX, STAGING_PREFIX,
+};
 
 const CHILD_ENV: &str = "ATELIER_RELEASES_CRASH_CHILD";
 
@@ -26,6 +28,15 @@ const WANT_MID_PROMOTE: usize = 8;
 
 /// Kills at most; the test fails if the wanted landings did not happen by then.
 const MAX_KILLS: usize = 200;
+
+/// The prune test's name, as [`TEST_NAME`].
+const PRUNE_TEST_NAME: &str = "crash::a_prune_killed_at_any_moment_lists_only_complete_releases";
+
+/// Kills of the prune test to land inside a prune (a pruned release's leftover seen).
+const WANT_MID_PRUNE: usize = 6;
+
+/// Releases the prune test keeps in its store before each prune, which keeps one.
+const PRUNE_STOCK: usize = 4;
 
 #[test]
 fn a_promote_killed_at_any_moment_leaves_only_complete_releases() {
@@ -51,9 +62,7 @@ fn child(spec: &str) {
 
 fn parent() {
     let web = Webspace::new();
-    let files: Vec<(String, usize)> = (0..600)
-        .map(|i| (format!("d{}/f{i}.html", i % 20), 2000 + i % 3000))
-        .collect();
+    let files = release_files();
     let files: Vec<(&str, usize)> = files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
     let sources = [web.source("a", &files), web.source("b", &files)];
     let trees: Vec<BTreeMap<String, Vec<u8>>> = sources.iter().map(|s| snapshot(s)).collect();
@@ -89,16 +98,7 @@ fn parent() {
     });
     let full = windows[0];
 
-    let seed = std::env::var("ATELIER_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = seed();
     let mut rng = XorShift(seed);
     let mut verified: BTreeSet<ReleaseId> = BTreeSet::new();
     let (mut kills, mut mid_promote, mut completed) = (0usize, 0usize, 0usize);
@@ -167,6 +167,104 @@ fn parent() {
     );
 }
 
+#[test]
+fn a_prune_killed_at_any_moment_lists_only_complete_releases() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        let (store, link) = spec.split_once('\n').unwrap();
+        Store::open(Path::new(store), Path::new(link))
+            .unwrap()
+            .prune(1)
+            .unwrap();
+        return;
+    }
+    let web = Webspace::new();
+    let files = release_files();
+    let files: Vec<(&str, usize)> = files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+    let source = web.source("a", &files);
+    let tree = snapshot(&source);
+    let store_dir = web.path().join(".releases/pre");
+    let link = web.path().join("pre");
+    let store = Store::open(&store_dir, &link).unwrap();
+    let stock = |store: &Store| {
+        while store.list().unwrap().len() < PRUNE_STOCK {
+            store
+                .promote(&Root::open(&source).unwrap(), Strategy::Copy)
+                .unwrap();
+        }
+    };
+    let spawn = || {
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                PRUNE_TEST_NAME,
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(
+                CHILD_ENV,
+                format!("{}\n{}", store_dir.display(), link.display()),
+            )
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let pruning = || -> Vec<String> {
+        std::fs::read_dir(&store_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(PRUNING_PREFIX))
+            .collect()
+    };
+    // The first window: one unkilled prune, process start included; then as in the promote
+    // test, each window follows what the kills find.
+    stock(&store);
+    let calibration = Instant::now();
+    assert!(spawn().wait().unwrap().success());
+    let mut window = calibration.elapsed();
+    let seed = seed();
+    let mut rng = XorShift(seed);
+    let (mut kills, mut mid_prune) = (0usize, 0usize);
+    while kills < MAX_KILLS && mid_prune < WANT_MID_PRUNE {
+        stock(&store);
+        let mut child = spawn();
+        let delay = window.mul_f64(rng.unit() * 1.3);
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        kills += 1;
+        let inside = !pruning().is_empty();
+        if status.success() {
+            window = window.mul_f64(0.85);
+        } else if !inside {
+            window = window.mul_f64(1.1);
+        }
+        let context = format!("seed {seed}, kill {kills} after {delay:?}");
+        // Every listed release is complete, and a rollback to it serves it whole.
+        for id in store.list().unwrap() {
+            assert_eq!(
+                snapshot(&store_dir.join(id.as_str())),
+                tree,
+                "{context}: release {id} is listed but incomplete"
+            );
+        }
+        if inside {
+            mid_prune += 1;
+            // The next promote removes what the prune left.
+            store
+                .promote(&Root::open(&source).unwrap(), Strategy::Copy)
+                .unwrap();
+            assert_eq!(pruning(), Vec::<String>::new(), "{context}");
+        }
+    }
+    assert!(
+        mid_prune >= WANT_MID_PRUNE,
+        "seed {seed}: {kills} kills, {mid_prune} mid-prune"
+    );
+    let served = store.current().unwrap().expect("a release is served");
+    assert_eq!(snapshot(&link), tree, "{served}");
+    println!("crash: seed {seed}: {kills} kills of a prune ({mid_prune} inside it)");
+}
+
 /// The staging directories in the store and the next-links beside the served link.
 fn leftover_names(webspace: &Path, store: &Path) -> BTreeSet<String> {
     let named = |dir: &Path, prefix: &str| {
@@ -180,6 +278,27 @@ fn leftover_names(webspace: &Path, store: &Path) -> BTreeSet<String> {
     names.extend(named(store, STAGING_PREFIX));
     names.extend(named(webspace, &format!("pre{LINK_TEMP_INFIX}")));
     names
+}
+
+/// The files of every release the tests make: 600 in 20 folders, of 2 to 5 kB.
+fn release_files() -> Vec<(String, usize)> {
+    (0..600)
+        .map(|i| (format!("d{}/f{i}.html", i % 20), 2000 + i % 3000))
+        .collect()
+}
+
+/// The run's seed: `ATELIER_CRASH_SEED`, to replay a run, else the clock's.
+fn seed() -> u64 {
+    std::env::var("ATELIER_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        })
 }
 
 /// A small deterministic generator, so a failing seed can be replayed.
