@@ -24,6 +24,10 @@ use crate::sites::{SiteError, Sites};
 use atelier_site_api::wire::BuildWithLog;
 use atelier_site_api::Slug;
 
+mod log_file;
+
+use log_file::BuildLogFile;
+
 /// The most of a build log `GET` returns: its end, where a failure is told.
 const MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
 /// Beyond the two steps' deadlines, the time atelier-build may take to verify the output
@@ -176,10 +180,11 @@ impl Builds {
             release: None,
             error: None,
         };
-        write_record(&workspace, &record)?;
+        // The log first: a record saying `running` is only written once the build can run.
         workspace
             .open_append(log_path(&id), PRIVATE_FILE_MODE)
             .map_err(SiteError::from)?;
+        write_record(&workspace, &record)?;
         // A manifest whose steps cannot be a plan is the build's failure, recorded as such.
         let plan = match plan {
             Ok(plan) => plan,
@@ -258,10 +263,9 @@ impl Builds {
             tracing::error!(site = %slug, build = %id, error = %e, "the workspace is gone");
             build_error()
         })?;
-        let log = |bytes: &[u8]| append_log(&workspace, id, bytes);
-        let log_decision = |decision: &atelier_proto::egress::Decision| {
-            log(format!("{}\n", decision.line()).as_bytes());
-        };
+        let mut log = BuildLogFile::new(&workspace, id);
+        let decision_line =
+            |decision: &atelier_proto::egress::Decision| format!("{}\n", decision.line());
         let target = self.sites.config().run_target(slug);
         let mut env = base_env(BUILD_PATH);
         if self.runner.has_gate(Door::Build) {
@@ -282,12 +286,12 @@ impl Builds {
         let mut run = match self.runner.open(&target, spec).await {
             Ok(run) => run,
             Err(refusal) => {
-                log(format!("\n# error: {refusal}\n").as_bytes());
+                log.note(format!("\n# error: {refusal}\n").as_bytes());
                 return Err(build_error());
             }
         };
         if self.runner.is_unconfined() {
-            log(b"# atelier: this build runs unconfined (agent confinement 'none', a development host)\n");
+            log.note(b"# atelier: this build runs unconfined (agent confinement 'none', a development host)\n");
         }
         let deadline =
             Duration::from_millis(plan.install_timeout_ms + plan.build_timeout_ms) + BUILD_SLACK;
@@ -305,11 +309,11 @@ impl Builds {
                         }
                         for item in &items {
                             report.record(item);
-                            log(&lines.push(item));
+                            log.output(&lines.push(item));
                         }
                     }
-                    RunItem::Stderr(bytes) => log(&bytes),
-                    RunItem::Egress(decision) => log_decision(&decision),
+                    RunItem::Stderr(bytes) => log.output(&bytes),
+                    RunItem::Egress(decision) => log.output(decision_line(&decision).as_bytes()),
                     RunItem::Exit(exit) => {
                         // A program that never started (or died) leaves no step events: the
                         // log says how it ended, so a failed build never has an empty log.
@@ -319,9 +323,9 @@ impl Builds {
                             (None, Some(signal)) => Some(format!("was ended by {signal}")),
                             (None, None) => Some("ended without a status".to_owned()),
                         };
-                        log(&lines.finish());
+                        log.output(&lines.finish());
                         if let Some(ended) = ended {
-                            log(format!("\n# the build program {ended}\n").as_bytes());
+                            log.note(format!("\n# the build program {ended}\n").as_bytes());
                         }
                         return reader.finish().map_err(|e| e.to_string());
                     }
@@ -331,12 +335,14 @@ impl Builds {
         })
         .await;
         run.stop().await;
-        log(&lines.finish());
-        run.take_decisions().await.iter().for_each(log_decision);
+        log.output(&lines.finish());
+        for decision in run.take_decisions().await {
+            log.output(decision_line(&decision).as_bytes());
+        }
         match ended {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
-                log(format!("\n# error: {why}\n").as_bytes());
+                log.note(format!("\n# error: {why}\n").as_bytes());
                 return Err(if self.runner.is_stopping() {
                     BuildFailure::Interrupted.as_str().into_owned()
                 } else {
@@ -344,27 +350,38 @@ impl Builds {
                 });
             }
             Err(_) => {
-                log(b"\n# error: the build ran past its deadline\n");
+                log.note(b"\n# error: the build ran past its deadline\n");
                 return Err(build_error());
             }
         }
         let verified = report.outcome()?;
-        match self.sites.check_quota(slug, verified.bytes) {
+        // A walk of the whole workspace and both stores: off the runtime's threads.
+        let sites = self.sites.clone();
+        let measured = site.clone();
+        let quota = tokio::task::spawn_blocking(move || {
+            sites.check_quota(measured.as_str(), verified.bytes)
+        })
+        .await;
+        let Ok(quota) = quota else {
+            log.note(b"\n# error: measuring the site's disk use did not finish\n");
+            return Err(build_error());
+        };
+        match quota {
             Ok(()) => {}
             Err(e @ SiteError::DiskQuota { .. }) => {
-                log(format!("\n# refused: {e}\n").as_bytes());
+                log.note(format!("\n# refused: {e}\n").as_bytes());
                 return Err("over disk quota".to_owned());
             }
             // Not knowing the site's use is not being over its quota.
             Err(e) => {
-                log(format!("\n# error: measuring the site's disk use: {e}\n").as_bytes());
+                log.note(format!("\n# error: measuring the site's disk use: {e}\n").as_bytes());
                 return Err(build_error());
             }
         }
-        log(b"\n# promote to preprod\n");
+        log.note(b"\n# promote to preprod\n");
         let promoted = self.promote(site, id, &plan.output).await;
         if let Err(why) = &promoted {
-            log(format!("# refused: {why}\n").as_bytes());
+            log.note(format!("# refused: {why}\n").as_bytes());
         }
         promoted.map_err(|_| build_error())
     }
@@ -400,14 +417,15 @@ impl Builds {
             let promoted = store
                 .promote(&source, Strategy::default())
                 .map_err(|e| e.to_string())?;
-            if let Err(e) = store.prune(this.settings.releases_retained) {
-                tracing::warn!(site = %slug, error = %e, "pruning preproduction releases failed");
-            }
+            // Recorded before the prune, which may take long enough for a kill to cut it.
             let release = promoted.id.as_str().to_owned();
             append_log(&source_workspace, &id, format!("released {release}\n").as_bytes());
             if let Err(e) = this.record_end(&slug, &id, Ok(release.clone())) {
                 // The build's task records it again once this returns.
                 tracing::warn!(site = %slug, build = %id, error = %e, "recording the promoted build failed");
+            }
+            if let Err(e) = store.prune(this.settings.releases_retained) {
+                tracing::warn!(site = %slug, error = %e, "pruning preproduction releases failed");
             }
             Ok(release)
         })

@@ -95,8 +95,15 @@ impl Sites {
         })
     }
 
-    /// `POST /v1/sites/:slug/publish` after the actor and `confirm` checks. Blocking.
-    pub fn publish(&self, slug: &Slug, actor: &Actor) -> Result<Served, PublishError> {
+    /// `POST /v1/sites/:slug/publish` after the actor and `confirm` checks; `served` is told
+    /// the release production serves as soon as it does (the audit entry), before production's
+    /// old releases are pruned, which may take long enough for a crash to cut it. Blocking.
+    pub fn publish(
+        &self,
+        slug: &Slug,
+        actor: &Actor,
+        served: impl FnOnce(&str),
+    ) -> Result<Served, PublishError> {
         let lock = self.reservations().serving(slug.as_str());
         let _serving = reservations::hold(&lock);
         let status = self.get(slug)?;
@@ -128,11 +135,12 @@ impl Sites {
                 e => store_error(&row.surfaces.prod.store_dir, e),
             },
         )?;
+        let release = published.release.as_str().to_owned();
+        self.record_published(slug.as_str(), &release, actor);
+        served(&release);
         if let Err(e) = prod.prune(self.config().releases_retained) {
             tracing::warn!(site = %slug, error = %e, "pruning production releases failed");
         }
-        let release = published.release.as_str().to_owned();
-        self.record_published(slug.as_str(), &release, actor);
         Ok(Served {
             url: self.prod_url(&status.manifest.domain),
             release,

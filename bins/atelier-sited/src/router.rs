@@ -439,15 +439,16 @@ impl Router {
                 let publish = requests::publish(&body)?;
                 let audit = self.inner.audit.clone();
                 let served = publishing_task(sites, move |s| {
-                    let served = s.publish(&slug, &actor)?;
-                    let mut detail = json!({ "release": served.release });
-                    if let Some(note) = publish.note {
-                        detail["note"] = Value::String(note);
-                    }
                     // In the change's own task, which runs to its end even when the caller
-                    // stops waiting: production never changes without its entry.
-                    audit.record(&actor, "publish", Some(slug.as_str()), detail);
-                    Ok(served)
+                    // stops waiting, and right after the flip: production never changes
+                    // without its entry.
+                    s.publish(&slug, &actor, |release| {
+                        let mut detail = json!({ "release": release });
+                        if let Some(note) = publish.note {
+                            detail["note"] = Value::String(note);
+                        }
+                        audit.record(&actor, "publish", Some(slug.as_str()), detail);
+                    })
                 })
                 .await?;
                 Ok(json_response(StatusCode::OK, &served))

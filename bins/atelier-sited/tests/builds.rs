@@ -580,6 +580,50 @@ async fn a_build_program_that_never_starts_is_named_in_the_log() {
     );
 }
 
+/// A step printing without end cannot fill the disk: its log keeps the output's first MiB, a
+/// line counting what was left out, and the last whole lines of at most 4 MiB, then sited's
+/// own lines; the build goes on to its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_printing_without_end_keeps_its_logs_head_and_tail() {
+    let instance = instance(|_| {}).await;
+    // 2,000,000 numbered lines: 14.9 MB of output.
+    instance.set_build("seq 2000000", "sh b.sh", "dist", &[("b.sh", HELLO_BUILD)]);
+    let record = instance.build().await;
+    assert_eq!(record["outcome"], "success", "{}", record["error"]);
+    let id = record["id"].as_str().unwrap();
+    let file = instance
+        .workspace()
+        .join(format!(".builder/builds/{id}.log"));
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size < 5 * 1024 * 1024 + 4096, "{size}");
+    let log = record["log"].as_str().unwrap();
+    assert_eq!(log.len() as u64, size, "a log this size is answered whole");
+    let (head, rest) = log
+        .split_once("\n# atelier: ")
+        .unwrap_or_else(|| panic!("no line counting what was left out"));
+    assert!(
+        head.contains("# install: seq 2000000\n1\n2\n3\n"),
+        "{}",
+        &head[..200]
+    );
+    let (count, tail) = rest
+        .split_once(" bytes of the build's output are left out here\n")
+        .unwrap();
+    let count: u64 = count.parse().unwrap();
+    assert!(count > 9_000_000, "{count}");
+    // The tail starts at a whole line and ends where seq did, before the build step's header.
+    let first: u64 = tail.lines().next().unwrap().parse().unwrap();
+    assert!(first > 1_000_000, "{first}");
+    let (printed, after) = tail.split_once("1999999\n2000000\n").unwrap();
+    assert!(printed.ends_with(&format!("{}\n", 1_999_998)));
+    assert!(after.contains("# build: sh b.sh"), "{after}");
+    assert!(after.contains("\n# promote to preprod\n"), "{after}");
+    assert!(after.ends_with(&format!(
+        "released {}\n",
+        record["release"].as_str().unwrap()
+    )));
+}
+
 /// Processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
