@@ -141,6 +141,8 @@ pub enum Reason {
     Usage,
     /// `--root` given to a verb that acts on the real host.
     RootNotAllowed,
+    /// A verb that reads the real host run by a user other than root.
+    NotRoot,
     /// No `--declaration`.
     DeclarationRequired,
     /// The declaration file could not be read, or is not UTF-8.
@@ -165,7 +167,8 @@ pub enum Reason {
     ActionFailed,
     /// `verify` found a surface not provably served.
     NotServed,
-    /// A `remove` step failed; the removal stopped there.
+    /// A `remove` step failed: the removal stopped there, or (a step whose failure it
+    /// tolerates) went on.
     RemovalStopped,
     /// The instance's lock, which keeps a second `apply` or `remove` waiting, could not be
     /// taken.
@@ -176,10 +179,11 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, grouped by exit code.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::Drift,
         Reason::Usage,
         Reason::RootNotAllowed,
+        Reason::NotRoot,
         Reason::DeclarationRequired,
         Reason::DeclarationUnreadable,
         Reason::DeclarationInvalid,
@@ -202,6 +206,7 @@ impl Reason {
             Reason::Drift => ("drift", Exit::Drift),
             Reason::Usage => ("usage", Exit::Usage),
             Reason::RootNotAllowed => ("root_not_allowed", Exit::Usage),
+            Reason::NotRoot => ("not_root", Exit::Usage),
             Reason::DeclarationRequired => ("declaration_required", Exit::Usage),
             Reason::DeclarationUnreadable => ("declaration_unreadable", Exit::Refused),
             Reason::DeclarationInvalid => ("declaration_invalid", Exit::Refused),
@@ -239,6 +244,11 @@ pub enum Failure {
     /// `--root` given to `apply` or `remove`.
     #[error("--root is for read-only verbs")]
     RootNotAllowed,
+    /// A verb that reads the real host, run by a user other than root.
+    #[error(
+        "{0} reads the instance's credentials and state, which only root may read: run it as root"
+    )]
+    NotRoot(&'static str),
     /// No `--declaration`.
     #[error("--declaration PATH is required")]
     DeclarationRequired,
@@ -288,6 +298,7 @@ impl Failure {
         match self {
             Failure::Usage(_) => Reason::Usage,
             Failure::RootNotAllowed => Reason::RootNotAllowed,
+            Failure::NotRoot(_) => Reason::NotRoot,
             Failure::DeclarationRequired => Reason::DeclarationRequired,
             Failure::DeclarationUnreadable { .. } | Failure::DeclarationNotUtf8 { .. } => {
                 Reason::DeclarationUnreadable
@@ -323,6 +334,35 @@ pub fn unfinished(verb: &Verb, exit: Exit, held: Option<Holdback>) -> Option<Rea
         (Verb::Remove { .. }, _) => Some(Reason::RemovalStopped),
         // `render` and `plan` end in 0 or in a failure.
         (Verb::Render { .. } | Verb::Plan, _) => None,
+    }
+}
+
+/// The one-line `message` of a verb's report naming `reason` (see [`unfinished`]).
+pub fn unfinished_message(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Drift => "the host differs from the declaration",
+        Reason::AwaitingOperatorFile => {
+            "everything else was applied; an operator file the instance needs is missing"
+        }
+        Reason::RestartDeferred => {
+            "everything else was applied; a daemon's restart waits for the runs it serves"
+        }
+        Reason::ActionFailed => "an action failed; apply stopped there",
+        Reason::NotServed => "a surface is not provably served",
+        Reason::RemovalStopped => "a removal step failed",
+        // A verb's report names only the reasons above; the rest end a run as failures.
+        Reason::Usage
+        | Reason::RootNotAllowed
+        | Reason::NotRoot
+        | Reason::DeclarationRequired
+        | Reason::DeclarationUnreadable
+        | Reason::DeclarationInvalid
+        | Reason::Refused
+        | Reason::HostUnreadable
+        | Reason::WriteFailed
+        | Reason::OutputFailed
+        | Reason::OutputWithheld
+        | Reason::LockFailed => reason.as_str(),
     }
 }
 
@@ -546,6 +586,12 @@ fn prepare_and_execute(
         // Their commands (useradd, systemctl) act on the real host whatever the root.
         return Err(Failure::RootNotAllowed);
     }
+    // Run by another user, what only root may read would look absent: credentials awaited
+    // that are there, every owed step pending, drift that does not exist.
+    let reads_host = !matches!(cli.verb, Verb::Render { .. });
+    if reads_host && cli.root == Path::new("/") && !rustix::process::geteuid().is_root() {
+        return Err(Failure::NotRoot(cli.verb.name()));
+    }
     let path = cli
         .declaration
         .clone()
@@ -596,6 +642,7 @@ fn report(
         map.insert("exit".into(), json!(exit));
         if let Some(reason) = unfinished(verb, exit, held) {
             map.insert("reason".into(), reason.as_str().into());
+            map.insert("message".into(), unfinished_message(reason).into());
         }
     }
     body
@@ -743,8 +790,13 @@ fn execute(
                 );
                 writeln!(out, "{body}").map_err(io)?;
             } else if applied.report.outcomes.is_empty() {
+                // Nothing ran: each action says what holds it back, as its outcome would.
                 for action in &applied.actions {
-                    writeln!(out, "{:<10} {action}", "awaiting").map_err(io)?;
+                    let held = match action.holdback() {
+                        Some(Holdback::DeferredRestart) => "deferred",
+                        Some(Holdback::OperatorFile) | None => "awaiting",
+                    };
+                    writeln!(out, "{held:<10} {action}").map_err(io)?;
                 }
             }
             Ok(exit)

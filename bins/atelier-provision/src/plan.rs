@@ -341,6 +341,16 @@ impl Action {
     }
 }
 
+/// The refusal of a host whose systemd version could not be read: nothing can be rendered
+/// against it.
+pub fn systemd_unknown() -> Refusal {
+    Refusal {
+        subject: "systemd".into(),
+        reason: "systemd_unknown",
+        message: "could not read PID 1's version from systemctl --version".into(),
+    }
+}
+
 /// What keeps a plan that ran from meeting the declaration; `apply` exits 3 naming it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Holdback {
@@ -1060,11 +1070,7 @@ impl Planner<'_> {
                 "systemd_too_old",
                 format!("PID 1 is systemd {v}; the rendered units need {MIN_SYSTEMD} or newer"),
             ),
-            None => self.refuse(
-                "systemd",
-                "systemd_unknown",
-                "could not read PID 1's version from systemctl --version".into(),
-            ),
+            None => self.refusals.push(systemd_unknown()),
         }
         self.moved_webspaces();
         let layout = self.input.layout;

@@ -340,6 +340,12 @@ pub fn render_verb(
     render: Renderer<'_>,
 ) -> Result<Vec<PathBuf>, VerbError> {
     let prepared = prepare(decl, root, render)?;
+    // Without a version nothing was rendered: an empty folder is no review.
+    if prepared.host.systemd_version.is_none() {
+        return Err(VerbError::Refused(PlanError {
+            refusals: vec![plan::systemd_unknown()],
+        }));
+    }
     let mut written = Vec::new();
     for artifact in &prepared.artifacts {
         let path = host::under_root(dir, &artifact.path);

@@ -1,8 +1,9 @@
 //! The command line's verbs and exit codes, run in process against a host root in a temp dir
 //! (read-only verbs only: `apply` and `remove` act on the real host and refuse a root; `remove
-//! --dry-run` reads only).
+//! --dry-run` reads only); the built binary where a run needs another user or `PATH`.
 
 use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use atelier_provision::cli;
@@ -63,6 +64,76 @@ fn usage_errors_exit_2() {
         run(&["remove", "--declaration", EXAMPLE], Some(tmp.path())).0,
         Exit::Usage
     );
+}
+
+/// The built binary, copied where any user may run it (the target folder may be private).
+fn binary_for_anyone() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("atelier-provision");
+    std::fs::copy(env!("CARGO_BIN_EXE_atelier-provision"), &bin).unwrap();
+    (dir, bin)
+}
+
+/// Run by a user other than root, each verb that reads the real host refuses at once by name
+/// (what only root may read would look absent, and so drift); `render` and a review root
+/// are anyone's.
+#[test]
+fn a_verb_reading_the_host_refuses_a_user_other_than_root() {
+    let (_dir, bin) = binary_for_anyone();
+    let as_nobody = || {
+        let mut command = std::process::Command::new("setpriv");
+        command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        command.arg(&bin);
+        command
+    };
+    for verb in ["plan", "check", "verify", "apply", "remove"] {
+        let out = as_nobody()
+            .args([verb, "--json", "--declaration", EXAMPLE])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{verb}: {out:?}");
+        let json = json_of(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(json["reason"], "not_root", "{verb}");
+        assert_eq!(
+            json["message"],
+            format!(
+                "{verb} reads the instance's credentials and state, which only root may read: \
+                 run it as root"
+            )
+        );
+    }
+    let tmp = host(true);
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = as_nobody()
+        .args(["plan", "--json", "--declaration", EXAMPLE, "--root"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// Without `systemctl --version` nothing can be rendered: `render` refuses by name and writes
+/// nothing, as `plan` does, rather than leave an empty folder and exit 0.
+#[test]
+fn render_refuses_a_host_whose_systemd_is_unknown() {
+    let tmp = host(true);
+    let review = tmp.path().join("review");
+    let no_tools = tempfile::tempdir().unwrap();
+    for verb in [vec!["render", review.to_str().unwrap()], vec!["plan"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_atelier-provision"))
+            .env("PATH", no_tools.path())
+            .args(&verb)
+            .args(["--json", "--declaration", EXAMPLE, "--root"])
+            .arg(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{verb:?}: {out:?}");
+        let json = json_of(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(json["reason"], "refused", "{verb:?}");
+        assert_eq!(json["refusals"][0]["reason"], "systemd_unknown", "{verb:?}");
+    }
+    assert!(!review.exists(), "nothing written");
 }
 
 /// Every path below `root` with its size, to tell that nothing was written or removed.
@@ -597,6 +668,7 @@ fn every_exit_code_and_reason_is_listed_once() {
         Reason::Drift
         | Reason::Usage
         | Reason::RootNotAllowed
+        | Reason::NotRoot
         | Reason::DeclarationRequired
         | Reason::DeclarationUnreadable
         | Reason::DeclarationInvalid
