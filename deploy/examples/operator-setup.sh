@@ -7,7 +7,9 @@
 #                     random value and an existing one is kept, so a second run changes nothing)
 #   CERTIFICATES      self-signed (default), or none: no certificate at all, as on a fresh host
 #                     where certbot has not run yet (the letsencrypt vhosts then serve only the
-#                     ACME challenge until one is there)
+#                     ACME challenge until one is there). On a real host use none: the two-day
+#                     self-signed ones fill /etc/letsencrypt/live/<domain>, where certbot then
+#                     refuses to write its own
 #   WEB_SERVER        nginx (default), or apache: enable mod_ssl (TLS) and mod_headers (the
 #                     preproduction X-Robots-Tag); Debian's Apache ships with both disabled
 #   arguments         extra domains to make certificates for

@@ -7,12 +7,14 @@ use anyhow::Context as _;
 use atelier_chatd::RawSettings;
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-/// The CMS editor's AI chat runtime. systemd starts it from `atelier-chatd.socket`; for
-/// development, `--listen` binds a unix socket instead.
+/// The CMS editor's AI chat runtime. systemd starts an instance's from
+/// `atelier-chatd@<instance>.socket`, whose unit passes `--database`; for development,
+/// `--listen` binds a unix socket instead.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
     /// The SQLite database (default: /var/lib/atelier-chatd/chat.sqlite3; or CHATD_DATABASE).
+    /// An instance's unit passes /var/lib/atelier-chatd-<instance>/chat.sqlite3.
     #[arg(long, global = true)]
     database: Option<PathBuf>,
     /// Unix socket to bind when systemd passed none.

@@ -34,12 +34,19 @@ const LOGGED_BODY_CHARS: usize = 500;
 const DRAIN_WAIT: Duration = Duration::from_millis(250);
 const DRAIN_BYTES: usize = 64 * 1024;
 
-/// The HTTP client builder a provider's client starts from: it follows no redirect. The key
-/// travels in a header, and reqwest carries `x-api-key` (and `api-key`) to whatever host a
-/// redirect names; no provider answers its API with one, so a redirect is an answer like any
-/// non-OK status.
+/// How long a provider's address may take to accept a connection. A host that drops the
+/// connection attempt (a firewall, an address nothing answers on) would otherwise hold the
+/// turn for the system's TCP retries, about two minutes, before saying anything.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The HTTP client builder a provider's client starts from: it follows no redirect, and gives
+/// up a connection attempt after [`CONNECT_TIMEOUT`]. The key travels in a header, and reqwest
+/// carries `x-api-key` (and `api-key`) to whatever host a redirect names; no provider answers
+/// its API with one, so a redirect is an answer like any non-OK status.
 pub fn provider_client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
 }
 
 /// Where and how a driver reaches its provider.

@@ -262,6 +262,10 @@ impl SystemdBox {
             .arg(&root)
             .arg(format!("--machine={machine}"))
             .args(["--register=no", "--keep-unit", "-q", "--capability=all"])
+            // nspawn's own seccomp filter refuses bpf(2), without which the box's PID 1 cannot
+            // load a unit's IP firewall and runs it with none: every `IPAddressDeny=` would be
+            // ignored here while a host's systemd enforces it.
+            .arg("--system-call-filter=bpf")
             .arg(format!("--bind={}:{OUT_DIR}", out.display()))
             .args(agents_bind())
             .args([

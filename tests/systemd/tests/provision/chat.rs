@@ -125,14 +125,44 @@ for _ in $(seq 50); do status_of_chatd | grep -q '^idle' && break; sleep 0.1; do
 echo "status_after=$(status_of_chatd)"
 snapshot after_tool
 
+# A turn with a provider at base URL $2: its stream printed under the tag $1.
+turn_at() {
+  web POST /credentials "$ADMIN_COOKIE" "{\"providerId\":\"openai-compatible\",\"authMode\":\"baseUrl\",\"displayLabel\":\"$1\",\"baseUrl\":\"$2\"}" > /dev/null
+  local credential=$(field '["credential"]["id"]')
+  web POST /conversations "$ADMIN_COOKIE" "{\"scope\":\"site\",\"credentialId\":\"$credential\",\"modelId\":\"$SCRIPTED_MODEL\"}" > /dev/null
+  local conversation=$(field '["conversation"]["id"]')
+  web POST /chat/site "$ADMIN_COOKIE" "{\"conversationId\":\"$conversation\",\"content\":[{\"kind\":\"text\",\"text\":\"Hello?\"}]}" > /dev/null
+  sed "s/^/$1| /" /tmp/body
+}
+
 # A provider nobody answers: the turn fails, counted by the failure's class.
-web POST /credentials "$ADMIN_COOKIE" '{"providerId":"openai-compatible","authMode":"baseUrl","displayLabel":"Gone","baseUrl":"http://127.0.0.1:9/v1"}' > /dev/null
-gone_credential=$(field '["credential"]["id"]')
-web POST /conversations "$ADMIN_COOKIE" "{\"scope\":\"site\",\"credentialId\":\"$gone_credential\",\"modelId\":\"$SCRIPTED_MODEL\"}" > /dev/null
-conversation=$(field '["conversation"]["id"]')
-web POST /chat/site "$ADMIN_COOKIE" "{\"conversationId\":\"$conversation\",\"content\":[{\"kind\":\"text\",\"text\":\"Hello?\"}]}" > /dev/null
-sed 's/^/gone| /' /tmp/body
+turn_at gone http://127.0.0.1:9/v1
 snapshot after_gone
+
+# A provider at a link-local address (where a cloud's metadata service answers): reachable from
+# the host, never from chatd's unit. The address is the box's, which is the host's: removed at
+# once, and never the metadata service's own.
+ip addr add 169.254.77.1/32 dev lo
+python3 - > /tmp/link-local.log 2>&1 <<'PY' &
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("169.254.77.1", 8099))
+s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    print("connected", flush=True)
+    c.close()
+PY
+listener=$!
+for _ in $(seq 100); do grep -q listening /tmp/link-local.log && break; sleep 0.1; done
+curl -s -o /dev/null --max-time 5 http://169.254.77.1:8099/
+echo "link_local_from_host=$(grep -c connected /tmp/link-local.log)"
+turn_at link-local http://169.254.77.1:8099/v1
+echo "link_local_from_chatd=$(( $(grep -c connected /tmp/link-local.log) - 1 ))"
+kill $listener
+ip addr del 169.254.77.1/32 dev lo
 curl -sS --unix-socket /run/atelier/example/metrics/chatd.sock http://metrics/metrics | sed 's/^/chatd-metrics| /'
 
 # A result for one of the CMS's own bridges is the CMS's to answer.
@@ -359,6 +389,16 @@ fn the_cms_editor_chats_through_nginx_with_only_its_session_cookie() {
     // nginx's own answers are the editor's: the CMS's uploads are the CMS's to limit, a chat
     // body over the limit is chatd's JSON 413, and no chatd a JSON 502.
     assert_eq!(fact("cms_upload"), "502", "{run:?}");
+    // A link-local provider: reachable from the host, refused to chatd by its unit, so the
+    // turn ends in an error and the listener never saw a connection from it.
+    assert_eq!(fact("link_local_from_host"), "1", "{run:?}");
+    assert_eq!(fact("link_local_from_chatd"), "0", "{run:?}");
+    let link_local = stream(&run, "link-local");
+    assert_eq!(
+        link_local.last().map(|l| l["type"].clone()),
+        Some(json!("error")),
+        "{run:?}"
+    );
     assert_eq!(
         fact("chat_too_large"),
         r#"413 {"error":"Chat request is too large."}"#,
