@@ -217,14 +217,14 @@ pub async fn relay(door: Arc<McpDoor>, request: Request) -> Response {
     if let Some(key) = &door.key {
         upstream = upstream.header(API_KEY_HEADER, key.clone());
     }
-    // Held until it went upstream (see [`MAX_BODIES_HELD`]).
-    let body = match door.bodies.take(request).await {
+    // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
+    let (body, _holding) = match door.bodies.take(request).await {
         Ok(taken) => taken,
         Err(BodyRefusal::TooLarge) => return door.refuse(&method, McpRefusal::BodyTooLarge),
         Err(BodyRefusal::Unreadable) => return door.refuse(&method, McpRefusal::BodyUnreadable),
     };
     if let Some(body) = body {
-        upstream = upstream.body(body.into_upstream());
+        upstream = upstream.body(body);
     }
     let answer = match upstream.send().await {
         Ok(answer) => answer,

@@ -149,7 +149,7 @@ pub enum ModelRefusal {
     ProviderFetch,
     /// The POST body names a model other than the one the route pins, or lists models for a
     /// gateway to fall back to (403).
-    #[error("the request names a model other than the one declared for this API")]
+    #[error("the request names a model other than the one declared for this API, or lists models to fall back to")]
     ModelNotDeclared,
     /// The upstream answered with a redirect, which is never followed (502).
     #[error("the model provider answered with a redirect, which is not followed")]
@@ -594,8 +594,8 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
         upstream = upstream.header(name.clone(), value.clone());
     }
     let api = Some(api);
-    // Held until it went upstream (see [`MAX_BODIES_HELD`]).
-    let body = match door.bodies.take(request).await {
+    // Held until the body went upstream (see [`MAX_BODIES_HELD`]).
+    let (body, _holding) = match door.bodies.take(request).await {
         Ok(taken) => taken,
         Err(BodyRefusal::TooLarge) => return door.refuse(&method, api, ModelRefusal::BodyTooLarge),
         Err(BodyRefusal::Unreadable) => {
@@ -608,7 +608,7 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
             .iter()
             .find(|route| Some(route.api) == api)
             .and_then(|route| route.model.as_deref());
-        if let Err(finding) = body::inspect(body.bytes(), pinned) {
+        if let Err(finding) = body::inspect(&body, pinned) {
             // What was found is the agent's own text, quoted and cut short: the operator sees
             // which tool or URL it was.
             tracing::warn!(%finding, "a model request was refused");
@@ -622,7 +622,7 @@ pub async fn relay(door: Arc<ModelDoor>, request: Request) -> Response {
             };
             return door.refuse(&method, api, refusal);
         }
-        upstream = upstream.body(body.into_upstream());
+        upstream = upstream.body(body);
     }
     let answer = match upstream.send().await {
         Ok(answer) => answer,

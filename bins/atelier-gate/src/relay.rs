@@ -9,11 +9,8 @@
 //! problem+json answer to a refusal ([`problem`]), the request headers passed on ([`pass_on`]),
 //! the POST bodies held ([`Bodies`]) and the upstream's answer streamed back ([`stream_back`]).
 
-use std::convert::Infallible;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use atelier_http::{read_body, BodyError, BoxError, Listener, Problem, Request, Response};
@@ -21,11 +18,11 @@ use atelier_layout::services::MODEL_RELAY_PATH;
 use bytes::Bytes;
 use futures_util::TryStreamExt as _;
 use http_body_util::{BodyExt as _, StreamBody};
-use hyper::body::{Frame, SizeHint};
+use hyper::body::Frame;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
 use tokio::net::UnixListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::mcp::{self, McpDoor};
 use crate::model::{self, ModelDoor};
@@ -185,13 +182,13 @@ pub(crate) enum BodyRefusal {
     Unreadable,
 }
 
-/// The POST bodies one relay holds: at most a few at once (each from its first byte until the
-/// upstream client is done sending it), so a run opening many large POSTs and stalling them
-/// waits for its own earlier ones instead of growing the gate past its memory cap; each
-/// bounded in size and in how long it may take to arrive.
+/// The POST bodies one relay holds: at most a few at once (each from its first byte until it
+/// was sent upstream), so a run opening many large POSTs and stalling them waits for its own
+/// earlier ones instead of growing the gate past its memory cap; each bounded in size and in
+/// how long it may take to arrive.
 pub(crate) struct Bodies {
     /// One permit per body held.
-    permits: Arc<Semaphore>,
+    permits: Semaphore,
     /// The largest body taken in, in bytes.
     limit: usize,
     /// How long a body may take to arrive in full, once it holds a permit.
@@ -202,26 +199,27 @@ impl Bodies {
     /// At most `held` bodies at once, each of at most `limit` bytes arriving within `timeout`.
     pub(crate) fn new(held: usize, limit: usize, timeout: Duration) -> Bodies {
         Bodies {
-            permits: Arc::new(Semaphore::new(held)),
+            permits: Semaphore::new(held),
             limit,
             timeout,
         }
     }
 
     /// `request`'s body when it is a POST (the only method whose body a relay passes on),
-    /// read in full once a permit is free, and holding it; `None` otherwise.
-    pub(crate) async fn take(&self, request: Request) -> Result<Option<HeldBody>, BodyRefusal> {
+    /// read in full once a permit is free; `None` otherwise. The permit comes back with it:
+    /// the caller keeps it until the body went upstream.
+    pub(crate) async fn take(
+        &self,
+        request: Request,
+    ) -> Result<(Option<Bytes>, Option<SemaphorePermit<'_>>), BodyRefusal> {
         if request.method() != Method::POST {
-            return Ok(None);
+            return Ok((None, None));
         }
         // The semaphore is never closed, so a permit always comes.
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok();
+        let permit = self.permits.acquire().await.ok();
         let read = read_body(request.into_body(), self.limit);
         match tokio::time::timeout(self.timeout, read).await {
-            Ok(Ok(bytes)) => Ok(Some(HeldBody {
-                bytes: Some(bytes),
-                _permit: permit,
-            })),
+            Ok(Ok(body)) => Ok((Some(body), permit)),
             Ok(Err(BodyError::TooLarge { .. })) => Err(BodyRefusal::TooLarge),
             Ok(Err(_)) | Err(_) => Err(BodyRefusal::Unreadable),
         }
@@ -231,52 +229,6 @@ impl Bodies {
     #[cfg(test)]
     pub(crate) fn available_permits(&self) -> usize {
         self.permits.available_permits()
-    }
-}
-
-/// A POST body taken in, holding its permit until the upstream client is done with it: sent
-/// (or the request dropped), not until the upstream answers, so a provider slow to answer one
-/// request does not keep the agent's next ones waiting.
-pub(crate) struct HeldBody {
-    /// The body, until the client takes it to send.
-    bytes: Option<Bytes>,
-    _permit: Option<OwnedSemaphorePermit>,
-}
-
-impl HeldBody {
-    /// The body's bytes (none once sent).
-    pub(crate) fn bytes(&self) -> &[u8] {
-        self.bytes.as_deref().unwrap_or_default()
-    }
-
-    /// The body for the upstream request, of its exact length.
-    pub(crate) fn into_upstream(self) -> reqwest::Body {
-        reqwest::Body::wrap(self)
-    }
-}
-
-impl hyper::body::Body for HeldBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(
-            self.get_mut()
-                .bytes
-                .take()
-                .map(|bytes| Ok(Frame::data(bytes))),
-        )
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.bytes.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
     }
 }
 

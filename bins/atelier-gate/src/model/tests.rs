@@ -1341,43 +1341,6 @@ async fn a_path_naming_no_known_api_is_recorded_without_it() {
     assert!(upstream.seen().is_empty());
 }
 
-/// A body's permit is free again once the body went upstream, not once the upstream answers:
-/// more requests than [`MAX_BODIES_HELD`] reach a provider that has answered none of them.
-#[tokio::test]
-async fn a_body_sent_upstream_holds_no_permit_while_its_answer_is_awaited() {
-    let (upstream, relay) = one_route(ModelApi::Anthropic, "", Some(KEY)).await;
-    let waiting: Vec<_> = (0..MAX_BODIES_HELD + 2)
-        .map(|n| {
-            let socket = relay.socket.clone();
-            tokio::spawn(async move {
-                let body = format!(r#"{{"model":"m","max_tokens":8,"messages":[],"n":{n}}}"#);
-                send(
-                    &socket,
-                    "POST",
-                    "/model/anthropic/v1/messages?answer=hold",
-                    &[("content-type", "application/json")],
-                    body.as_bytes(),
-                )
-                .await
-            })
-        })
-        .collect();
-    let mut reached = 0;
-    // Up to 30 s: the wait ends as soon as every request is there.
-    for _ in 0..3000 {
-        reached = upstream.seen().len();
-        if reached == waiting.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(reached, waiting.len(), "requests that reached the provider");
-    assert_eq!(relay.door.bodies.available_permits(), MAX_BODIES_HELD);
-    for request in waiting {
-        request.abort();
-    }
-}
-
 /// A run that opens many large POSTs and stalls them holds at most [`MAX_BODIES_HELD`] bodies:
 /// the next POST waits for a permit instead of growing the gate, and goes through once a
 /// stalled one is gone.

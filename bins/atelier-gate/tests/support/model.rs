@@ -6,8 +6,7 @@
 //! its own `/followed` (recorded too, should anyone follow it); `answer=stream` gets a
 //! `text/event-stream` body made of the chunks the test pushes through
 //! [`ModelUpstream::push_chunk`], which ends when the test calls [`ModelUpstream::finish`];
-//! `answer=hold` gets no answer at all (a provider slow to answer); `answer=<code>` gets that
-//! status; anything else gets a 200 JSON echo of the method, target
+//! `answer=<code>` gets that status; anything else gets a 200 JSON echo of the method, target
 //! and body. Every answer carries the headers a provider sends (request ids,
 //! rate limits, `retry-after`) and some the relay must drop (`set-cookie`, `x-powered-by`,
 //! `openai-organization`, and the received key echoed back).
@@ -128,9 +127,6 @@ impl ModelUpstream {
         }
         if let Some(authorization) = authorization {
             response = response.header("x-echoed-authorization", authorization);
-        }
-        if answer == Some("hold") {
-            std::future::pending::<()>().await;
         }
         if answer == Some("redirect") {
             return response
