@@ -66,13 +66,16 @@ fn usage_errors_exit_2() {
     );
 }
 
-/// The built binary, copied where any user may run it (the target folder may be private).
-fn binary_for_anyone() -> (tempfile::TempDir, PathBuf) {
+/// The built binary and the example declaration, copied where any user may read them (the
+/// target folder and the checkout may be private).
+fn binary_for_anyone() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.path().join("atelier-provision");
     std::fs::copy(env!("CARGO_BIN_EXE_atelier-provision"), &bin).unwrap();
-    (dir, bin)
+    let declaration = dir.path().join("instance.json");
+    std::fs::copy(EXAMPLE, &declaration).unwrap();
+    (dir, bin, declaration)
 }
 
 /// Run by a user other than root, each verb that reads the real host refuses at once by name
@@ -80,7 +83,7 @@ fn binary_for_anyone() -> (tempfile::TempDir, PathBuf) {
 /// are anyone's.
 #[test]
 fn a_verb_reading_the_host_refuses_a_user_other_than_root() {
-    let (_dir, bin) = binary_for_anyone();
+    let (_dir, bin, declaration) = binary_for_anyone();
     let as_nobody = || {
         let mut command = std::process::Command::new("setpriv");
         command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
@@ -89,7 +92,8 @@ fn a_verb_reading_the_host_refuses_a_user_other_than_root() {
     };
     for verb in ["plan", "check", "verify", "apply", "remove"] {
         let out = as_nobody()
-            .args([verb, "--json", "--declaration", EXAMPLE])
+            .args([verb, "--json", "--declaration"])
+            .arg(&declaration)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{verb}: {out:?}");
@@ -106,7 +110,9 @@ fn a_verb_reading_the_host_refuses_a_user_other_than_root() {
     let tmp = host(true);
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = as_nobody()
-        .args(["plan", "--json", "--declaration", EXAMPLE, "--root"])
+        .args(["plan", "--json", "--declaration"])
+        .arg(&declaration)
+        .arg("--root")
         .arg(tmp.path())
         .output()
         .unwrap();

@@ -184,7 +184,11 @@ impl Builds {
         workspace
             .open_append(log_path(&id), PRIVATE_FILE_MODE)
             .map_err(SiteError::from)?;
-        write_record(&workspace, &record)?;
+        if let Err(e) = write_record(&workspace, &record) {
+            // No record: no build, and so no log of one.
+            let _ = workspace.remove_file(log_path(&id));
+            return Err(e);
+        }
         // A manifest whose steps cannot be a plan is the build's failure, recorded as such.
         let plan = match plan {
             Ok(plan) => plan,
@@ -499,9 +503,9 @@ impl Builds {
         swept
     }
 
-    /// Removes what a promote or publish cut short by a crash left in the site's two stores
-    /// (a staging copy, a next-link): the next one would, but until then it counts against the
-    /// site's quota. Logged, never fatal.
+    /// Removes what a promote, publish or prune cut short by a crash left in the site's two
+    /// stores (a staging copy, a next-link, a release renamed to be pruned): the next promote
+    /// would, but until then it counts against the site's quota. Logged, never fatal.
     fn clean_promote_leftovers(&self, slug: &str) {
         let status = Slug::parse(slug)
             .ok()
@@ -522,7 +526,7 @@ impl Builds {
                     site = slug,
                     store = %surface.store_dir.display(),
                     removed,
-                    "removed what an interrupted promote left"
+                    "removed what an interrupted promote or prune left"
                 ),
                 Err(e) => tracing::warn!(
                     site = slug,

@@ -5,7 +5,9 @@
 //! build could fill the disk every site shares. So past [`KEPT_HEAD`] bytes of output, only
 //! the last [`KEPT_TAIL`] are held, in memory, and written after a line saying how many were
 //! left out, before sited's next line of its own or when the log is closed: a log keeps what
-//! ran first and how the build ended.
+//! ran first and how the build ended. Each line of sited's own ends one such window, so the
+//! pipeline writes its own lines between the run's output only where it must (the program's
+//! end); a log holds at most one cut window per such line.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -20,6 +22,10 @@ use super::log_path;
 pub const KEPT_HEAD: usize = 1024 * 1024;
 /// The bytes of its output kept from the end, once past [`KEPT_HEAD`].
 pub const KEPT_TAIL: usize = 4 * 1024 * 1024;
+
+/// How far into the kept tail its first whole line is looked for: output without line ends
+/// (a progress bar redrawn with `\r`) is kept from where it was cut instead.
+const LINE_SEARCH: usize = 64 * 1024;
 
 /// How the line saying how much output was left out starts; the count and
 /// [`LEFT_OUT_SUFFIX`] follow.
@@ -39,6 +45,8 @@ pub struct BuildLogFile<'a> {
     tail: VecDeque<u8>,
     /// Output bytes dropped from the front of `tail`.
     left_out: u64,
+    /// Whether the last byte dropped ended a line, so `tail` starts a whole one.
+    cut_at_line: bool,
 }
 
 impl<'a> BuildLogFile<'a> {
@@ -51,6 +59,7 @@ impl<'a> BuildLogFile<'a> {
             head_room: KEPT_HEAD,
             tail: VecDeque::new(),
             left_out: 0,
+            cut_at_line: false,
         }
     }
 
@@ -61,8 +70,8 @@ impl<'a> BuildLogFile<'a> {
         self.head_room -= now;
         self.write(head);
         self.tail.extend(rest);
-        if let Some(over) = self.tail.len().checked_sub(KEPT_TAIL) {
-            self.tail.drain(..over);
+        if let Some(over) = self.tail.len().checked_sub(KEPT_TAIL).filter(|&n| n > 0) {
+            self.cut_at_line = self.tail.drain(..over).next_back() == Some(b'\n');
             self.left_out += over as u64;
         }
     }
@@ -74,11 +83,18 @@ impl<'a> BuildLogFile<'a> {
     }
 
     /// Writes the output held back: after the line saying how much was left out, from the
-    /// first whole line of what was kept.
+    /// first whole line of what was kept (within [`LINE_SEARCH`], and never past its end).
     fn flush_tail(&mut self) {
         let mut tail = std::mem::take(&mut self.tail);
         if self.left_out > 0 {
-            let cut = tail.iter().position(|&b| b == b'\n').map_or(0, |at| at + 1);
+            let cut = if self.cut_at_line {
+                0
+            } else {
+                tail.iter()
+                    .take(LINE_SEARCH.min(tail.len().saturating_sub(1)))
+                    .position(|&b| b == b'\n')
+                    .map_or(0, |at| at + 1)
+            };
             tail.drain(..cut);
             let left_out = self.left_out + cut as u64;
             self.left_out = 0;
@@ -180,6 +196,47 @@ mod tests {
         assert!(tail.len() <= KEPT_TAIL);
         assert_eq!(head.len() + count + tail.len(), all.len());
         assert_eq!(tail.as_bytes(), &all[all.len() - tail.len()..]);
+    }
+
+    /// A cut that fell at a line's end keeps the next line whole; output without line ends is
+    /// kept from where it was cut, its end never dropped for want of a line.
+    #[test]
+    fn a_cut_keeps_whole_lines_and_never_the_tails_end_for_want_of_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open(&dir);
+        // Lines of exactly the sizes that make the cut fall at a line's end.
+        let mut log = BuildLogFile::new(&root, "b4");
+        let line = format!("{}\n", "x".repeat(1023));
+        for _ in 0..(KEPT_HEAD + KEPT_TAIL) / 1024 + 8 {
+            log.output(line.as_bytes());
+        }
+        drop(log);
+        let text = read(&dir, "b4");
+        let (_, rest) = text.split_once(LEFT_OUT_PREFIX).unwrap();
+        let (count, tail) = rest.split_once(LEFT_OUT_SUFFIX).unwrap();
+        assert_eq!(
+            count,
+            (8 * 1024).to_string(),
+            "only the lines past the bound"
+        );
+        assert_eq!(tail.len(), KEPT_TAIL, "no whole line dropped");
+
+        // A progress bar redrawn with carriage returns, then the one line end at the close.
+        let mut log = BuildLogFile::new(&root, "b5");
+        log.output(&vec![b'#'; KEPT_HEAD]);
+        for _ in 0..KEPT_TAIL / 1000 + 100 {
+            log.output(&[b"\r"[..].to_vec(), vec![b'='; 999]].concat());
+        }
+        log.output(b"\rbuild failed: out of memory\n");
+        drop(log);
+        let text = read(&dir, "b5");
+        assert!(
+            text.ends_with("build failed: out of memory\n"),
+            "the end is kept"
+        );
+        let (_, rest) = text.split_once(LEFT_OUT_PREFIX).unwrap();
+        let (_, tail) = rest.split_once(LEFT_OUT_SUFFIX).unwrap();
+        assert_eq!(tail.len(), KEPT_TAIL);
     }
 
     /// Output held back is written when the log is closed, even without a line of sited's.
