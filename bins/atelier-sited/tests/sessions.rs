@@ -386,13 +386,7 @@ async fn a_follower_that_falls_behind_the_fan_out_catches_up_from_the_log() {
 #[tokio::test]
 async fn a_finished_turns_replay_closes_after_its_turn_end_from_any_cursor() {
     let instance = instance(2).await;
-    let started = call(
-        &instance,
-        Method::POST,
-        "/v1/sites/alpha/sessions",
-        json!({"prompt": "Make a museum page", "actor": actor()}),
-    )
-    .await;
+    let started = support::start_session(&instance.socket, "Make a museum page").await;
     assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
     let id = started.json()["session_id"].as_str().unwrap().to_owned();
     assert!(SessionId::parse(&id).is_some(), "{id}");

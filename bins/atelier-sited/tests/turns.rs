@@ -895,13 +895,7 @@ async fn a_turn_end_a_killed_process_did_not_write_is_written_at_the_next_boot()
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let (daemon, socket) = Daemon::with_alpha(root).await;
-    let started = call(
-        &socket,
-        Method::POST,
-        "/v1/sites/alpha/sessions",
-        json!({"prompt": "write a.html <p>a</p>", "actor": actor()}),
-    )
-    .await;
+    let started = support::start_session(&socket, "write a.html <p>a</p>").await;
     assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
     let id = started.json()["session_id"].as_str().unwrap().to_owned();
     let ended = follow_events(&socket, &id, -1, WAIT).await;
@@ -933,11 +927,9 @@ async fn kill_9_mid_turn_then_restart_recovers_the_session() {
     let root = dir.path();
     let (daemon, socket) = Daemon::with_alpha(root).await;
     let marker = format!("kill-marker-{}", std::process::id());
-    let started = call(
+    let started = support::start_session(
         &socket,
-        Method::POST,
-        "/v1/sites/alpha/sessions",
-        json!({"prompt": format!("Working.\nwrite unsaved.txt {marker}\nhang"), "actor": actor()}),
+        format!("Working.\nwrite unsaved.txt {marker}\nhang"),
     )
     .await;
     assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
@@ -1166,13 +1158,7 @@ async fn two_sessions_of_a_site_are_recovered_at_one_boot() {
     let (daemon, socket) = Daemon::with_alpha(root).await;
     let mut ids = Vec::new();
     for prompt in ["write a.txt one", "write b.txt two"] {
-        let started = call(
-            &socket,
-            Method::POST,
-            "/v1/sites/alpha/sessions",
-            json!({"prompt": prompt, "actor": actor()}),
-        )
-        .await;
+        let started = support::start_session(&socket, prompt).await;
         assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
         let id = started.json()["session_id"].as_str().unwrap().to_owned();
         follow_events(&socket, &id, -1, WAIT).await;

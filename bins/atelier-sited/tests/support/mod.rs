@@ -178,6 +178,18 @@ pub async fn create_site(socket: &Path, slug: &str, domain: &str) -> Reply {
     call(socket, hyper::Method::POST, "/v1/sites", body).await
 }
 
+/// `POST /v1/sites/alpha/sessions` with `prompt`, as the engine starts a session.
+pub async fn start_session(socket: &Path, prompt: impl Into<String>) -> Reply {
+    let body = serde_json::json!({"prompt": prompt.into(), "actor": actor()});
+    call(
+        socket,
+        hyper::Method::POST,
+        "/v1/sites/alpha/sessions",
+        body,
+    )
+    .await
+}
+
 /// `DELETE` of `path` (a site, with its query), as the engine deletes a site.
 pub async fn delete_site(socket: &Path, path: &str) -> Reply {
     let body = serde_json::json!({"actor": actor()});
