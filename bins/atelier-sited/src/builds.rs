@@ -3,7 +3,6 @@
 //! the log from the relayed frames, promotes the verified output into preproduction, and
 //! always ends with one terminal record, so the site's hold always clears.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -591,21 +590,8 @@ fn read_record(workspace: &Root, slug: &str, id: &str) -> Result<BuildRecord, Bu
     })
 }
 
-/// Appends to the build's log; a failed append is logged, never the build's failure.
+/// Appends a line of sited's own to the build's log, outside a pipeline's open log; a failed
+/// append is logged, never the build's failure.
 fn append_log(workspace: &Root, id: &str, bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    let written = workspace
-        .open_append(log_path(id), PRIVATE_FILE_MODE)
-        .and_then(|mut file| {
-            file.write_all(bytes).map_err(|source| FsError::Io {
-                op: "append to",
-                path: log_path(id),
-                source,
-            })
-        });
-    if let Err(e) = written {
-        tracing::error!(build = %id, error = %e, "could not append to the build log");
-    }
+    BuildLogFile::new(workspace, id).note(bytes);
 }
