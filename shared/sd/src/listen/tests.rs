@@ -756,7 +756,18 @@ fn listeners_from_env_adopts_an_accepted_connection() {
     let args = ["--accept", door_arg.as_str()];
     let mut connection = None;
     let report = run_activated_child(&args, &door, || {
-        connection = Some(UnixStream::connect(&door).expect("connect"));
+        // The activator's socket file exists from its bind, a moment before it listens: a
+        // connection refused in between reached nobody, so it is tried again.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        connection = Some(loop {
+            match UnixStream::connect(&door) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    assert!(Instant::now() < deadline, "the activator never listened");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                connected => break connected.expect("connect"),
+            }
+        });
     });
     // systemd names an accepted connection "connection"; systemd-socket-activate 252 sets no
     // LISTEN_FDNAMES for it, so our default applies there.
